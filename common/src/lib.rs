@@ -1,0 +1,15 @@
+//! Domain types shared by every part of gpusanity: the seven check settings and their
+//! `SanityCheckArgs` parser, the registry of check items, the versioned report schema, run
+//! state events, exit codes and the collective bandwidth formulas.
+
+pub mod bandwidth;
+pub mod config;
+pub mod events;
+pub mod exit;
+pub mod registry;
+pub mod report;
+pub mod settings;
+
+pub use exit::ExitCode;
+pub use registry::{CheckGroup, CheckInfo, CHECKS};
+pub use settings::{Settings, SettingsError, TimeoutOps, Timing};

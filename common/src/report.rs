@@ -1,0 +1,167 @@
+//! The versioned `report.json` schema, shared by `gpusanity check` and the service.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::events::StateEvent;
+use crate::settings::Settings;
+
+/// Bumped on every incompatible change of [`Report`].
+pub const REPORT_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+}
+
+impl std::fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Cuda => "cuda",
+        })
+    }
+}
+
+/// The overall outcome of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Passed,
+    Failed,
+    TimedOut,
+    Skipped,
+}
+
+/// The outcome of one check, or of one rank in one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    Passed,
+    Failed,
+    /// The process raised an error (a failed CUDA call, a broken connection...).
+    Error,
+    /// The test overran `--sanity-check-timeout-per-test` (or the whole run its max time).
+    TimedOut,
+    /// The check never started: an earlier check ended the run.
+    NotRun,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub gpusanity_version: String,
+    pub run_id: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    pub status: RunStatus,
+    /// One line for people: the verdict and the faulty nodes.
+    pub summary: String,
+    pub settings: Settings,
+    pub backend: DeviceKind,
+    pub nodes: Vec<NodeInfo>,
+    pub ranks: Vec<RankInfo>,
+    pub checks: Vec<CheckReport>,
+    pub findings: Vec<Finding>,
+    pub events: Vec<StateEvent>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub node_rank: usize,
+    pub hostname: String,
+    /// The address other nodes reach this node at.
+    pub addr: String,
+    pub nproc: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankInfo {
+    pub rank: usize,
+    pub node_rank: usize,
+    pub local_rank: usize,
+    pub host: String,
+    pub device: String,
+    /// The worker's process id on its node.
+    pub pid: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckReport {
+    pub name: String,
+    pub status: CheckStatus,
+    pub duration_s: f64,
+    /// The configuration the check ran with.
+    pub config: serde_json::Value,
+    pub ranks: Vec<RankResult>,
+}
+
+/// One rank's result in one check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankResult {
+    pub rank: usize,
+    pub status: CheckStatus,
+    /// Headline figures, e.g. `tflops`, `busbw_gbps_max`, `wrong_elements`.
+    pub metrics: BTreeMap<String, f64>,
+    /// Per-message-size figures of a collective.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sweep: Vec<SweepPoint>,
+    /// Free-form facts: the result hash, the verifier's detail...
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub notes: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl RankResult {
+    pub fn new(rank: usize, status: CheckStatus) -> Self {
+        RankResult {
+            rank,
+            status,
+            metrics: BTreeMap::new(),
+            sweep: Vec::new(),
+            notes: BTreeMap::new(),
+            error: None,
+        }
+    }
+}
+
+/// One message size of a collective sweep, with nccl-tests' definitions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepPoint {
+    pub bytes: u64,
+    /// Mean time of one call, microseconds.
+    pub time_us: f64,
+    pub algbw_gbps: f64,
+    pub busbw_gbps: f64,
+    /// Elements of the result that differ from the expected value.
+    pub wrong: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Warning,
+    Critical,
+}
+
+/// A problem found, with the evidence that names its place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub severity: Severity,
+    /// A stable code, e.g. `GEMM_SLOW`, `ALLREDUCE_WRONG_RESULT`, `TEST_TIMEOUT`.
+    pub code: String,
+    pub check: String,
+    pub node_rank: Option<usize>,
+    pub host: Option<String>,
+    pub rank: Option<usize>,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers_median: Option<f64>,
+}

@@ -1,0 +1,149 @@
+//! Tests that run anywhere (probing must not panic without CUDA) and, with `--ignored`, a
+//! one-rank smoke test on a real GPU.
+
+use std::ffi::c_char;
+use std::time::Duration;
+
+use super::*;
+
+#[test]
+fn probe_without_cuda_is_an_error_not_a_panic() {
+    let r = std::panic::catch_unwind(probe);
+    let r = r.expect("probe() must never panic");
+    println!("probe: {r:?}");
+    if !probe::driver_present() {
+        let e = r.expect_err("no libcuda here, so no devices");
+        assert!(e.contains("CUDA driver library not found"), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+}
+
+#[test]
+fn check_libraries_never_panics() {
+    let r = std::panic::catch_unwind(check_libraries).expect("check_libraries() must never panic");
+    println!("check_libraries: {r:?}");
+    if !probe::driver_present() {
+        assert!(r.is_err());
+    }
+}
+
+#[test]
+fn nccl_id_round_trips_through_hex() {
+    let mut id = [0 as c_char; 128];
+    for (i, c) in id.iter_mut().enumerate() {
+        *c = (i * 37 % 256) as u8 as c_char;
+    }
+    let hex = nccl::encode_id(&id);
+    assert_eq!(hex.len(), 256);
+    assert_eq!(nccl::decode_id(&hex).unwrap(), id);
+    assert!(nccl::decode_id("abc").is_err());
+    assert!(nccl::decode_id(&"zz".repeat(128)).is_err());
+}
+
+#[test]
+fn bf16_bytes_are_little_endian() {
+    assert_eq!(bf16_bytes(&[bf16::from_f32(1.0), bf16::from_bits(0x1234)]), vec![0x80, 0x3f, 0x34, 0x12]);
+}
+
+/// One rank on GPU 0: GEMM against an f64 host reference and an all-reduce of one rank
+/// (output = input). Run on a GPU machine with
+/// `cargo test -p gpusanity-executor cuda -- --ignored --nocapture`.
+#[test]
+#[ignore = "needs a CUDA GPU, cuBLAS and NCCL"]
+fn gpu_smoke_one_rank() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    rt.spawn(crate::store::serve(listener));
+    let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+    let place = WorkerPlace { rank: 0, world: 1, local_rank: 0, node_addr: "127.0.0.1".into() };
+    println!("probe: {:?}", probe());
+    let mut be = CudaBackend::new(&place, &mut store).unwrap();
+    println!("device: {}", be.device_name());
+
+    // GEMM with small integers: exact in bf16 inputs; sums <= 8*8*n stay exact in fp32.
+    let n = 512;
+    let a: Vec<f32> = (0..n * n).map(|i| ((i * 7 + 3) % 17) as f32 - 8.0).collect();
+    let b: Vec<f32> = (0..n * n).map(|i| ((i * 5 + 1) % 13) as f32 - 6.0).collect();
+    be.gemm_load(n, &a, &b).unwrap();
+    let times = be.gemm_run(5).unwrap();
+    println!("gemm {n}: {times:?}");
+    assert!(times.len() == 5 && times.iter().all(|&t| t > 0.0 && t < 1.0));
+    let c = be.gemm_output().unwrap();
+    assert_eq!(c.len(), n * n * 2);
+    let mut bad = 0;
+    for (r, col) in [(0, 0), (1, 2), (n - 1, n - 1), (17, 300), (400, 3)] {
+        let want: f64 = (0..n).map(|k| a[r * n + k] as f64 * b[k * n + col] as f64).sum();
+        let got = Dtype::Bf16.decode(&c, r * n + col) as f64;
+        if (got - Dtype::Bf16.round(want as f32) as f64).abs() > 0.0 {
+            println!("C[{r}][{col}] = {got}, want {want}");
+            bad += 1;
+        }
+    }
+    assert_eq!(bad, 0, "C must be A·B row-major");
+    be.gemm_free();
+
+    // Big enough to check the doubling fill; the period is not a power of two.
+    let period: Vec<u8> = (0..251u8).collect();
+    let max = 3 << 20;
+    be.all_reduce_prepare(max, &period).unwrap();
+    let t = be.all_reduce_run(max - 5, 2, 10).unwrap();
+    println!("all-reduce of {} bf16: {:.1} us", max - 5, t * 1e6);
+    assert!(t > 0.0);
+    let out = be.all_reduce_output(max - 5).unwrap();
+    assert_eq!(out.len(), (max - 5) * 2);
+    for i in (0..max - 5).step_by(997).chain([max - 6]) {
+        assert_eq!(Dtype::Bf16.decode(&out, i), period[i % period.len()] as f32, "element {i}");
+    }
+    // The elements past `elems` were never written: the NaN fill covers only the first elems.
+    let t0 = be.all_reduce_run(0, 0, 1).unwrap();
+    assert!(t0 >= 0.0);
+    be.all_reduce_free();
+    assert!(matches!(be.all_reduce_output(1), Err(BackendError::Device(_))));
+}
+
+/// Two ranks on GPUs 0 and 1, one thread each (one process): NCCL id exchange through the
+/// store, exact sums, and bus bandwidth of a 1 GiB all-reduce; also GEMM throughput. Skips
+/// with fewer than two GPUs.
+#[test]
+#[ignore = "needs two CUDA GPUs, cuBLAS and NCCL"]
+fn gpu_two_ranks() {
+    let devices = probe().unwrap_or_default();
+    if devices.len() < 2 {
+        println!("skipped: {} GPU(s)", devices.len());
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    rt.spawn(crate::store::serve(listener));
+    std::thread::scope(|s| {
+        for rank in 0..2 {
+            let addr = addr.clone();
+            s.spawn(move || {
+                let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+                let place = WorkerPlace { rank, world: 2, local_rank: rank, node_addr: "127.0.0.1".into() };
+                let mut be = CudaBackend::new(&place, &mut store).unwrap();
+                let n = 8192;
+                let a: Vec<f32> = (0..n * n).map(|i| Dtype::Bf16.round(((i * 7 + 3) % 101) as f32 / 50.0 - 1.0)).collect();
+                be.gemm_load(n, &a, &a).unwrap();
+                be.gemm_run(3).unwrap();
+                let t = be.gemm_run(10).unwrap();
+                let best = t.iter().copied().fold(f64::MAX, f64::min);
+                println!("rank {rank}: gemm {n}: best {:.3} ms = {:.0} TFLOP/s", best * 1e3, 2.0 * (n as f64).powi(3) / best / 1e12);
+                be.gemm_free();
+                let period: Vec<u8> = (0..128u8).map(|j| (j + 7 * rank as u8) % 128).collect();
+                let elems = 512 << 20;
+                be.all_reduce_prepare(elems, &period).unwrap();
+                let t = be.all_reduce_run(elems, 5, 20).unwrap();
+                let busbw = 2.0 * (2.0 - 1.0) / 2.0 * (elems * 2) as f64 / t / 1e9;
+                println!("rank {rank}: all-reduce {} MiB: {:.3} ms, busbw {busbw:.0} GB/s", (elems * 2) >> 20, t * 1e3);
+                let out = be.all_reduce_output(elems).unwrap();
+                for i in (0..elems).step_by(9973).chain([elems - 1]) {
+                    let want = (i % 128 + (i + 7) % 128) as f32;
+                    assert_eq!(Dtype::Bf16.decode(&out, i), want, "rank {rank} element {i}");
+                }
+            });
+        }
+    });
+}

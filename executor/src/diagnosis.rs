@@ -1,0 +1,195 @@
+//! First diagnosis: turns the ranks' results into findings that name a rank, its node and the
+//! check, and into the verdict.
+//!
+//! - a rank that errored, crashed or timed out;
+//! - for a timed-out test, the culprits apart from the ranks merely waiting for them: a rank
+//!   whose heartbeats stopped (stopped or dead), else the ranks that made the least progress;
+//! - a wrong result (the check's own verification, and GEMM result hashes that disagree with
+//!   the majority of ranks of the same device model);
+//! - a rank far below its peers' median in GEMM TFLOP/s or all-reduce busbw.
+
+use std::collections::BTreeMap;
+
+use gpusanity_common::report::{CheckReport, CheckStatus, Finding, RankInfo, RunStatus, Severity};
+
+use crate::checks::median;
+
+/// A worker whose last heartbeat is older than this is not running.
+const STALE_HEARTBEAT_S: f64 = 2.0;
+
+pub struct Diagnosis {
+    pub findings: Vec<Finding>,
+    pub status: RunStatus,
+    pub summary: String,
+}
+
+fn finding(sev: Severity, code: &str, check: &str, rank: Option<&RankInfo>, message: String) -> Finding {
+    Finding {
+        severity: sev,
+        code: code.into(),
+        check: check.into(),
+        node_rank: rank.map(|r| r.node_rank),
+        host: rank.map(|r| r.host.clone()),
+        rank: rank.map(|r| r.rank),
+        message,
+        measured: None,
+        peers_median: None,
+    }
+}
+
+/// Diagnoses `checks` in place (their statuses) and returns the findings and the verdict.
+/// `timed_out` says whether the run was stopped by a deadline.
+pub fn diagnose(checks: &mut [CheckReport], ranks: &[RankInfo], slow_fraction: f64, timed_out: bool) -> Diagnosis {
+    let info = |rank: usize| ranks.iter().find(|r| r.rank == rank);
+    let mut findings = Vec::new();
+    for c in checks.iter_mut() {
+        let before = findings.len();
+        // Errors and crashes. Ranks stopped because of another rank are not at fault.
+        for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Error && !r.notes.contains_key("stopped")) {
+            let why = r.error.clone().unwrap_or_else(|| "failed".into());
+            let code = if r.notes.contains_key("exit") { "WORKER_CRASHED" } else { "CHECK_ERROR" };
+            findings.push(finding(Severity::Critical, code, &c.name, info(r.rank), why));
+        }
+        // Hangs: culprits apart from waiters.
+        let hung: Vec<_> = c.ranks.iter().filter(|r| r.status == CheckStatus::TimedOut).collect();
+        if !hung.is_empty() {
+            let age = |r: &&gpusanity_common::report::RankResult| r.metrics.get("heartbeat_age_s").copied().unwrap_or(0.0);
+            let seq = |r: &&gpusanity_common::report::RankResult| r.metrics.get("progress_seq").copied().unwrap_or(0.0);
+            let stale: Vec<_> = hung.iter().filter(|r| age(r) > STALE_HEARTBEAT_S).collect();
+            let culprits: Vec<_> = if !stale.is_empty() {
+                stale
+            } else {
+                let min = hung.iter().map(seq).fold(f64::INFINITY, f64::min);
+                let least: Vec<_> = hung.iter().filter(|r| seq(r) == min).collect();
+                // Everyone equally far: no rank stands out, all are named.
+                least
+            };
+            let waiting: Vec<String> = hung.iter().filter(|r| !culprits.iter().any(|c| c.rank == r.rank)).map(|r| r.rank.to_string()).collect();
+            for r in &culprits {
+                let last = r.notes.get("last_progress").cloned().unwrap_or_else(|| "no progress reported".into());
+                let state = if age(r) > STALE_HEARTBEAT_S {
+                    format!("no heartbeat for {:.1} s (process stopped or dead)", age(r))
+                } else {
+                    "alive but not progressing".into()
+                };
+                let mut msg = format!("did not finish the test in time: {state}; last progress: {last}");
+                if !waiting.is_empty() {
+                    msg.push_str(&format!("; ranks {} were waiting for it", waiting.join(", ")));
+                }
+                findings.push(finding(Severity::Critical, "TEST_HANG", &c.name, info(r.rank), msg));
+            }
+        }
+        // Wrong results found by the check's own verifier.
+        for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Failed) {
+            let code = if c.name == "gemm" { "GEMM_WRONG_RESULT" } else { "ALLREDUCE_WRONG_RESULT" };
+            let why = r.error.clone().unwrap_or_else(|| "verification failed".into());
+            findings.push(finding(Severity::Critical, code, &c.name, info(r.rank), why));
+        }
+        if c.name == "gemm" {
+            hash_disagreement(c, ranks, &mut findings);
+        }
+        // Slow ranks against their peers of the same device model.
+        let metric = match c.name.as_str() {
+            "gemm" => Some(("tflops", "GEMM_SLOW", "TFLOP/s")),
+            "all-reduce" => Some(("busbw_gbps", "ALLREDUCE_SLOW", "GB/s busbw")),
+            _ => None,
+        };
+        if let Some((key, code, unit)) = metric {
+            let mut by_device: BTreeMap<String, Vec<(usize, f64)>> = BTreeMap::new();
+            for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Passed) {
+                if let (Some(v), Some(i)) = (r.metrics.get(key), info(r.rank)) {
+                    by_device.entry(i.device.clone()).or_default().push((r.rank, *v));
+                }
+            }
+            for group in by_device.values().filter(|g| g.len() >= 2) {
+                let med = median(&group.iter().map(|(_, v)| *v).collect::<Vec<_>>());
+                for (rank, v) in group.iter().filter(|(_, v)| *v < slow_fraction * med) {
+                    let mut f = finding(
+                        Severity::Critical,
+                        code,
+                        &c.name,
+                        info(*rank),
+                        format!("{v:.1} {unit}, below {:.0}% of the peers' median {med:.1}", slow_fraction * 100.0),
+                    );
+                    f.measured = Some(*v);
+                    f.peers_median = Some(med);
+                    findings.push(f);
+                }
+            }
+        }
+        let critical = findings[before..].iter().any(|f| f.severity == Severity::Critical);
+        c.status = if c.ranks.iter().any(|r| r.status == CheckStatus::TimedOut) {
+            CheckStatus::TimedOut
+        } else if c.ranks.iter().all(|r| r.status == CheckStatus::NotRun) {
+            CheckStatus::NotRun
+        } else if critical || c.ranks.iter().any(|r| r.status != CheckStatus::Passed) {
+            if c.ranks.iter().any(|r| r.status == CheckStatus::Error) { CheckStatus::Error } else { CheckStatus::Failed }
+        } else {
+            CheckStatus::Passed
+        };
+    }
+    let failed = findings.iter().any(|f| f.severity == Severity::Critical)
+        || checks.iter().any(|c| c.status != CheckStatus::Passed);
+    let status = match (failed, timed_out) {
+        (_, true) => RunStatus::TimedOut,
+        (true, false) => RunStatus::Failed,
+        (false, false) => RunStatus::Passed,
+    };
+    let summary = summarize(status, &findings, checks);
+    Diagnosis { findings, status, summary }
+}
+
+/// Ranks of one device model must compute bit-identical products from identical inputs. A rank
+/// that disagrees with a strict majority is named; without a majority, a warning.
+fn hash_disagreement(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) {
+    let mut by_device: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
+    for r in &c.ranks {
+        if let (Some(h), Some(i)) = (r.notes.get("result_hash"), ranks.iter().find(|i| i.rank == r.rank)) {
+            by_device.entry(i.device.as_str()).or_default().push((r.rank, h.as_str()));
+        }
+    }
+    for group in by_device.values() {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, h) in group {
+            *counts.entry(h).or_default() += 1;
+        }
+        if counts.len() < 2 {
+            continue;
+        }
+        let (major, n) = counts.iter().max_by_key(|(_, n)| **n).map(|(h, n)| (*h, *n)).unwrap_or(("", 0));
+        let info = |rank: usize| ranks.iter().find(|i| i.rank == rank);
+        if 2 * n > group.len() {
+            for (rank, h) in group.iter().filter(|(_, h)| *h != major) {
+                let msg = format!("GEMM result differs from the majority of its peers (hash {h}, majority {major})");
+                findings.push(finding(Severity::Critical, "GEMM_RESULT_MISMATCH", &c.name, info(*rank), msg));
+            }
+        } else {
+            let list: Vec<String> = group.iter().map(|(r, h)| format!("rank {r}: {h}")).collect();
+            let msg = format!("GEMM results differ between ranks with no majority ({})", list.join(", "));
+            findings.push(finding(Severity::Warning, "GEMM_RESULT_MISMATCH", &c.name, None, msg));
+        }
+    }
+}
+
+fn summarize(status: RunStatus, findings: &[Finding], checks: &[CheckReport]) -> String {
+    let mut bad: Vec<String> = Vec::new();
+    for f in findings.iter().filter(|f| f.severity == Severity::Critical) {
+        let place = match (f.rank, &f.host) {
+            (Some(r), Some(h)) => format!("rank {r} on {h}"),
+            _ => "the job".into(),
+        };
+        let s = format!("{} in {} ({place})", f.code, f.check);
+        if !bad.contains(&s) {
+            bad.push(s);
+        }
+    }
+    match status {
+        RunStatus::Passed => {
+            let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
+            format!("all checks passed: {}", names.join(", "))
+        }
+        RunStatus::Skipped => "checks skipped".into(),
+        _ if bad.is_empty() => "a check did not pass".into(),
+        _ => bad.join("; "),
+    }
+}

@@ -1,0 +1,119 @@
+//! Node 0 merges the nodes' outcomes into one report and diagnoses it.
+
+use gpusanity_common::config::CheckConfigs;
+use gpusanity_common::report::{
+    CheckReport, CheckStatus, DeviceKind, Finding, NodeInfo, RankInfo, RankResult, Report, Severity, REPORT_SCHEMA_VERSION,
+};
+use gpusanity_common::Settings;
+
+use super::supervise::{NodeOutcome, Stop};
+use crate::diagnosis;
+
+pub struct RunMeta {
+    pub run_id: String,
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    pub settings: Settings,
+    pub backend: DeviceKind,
+    pub configs: CheckConfigs,
+    pub checks: Vec<String>,
+}
+
+/// `outcomes[k]` is node k's outcome, or None if it never reported.
+pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeOutcome>]) -> Report {
+    let mut ranks: Vec<RankInfo> = Vec::new();
+    let mut checks: Vec<CheckReport> = meta
+        .checks
+        .iter()
+        .map(|name| CheckReport {
+            name: name.clone(),
+            status: CheckStatus::NotRun,
+            duration_s: 0.0,
+            config: check_config(&meta.configs, name),
+            ranks: Vec::new(),
+        })
+        .collect();
+    let mut lost = Vec::new();
+    let mut timed_out = false;
+    let mut offset = 0;
+    for (k, node) in nodes.iter().enumerate() {
+        match outcomes.get(k).and_then(Option::as_ref) {
+            Some(o) => {
+                ranks.extend(o.ranks.iter().cloned());
+                timed_out |= o.stop.as_ref().is_some_and(Stop::is_timeout);
+                for (c, (dur, results)) in checks.iter_mut().zip(&o.checks) {
+                    c.duration_s = c.duration_s.max(*dur);
+                    c.ranks.extend(results.iter().cloned());
+                }
+            }
+            None => {
+                lost.push(node.clone());
+                for local in 0..node.nproc {
+                    let rank = offset + local;
+                    ranks.push(RankInfo { rank, node_rank: k, local_rank: local, host: node.hostname.clone(), device: String::new(), pid: 0 });
+                    for c in checks.iter_mut() {
+                        let mut r = RankResult::new(rank, CheckStatus::Error);
+                        r.notes.insert("stopped".into(), "its node never reported".into());
+                        c.ranks.push(r);
+                    }
+                }
+            }
+        }
+        offset += node.nproc;
+    }
+    ranks.sort_by_key(|r| r.rank);
+    for c in checks.iter_mut() {
+        c.ranks.sort_by_key(|r| r.rank);
+    }
+    let mut diag = diagnosis::diagnose(&mut checks, &ranks, meta.configs.slow_fraction, timed_out);
+    for node in &lost {
+        diag.findings.insert(
+            0,
+            Finding {
+                severity: Severity::Critical,
+                code: "NODE_LOST".into(),
+                check: "rendezvous".into(),
+                node_rank: Some(node.node_rank),
+                host: Some(node.hostname.clone()),
+                rank: None,
+                message: format!("node {} ({}) never reported its results", node.node_rank, node.hostname),
+                measured: None,
+                peers_median: None,
+            },
+        );
+    }
+    if !lost.is_empty() && diag.status == gpusanity_common::report::RunStatus::Passed {
+        diag.status = gpusanity_common::report::RunStatus::Failed;
+    }
+    if !lost.is_empty() {
+        let names: Vec<String> = lost.iter().map(|n| n.hostname.clone()).collect();
+        diag.summary = format!("NODE_LOST ({}); {}", names.join(", "), diag.summary);
+    }
+    Report {
+        schema_version: REPORT_SCHEMA_VERSION,
+        gpusanity_version: env!("CARGO_PKG_VERSION").into(),
+        run_id: meta.run_id.clone(),
+        started_at: meta.started_at,
+        finished_at: chrono::Utc::now(),
+        status: diag.status,
+        summary: diag.summary,
+        settings: meta.settings.clone(),
+        backend: meta.backend,
+        nodes: nodes.to_vec(),
+        ranks,
+        checks,
+        findings: diag.findings,
+        events: Vec::new(),
+    }
+}
+
+fn check_config(configs: &CheckConfigs, name: &str) -> serde_json::Value {
+    match name {
+        "gemm" => serde_json::to_value(&configs.gemm).unwrap_or_default(),
+        "all-reduce" => {
+            let mut v = serde_json::to_value(&configs.all_reduce).unwrap_or_default();
+            v["sizes"] = serde_json::to_value(configs.all_reduce_sizes()).unwrap_or_default();
+            v
+        }
+        _ => serde_json::Value::Null,
+    }
+}

@@ -1,0 +1,254 @@
+//! The node launcher of `gpusanity check`: timing policy, device and topology resolution,
+//! rendezvous, workers under supervision, node 0's report and verdict, and the hand-over.
+
+mod events;
+mod gather;
+mod node;
+pub mod rendezvous;
+pub mod supervise;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use gpusanity_common::config::CheckConfigs;
+use gpusanity_common::events::RunState;
+use gpusanity_common::report::{DeviceKind, RunStatus};
+use gpusanity_common::{ExitCode, Settings, TimeoutOps, Timing};
+use thiserror::Error;
+use tokio::sync::mpsc;
+
+use crate::protocol::WorkerSpec;
+use events::EventLog;
+use node::{Cluster, Verdict};
+use rendezvous::TopologyFlags;
+use supervise::{Stop, Supervisor};
+
+/// Bad input: reported as one line, exit code 2.
+#[derive(Debug, Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceChoice {
+    Auto,
+    Cuda,
+    Cpu,
+}
+
+/// Everything `gpusanity check` was asked to do.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    pub topology: TopologyFlags,
+    pub nproc_per_node: Option<usize>,
+    pub device: DeviceChoice,
+    pub settings: Settings,
+    /// `EnableSanityCheck`.
+    pub enabled: bool,
+    /// How many times the job has been restarted (0 on its first start).
+    pub restart_count: u64,
+    pub check_params: Vec<String>,
+    pub report_dir: PathBuf,
+    /// How long to wait for the other nodes at the rendezvous.
+    pub rdzv_timeout: Duration,
+    pub command: Vec<String>,
+}
+
+/// What the process does once the check is over.
+#[derive(Debug)]
+pub enum Handover {
+    /// Replace this process with COMMAND.
+    Exec(Vec<String>),
+    Exit(ExitCode),
+}
+
+/// Runs `gpusanity check` on this node.
+pub async fn check(opts: CheckOptions) -> Result<Handover> {
+    let started = Instant::now();
+    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let topo = rendezvous::resolve(&opts.topology, &env).map_err(|e| UsageError(e.to_string()))?;
+    let is_master = topo.node_rank == 0;
+
+    if let Some(reason) = skip_reason(&opts) {
+        let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
+        log.push(RunState::CheckSkipped, reason)?;
+        return finish_pass(&opts, &mut log);
+    }
+
+    let (device, nproc, devices) = resolve_device(&opts)?;
+    let mut configs = CheckConfigs::defaults(device);
+    configs.apply_params(&opts.check_params).map_err(|e| UsageError(e.to_string()))?;
+    let cluster = Cluster::join(&topo, device, nproc, &devices, opts.rdzv_timeout).await?;
+    let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
+    let checks = opts.settings.selected_checks();
+    log.push(RunState::Checking, format!("{} on {} rank(s): {}", device, cluster.world, checks.join(", ")))?;
+    let meta = gather::RunMeta {
+        run_id: cluster.run_id.clone(),
+        started_at: chrono::Utc::now(),
+        settings: opts.settings.clone(),
+        backend: device,
+        configs: configs.clone(),
+        checks: checks.clone(),
+    };
+
+    let specs: Vec<WorkerSpec> = (0..nproc)
+        .map(|local| WorkerSpec {
+            rank: cluster.rank_offset + local,
+            world: cluster.world,
+            local_rank: local,
+            node_rank: topo.node_rank,
+            node_addr: cluster.node_addr.clone(),
+            store_addr: cluster.store_addr.clone(),
+            device,
+            checks: checks.clone(),
+            configs: configs.clone(),
+        })
+        .collect();
+    let (stop_tx, stop_rx) = mpsc::channel::<Stop>(8);
+    cluster.watch_abort(stop_tx.clone())?;
+    watch_signals(topo.node_rank, stop_tx.clone());
+    let sup = Supervisor {
+        node_rank: topo.node_rank,
+        hostname: cluster.hostname.clone(),
+        specs,
+        check_envs: opts.settings.envs.clone(),
+        per_test: opts.settings.timeout_per_test(),
+        run_deadline: started + opts.settings.max_time(),
+        run_limit: opts.settings.max_time(),
+    };
+    let outcome = sup.run(stop_rx).await?;
+    if let Some(stop) = &outcome.stop {
+        // Tell the other nodes, unless the stop came from one of them.
+        if stop_node(stop) == topo.node_rank {
+            cluster.abort(stop).await;
+        }
+    }
+    cluster.post_outcome(&outcome).await?;
+
+    let verdict = if is_master {
+        let wait = opts.settings.timeout_per_test().min(Duration::from_secs(600)) + Duration::from_secs(30);
+        let outcomes = cluster.gather(outcome, wait).await;
+        let mut report = gather::build_report(&meta, &cluster.nodes, &outcomes);
+        let hold = report.status == RunStatus::TimedOut && opts.settings.timeout_ops == TimeoutOps::KeepJobHang;
+        if !hold {
+            let state = if report.status == RunStatus::Passed { RunState::CheckPassed } else { RunState::CheckFailed };
+            log.push(state, report.summary.clone())?;
+        }
+        report.events = log.events.clone();
+        write_report(&opts.report_dir, &report)?;
+        print!("{}", gpusanity_reports::text::summary(&report));
+        let v = Verdict { status: report.status, summary: report.summary.clone(), hold };
+        cluster.publish_verdict(&v).await;
+        v
+    } else {
+        cluster.await_verdict(opts.settings.max_time() + Duration::from_secs(60)).await?
+    };
+
+    match verdict.status {
+        RunStatus::Passed | RunStatus::Skipped => finish_pass(&opts, &mut log),
+        RunStatus::Failed => Ok(Handover::Exit(ExitCode::CheckFailed)),
+        RunStatus::TimedOut if verdict.hold => {
+            eprintln!("gpusanity: a test overran and --sanity-check-timeout-ops=KeepJobHang: staying in Checking until SIGTERM (report written)");
+            wait_for_sigterm().await;
+            log.push(RunState::CheckFailed, "KeepJobHang hold ended by SIGTERM")?;
+            if is_master {
+                rewrite_events(&opts.report_dir, &log)?;
+            }
+            Ok(Handover::Exit(ExitCode::TimedOut))
+        }
+        RunStatus::TimedOut => Ok(Handover::Exit(ExitCode::TimedOut)),
+    }
+}
+
+fn skip_reason(opts: &CheckOptions) -> Option<String> {
+    if !opts.enabled {
+        return Some("EnableSanityCheck is off".into());
+    }
+    if opts.settings.timing == Timing::AfterJobFaultTolerant && opts.restart_count == 0 {
+        return Some("AfterJobFaultTolerant: this is the job's first start, not a fault-tolerant restart".into());
+    }
+    None
+}
+
+/// A pass (or a skip): CheckPassed was logged by the caller; now Running and COMMAND.
+fn finish_pass(opts: &CheckOptions, log: &mut EventLog) -> Result<Handover> {
+    if opts.command.is_empty() {
+        return Ok(Handover::Exit(ExitCode::Passed));
+    }
+    log.push(RunState::Running, opts.command.join(" "))?;
+    Ok(Handover::Exec(opts.command.clone()))
+}
+
+fn resolve_device(opts: &CheckOptions) -> Result<(DeviceKind, usize, Vec<String>)> {
+    let gpus = match opts.device {
+        DeviceChoice::Cpu => Err("--device cpu".to_string()),
+        _ => crate::backend::cuda::probe(),
+    };
+    let (kind, devices) = match (opts.device, gpus) {
+        (DeviceChoice::Cuda, Err(why)) => return Err(UsageError(format!("--device cuda: no usable GPU: {why}")).into()),
+        (DeviceChoice::Cuda | DeviceChoice::Auto, Ok(names)) if !names.is_empty() => (DeviceKind::Cuda, names),
+        (DeviceChoice::Cuda, Ok(_)) => return Err(UsageError("--device cuda: no GPU found".into()).into()),
+        _ => (DeviceKind::Cpu, Vec::new()),
+    };
+    let nproc = match (opts.nproc_per_node, kind) {
+        (Some(0), _) => return Err(UsageError("--nproc-per-node must be at least 1".into()).into()),
+        (Some(n), DeviceKind::Cuda) if n > devices.len() => {
+            return Err(UsageError(format!("--nproc-per-node {n} asks for more workers than this node's {} GPU(s)", devices.len())).into())
+        }
+        (Some(n), _) => n,
+        (None, DeviceKind::Cuda) => devices.len(),
+        (None, DeviceKind::Cpu) => 2,
+    };
+    Ok((kind, nproc, devices))
+}
+
+fn stop_node(stop: &Stop) -> usize {
+    match stop {
+        Stop::TestTimeout { node_rank, .. }
+        | Stop::RunTimeout { node_rank, .. }
+        | Stop::RankFailed { node_rank, .. }
+        | Stop::Interrupted { node_rank, .. } => *node_rank,
+    }
+}
+
+fn watch_signals(node_rank: usize, tx: mpsc::Sender<Stop>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    for (kind, name) in [(SignalKind::terminate(), "SIGTERM"), (SignalKind::interrupt(), "SIGINT")] {
+        let tx = tx.clone();
+        if let Ok(mut s) = signal(kind) {
+            tokio::spawn(async move {
+                if s.recv().await.is_some() {
+                    let _ = tx.send(Stop::Interrupted { node_rank, signal: name.into() }).await;
+                }
+            });
+        }
+    }
+}
+
+async fn wait_for_sigterm() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending::<()>().await,
+    }
+}
+
+fn write_report(dir: &std::path::Path, report: &gpusanity_common::report::Report) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("report.json");
+    let tmp = dir.join("report.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(report)?).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// After a KeepJobHang hold ends, the report gains the final event too.
+fn rewrite_events(dir: &std::path::Path, log: &EventLog) -> Result<()> {
+    let path = dir.join("report.json");
+    let mut report: gpusanity_common::report::Report =
+        serde_json::from_slice(&std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?)?;
+    report.events = log.events.clone();
+    write_report(dir, &report)
+}

@@ -1,0 +1,176 @@
+//! Where this node sits in the job: from flags, or from the environment that torchrun
+//! (`PET_*`), Kubeflow PyTorchJob (`WORLD_SIZE` = pods, `RANK` = pod index, `MASTER_ADDR`,
+//! `MASTER_PORT`) and Slurm (`SLURM_NNODES`, `SLURM_NODEID`, `SLURM_JOB_NODELIST`) set.
+//! A flag wins over `PET_*`, which wins over Kubeflow, which wins over Slurm.
+
+use std::collections::HashMap;
+
+use thiserror::Error;
+
+pub const DEFAULT_PORT: u16 = 29500;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    pub nnodes: usize,
+    pub node_rank: usize,
+    pub master_addr: String,
+    /// 0 on a single node with no port given: node 0 picks a free port.
+    pub master_port: u16,
+    /// Where the values came from, for the logs.
+    pub source: &'static str,
+}
+
+/// The rendezvous flags as given on the command line.
+#[derive(Debug, Clone, Default)]
+pub struct TopologyFlags {
+    pub nnodes: Option<usize>,
+    pub node_rank: Option<usize>,
+    pub master_addr: Option<String>,
+    pub master_port: Option<u16>,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum TopologyError {
+    #[error("bad value `{value}` in environment variable {var}: expected {expected}")]
+    BadEnv { var: String, value: String, expected: &'static str },
+    #[error("--node-rank {0} is not below --nnodes {1}")]
+    RankOutOfRange(usize, usize),
+    #[error("--nnodes must be at least 1")]
+    NoNodes,
+    #[error("a job of {0} nodes needs --master-addr (or MASTER_ADDR): the address of node 0")]
+    NoMaster(usize),
+}
+
+/// Resolves the topology from `flags` and the environment `env`.
+pub fn resolve(flags: &TopologyFlags, env: &HashMap<String, String>) -> Result<Topology, TopologyError> {
+    let num = |var: &str| -> Result<Option<usize>, TopologyError> {
+        env.get(var)
+            .map(|v| {
+                v.trim().parse::<usize>().map_err(|_| TopologyError::BadEnv {
+                    var: var.into(),
+                    value: v.clone(),
+                    expected: "a non-negative integer",
+                })
+            })
+            .transpose()
+    };
+    let port = |var: &str| -> Result<Option<u16>, TopologyError> {
+        env.get(var)
+            .map(|v| {
+                v.trim().parse::<u16>().map_err(|_| TopologyError::BadEnv {
+                    var: var.into(),
+                    value: v.clone(),
+                    expected: "a TCP port",
+                })
+            })
+            .transpose()
+    };
+    let s = |var: &str| env.get(var).filter(|v| !v.is_empty()).cloned();
+
+    // (source, nnodes, node_rank, master_addr, master_port), in order of precedence.
+    let slurm_master = s("SLURM_JOB_NODELIST").and_then(|l| first_host(&l));
+    let layers = [
+        ("flags", flags.nnodes, flags.node_rank, flags.master_addr.clone(), flags.master_port),
+        ("torchrun", num("PET_NNODES")?, num("PET_NODE_RANK")?, s("PET_MASTER_ADDR"), port("PET_MASTER_PORT")?),
+        ("kubeflow", num("WORLD_SIZE")?, num("RANK")?, s("MASTER_ADDR"), port("MASTER_PORT")?),
+        ("slurm", num("SLURM_NNODES")?, num("SLURM_NODEID")?, slurm_master, None),
+    ];
+    let mut nnodes = None;
+    let mut node_rank = None;
+    let mut addr = None;
+    let mut mport = None;
+    let mut source = "default";
+    for (name, n, r, a, p) in layers {
+        if nnodes.is_none() && n.is_some() {
+            nnodes = n;
+            if source == "default" {
+                source = name;
+            }
+        }
+        node_rank = node_rank.or(r);
+        addr = addr.or(a);
+        mport = mport.or(p);
+    }
+    let nnodes = nnodes.unwrap_or(1);
+    let node_rank = node_rank.unwrap_or(0);
+    if nnodes == 0 {
+        return Err(TopologyError::NoNodes);
+    }
+    if node_rank >= nnodes {
+        return Err(TopologyError::RankOutOfRange(node_rank, nnodes));
+    }
+    let master_addr = match addr {
+        Some(a) => a,
+        None if nnodes == 1 => "127.0.0.1".into(),
+        None => return Err(TopologyError::NoMaster(nnodes)),
+    };
+    let master_port = mport.unwrap_or(if nnodes == 1 { 0 } else { DEFAULT_PORT });
+    Ok(Topology { nnodes, node_rank, master_addr, master_port, source })
+}
+
+/// The first host of a Slurm host list: `gpu[01-04,07],cpu1` gives `gpu01`.
+pub fn first_host(list: &str) -> Option<String> {
+    let list = list.trim();
+    let end = list.find([',', '[']).unwrap_or(list.len());
+    let prefix = &list[..end];
+    if list[end..].starts_with('[') {
+        let inner = &list[end + 1..];
+        let first = inner.split([',', '-', ']']).next()?;
+        Some(format!("{prefix}{first}"))
+    } else if prefix.is_empty() {
+        None
+    } else {
+        Some(prefix.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn single_machine_default() {
+        let t = resolve(&TopologyFlags::default(), &env(&[])).unwrap();
+        assert_eq!((t.nnodes, t.node_rank, t.master_addr.as_str(), t.master_port), (1, 0, "127.0.0.1", 0));
+    }
+
+    #[test]
+    fn flags_win_over_env() {
+        let flags = TopologyFlags { nnodes: Some(2), node_rank: Some(1), master_addr: Some("10.0.0.1".into()), master_port: Some(1234) };
+        let t = resolve(&flags, &env(&[("WORLD_SIZE", "4"), ("RANK", "3"), ("MASTER_ADDR", "x")])).unwrap();
+        assert_eq!((t.nnodes, t.node_rank, t.master_addr.as_str(), t.master_port, t.source), (2, 1, "10.0.0.1", 1234, "flags"));
+    }
+
+    #[test]
+    fn kubeflow_pytorchjob() {
+        let t = resolve(&TopologyFlags::default(), &env(&[("WORLD_SIZE", "3"), ("RANK", "2"), ("MASTER_ADDR", "job-master-0"), ("MASTER_PORT", "23456")])).unwrap();
+        assert_eq!((t.nnodes, t.node_rank, t.master_addr.as_str(), t.master_port, t.source), (3, 2, "job-master-0", 23456, "kubeflow"));
+    }
+
+    #[test]
+    fn torchrun_pet_env_wins_over_kubeflow() {
+        let t = resolve(&TopologyFlags::default(), &env(&[("PET_NNODES", "2"), ("PET_NODE_RANK", "1"), ("PET_MASTER_ADDR", "m"), ("WORLD_SIZE", "16"), ("RANK", "9")])).unwrap();
+        assert_eq!((t.nnodes, t.node_rank, t.master_addr.as_str(), t.master_port), (2, 1, "m", DEFAULT_PORT));
+    }
+
+    #[test]
+    fn slurm() {
+        let t = resolve(&TopologyFlags::default(), &env(&[("SLURM_NNODES", "4"), ("SLURM_NODEID", "3"), ("SLURM_JOB_NODELIST", "gpu[07-10]")])).unwrap();
+        assert_eq!((t.nnodes, t.node_rank, t.master_addr.as_str()), (4, 3, "gpu07"));
+        assert_eq!(first_host("a1,b2"), Some("a1".into()));
+        assert_eq!(first_host("n[3,5-6]"), Some("n3".into()));
+    }
+
+    #[test]
+    fn bad_input() {
+        assert_eq!(resolve(&TopologyFlags::default(), &env(&[("WORLD_SIZE", "two")])).unwrap_err().to_string(), "bad value `two` in environment variable WORLD_SIZE: expected a non-negative integer");
+        let f = TopologyFlags { nnodes: Some(2), node_rank: Some(2), ..Default::default() };
+        assert_eq!(resolve(&f, &env(&[])).unwrap_err(), TopologyError::RankOutOfRange(2, 2));
+        let f = TopologyFlags { nnodes: Some(2), ..Default::default() };
+        assert_eq!(resolve(&f, &env(&[])).unwrap_err(), TopologyError::NoMaster(2));
+    }
+}

@@ -1,0 +1,355 @@
+//! Starts this node's workers and supervises them from outside: per-test and whole-run
+//! deadlines, crashes, a stop from another node or a signal. Returns what this node measured,
+//! whatever happened: results of finished checks are never lost.
+
+use std::collections::VecDeque;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use gpusanity_common::report::{CheckStatus, RankInfo, RankResult};
+use indicatif::{ProgressBar, ProgressStyle};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::mpsc;
+
+use crate::protocol::{WorkerMsg, WorkerSpec, SPEC_ENV};
+
+/// Lines of a worker's stderr kept for crash attribution.
+const TAIL_LINES: usize = 20;
+
+/// Why a node stopped its workers before they finished.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Stop {
+    /// A test overran `--sanity-check-timeout-per-test` on `node_rank`.
+    TestTimeout { node_rank: usize, check: String, limit_s: f64 },
+    /// The whole run overran `--sanity-check-max-time`.
+    RunTimeout { node_rank: usize, limit_s: f64 },
+    /// A worker died or gave up.
+    RankFailed { node_rank: usize, rank: usize, reason: String },
+    /// The launcher of `node_rank` was told to stop (SIGTERM/SIGINT).
+    Interrupted { node_rank: usize, signal: String },
+}
+
+impl Stop {
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Stop::TestTimeout { .. } | Stop::RunTimeout { .. })
+    }
+}
+
+/// What one node measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeOutcome {
+    pub node_rank: usize,
+    pub ranks: Vec<RankInfo>,
+    /// Per selected check: its duration on this node and this node's rank results.
+    pub checks: Vec<(f64, Vec<RankResult>)>,
+    pub stop: Option<Stop>,
+}
+
+pub struct Supervisor {
+    pub node_rank: usize,
+    pub hostname: String,
+    pub specs: Vec<WorkerSpec>,
+    pub check_envs: Vec<(String, String)>,
+    pub per_test: Duration,
+    /// When the whole run must be over.
+    pub run_deadline: Instant,
+    pub run_limit: Duration,
+}
+
+enum Event {
+    Msg(usize, WorkerMsg),
+    Exited(usize, std::io::Result<ExitStatus>),
+}
+
+struct Rank {
+    spec: WorkerSpec,
+    pid: u32,
+    device: String,
+    last_beat: Instant,
+    progress: Option<(String, String, u64)>,
+    progress_seq: u64,
+    results: Vec<Option<(f64, RankResult)>>,
+    exited: Option<String>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl Supervisor {
+    /// Runs the workers until every check is done or the run stops. `external` delivers a stop
+    /// decided elsewhere (another node, a signal).
+    pub async fn run(self, mut external: mpsc::Receiver<Stop>) -> Result<NodeOutcome> {
+        let (tx, mut rx) = mpsc::channel::<Event>(1024);
+        let mut ranks = Vec::new();
+        for (i, spec) in self.specs.iter().enumerate() {
+            ranks.push(self.spawn(i, spec, tx.clone()).await?);
+        }
+        let nchecks = self.specs.first().map(|s| s.checks.len()).unwrap_or(0);
+        let bar = progress_bar(nchecks * ranks.len());
+
+        // Stage 0 is set-up (backends opening); stage i+1 is check i.
+        let mut stage = 0usize;
+        let mut stage_start = Instant::now();
+        let mut check_start = vec![None::<Instant>; nchecks];
+        let mut check_end = vec![None::<Instant>; nchecks];
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let stop: Option<Stop> = loop {
+            let stage_done = |ranks: &[Rank], stage: usize| {
+                ranks.iter().all(|r| if stage == 0 { !r.device.is_empty() } else { r.results[stage - 1].is_some() })
+            };
+            while stage <= nchecks && stage_done(&ranks, stage) {
+                if stage > 0 {
+                    check_end[stage - 1] = Some(Instant::now());
+                }
+                stage += 1;
+                stage_start = Instant::now();
+                if stage <= nchecks {
+                    check_start[stage - 1] = Some(stage_start);
+                }
+            }
+            if stage > nchecks {
+                break None;
+            }
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    Some(Event::Msg(i, msg)) => {
+                        let r = &mut ranks[i];
+                        r.last_beat = Instant::now();
+                        match msg {
+                            WorkerMsg::Heartbeat => {}
+                            WorkerMsg::Ready { device } => r.device = device,
+                            WorkerMsg::Progress { check, phase, step } => {
+                                bar.set_message(format!("{check}: rank {} {phase} {step}", r.spec.rank));
+                                r.progress_seq += 1;
+                                r.progress = Some((check, phase, step));
+                            }
+                            WorkerMsg::CheckDone { check, duration_s, result } => {
+                                if let Some(k) = r.spec.checks.iter().position(|c| *c == check) {
+                                    r.results[k] = Some((duration_s, result));
+                                    bar.inc(1);
+                                }
+                            }
+                            WorkerMsg::Fatal { error } => {
+                                break Some(Stop::RankFailed { node_rank: self.node_rank, rank: r.spec.rank, reason: error });
+                            }
+                        }
+                    }
+                    Some(Event::Exited(i, status)) => {
+                        // Let the stderr reader catch up with the last lines.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        let r = &mut ranks[i];
+                        let desc = describe_exit(&status);
+                        r.exited = Some(desc.clone());
+                        let finished = r.results.iter().all(Option::is_some);
+                        let ok = matches!(&status, Ok(s) if s.success());
+                        if !(finished && ok) {
+                            let tail = tail_text(&r.tail);
+                            let reason = if tail.is_empty() { desc } else { format!("{desc}; last output:\n{tail}") };
+                            break Some(Stop::RankFailed { node_rank: self.node_rank, rank: r.spec.rank, reason });
+                        }
+                    }
+                    None => break Some(Stop::Interrupted { node_rank: self.node_rank, signal: "event channel closed".into() }),
+                },
+                Some(s) = external.recv() => break Some(s),
+                _ = tick.tick() => {
+                    let now = Instant::now();
+                    if now >= self.run_deadline {
+                        break Some(Stop::RunTimeout { node_rank: self.node_rank, limit_s: self.run_limit.as_secs_f64() });
+                    }
+                    if now.duration_since(stage_start) >= self.per_test {
+                        let check = if stage == 0 { "set-up".to_string() } else { self.specs[0].checks[stage - 1].clone() };
+                        break Some(Stop::TestTimeout { node_rank: self.node_rank, check, limit_s: self.per_test.as_secs_f64() });
+                    }
+                }
+            }
+        };
+        bar.finish_and_clear();
+
+        // Record where every unfinished rank was before anything is killed.
+        let now = Instant::now();
+        let mut checks = Vec::with_capacity(nchecks);
+        for k in 0..nchecks {
+            let mut results = Vec::new();
+            for r in &ranks {
+                let res = match &r.results[k] {
+                    Some((_, res)) => res.clone(),
+                    None => unfinished(r, k, stage, stop.as_ref(), now),
+                };
+                results.push(res);
+            }
+            let dur = match (check_start[k], check_end[k]) {
+                (Some(s), Some(e)) => e.duration_since(s).as_secs_f64(),
+                (Some(s), None) => now.duration_since(s).as_secs_f64(),
+                _ => 0.0,
+            };
+            checks.push((dur, results));
+        }
+        // End every worker still alive and reap it: nothing is left behind.
+        for r in &ranks {
+            if r.exited.is_none() {
+                let _ = kill(Pid::from_raw(r.pid as i32), Signal::SIGKILL);
+            }
+        }
+        let mut alive = ranks.iter().filter(|r| r.exited.is_none()).count();
+        while alive > 0 {
+            match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+                Ok(Some(Event::Exited(..))) => alive -= 1,
+                Ok(Some(_)) => {}
+                _ => break,
+            }
+        }
+        let infos = ranks
+            .iter()
+            .map(|r| RankInfo {
+                rank: r.spec.rank,
+                node_rank: self.node_rank,
+                local_rank: r.spec.local_rank,
+                host: self.hostname.clone(),
+                device: r.device.clone(),
+                pid: r.pid,
+            })
+            .collect();
+        Ok(NodeOutcome { node_rank: self.node_rank, ranks: infos, checks, stop })
+    }
+
+    async fn spawn(&self, i: usize, spec: &WorkerSpec, tx: mpsc::Sender<Event>) -> Result<Rank> {
+        let exe = std::env::current_exe().context("locating the gpusanity binary")?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("worker")
+            .env(SPEC_ENV, serde_json::to_string(spec)?)
+            .envs(self.check_envs.iter().cloned())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        // SAFETY: the closure runs in the forked child before exec and only calls prctl(2),
+        // which is async-signal-safe. It makes the kernel kill the worker if the launcher
+        // dies, so a SIGKILLed launcher leaves no orphan.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+            });
+        }
+        let mut child = cmd.spawn().context("starting a worker process")?;
+        let pid = child.id().unwrap_or(0);
+        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        if let Some(out) = child.stdout.take() {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(out).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    match serde_json::from_str::<WorkerMsg>(&line) {
+                        Ok(msg) => {
+                            if tx.send(Event::Msg(i, msg)).await.is_err() {
+                                break;
+                            }
+                        }
+                        Err(_) => tracing::warn!(worker = i, "unexpected worker output: {line}"),
+                    }
+                }
+            });
+        }
+        if let Some(err) = child.stderr.take() {
+            let tail = tail.clone();
+            let rank = spec.rank;
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(err).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::debug!(rank, "{line}");
+                    if let Ok(mut t) = tail.lock() {
+                        if t.len() == TAIL_LINES {
+                            t.pop_front();
+                        }
+                        t.push_back(line);
+                    }
+                }
+            });
+        }
+        tokio::spawn(async move {
+            let status = child.wait().await;
+            let _ = tx.send(Event::Exited(i, status)).await;
+        });
+        Ok(Rank {
+            spec: spec.clone(),
+            pid,
+            device: String::new(),
+            last_beat: Instant::now(),
+            progress: None,
+            progress_seq: 0,
+            results: vec![None; spec.checks.len()],
+            exited: None,
+            tail,
+        })
+    }
+}
+
+/// The result of a rank that did not finish check `k`.
+fn unfinished(r: &Rank, k: usize, stage: usize, stop: Option<&Stop>, now: Instant) -> RankResult {
+    // Checks after the one running when the run stopped never started.
+    let running = stage.saturating_sub(1);
+    if k > running || (stage == 0 && k > 0) {
+        let mut res = RankResult::new(r.spec.rank, CheckStatus::NotRun);
+        res.notes.insert("reason".into(), "the run stopped before this check".into());
+        return res;
+    }
+    let status = match stop {
+        Some(s) if s.is_timeout() => CheckStatus::TimedOut,
+        Some(Stop::RankFailed { rank, .. }) if *rank == r.spec.rank => CheckStatus::Error,
+        _ => CheckStatus::NotRun,
+    };
+    let mut res = RankResult::new(r.spec.rank, status);
+    res.metrics.insert("heartbeat_age_s".into(), now.duration_since(r.last_beat).as_secs_f64());
+    res.metrics.insert("progress_seq".into(), r.progress_seq as f64);
+    if let Some((check, phase, step)) = &r.progress {
+        res.notes.insert("last_progress".into(), format!("{check} {phase} {step}"));
+    }
+    match stop {
+        Some(Stop::RankFailed { rank, reason, .. }) if *rank == r.spec.rank => {
+            res.error = Some(reason.clone());
+            if let Some(e) = &r.exited {
+                res.notes.insert("exit".into(), e.clone());
+            }
+        }
+        Some(Stop::RankFailed { rank, .. }) => {
+            res.notes.insert("stopped".into(), format!("stopped after rank {rank} failed"));
+        }
+        Some(Stop::Interrupted { signal, .. }) => {
+            res.notes.insert("stopped".into(), format!("interrupted ({signal})"));
+        }
+        _ => {}
+    }
+    res
+}
+
+fn describe_exit(status: &std::io::Result<ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => format!("exited with status {c}"),
+            (None, Some(sig)) => {
+                let name = Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| sig.to_string());
+                format!("killed by signal {name}")
+            }
+            _ => "ended".into(),
+        },
+        Err(e) => format!("could not be waited for: {e}"),
+    }
+}
+
+fn tail_text(tail: &Arc<Mutex<VecDeque<String>>>) -> String {
+    tail.lock().map(|t| t.iter().cloned().collect::<Vec<_>>().join("\n")).unwrap_or_default()
+}
+
+fn progress_bar(len: usize) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64);
+    if let Ok(style) = ProgressStyle::with_template("{spinner} checks [{bar:20}] {pos}/{len} {elapsed} {msg}") {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}

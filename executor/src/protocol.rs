@@ -1,0 +1,44 @@
+//! What a launcher tells its workers and what they tell it back.
+//!
+//! The launcher passes a [`WorkerSpec`] as JSON in the `GPUSANITY_WORKER_SPEC` environment
+//! variable; the worker writes [`WorkerMsg`] JSON lines on its stdout (its logs go to stderr).
+
+use gpusanity_common::config::CheckConfigs;
+use gpusanity_common::report::{DeviceKind, RankResult};
+use serde::{Deserialize, Serialize};
+
+pub const SPEC_ENV: &str = "GPUSANITY_WORKER_SPEC";
+
+/// Fault injection for tests of the checks themselves: `KIND@RANK[,KIND@RANK...]` in this
+/// environment variable makes that rank misbehave for real (see [`crate::checks::Faults`]).
+pub const FAULT_ENV: &str = "GPUSANITY_FAULT";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    pub rank: usize,
+    pub world: usize,
+    pub local_rank: usize,
+    pub node_rank: usize,
+    pub node_addr: String,
+    pub store_addr: String,
+    pub device: DeviceKind,
+    pub checks: Vec<String>,
+    pub configs: CheckConfigs,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WorkerMsg {
+    /// The backend is open.
+    Ready { device: String },
+    /// Sent every [`HEARTBEAT_EVERY`] by a thread of its own, whatever the checks are doing: a
+    /// worker that stops beating is stopped or dead, not merely waiting.
+    Heartbeat,
+    /// Where the worker is: check, phase (`start`, `warmup`, `timed`, `verify`...) and step.
+    Progress { check: String, phase: String, step: u64 },
+    CheckDone { check: String, duration_s: f64, result: RankResult },
+    /// The worker cannot go on (backend failed to open...).
+    Fatal { error: String },
+}
+
+pub const HEARTBEAT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);

@@ -1,0 +1,94 @@
+//! A worker process: one per device. It opens its backend, runs the checks in order (a store
+//! barrier before each so ranks start together) and reports progress, heartbeats and results
+//! as JSON lines on stdout. It never enforces its own deadlines: a hung device call cannot
+//! time itself out, so the launcher kills it from outside.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::backend::{self, WorkerPlace};
+use crate::checks::{self, CheckCtx, Faults, Progress};
+use crate::protocol::{WorkerMsg, WorkerSpec, HEARTBEAT_EVERY, SPEC_ENV};
+use crate::store::StoreClient;
+
+/// Barriers wait as long as a run may last; the launcher ends a worker that waits too long.
+const BARRIER_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Writes protocol lines to stdout, one whole line at a time.
+#[derive(Clone)]
+struct Emitter(Arc<Mutex<std::io::Stdout>>);
+
+impl Emitter {
+    fn send(&self, msg: &WorkerMsg) {
+        if let (Ok(mut out), Ok(line)) = (self.0.lock(), serde_json::to_string(msg)) {
+            // A closed pipe means the launcher is gone; the worker is about to be killed.
+            let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+        }
+    }
+}
+
+impl Progress for Emitter {
+    fn phase(&self, check: &str, phase: &str, step: u64) {
+        self.send(&WorkerMsg::Progress { check: check.into(), phase: phase.into(), step });
+    }
+}
+
+/// Entry point of `gpusanity worker` (hidden): the spec comes in `GPUSANITY_WORKER_SPEC`.
+pub fn main() -> Result<()> {
+    let spec: WorkerSpec = serde_json::from_str(
+        &std::env::var(SPEC_ENV).with_context(|| format!("{SPEC_ENV} is not set: workers are started by `gpusanity check`"))?,
+    )
+    .context("malformed worker spec")?;
+    let out = Emitter(Arc::new(Mutex::new(std::io::stdout())));
+    let beat = out.clone();
+    std::thread::spawn(move || loop {
+        beat.send(&WorkerMsg::Heartbeat);
+        std::thread::sleep(HEARTBEAT_EVERY);
+    });
+    if let Err(e) = run(&spec, &out) {
+        out.send(&WorkerMsg::Fatal { error: format!("{e:#}") });
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
+    let mut store = StoreClient::connect(&spec.store_addr, Duration::from_secs(60))?;
+    let place = WorkerPlace {
+        rank: spec.rank,
+        world: spec.world,
+        local_rank: spec.local_rank,
+        node_addr: spec.node_addr.clone(),
+    };
+    let mut backend = backend::open(spec.device, &place, &mut store)
+        .with_context(|| format!("opening the {} backend on local device {}", spec.device, spec.local_rank))?;
+    out.send(&WorkerMsg::Ready { device: backend.device_name() });
+    let faults = Faults::from_env();
+    for (i, name) in spec.checks.iter().enumerate() {
+        store.barrier(&format!("check/{i}"), spec.rank, spec.world, BARRIER_WAIT)?;
+        out.phase(name, "start", 0);
+        if i == 0 && faults.has("exit", spec.rank) {
+            std::process::exit(17);
+        }
+        if i == 0 && faults.has("hang", spec.rank) {
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
+        let start = Instant::now();
+        let mut ctx = CheckCtx {
+            backend: backend.as_mut(),
+            store: &mut store,
+            place: &place,
+            configs: &spec.configs,
+            progress: out,
+            faults: &faults,
+        };
+        let result = checks::run(name, &mut ctx);
+        out.send(&WorkerMsg::CheckDone { check: name.clone(), duration_s: start.elapsed().as_secs_f64(), result });
+    }
+    Ok(())
+}

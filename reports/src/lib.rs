@@ -1,0 +1,3 @@
+//! Renders a [`Report`](gpusanity_common::report::Report) for people.
+
+pub mod text;

@@ -1,0 +1,86 @@
+//! The terminal summary: the verdict and findings first, then one table per check with each
+//! rank's headline figures.
+
+use std::fmt::Write;
+
+use gpusanity_common::report::{CheckReport, CheckStatus, Report, RunStatus};
+
+/// The headline metrics shown per check, with their column titles.
+fn columns(check: &str) -> &'static [(&'static str, &'static str)] {
+    match check {
+        "gemm" => &[("tflops", "TFLOP/s"), ("tflops_best", "best"), ("wrong_elements", "wrong")],
+        "all-reduce" => &[
+            ("busbw_gbps", "busbw GB/s @max"),
+            ("busbw_gbps_peak", "peak busbw"),
+            ("small_time_us", "small msg us"),
+            ("wrong_elements", "wrong"),
+        ],
+        _ => &[],
+    }
+}
+
+fn status_word(s: CheckStatus) -> &'static str {
+    match s {
+        CheckStatus::Passed => "ok",
+        CheckStatus::Failed => "FAILED",
+        CheckStatus::Error => "ERROR",
+        CheckStatus::TimedOut => "TIMEOUT",
+        CheckStatus::NotRun => "not run",
+    }
+}
+
+pub fn summary(report: &Report) -> String {
+    let mut s = String::new();
+    let verdict = match report.status {
+        RunStatus::Passed => "CheckPassed",
+        RunStatus::Failed => "CheckFailed",
+        RunStatus::TimedOut => "CheckFailed (timed out)",
+        RunStatus::Skipped => "skipped",
+    };
+    let _ = writeln!(s, "gpusanity {}  run {}  backend {}  {} node(s), {} rank(s)", report.gpusanity_version, report.run_id, report.backend, report.nodes.len(), report.ranks.len());
+    let _ = writeln!(s, "verdict: {verdict}: {}", report.summary);
+    for f in &report.findings {
+        let place = match (f.rank, &f.host) {
+            (Some(r), Some(h)) => format!("rank {r} on {h}"),
+            (None, Some(h)) => h.clone(),
+            _ => "job".into(),
+        };
+        let _ = writeln!(s, "  [{:?}] {} {} ({}): {}", f.severity, f.code, f.check, place, f.message);
+    }
+    for c in &report.checks {
+        let _ = writeln!(s);
+        table(&mut s, report, c);
+    }
+    s
+}
+
+fn table(s: &mut String, report: &Report, c: &CheckReport) {
+    let _ = writeln!(s, "{} — {} in {:.1} s", c.name, status_word(c.status), c.duration_s);
+    let cols = columns(&c.name);
+    let mut head = format!("  {:>4}  {:<16} {:<24}", "rank", "host", "device");
+    for (_, title) in cols {
+        let _ = write!(head, " {title:>16}");
+    }
+    let _ = writeln!(s, "{head}  status");
+    for r in &c.ranks {
+        let info = report.ranks.iter().find(|i| i.rank == r.rank);
+        let host = info.map(|i| i.host.as_str()).unwrap_or("?");
+        let device: String = info.map(|i| i.device.chars().take(24).collect()).unwrap_or_default();
+        let mut line = format!("  {:>4}  {:<16} {:<24}", r.rank, host, device);
+        for (key, _) in cols {
+            match r.metrics.get(*key) {
+                Some(v) => {
+                    let _ = write!(line, " {v:>16.2}");
+                }
+                None => {
+                    let _ = write!(line, " {:>16}", "-");
+                }
+            }
+        }
+        let _ = write!(line, "  {}", status_word(r.status));
+        if let Some(e) = &r.error {
+            let _ = write!(line, ": {e}");
+        }
+        let _ = writeln!(s, "{line}");
+    }
+}

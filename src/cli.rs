@@ -1,0 +1,234 @@
+//! The command line: `gpusanity check`, `gpusanity list` and the hidden `gpusanity worker`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use gpusanity_common::config::CheckConfigs;
+use gpusanity_common::report::DeviceKind;
+use gpusanity_common::{ExitCode, Settings, CHECKS};
+use gpusanity_executor::launcher::{self, rendezvous::TopologyFlags, CheckOptions, DeviceChoice, Handover, UsageError};
+
+#[derive(Debug, Parser)]
+#[command(name = "gpusanity", version, about = "Compute health check for distributed GPU training")]
+pub struct Cli {
+    /// Log what happens (or set GPUSANITY_LOG, e.g. GPUSANITY_LOG=debug).
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check this node's GPUs and links with the job's other nodes, then run COMMAND on a pass.
+    Check(Box<CheckArgs>),
+    /// List the check items.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A worker process (started by `check`, one per device).
+    #[command(hide = true)]
+    Worker,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Device {
+    Auto,
+    Cuda,
+    Cpu,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Number of nodes in the job [env: PET_NNODES, WORLD_SIZE (Kubeflow), SLURM_NNODES; default 1].
+    #[arg(long)]
+    nnodes: Option<usize>,
+    /// This node's rank [env: PET_NODE_RANK, RANK (Kubeflow), SLURM_NODEID; default 0].
+    #[arg(long)]
+    node_rank: Option<usize>,
+    /// Worker processes on this node [default: the number of GPUs, or 2 CPU workers].
+    #[arg(long)]
+    nproc_per_node: Option<usize>,
+    /// Address of node 0, which hosts the rendezvous [env: PET_MASTER_ADDR, MASTER_ADDR, first host of SLURM_JOB_NODELIST].
+    #[arg(long)]
+    master_addr: Option<String>,
+    /// Rendezvous port on node 0 [env: PET_MASTER_PORT, MASTER_PORT; default 29500, any free port on one node].
+    #[arg(long)]
+    master_port: Option<u16>,
+    /// Seconds to wait for the other nodes at the rendezvous.
+    #[arg(long, default_value_t = 300.0)]
+    rdzv_timeout: f64,
+    /// Backend: CUDA when a GPU is usable (auto), or force one.
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    device: Device,
+
+    /// EnableSanityCheck: run the check at all (false: straight to COMMAND).
+    #[arg(long, env = "ENABLE_SANITY_CHECK", default_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    enable_sanity_check: bool,
+    /// SanityCheckArgs: all the settings in one string, e.g. "--sanity-check-timing=AfterJobFaultTolerant".
+    /// The individual flags below override it.
+    #[arg(long, env = "SANITY_CHECK_ARGS", allow_hyphen_values = true)]
+    sanity_check_args: Option<String>,
+    /// BeforeJobRunning | AfterJobFaultTolerant [default: BeforeJobRunning].
+    #[arg(long)]
+    sanity_check_timing: Option<String>,
+    /// Minutes for the whole check [default: 30].
+    #[arg(long, allow_hyphen_values = true)]
+    sanity_check_max_time: Option<String>,
+    /// MarkJobFail | KeepJobHang [default: MarkJobFail].
+    #[arg(long)]
+    sanity_check_timeout_ops: Option<String>,
+    /// k1=v1,k2=v2: environment for the check processes (not for COMMAND).
+    #[arg(long)]
+    sanity_check_envs: Option<String>,
+    /// Minutes per test [default: 6].
+    #[arg(long, allow_hyphen_values = true)]
+    sanity_check_timeout_per_test: Option<String>,
+    /// Comma list of micro-benchmarks [default: gemm,all-reduce].
+    #[arg(long)]
+    micro_benchmarks: Option<String>,
+    /// Comma list of model benchmarks [default: none].
+    #[arg(long)]
+    model_benchmarks: Option<String>,
+    /// Times the job has been restarted; AfterJobFaultTolerant checks only when it is above 0
+    /// [env: GPUSANITY_RESTART_COUNT, else TORCHELASTIC_RESTART_COUNT; default 0].
+    #[arg(long, env = "GPUSANITY_RESTART_COUNT")]
+    restart_count: Option<u64>,
+    /// Override a check parameter: CHECK.KEY=VALUE, e.g. gemm.size=4096 (repeatable; `gpusanity list` shows them).
+    #[arg(long = "check-param", value_name = "CHECK.KEY=VALUE")]
+    check_params: Vec<String>,
+    /// Where node 0 writes report.json and events.jsonl.
+    #[arg(long, default_value = "gpusanity-report")]
+    report_dir: PathBuf,
+    /// The job's command, started in place of gpusanity after a pass.
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+impl CheckArgs {
+    /// Defaults, then SanityCheckArgs, then the individual flags; validated once.
+    fn settings(&self) -> Result<Settings, gpusanity_common::SettingsError> {
+        let mut s = Settings::default();
+        if let Some(args) = &self.sanity_check_args {
+            s.apply_args_str(args)?;
+        }
+        let flags = [
+            ("--sanity-check-timing", &self.sanity_check_timing),
+            ("--sanity-check-max-time", &self.sanity_check_max_time),
+            ("--sanity-check-timeout-ops", &self.sanity_check_timeout_ops),
+            ("--sanity-check-envs", &self.sanity_check_envs),
+            ("--sanity-check-timeout-per-test", &self.sanity_check_timeout_per_test),
+            ("--micro-benchmarks", &self.micro_benchmarks),
+            ("--model-benchmarks", &self.model_benchmarks),
+        ];
+        for (name, value) in flags {
+            if let Some(v) = value {
+                s.apply(name, v)?;
+            }
+        }
+        s.validate()?;
+        Ok(s)
+    }
+
+    fn restart_count(&self) -> Result<u64, UsageError> {
+        if let Some(n) = self.restart_count {
+            return Ok(n);
+        }
+        match std::env::var("TORCHELASTIC_RESTART_COUNT") {
+            Ok(v) => v.trim().parse().map_err(|_| UsageError(format!("bad TORCHELASTIC_RESTART_COUNT `{v}`: expected a non-negative integer"))),
+            Err(_) => Ok(0),
+        }
+    }
+
+    fn options(&self) -> Result<CheckOptions> {
+        if !(self.rdzv_timeout.is_finite() && self.rdzv_timeout > 0.0) {
+            return Err(UsageError("--rdzv-timeout must be a positive number of seconds".into()).into());
+        }
+        Ok(CheckOptions {
+            topology: TopologyFlags {
+                nnodes: self.nnodes,
+                node_rank: self.node_rank,
+                master_addr: self.master_addr.clone(),
+                master_port: self.master_port,
+            },
+            nproc_per_node: self.nproc_per_node,
+            device: match self.device {
+                Device::Auto => DeviceChoice::Auto,
+                Device::Cuda => DeviceChoice::Cuda,
+                Device::Cpu => DeviceChoice::Cpu,
+            },
+            settings: self.settings()?,
+            enabled: self.enable_sanity_check,
+            restart_count: self.restart_count()?,
+            check_params: self.check_params.clone(),
+            report_dir: self.report_dir.clone(),
+            rdzv_timeout: Duration::from_secs_f64(self.rdzv_timeout),
+            command: self.command.clone(),
+        })
+    }
+}
+
+pub fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::List { json } => list(json),
+        Command::Worker => match gpusanity_executor::worker::main() {
+            Ok(()) => ExitCode::Passed,
+            Err(e) => crate::report_error(&e),
+        },
+        Command::Check(args) => check(&args),
+    }
+}
+
+fn check(args: &CheckArgs) -> ExitCode {
+    let result = args.options().and_then(|opts| {
+        // One thread: workers are tied to it by PR_SET_PDEATHSIG, so it must live as long as
+        // the launcher does.
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(launcher::check(opts))
+    });
+    match result {
+        Ok(Handover::Exit(code)) => code,
+        Ok(Handover::Exec(cmd)) => exec(&cmd),
+        Err(e) => crate::report_error(&e),
+    }
+}
+
+/// Replaces this process with COMMAND, so the job's exit status is the training's own.
+fn exec(cmd: &[String]) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let Some((prog, rest)) = cmd.split_first() else { return ExitCode::Passed };
+    let err = std::process::Command::new(prog).args(rest).exec();
+    eprintln!("gpusanity: error: cannot start `{prog}`: {err}");
+    ExitCode::ExecFailed
+}
+
+fn list(json: bool) -> ExitCode {
+    if json {
+        let v = serde_json::json!({
+            "checks": CHECKS,
+            "defaults": {
+                "cpu": CheckConfigs::defaults(DeviceKind::Cpu),
+                "cuda": CheckConfigs::defaults(DeviceKind::Cuda),
+            },
+            "check_params": gpusanity_common::config::PARAM_KEYS,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return ExitCode::Passed;
+    }
+    println!("{:<27} {:<6} {:<10} {:>9} {:>8}  finds", "check", "group", "status", "brief est", "our est");
+    for c in CHECKS {
+        let status = if c.available { "available" } else { "planned" };
+        println!("{:<27} {:<6} {:<10} {:>8}s {:>7}s  {}", c.name, c.group, status, c.brief_estimate_s, c.estimate_s, c.description);
+    }
+    println!("\ndefault configuration (override with --check-param CHECK.KEY=VALUE):");
+    for (name, kind) in [("cuda", DeviceKind::Cuda), ("cpu", DeviceKind::Cpu)] {
+        let c = CheckConfigs::defaults(kind);
+        println!("  {name}: gemm {:?}", c.gemm);
+        println!("  {name}: all-reduce {:?}, sizes {:?}", c.all_reduce, c.all_reduce_sizes());
+    }
+    ExitCode::Passed
+}

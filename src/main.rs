@@ -1,0 +1,30 @@
+//! `gpusanity`: compute health check for distributed GPU training.
+
+mod cli;
+
+use std::process::ExitCode as ProcessExit;
+
+use clap::Parser;
+use gpusanity_common::ExitCode;
+
+fn main() -> ProcessExit {
+    let cli = cli::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GPUSANITY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if cli.verbose { "info" } else { "warn" })),
+        )
+        .init();
+    let code = cli::run(cli);
+    ProcessExit::from(code.code() as u8)
+}
+
+/// Prints the one-line error for `e` and picks its exit code.
+pub fn report_error(e: &anyhow::Error) -> ExitCode {
+    let usage = e.chain().any(|c| {
+        c.is::<gpusanity_executor::launcher::UsageError>() || c.is::<gpusanity_common::SettingsError>() || c.is::<gpusanity_common::config::ParamError>()
+    });
+    eprintln!("gpusanity: error: {}", format!("{e:#}").replace('\n', " "));
+    if usage { ExitCode::Usage } else { ExitCode::Internal }
+}
