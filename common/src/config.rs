@@ -60,10 +60,10 @@ impl CheckConfigs {
                 slow_fraction: 0.8,
             },
             DeviceKind::Cpu => CheckConfigs {
-                gemm: GemmConfig { size: 512, warmup: 2, iters: 8, verify_tile: 16 },
+                gemm: GemmConfig { size: 1024, warmup: 2, iters: 10, verify_tile: 16 },
                 all_reduce: AllReduceConfig {
                     min_bytes: 4 << 10,
-                    max_bytes: 16 << 20,
+                    max_bytes: 4 << 20,
                     step_factor: 4,
                     warmup: 2,
                     iters: 5,

@@ -184,6 +184,13 @@ fn resolve_device(opts: &CheckOptions) -> Result<(DeviceKind, usize, Vec<String>
         DeviceChoice::Cpu => Err("--device cpu".to_string()),
         _ => crate::backend::cuda::probe(),
     };
+    // A GPU node whose cuBLAS or NCCL cannot be loaded is an error, not a reason to check CPUs.
+    if let Ok(names) = &gpus {
+        if !names.is_empty() {
+            crate::backend::cuda::check_libraries()
+                .map_err(|why| UsageError(format!("{} GPU(s) found but the CUDA libraries are incomplete: {why}", names.len())))?;
+        }
+    }
     let (kind, devices) = match (opts.device, gpus) {
         (DeviceChoice::Cuda, Err(why)) => return Err(UsageError(format!("--device cuda: no usable GPU: {why}")).into()),
         (DeviceChoice::Cuda | DeviceChoice::Auto, Ok(names)) if !names.is_empty() => (DeviceKind::Cuda, names),

@@ -68,6 +68,7 @@ impl Ring {
         let next = connector.join().map_err(|_| BackendError::Comm("ring connector panicked".into()))??;
         for s in [&next, &prev] {
             s.set_nodelay(true).map_err(|e| comm("set_nodelay", e))?;
+            s.set_nonblocking(true).map_err(|e| comm("set_nonblocking", e))?;
         }
         Ok(Ring { rank, world, next: Some(next), prev: Some(prev) })
     }
@@ -101,17 +102,52 @@ impl Ring {
         Ok(())
     }
 
-    /// Sends `out` to the next rank while receiving `inp` from the previous one.
+    /// Sends `out` to the next rank while receiving `inp` from the previous one, on one thread:
+    /// both sockets are non-blocking and poll(2) says which one can make progress, so neither
+    /// side can deadlock on a full socket buffer.
     fn exchange(&mut self, out: &[f32], inp: &mut [f32]) -> Result<(), BackendError> {
+        use std::io::ErrorKind::{Interrupted, WouldBlock};
+        use std::os::fd::AsFd;
+
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
         let (Some(next), Some(prev)) = (self.next.as_mut(), self.prev.as_mut()) else {
             return Err(BackendError::Comm("ring not connected".into()));
         };
-        std::thread::scope(|scope| {
-            let sender = scope.spawn(|| next.write_all(bytemuck::cast_slice(out)));
-            let got = prev.read_exact(bytemuck::cast_slice_mut(inp));
-            let sent = sender.join().map_err(|_| BackendError::Comm("ring sender panicked".into()))?;
-            sent.map_err(|e| comm("send to next rank", e))?;
-            got.map_err(|e| comm("receive from previous rank", e))
-        })
+        let out: &[u8] = bytemuck::cast_slice(out);
+        let inp: &mut [u8] = bytemuck::cast_slice_mut(inp);
+        let (mut sent, mut got) = (0usize, 0usize);
+        while sent < out.len() || got < inp.len() {
+            let (want_out, want_in) = (sent < out.len(), got < inp.len());
+            let (out_ready, in_ready) = {
+                let mut fds = [
+                    PollFd::new(next.as_fd(), if want_out { PollFlags::POLLOUT } else { PollFlags::empty() }),
+                    PollFd::new(prev.as_fd(), if want_in { PollFlags::POLLIN } else { PollFlags::empty() }),
+                ];
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => return Err(comm("poll", e)),
+                }
+                let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+                (ready(&fds[0]), ready(&fds[1]))
+            };
+            if want_out && out_ready {
+                match next.write(&out[sent..]) {
+                    Ok(0) => return Err(comm("send to next rank", "connection closed")),
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == WouldBlock || e.kind() == Interrupted => {}
+                    Err(e) => return Err(comm("send to next rank", e)),
+                }
+            }
+            if want_in && in_ready {
+                match prev.read(&mut inp[got..]) {
+                    Ok(0) => return Err(comm("receive from previous rank", "connection closed")),
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == WouldBlock || e.kind() == Interrupted => {}
+                    Err(e) => return Err(comm("receive from previous rank", e)),
+                }
+            }
+        }
+        Ok(())
     }
 }

@@ -18,8 +18,15 @@ pub(super) struct GemmBufs {
 }
 
 /// Uploads A and B (row-major f32 holding bf16-representable values) and allocates C.
-pub(super) fn load(stream: &Arc<CudaStream>, n: usize, a: &[f32], b: &[f32]) -> Result<GemmBufs, BackendError> {
-    let len = n.checked_mul(n).filter(|_| i32::try_from(n).is_ok() && n > 0);
+pub(super) fn load(
+    stream: &Arc<CudaStream>,
+    n: usize,
+    a: &[f32],
+    b: &[f32],
+) -> Result<GemmBufs, BackendError> {
+    let len = n
+        .checked_mul(n)
+        .filter(|_| i32::try_from(n).is_ok() && n > 0);
     let len = len.ok_or_else(|| BackendError::Device(format!("unsupported GEMM size {n}")))?;
     if a.len() != len || b.len() != len {
         return Err(BackendError::Device(format!(
@@ -30,11 +37,15 @@ pub(super) fn load(stream: &Arc<CudaStream>, n: usize, a: &[f32], b: &[f32]) -> 
     }
     let upload = |x: &[f32], what: &str| {
         let host: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
-        stream.clone_htod(&host).map_err(|e| dev_err(&format!("uploading {what}"), &e))
+        stream
+            .clone_htod(&host)
+            .map_err(|e| dev_err(&format!("uploading {what}"), &e))
     };
     let a = upload(a, "A")?;
     let b = upload(b, "B")?;
-    let c = stream.alloc_zeros::<bf16>(len).map_err(|e| dev_err("allocating C", &e))?;
+    let c = stream
+        .alloc_zeros::<bf16>(len)
+        .map_err(|e| dev_err("allocating C", &e))?;
     stream.synchronize().map_err(|e| dev_err("GEMM load", &e))?;
     Ok(GemmBufs { n, a, b, c })
 }
@@ -64,28 +75,46 @@ pub(super) fn run(
         ldc: n,
     };
     let ctx = stream.context();
-    let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| dev_err("cuEventCreate", &e));
-    let events = (0..iters).map(|_| Ok((event()?, event()?))).collect::<Result<Vec<_>, BackendError>>()?;
+    let event = || {
+        ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| dev_err("cuEventCreate", &e))
+    };
+    let events = (0..iters)
+        .map(|_| Ok((event()?, event()?)))
+        .collect::<Result<Vec<_>, BackendError>>()?;
     for (start, end) in &events {
-        start.record(stream).map_err(|e| dev_err("cuEventRecord", &e))?;
+        start
+            .record(stream)
+            .map_err(|e| dev_err("cuEventRecord", &e))?;
         // SAFETY: a, b and c are n*n bf16 buffers allocated on this stream (checked in
         // `load`); with m = n = k = n and every leading dimension n, cuBLAS reads and writes
         // only inside them, and c aliases neither a nor b.
-        unsafe { blas.gemm(cfg, &g.b, &g.a, &mut g.c) }.map_err(|e| blas_err("cublasGemmEx (bf16)", &e))?;
-        end.record(stream).map_err(|e| dev_err("cuEventRecord", &e))?;
+        unsafe { blas.gemm(cfg, &g.b, &g.a, &mut g.c) }
+            .map_err(|e| blas_err("cublasGemmEx (bf16)", &e))?;
+        end.record(stream)
+            .map_err(|e| dev_err("cuEventRecord", &e))?;
     }
-    stream.synchronize().map_err(|e| dev_err("waiting for the GEMMs", &e))?;
+    stream
+        .synchronize()
+        .map_err(|e| dev_err("waiting for the GEMMs", &e))?;
     events
         .iter()
         .map(|(start, end)| {
-            start.elapsed_ms(end).map(|ms| f64::from(ms) / 1e3).map_err(|e| dev_err("cuEventElapsedTime", &e))
+            start
+                .elapsed_ms(end)
+                .map(|ms| f64::from(ms) / 1e3)
+                .map_err(|e| dev_err("cuEventElapsedTime", &e))
         })
         .collect()
 }
 
 /// C, row-major, as little-endian bf16 bytes.
 pub(super) fn output(stream: &Arc<CudaStream>, g: &GemmBufs) -> Result<Vec<u8>, BackendError> {
-    let host = stream.clone_dtoh(&g.c).map_err(|e| dev_err("downloading C", &e))?;
-    stream.synchronize().map_err(|e| dev_err("downloading C", &e))?;
+    let host = stream
+        .clone_dtoh(&g.c)
+        .map_err(|e| dev_err("downloading C", &e))?;
+    stream
+        .synchronize()
+        .map_err(|e| dev_err("downloading C", &e))?;
     Ok(super::bf16_bytes(&host))
 }

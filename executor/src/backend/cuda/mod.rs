@@ -53,7 +53,10 @@ fn bf16_bytes(v: &[bf16]) -> Vec<u8> {
 /// unexpected state) into an error. The default hook still prints it.
 fn guarded<R>(what: &str, f: impl FnOnce() -> Result<R, BackendError>) -> Result<R, BackendError> {
     panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        Err(BackendError::Device(format!("{what}: panicked: {}", probe::panic_message(p.as_ref()))))
+        Err(BackendError::Device(format!(
+            "{what}: panicked: {}",
+            probe::panic_message(p.as_ref())
+        )))
     })
 }
 
@@ -74,7 +77,8 @@ impl CudaBackend {
         check_libraries().map_err(BackendError::Unavailable)?;
         guarded("opening the CUDA backend", || {
             let ordinal = place.local_rank;
-            let ctx = CudaContext::new(ordinal).map_err(|e| dev_err(&format!("opening CUDA device {ordinal}"), &e))?;
+            let ctx = CudaContext::new(ordinal)
+                .map_err(|e| dev_err(&format!("opening CUDA device {ordinal}"), &e))?;
             // SAFETY: with tracking off, cudarc stops recording an event on every buffer use;
             // it is then up to us to order uses across streams. There is one stream per
             // worker, every buffer is allocated, used and freed on it (so stream order is
@@ -82,10 +86,19 @@ impl CudaBackend {
             // any buffer exists, as required.
             unsafe { ctx.disable_event_tracking() };
             let name = ctx.name().map_err(|e| dev_err("cuDeviceGetName", &e))?;
-            let stream = ctx.new_stream().map_err(|e| dev_err("cuStreamCreate", &e))?;
+            let stream = ctx
+                .new_stream()
+                .map_err(|e| dev_err("cuStreamCreate", &e))?;
             let blas = CudaBlas::new(stream.clone()).map_err(|e| blas_err("cublasCreate", &e))?;
             let comm = nccl::connect(&stream, place, store)?;
-            Ok(CudaBackend { gemm: None, coll: None, comm, blas, stream, name })
+            Ok(CudaBackend {
+                gemm: None,
+                coll: None,
+                comm,
+                blas,
+                stream,
+                name,
+            })
         })
     }
 }
@@ -140,17 +153,32 @@ impl Backend for CudaBackend {
 
     fn all_reduce_prepare(&mut self, max_elems: usize, period: &[u8]) -> Result<(), BackendError> {
         self.coll = None;
-        self.coll = Some(guarded("all_reduce_prepare", || nccl::prepare(&self.stream, max_elems, period))?);
+        self.coll = Some(guarded("all_reduce_prepare", || {
+            nccl::prepare(&self.stream, max_elems, period)
+        })?);
         Ok(())
     }
 
-    fn all_reduce_run(&mut self, elems: usize, warmup: usize, iters: usize) -> Result<f64, BackendError> {
-        let c = self.coll.as_mut().ok_or_else(|| not_prepared("all-reduce"))?;
-        guarded("all_reduce_run", || nccl::run(&self.comm, &self.stream, c, elems, warmup, iters))
+    fn all_reduce_run(
+        &mut self,
+        elems: usize,
+        warmup: usize,
+        iters: usize,
+    ) -> Result<f64, BackendError> {
+        let c = self
+            .coll
+            .as_mut()
+            .ok_or_else(|| not_prepared("all-reduce"))?;
+        guarded("all_reduce_run", || {
+            nccl::run(&self.comm, &self.stream, c, elems, warmup, iters)
+        })
     }
 
     fn all_reduce_output(&mut self, elems: usize) -> Result<Vec<u8>, BackendError> {
-        let c = self.coll.as_ref().ok_or_else(|| not_prepared("all-reduce"))?;
+        let c = self
+            .coll
+            .as_ref()
+            .ok_or_else(|| not_prepared("all-reduce"))?;
         guarded("all_reduce_output", || nccl::output(&self.stream, c, elems))
     }
 

@@ -46,20 +46,29 @@ unsafe fn cstr(p: *const c_char) -> String {
         String::new()
     } else {
         // SAFETY: non-null and NUL-terminated per this function's contract.
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().trim().to_string()
+        unsafe { CStr::from_ptr(p) }
+            .to_string_lossy()
+            .trim()
+            .to_string()
     }
 }
 
 /// Hex of the id's 128 bytes.
 pub(super) fn encode_id(internal: &[c_char; 128]) -> String {
-    internal.iter().map(|&c| format!("{:02x}", c as u8)).collect()
+    internal
+        .iter()
+        .map(|&c| format!("{:02x}", c as u8))
+        .collect()
 }
 
 /// The 128 bytes of an id from [`encode_id`]'s hex.
 pub(super) fn decode_id(hex: &str) -> Result<[c_char; 128], String> {
     let hex = hex.trim();
     if hex.len() != 256 || !hex.is_ascii() {
-        return Err(format!("malformed NCCL id in the store ({} characters, expected 256 hex)", hex.len()));
+        return Err(format!(
+            "malformed NCCL id in the store ({} characters, expected 256 hex)",
+            hex.len()
+        ));
     }
     let mut out = [0 as c_char; 128];
     for (i, o) in out.iter_mut().enumerate() {
@@ -78,7 +87,10 @@ pub(super) fn connect(
     store: &mut StoreClient,
 ) -> Result<Comm, BackendError> {
     if place.world == 0 || place.rank >= place.world || i32::try_from(place.world).is_err() {
-        return Err(BackendError::Comm(format!("invalid rank {} of world {}", place.rank, place.world)));
+        return Err(BackendError::Comm(format!(
+            "invalid rank {} of world {}",
+            place.rank, place.world
+        )));
     }
     let id = if place.rank == 0 {
         let id = Id::new().map_err(|e| comm_err("ncclGetUniqueId", &e))?;
@@ -89,9 +101,16 @@ pub(super) fn connect(
         Id::uninit(decode_id(&hex).map_err(BackendError::Comm)?)
     };
     // ncclCommInitRank works on the calling thread's current device.
-    stream.context().bind_to_thread().map_err(|e| dev_err("binding the CUDA context", &e))?;
-    Comm::from_rank(stream.clone(), place.rank, place.world, id)
-        .map_err(|e| comm_err(&format!("ncclCommInitRank (rank {} of {})", place.rank, place.world), &e))
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(|e| dev_err("binding the CUDA context", &e))?;
+    Comm::from_rank(stream.clone(), place.rank, place.world, id).map_err(|e| {
+        comm_err(
+            &format!("ncclCommInitRank (rank {} of {})", place.rank, place.world),
+            &e,
+        )
+    })
 }
 
 /// The all-reduce buffers: `send` holds the pattern, `recv` the sums.
@@ -102,24 +121,37 @@ pub(super) struct CollBufs {
 
 /// Allocates `max_elems` of send and receive buffer; send element `i` is
 /// `period[i % period.len()]`, built on the host and uploaded once.
-pub(super) fn prepare(stream: &Arc<CudaStream>, max_elems: usize, period: &[u8]) -> Result<CollBufs, BackendError> {
+pub(super) fn prepare(
+    stream: &Arc<CudaStream>,
+    max_elems: usize,
+    period: &[u8],
+) -> Result<CollBufs, BackendError> {
     if period.is_empty() {
         return Err(BackendError::Device("empty fill pattern".into()));
     }
     let lut: [u16; 256] = std::array::from_fn(|v| bf16::from_f32(v as f32).to_bits());
     let mut host: Vec<bf16> = Vec::with_capacity(max_elems.max(1));
-    host.extend(period.iter().take(max_elems.max(1)).map(|&p| bf16::from_bits(lut[p as usize])));
+    host.extend(
+        period
+            .iter()
+            .take(max_elems.max(1))
+            .map(|&p| bf16::from_bits(lut[p as usize])),
+    );
     // Doubling copies: a few large memcpys even for 512M elements.
     while host.len() < max_elems {
         let more = host.len().min(max_elems - host.len());
         host.extend_from_within(..more);
     }
-    let send = stream.clone_htod(&host).map_err(|e| dev_err("uploading the all-reduce input", &e))?;
+    let send = stream
+        .clone_htod(&host)
+        .map_err(|e| dev_err("uploading the all-reduce input", &e))?;
     drop(host);
     // SAFETY: the receive buffer is only read after `run` has filled it (NaN, then sums).
     let recv = unsafe { stream.alloc::<bf16>(max_elems.max(1)) }
         .map_err(|e| dev_err(&format!("allocating {max_elems} bf16 elements"), &e))?;
-    stream.synchronize().map_err(|e| dev_err("all-reduce prepare", &e))?;
+    stream
+        .synchronize()
+        .map_err(|e| dev_err("all-reduce prepare", &e))?;
     Ok(CollBufs { send, recv })
 }
 
@@ -146,8 +178,10 @@ pub(super) fn run(
         let (ptr, _record) = recv.device_ptr_mut(stream);
         // SAFETY: `ptr` addresses `elems` live bf16 elements (2 bytes each) of `recv`, and the
         // memset is ordered on `stream` like every other use of the buffer. 0xFFFF is a NaN.
-        unsafe { cudarc::driver::result::memset_d8_async(ptr, 0xFF, elems * 2, stream.cu_stream()) }
-            .map_err(|e| dev_err("NaN-filling the receive buffer", &e))?;
+        unsafe {
+            cudarc::driver::result::memset_d8_async(ptr, 0xFF, elems * 2, stream.cu_stream())
+        }
+        .map_err(|e| dev_err("NaN-filling the receive buffer", &e))?;
     }
     let all_reduce = |recv: &mut cudarc::driver::CudaViewMut<'_, bf16>| {
         comm.all_reduce(&send, recv, &ReduceOp::Sum)
@@ -158,24 +192,40 @@ pub(super) fn run(
         all_reduce(&mut recv)?;
     }
     let ctx = stream.context();
-    let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| dev_err("cuEventCreate", &e));
+    let event = || {
+        ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| dev_err("cuEventCreate", &e))
+    };
     let (start, end) = (event()?, event()?);
-    start.record(stream).map_err(|e| dev_err("cuEventRecord", &e))?;
+    start
+        .record(stream)
+        .map_err(|e| dev_err("cuEventRecord", &e))?;
     for _ in 0..iters {
         all_reduce(&mut recv)?;
     }
-    end.record(stream).map_err(|e| dev_err("cuEventRecord", &e))?;
-    stream.synchronize().map_err(|e| dev_err("waiting for the all-reduces", &e))?;
-    let ms = start.elapsed_ms(&end).map_err(|e| dev_err("cuEventElapsedTime", &e))?;
+    end.record(stream)
+        .map_err(|e| dev_err("cuEventRecord", &e))?;
+    stream
+        .synchronize()
+        .map_err(|e| dev_err("waiting for the all-reduces", &e))?;
+    let ms = start
+        .elapsed_ms(&end)
+        .map_err(|e| dev_err("cuEventElapsedTime", &e))?;
     Ok(f64::from(ms) / 1e3 / iters.max(1) as f64)
 }
 
 /// `recv[..elems]` as little-endian bytes.
-pub(super) fn output(stream: &Arc<CudaStream>, bufs: &CollBufs, elems: usize) -> Result<Vec<u8>, BackendError> {
+pub(super) fn output(
+    stream: &Arc<CudaStream>,
+    bufs: &CollBufs,
+    elems: usize,
+) -> Result<Vec<u8>, BackendError> {
     let elems = elems.min(bufs.recv.len());
     let host = stream
         .clone_dtoh(&bufs.recv.slice(..elems))
         .map_err(|e| dev_err("downloading the all-reduce output", &e))?;
-    stream.synchronize().map_err(|e| dev_err("downloading the all-reduce output", &e))?;
+    stream
+        .synchronize()
+        .map_err(|e| dev_err("downloading the all-reduce output", &e))?;
     Ok(super::bf16_bytes(&host))
 }

@@ -28,12 +28,31 @@ const DRIVER: Lib = Lib {
     what: "CUDA driver",
     stems: &["cuda", "nvcuda"],
     symbols: &[
-        "cuInit", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetName", "cuDeviceGetAttribute",
-        "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2", "cuCtxGetCurrent",
-        "cuCtxSetCurrent", "cuStreamCreate", "cuStreamSynchronize", "cuStreamDestroy_v2",
-        "cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuEventElapsedTime_v2",
-        "cuEventDestroy_v2", "cuMemAllocAsync", "cuMemFreeAsync", "cuMemAlloc_v2", "cuMemFree_v2",
-        "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemsetD8Async", "cuGetErrorString",
+        "cuInit",
+        "cuDeviceGetCount",
+        "cuDeviceGet",
+        "cuDeviceGetName",
+        "cuDeviceGetAttribute",
+        "cuDevicePrimaryCtxRetain",
+        "cuDevicePrimaryCtxRelease_v2",
+        "cuCtxGetCurrent",
+        "cuCtxSetCurrent",
+        "cuStreamCreate",
+        "cuStreamSynchronize",
+        "cuStreamDestroy_v2",
+        "cuEventCreate",
+        "cuEventRecord",
+        "cuEventSynchronize",
+        "cuEventElapsedTime_v2",
+        "cuEventDestroy_v2",
+        "cuMemAllocAsync",
+        "cuMemFreeAsync",
+        "cuMemAlloc_v2",
+        "cuMemFree_v2",
+        "cuMemcpyHtoDAsync_v2",
+        "cuMemcpyDtoHAsync_v2",
+        "cuMemsetD8Async",
+        "cuGetErrorString",
     ],
 };
 
@@ -41,21 +60,33 @@ const DRIVER: Lib = Lib {
 const CUBLAS: Lib = Lib {
     what: "cuBLAS",
     stems: &["cublas"],
-    symbols: &["cublasCreate_v2", "cublasSetStream_v2", "cublasGemmEx", "cublasDestroy_v2"],
+    symbols: &[
+        "cublasCreate_v2",
+        "cublasSetStream_v2",
+        "cublasGemmEx",
+        "cublasDestroy_v2",
+    ],
 };
 
 const NCCL: Lib = Lib {
     what: "NCCL",
     stems: &["nccl"],
     symbols: &[
-        "ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce", "ncclCommAbort",
-        "ncclGetErrorString", "ncclGetLastError",
+        "ncclGetUniqueId",
+        "ncclCommInitRank",
+        "ncclAllReduce",
+        "ncclCommAbort",
+        "ncclGetErrorString",
+        "ncclGetLastError",
     ],
 };
 
 /// The file names cudarc tries for `lib`, in cudarc's order.
 fn candidates(lib: &Lib) -> Vec<String> {
-    lib.stems.iter().flat_map(|s| cudarc::get_lib_name_candidates(s)).collect()
+    lib.stems
+        .iter()
+        .flat_map(|s| cudarc::get_lib_name_candidates(s))
+        .collect()
 }
 
 /// Opens `lib` the way cudarc will and checks its symbols. The handle is kept open for the
@@ -85,7 +116,9 @@ fn check(lib: &Lib) -> Result<(), String> {
             // missing dependency, a wrong architecture) is worth showing.
             Err(e) => {
                 let msg = e.to_string();
-                if odd_error.is_none() && !msg.contains(&format!("{name}: cannot open shared object")) {
+                if odd_error.is_none()
+                    && !msg.contains(&format!("{name}: cannot open shared object"))
+                {
                     odd_error = Some(msg);
                 }
             }
@@ -131,8 +164,10 @@ pub fn check_libraries() -> Result<(), String> {
 pub fn probe() -> Result<Vec<String>, String> {
     check(&DRIVER)?;
     catch_silently(|| {
-        drv::init().map_err(|e| format!("CUDA driver initialisation failed: {}", driver_error(&e)))?;
-        let count = drv::device::get_count().map_err(|e| format!("cuDeviceGetCount: {}", driver_error(&e)))?;
+        drv::init()
+            .map_err(|e| format!("CUDA driver initialisation failed: {}", driver_error(&e)))?;
+        let count = drv::device::get_count()
+            .map_err(|e| format!("cuDeviceGetCount: {}", driver_error(&e)))?;
         if count <= 0 {
             return Err("the CUDA driver reports no devices".to_string());
         }

@@ -42,7 +42,10 @@ fn nccl_id_round_trips_through_hex() {
 
 #[test]
 fn bf16_bytes_are_little_endian() {
-    assert_eq!(bf16_bytes(&[bf16::from_f32(1.0), bf16::from_bits(0x1234)]), vec![0x80, 0x3f, 0x34, 0x12]);
+    assert_eq!(
+        bf16_bytes(&[bf16::from_f32(1.0), bf16::from_bits(0x1234)]),
+        vec![0x80, 0x3f, 0x34, 0x12]
+    );
 }
 
 /// One rank on GPU 0: GEMM against an f64 host reference and an all-reduce of one rank
@@ -52,19 +55,30 @@ fn bf16_bytes_are_little_endian() {
 #[ignore = "needs a CUDA GPU, cuBLAS and NCCL"]
 fn gpu_smoke_one_rank() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     rt.spawn(crate::store::serve(listener));
     let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
-    let place = WorkerPlace { rank: 0, world: 1, local_rank: 0, node_addr: "127.0.0.1".into() };
+    let place = WorkerPlace {
+        rank: 0,
+        world: 1,
+        local_rank: 0,
+        node_addr: "127.0.0.1".into(),
+    };
     println!("probe: {:?}", probe());
     let mut be = CudaBackend::new(&place, &mut store).unwrap();
     println!("device: {}", be.device_name());
 
     // GEMM with small integers: exact in bf16 inputs; sums <= 8*8*n stay exact in fp32.
     let n = 512;
-    let a: Vec<f32> = (0..n * n).map(|i| ((i * 7 + 3) % 17) as f32 - 8.0).collect();
-    let b: Vec<f32> = (0..n * n).map(|i| ((i * 5 + 1) % 13) as f32 - 6.0).collect();
+    let a: Vec<f32> = (0..n * n)
+        .map(|i| ((i * 7 + 3) % 17) as f32 - 8.0)
+        .collect();
+    let b: Vec<f32> = (0..n * n)
+        .map(|i| ((i * 5 + 1) % 13) as f32 - 6.0)
+        .collect();
     be.gemm_load(n, &a, &b).unwrap();
     let times = be.gemm_run(5).unwrap();
     println!("gemm {n}: {times:?}");
@@ -73,7 +87,9 @@ fn gpu_smoke_one_rank() {
     assert_eq!(c.len(), n * n * 2);
     let mut bad = 0;
     for (r, col) in [(0, 0), (1, 2), (n - 1, n - 1), (17, 300), (400, 3)] {
-        let want: f64 = (0..n).map(|k| a[r * n + k] as f64 * b[k * n + col] as f64).sum();
+        let want: f64 = (0..n)
+            .map(|k| a[r * n + k] as f64 * b[k * n + col] as f64)
+            .sum();
         let got = Dtype::Bf16.decode(&c, r * n + col) as f64;
         if (got - Dtype::Bf16.round(want as f32) as f64).abs() > 0.0 {
             println!("C[{r}][{col}] = {got}, want {want}");
@@ -93,13 +109,20 @@ fn gpu_smoke_one_rank() {
     let out = be.all_reduce_output(max - 5).unwrap();
     assert_eq!(out.len(), (max - 5) * 2);
     for i in (0..max - 5).step_by(997).chain([max - 6]) {
-        assert_eq!(Dtype::Bf16.decode(&out, i), period[i % period.len()] as f32, "element {i}");
+        assert_eq!(
+            Dtype::Bf16.decode(&out, i),
+            period[i % period.len()] as f32,
+            "element {i}"
+        );
     }
     // The elements past `elems` were never written: the NaN fill covers only the first elems.
     let t0 = be.all_reduce_run(0, 0, 1).unwrap();
     assert!(t0 >= 0.0);
     be.all_reduce_free();
-    assert!(matches!(be.all_reduce_output(1), Err(BackendError::Device(_))));
+    assert!(matches!(
+        be.all_reduce_output(1),
+        Err(BackendError::Device(_))
+    ));
 }
 
 /// Two ranks on GPUs 0 and 1, one thread each (one process): NCCL id exchange through the
@@ -114,7 +137,9 @@ fn gpu_two_ranks() {
         return;
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     rt.spawn(crate::store::serve(listener));
     std::thread::scope(|s| {
@@ -122,22 +147,37 @@ fn gpu_two_ranks() {
             let addr = addr.clone();
             s.spawn(move || {
                 let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
-                let place = WorkerPlace { rank, world: 2, local_rank: rank, node_addr: "127.0.0.1".into() };
+                let place = WorkerPlace {
+                    rank,
+                    world: 2,
+                    local_rank: rank,
+                    node_addr: "127.0.0.1".into(),
+                };
                 let mut be = CudaBackend::new(&place, &mut store).unwrap();
                 let n = 8192;
-                let a: Vec<f32> = (0..n * n).map(|i| Dtype::Bf16.round(((i * 7 + 3) % 101) as f32 / 50.0 - 1.0)).collect();
+                let a: Vec<f32> = (0..n * n)
+                    .map(|i| Dtype::Bf16.round(((i * 7 + 3) % 101) as f32 / 50.0 - 1.0))
+                    .collect();
                 be.gemm_load(n, &a, &a).unwrap();
                 be.gemm_run(3).unwrap();
                 let t = be.gemm_run(10).unwrap();
                 let best = t.iter().copied().fold(f64::MAX, f64::min);
-                println!("rank {rank}: gemm {n}: best {:.3} ms = {:.0} TFLOP/s", best * 1e3, 2.0 * (n as f64).powi(3) / best / 1e12);
+                println!(
+                    "rank {rank}: gemm {n}: best {:.3} ms = {:.0} TFLOP/s",
+                    best * 1e3,
+                    2.0 * (n as f64).powi(3) / best / 1e12
+                );
                 be.gemm_free();
                 let period: Vec<u8> = (0..128u8).map(|j| (j + 7 * rank as u8) % 128).collect();
                 let elems = 512 << 20;
                 be.all_reduce_prepare(elems, &period).unwrap();
                 let t = be.all_reduce_run(elems, 5, 20).unwrap();
                 let busbw = 2.0 * (2.0 - 1.0) / 2.0 * (elems * 2) as f64 / t / 1e9;
-                println!("rank {rank}: all-reduce {} MiB: {:.3} ms, busbw {busbw:.0} GB/s", (elems * 2) >> 20, t * 1e3);
+                println!(
+                    "rank {rank}: all-reduce {} MiB: {:.3} ms, busbw {busbw:.0} GB/s",
+                    (elems * 2) >> 20,
+                    t * 1e3
+                );
                 let out = be.all_reduce_output(elems).unwrap();
                 for i in (0..elems).step_by(9973).chain([elems - 1]) {
                     let want = (i % 128 + (i + 7) % 128) as f32;

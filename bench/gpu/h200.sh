@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# GPU run of gpusanity on an NVIDIA machine with PyTorch's pip packages (the H200 test machines).
+# Usage (from the repository root, with a release binary built on any x86-64 Linux machine):
+#   BIN=.carry/gpusanity OUT=/tmp/gpu-out bash bench/gpu/h200.sh
+# Prints wall times, the check summaries, a PyTorch baseline measured in the same run, and the
+# outcome of injected faults. Reports land under $OUT.
+set -u
+BIN=${BIN:-target/release/gpusanity}
+OUT=${OUT:-/tmp/gpusanity-gpu}
+mkdir -p "$OUT"
+# NVLink multicast stays off on shared machines.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# The CUDA libraries of PyTorch's pip packages: every lib folder under site-packages/nvidia.
+NV=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null)
+if [ -n "$NV" ]; then
+  LD_LIBRARY_PATH=$(find "$NV" -maxdepth 3 -type d -name lib | paste -sd:)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LD_LIBRARY_PATH
+fi
+nvidia-smi -L
+NGPU=$(nvidia-smi -L | grep -c '^GPU')
+date -u +"date: %Y-%m-%dT%H:%M:%SZ"
+
+wall() { # name, then the command: prints its wall time and exit code
+  local name=$1; shift
+  local s e rc
+  s=$(date +%s.%N); "$@"; rc=$?; e=$(date +%s.%N)
+  printf '== %s: wall %.2f s, exit %d\n' "$name" "$(echo "$e - $s" | bc)" "$rc"
+}
+
+echo "== default check (gemm + all-reduce) on $NGPU GPU(s), twice (the first run warms the driver cache)"
+wall default-1 "$BIN" check --report-dir "$OUT/default1" > "$OUT/default1.txt" 2>&1
+wall default-2 "$BIN" check --report-dir "$OUT/default" > "$OUT/default.txt" 2>&1
+cat "$OUT/default.txt"
+python3 - "$OUT/default/report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for c in r["checks"]:
+    print(c["name"], c["status"], "%.2f s" % c["duration_s"])
+    for k in c["ranks"]:
+        m = k["metrics"]
+        if c["name"] == "gemm":
+            print("  rank %d: %.1f TFLOP/s median, %.1f best" % (k["rank"], m["tflops"], m["tflops_best"]))
+        else:
+            for p in k["sweep"]:
+                if p["bytes"] in (1 << 20, 1 << 30):
+                    print("  rank %d: %d B %.1f us busbw %.1f GB/s wrong %d" % (k["rank"], p["bytes"], p["time_us"], p["busbw_gbps"], p["wrong"]))
+PY
+
+echo "== PyTorch baseline in the same run"
+python3 bench/gpu/torch_baseline.py "$NGPU"
+
+echo "== injected faults on the GPU (each must fail and name the rank)"
+last=$((NGPU - 1))
+wall gemm-wrong "$BIN" check --micro-benchmarks gemm --sanity-check-envs "GPUSANITY_FAULT=gemm-wrong@$last" --report-dir "$OUT/f1" > "$OUT/f1.txt" 2>&1
+grep -h "GEMM_WRONG\|verdict" "$OUT/f1.txt"
+wall all-reduce-wrong "$BIN" check --micro-benchmarks all-reduce --sanity-check-envs "GPUSANITY_FAULT=all-reduce-wrong@0" --report-dir "$OUT/f2" > "$OUT/f2.txt" 2>&1
+grep -h "ALLREDUCE_WRONG\|verdict" "$OUT/f2.txt"
+wall hang-timeout "$BIN" check --sanity-check-timeout-per-test 0.15 --sanity-check-envs "GPUSANITY_FAULT=hang@$last" --report-dir "$OUT/f3" > "$OUT/f3.txt" 2>&1
+grep -h "TEST_HANG\|verdict" "$OUT/f3.txt"
+wall crash "$BIN" check --sanity-check-envs "GPUSANITY_FAULT=exit@0" --report-dir "$OUT/f4" > "$OUT/f4.txt" 2>&1
+grep -h "WORKER_CRASHED\|verdict" "$OUT/f4.txt"
+echo "== bad input on the GPU machine"
+wall too-many-workers "$BIN" check --nproc-per-node $((NGPU + 1)) --report-dir "$OUT/f5"
+echo "== processes left:"; pgrep -fa "gpusanity" || echo none

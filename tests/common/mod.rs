@@ -1,0 +1,184 @@
+//! Helpers for the integration tests: run the real `gpusanity` binary with a deadline, read its
+//! report, and make sure nothing it started is left running.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Check runs share two cores; one at a time keeps timings meaningful.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gpusanity")
+}
+
+/// A fresh report directory and a tag that marks every process of this test.
+pub struct Run {
+    pub dir: tempfile::TempDir,
+    pub tag: String,
+}
+
+impl Run {
+    pub fn new() -> Run {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tag = format!("t{}", dir.path().file_name().unwrap().to_string_lossy().replace('.', ""));
+        Run { dir, tag }
+    }
+
+    pub fn report_dir(&self) -> PathBuf {
+        self.dir.path().join("report")
+    }
+
+    /// `gpusanity check` on CPU with this run's report dir and tag (through
+    /// --sanity-check-envs unless `envs` is given, in which case the tag is appended).
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin());
+        c.arg("check").arg("--device").arg("cpu").arg("--report-dir").arg(self.report_dir());
+        let mut envs_given = false;
+        let mut rest: Vec<String> = Vec::new();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            if let Some(v) = a.strip_prefix("--sanity-check-envs=") {
+                envs_given = true;
+                rest.push(format!("--sanity-check-envs={v},GPUSANITY_TEST_TAG={}", self.tag));
+            } else {
+                rest.push(a.to_string());
+            }
+        }
+        if !envs_given {
+            c.arg(format!("--sanity-check-envs=GPUSANITY_TEST_TAG={}", self.tag));
+        }
+        c.args(rest);
+        c.env_remove("SANITY_CHECK_ARGS").env_remove("ENABLE_SANITY_CHECK").env_remove("TORCHELASTIC_RESTART_COUNT");
+        c.env_remove("GPUSANITY_RESTART_COUNT").env_remove("WORLD_SIZE").env_remove("RANK").env_remove("MASTER_ADDR");
+        c.env_remove("MASTER_PORT").env_remove("SLURM_NNODES").env_remove("SLURM_NODEID").env_remove("SLURM_JOB_NODELIST");
+        c.stdin(Stdio::null());
+        c
+    }
+
+    pub fn report(&self) -> Value {
+        read_json(&self.report_dir().join("report.json"))
+    }
+
+    pub fn events(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(self.report_dir().join("events.jsonl")).unwrap_or_default();
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("event line")["state"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
+    /// Asserts that no process carrying this run's tag is alive.
+    pub fn assert_nothing_left(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let left = tagged_processes(&self.tag);
+            if left.is_empty() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "processes left behind: {left:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+pub fn read_json(p: &Path) -> Value {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
+/// Runs `cmd` to completion, killing it after `limit`.
+pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> Output {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().expect("spawn gpusanity");
+    wait_output(child, limit)
+}
+
+pub fn wait_output(mut child: Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "gpusanity did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Pids of processes whose environment holds `GPUSANITY_TEST_TAG=tag`, with their rank if they
+/// are workers.
+pub fn tagged_processes(tag: &str) -> Vec<(i32, Option<u64>)> {
+    let needle = format!("GPUSANITY_TEST_TAG={tag}");
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return found };
+    for e in entries.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let vars: Vec<String> = env.split(|b| *b == 0).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
+        if !vars.iter().any(|v| *v == needle) {
+            continue;
+        }
+        // Zombies are gone for our purposes once reaped; skip those already dead.
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            if stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z')) {
+                continue;
+            }
+        }
+        let rank = vars
+            .iter()
+            .find_map(|v| v.strip_prefix("GPUSANITY_WORKER_SPEC="))
+            .and_then(|s| serde_json::from_str::<Value>(s).ok())
+            .and_then(|v| v["rank"].as_u64());
+        found.push((pid, rank));
+    }
+    found
+}
+
+/// Waits until the worker of `rank` carrying `tag` exists, and returns its pid.
+pub fn find_worker(tag: &str, rank: u64, limit: Duration) -> i32 {
+    let start = Instant::now();
+    loop {
+        if let Some((pid, _)) = tagged_processes(tag).into_iter().find(|(_, r)| *r == Some(rank)) {
+            return pid;
+        }
+        assert!(start.elapsed() < limit, "worker of rank {rank} never appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A TCP port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The findings of a report as (code, rank) pairs.
+pub fn findings(report: &Value) -> Vec<(String, Option<u64>)> {
+    report["findings"]
+        .as_array()
+        .map(|a| a.iter().map(|f| (f["code"].as_str().unwrap_or("").to_string(), f["rank"].as_u64())).collect())
+        .unwrap_or_default()
+}

@@ -1,0 +1,195 @@
+//! Faults and bad input through the real binary: each names the rank and the check, ends with
+//! the documented exit code, and leaves no process behind.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+#[test]
+fn a_worker_stopped_with_sigstop_ends_the_run_at_the_per_test_timeout_naming_its_rank() {
+    let _g = serial();
+    let run = Run::new();
+    // A long GEMM loop (about a minute) and a 4.8 s per-test timeout.
+    let mut cmd = run.command(&[
+        "--micro-benchmarks=gemm,all-reduce",
+        "--sanity-check-timeout-per-test=0.08",
+        "--check-param",
+        "gemm.iters=100000",
+        "--check-param",
+        "gemm.size=256",
+    ]);
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let start = Instant::now();
+    let child = cmd.spawn().unwrap();
+    let pid = find_worker(&run.tag, 1, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(1000));
+    kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
+    let out = wait_output(child, LIMIT);
+    let took = start.elapsed();
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    let r = run.report();
+    assert_eq!(r["status"], "timed_out");
+    assert_eq!(r["checks"][0]["status"], "timed_out");
+    assert_eq!(r["checks"][1]["status"], "not_run");
+    let f = findings(&r);
+    assert!(f.contains(&("TEST_HANG".into(), Some(1))), "{f:?}");
+    assert!(!f.iter().any(|(_, rank)| *rank == Some(0)), "rank 0 was only waiting: {f:?}");
+    assert_eq!(run.events(), ["Checking", "CheckFailed"]);
+    run.assert_nothing_left();
+}
+
+#[test]
+fn mark_job_fail_ends_an_overrun_with_the_timeout_exit_code() {
+    let _g = serial();
+    let run = Run::new();
+    let out = run_with_timeout(
+        run.command(&["--sanity-check-envs=GPUSANITY_FAULT=hang@0", "--sanity-check-timeout-per-test=0.05", "--", "sh", "-c", "exit 9"]),
+        LIMIT,
+    );
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    let r = run.report();
+    // The hung rank is alive (heartbeats go on) but made the least progress.
+    assert!(findings(&r).contains(&("TEST_HANG".into(), Some(0))), "{:?}", findings(&r));
+    assert_eq!(run.events(), ["Checking", "CheckFailed"]);
+    run.assert_nothing_left();
+}
+
+#[test]
+fn keep_job_hang_stays_in_checking_until_sigterm() {
+    let _g = serial();
+    let run = Run::new();
+    let mut cmd = run.command(&[
+        "--sanity-check-envs=GPUSANITY_FAULT=hang@1",
+        "--sanity-check-timeout-per-test=0.05",
+        "--sanity-check-timeout-ops=KeepJobHang",
+        "--",
+        "sh",
+        "-c",
+        "exit 0",
+    ]);
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let report = run.report_dir().join("report.json");
+    let start = Instant::now();
+    while !report.exists() {
+        assert!(start.elapsed() < LIMIT, "no report written");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(child.try_wait().unwrap().is_none(), "the launcher must stay alive under KeepJobHang");
+    assert_eq!(run.events(), ["Checking"]);
+    assert_eq!(run.report()["status"], "timed_out");
+    // The hung workers are already gone: only the launcher holds.
+    let left = tagged_processes(&run.tag);
+    assert!(left.iter().all(|(_, rank)| rank.is_none()), "{left:?}");
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let out = wait_output(child, Duration::from_secs(10));
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert_eq!(run.events(), ["Checking", "CheckFailed"]);
+    run.assert_nothing_left();
+}
+
+#[test]
+fn a_crashed_worker_is_named_with_its_exit_status() {
+    let _g = serial();
+    let run = Run::new();
+    let out = run_with_timeout(run.command(&["--sanity-check-envs=GPUSANITY_FAULT=exit@1", "--", "touch", "started"]), LIMIT);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let r = run.report();
+    let crash = r["findings"].as_array().unwrap().iter().find(|f| f["code"] == "WORKER_CRASHED").expect("crash finding");
+    assert_eq!(crash["rank"], 1);
+    assert!(crash["message"].as_str().unwrap().contains("exited with status 17"), "{crash}");
+    assert!(!std::path::Path::new("started").exists(), "COMMAND must not start after a failure");
+    run.assert_nothing_left();
+}
+
+#[test]
+fn wrong_all_reduce_results_are_counted_and_named() {
+    let _g = serial();
+    let run = Run::new();
+    let out = run_with_timeout(run.command(&["--sanity-check-envs=GPUSANITY_FAULT=all-reduce-wrong@0", "--micro-benchmarks=all-reduce"]), LIMIT);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let r = run.report();
+    assert_eq!(findings(&r), [("ALLREDUCE_WRONG_RESULT".to_string(), Some(0))]);
+    let wrong = r["checks"][0]["ranks"][0]["metrics"]["wrong_elements"].as_f64().unwrap();
+    assert!(wrong >= 1.0);
+    assert_eq!(r["checks"][0]["ranks"][1]["metrics"]["wrong_elements"], 0.0);
+}
+
+#[test]
+fn a_slow_rank_is_named_in_gemm() {
+    let _g = serial();
+    let run = Run::new();
+    let out = run_with_timeout(
+        run.command(&[
+            "--sanity-check-envs=GPUSANITY_FAULT=gemm-slow@1",
+            "--micro-benchmarks=gemm",
+            "--check-param",
+            "diagnosis.slow-fraction=0.8",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let f = findings(&run.report());
+    assert_eq!(f, [("GEMM_SLOW".to_string(), Some(1))]);
+}
+
+fn usage_error(args: &[&str], env: &[(&str, &str)], want: &str) {
+    let run = Run::new();
+    let mut c = run.command(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = run_with_timeout(c, Duration::from_secs(30));
+    let err = stderr(&out);
+    assert_eq!(code(&out), 2, "{args:?}: {err}");
+    assert!(err.contains(want), "{args:?}: want `{want}` in {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!run.report_dir().join("report.json").exists());
+    run.assert_nothing_left();
+}
+
+#[test]
+fn bad_input_is_one_clear_line_and_exit_code_2() {
+    let _g = serial();
+    usage_error(&["--micro-benchmarks=gemm,teleport"], &[], "unknown check `teleport`");
+    usage_error(&["--micro-benchmarks=kernel-launch"], &[], "not available in this build");
+    usage_error(&["--sanity-check-max-time=-5"], &[], "positive number of minutes");
+    usage_error(&["--sanity-check-timeout-per-test=0"], &[], "positive number of minutes");
+    usage_error(&["--sanity-check-timing=Whenever"], &[], "--sanity-check-timing");
+    usage_error(&["--sanity-check-timeout-ops=Shrug"], &[], "--sanity-check-timeout-ops");
+    usage_error(&["--sanity-check-envs=A=1,=2"], &[], "KEY=VALUE");
+    usage_error(&[], &[("SANITY_CHECK_ARGS", "--sanity-check-timing='Before")], "unbalanced quotes");
+    usage_error(&[], &[("SANITY_CHECK_ARGS", "--no-such-option=1")], "unknown option");
+    usage_error(&["--check-param", "gemm.size=-1"], &[], "gemm.size");
+    usage_error(&["--nproc-per-node=0"], &[], "at least 1");
+    usage_error(&["--nnodes=2", "--node-rank=3"], &[], "not below");
+    let port = free_port().to_string();
+    usage_error(
+        &["--nnodes=2", "--node-rank=1", "--master-addr=127.0.0.1", "--master-port", &port, "--rdzv-timeout=1"],
+        &[],
+        "cannot reach the rendezvous",
+    );
+}
+
+#[test]
+fn a_missing_gpu_is_a_usage_error() {
+    let _g = serial();
+    let run = Run::new();
+    let mut c = std::process::Command::new(bin());
+    c.args(["check", "--device", "cuda", "--nproc-per-node", "1", "--report-dir"]).arg(run.report_dir());
+    let out = run_with_timeout(c, Duration::from_secs(30));
+    // This machine has no GPU; on one that has, the check itself runs.
+    if code(&out) != 2 {
+        eprintln!("skipped: a GPU is present here");
+        return;
+    }
+    assert!(stderr(&out).contains("no usable GPU"), "{}", stderr(&out));
+}
