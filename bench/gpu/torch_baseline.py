@@ -10,7 +10,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def gemm(dev, n=8192, warmup=10, iters=30):
+def gemm(dev, n=8192, warmup=50, iters=50):
+    torch.cuda.set_device(dev)
     a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
     for _ in range(warmup):

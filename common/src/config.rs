@@ -49,7 +49,7 @@ impl CheckConfigs {
     pub fn defaults(device: DeviceKind) -> Self {
         match device {
             DeviceKind::Cuda => CheckConfigs {
-                gemm: GemmConfig { size: 8192, warmup: 10, iters: 30, verify_tile: 32 },
+                gemm: GemmConfig { size: 8192, warmup: 50, iters: 50, verify_tile: 32 },
                 all_reduce: AllReduceConfig {
                     min_bytes: 1 << 10,
                     max_bytes: 1 << 30,

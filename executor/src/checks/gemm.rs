@@ -27,6 +27,9 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let (a, b) = random_inputs(n, dtype);
     ctx.backend.gemm_load(n, &a, &b).context("loading GEMM inputs")?;
 
+    // Ranks start timing together, so that no rank's timed loop shares the host with another
+    // rank's input generation.
+    ctx.store.barrier("gemm/timed", rank, ctx.place.world, super::BARRIER_WAIT)?;
     ctx.progress.phase(NAME, "warmup", 0);
     ctx.backend.gemm_run(cfg.warmup).context("GEMM warm-up")?;
     let slow = ctx.faults.has("gemm-slow", rank);
@@ -68,12 +71,38 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     Ok(r)
 }
 
-/// Uniform random values in [-1, 1), rounded to what `dtype` holds.
+/// Uniform random values in [-1, 1), rounded to what `dtype` holds. Generated in fixed blocks,
+/// each from its own seed, on several threads: the values depend only on `n`, never on the
+/// number of threads.
 pub fn random_inputs(n: usize, dtype: Dtype) -> (Vec<f32>, Vec<f32>) {
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(INPUT_SEED ^ n as u64);
-    let mut gen = |_| dtype.round(rng.random_range(-1.0f32..1.0));
-    let a = (0..n * n).map(&mut gen).collect();
-    let b = (0..n * n).map(&mut gen).collect();
+    const BLOCK: usize = 1 << 20;
+    let fill = |v: &mut [f32], salt: u64| {
+        let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).min(16);
+        let blocks: Vec<(usize, &mut [f32])> = v.chunks_mut(BLOCK).enumerate().collect();
+        let per = blocks.len().div_ceil(threads).max(1);
+        let mut groups: Vec<Vec<(usize, &mut [f32])>> = Vec::new();
+        let mut it = blocks.into_iter().peekable();
+        while it.peek().is_some() {
+            groups.push(it.by_ref().take(per).collect());
+        }
+        std::thread::scope(|s| {
+            for group in groups {
+                s.spawn(move || {
+                    for (i, block) in group {
+                        let seed = INPUT_SEED ^ (n as u64) << 32 ^ salt << 60 ^ i as u64;
+                        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+                        for x in block.iter_mut() {
+                            *x = dtype.round(rng.random_range(-1.0f32..1.0));
+                        }
+                    }
+                });
+            }
+        });
+    };
+    let mut a = vec![0f32; n * n];
+    let mut b = vec![0f32; n * n];
+    fill(&mut a, 1);
+    fill(&mut b, 2);
     (a, b)
 }
 

@@ -10,6 +10,10 @@ use gpusanity_common::report::{CheckStatus, RankResult};
 use crate::backend::{Backend, WorkerPlace};
 use crate::store::StoreClient;
 
+/// Barriers inside a check wait as long as a run may last: the launcher, not the worker,
+/// decides when a wait has become a hang.
+pub const BARRIER_WAIT: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
 /// Reports where a check is (the worker forwards it to its launcher).
 pub trait Progress {
     fn phase(&self, check: &str, phase: &str, step: u64);

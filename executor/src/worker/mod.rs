@@ -10,12 +10,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::backend::{self, WorkerPlace};
-use crate::checks::{self, CheckCtx, Faults, Progress};
+use crate::checks::{self, CheckCtx, Faults, Progress, BARRIER_WAIT};
 use crate::protocol::{WorkerMsg, WorkerSpec, HEARTBEAT_EVERY, SPEC_ENV};
 use crate::store::StoreClient;
 
-/// Barriers wait as long as a run may last; the launcher ends a worker that waits too long.
-const BARRIER_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Writes protocol lines to stdout, one whole line at a time.
 #[derive(Clone)]
