@@ -45,8 +45,7 @@ impl Run {
         c.arg("check").arg("--device").arg("cpu").arg("--report-dir").arg(self.report_dir());
         let mut envs_given = false;
         let mut rest: Vec<String> = Vec::new();
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
+        for a in args {
             if let Some(v) = a.strip_prefix("--sanity-check-envs=") {
                 envs_given = true;
                 rest.push(format!("--sanity-check-envs={v},GPUSANITY_TEST_TAG={}", self.tag));
@@ -139,7 +138,7 @@ pub fn tagged_processes(tag: &str) -> Vec<(i32, Option<u64>)> {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
         let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
         let vars: Vec<String> = env.split(|b| *b == 0).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
-        if !vars.iter().any(|v| *v == needle) {
+        if !vars.contains(&needle) {
             continue;
         }
         // Zombies are gone for our purposes once reaped; skip those already dead.

@@ -43,28 +43,8 @@ pub enum TopologyError {
 
 /// Resolves the topology from `flags` and the environment `env`.
 pub fn resolve(flags: &TopologyFlags, env: &HashMap<String, String>) -> Result<Topology, TopologyError> {
-    let num = |var: &str| -> Result<Option<usize>, TopologyError> {
-        env.get(var)
-            .map(|v| {
-                v.trim().parse::<usize>().map_err(|_| TopologyError::BadEnv {
-                    var: var.into(),
-                    value: v.clone(),
-                    expected: "a non-negative integer",
-                })
-            })
-            .transpose()
-    };
-    let port = |var: &str| -> Result<Option<u16>, TopologyError> {
-        env.get(var)
-            .map(|v| {
-                v.trim().parse::<u16>().map_err(|_| TopologyError::BadEnv {
-                    var: var.into(),
-                    value: v.clone(),
-                    expected: "a TCP port",
-                })
-            })
-            .transpose()
-    };
+    let num = |var: &str| parse_env::<usize>(env, var, "a non-negative integer");
+    let port = |var: &str| parse_env::<u16>(env, var, "a TCP port");
     let s = |var: &str| env.get(var).filter(|v| !v.is_empty()).cloned();
 
     // (source, nnodes, node_rank, master_addr, master_port), in order of precedence.
@@ -106,6 +86,16 @@ pub fn resolve(flags: &TopologyFlags, env: &HashMap<String, String>) -> Result<T
     };
     let master_port = mport.unwrap_or(if nnodes == 1 { 0 } else { DEFAULT_PORT });
     Ok(Topology { nnodes, node_rank, master_addr, master_port, source })
+}
+
+fn parse_env<T: std::str::FromStr>(
+    env: &HashMap<String, String>,
+    var: &str,
+    expected: &'static str,
+) -> Result<Option<T>, TopologyError> {
+    env.get(var)
+        .map(|v| v.trim().parse::<T>().map_err(|_| TopologyError::BadEnv { var: var.into(), value: v.clone(), expected }))
+        .transpose()
 }
 
 /// The first host of a Slurm host list: `gpu[01-04,07],cpu1` gives `gpu01`.

@@ -87,7 +87,7 @@ impl Ring {
         for s in 0..w - 1 {
             let (ss, se) = bounds((r + w - s) % w);
             let (rs, re) = bounds((r + 2 * w - s - 1) % w);
-            self.exchange(&recv[ss..se].to_vec(), &mut scratch[..re - rs])?;
+            self.exchange(&recv[ss..se], &mut scratch[..re - rs])?;
             for (d, x) in recv[rs..re].iter_mut().zip(&scratch) {
                 *d += *x;
             }
@@ -96,7 +96,7 @@ impl Ring {
         for s in 0..w - 1 {
             let (ss, se) = bounds((r + 1 + w - s) % w);
             let (rs, re) = bounds((r + w - s) % w);
-            self.exchange(&recv[ss..se].to_vec(), &mut scratch[..re - rs])?;
+            self.exchange(&recv[ss..se], &mut scratch[..re - rs])?;
             recv[rs..re].copy_from_slice(&scratch[..re - rs]);
         }
         Ok(())
