@@ -193,3 +193,54 @@ fn a_missing_gpu_is_a_usage_error() {
     }
     assert!(stderr(&out).contains("no usable GPU"), "{}", stderr(&out));
 }
+
+#[test]
+fn the_whole_run_max_time_is_enforced() {
+    let _g = serial();
+    let run = Run::new();
+    let start = Instant::now();
+    let out = run_with_timeout(
+        run.command(&["--sanity-check-max-time=0.05", "--check-param", "gemm.iters=100000", "--check-param", "gemm.size=256"]),
+        LIMIT,
+    );
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(start.elapsed() < Duration::from_secs(20));
+    let r = run.report();
+    assert_eq!(r["status"], "timed_out");
+    assert_eq!(r["checks"][0]["status"], "timed_out");
+    // Every rank was alive and working: the run is named, no rank is blamed.
+    assert_eq!(findings(&r), [("RUN_TIMEOUT".to_string(), None)]);
+    run.assert_nothing_left();
+}
+
+#[test]
+fn sigterm_during_checks_stops_the_workers_and_keeps_what_was_measured() {
+    let _g = serial();
+    let run = Run::new();
+    let mut cmd = run.command(&[
+        "--micro-benchmarks=all-reduce,gemm",
+        "--check-param",
+        "gemm.iters=100000",
+        "--check-param",
+        "gemm.size=256",
+        "--",
+        "touch",
+        "started",
+    ]);
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    find_worker(&run.tag, 0, Duration::from_secs(20));
+    // Wait until all-reduce is done and gemm runs.
+    std::thread::sleep(Duration::from_secs(3));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let out = wait_output(child, Duration::from_secs(30));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let r = run.report();
+    assert_eq!(r["status"], "failed");
+    assert_eq!(r["checks"][0]["status"], "passed", "all-reduce was measured before the signal");
+    assert!(r["checks"][0]["ranks"][0]["metrics"]["busbw_gbps"].as_f64().unwrap() > 0.0);
+    assert_ne!(r["checks"][1]["status"], "passed");
+    assert_eq!(findings(&r), [("RUN_INTERRUPTED".to_string(), None)]);
+    assert!(!std::path::Path::new("started").exists());
+    run.assert_nothing_left();
+}

@@ -165,3 +165,20 @@ pub struct Finding {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peers_median: Option<f64>,
 }
+
+impl Finding {
+    /// A finding about the whole job; set `node_rank`, `host` and `rank` to place it.
+    pub fn new(severity: Severity, code: &str, check: &str, message: String) -> Self {
+        Finding {
+            severity,
+            code: code.into(),
+            check: check.into(),
+            node_rank: None,
+            host: None,
+            rank: None,
+            message,
+            measured: None,
+            peers_median: None,
+        }
+    }
+}

@@ -17,6 +17,16 @@ use crate::checks::median;
 /// A worker whose last heartbeat is older than this is not running.
 const STALE_HEARTBEAT_S: f64 = 2.0;
 
+/// Which deadline, if any, ended the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overrun {
+    None,
+    /// A test overran its per-test limit: someone is stuck.
+    Test,
+    /// The whole run overran its max time: ranks may all have been progressing.
+    Run,
+}
+
 pub struct Diagnosis {
     pub findings: Vec<Finding>,
     pub status: RunStatus,
@@ -24,22 +34,19 @@ pub struct Diagnosis {
 }
 
 fn finding(sev: Severity, code: &str, check: &str, rank: Option<&RankInfo>, message: String) -> Finding {
-    Finding {
-        severity: sev,
-        code: code.into(),
-        check: check.into(),
-        node_rank: rank.map(|r| r.node_rank),
-        host: rank.map(|r| r.host.clone()),
-        rank: rank.map(|r| r.rank),
-        message,
-        measured: None,
-        peers_median: None,
+    let mut f = Finding::new(sev, code, check, message);
+    if let Some(r) = rank {
+        f.node_rank = Some(r.node_rank);
+        f.host = Some(r.host.clone());
+        f.rank = Some(r.rank);
     }
+    f
 }
 
 /// Diagnoses `checks` in place (their statuses) and returns the findings and the verdict.
-/// `timed_out` says whether the run was stopped by a deadline.
-pub fn diagnose(checks: &mut [CheckReport], ranks: &[RankInfo], slow_fraction: f64, timed_out: bool) -> Diagnosis {
+/// `overrun` says which deadline, if any, stopped the run.
+pub fn diagnose(checks: &mut [CheckReport], ranks: &[RankInfo], slow_fraction: f64, overrun: Overrun) -> Diagnosis {
+    let timed_out = overrun != Overrun::None;
     let info = |rank: usize| ranks.iter().find(|r| r.rank == rank);
     let mut findings = Vec::new();
     for c in checks.iter_mut() {
@@ -58,6 +65,9 @@ pub fn diagnose(checks: &mut [CheckReport], ranks: &[RankInfo], slow_fraction: f
             let stale: Vec<_> = hung.iter().filter(|r| age(r) > STALE_HEARTBEAT_S).collect();
             let culprits: Vec<_> = if !stale.is_empty() {
                 stale
+            } else if overrun == Overrun::Run {
+                // Out of time overall, but every rank was alive: no rank is to blame.
+                Vec::new()
             } else {
                 let min = hung.iter().map(seq).fold(f64::INFINITY, f64::min);
                 let least: Vec<_> = hung.iter().filter(|r| seq(r) == min).collect();

@@ -33,13 +33,21 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
         })
         .collect();
     let mut lost = Vec::new();
-    let mut timed_out = false;
+    let mut overrun = diagnosis::Overrun::None;
+    let mut stops: Vec<Stop> = Vec::new();
     let mut offset = 0;
     for (k, node) in nodes.iter().enumerate() {
         match outcomes.get(k).and_then(Option::as_ref) {
             Some(o) => {
                 ranks.extend(o.ranks.iter().cloned());
-                timed_out |= o.stop.as_ref().is_some_and(Stop::is_timeout);
+                match &o.stop {
+                    Some(Stop::TestTimeout { .. }) => overrun = diagnosis::Overrun::Test,
+                    Some(Stop::RunTimeout { .. }) if overrun == diagnosis::Overrun::None => overrun = diagnosis::Overrun::Run,
+                    _ => {}
+                }
+                if let Some(s) = &o.stop {
+                    stops.push(s.clone());
+                }
                 for (c, (dur, results)) in checks.iter_mut().zip(&o.checks) {
                     c.duration_s = c.duration_s.max(*dur);
                     c.ranks.extend(results.iter().cloned());
@@ -64,22 +72,29 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
     for c in checks.iter_mut() {
         c.ranks.sort_by_key(|r| r.rank);
     }
-    let mut diag = diagnosis::diagnose(&mut checks, &ranks, meta.configs.slow_fraction, timed_out);
+    let mut diag = diagnosis::diagnose(&mut checks, &ranks, meta.configs.slow_fraction, overrun);
+    // What ended the run, when no rank is to blame for it.
+    for stop in stops.iter().take(1) {
+        let (code, message) = match stop {
+            Stop::RunTimeout { limit_s, .. } => ("RUN_TIMEOUT", format!("the whole check overran --sanity-check-max-time ({limit_s:.0} s)")),
+            Stop::Interrupted { node_rank, signal } => ("RUN_INTERRUPTED", format!("the launcher of node {node_rank} was stopped by {signal}")),
+            _ => continue,
+        };
+        diag.findings.push(Finding::new(Severity::Critical, code, "run", message.clone()));
+        if diag.summary == "a check did not pass" || diag.summary.is_empty() {
+            diag.summary = format!("{code}: {message}");
+        }
+    }
     for node in &lost {
-        diag.findings.insert(
-            0,
-            Finding {
-                severity: Severity::Critical,
-                code: "NODE_LOST".into(),
-                check: "rendezvous".into(),
-                node_rank: Some(node.node_rank),
-                host: Some(node.hostname.clone()),
-                rank: None,
-                message: format!("node {} ({}) never reported its results", node.node_rank, node.hostname),
-                measured: None,
-                peers_median: None,
-            },
+        let mut f = Finding::new(
+            Severity::Critical,
+            "NODE_LOST",
+            "rendezvous",
+            format!("node {} ({}) never reported its results", node.node_rank, node.hostname),
         );
+        f.node_rank = Some(node.node_rank);
+        f.host = Some(node.hostname.clone());
+        diag.findings.insert(0, f);
     }
     if !lost.is_empty() && diag.status == gpusanity_common::report::RunStatus::Passed {
         diag.status = gpusanity_common::report::RunStatus::Failed;
