@@ -244,3 +244,41 @@ fn sigterm_during_checks_stops_the_workers_and_keeps_what_was_measured() {
     assert!(!std::path::Path::new("started").exists());
     run.assert_nothing_left();
 }
+
+#[test]
+fn a_crash_on_one_node_stops_the_other_at_once_and_only_the_crashed_rank_is_named() {
+    let _g = serial();
+    let run = Run::new();
+    let port = free_port().to_string();
+    let node = |rank: &str| {
+        let mut c = run.command(&[
+            "--sanity-check-envs=GPUSANITY_FAULT=exit@1",
+            "--micro-benchmarks=all-reduce,gemm",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            rank,
+            "--nproc-per-node",
+            "1",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            &port,
+        ]);
+        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        c.spawn().expect("spawn")
+    };
+    let start = Instant::now();
+    let n1 = node("1");
+    let n0 = node("0");
+    let o0 = wait_output(n0, LIMIT);
+    let o1 = wait_output(n1, LIMIT);
+    assert!(start.elapsed() < Duration::from_secs(30), "took {:?}", start.elapsed());
+    assert_eq!(code(&o0), 1, "{}", stderr(&o0));
+    assert_eq!(code(&o1), 1, "{}", stderr(&o1));
+    let r = run.report();
+    let critical: Vec<_> = r["findings"].as_array().unwrap().iter().filter(|f| f["severity"] == "critical").map(|f| (f["code"].as_str().unwrap().to_string(), f["rank"].as_u64())).collect();
+    assert_eq!(critical, [("WORKER_CRASHED".to_string(), Some(1))]);
+    assert_eq!(r["checks"][1]["status"], "not_run");
+    run.assert_nothing_left();
+}

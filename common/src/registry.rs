@@ -52,9 +52,9 @@ use CheckGroup::{Micro, Model};
 
 /// Every check item of the specification, in run order.
 pub const CHECKS: &[CheckInfo] = &[
-    check("gemm", Micro, "faulty GPU (error, hang, wrong result); slow GPU (low TFLOPS)", true, 60, 2),
+    check("gemm", Micro, "faulty GPU (error, hang, wrong result); slow GPU (low TFLOPS)", true, 60, 1),
     check("kernel-launch", Micro, "launch errors/hangs; slow launch latency", false, 60, 2),
-    check("all-reduce", Micro, "communication errors/hangs; low bus bandwidth", true, 300, 3),
+    check("all-reduce", Micro, "communication errors/hangs; low bus bandwidth", true, 300, 5),
     check("all-to-all", Micro, "communication errors/hangs; low bus bandwidth (all-to-all)", false, 300, 3),
     check("all-gather", Micro, "communication errors/hangs; low bus bandwidth (all-gather)", false, 300, 3),
     check("multi-all-reduce", Micro, "concurrent all-reduces per rail and per node: a bad rail or NIC", false, 300, 5),

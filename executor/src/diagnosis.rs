@@ -51,11 +51,20 @@ pub fn diagnose(checks: &mut [CheckReport], ranks: &[RankInfo], slow_fraction: f
     let mut findings = Vec::new();
     for c in checks.iter_mut() {
         let before = findings.len();
-        // Errors and crashes. Ranks stopped because of another rank are not at fault.
-        for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Error && !r.notes.contains_key("stopped")) {
+        // Errors and crashes. Ranks stopped because of another rank are not at fault, and an
+        // error beside a crash in the same check is most likely its consequence (a peer gone).
+        let errored: Vec<_> = c.ranks.iter().filter(|r| r.status == CheckStatus::Error && !r.notes.contains_key("stopped")).collect();
+        let crashed: Vec<String> = errored.iter().filter(|r| r.notes.contains_key("exit")).map(|r| r.rank.to_string()).collect();
+        for r in &errored {
             let why = r.error.clone().unwrap_or_else(|| "failed".into());
-            let code = if r.notes.contains_key("exit") { "WORKER_CRASHED" } else { "CHECK_ERROR" };
-            findings.push(finding(Severity::Critical, code, &c.name, info(r.rank), why));
+            if r.notes.contains_key("exit") {
+                findings.push(finding(Severity::Critical, "WORKER_CRASHED", &c.name, info(r.rank), why));
+            } else if crashed.is_empty() {
+                findings.push(finding(Severity::Critical, "CHECK_ERROR", &c.name, info(r.rank), why));
+            } else {
+                let why = format!("{why} (after rank {} crashed)", crashed.join(", "));
+                findings.push(finding(Severity::Warning, "CHECK_ERROR", &c.name, info(r.rank), why));
+            }
         }
         // Hangs: culprits apart from waiters.
         let hung: Vec<_> = c.ranks.iter().filter(|r| r.status == CheckStatus::TimedOut).collect();
@@ -201,5 +210,115 @@ fn summarize(status: RunStatus, findings: &[Finding], checks: &[CheckReport]) ->
         RunStatus::Skipped => "checks skipped".into(),
         _ if bad.is_empty() => "a check did not pass".into(),
         _ => bad.join("; "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpusanity_common::report::{RankResult, RunStatus};
+
+    use super::*;
+
+    fn ranks(devices: &[&str]) -> Vec<RankInfo> {
+        devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| RankInfo { rank: i, node_rank: i / 2, local_rank: i % 2, host: format!("n{}", i / 2), device: d.to_string(), pid: 0 })
+            .collect()
+    }
+
+    fn check(name: &str, results: Vec<RankResult>) -> CheckReport {
+        CheckReport { name: name.into(), status: CheckStatus::NotRun, duration_s: 1.0, config: serde_json::Value::Null, ranks: results }
+    }
+
+    fn gemm_rank(rank: usize, tflops: f64, hash: &str) -> RankResult {
+        let mut r = RankResult::new(rank, CheckStatus::Passed);
+        r.metrics.insert("tflops".into(), tflops);
+        r.notes.insert("result_hash".into(), hash.into());
+        r
+    }
+
+    fn codes(d: &Diagnosis) -> Vec<(String, Option<usize>)> {
+        d.findings.iter().map(|f| (f.code.clone(), f.rank)).collect()
+    }
+
+    #[test]
+    fn a_slow_rank_is_named_against_peers_of_its_own_model() {
+        let info = ranks(&["H200", "H200", "H200", "H200", "A100"]);
+        let mut c = vec![check(
+            "gemm",
+            vec![gemm_rank(0, 760.0, "a"), gemm_rank(1, 770.0, "a"), gemm_rank(2, 500.0, "a"), gemm_rank(3, 765.0, "a"), gemm_rank(4, 280.0, "b")],
+        )];
+        let d = diagnose(&mut c, &info, 0.8, Overrun::None);
+        assert_eq!(codes(&d), [("GEMM_SLOW".to_string(), Some(2))]);
+        assert_eq!(d.findings[0].host.as_deref(), Some("n1"));
+        assert_eq!(d.findings[0].peers_median, Some(762.5));
+        assert_eq!(c[0].status, CheckStatus::Failed);
+        assert_eq!(d.status, RunStatus::Failed);
+        assert!(d.summary.contains("GEMM_SLOW in gemm (rank 2 on n1)"), "{}", d.summary);
+    }
+
+    #[test]
+    fn a_clean_run_passes_with_no_finding() {
+        let info = ranks(&["H200", "H200"]);
+        let mut c = vec![check("gemm", vec![gemm_rank(0, 760.0, "a"), gemm_rank(1, 770.0, "a")])];
+        let d = diagnose(&mut c, &info, 0.8, Overrun::None);
+        assert!(d.findings.is_empty());
+        assert_eq!((d.status, c[0].status), (RunStatus::Passed, CheckStatus::Passed));
+    }
+
+    #[test]
+    fn a_product_differing_from_the_majority_is_named_without_a_majority_warned() {
+        let info = ranks(&["H200", "H200", "H200"]);
+        let mut c = vec![check("gemm", vec![gemm_rank(0, 760.0, "a"), gemm_rank(1, 760.0, "x"), gemm_rank(2, 760.0, "a")])];
+        let d = diagnose(&mut c, &info, 0.8, Overrun::None);
+        assert_eq!(codes(&d), [("GEMM_RESULT_MISMATCH".to_string(), Some(1))]);
+
+        let info = ranks(&["H200", "H200"]);
+        let mut c = vec![check("gemm", vec![gemm_rank(0, 760.0, "a"), gemm_rank(1, 760.0, "x")])];
+        let d = diagnose(&mut c, &info, 0.8, Overrun::None);
+        assert_eq!(d.findings.len(), 1);
+        assert_eq!(d.findings[0].severity, Severity::Warning);
+        assert_eq!(d.status, RunStatus::Passed);
+    }
+
+    fn hung(rank: usize, age: f64, seq: f64) -> RankResult {
+        let mut r = RankResult::new(rank, CheckStatus::TimedOut);
+        r.metrics.insert("heartbeat_age_s".into(), age);
+        r.metrics.insert("progress_seq".into(), seq);
+        r
+    }
+
+    #[test]
+    fn hang_culprits_apart_from_waiters() {
+        let info = ranks(&["cpu", "cpu", "cpu"]);
+        // A stopped process outranks progress counts.
+        let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 3.0), hung(1, 9.0, 7.0), hung(2, 0.2, 3.0)])];
+        let d = diagnose(&mut c, &info, 0.5, Overrun::Test);
+        assert_eq!(codes(&d), [("TEST_HANG".to_string(), Some(1))]);
+        assert!(d.findings[0].message.contains("ranks 0, 2 were waiting"), "{}", d.findings[0].message);
+        assert_eq!((d.status, c[0].status), (RunStatus::TimedOut, CheckStatus::TimedOut));
+        // All alive: the rank that made the least progress.
+        let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 9.0), hung(1, 0.1, 2.0), hung(2, 0.2, 9.0)])];
+        assert_eq!(codes(&diagnose(&mut c, &info, 0.5, Overrun::Test)), [("TEST_HANG".to_string(), Some(1))]);
+        // Out of time overall with everyone alive: nobody is blamed.
+        let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 9.0), hung(1, 0.1, 2.0), hung(2, 0.2, 9.0)])];
+        let d = diagnose(&mut c, &info, 0.5, Overrun::Run);
+        assert!(d.findings.is_empty());
+        assert_eq!(d.status, RunStatus::TimedOut);
+    }
+
+    #[test]
+    fn ranks_stopped_because_of_another_are_not_blamed() {
+        let info = ranks(&["cpu", "cpu"]);
+        let mut crashed = RankResult::new(0, CheckStatus::Error);
+        crashed.error = Some("killed by signal SIGKILL".into());
+        crashed.notes.insert("exit".into(), "killed by signal SIGKILL".into());
+        let mut stopped = RankResult::new(1, CheckStatus::Error);
+        stopped.notes.insert("stopped".into(), "stopped after rank 0 failed".into());
+        let mut c = vec![check("gemm", vec![crashed, stopped])];
+        let d = diagnose(&mut c, &info, 0.5, Overrun::None);
+        assert_eq!(codes(&d), [("WORKER_CRASHED".to_string(), Some(0))]);
+        assert_eq!(c[0].status, CheckStatus::Error);
     }
 }

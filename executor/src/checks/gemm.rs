@@ -36,8 +36,8 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let mut times = Vec::with_capacity(cfg.iters);
     for i in 0..cfg.iters {
         ctx.progress.phase(NAME, "timed", i as u64);
-        // Injected slowness: the device does the product twice in one timed iteration.
-        let reps = if slow { 2 } else { 1 };
+        // Injected slowness: the device does the product four times in one timed iteration.
+        let reps = if slow { 4 } else { 1 };
         let t: f64 = ctx.backend.gemm_run(reps).context("timed GEMM")?.iter().sum();
         times.push(t);
     }

@@ -47,7 +47,7 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
 /// Injected faults, from `GPUSANITY_FAULT=KIND@RANK,...`. Each makes the rank misbehave for
 /// real, through the same code paths a broken device would take:
 /// - `gemm-wrong`: flips one element of the product before verification;
-/// - `gemm-slow`: runs every timed product twice (the device really does double the work);
+/// - `gemm-slow`: runs every timed product four times (the device really does the work);
 /// - `all-reduce-wrong`: corrupts one received element before verification;
 /// - `exit`: the worker exits with status 17 when it starts its first check;
 /// - `hang`: the worker sleeps forever at the start of its first check (heartbeats continue).

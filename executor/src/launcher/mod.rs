@@ -116,13 +116,7 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
         run_deadline: started + opts.settings.max_time(),
         run_limit: opts.settings.max_time(),
     };
-    let outcome = sup.run(stop_rx).await?;
-    if let Some(stop) = &outcome.stop {
-        // Tell the other nodes, unless the stop came from one of them.
-        if stop_node(stop) == topo.node_rank {
-            cluster.abort(stop).await;
-        }
-    }
+    let outcome = sup.run(stop_rx, cluster.abort_handle()?).await?;
     cluster.post_outcome(&outcome).await?;
 
     let verdict = if is_master {
@@ -207,15 +201,6 @@ fn resolve_device(opts: &CheckOptions) -> Result<(DeviceKind, usize, Vec<String>
         (None, DeviceKind::Cpu) => 2,
     };
     Ok((kind, nproc, devices))
-}
-
-fn stop_node(stop: &Stop) -> usize {
-    match stop {
-        Stop::TestTimeout { node_rank, .. }
-        | Stop::RunTimeout { node_rank, .. }
-        | Stop::RankFailed { node_rank, .. }
-        | Stop::Interrupted { node_rank, .. } => *node_rank,
-    }
 }
 
 fn watch_signals(node_rank: usize, tx: mpsc::Sender<Stop>) {

@@ -30,6 +30,17 @@ struct Registration {
     devices: Vec<String>,
 }
 
+pub struct AbortHandle(StoreClient);
+
+impl AbortHandle {
+    pub fn publish(&mut self, stop: &Stop) {
+        let res = serde_json::to_string(stop).map_err(|e| StoreError::Protocol(e.to_string())).and_then(|v| self.0.set("abort", &v));
+        if let Err(e) = res {
+            tracing::warn!("could not tell the other nodes to stop: {e}");
+        }
+    }
+}
+
 pub struct Cluster {
     client: Arc<Mutex<StoreClient>>,
     pub store_addr: String,
@@ -121,12 +132,10 @@ impl Cluster {
         Ok(())
     }
 
-    pub async fn abort(&self, stop: &Stop) {
-        if let Ok(v) = serde_json::to_string(stop) {
-            if let Err(e) = blocking(&self.client, move |c| c.set("abort", &v)).await {
-                tracing::warn!("could not tell the other nodes to stop: {e}");
-            }
-        }
+    /// A way for the supervisor to tell the other nodes to stop, on a connection of its own,
+    /// before it kills its workers (so theirs see the stop before they see broken links).
+    pub fn abort_handle(&self) -> Result<AbortHandle> {
+        Ok(AbortHandle(StoreClient::connect(&self.store_addr, Duration::from_secs(10))?))
     }
 
     pub async fn post_outcome(&self, outcome: &NodeOutcome) -> Result<()> {

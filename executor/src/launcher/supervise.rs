@@ -17,7 +17,11 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 
+use super::node::AbortHandle;
 use crate::protocol::{WorkerMsg, WorkerSpec, SPEC_ENV};
+
+/// How long a node whose rank failed waits for a stop decided elsewhere.
+const FAILURE_GRACE: Duration = Duration::from_millis(1000);
 
 /// Lines of a worker's stderr kept for crash attribution.
 const TAIL_LINES: usize = 20;
@@ -37,6 +41,16 @@ pub enum Stop {
 }
 
 impl Stop {
+    /// The node that decided the stop.
+    pub fn node_rank(&self) -> usize {
+        match self {
+            Stop::TestTimeout { node_rank, .. }
+            | Stop::RunTimeout { node_rank, .. }
+            | Stop::RankFailed { node_rank, .. }
+            | Stop::Interrupted { node_rank, .. } => *node_rank,
+        }
+    }
+
     pub fn is_timeout(&self) -> bool {
         matches!(self, Stop::TestTimeout { .. } | Stop::RunTimeout { .. })
     }
@@ -83,7 +97,7 @@ struct Rank {
 impl Supervisor {
     /// Runs the workers until every check is done or the run stops. `external` delivers a stop
     /// decided elsewhere (another node, a signal).
-    pub async fn run(self, mut external: mpsc::Receiver<Stop>) -> Result<NodeOutcome> {
+    pub async fn run(self, mut external: mpsc::Receiver<Stop>, mut abort: AbortHandle) -> Result<NodeOutcome> {
         let (tx, mut rx) = mpsc::channel::<Event>(1024);
         let mut ranks = Vec::new();
         for (i, spec) in self.specs.iter().enumerate() {
@@ -98,6 +112,8 @@ impl Supervisor {
         let mut check_start = vec![None::<Instant>; nchecks];
         let mut check_end = vec![None::<Instant>; nchecks];
         let mut tick = tokio::time::interval(Duration::from_millis(100));
+        // A worker that gave up (rather than died) may have lost a peer on another node.
+        let mut gave_up = false;
         let stop: Option<Stop> = loop {
             let stage_done = |ranks: &[Rank], stage: usize| {
                 ranks.iter().all(|r| if stage == 0 { !r.device.is_empty() } else { r.results[stage - 1].is_some() })
@@ -135,6 +151,7 @@ impl Supervisor {
                                 }
                             }
                             WorkerMsg::Fatal { error } => {
+                                gave_up = true;
                                 break Some(Stop::RankFailed { node_rank: self.node_rank, rank: r.spec.rank, reason: error });
                             }
                         }
@@ -169,6 +186,20 @@ impl Supervisor {
             }
         };
         bar.finish_and_clear();
+        let stop = match stop {
+            // A rank that failed may only have seen a peer on another node go away: give a stop
+            // from that node a moment to arrive, and prefer it.
+            Some(own @ Stop::RankFailed { .. }) if gave_up => match tokio::time::timeout(FAILURE_GRACE, external.recv()).await {
+                Ok(Some(theirs)) => Some(theirs),
+                _ => Some(own),
+            },
+            other => other,
+        };
+        // Tell the other nodes before any worker is killed here.
+        // (Off the runtime's thread: node 0's store is served by this same runtime.)
+        if let Some(s) = stop.clone().filter(|s| s.node_rank() == self.node_rank) {
+            let _ = tokio::task::spawn_blocking(move || abort.publish(&s)).await;
+        }
 
         // Record where every unfinished rank was before anything is killed.
         let now = Instant::now();
@@ -295,6 +326,16 @@ fn unfinished(r: &Rank, k: usize, stage: usize, stop: Option<&Stop>, now: Instan
     if k > running || (stage == 0 && k > 0) {
         let mut res = RankResult::new(r.spec.rank, CheckStatus::NotRun);
         res.notes.insert("reason".into(), "the run stopped before this check".into());
+        return res;
+    }
+    // A worker that ended while another node was stopping the run was not the cause.
+    let own_failure = matches!(stop, Some(Stop::RankFailed { rank, .. }) if *rank == r.spec.rank);
+    if r.exited.is_some() && !own_failure {
+        let mut res = RankResult::new(r.spec.rank, CheckStatus::NotRun);
+        res.notes.insert("stopped".into(), "ended while the run was being stopped".into());
+        if let Some(e) = &r.exited {
+            res.notes.insert("exit".into(), e.clone());
+        }
         return res;
     }
     let status = match stop {
