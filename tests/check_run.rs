@@ -51,14 +51,9 @@ fn default_check_on_two_cpu_workers_passes_with_a_full_report() {
 fn two_nodes_on_loopback_pass_and_share_the_verdict() {
     let _g = serial();
     let run = Run::new();
-    let port = free_port().to_string();
-    let node = |rank: &str| {
-        let mut c = run.command(&["--nnodes", "2", "--node-rank", rank, "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", &port]);
-        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-        c.spawn().expect("spawn")
-    };
-    let n1 = node("1");
-    let n0 = node("0");
+    let port = free_port();
+    let n1 = run.spawn_node(&[], 2, 1, port);
+    let n0 = run.spawn_node(&[], 2, 0, port);
     let o0 = wait_output(n0, LIMIT);
     let o1 = wait_output(n1, LIMIT);
     assert_eq!(code(&o0), 0, "{}", stderr(&o0));

@@ -249,28 +249,11 @@ fn sigterm_during_checks_stops_the_workers_and_keeps_what_was_measured() {
 fn a_crash_on_one_node_stops_the_other_at_once_and_only_the_crashed_rank_is_named() {
     let _g = serial();
     let run = Run::new();
-    let port = free_port().to_string();
-    let node = |rank: &str| {
-        let mut c = run.command(&[
-            "--sanity-check-envs=GPUSANITY_FAULT=exit@1",
-            "--micro-benchmarks=all-reduce,gemm",
-            "--nnodes",
-            "2",
-            "--node-rank",
-            rank,
-            "--nproc-per-node",
-            "1",
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            &port,
-        ]);
-        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-        c.spawn().expect("spawn")
-    };
+    let port = free_port();
+    let extra = ["--sanity-check-envs=GPUSANITY_FAULT=exit@1", "--micro-benchmarks=all-reduce,gemm"];
     let start = Instant::now();
-    let n1 = node("1");
-    let n0 = node("0");
+    let n1 = run.spawn_node(&extra, 2, 1, port);
+    let n0 = run.spawn_node(&extra, 2, 0, port);
     let o0 = wait_output(n0, LIMIT);
     let o1 = wait_output(n1, LIMIT);
     assert!(start.elapsed() < Duration::from_secs(30), "took {:?}", start.elapsed());

@@ -64,6 +64,16 @@ impl Run {
         c
     }
 
+    /// One node of a `nnodes`-node job on loopback, one worker, with piped output.
+    pub fn spawn_node(&self, extra: &[&str], nnodes: usize, node_rank: usize, port: u16) -> Child {
+        let (n, r, p) = (nnodes.to_string(), node_rank.to_string(), port.to_string());
+        let mut args: Vec<&str> = extra.to_vec();
+        args.extend(["--nnodes", &n, "--node-rank", &r, "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", &p]);
+        let mut c = self.command(&args);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.spawn().expect("spawn gpusanity")
+    }
+
     pub fn report(&self) -> Value {
         read_json(&self.report_dir().join("report.json"))
     }
