@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -111,7 +111,6 @@ async fn handle(state: &State, req: Request) -> Reply {
 pub struct StoreClient {
     reader: BufReader<TcpStream>,
     writer: TcpStream,
-    peer: SocketAddr,
 }
 
 impl StoreClient {
@@ -131,9 +130,8 @@ impl StoreClient {
             match attempt {
                 Ok(stream) => {
                     stream.set_nodelay(true)?;
-                    let peer = stream.peer_addr()?;
                     let writer = stream.try_clone()?;
-                    return Ok(StoreClient { reader: BufReader::new(stream), writer, peer });
+                    return Ok(StoreClient { reader: BufReader::new(stream), writer });
                 }
                 Err(e) => last = e,
             }
@@ -145,10 +143,6 @@ impl StoreClient {
     /// The local address of this connection: the address the master's network reaches us at.
     pub fn local_ip(&self) -> Result<std::net::IpAddr, StoreError> {
         Ok(self.writer.local_addr()?.ip())
-    }
-
-    pub fn peer(&self) -> SocketAddr {
-        self.peer
     }
 
     fn call(&mut self, req: &Request) -> Result<Reply, StoreError> {
