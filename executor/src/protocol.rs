@@ -20,6 +20,8 @@ pub struct WorkerSpec {
     pub local_rank: usize,
     pub node_rank: usize,
     pub node_addr: String,
+    /// Workers per node, by node rank.
+    pub node_sizes: Vec<usize>,
     pub store_addr: String,
     pub device: DeviceKind,
     pub checks: Vec<String>,

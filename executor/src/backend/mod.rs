@@ -81,8 +81,36 @@ pub struct WorkerPlace {
     pub rank: usize,
     pub world: usize,
     pub local_rank: usize,
+    pub node_rank: usize,
     /// The address other nodes reach this worker's node at (for the CPU transport).
     pub node_addr: String,
+    /// Workers per node, by node rank; node `i`'s ranks follow node `i - 1`'s.
+    pub node_sizes: Vec<usize>,
+}
+
+impl WorkerPlace {
+    /// Rank `rank` of `world` ranks that all sit on one node at `127.0.0.1` (for tests).
+    pub fn single_node(rank: usize, world: usize) -> WorkerPlace {
+        WorkerPlace {
+            rank,
+            world,
+            local_rank: rank,
+            node_rank: 0,
+            node_addr: "127.0.0.1".into(),
+            node_sizes: vec![world],
+        }
+    }
+
+    /// The global ranks of node `node`, in order (empty for a node that does not exist).
+    pub fn node_ranks(&self, node: usize) -> std::ops::Range<usize> {
+        let start: usize = self.node_sizes.iter().take(node).sum();
+        start..start + self.node_sizes.get(node).copied().unwrap_or(0)
+    }
+
+    /// The node rank of global rank `rank`.
+    pub fn node_of(&self, rank: usize) -> Option<usize> {
+        (0..self.node_sizes.len()).find(|&n| self.node_ranks(n).contains(&rank))
+    }
 }
 
 /// One device's compute and communication, as the checks use them.

@@ -98,6 +98,7 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
             local_rank: local,
             node_rank: topo.node_rank,
             node_addr: cluster.node_addr.clone(),
+            node_sizes: cluster.nodes.iter().map(|n| n.nproc).collect(),
             store_addr: cluster.store_addr.clone(),
             device,
             checks: checks.clone(),

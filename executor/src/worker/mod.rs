@@ -59,7 +59,9 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
         rank: spec.rank,
         world: spec.world,
         local_rank: spec.local_rank,
+        node_rank: spec.node_rank,
         node_addr: spec.node_addr.clone(),
+        node_sizes: spec.node_sizes.clone(),
     };
     let mut backend = backend::open(spec.device, &place, &mut store)
         .with_context(|| format!("opening the {} backend on local device {}", spec.device, spec.local_rank))?;

@@ -1,7 +1,7 @@
 //! CPU backend: fp32 GEMM through the `gemm` crate on one thread per worker (workers share the
 //! host's cores), and collectives over TCP between worker processes with NCCL's semantics.
 
-mod ring;
+pub mod ring;
 
 use std::time::Instant;
 

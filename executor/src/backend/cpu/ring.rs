@@ -27,17 +27,33 @@ fn comm(what: &str, e: impl std::fmt::Display) -> BackendError {
 }
 
 impl Ring {
-    /// Publishes this rank's listening address and connects the ring.
+    /// The ring of all ranks.
     pub fn connect(place: &WorkerPlace, store: &mut StoreClient) -> Result<Ring, BackendError> {
-        let (rank, world) = (place.rank, place.world);
+        let all: Vec<usize> = (0..place.world).collect();
+        Ring::connect_group(place, store, "world", &all)
+    }
+
+    /// The ring of the group `members` (global ranks, in ring order), which must contain this
+    /// rank. Every member calls this with the same `key`, unique per group in the run: it
+    /// publishes its listening address under `cpu/ring/KEY/INDEX` and connects.
+    pub fn connect_group(
+        place: &WorkerPlace,
+        store: &mut StoreClient,
+        key: &str,
+        members: &[usize],
+    ) -> Result<Ring, BackendError> {
+        let world = members.len();
+        let rank = members.iter().position(|&r| r == place.rank).ok_or_else(|| {
+            BackendError::Comm(format!("rank {} is not a member of group `{key}` {members:?}", place.rank))
+        })?;
         if world <= 1 {
             return Ok(Ring { rank, world, next: None, prev: None });
         }
         let listener = TcpListener::bind("0.0.0.0:0").map_err(|e| comm("bind ring listener", e))?;
         let port = listener.local_addr().map_err(|e| comm("ring listener", e))?.port();
-        store.set(&format!("cpu/ring/{rank}"), &format!("{}:{port}", place.node_addr))?;
+        store.set(&format!("cpu/ring/{key}/{rank}"), &format!("{}:{port}", place.node_addr))?;
         let next_rank = (rank + 1) % world;
-        let next_addr = store.get(&format!("cpu/ring/{next_rank}"), CONNECT_TIMEOUT)?;
+        let next_addr = store.get(&format!("cpu/ring/{key}/{next_rank}"), CONNECT_TIMEOUT)?;
 
         // Connect forward on a thread while accepting from behind, so no order can deadlock.
         let connector = std::thread::spawn(move || -> Result<TcpStream, BackendError> {
@@ -71,6 +87,16 @@ impl Ring {
             s.set_nonblocking(true).map_err(|e| comm("set_nonblocking", e))?;
         }
         Ok(Ring { rank, world, next: Some(next), prev: Some(prev) })
+    }
+
+    /// This rank's index in the ring.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks in the ring.
+    pub fn size(&self) -> usize {
+        self.world
     }
 
     /// `recv = sum over ranks of send`, element-wise.
@@ -149,5 +175,60 @@ impl Ring {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Four ranks form two disjoint rings at once ({0, 2} and {1, 3}) and each sums exactly.
+    #[test]
+    fn disjoint_groups_sum_within_themselves() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        rt.spawn(crate::store::serve(listener));
+        let sums: Vec<Vec<f32>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|rank| {
+                    let addr = addr.clone();
+                    s.spawn(move || {
+                        let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+                        let place = WorkerPlace::single_node(rank, 4);
+                        let members = if rank % 2 == 0 { [0, 2] } else { [1, 3] };
+                        let key = format!("pair{}", rank % 2);
+                        let mut ring = Ring::connect_group(&place, &mut store, &key, &members).unwrap();
+                        assert_eq!(ring.size(), 2);
+                        assert_eq!(ring.rank(), rank / 2);
+                        let send: Vec<f32> = (0..1001).map(|i| (i * (rank + 1)) as f32).collect();
+                        let mut recv = vec![0f32; send.len()];
+                        ring.all_reduce_sum(&send, &mut recv).unwrap();
+                        recv
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (rank, got) in sums.iter().enumerate() {
+            // Ranks r and r + 2 multiply i by (r + 1) and (r + 3).
+            let factor = if rank % 2 == 0 { 1 + 3 } else { 2 + 4 };
+            let want: Vec<f32> = (0..1001).map(|i| (i * factor) as f32).collect();
+            assert_eq!(got, &want, "rank {rank}");
+        }
+    }
+
+    #[test]
+    fn a_rank_outside_the_group_is_refused() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        rt.spawn(crate::store::serve(listener));
+        let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+        let place = WorkerPlace::single_node(1, 4);
+        let err = Ring::connect_group(&place, &mut store, "g", &[0, 2]).err().unwrap();
+        assert!(err.to_string().contains("not a member"), "{err}");
     }
 }

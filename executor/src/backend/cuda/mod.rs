@@ -11,7 +11,7 @@
 //! - `nccl`: communicator set-up through the rendezvous store, all-reduce and its timing.
 
 mod gemm;
-mod nccl;
+pub mod nccl;
 mod probe;
 #[cfg(test)]
 mod tests;
@@ -72,7 +72,7 @@ pub struct CudaBackend {
 
 impl CudaBackend {
     /// Opens device `place.local_rank`, its stream and cuBLAS handle, and the NCCL
-    /// communicator of all ranks (rank 0 publishes the NCCL id under `nccl/id` in `store`).
+    /// communicator of all ranks (rank 0 publishes the NCCL id under `nccl/world/id` in `store`).
     pub fn new(place: &WorkerPlace, store: &mut StoreClient) -> Result<Self, BackendError> {
         check_libraries().map_err(BackendError::Unavailable)?;
         guarded("opening the CUDA backend", || {

@@ -12,8 +12,8 @@ use half::bf16;
 use super::{dev_err, BackendError, WorkerPlace};
 use crate::store::StoreClient;
 
-/// Store key of rank 0's NCCL unique id (128 bytes, hex).
-const ID_KEY: &str = "nccl/id";
+/// Prefix of the store keys of NCCL unique ids (128 bytes, hex): `nccl/GROUP/id`.
+const ID_KEY: &str = "nccl";
 /// How long ranks other than 0 wait for the id.
 const ID_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -86,18 +86,37 @@ pub(super) fn connect(
     place: &WorkerPlace,
     store: &mut StoreClient,
 ) -> Result<Comm, BackendError> {
-    if place.world == 0 || place.rank >= place.world || i32::try_from(place.world).is_err() {
+    let all: Vec<usize> = (0..place.world).collect();
+    connect_group(stream, place, store, "world", &all)
+}
+
+/// Creates the communicator of the group `members` (global ranks; NCCL rank = index in it),
+/// which must contain this rank. Every member calls this with the same `key`, unique per group
+/// in the run; the group's first member publishes the NCCL id under `nccl/KEY/id`.
+pub fn connect_group(
+    stream: &Arc<CudaStream>,
+    place: &WorkerPlace,
+    store: &mut StoreClient,
+    key: &str,
+    members: &[usize],
+) -> Result<Comm, BackendError> {
+    let size = members.len();
+    let Some(rank) = members.iter().position(|&r| r == place.rank) else {
         return Err(BackendError::Comm(format!(
-            "invalid rank {} of world {}",
-            place.rank, place.world
+            "rank {} is not a member of group `{key}` {members:?}",
+            place.rank
         )));
+    };
+    if i32::try_from(size).is_err() {
+        return Err(BackendError::Comm(format!("group `{key}` is too large ({size})")));
     }
-    let id = if place.rank == 0 {
+    let id_key = format!("{ID_KEY}/{key}/id");
+    let id = if rank == 0 {
         let id = Id::new().map_err(|e| comm_err("ncclGetUniqueId", &e))?;
-        store.set(ID_KEY, &encode_id(id.internal()))?;
+        store.set(&id_key, &encode_id(id.internal()))?;
         id
     } else {
-        let hex = store.get(ID_KEY, ID_TIMEOUT)?;
+        let hex = store.get(&id_key, ID_TIMEOUT)?;
         Id::uninit(decode_id(&hex).map_err(BackendError::Comm)?)
     };
     // ncclCommInitRank works on the calling thread's current device.
@@ -105,9 +124,9 @@ pub(super) fn connect(
         .context()
         .bind_to_thread()
         .map_err(|e| dev_err("binding the CUDA context", &e))?;
-    Comm::from_rank(stream.clone(), place.rank, place.world, id).map_err(|e| {
+    Comm::from_rank(stream.clone(), rank, size, id).map_err(|e| {
         comm_err(
-            &format!("ncclCommInitRank (rank {} of {})", place.rank, place.world),
+            &format!("ncclCommInitRank (group `{key}`: rank {rank} of {size})"),
             &e,
         )
     })

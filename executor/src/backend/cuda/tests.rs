@@ -61,12 +61,7 @@ fn gpu_smoke_one_rank() {
     let addr = listener.local_addr().unwrap().to_string();
     rt.spawn(crate::store::serve(listener));
     let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
-    let place = WorkerPlace {
-        rank: 0,
-        world: 1,
-        local_rank: 0,
-        node_addr: "127.0.0.1".into(),
-    };
+    let place = WorkerPlace::single_node(0, 1);
     println!("probe: {:?}", probe());
     let mut be = CudaBackend::new(&place, &mut store).unwrap();
     println!("device: {}", be.device_name());
@@ -147,12 +142,7 @@ fn gpu_two_ranks() {
             let addr = addr.clone();
             s.spawn(move || {
                 let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
-                let place = WorkerPlace {
-                    rank,
-                    world: 2,
-                    local_rank: rank,
-                    node_addr: "127.0.0.1".into(),
-                };
+                let place = WorkerPlace::single_node(rank, 2);
                 let mut be = CudaBackend::new(&place, &mut store).unwrap();
                 let n = 8192;
                 let a: Vec<f32> = (0..n * n)
