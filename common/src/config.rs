@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::config_micro::{MicroConfigs, MICRO_PARAM_KEYS};
 use crate::report::DeviceKind;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -43,6 +44,9 @@ pub struct CheckConfigs {
     pub all_reduce: AllReduceConfig,
     /// A rank whose figure is below this fraction of its peers' median is named slow.
     pub slow_fraction: f64,
+    /// The other micro-benchmarks.
+    #[serde(flatten)]
+    pub micro: MicroConfigs,
 }
 
 impl CheckConfigs {
@@ -58,6 +62,7 @@ impl CheckConfigs {
                     iters: 20,
                 },
                 slow_fraction: 0.8,
+                micro: MicroConfigs::defaults(device),
             },
             DeviceKind::Cpu => CheckConfigs {
                 gemm: GemmConfig { size: 1024, warmup: 2, iters: 10, verify_tile: 16 },
@@ -69,6 +74,7 @@ impl CheckConfigs {
                     iters: 5,
                 },
                 slow_fraction: 0.5,
+                micro: MicroConfigs::defaults(device),
             },
         }
     }
@@ -110,7 +116,12 @@ impl CheckConfigs {
                             why: "a fraction between 0 and 1".into(),
                         })?
                 }
-                _ => return Err(ParamError::UnknownKey(key.into(), PARAM_KEYS.join(", "))),
+                _ => {
+                    if !self.micro.apply(key, int)? {
+                        let known: Vec<&str> = PARAM_KEYS.iter().chain(MICRO_PARAM_KEYS).copied().collect();
+                        return Err(ParamError::UnknownKey(key.into(), known.join(", ")));
+                    }
+                }
             }
         }
         if self.all_reduce.min_bytes > self.all_reduce.max_bytes {
@@ -126,15 +137,7 @@ impl CheckConfigs {
 
     /// The message sizes of the all-reduce sweep.
     pub fn all_reduce_sizes(&self) -> Vec<u64> {
-        let c = &self.all_reduce;
-        let mut sizes = Vec::new();
-        let mut b = c.min_bytes;
-        while b < c.max_bytes {
-            sizes.push(b);
-            b = b.saturating_mul(c.step_factor.max(2));
-        }
-        sizes.push(c.max_bytes);
-        sizes
+        crate::config_micro::sweep_sizes(&self.all_reduce)
     }
 }
 

@@ -99,19 +99,20 @@ pub fn diagnose(checks: &mut [CheckReport], ranks: &[RankInfo], slow_fraction: f
             }
         }
         // Wrong results found by the check's own verifier.
-        for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Failed) {
-            let code = if c.name == "gemm" { "GEMM_WRONG_RESULT" } else { "ALLREDUCE_WRONG_RESULT" };
+        for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Failed && !crate::diagnosis_micro::own_findings(&c.name)) {
+            let code = if c.name == "gemm" { "GEMM_WRONG_RESULT" } else { crate::diagnosis_micro::wrong_code(&c.name) };
             let why = r.error.clone().unwrap_or_else(|| "verification failed".into());
             findings.push(finding(Severity::Critical, code, &c.name, info(r.rank), why));
         }
         if c.name == "gemm" {
             hash_disagreement(c, ranks, &mut findings);
         }
+        crate::diagnosis_micro::diagnose(c, ranks, slow_fraction, &mut findings);
         // Slow ranks against their peers of the same device model.
         let metric = match c.name.as_str() {
             "gemm" => Some(("tflops", "GEMM_SLOW", "TFLOP/s")),
             "all-reduce" => Some(("busbw_gbps", "ALLREDUCE_SLOW", "GB/s busbw")),
-            _ => None,
+            other => crate::diagnosis_micro::slow_metric(other),
         };
         if let Some((key, code, unit)) = metric {
             let mut by_device: BTreeMap<String, Vec<(usize, f64)>> = BTreeMap::new();

@@ -184,6 +184,17 @@ impl StoreClient {
     }
 }
 
+/// A store served on a runtime of its own, for unit tests: keep the runtime alive while the
+/// address is in use.
+#[cfg(test)]
+pub(crate) fn test_store() -> (tokio::runtime::Runtime, String) {
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).expect("bind a test store");
+    let addr = listener.local_addr().expect("test store address").to_string();
+    rt.spawn(serve(listener));
+    (rt, addr)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

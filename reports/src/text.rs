@@ -9,7 +9,7 @@ use gpusanity_common::report::{CheckReport, CheckStatus, Report, RunStatus};
 fn columns(check: &str) -> &'static [(&'static str, &'static str)] {
     match check {
         "gemm" => &[("tflops", "TFLOP/s"), ("tflops_best", "best"), ("wrong_elements", "wrong")],
-        "all-reduce" => &[
+        "all-reduce" | "all-gather" | "all-to-all" => &[
             ("busbw_gbps", "busbw GB/s @max"),
             ("busbw_gbps_peak", "peak busbw"),
             ("small_time_us", "small msg us"),

@@ -23,6 +23,123 @@ pub enum BackendError {
     Comm(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("timed out: {0}")]
+    Timeout(String),
+    #[error("not applicable: {0}")]
+    NotApplicable(String),
+}
+
+/// A communicator handle: [`GroupId::WORLD`] (every rank, made when the backend opens) or a
+/// group made with [`Backend::group`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GroupId(pub(crate) usize);
+
+impl GroupId {
+    pub const WORLD: GroupId = GroupId(0);
+}
+
+/// A device buffer handle from [`Backend::buf_alloc`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BufId(pub(crate) usize);
+
+/// A collective operation with NCCL's semantics over a group of `n` ranks. `elems` of a
+/// [`CollCall`] is nccl-tests' "size" in elements: the buffer whose bytes enter the bandwidth
+/// formulas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CollOp {
+    /// Sum of `send[..elems]` over the ranks into `recv[..elems]`.
+    AllReduce,
+    /// Rank `i`'s `send[..elems / n]` lands in `recv[i * elems / n..]` on every rank.
+    AllGather,
+    /// Block `j` of `send[..elems]` (`elems / n` elements) lands in block `i` of rank `j`'s
+    /// `recv`, for rank `i`.
+    AllToAll,
+    /// Sends `send[..elems]` to group rank `peer` and receives `elems` from it into `recv`.
+    SendRecv { peer: usize },
+}
+
+/// One collective call of a [`Work`] list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CollCall {
+    pub op: CollOp,
+    pub group: GroupId,
+    pub send: BufId,
+    pub recv: BufId,
+    pub elems: usize,
+    /// Past this wait the run fails with [`BackendError::Timeout`] instead of waiting for the
+    /// launcher to kill the worker (probes that must not hang). On CUDA a timed-out group is
+    /// abandoned: its stream may still hold the stuck operation.
+    pub timeout: Option<std::time::Duration>,
+}
+
+impl CollCall {
+    pub fn new(op: CollOp, group: GroupId, send: BufId, recv: BufId, elems: usize) -> CollCall {
+        CollCall { op, group, send, recv, elems, timeout: None }
+    }
+}
+
+/// One item of [`Backend::run`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    Coll(CollCall),
+    /// One product C = A B of the buffers of [`Backend::gemm_load`].
+    Gemm,
+}
+
+/// What [`Backend::run`] measured: mean seconds per round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timing {
+    /// Per item, from the common start to the item's end, divided by the rounds.
+    pub each: Vec<f64>,
+    /// From the common start to the last item's end, divided by the rounds.
+    pub total: f64,
+}
+
+/// Kernel launch figures, in microseconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchTiming {
+    /// Host time per launch of a batch of asynchronous launches of an empty kernel.
+    pub launch_us: f64,
+    /// Per launch followed by a synchronize (host round trip), median.
+    pub round_trip_us: f64,
+    /// Best launch + synchronize round trip.
+    pub round_trip_best_us: f64,
+}
+
+/// Checks the calls of a [`Work`] list against the rules of [`Backend::run`]: distinct groups,
+/// distinct receive buffers, no buffer both sent and received, at most one GEMM; `elems` a
+/// multiple of the group size where the operation splits it.
+pub(crate) fn check_work(work: &[Work], group_size: impl Fn(GroupId) -> Result<usize, BackendError>) -> Result<(), BackendError> {
+    let bad = |m: String| Err(BackendError::Device(m));
+    let calls: Vec<&CollCall> = work.iter().filter_map(|w| if let Work::Coll(c) = w { Some(c) } else { None }).collect();
+    if work.iter().filter(|w| matches!(w, Work::Gemm)).count() > 1 {
+        return bad("more than one GEMM in one run".into());
+    }
+    for (i, c) in calls.iter().enumerate() {
+        let n = group_size(c.group)?;
+        if c.send == c.recv {
+            return bad(format!("{:?}: send and receive buffer are the same", c.op));
+        }
+        if calls[..i].iter().any(|d| d.group == c.group) {
+            return bad(format!("two operations on group {} in one run", c.group.0));
+        }
+        if calls[..i].iter().any(|d| d.recv == c.recv) {
+            return bad("two operations receive into one buffer".into());
+        }
+        if calls.iter().any(|d| d.recv == c.send) {
+            return bad("a buffer is sent by one operation and received by another".into());
+        }
+        let splits = matches!(c.op, CollOp::AllGather | CollOp::AllToAll);
+        if splits && c.elems % n != 0 {
+            return bad(format!("{:?} of {} elements over {n} ranks: not a multiple", c.op, c.elems));
+        }
+        if let CollOp::SendRecv { peer } = c.op {
+            if peer >= n {
+                return bad(format!("send/recv peer {peer} outside a group of {n}"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Element type of device buffers.
@@ -135,20 +252,37 @@ pub trait Backend {
     /// Frees the GEMM buffers.
     fn gemm_free(&mut self);
 
-    // ---- all-reduce (sum) over all ranks ----
+    // ---- collectives: buffers by handle, groups, one timed entry point ----
     /// Element type of collective buffers.
     fn coll_dtype(&self) -> Dtype;
-    /// Allocates send and receive buffers of `max_elems` and fills the send buffer with
-    /// element `i` = `period[i % period.len()]`.
-    fn all_reduce_prepare(&mut self, max_elems: usize, period: &[u8]) -> Result<(), BackendError>;
-    /// Fills the receive buffer with NaN (so stale data cannot pass verification), then runs
-    /// `warmup` untimed and `iters` timed out-of-place sum all-reduces of the first `elems`
-    /// elements; returns the mean seconds of one timed call.
-    fn all_reduce_run(&mut self, elems: usize, warmup: usize, iters: usize) -> Result<f64, BackendError>;
-    /// The first `elems` elements of the receive buffer, raw little-endian bytes of `coll_dtype`.
-    fn all_reduce_output(&mut self, elems: usize) -> Result<Vec<u8>, BackendError>;
-    /// Frees the collective buffers.
-    fn all_reduce_free(&mut self);
+    /// Makes the communicator of the group `members` (global ranks; group rank = index in it),
+    /// which must contain this rank. Every member calls this with the same `key`, unique per
+    /// group in the run. On CUDA each group gets a stream of its own, so operations on
+    /// different groups in one [`Backend::run`] proceed at the same time.
+    fn group(&mut self, store: &mut StoreClient, key: &str, members: &[usize]) -> Result<GroupId, BackendError>;
+    /// The number of ranks of `group`.
+    fn group_size(&self, group: GroupId) -> Result<usize, BackendError>;
+    /// Allocates a buffer of `elems` elements of `coll_dtype`, contents undefined.
+    fn buf_alloc(&mut self, elems: usize) -> Result<BufId, BackendError>;
+    /// Fills the whole buffer with element `i` = `period[i % period.len()]`.
+    fn buf_fill(&mut self, buf: BufId, period: &[u8]) -> Result<(), BackendError>;
+    /// Fills the first `elems` elements with NaN, so stale data cannot pass verification.
+    fn buf_poison(&mut self, buf: BufId, elems: usize) -> Result<(), BackendError>;
+    /// The first `elems` elements, raw little-endian bytes of `coll_dtype`.
+    fn buf_read(&mut self, buf: BufId, elems: usize) -> Result<Vec<u8>, BackendError>;
+    /// Frees a buffer (unknown handles are ignored).
+    fn buf_free(&mut self, buf: BufId);
+    /// Runs every item of `work` at the same time (each collective on its group's stream, GEMM
+    /// on the device's main stream): `warmup` untimed rounds, then `iters` timed rounds, each
+    /// round issuing every item once in the order given (the same on every rank). Returns,
+    /// per item, the mean seconds per round from the common start to that item's end, and the
+    /// same for the whole. Two items may not share a group or a receive buffer.
+    fn run(&mut self, work: &[Work], warmup: usize, iters: usize) -> Result<Timing, BackendError>;
+
+    // ---- kernel launch ----
+    /// Launch latency of an empty kernel over `iters` launches; `NotApplicable` where the
+    /// device has no kernels (CPU).
+    fn kernel_launch(&mut self, iters: usize) -> Result<LaunchTiming, BackendError>;
 }
 
 /// Which backend a worker opens.

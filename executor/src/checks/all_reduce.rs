@@ -5,69 +5,25 @@
 //! Each rank's input is a periodic pattern of small integers that depends on its rank, so the
 //! sum is exact in bf16 and fp32 and a lost, doubled or misplaced contribution shows.
 
-use anyhow::{Context, Result};
-use gpusanity_common::bandwidth::{algbw_gbps, busbw_gbps, Collective};
-use gpusanity_common::report::{CheckStatus, RankResult, SweepPoint};
+use anyhow::Result;
+use gpusanity_common::bandwidth::Collective;
+use gpusanity_common::report::RankResult;
 
+use super::collective::{run_sweep, sweep_result, Sweep};
 use super::CheckCtx;
-use crate::backend::Dtype;
+use crate::backend::{CollOp, Dtype, GroupId};
 
 pub const NAME: &str = "all-reduce";
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
-    let cfg = &ctx.configs.all_reduce;
     let (rank, world) = (ctx.place.rank, ctx.place.world);
     let dtype = ctx.backend.coll_dtype();
     let pattern = Pattern::new(world);
-    let sizes = ctx.configs.all_reduce_sizes();
-    let max_elems = sizes.iter().map(|b| *b as usize / dtype.size()).max().unwrap_or(0);
-    ctx.progress.phase(NAME, "prepare", 0);
-    ctx.backend
-        .all_reduce_prepare(max_elems, &pattern.input(rank))
-        .context("allocating all-reduce buffers")?;
     let expected = pattern.expected_bytes(dtype);
-
-    let mut sweep = Vec::with_capacity(sizes.len());
-    for bytes in sizes {
-        let elems = bytes as usize / dtype.size();
-        ctx.progress.phase(NAME, "size", bytes);
-        let secs = ctx
-            .backend
-            .all_reduce_run(elems, cfg.warmup, cfg.iters)
-            .with_context(|| format!("all-reduce of {bytes} bytes"))?;
-        let mut out = ctx.backend.all_reduce_output(elems).context("reading the result back")?;
-        if ctx.faults.has("all-reduce-wrong", rank) && !out.is_empty() {
-            out[0] ^= 0x40;
-        }
-        let bytes = (elems * dtype.size()) as u64;
-        sweep.push(SweepPoint {
-            bytes,
-            time_us: secs * 1e6,
-            algbw_gbps: algbw_gbps(bytes, secs),
-            busbw_gbps: busbw_gbps(Collective::AllReduce, world, bytes, secs),
-            wrong: count_wrong(&out, &expected, dtype.size()),
-        });
-    }
-    ctx.backend.all_reduce_free();
-
-    let wrong: u64 = sweep.iter().map(|p| p.wrong).sum();
-    let mut r = RankResult::new(rank, if wrong == 0 { CheckStatus::Passed } else { CheckStatus::Failed });
-    if let (Some(first), Some(last)) = (sweep.first(), sweep.last()) {
-        r.metrics.insert("busbw_gbps".into(), last.busbw_gbps);
-        r.metrics.insert("algbw_gbps".into(), last.algbw_gbps);
-        r.metrics.insert("max_bytes".into(), last.bytes as f64);
-        r.metrics.insert("small_time_us".into(), first.time_us);
-    }
-    let peak = sweep.iter().map(|p| p.busbw_gbps).fold(0.0, f64::max);
-    r.metrics.insert("busbw_gbps_peak".into(), peak);
-    r.metrics.insert("wrong_elements".into(), wrong as f64);
-    r.notes.insert("dtype".into(), dtype.name().into());
-    if wrong > 0 {
-        let sizes: Vec<String> = sweep.iter().filter(|p| p.wrong > 0).map(|p| format!("{} B: {}", p.bytes, p.wrong)).collect();
-        r.error = Some(format!("{wrong} reduced elements are wrong ({})", sizes.join(", ")));
-    }
-    r.sweep = sweep;
-    Ok(r)
+    let cfg = ctx.configs.all_reduce.clone();
+    let sweep = Sweep { check: NAME, op: CollOp::AllReduce, collective: Collective::AllReduce, group: GroupId::WORLD, cfg: &cfg };
+    let points = run_sweep(ctx, &sweep, &pattern.input(rank), |out, _| count_wrong(out, &expected, dtype.size()))?;
+    Ok(sweep_result(rank, points, dtype, "reduced"))
 }
 
 /// The periodic input of every rank and the exact sum.

@@ -1,7 +1,10 @@
 //! The check items, one module each, run by a worker over its [`Backend`], and the helpers they
 //! share: progress reporting, fault injection for tests, fill patterns and statistics.
 
+pub mod all_gather;
 pub mod all_reduce;
+pub mod all_to_all;
+pub mod collective;
 pub mod gemm;
 
 use gpusanity_common::config::CheckConfigs;
@@ -35,6 +38,8 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
     let outcome = match name {
         "gemm" => gemm::run(ctx),
         "all-reduce" => all_reduce::run(ctx),
+        all_gather::NAME => all_gather::run(ctx),
+        all_to_all::NAME => all_to_all::run(ctx),
         other => Err(anyhow::anyhow!("check `{other}` is not implemented by this worker")),
     };
     outcome.unwrap_or_else(|e| {
@@ -48,7 +53,8 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
 /// real, through the same code paths a broken device would take:
 /// - `gemm-wrong`: flips one element of the product before verification;
 /// - `gemm-slow`: runs every timed product four times (the device really does the work);
-/// - `all-reduce-wrong`: corrupts one received element before verification;
+/// - `all-reduce-wrong`, `all-gather-wrong`, `all-to-all-wrong`: corrupts one received element
+///   before verification;
 /// - `exit`: the worker exits with status 17 when it starts its first check;
 /// - `hang`: the worker sleeps forever at the start of its first check (heartbeats continue).
 #[derive(Debug, Default, Clone)]
@@ -82,4 +88,20 @@ pub fn median(v: &[f64]) -> f64 {
     s.sort_by(f64::total_cmp);
     let m = s.len() / 2;
     if s.len() % 2 == 1 { s[m] } else { (s[m - 1] + s[m]) / 2.0 }
+}
+
+/// The configuration a micro-benchmark beyond gemm and all-reduce ran with, for the report.
+pub fn micro_config(configs: &CheckConfigs, name: &str) -> serde_json::Value {
+    use gpusanity_common::config_micro::sweep_sizes;
+    let m = &configs.micro;
+    let sweep = |c: &gpusanity_common::config_micro::SweepConfig| {
+        let mut v = serde_json::to_value(c).unwrap_or_default();
+        v["sizes"] = serde_json::to_value(sweep_sizes(c)).unwrap_or_default();
+        v
+    };
+    match name {
+        all_gather::NAME => sweep(&m.all_gather),
+        all_to_all::NAME => sweep(&m.all_to_all),
+        _ => serde_json::Value::Null,
+    }
 }

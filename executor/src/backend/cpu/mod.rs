@@ -1,21 +1,42 @@
 //! CPU backend: fp32 GEMM through the `gemm` crate on one thread per worker (workers share the
 //! host's cores), and collectives over TCP between worker processes with NCCL's semantics.
 
+mod coll;
+pub mod mesh;
 pub mod ring;
 
 use std::time::Instant;
 
 use gpusanity_common::report::DeviceKind;
 
-use super::{Backend, BackendError, Dtype, WorkerPlace};
+use super::{Backend, BackendError, BufId, Dtype, GroupId, LaunchTiming, Timing, Work, WorkerPlace};
 use crate::store::StoreClient;
+use mesh::Mesh;
 use ring::Ring;
 
 pub struct CpuBackend {
     name: String,
-    ring: Ring,
+    place: WorkerPlace,
+    /// By [`GroupId`]; a slot is empty while a run uses the group on a thread of its own.
+    groups: Vec<Option<CpuGroup>>,
+    /// By [`BufId`]; empty once freed, or while a run receives into it.
+    bufs: Vec<Option<Vec<f32>>>,
     gemm: Option<GemmBufs>,
-    coll: Option<CollBufs>,
+}
+
+/// The transport of one group: a ring (all-reduce, all-gather) and a full mesh (all-to-all,
+/// send/recv).
+struct CpuGroup {
+    ring: Ring,
+    mesh: Mesh,
+}
+
+impl CpuGroup {
+    fn connect(place: &WorkerPlace, store: &mut StoreClient, key: &str, members: &[usize]) -> Result<CpuGroup, BackendError> {
+        let ring = Ring::connect_group(place, store, key, members)?;
+        let mesh = Mesh::connect_group(place, store, key, members)?;
+        Ok(CpuGroup { ring, mesh })
+    }
 }
 
 struct GemmBufs {
@@ -25,15 +46,40 @@ struct GemmBufs {
     c: Vec<f32>,
 }
 
-struct CollBufs {
-    send: Vec<f32>,
-    recv: Vec<f32>,
+impl GemmBufs {
+    /// C = A B on this thread.
+    fn product(&mut self) {
+        let n = self.n;
+        // SAFETY: a, b and c are n*n row-major buffers owned by `self` (checked in gemm_load);
+        // strides (col stride 1, row stride n) keep every access inside them, and c does not
+        // alias a or b.
+        unsafe {
+            gemm::gemm(
+                n, n, n,
+                self.c.as_mut_ptr(), 1, n as isize,
+                false,
+                self.a.as_ptr(), 1, n as isize,
+                self.b.as_ptr(), 1, n as isize,
+                0.0f32, 1.0f32,
+                false, false, false,
+                gemm::Parallelism::None,
+            );
+        }
+    }
 }
 
 impl CpuBackend {
     pub fn new(place: &WorkerPlace, store: &mut StoreClient) -> Result<Self, BackendError> {
-        let ring = Ring::connect(place, store)?;
-        Ok(CpuBackend { name: cpu_model_name(), ring, gemm: None, coll: None })
+        let all: Vec<usize> = (0..place.world).collect();
+        let world = CpuGroup::connect(place, store, "world", &all)?;
+        Ok(CpuBackend { name: cpu_model_name(), place: place.clone(), groups: vec![Some(world)], bufs: Vec::new(), gemm: None })
+    }
+
+    fn buf_mut(&mut self, buf: BufId) -> Result<&mut Vec<f32>, BackendError> {
+        match self.bufs.get_mut(buf.0) {
+            Some(Some(b)) => Ok(b),
+            _ => Err(BackendError::Device(format!("no buffer {}", buf.0))),
+        }
     }
 }
 
@@ -77,25 +123,10 @@ impl Backend for CpuBackend {
 
     fn gemm_run(&mut self, iters: usize) -> Result<Vec<f64>, BackendError> {
         let g = self.gemm.as_mut().ok_or_else(|| not_prepared("GEMM"))?;
-        let n = g.n;
         let mut times = Vec::with_capacity(iters);
         for _ in 0..iters {
             let t = Instant::now();
-            // SAFETY: a, b and c are n*n row-major buffers owned by `g` (checked in gemm_load);
-            // strides (col stride 1, row stride n) keep every access inside them, and c does not
-            // alias a or b.
-            unsafe {
-                gemm::gemm(
-                    n, n, n,
-                    g.c.as_mut_ptr(), 1, n as isize,
-                    false,
-                    g.a.as_ptr(), 1, n as isize,
-                    g.b.as_ptr(), 1, n as isize,
-                    0.0f32, 1.0f32,
-                    false, false, false,
-                    gemm::Parallelism::None,
-                );
-            }
+            g.product();
             times.push(t.elapsed().as_secs_f64());
         }
         Ok(times)
@@ -114,38 +145,61 @@ impl Backend for CpuBackend {
         Dtype::F32
     }
 
-    fn all_reduce_prepare(&mut self, max_elems: usize, period: &[u8]) -> Result<(), BackendError> {
+    fn group(&mut self, store: &mut StoreClient, key: &str, members: &[usize]) -> Result<GroupId, BackendError> {
+        let g = CpuGroup::connect(&self.place, store, key, members)?;
+        self.groups.push(Some(g));
+        Ok(GroupId(self.groups.len() - 1))
+    }
+
+    fn group_size(&self, group: GroupId) -> Result<usize, BackendError> {
+        match self.groups.get(group.0) {
+            Some(Some(g)) => Ok(g.ring.size()),
+            _ => Err(BackendError::Comm(format!("no group {}", group.0))),
+        }
+    }
+
+    fn buf_alloc(&mut self, elems: usize) -> Result<BufId, BackendError> {
+        self.bufs.push(Some(vec![0.0; elems]));
+        Ok(BufId(self.bufs.len() - 1))
+    }
+
+    fn buf_fill(&mut self, buf: BufId, period: &[u8]) -> Result<(), BackendError> {
         if period.is_empty() {
             return Err(BackendError::Device("empty fill pattern".into()));
         }
-        let send = (0..max_elems).map(|i| period[i % period.len()] as f32).collect();
-        self.coll = Some(CollBufs { send, recv: vec![0.0; max_elems] });
+        let b = self.buf_mut(buf)?;
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = period[i % period.len()] as f32;
+        }
         Ok(())
     }
 
-    fn all_reduce_run(&mut self, elems: usize, warmup: usize, iters: usize) -> Result<f64, BackendError> {
-        let c = self.coll.as_mut().ok_or_else(|| not_prepared("all-reduce"))?;
-        if elems > c.send.len() {
-            return Err(BackendError::Device(format!("{elems} elements exceed the prepared buffers")));
-        }
-        c.recv[..elems].fill(f32::NAN);
-        for _ in 0..warmup {
-            self.ring.all_reduce_sum(&c.send[..elems], &mut c.recv[..elems])?;
-        }
-        let t = Instant::now();
-        for _ in 0..iters {
-            self.ring.all_reduce_sum(&c.send[..elems], &mut c.recv[..elems])?;
-        }
-        Ok(t.elapsed().as_secs_f64() / iters.max(1) as f64)
+    fn buf_poison(&mut self, buf: BufId, elems: usize) -> Result<(), BackendError> {
+        let b = self.buf_mut(buf)?;
+        let n = elems.min(b.len());
+        b[..n].fill(f32::NAN);
+        Ok(())
     }
 
-    fn all_reduce_output(&mut self, elems: usize) -> Result<Vec<u8>, BackendError> {
-        let c = self.coll.as_ref().ok_or_else(|| not_prepared("all-reduce"))?;
-        let elems = elems.min(c.recv.len());
-        Ok(bytemuck::cast_slice(&c.recv[..elems]).to_vec())
+    fn buf_read(&mut self, buf: BufId, elems: usize) -> Result<Vec<u8>, BackendError> {
+        let b = self.buf_mut(buf)?;
+        let n = elems.min(b.len());
+        Ok(bytemuck::cast_slice(&b[..n]).to_vec())
     }
 
-    fn all_reduce_free(&mut self) {
-        self.coll = None;
+    fn buf_free(&mut self, buf: BufId) {
+        if let Some(b) = self.bufs.get_mut(buf.0) {
+            *b = None;
+        }
+    }
+
+    fn run(&mut self, work: &[Work], warmup: usize, iters: usize) -> Result<Timing, BackendError> {
+        coll::run(self, work, warmup, iters)
+    }
+
+    fn kernel_launch(&mut self, _iters: usize) -> Result<LaunchTiming, BackendError> {
+        Err(BackendError::NotApplicable(
+            "the CPU backend has no device kernels to launch; kernel launch latency is a GPU figure".into(),
+        ))
     }
 }

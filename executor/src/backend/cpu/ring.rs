@@ -128,6 +128,23 @@ impl Ring {
         Ok(())
     }
 
+    /// NCCL's all-gather: this rank's `send` lands in block `rank` of `recv` on every rank
+    /// (`recv` holds `size()` blocks of `send.len()`). Each step passes one block along the ring.
+    pub fn all_gather(&mut self, send: &[f32], recv: &mut [f32]) -> Result<(), BackendError> {
+        let (w, r, c) = (self.world, self.rank, send.len());
+        if recv.len() != w * c {
+            return Err(BackendError::Comm(format!("all-gather of {c} into {} over {w} ranks", recv.len())));
+        }
+        recv[r * c..(r + 1) * c].copy_from_slice(send);
+        let mut out = vec![0f32; c];
+        for s in 0..w.saturating_sub(1) {
+            let (sb, rb) = ((r + w - s) % w, (r + 2 * w - s - 1) % w);
+            out.copy_from_slice(&recv[sb * c..(sb + 1) * c]);
+            self.exchange(&out, &mut recv[rb * c..(rb + 1) * c])?;
+        }
+        Ok(())
+    }
+
     /// Sends `out` to the next rank while receiving `inp` from the previous one, on one thread:
     /// both sockets are non-blocking and poll(2) says which one can make progress, so neither
     /// side can deadlock on a full socket buffer.
@@ -217,6 +234,32 @@ mod tests {
             let factor = if rank % 2 == 0 { 1 + 3 } else { 2 + 4 };
             let want: Vec<f32> = (0..1001).map(|i| (i * factor) as f32).collect();
             assert_eq!(got, &want, "rank {rank}");
+        }
+    }
+
+    /// Three ranks gather blocks that name their sender, each in its place.
+    #[test]
+    fn all_gather_places_every_block() {
+        let (_rt, addr) = crate::store::test_store();
+        let got: Vec<Vec<f32>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..3)
+                .map(|rank| {
+                    let addr = addr.clone();
+                    s.spawn(move || {
+                        let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+                        let mut ring = Ring::connect(&WorkerPlace::single_node(rank, 3), &mut store).unwrap();
+                        let send: Vec<f32> = (0..777).map(|i| (rank * 1000 + i) as f32).collect();
+                        let mut recv = vec![f32::NAN; 3 * 777];
+                        ring.all_gather(&send, &mut recv).unwrap();
+                        recv
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let want: Vec<f32> = (0..3).flat_map(|r| (0..777).map(move |i| (r * 1000 + i) as f32)).collect();
+        for g in &got {
+            assert_eq!(g, &want);
         }
     }
 

@@ -50,14 +50,8 @@ pub(super) fn load(
     Ok(GemmBufs { n, a, b, c })
 }
 
-/// Runs C = A B `iters` times on the handle's stream; returns the seconds of each product,
-/// from events recorded just before and after it.
-pub(super) fn run(
-    blas: &CudaBlas,
-    stream: &Arc<CudaStream>,
-    g: &mut GemmBufs,
-    iters: usize,
-) -> Result<Vec<f64>, BackendError> {
+/// Issues one product C = A B on the handle's stream, without waiting.
+pub(super) fn launch(blas: &CudaBlas, g: &mut GemmBufs) -> Result<(), BackendError> {
     // `load` checked that n fits an i32.
     let n = g.n as i32;
     // cuBLAS is column-major, where row-major X reads as X^T. C^T = B^T A^T, so passing B
@@ -74,6 +68,20 @@ pub(super) fn run(
         beta: bf16::ZERO,
         ldc: n,
     };
+    // SAFETY: a, b and c are n*n bf16 buffers allocated on this stream (checked in `load`);
+    // with m = n = k = n and every leading dimension n, cuBLAS reads and writes only inside
+    // them, and c aliases neither a nor b.
+    unsafe { blas.gemm(cfg, &g.b, &g.a, &mut g.c) }.map_err(|e| blas_err("cublasGemmEx (bf16)", &e))
+}
+
+/// Runs C = A B `iters` times on the handle's stream; returns the seconds of each product,
+/// from events recorded just before and after it.
+pub(super) fn run(
+    blas: &CudaBlas,
+    stream: &Arc<CudaStream>,
+    g: &mut GemmBufs,
+    iters: usize,
+) -> Result<Vec<f64>, BackendError> {
     let ctx = stream.context();
     let event = || {
         ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
@@ -86,11 +94,7 @@ pub(super) fn run(
         start
             .record(stream)
             .map_err(|e| dev_err("cuEventRecord", &e))?;
-        // SAFETY: a, b and c are n*n bf16 buffers allocated on this stream (checked in
-        // `load`); with m = n = k = n and every leading dimension n, cuBLAS reads and writes
-        // only inside them, and c aliases neither a nor b.
-        unsafe { blas.gemm(cfg, &g.b, &g.a, &mut g.c) }
-            .map_err(|e| blas_err("cublasGemmEx (bf16)", &e))?;
+        launch(blas, g)?;
         end.record(stream)
             .map_err(|e| dev_err("cuEventRecord", &e))?;
     }

@@ -8,9 +8,13 @@
 //!
 //! - `probe`: library and device discovery, panic-free.
 //! - `gemm`: cuBLAS GEMM and its timing.
-//! - `nccl`: communicator set-up through the rendezvous store, all-reduce and its timing.
+//! - `nccl`: communicator set-up through the rendezvous store.
+//! - `coll`: buffers, collective operations and their concurrent timing.
+//! - `launch`: the empty kernel and launch latency.
 
+mod coll;
 mod gemm;
+mod launch;
 pub mod nccl;
 mod probe;
 #[cfg(test)]
@@ -20,12 +24,11 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
 use cudarc::cublas::{result::CublasError, CudaBlas};
-use cudarc::driver::{CudaContext, CudaStream, DriverError};
-use cudarc::nccl::Comm;
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError};
 use gpusanity_common::report::DeviceKind;
 use half::bf16;
 
-use super::{Backend, BackendError, Dtype, WorkerPlace};
+use super::{Backend, BackendError, BufId, Dtype, GroupId, LaunchTiming, Timing, Work, WorkerPlace};
 use crate::store::StoreClient;
 
 pub use probe::{check_libraries, probe};
@@ -60,12 +63,17 @@ fn guarded<R>(what: &str, f: impl FnOnce() -> Result<R, BackendError>) -> Result
     })
 }
 
-/// One GPU of one worker. Fields drop in order: buffers, communicator, cuBLAS, stream.
+/// One GPU of one worker. Fields drop in order: buffers, communicators, kernel, cuBLAS, stream.
 pub struct CudaBackend {
     gemm: Option<gemm::GemmBufs>,
-    coll: Option<nccl::CollBufs>,
-    comm: Comm,
+    /// By [`BufId`]; empty once freed, or while a run receives into it.
+    bufs: Vec<Option<CudaSlice<bf16>>>,
+    /// By [`GroupId`]; the world's communicator works on the main stream, every other group's
+    /// on a stream of its own.
+    groups: Vec<Option<coll::Group>>,
+    empty_kernel: Option<CudaFunction>,
     blas: CudaBlas,
+    place: WorkerPlace,
     stream: Arc<CudaStream>,
     name: String,
 }
@@ -80,10 +88,11 @@ impl CudaBackend {
             let ctx = CudaContext::new(ordinal)
                 .map_err(|e| dev_err(&format!("opening CUDA device {ordinal}"), &e))?;
             // SAFETY: with tracking off, cudarc stops recording an event on every buffer use;
-            // it is then up to us to order uses across streams. There is one stream per
-            // worker, every buffer is allocated, used and freed on it (so stream order is
-            // enough), and each operation ends with an explicit synchronize. Called before
-            // any buffer exists, as required.
+            // it is then up to us to order uses across streams. Buffers are allocated, filled
+            // and read on the main stream with a synchronize after each step; a run on group
+            // streams starts after its inputs are complete (they were synchronized) and its
+            // streams wait for an event of the main stream; it ends by waiting for every
+            // stream. Called before any buffer exists, as required.
             unsafe { ctx.disable_event_tracking() };
             let name = ctx.name().map_err(|e| dev_err("cuDeviceGetName", &e))?;
             let stream = ctx
@@ -93,9 +102,11 @@ impl CudaBackend {
             let comm = nccl::connect(&stream, place, store)?;
             Ok(CudaBackend {
                 gemm: None,
-                coll: None,
-                comm,
+                bufs: Vec::new(),
+                groups: vec![Some(coll::Group { comm, abandoned: None })],
+                empty_kernel: None,
                 blas,
+                place: place.clone(),
                 stream,
                 name,
             })
@@ -107,6 +118,15 @@ impl Drop for CudaBackend {
     fn drop(&mut self) {
         // Let queued work finish before the fields (buffers, comm, handle) are torn down.
         let _ = self.stream.synchronize();
+    }
+}
+
+impl CudaBackend {
+    fn buf_mut(&mut self, buf: BufId) -> Result<&mut CudaSlice<bf16>, BackendError> {
+        match self.bufs.get_mut(buf.0) {
+            Some(Some(b)) => Ok(b),
+            _ => Err(BackendError::Device(format!("no buffer {}", buf.0))),
+        }
     }
 }
 
@@ -151,38 +171,66 @@ impl Backend for CudaBackend {
         Dtype::Bf16
     }
 
-    fn all_reduce_prepare(&mut self, max_elems: usize, period: &[u8]) -> Result<(), BackendError> {
-        self.coll = None;
-        self.coll = Some(guarded("all_reduce_prepare", || {
-            nccl::prepare(&self.stream, max_elems, period)
-        })?);
-        Ok(())
+    fn group(&mut self, store: &mut StoreClient, key: &str, members: &[usize]) -> Result<GroupId, BackendError> {
+        let g = guarded("creating a communicator", || {
+            let stream = self.stream.context().new_stream().map_err(|e| dev_err("cuStreamCreate", &e))?;
+            let comm = nccl::connect_group(&stream, &self.place, store, key, members)?;
+            Ok(coll::Group { comm, abandoned: None })
+        })?;
+        self.groups.push(Some(g));
+        Ok(GroupId(self.groups.len() - 1))
     }
 
-    fn all_reduce_run(
-        &mut self,
-        elems: usize,
-        warmup: usize,
-        iters: usize,
-    ) -> Result<f64, BackendError> {
-        let c = self
-            .coll
-            .as_mut()
-            .ok_or_else(|| not_prepared("all-reduce"))?;
-        guarded("all_reduce_run", || {
-            nccl::run(&self.comm, &self.stream, c, elems, warmup, iters)
+    fn group_size(&self, group: GroupId) -> Result<usize, BackendError> {
+        Ok(self.group_ref(group)?.comm.world_size())
+    }
+
+    fn buf_alloc(&mut self, elems: usize) -> Result<BufId, BackendError> {
+        // SAFETY: the contents are undefined until filled, which the trait's contract says;
+        // they are plain bf16 values with no validity requirement.
+        let b = guarded("buf_alloc", || {
+            unsafe { self.stream.alloc::<bf16>(elems.max(1)) }
+                .map_err(|e| dev_err(&format!("allocating {elems} bf16 elements"), &e))
+        })?;
+        self.bufs.push(Some(b));
+        Ok(BufId(self.bufs.len() - 1))
+    }
+
+    fn buf_fill(&mut self, buf: BufId, period: &[u8]) -> Result<(), BackendError> {
+        let stream = self.stream.clone();
+        let b = self.buf_mut(buf)?;
+        guarded("buf_fill", || coll::fill(&stream, b, period))
+    }
+
+    fn buf_poison(&mut self, buf: BufId, elems: usize) -> Result<(), BackendError> {
+        let stream = self.stream.clone();
+        let b = self.buf_mut(buf)?;
+        guarded("buf_poison", || coll::poison(&stream, b, elems))
+    }
+
+    fn buf_read(&mut self, buf: BufId, elems: usize) -> Result<Vec<u8>, BackendError> {
+        let stream = self.stream.clone();
+        let b = self.buf_mut(buf)?;
+        guarded("buf_read", || coll::read(&stream, b, elems))
+    }
+
+    fn buf_free(&mut self, buf: BufId) {
+        if let Some(b) = self.bufs.get_mut(buf.0) {
+            *b = None;
+        }
+    }
+
+    fn run(&mut self, work: &[Work], warmup: usize, iters: usize) -> Result<Timing, BackendError> {
+        guarded("run", || coll::run(self, work, warmup, iters))
+    }
+
+    fn kernel_launch(&mut self, iters: usize) -> Result<LaunchTiming, BackendError> {
+        guarded("kernel_launch", || {
+            if self.empty_kernel.is_none() {
+                self.empty_kernel = Some(launch::load(&self.stream)?);
+            }
+            let f = self.empty_kernel.as_ref().ok_or_else(|| BackendError::Device("empty kernel not loaded".into()))?;
+            launch::measure(&self.stream, f, iters)
         })
-    }
-
-    fn all_reduce_output(&mut self, elems: usize) -> Result<Vec<u8>, BackendError> {
-        let c = self
-            .coll
-            .as_ref()
-            .ok_or_else(|| not_prepared("all-reduce"))?;
-        guarded("all_reduce_output", || nccl::output(&self.stream, c, elems))
-    }
-
-    fn all_reduce_free(&mut self) {
-        self.coll = None;
     }
 }

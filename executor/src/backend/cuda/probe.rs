@@ -53,6 +53,11 @@ const DRIVER: Lib = Lib {
         "cuMemcpyDtoHAsync_v2",
         "cuMemsetD8Async",
         "cuGetErrorString",
+        "cuStreamWaitEvent",
+        "cuEventQuery",
+        "cuModuleLoadData",
+        "cuModuleGetFunction",
+        "cuLaunchKernel",
     ],
 };
 
@@ -75,6 +80,11 @@ const NCCL: Lib = Lib {
         "ncclGetUniqueId",
         "ncclCommInitRank",
         "ncclAllReduce",
+        "ncclAllGather",
+        "ncclSend",
+        "ncclRecv",
+        "ncclGroupStart",
+        "ncclGroupEnd",
         "ncclCommAbort",
         "ncclGetErrorString",
         "ncclGetLastError",

@@ -5,6 +5,7 @@ use std::ffi::c_char;
 use std::time::Duration;
 
 use super::*;
+use crate::backend::{CollCall, CollOp};
 
 #[test]
 fn probe_without_cuda_is_an_error_not_a_panic() {
@@ -97,27 +98,30 @@ fn gpu_smoke_one_rank() {
     // Big enough to check the doubling fill; the period is not a power of two.
     let period: Vec<u8> = (0..251u8).collect();
     let max = 3 << 20;
-    be.all_reduce_prepare(max, &period).unwrap();
-    let t = be.all_reduce_run(max - 5, 2, 10).unwrap();
-    println!("all-reduce of {} bf16: {:.1} us", max - 5, t * 1e6);
-    assert!(t > 0.0);
-    let out = be.all_reduce_output(max - 5).unwrap();
-    assert_eq!(out.len(), (max - 5) * 2);
+    let send = be.buf_alloc(max).unwrap();
+    let recv = be.buf_alloc(max).unwrap();
+    be.buf_fill(send, &period).unwrap();
+    be.buf_poison(recv, max).unwrap();
+    let call = CollCall::new(CollOp::AllReduce, GroupId::WORLD, send, recv, max - 5);
+    let t = be.run(&[Work::Coll(call)], 2, 10).unwrap();
+    println!("all-reduce of {} bf16: {:.1} us", max - 5, t.total * 1e6);
+    assert!(t.total > 0.0 && t.each.len() == 1);
+    let out = be.buf_read(recv, max).unwrap();
+    assert_eq!(out.len(), max * 2);
     for i in (0..max - 5).step_by(997).chain([max - 6]) {
-        assert_eq!(
-            Dtype::Bf16.decode(&out, i),
-            period[i % period.len()] as f32,
-            "element {i}"
-        );
+        assert_eq!(Dtype::Bf16.decode(&out, i), period[i % period.len()] as f32, "element {i}");
     }
-    // The elements past `elems` were never written: the NaN fill covers only the first elems.
-    let t0 = be.all_reduce_run(0, 0, 1).unwrap();
-    assert!(t0 >= 0.0);
-    be.all_reduce_free();
-    assert!(matches!(
-        be.all_reduce_output(1),
-        Err(BackendError::Device(_))
-    ));
+    // The elements past `elems` were never written: still NaN.
+    assert!(Dtype::Bf16.decode(&out, max - 1).is_nan());
+    // GEMM and an all-reduce at once need distinct streams: the world works on the main one.
+    be.gemm_load(n, &a, &b).unwrap();
+    assert!(be.run(&[Work::Gemm, Work::Coll(call)], 0, 1).is_err());
+    // Empty kernel launches.
+    let l = be.kernel_launch(2000).unwrap();
+    println!("kernel launch: {l:?}");
+    assert!(l.launch_us > 0.0 && l.round_trip_us >= l.round_trip_best_us);
+    be.buf_free(recv);
+    assert!(matches!(be.buf_read(recv, 1), Err(BackendError::Device(_))));
 }
 
 /// Two ranks on GPUs 0 and 1, one thread each (one process): NCCL id exchange through the
@@ -160,18 +164,61 @@ fn gpu_two_ranks() {
                 be.gemm_free();
                 let period: Vec<u8> = (0..128u8).map(|j| (j + 7 * rank as u8) % 128).collect();
                 let elems = 512 << 20;
-                be.all_reduce_prepare(elems, &period).unwrap();
-                let t = be.all_reduce_run(elems, 5, 20).unwrap();
+                let send = be.buf_alloc(elems).unwrap();
+                let recv = be.buf_alloc(elems).unwrap();
+                be.buf_fill(send, &period).unwrap();
+                be.buf_poison(recv, elems).unwrap();
+                let call = CollCall::new(CollOp::AllReduce, GroupId::WORLD, send, recv, elems);
+                let t = be.run(&[Work::Coll(call)], 5, 20).unwrap().total;
                 let busbw = 2.0 * (2.0 - 1.0) / 2.0 * (elems * 2) as f64 / t / 1e9;
-                println!(
-                    "rank {rank}: all-reduce {} MiB: {:.3} ms, busbw {busbw:.0} GB/s",
-                    (elems * 2) >> 20,
-                    t * 1e3
-                );
-                let out = be.all_reduce_output(elems).unwrap();
+                println!("rank {rank}: all-reduce {} MiB: {:.3} ms, busbw {busbw:.0} GB/s", (elems * 2) >> 20, t * 1e3);
+                let out = be.buf_read(recv, elems).unwrap();
                 for i in (0..elems).step_by(9973).chain([elems - 1]) {
                     let want = (i % 128 + (i + 7) % 128) as f32;
                     assert_eq!(Dtype::Bf16.decode(&out, i), want, "rank {rank} element {i}");
+                }
+                // All-gather and all-to-all of 1 GiB, exact.
+                for op in [CollOp::AllGather, CollOp::AllToAll] {
+                    be.buf_poison(recv, elems).unwrap();
+                    let call = CollCall::new(op, GroupId::WORLD, send, recv, elems);
+                    let t = be.run(&[Work::Coll(call)], 5, 20).unwrap().total;
+                    println!("rank {rank}: {op:?} 1 GiB: {:.3} ms, busbw {:.0} GB/s", t * 1e3, 0.5 * (elems * 2) as f64 / t / 1e9);
+                    let out = be.buf_read(recv, elems).unwrap();
+                    let half = elems / 2;
+                    for i in (0..elems).step_by(9973).chain([elems - 1]) {
+                        let (block, k) = (i / half, i % half);
+                        // Block j comes from rank j: its element k (all-gather) or its
+                        // element rank * half + k (all-to-all).
+                        let src = if op == CollOp::AllGather { k } else { rank * half + k };
+                        let want = ((src % 128) as u8 + 7 * block as u8) % 128;
+                        assert_eq!(Dtype::Bf16.decode(&out, i), want as f32, "rank {rank} {op:?} element {i}");
+                    }
+                }
+                // Two all-reduces at once on two more world communicators, each on its stream.
+                let g1 = be.group(&mut store, "w1", &[0, 1]).unwrap();
+                let g2 = be.group(&mut store, "w2", &[0, 1]).unwrap();
+                let recv2 = be.buf_alloc(elems).unwrap();
+                let mut a1 = CollCall::new(CollOp::AllReduce, g1, send, recv, elems / 4);
+                a1.timeout = Some(Duration::from_secs(30));
+                let a2 = CollCall::new(CollOp::AllReduce, g2, send, recv2, elems / 4);
+                let t = be.run(&[Work::Coll(a1), Work::Coll(a2)], 2, 10).unwrap();
+                println!("rank {rank}: two concurrent all-reduces of 256 MiB: {:?}", t);
+                for b in [recv, recv2] {
+                    let out = be.buf_read(b, elems / 4).unwrap();
+                    for i in (0..elems / 4).step_by(9973) {
+                        assert_eq!(Dtype::Bf16.decode(&out, i), (i % 128 + (i + 7) % 128) as f32);
+                    }
+                }
+                // GEMM on the main stream with an all-reduce on a group stream.
+                be.gemm_load(n, &a, &a).unwrap();
+                let t = be.run(&[Work::Gemm, Work::Coll(a1)], 2, 10).unwrap();
+                println!("rank {rank}: gemm + all-reduce at once: {:?}", t);
+                // Send/recv with the peer.
+                let p = CollCall::new(CollOp::SendRecv { peer: 1 - rank }, g2, send, recv2, 1 << 20);
+                be.run(&[Work::Coll(p)], 0, 1).unwrap();
+                let out = be.buf_read(recv2, 1 << 20).unwrap();
+                for i in (0..1 << 20).step_by(997) {
+                    assert_eq!(Dtype::Bf16.decode(&out, i), ((i % 128) as u8 + 7 * (1 - rank) as u8) as f32 % 128.0);
                 }
             });
         }
