@@ -77,3 +77,78 @@ fn the_moved_all_reduce_still_sweeps_exactly_next_to_all_gather() {
     assert_eq!(check(&r, "all-reduce")["status"], "passed");
     run.assert_nothing_left();
 }
+
+/// Runs a job of `nnodes` nodes x `nproc` CPU workers on loopback; returns each node's output.
+fn loopback_job(run: &Run, extra: &[&str], nnodes: usize, nproc: usize) -> Vec<std::process::Output> {
+    let port = free_port().to_string();
+    let (n, p) = (nnodes.to_string(), nproc.to_string());
+    let children: Vec<_> = (0..nnodes)
+        .rev()
+        .map(|node| {
+            let r = node.to_string();
+            let mut args: Vec<&str> = extra.to_vec();
+            args.extend(["--nnodes", &n, "--node-rank", &r, "--nproc-per-node", &p, "--master-addr", "127.0.0.1"]);
+            args.extend(["--master-port", &port]);
+            let mut c = run.command(&args);
+            c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+            c.spawn().expect("spawn gpusanity")
+        })
+        .collect();
+    let mut outs: Vec<_> = children.into_iter().map(|c| wait_output(c, LIMIT)).collect();
+    outs.reverse();
+    outs
+}
+
+#[test]
+fn connectivity_names_a_node_whose_port_is_closed_within_the_probe_timeout() {
+    let _g = serial();
+    let run = Run::new();
+    let start = std::time::Instant::now();
+    let args = [
+        "--micro-benchmarks=network-connectivity",
+        "--sanity-check-envs=GPUSANITY_FAULT=net-closed@1",
+        "--check-param=network-connectivity.timeout-ms=1000",
+    ];
+    let outs = loopback_job(&run, &args, 2, 1);
+    assert!(start.elapsed() < Duration::from_secs(15), "took {:?}", start.elapsed());
+    for o in &outs {
+        assert_eq!(code(o), 1, "{}", stderr(o));
+    }
+    let r = run.report();
+    let f: Vec<&Value> = r["findings"].as_array().unwrap().iter().collect();
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0]["code"], "NET_FRONTEND_UNREACHABLE");
+    assert_eq!(f[0]["node_rank"], 1);
+    assert!(f[0]["message"].as_str().unwrap().contains("refused"), "{}", f[0]["message"]);
+    let c = check(&r, "network-connectivity");
+    let matrix = c["ranks"][0]["notes"]["front_end_matrix"].as_str().unwrap();
+    let rows: Vec<&str> = matrix.lines().collect();
+    assert!(rows[1].contains("FAIL") && !rows[2].contains("FAIL"), "{matrix}");
+    // The back end between the two nodes works.
+    assert!(c["ranks"][0]["notes"]["back_end_matrix"].as_str().unwrap().contains("ok 1/1"));
+    run.assert_nothing_left();
+}
+
+#[test]
+fn connectivity_names_a_rank_whose_back_end_is_silent_and_the_probes_time_out() {
+    let _g = serial();
+    let run = Run::new();
+    let start = std::time::Instant::now();
+    let args = [
+        "--micro-benchmarks=network-connectivity",
+        "--sanity-check-envs=GPUSANITY_FAULT=net-backend-down@3",
+        "--check-param=network-connectivity.timeout-ms=500",
+    ];
+    let outs = loopback_job(&run, &args, 2, 2);
+    assert!(start.elapsed() < Duration::from_secs(15), "took {:?}", start.elapsed());
+    assert_eq!(code(&outs[0]), 1, "{}", stderr(&outs[0]));
+    let r = run.report();
+    assert_eq!(findings(&r), [("NET_BACKEND_RANK_UNREACHABLE".to_string(), Some(3))]);
+    let c = check(&r, "network-connectivity");
+    // Rank 2 (node 1) reached both ranks of node 0; the front end is clean.
+    assert_eq!(c["ranks"][2]["status"], "passed");
+    assert_eq!(c["ranks"][2]["metrics"]["back_probes"], 2.0);
+    assert_eq!(c["ranks"][0]["metrics"]["front_failed"], 0.0);
+    assert!(c["ranks"][0]["notes"]["back_end_matrix"].as_str().unwrap().contains("FAIL 2/4"));
+    run.assert_nothing_left();
+}

@@ -6,6 +6,7 @@ pub mod all_reduce;
 pub mod all_to_all;
 pub mod collective;
 pub mod gemm;
+pub mod network_connectivity;
 
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::report::{CheckStatus, RankResult};
@@ -40,6 +41,7 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
         "all-reduce" => all_reduce::run(ctx),
         all_gather::NAME => all_gather::run(ctx),
         all_to_all::NAME => all_to_all::run(ctx),
+        network_connectivity::NAME => network_connectivity::run(ctx),
         other => Err(anyhow::anyhow!("check `{other}` is not implemented by this worker")),
     };
     outcome.unwrap_or_else(|e| {
@@ -55,6 +57,8 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
 /// - `gemm-slow`: runs every timed product four times (the device really does the work);
 /// - `all-reduce-wrong`, `all-gather-wrong`, `all-to-all-wrong`: corrupts one received element
 ///   before verification;
+/// - `net-closed`: the front-end listener of this rank's node is closed (its port refuses);
+/// - `net-backend-down`: this rank does not answer back-end probes (its peers time out);
 /// - `exit`: the worker exits with status 17 when it starts its first check;
 /// - `hang`: the worker sleeps forever at the start of its first check (heartbeats continue).
 #[derive(Debug, Default, Clone)]
@@ -102,6 +106,7 @@ pub fn micro_config(configs: &CheckConfigs, name: &str) -> serde_json::Value {
     match name {
         all_gather::NAME => sweep(&m.all_gather),
         all_to_all::NAME => sweep(&m.all_to_all),
+        network_connectivity::NAME => serde_json::to_value(&m.network_connectivity).unwrap_or_default(),
         _ => serde_json::Value::Null,
     }
 }

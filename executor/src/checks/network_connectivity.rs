@@ -1,0 +1,433 @@
+//! `network-connectivity`: reachability between every pair of nodes on both networks.
+//!
+//! - Front end (the hosts' own network): local rank 0 of every node listens on a TCP port and
+//!   connects to every other node's address, says hello and waits for the echo.
+//! - Back end (the GPU network): every pair of ranks on different nodes exchanges a small
+//!   buffer through the backend (NCCL send/recv, or the CPU transport), verified exactly. Pairs
+//!   run in rounds (each rank in at most one pair per round, a barrier between rounds, so a
+//!   slow pair cannot make the next round's partner time out).
+//! - Where `/sys/class/infiniband` exists, each RDMA port's state and rate.
+//!
+//! Every probe has its own timeout: a dead pair fails its probe and the others go on. Rank 0
+//! gathers every rank's probes into a node x node matrix per network (in its notes).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use gpusanity_common::report::{CheckStatus, RankResult};
+use serde::{Deserialize, Serialize};
+
+use super::all_reduce::count_wrong;
+use super::collective::{exchange_expected, exchange_period};
+use super::{CheckCtx, BARRIER_WAIT};
+use crate::backend::{CollCall, CollOp, GroupId, Work, WorkerPlace};
+
+pub const NAME: &str = "network-connectivity";
+
+/// One probe: `from` and `to` are node ranks on the front end, global ranks on the back end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Probe {
+    pub from: usize,
+    pub to: usize,
+    /// Round trip in milliseconds (0 for a failed probe).
+    pub ms: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One RDMA port under /sys/class/infiniband.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IbPort {
+    pub device: String,
+    pub port: String,
+    /// E.g. `ACTIVE`, `DOWN`, `INIT`.
+    pub state: String,
+    /// E.g. `400 Gb/sec (4X NDR)`.
+    pub rate: String,
+}
+
+/// What one rank found, published for rank 0.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Row {
+    front: Vec<Probe>,
+    back: Vec<Probe>,
+}
+
+pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
+    let cfg = ctx.configs.micro.network_connectivity.clone();
+    let timeout = Duration::from_millis(cfg.timeout_ms);
+    let place = ctx.place.clone();
+    let (rank, world, node, nnodes) = (place.rank, place.world, place.node_rank, place.node_sizes.len());
+    let mut row = Row::default();
+    let mut r = RankResult::new(rank, CheckStatus::Passed);
+
+    // Front end, by local rank 0 of every node.
+    ctx.progress.phase(NAME, "front-end", 0);
+    let server = if place.local_rank == 0 {
+        let closed = ctx.faults.has("net-closed", rank);
+        let server = EchoServer::start(timeout, closed).context("opening the front-end listener")?;
+        ctx.store.set(&format!("net/front/{node}"), &format!("{}:{}", place.node_addr, server.port))?;
+        ctx.store.barrier("net/front/up", node, nnodes, BARRIER_WAIT)?;
+        for to in (0..nnodes).filter(|&j| j != node) {
+            let addr = ctx.store.get(&format!("net/front/{to}"), BARRIER_WAIT)?;
+            let (ms, error) = match probe_front(&addr, node, timeout) {
+                Ok(ms) => (ms, None),
+                Err(e) => (0.0, Some(format!("{addr}: {e}"))),
+            };
+            row.front.push(Probe { from: node, to, ms, error });
+        }
+        Some(server)
+    } else {
+        None
+    };
+    ctx.store.barrier("net/front/done", rank, world, BARRIER_WAIT)?;
+
+    // Back end: pairs of ranks on different nodes, in rounds.
+    let elems = (cfg.bytes as usize / ctx.backend.coll_dtype().size()).max(1);
+    let send = ctx.backend.buf_alloc(elems).context("allocating the probe buffer")?;
+    let recv = ctx.backend.buf_alloc(elems).context("allocating the probe buffer")?;
+    let back = back_end(ctx, &place, send, recv, elems, timeout);
+    ctx.backend.buf_free(send);
+    ctx.backend.buf_free(recv);
+    row.back = back?;
+
+    if place.local_rank == 0 {
+        let ports = ib_ports(Path::new("/sys/class/infiniband"));
+        let down: Vec<String> = ports
+            .iter()
+            .filter(|p| p.state != "ACTIVE")
+            .map(|p| format!("{} port {}: {}", p.device, p.port, p.state))
+            .collect();
+        r.metrics.insert("ib_ports".into(), ports.len() as f64);
+        r.metrics.insert("ib_ports_not_active".into(), down.len() as f64);
+        if !ports.is_empty() {
+            r.notes.insert("ib_ports".into(), serde_json::to_string(&ports)?);
+        }
+        if !down.is_empty() {
+            r.notes.insert("ib_ports_not_active".into(), down.join("; "));
+        }
+    }
+
+    ctx.store.set(&format!("net/row/{rank}"), &serde_json::to_string(&row)?)?;
+    ctx.store.barrier("net/done", rank, world, BARRIER_WAIT)?;
+    drop(server);
+    if rank == 0 {
+        let mut rows = Vec::with_capacity(world);
+        for i in 0..world {
+            rows.push(serde_json::from_str::<Row>(&ctx.store.get(&format!("net/row/{i}"), BARRIER_WAIT)?)?);
+        }
+        summarize(&mut r, &rows, &place);
+    }
+
+    let failed: Vec<String> = row
+        .front
+        .iter()
+        .map(|p| (p, "front end, node"))
+        .chain(row.back.iter().map(|p| (p, "back end, rank")))
+        .filter_map(|(p, net)| p.error.as_ref().map(|e| format!("{net} {} -> {}: {e}", p.from, p.to)))
+        .collect();
+    let max_ms = |v: &[Probe]| v.iter().map(|p| p.ms).fold(0.0, f64::max);
+    r.metrics.insert("front_probes".into(), row.front.len() as f64);
+    r.metrics.insert("front_failed".into(), row.front.iter().filter(|p| p.error.is_some()).count() as f64);
+    r.metrics.insert("front_ms_max".into(), max_ms(&row.front));
+    r.metrics.insert("back_probes".into(), row.back.len() as f64);
+    r.metrics.insert("back_failed".into(), row.back.iter().filter(|p| p.error.is_some()).count() as f64);
+    r.metrics.insert("back_ms_max".into(), max_ms(&row.back));
+    if !failed.is_empty() {
+        r.status = CheckStatus::Failed;
+        r.error = Some(format!("{} probe(s) failed: {}", failed.len(), failed.join("; ")));
+    }
+    Ok(r)
+}
+
+/// The back-end probes of this rank, round by round.
+fn back_end(
+    ctx: &mut CheckCtx<'_>,
+    place: &WorkerPlace,
+    send: crate::backend::BufId,
+    recv: crate::backend::BufId,
+    elems: usize,
+    timeout: Duration,
+) -> Result<Vec<Probe>> {
+    let (rank, world) = (place.rank, place.world);
+    let dtype = ctx.backend.coll_dtype();
+    ctx.backend.buf_fill(send, &exchange_period(rank, 0)).context("filling the probe buffer")?;
+    let silent = ctx.faults.has("net-backend-down", rank);
+    let mut probes = Vec::new();
+    for (round, pairs) in rounds(world).into_iter().enumerate() {
+        ctx.progress.phase(NAME, "back-end round", round as u64);
+        ctx.store.barrier(&format!("net/round/{round}"), rank, world, BARRIER_WAIT)?;
+        let Some(peer) = pairs.iter().find_map(|&(a, b)| {
+            if a == rank {
+                Some(b)
+            } else if b == rank {
+                Some(a)
+            } else {
+                None
+            }
+        }) else {
+            continue;
+        };
+        if place.node_of(peer) == Some(place.node_rank) {
+            continue;
+        }
+        if silent {
+            // Injected: this rank's back end does not answer; its peers' probes time out.
+            probes.push(Probe { from: rank, to: peer, ms: 0.0, error: Some("not answered (injected fault)".into()) });
+            continue;
+        }
+        ctx.backend.buf_poison(recv, elems)?;
+        let mut call = CollCall::new(CollOp::SendRecv { peer }, GroupId::WORLD, send, recv, elems);
+        call.timeout = Some(timeout);
+        let t = Instant::now();
+        let outcome = ctx.backend.run(&[Work::Coll(call)], 0, 1).map_err(anyhow::Error::from).and_then(|_| {
+            let out = ctx.backend.buf_read(recv, elems)?;
+            let wrong = count_wrong(&out, &exchange_expected(peer, 0, dtype), dtype.size());
+            if wrong > 0 {
+                anyhow::bail!("{wrong} of {elems} received elements are wrong");
+            }
+            Ok(())
+        });
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        probes.push(match outcome {
+            Ok(()) => Probe { from: rank, to: peer, ms, error: None },
+            Err(e) => Probe { from: rank, to: peer, ms: 0.0, error: Some(format!("{e:#}")) },
+        });
+    }
+    Ok(probes)
+}
+
+/// A round-robin schedule (the circle method): every pair of `n` ranks exactly once, each
+/// rank in at most one pair per round.
+pub fn rounds(n: usize) -> Vec<Vec<(usize, usize)>> {
+    if n < 2 {
+        return Vec::new();
+    }
+    let m = n + n % 2; // with a "bye" when n is odd
+    (0..m - 1)
+        .map(|r| {
+            let mut pairs = vec![(m - 1, r)];
+            for k in 1..m / 2 {
+                pairs.push(((r + k) % (m - 1), (r + m - 1 - k) % (m - 1)));
+            }
+            pairs.into_iter().filter(|&(a, b)| a < n && b < n).map(|(a, b)| (a.min(b), a.max(b))).collect()
+        })
+        .collect()
+}
+
+/// Connects to `addr`, sends this node's rank and waits for the echo, all within `timeout`.
+/// Returns the round trip in milliseconds.
+fn probe_front(addr: &str, me: usize, timeout: Duration) -> Result<f64, String> {
+    let start = Instant::now();
+    let sock = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve: {e}"))?
+        .next()
+        .ok_or_else(|| "no address".to_string())?;
+    let mut s = TcpStream::connect_timeout(&sock, timeout).map_err(|e| format!("connect: {e}"))?;
+    let left = timeout.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
+    s.set_read_timeout(Some(left)).and_then(|_| s.set_write_timeout(Some(left))).map_err(|e| e.to_string())?;
+    let hello = (me as u64).to_le_bytes();
+    s.write_all(&hello).map_err(|e| format!("send: {e}"))?;
+    let mut echo = [0u8; 8];
+    s.read_exact(&mut echo).map_err(|e| format!("no echo: {e}"))?;
+    if echo != hello {
+        return Err("wrong echo".into());
+    }
+    Ok(start.elapsed().as_secs_f64() * 1e3)
+}
+
+/// The front-end listener: echoes 8 bytes on every connection until dropped.
+struct EchoServer {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl EchoServer {
+    /// With `closed`, the port is bound and released at once: a closed port (injected fault).
+    fn start(timeout: Duration, closed: bool) -> std::io::Result<EchoServer> {
+        let listener = TcpListener::bind("0.0.0.0:0")?;
+        let port = listener.local_addr()?.port();
+        let stop = Arc::new(AtomicBool::new(false));
+        if closed {
+            return Ok(EchoServer { port, stop, thread: None });
+        }
+        listener.set_nonblocking(true)?;
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((mut s, _)) => {
+                        let _ = s.set_nonblocking(false);
+                        let _ = s.set_read_timeout(Some(timeout));
+                        let mut b = [0u8; 8];
+                        if s.read_exact(&mut b).is_ok() {
+                            let _ = s.write_all(&b);
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Ok(EchoServer { port, stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for EchoServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The RDMA ports under `root` (`/sys/class/infiniband/DEV/ports/N/{state,rate}`); empty where
+/// there is none.
+pub fn ib_ports(root: &Path) -> Vec<IbPort> {
+    let read = |p: &Path| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
+    let mut out = Vec::new();
+    let Ok(devs) = std::fs::read_dir(root) else { return out };
+    for dev in devs.flatten() {
+        let Ok(ports) = std::fs::read_dir(dev.path().join("ports")) else { continue };
+        for port in ports.flatten() {
+            let state = read(&port.path().join("state"));
+            // "4: ACTIVE" -> "ACTIVE"
+            let state = state.split_once(':').map_or(state.as_str(), |(_, s)| s.trim()).to_string();
+            out.push(IbPort {
+                device: dev.file_name().to_string_lossy().into_owned(),
+                port: port.file_name().to_string_lossy().into_owned(),
+                state,
+                rate: read(&port.path().join("rate")),
+            });
+        }
+    }
+    out.sort_by(|a, b| (&a.device, &a.port).cmp(&(&b.device, &b.port)));
+    out
+}
+
+/// Rank 0's view: node x node matrices of both networks and the failed probes (as JSON for the
+/// diagnosis).
+fn summarize(r: &mut RankResult, rows: &[Row], place: &WorkerPlace) {
+    let nnodes = place.node_sizes.len();
+    let front: Vec<&Probe> = rows.iter().flat_map(|w| &w.front).collect();
+    let back: Vec<&Probe> = rows.iter().flat_map(|w| &w.back).collect();
+    let cell_front = |i: usize, j: usize| {
+        front.iter().find(|p| p.from == i && p.to == j).map_or("-".to_string(), |p| match &p.error {
+            None => format!("{:.2}ms", p.ms),
+            Some(_) => "FAIL".into(),
+        })
+    };
+    let cell_back = |i: usize, j: usize| {
+        let between: Vec<&&Probe> =
+            back.iter().filter(|p| place.node_of(p.from) == Some(i) && place.node_of(p.to) == Some(j)).collect();
+        let bad = between.iter().filter(|p| p.error.is_some()).count();
+        match (between.len(), bad) {
+            (0, _) => "-".to_string(),
+            (n, 0) => format!("ok {n}/{n}"),
+            (n, b) => format!("FAIL {b}/{n}"),
+        }
+    };
+    r.notes.insert("front_end_matrix".into(), matrix(nnodes, cell_front));
+    r.notes.insert("back_end_matrix".into(), matrix(nnodes, cell_back));
+    let failed = |v: &[&Probe]| {
+        serde_json::to_string(&v.iter().filter(|p| p.error.is_some()).collect::<Vec<_>>()).unwrap_or_default()
+    };
+    r.notes.insert("front_end_failed".into(), failed(&front));
+    r.notes.insert("back_end_failed".into(), failed(&back));
+}
+
+/// A node x node table, rows "from", columns "to".
+fn matrix(n: usize, cell: impl Fn(usize, usize) -> String) -> String {
+    let mut s = format!("{:>8}", "from\\to");
+    for j in 0..n {
+        s.push_str(&format!(" {:>10}", format!("node{j}")));
+    }
+    for i in 0..n {
+        s.push_str(&format!("\n{:>8}", format!("node{i}")));
+        for j in 0..n {
+            s.push_str(&format!(" {:>10}", if i == j { "-".to_string() } else { cell(i, j) }));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_cover_every_pair_once_with_each_rank_once_per_round() {
+        for n in 1..10 {
+            let rs = rounds(n);
+            let mut seen = std::collections::BTreeSet::new();
+            for pairs in &rs {
+                let mut used = std::collections::BTreeSet::new();
+                for &(a, b) in pairs {
+                    assert!(a < b && b < n);
+                    assert!(used.insert(a) && used.insert(b), "rank twice in a round: n {n}");
+                    assert!(seen.insert((a, b)), "pair twice: n {n}");
+                }
+            }
+            assert_eq!(seen.len(), n * n.saturating_sub(1) / 2, "n {n}");
+        }
+    }
+
+    #[test]
+    fn ib_ports_are_read_and_a_port_not_active_shows() {
+        let root = std::env::temp_dir().join(format!("gpusanity-ib-{}", std::process::id()));
+        for (dev, port, state) in [("mlx5_0", "1", "4: ACTIVE"), ("mlx5_1", "1", "1: DOWN")] {
+            let d = root.join(dev).join("ports").join(port);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("state"), format!("{state}\n")).unwrap();
+            std::fs::write(d.join("rate"), "400 Gb/sec (4X NDR)\n").unwrap();
+        }
+        let ports = ib_ports(&root);
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(ports.len(), 2);
+        assert_eq!((ports[0].state.as_str(), ports[1].state.as_str()), ("ACTIVE", "DOWN"));
+        assert_eq!(ports[0].rate, "400 Gb/sec (4X NDR)");
+        assert!(ib_ports(Path::new("/nonexistent/infiniband")).is_empty());
+    }
+
+    #[test]
+    fn front_probe_of_a_closed_port_fails_fast_and_an_echo_passes() {
+        let closed = EchoServer::start(Duration::from_secs(1), true).unwrap();
+        let t = Instant::now();
+        let e = probe_front(&format!("127.0.0.1:{}", closed.port), 0, Duration::from_secs(2)).unwrap_err();
+        assert!(e.contains("connect"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(1));
+        let open = EchoServer::start(Duration::from_secs(1), false).unwrap();
+        assert!(probe_front(&format!("127.0.0.1:{}", open.port), 3, Duration::from_secs(2)).is_ok());
+    }
+
+    #[test]
+    fn matrices_name_the_failed_cells() {
+        let place = WorkerPlace { node_sizes: vec![1, 1], ..WorkerPlace::single_node(0, 2) };
+        let rows = vec![
+            Row {
+                front: vec![Probe { from: 0, to: 1, ms: 0.0, error: Some("refused".into()) }],
+                back: vec![Probe { from: 0, to: 1, ms: 0.5, error: None }],
+            },
+            Row {
+                front: vec![Probe { from: 1, to: 0, ms: 0.2, error: None }],
+                back: vec![Probe { from: 1, to: 0, ms: 0.5, error: None }],
+            },
+        ];
+        let mut r = RankResult::new(0, CheckStatus::Passed);
+        summarize(&mut r, &rows, &place);
+        let m = &r.notes["front_end_matrix"];
+        assert!(m.lines().nth(1).unwrap().contains("FAIL"), "{m}");
+        assert!(m.lines().nth(2).unwrap().contains("0.20ms"), "{m}");
+        assert!(r.notes["back_end_matrix"].contains("ok 1/1"));
+        let failed: Vec<Probe> = serde_json::from_str(&r.notes["front_end_failed"]).unwrap();
+        assert_eq!(failed.len(), 1);
+        assert_eq!((failed[0].from, failed[0].to), (0, 1));
+    }
+}
