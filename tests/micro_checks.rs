@@ -152,3 +152,43 @@ fn connectivity_names_a_rank_whose_back_end_is_silent_and_the_probes_time_out() 
     assert!(c["ranks"][0]["notes"]["back_end_matrix"].as_str().unwrap().contains("FAIL 2/4"));
     run.assert_nothing_left();
 }
+
+#[test]
+fn multi_all_reduce_runs_every_rail_node_and_world_group_at_once_on_two_nodes() {
+    let _g = serial();
+    let run = Run::new();
+    let outs = loopback_job(&run, &["--micro-benchmarks=multi-all-reduce,network-connectivity"], 2, 2);
+    for o in &outs {
+        assert_eq!(code(o), 0, "{}", stderr(o));
+    }
+    let r = run.report();
+    let c = check(&r, "multi-all-reduce");
+    assert_eq!(c["status"], "passed");
+    assert_eq!(c["config"]["world_streams"], 2);
+    let groups = c["ranks"][0]["notes"]["groups"].as_str().unwrap();
+    assert_eq!(
+        groups,
+        "rail0: ranks [0, 2]; rail1: ranks [1, 3]; node0: ranks [0, 1]; node1: ranks [2, 3]; \
+         world0: ranks [0, 1, 2, 3]; world1: ranks [0, 1, 2, 3]"
+    );
+    for (rank, mine) in [(0, ["rail0", "node0"]), (3, ["rail1", "node1"])] {
+        let m = &c["ranks"][rank]["metrics"];
+        for g in mine.iter().chain(&["world0", "world1"]) {
+            assert!(m[format!("busbw_gbps.{g}")].as_f64().unwrap() > 0.0, "rank {rank} {g}: {m}");
+        }
+        assert_eq!(m["wrong_elements"], 0.0);
+    }
+    // The connectivity matrices of a healthy job: every cell between the nodes passes.
+    let n = &check(&r, "network-connectivity")["ranks"][0]["notes"];
+    assert!(!n["front_end_matrix"].as_str().unwrap().contains("FAIL"));
+    assert_eq!(n["back_end_matrix"].as_str().unwrap().matches("ok 4/4").count(), 2);
+    run.assert_nothing_left();
+
+    let run = Run::new();
+    let envs = "--sanity-check-envs=GPUSANITY_FAULT=multi-all-reduce-wrong@2";
+    let out =
+        run_with_timeout(run.command(&["--micro-benchmarks=multi-all-reduce", "--nproc-per-node=3", envs]), LIMIT);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_eq!(findings(&run.report()), [("MULTI_ALLREDUCE_WRONG_RESULT".to_string(), Some(2))]);
+    run.assert_nothing_left();
+}

@@ -18,6 +18,9 @@ pub struct MultiAllReduceConfig {
     pub world_streams: usize,
     pub warmup: usize,
     pub iters: usize,
+    /// Whether the diagnosis compares groups of one kind. Off on CPU workers: the threads of
+    /// one worker share the host's cores unfairly, so concurrent groups' figures are noise.
+    pub compare_groups: bool,
 }
 
 /// `network-connectivity`.
@@ -67,7 +70,13 @@ impl MicroConfigs {
                 MicroConfigs {
                     all_gather: sweep.clone(),
                     all_to_all: sweep,
-                    multi_all_reduce: MultiAllReduceConfig { bytes: 256 << 20, world_streams: 2, warmup: 3, iters: 10 },
+                    multi_all_reduce: MultiAllReduceConfig {
+                        bytes: 256 << 20,
+                        world_streams: 2,
+                        warmup: 3,
+                        iters: 10,
+                        compare_groups: true,
+                    },
                     network_connectivity: ConnectivityConfig { timeout_ms: 5000, bytes: 1 << 20 },
                     overlap: OverlapConfig { gemm_size: 8192, bytes: 256 << 20, warmup: 3, iters: 20 },
                     kernel_launch: KernelLaunchConfig { iters: 10_000 },
@@ -78,7 +87,13 @@ impl MicroConfigs {
                 MicroConfigs {
                     all_gather: sweep.clone(),
                     all_to_all: sweep,
-                    multi_all_reduce: MultiAllReduceConfig { bytes: 1 << 20, world_streams: 2, warmup: 2, iters: 5 },
+                    multi_all_reduce: MultiAllReduceConfig {
+                        bytes: 1 << 20,
+                        world_streams: 2,
+                        warmup: 2,
+                        iters: 5,
+                        compare_groups: false,
+                    },
                     network_connectivity: ConnectivityConfig { timeout_ms: 2000, bytes: 64 << 10 },
                     overlap: OverlapConfig { gemm_size: 384, bytes: 1 << 20, warmup: 1, iters: 5 },
                     kernel_launch: KernelLaunchConfig { iters: 1000 },

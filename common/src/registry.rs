@@ -57,7 +57,7 @@ pub const CHECKS: &[CheckInfo] = &[
     check("all-reduce", Micro, "communication errors/hangs; low bus bandwidth", true, 300, 5),
     check("all-to-all", Micro, "communication errors/hangs; low bus bandwidth (all-to-all)", true, 300, 3),
     check("all-gather", Micro, "communication errors/hangs; low bus bandwidth (all-gather)", true, 300, 3),
-    check("multi-all-reduce", Micro, "concurrent all-reduces per rail and per node: a bad rail or NIC", false, 300, 5),
+    check("multi-all-reduce", Micro, "concurrent all-reduces per rail and per node: a bad rail or NIC", true, 300, 5),
     check("network-connectivity", Micro, "front-end and back-end reachability between every pair of nodes", true, 120, 3),
     check("matmul-all-reduce-overlap", Micro, "errors/hangs or slow steps with GEMM and all-reduce at once", false, 60, 3),
     check("mini-gpt", Model, "training loss abnormal, hang, error; slow step", false, 60, 10),

@@ -2,10 +2,11 @@
 //! figure by which a slow rank is named, and the findings that need more than one rank's
 //! status (a failed connectivity pair, a slow group of concurrent all-reduces).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gpusanity_common::report::{CheckReport, Finding, RankInfo, Severity};
 
+use crate::checks::median;
 use crate::checks::network_connectivity::Probe;
 
 /// The code of a wrong result found by `check`'s own verifier (gemm has its own).
@@ -147,6 +148,170 @@ fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
     }
 }
 
+/// Each group's busbw (the median of its members' figures) against the groups of its kind
+/// (rails, nodes, world): a group below `slow_fraction` of its kind's median is named, where
+/// the check's configuration asks for the comparison.
 fn multi_all_reduce(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, findings: &mut Vec<Finding>) {
-    let _ = (c, ranks, slow_fraction, findings);
+    if c.config.get("compare_groups").and_then(|v| v.as_bool()) != Some(true) {
+        return;
+    }
+    let mut by_group: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for r in &c.ranks {
+        for (k, v) in &r.metrics {
+            if let Some(g) = k.strip_prefix("busbw_gbps.") {
+                by_group.entry(g.to_string()).or_default().push(*v);
+            }
+        }
+    }
+    let members = |g: &str| -> String {
+        c.ranks
+            .iter()
+            .find_map(|r| r.notes.get("groups"))
+            .and_then(|l| l.split("; ").find_map(|e| e.strip_prefix(&format!("{g}: ")).map(str::to_string)))
+            .unwrap_or_default()
+    };
+    let mut by_kind: BTreeMap<String, Vec<(String, f64)>> = BTreeMap::new();
+    for (g, v) in &by_group {
+        let kind = g.trim_end_matches(|ch: char| ch.is_ascii_digit()).to_string();
+        by_kind.entry(kind).or_default().push((g.clone(), median(v)));
+    }
+    for groups in by_kind.values().filter(|g| g.len() >= 2) {
+        let med = median(&groups.iter().map(|(_, v)| *v).collect::<Vec<_>>());
+        for (g, v) in groups.iter().filter(|(_, v)| *v < slow_fraction * med) {
+            let msg = format!(
+                "group {g} ({}): {v:.2} GB/s busbw, below {:.0}% of the median {med:.2} of its kind",
+                members(g),
+                slow_fraction * 100.0
+            );
+            let mut f = Finding::new(Severity::Critical, "MULTI_ALLREDUCE_SLOW_GROUP", &c.name, msg);
+            if let Some(node) = g.strip_prefix("node").and_then(|n| n.parse::<usize>().ok()) {
+                f.node_rank = Some(node);
+                f.host = ranks.iter().find(|r| r.node_rank == node).map(|r| r.host.clone());
+            }
+            f.measured = Some(*v);
+            f.peers_median = Some(med);
+            findings.push(f);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpusanity_common::report::{CheckStatus, RankResult};
+
+    use super::*;
+
+    fn report(name: &str, ranks: Vec<RankResult>) -> CheckReport {
+        CheckReport {
+            name: name.into(),
+            status: CheckStatus::NotRun,
+            duration_s: 1.0,
+            config: serde_json::Value::Null,
+            ranks,
+        }
+    }
+
+    fn infos(n: usize, per_node: usize) -> Vec<RankInfo> {
+        (0..n)
+            .map(|i| RankInfo {
+                rank: i,
+                node_rank: i / per_node,
+                local_rank: i % per_node,
+                host: format!("h{}", i / per_node),
+                device: "cpu".into(),
+                pid: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_slow_rail_is_named_and_a_balanced_run_is_not() {
+        // 2 nodes x 4: rails 0..3 of ranks {i, i + 4}; rail 2 at a third of the others.
+        let ranks: Vec<RankResult> = (0..8)
+            .map(|i| {
+                let mut r = RankResult::new(i, CheckStatus::Passed);
+                let rail = i % 4;
+                r.metrics.insert(format!("busbw_gbps.rail{rail}"), if rail == 2 { 30.0 } else { 90.0 + i as f64 });
+                r.metrics.insert(format!("busbw_gbps.node{}", i / 4), 200.0);
+                r.notes.insert("groups".into(), "rail2: ranks [2, 6]; node0: ranks [0, 1, 2, 3]".into());
+                r
+            })
+            .collect();
+        let mut f = Vec::new();
+        let mut c = report("multi-all-reduce", ranks.clone());
+        diagnose(&c, &infos(8, 4), 0.8, &mut f);
+        assert!(f.is_empty(), "no comparison unless configured");
+        c.config = serde_json::json!({ "compare_groups": true });
+        diagnose(&c, &infos(8, 4), 0.8, &mut f);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].code, "MULTI_ALLREDUCE_SLOW_GROUP");
+        assert!(f[0].message.contains("rail2 (ranks [2, 6])"), "{}", f[0].message);
+        // The same figures without the slow rail: nothing.
+        let even: Vec<RankResult> = ranks
+            .into_iter()
+            .map(|mut r| {
+                for v in r.metrics.values_mut() {
+                    *v = v.max(90.0);
+                }
+                r
+            })
+            .collect();
+        let mut f = Vec::new();
+        c.ranks = even;
+        diagnose(&c, &infos(8, 4), 0.8, &mut f);
+        assert!(f.is_empty(), "{f:?}");
+    }
+
+    fn probes(key: &str, list: &[(usize, usize)]) -> RankResult {
+        let mut r = RankResult::new(0, CheckStatus::Failed);
+        let v: Vec<Probe> =
+            list.iter().map(|&(from, to)| Probe { from, to, ms: 0.0, error: Some("refused".into()) }).collect();
+        r.notes.insert(key.into(), serde_json::to_string(&v).unwrap());
+        r
+    }
+
+    #[test]
+    fn connectivity_names_an_unreachable_node_a_silent_rank_or_else_the_pair() {
+        let codes = |f: &[Finding]| f.iter().map(|f| (f.code.clone(), f.node_rank, f.rank)).collect::<Vec<_>>();
+        // 3 nodes of 1: nobody reaches node 2.
+        let mut f = Vec::new();
+        diagnose(
+            &report("network-connectivity", vec![probes("front_end_failed", &[(0, 2), (1, 2)])]),
+            &infos(3, 1),
+            0.8,
+            &mut f,
+        );
+        assert_eq!(codes(&f), [("NET_FRONTEND_UNREACHABLE".into(), Some(2), Some(2))]);
+        // Only node 0 -> node 2 fails: the pair, nobody blamed.
+        let mut f = Vec::new();
+        diagnose(
+            &report("network-connectivity", vec![probes("front_end_failed", &[(0, 2)])]),
+            &infos(3, 1),
+            0.8,
+            &mut f,
+        );
+        assert_eq!(codes(&f), [("NET_FRONTEND_PAIR_FAILED".into(), None, None)]);
+        // Back end, 3 nodes of 1: rank 1 fails with both peers.
+        let mut f = Vec::new();
+        diagnose(
+            &report("network-connectivity", vec![probes("back_end_failed", &[(0, 1), (1, 2)])]),
+            &infos(3, 1),
+            0.8,
+            &mut f,
+        );
+        assert_eq!(codes(&f), [("NET_BACKEND_RANK_UNREACHABLE".into(), Some(1), Some(1))]);
+        // Two nodes of one: only the pair can be named.
+        let mut f = Vec::new();
+        diagnose(
+            &report("network-connectivity", vec![probes("back_end_failed", &[(1, 0)])]),
+            &infos(2, 1),
+            0.8,
+            &mut f,
+        );
+        assert_eq!(codes(&f), [("NET_BACKEND_PAIR_FAILED".into(), None, None)]);
+        // Nothing failed: nothing said.
+        let mut f = Vec::new();
+        diagnose(&report("network-connectivity", vec![probes("back_end_failed", &[])]), &infos(2, 1), 0.8, &mut f);
+        assert!(f.is_empty());
+    }
 }

@@ -6,6 +6,7 @@ pub mod all_reduce;
 pub mod all_to_all;
 pub mod collective;
 pub mod gemm;
+pub mod multi_all_reduce;
 pub mod network_connectivity;
 
 use gpusanity_common::config::CheckConfigs;
@@ -42,6 +43,7 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
         all_gather::NAME => all_gather::run(ctx),
         all_to_all::NAME => all_to_all::run(ctx),
         network_connectivity::NAME => network_connectivity::run(ctx),
+        multi_all_reduce::NAME => multi_all_reduce::run(ctx),
         other => Err(anyhow::anyhow!("check `{other}` is not implemented by this worker")),
     };
     outcome.unwrap_or_else(|e| {
@@ -57,6 +59,7 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
 /// - `gemm-slow`: runs every timed product four times (the device really does the work);
 /// - `all-reduce-wrong`, `all-gather-wrong`, `all-to-all-wrong`: corrupts one received element
 ///   before verification;
+/// - `multi-all-reduce-wrong`: corrupts one element of this rank's first group's sum;
 /// - `net-closed`: the front-end listener of this rank's node is closed (its port refuses);
 /// - `net-backend-down`: this rank does not answer back-end probes (its peers time out);
 /// - `exit`: the worker exits with status 17 when it starts its first check;
@@ -107,6 +110,7 @@ pub fn micro_config(configs: &CheckConfigs, name: &str) -> serde_json::Value {
         all_gather::NAME => sweep(&m.all_gather),
         all_to_all::NAME => sweep(&m.all_to_all),
         network_connectivity::NAME => serde_json::to_value(&m.network_connectivity).unwrap_or_default(),
+        multi_all_reduce::NAME => serde_json::to_value(&m.multi_all_reduce).unwrap_or_default(),
         _ => serde_json::Value::Null,
     }
 }
