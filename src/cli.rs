@@ -214,7 +214,7 @@ fn list(json: bool) -> ExitCode {
                 "cpu": CheckConfigs::defaults(DeviceKind::Cpu),
                 "cuda": CheckConfigs::defaults(DeviceKind::Cuda),
             },
-            "check_params": gpusanity_common::config::PARAM_KEYS,
+            "check_params": gpusanity_common::config::PARAM_KEYS.iter().chain(gpusanity_common::config_micro::MICRO_PARAM_KEYS).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return ExitCode::Passed;

@@ -192,3 +192,51 @@ fn multi_all_reduce_runs_every_rail_node_and_world_group_at_once_on_two_nodes() 
     assert_eq!(findings(&run.report()), [("MULTI_ALLREDUCE_WRONG_RESULT".to_string(), Some(2))]);
     run.assert_nothing_left();
 }
+
+const SUITE: &str = "--micro-benchmarks=gemm,kernel-launch,all-reduce,all-to-all,all-gather,multi-all-reduce,\
+network-connectivity,matmul-all-reduce-overlap";
+
+#[test]
+fn the_whole_micro_suite_passes_on_two_nodes_with_overlap_figures_and_kernel_launch_not_applicable() {
+    let _g = serial();
+    let run = Run::new();
+    let start = std::time::Instant::now();
+    let outs = loopback_job(&run, &[SUITE], 2, 1);
+    for o in &outs {
+        assert_eq!(code(o), 0, "{}", stderr(o));
+    }
+    assert!(start.elapsed() < Duration::from_secs(60), "took {:?}", start.elapsed());
+    let r = run.report();
+    assert_eq!(r["checks"].as_array().unwrap().len(), 8);
+    let k = check(&r, "kernel-launch");
+    assert_eq!(k["status"], "not_applicable");
+    assert!(k["ranks"][0]["notes"]["not_applicable"].as_str().unwrap().contains("CPU"));
+    assert!(r["summary"].as_str().unwrap().contains("kernel-launch (not applicable)"));
+    let o = check(&r, "matmul-all-reduce-overlap");
+    assert_eq!(o["status"], "passed");
+    for rank in o["ranks"].as_array().unwrap() {
+        let m = &rank["metrics"];
+        let f = |k: &str| m[k].as_f64().unwrap_or_else(|| panic!("{k} in {m}"));
+        for key in [
+            "gemm_ms_alone",
+            "allreduce_ms_alone",
+            "gemm_ms_overlapped",
+            "allreduce_ms_overlapped",
+            "overlapped_step_ms",
+        ] {
+            assert!(f(key) > 0.0, "{key}: {m}");
+        }
+        assert!((f("serial_step_ms") - f("gemm_ms_alone") - f("allreduce_ms_alone")).abs() < 1e-9);
+        assert!((f("gemm_slowdown") - f("gemm_ms_overlapped") / f("gemm_ms_alone")).abs() < 1e-9);
+        assert!(f("overlapped_step_ms") >= f("gemm_ms_overlapped").max(f("allreduce_ms_overlapped")) - 1e-9);
+        assert_eq!(f("wrong_elements"), 0.0);
+    }
+    run.assert_nothing_left();
+
+    let run = Run::new();
+    let envs = "--sanity-check-envs=GPUSANITY_FAULT=overlap-wrong@1";
+    let out = run_with_timeout(run.command(&["--micro-benchmarks=matmul-all-reduce-overlap", envs]), LIMIT);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_eq!(findings(&run.report()), [("OVERLAP_WRONG_RESULT".to_string(), Some(1))]);
+    run.assert_nothing_left();
+}

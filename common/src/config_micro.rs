@@ -95,7 +95,7 @@ impl MicroConfigs {
                         compare_groups: false,
                     },
                     network_connectivity: ConnectivityConfig { timeout_ms: 2000, bytes: 64 << 10 },
-                    overlap: OverlapConfig { gemm_size: 384, bytes: 1 << 20, warmup: 1, iters: 5 },
+                    overlap: OverlapConfig { gemm_size: 384, bytes: 1 << 20, warmup: 2, iters: 10 },
                     kernel_launch: KernelLaunchConfig { iters: 1000 },
                 }
             }

@@ -53,13 +53,13 @@ use CheckGroup::{Micro, Model};
 /// Every check item of the specification, in run order.
 pub const CHECKS: &[CheckInfo] = &[
     check("gemm", Micro, "faulty GPU (error, hang, wrong result); slow GPU (low TFLOPS)", true, 60, 1),
-    check("kernel-launch", Micro, "launch errors/hangs; slow launch latency", false, 60, 2),
+    check("kernel-launch", Micro, "launch errors/hangs; slow launch latency", true, 60, 2),
     check("all-reduce", Micro, "communication errors/hangs; low bus bandwidth", true, 300, 5),
     check("all-to-all", Micro, "communication errors/hangs; low bus bandwidth (all-to-all)", true, 300, 3),
     check("all-gather", Micro, "communication errors/hangs; low bus bandwidth (all-gather)", true, 300, 3),
     check("multi-all-reduce", Micro, "concurrent all-reduces per rail and per node: a bad rail or NIC", true, 300, 5),
     check("network-connectivity", Micro, "front-end and back-end reachability between every pair of nodes", true, 120, 3),
-    check("matmul-all-reduce-overlap", Micro, "errors/hangs or slow steps with GEMM and all-reduce at once", false, 60, 3),
+    check("matmul-all-reduce-overlap", Micro, "errors/hangs or slow steps with GEMM and all-reduce at once", true, 60, 3),
     check("mini-gpt", Model, "training loss abnormal, hang, error; slow step", false, 60, 10),
     check("megatron-gpt", Model, "the same for a tensor+data-parallel GPT", false, 300, 15),
     check("resnet", Model, "the same for ResNet training", false, 120, 10),

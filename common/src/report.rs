@@ -49,6 +49,9 @@ pub enum CheckStatus {
     TimedOut,
     /// The check never started: an earlier check ended the run.
     NotRun,
+    /// The check does not apply to this device (e.g. kernel launch on CPU); the rank's notes
+    /// say why. Not a failure.
+    NotApplicable,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

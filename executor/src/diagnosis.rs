@@ -142,14 +142,16 @@ pub fn diagnose(checks: &mut [CheckReport], ranks: &[RankInfo], slow_fraction: f
             CheckStatus::TimedOut
         } else if c.ranks.iter().all(|r| r.status == CheckStatus::NotRun) {
             CheckStatus::NotRun
-        } else if critical || c.ranks.iter().any(|r| r.status != CheckStatus::Passed) {
+        } else if !critical && !c.ranks.is_empty() && c.ranks.iter().all(|r| r.status == CheckStatus::NotApplicable) {
+            CheckStatus::NotApplicable
+        } else if critical || c.ranks.iter().any(|r| !matches!(r.status, CheckStatus::Passed | CheckStatus::NotApplicable)) {
             if c.ranks.iter().any(|r| r.status == CheckStatus::Error) { CheckStatus::Error } else { CheckStatus::Failed }
         } else {
             CheckStatus::Passed
         };
     }
     let failed = findings.iter().any(|f| f.severity == Severity::Critical)
-        || checks.iter().any(|c| c.status != CheckStatus::Passed);
+        || checks.iter().any(|c| !matches!(c.status, CheckStatus::Passed | CheckStatus::NotApplicable));
     let status = match (failed, timed_out) {
         (_, true) => RunStatus::TimedOut,
         (true, false) => RunStatus::Failed,
@@ -205,7 +207,10 @@ fn summarize(status: RunStatus, findings: &[Finding], checks: &[CheckReport]) ->
     }
     match status {
         RunStatus::Passed => {
-            let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
+            let names: Vec<String> = checks
+                .iter()
+                .map(|c| if c.status == CheckStatus::NotApplicable { format!("{} (not applicable)", c.name) } else { c.name.clone() })
+                .collect();
             format!("all checks passed: {}", names.join(", "))
         }
         RunStatus::Skipped => "checks skipped".into(),

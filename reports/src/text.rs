@@ -9,6 +9,15 @@ use gpusanity_common::report::{CheckReport, CheckStatus, Report, RunStatus};
 fn columns(check: &str) -> &'static [(&'static str, &'static str)] {
     match check {
         "gemm" => &[("tflops", "TFLOP/s"), ("tflops_best", "best"), ("wrong_elements", "wrong")],
+        "kernel-launch" => &[("launch_us", "launch us"), ("round_trip_us", "launch+sync us"), ("round_trip_best_us", "best")],
+        "multi-all-reduce" => &[("busbw_gbps_min", "min group busbw"), ("wrong_elements", "wrong")],
+        "matmul-all-reduce-overlap" => &[
+            ("gemm_ms_alone", "gemm ms"),
+            ("allreduce_ms_alone", "allreduce ms"),
+            ("overlapped_step_ms", "overlapped ms"),
+            ("overlap_efficiency", "efficiency"),
+        ],
+        "network-connectivity" => &[("front_failed", "front failed"), ("back_failed", "back failed")],
         "all-reduce" | "all-gather" | "all-to-all" => &[
             ("busbw_gbps", "busbw GB/s @max"),
             ("busbw_gbps_peak", "peak busbw"),
@@ -26,6 +35,7 @@ fn status_word(s: CheckStatus) -> &'static str {
         CheckStatus::Error => "ERROR",
         CheckStatus::TimedOut => "TIMEOUT",
         CheckStatus::NotRun => "not run",
+        CheckStatus::NotApplicable => "n/a",
     }
 }
 
@@ -80,6 +90,9 @@ fn table(s: &mut String, report: &Report, c: &CheckReport) {
         let _ = write!(line, "  {}", status_word(r.status));
         if let Some(e) = &r.error {
             let _ = write!(line, ": {e}");
+        }
+        if let Some(why) = r.notes.get("not_applicable") {
+            let _ = write!(line, ": {why}");
         }
         let _ = writeln!(s, "{line}");
     }

@@ -6,8 +6,10 @@ pub mod all_reduce;
 pub mod all_to_all;
 pub mod collective;
 pub mod gemm;
+pub mod kernel_launch;
 pub mod multi_all_reduce;
 pub mod network_connectivity;
+pub mod overlap;
 
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::report::{CheckStatus, RankResult};
@@ -44,6 +46,8 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
         all_to_all::NAME => all_to_all::run(ctx),
         network_connectivity::NAME => network_connectivity::run(ctx),
         multi_all_reduce::NAME => multi_all_reduce::run(ctx),
+        overlap::NAME => overlap::run(ctx),
+        kernel_launch::NAME => kernel_launch::run(ctx),
         other => Err(anyhow::anyhow!("check `{other}` is not implemented by this worker")),
     };
     outcome.unwrap_or_else(|e| {
@@ -60,6 +64,7 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
 /// - `all-reduce-wrong`, `all-gather-wrong`, `all-to-all-wrong`: corrupts one received element
 ///   before verification;
 /// - `multi-all-reduce-wrong`: corrupts one element of this rank's first group's sum;
+/// - `overlap-wrong`: corrupts one element of the all-reduce run under overlap;
 /// - `net-closed`: the front-end listener of this rank's node is closed (its port refuses);
 /// - `net-backend-down`: this rank does not answer back-end probes (its peers time out);
 /// - `exit`: the worker exits with status 17 when it starts its first check;
@@ -111,6 +116,8 @@ pub fn micro_config(configs: &CheckConfigs, name: &str) -> serde_json::Value {
         all_to_all::NAME => sweep(&m.all_to_all),
         network_connectivity::NAME => serde_json::to_value(&m.network_connectivity).unwrap_or_default(),
         multi_all_reduce::NAME => serde_json::to_value(&m.multi_all_reduce).unwrap_or_default(),
+        overlap::NAME => serde_json::to_value(&m.overlap).unwrap_or_default(),
+        kernel_launch::NAME => serde_json::to_value(&m.kernel_launch).unwrap_or_default(),
         _ => serde_json::Value::Null,
     }
 }
