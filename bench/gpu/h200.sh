@@ -8,24 +8,11 @@ set -u
 BIN=${BIN:-target/release/gpusanity}
 OUT=${OUT:-/tmp/gpusanity-gpu}
 mkdir -p "$OUT"
-# NVLink multicast stays off on shared machines.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# The CUDA libraries of PyTorch's pip packages: every lib folder under site-packages/nvidia.
-NV=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null)
-if [ -n "$NV" ]; then
-  LD_LIBRARY_PATH=$(find "$NV" -maxdepth 3 -type d -name lib | paste -sd:)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export LD_LIBRARY_PATH
-fi
+# The machine's environment (CUDA libraries, NCCL_NVLS_ENABLE=0) and `wall`.
+. "$(dirname "$0")/env.sh"
 nvidia-smi -L
 NGPU=$(nvidia-smi -L | grep -c '^GPU')
 date -u +"date: %Y-%m-%dT%H:%M:%SZ"
-
-wall() { # name, then the command: prints its wall time and exit code
-  local name=$1; shift
-  local s e rc
-  s=$(date +%s%N); "$@"; rc=$?; e=$(date +%s%N)
-  echo "== $name: wall $(( (e - s) / 1000000 )) ms, exit $rc"
-}
 
 echo "== default check (gemm + all-reduce) on $NGPU GPU(s), twice (the first run warms the driver cache)"
 wall default-1 "$BIN" check --report-dir "$OUT/default1" > "$OUT/default1.txt" 2>&1

@@ -13,10 +13,19 @@ use super::nccl::comm_err;
 use super::{dev_err, gemm, BackendError, CudaBackend};
 use crate::backend::{check_work, CollCall, CollOp, GroupId, Timing, Work};
 
-/// A communicator and whether a timed-out operation left its stream stuck.
+/// A communicator on its stream. After a timed-out operation the communicator is aborted
+/// (ncclCommAbort ends its stuck kernels) and the group is abandoned, with the reason.
 pub(super) struct Group {
-    pub comm: Comm,
+    pub comm: Option<Comm>,
+    pub size: usize,
+    pub stream: Arc<CudaStream>,
     pub abandoned: Option<String>,
+}
+
+impl Group {
+    pub fn new(comm: Comm) -> Group {
+        Group { size: comm.world_size(), stream: comm.stream(), comm: Some(comm), abandoned: None }
+    }
 }
 
 /// Element `i` = `period[i % period.len()]`, built on the host (doubling copies: a few large
@@ -132,7 +141,7 @@ pub(super) fn run(be: &mut CudaBackend, work: &[Work], warmup: usize, iters: usi
                 if let Some(why) = &g.abandoned {
                     return Err(BackendError::Comm(format!("group {} was abandoned: {why}", c.group.0)));
                 }
-                g.comm.stream()
+                g.stream.clone()
             }
         };
         if streams.iter().any(|t| t.cu_stream() == s.cu_stream()) {
@@ -201,7 +210,8 @@ fn timed(
                         .and_then(Option::as_ref)
                         .ok_or_else(|| BackendError::Device("no send buffer".into()))?;
                     let recv = recv.as_mut().ok_or_else(|| BackendError::Device("no receive buffer".into()))?;
-                    issue(&group.comm, c, send, recv)?;
+                    let comm = group.comm.as_ref().ok_or_else(|| BackendError::Comm("communicator aborted".into()))?;
+                    issue(comm, c, send, recv)?;
                 }
             }
         }
@@ -226,6 +236,9 @@ fn timed(
                     );
                     if let Some(Some(g)) = groups.get_mut(c.group.0) {
                         g.abandoned = Some(why.clone());
+                        // Aborting ends the stuck kernel, so the stream (and the process) can
+                        // go on; cudarc's drop of a communicator is ncclCommAbort.
+                        drop(g.comm.take());
                     }
                     return Err(BackendError::Timeout(why));
                 }

@@ -103,7 +103,7 @@ impl CudaBackend {
             Ok(CudaBackend {
                 gemm: None,
                 bufs: Vec::new(),
-                groups: vec![Some(coll::Group { comm, abandoned: None })],
+                groups: vec![Some(coll::Group::new(comm))],
                 empty_kernel: None,
                 blas,
                 place: place.clone(),
@@ -116,8 +116,11 @@ impl CudaBackend {
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
-        // Let queued work finish before the fields (buffers, comm, handle) are torn down.
-        let _ = self.stream.synchronize();
+        // Let queued work finish before the fields (buffers, comm, handle) are torn down;
+        // not after a timed-out operation, which may still hold the stream.
+        if !self.groups.iter().flatten().any(|g| g.abandoned.is_some()) {
+            let _ = self.stream.synchronize();
+        }
     }
 }
 
@@ -175,14 +178,14 @@ impl Backend for CudaBackend {
         let g = guarded("creating a communicator", || {
             let stream = self.stream.context().new_stream().map_err(|e| dev_err("cuStreamCreate", &e))?;
             let comm = nccl::connect_group(&stream, &self.place, store, key, members)?;
-            Ok(coll::Group { comm, abandoned: None })
+            Ok(coll::Group::new(comm))
         })?;
         self.groups.push(Some(g));
         Ok(GroupId(self.groups.len() - 1))
     }
 
     fn group_size(&self, group: GroupId) -> Result<usize, BackendError> {
-        Ok(self.group_ref(group)?.comm.world_size())
+        Ok(self.group_ref(group)?.size)
     }
 
     fn buf_alloc(&mut self, elems: usize) -> Result<BufId, BackendError> {

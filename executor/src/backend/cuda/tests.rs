@@ -220,6 +220,22 @@ fn gpu_two_ranks() {
                 for i in (0..1 << 20).step_by(997) {
                     assert_eq!(Dtype::Bf16.decode(&out, i), ((i % 128) as u8 + 7 * (1 - rank) as u8) as f32 % 128.0);
                 }
+                // A peer that never answers: the probe times out, its group is abandoned (the
+                // communicator aborted), and other groups go on.
+                let g3 = be.group(&mut store, "w3", &[0, 1]).unwrap();
+                if rank == 0 {
+                    let mut p = CollCall::new(CollOp::SendRecv { peer: 1 }, g3, send, recv2, 1 << 20);
+                    p.timeout = Some(Duration::from_secs(1));
+                    let t = std::time::Instant::now();
+                    let e = be.run(&[Work::Coll(p)], 0, 1).unwrap_err();
+                    println!("rank 0: silent peer: {e} after {:?}", t.elapsed());
+                    assert!(matches!(e, BackendError::Timeout(_)), "{e}");
+                    assert!(t.elapsed() < Duration::from_secs(5));
+                    let e = be.run(&[Work::Coll(p)], 0, 1).unwrap_err();
+                    assert!(e.to_string().contains("abandoned"), "{e}");
+                }
+                let t = be.run(&[Work::Coll(a2)], 0, 1).unwrap();
+                println!("rank {rank}: all-reduce on another group after the timeout: {t:?}");
             });
         }
     });
