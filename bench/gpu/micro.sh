@@ -18,12 +18,6 @@ NGPU=$(nvidia-smi -L | grep -c '^GPU')
 date -u +"date: %Y-%m-%dT%H:%M:%SZ"
 SUITE=gemm,kernel-launch,all-reduce,all-to-all,all-gather,multi-all-reduce,network-connectivity,matmul-all-reduce-overlap
 
-if [ -n "$TESTS" ]; then
-  echo "== GPU unit tests of the CUDA backend"
-  wall unit-tests "$TESTS" --ignored --test-threads=1 --nocapture cuda > "$OUT/unit.txt" 2>&1
-  grep -E "^(test |rank|device|gemm|all-reduce|kernel|probe)|test result|panicked|silent|GiB|concurrent|at once|timeout" "$OUT/unit.txt" | head -60
-fi
-
 native() {
   if [ -x "$OUT/empty_kernel" ]; then "$OUT/empty_kernel" 10000 0; "$OUT/empty_kernel" 10000 1; fi
 }
@@ -32,16 +26,16 @@ NVCC=$(command -v nvcc || ls "$NV"/cu13/bin/nvcc "$NV"/cuda_nvcc/bin/nvcc 2>/dev
 [ -z "$NVCC" ] && NVCC=$(find / -name nvcc -type f 2>/dev/null | head -1)
 echo "nvcc: ${NVCC:-none}"
 if [ -n "$NVCC" ]; then
-  "$NVCC" -O2 -o "$OUT/empty_kernel" "$HERE/empty_kernel.cu" 2>&1 | tail -5
+  timeout 60 "$NVCC" -O2 -o "$OUT/empty_kernel" "$HERE/empty_kernel.cu" 2>&1 | tail -5
 fi
 native
 
-echo "== the micro suite (8 checks) on $NGPU GPU(s), three runs (the first warms the driver's caches)"
-for i in 1 2 3; do
-  wall "suite-$i" "$BIN" check --micro-benchmarks "$SUITE" --report-dir "$OUT/suite$i" > "$OUT/suite$i.txt" 2>&1
+echo "== the micro suite (8 checks) on $NGPU GPU(s), twice (the first run warms the driver's caches)"
+for i in 1 2; do
+  wall "suite-$i" timeout -k 5 60 "$BIN" check --micro-benchmarks "$SUITE" --report-dir "$OUT/suite$i" > "$OUT/suite$i.txt" 2>&1
 done
 cat "$OUT/suite2.txt"
-for i in 2 3; do
+for i in 1 2; do
 python3 - "$OUT/suite$i/report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -71,15 +65,21 @@ done
 echo "== native again, after the suite"
 native
 
+if [ -n "$TESTS" ]; then
+  echo "== GPU unit tests of the CUDA backend"
+  wall unit-tests timeout -k 5 75 "$TESTS" --ignored --test-threads=1 --nocapture cuda > "$OUT/unit.txt" 2>&1
+  grep -E "^(test |rank|device|gemm|all-reduce|kernel|probe)|test result|panicked|silent|GiB|concurrent|at once|timeout" "$OUT/unit.txt" | head -60
+fi
+
 echo "== PyTorch references in the same run"
-python3 "$HERE/torch_collectives.py" "$NGPU" 2>&1 | grep -v Warning
+timeout -k 5 60 python3 "$HERE/torch_collectives.py" "$NGPU" 2>&1 | grep -v Warning
 
 if [ "$NGPU" -ge 2 ]; then
   two() { # name, extra args: two launchers on loopback, one GPU each
     local name=$1 port=$2; shift 2
-    CUDA_VISIBLE_DEVICES=1 "$BIN" check --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port "$port" "$@" --report-dir "$OUT/$name-1" > "$OUT/$name-1.txt" 2>&1 &
+    CUDA_VISIBLE_DEVICES=1 timeout -k 5 40 "$BIN" check --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port "$port" "$@" --report-dir "$OUT/$name-1" > "$OUT/$name-1.txt" 2>&1 &
     local n1=$!
-    CUDA_VISIBLE_DEVICES=0 wall "$name" "$BIN" check --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port "$port" "$@" --report-dir "$OUT/$name-0" > "$OUT/$name-0.txt" 2>&1
+    CUDA_VISIBLE_DEVICES=0 wall "$name" timeout -k 5 40 "$BIN" check --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port "$port" "$@" --report-dir "$OUT/$name-0" > "$OUT/$name-0.txt" 2>&1
     wait $n1; echo "node 1 exit $?"
     cat "$OUT/$name-0.txt"
   }
@@ -90,9 +90,9 @@ if [ "$NGPU" -ge 2 ]; then
   two backend-down 29712 --micro-benchmarks network-connectivity --check-param network-connectivity.timeout-ms=2000 --sanity-check-envs GPUSANITY_FAULT=net-backend-down@1
 fi
 echo "== fault: a wrong all-gather element on rank 1, a wrong all-to-all element on rank 0"
-wall all-gather-wrong "$BIN" check --micro-benchmarks all-gather --check-param all-gather.max-bytes=16777216 --sanity-check-envs "GPUSANITY_FAULT=all-gather-wrong@1" --report-dir "$OUT/f1" > "$OUT/f1.txt" 2>&1
+wall all-gather-wrong timeout -k 5 30 "$BIN" check --micro-benchmarks all-gather --check-param all-gather.max-bytes=16777216 --sanity-check-envs "GPUSANITY_FAULT=all-gather-wrong@1" --report-dir "$OUT/f1" > "$OUT/f1.txt" 2>&1
 grep -h "WRONG\|verdict" "$OUT/f1.txt"
-wall all-to-all-wrong "$BIN" check --micro-benchmarks all-to-all --check-param all-to-all.max-bytes=16777216 --sanity-check-envs "GPUSANITY_FAULT=all-to-all-wrong@0" --report-dir "$OUT/f2" > "$OUT/f2.txt" 2>&1
+wall all-to-all-wrong timeout -k 5 30 "$BIN" check --micro-benchmarks all-to-all --check-param all-to-all.max-bytes=16777216 --sanity-check-envs "GPUSANITY_FAULT=all-to-all-wrong@0" --report-dir "$OUT/f2" > "$OUT/f2.txt" 2>&1
 grep -h "WRONG\|verdict" "$OUT/f2.txt"
 echo "== processes left:"; pgrep -fa "gpusanity (check|worker)" || echo none
 tar -C "$OUT" -czf "$OUT/reports.tgz" $(cd "$OUT" && ls -d */ 2>/dev/null)

@@ -89,8 +89,9 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
 
     // Back end: pairs of ranks on different nodes, in rounds.
     let elems = (cfg.bytes as usize / ctx.backend.coll_dtype().size()).max(1);
-    let send = ctx.backend.buf_alloc(elems).context("allocating the probe buffer")?;
-    let recv = ctx.backend.buf_alloc(elems).context("allocating the probe buffer")?;
+    // Room for the all-to-all that sets up every connection first (see `back_end`).
+    let send = ctx.backend.buf_alloc(elems * world).context("allocating the probe buffer")?;
+    let recv = ctx.backend.buf_alloc(elems * world).context("allocating the probe buffer")?;
     let back = back_end(ctx, &place, send, recv, elems, timeout);
     ctx.backend.buf_free(send);
     ctx.backend.buf_free(recv);
@@ -157,6 +158,14 @@ fn back_end(
     let (rank, world) = (place.rank, place.world);
     let dtype = ctx.backend.coll_dtype();
     ctx.backend.buf_fill(send, &exchange_period(rank, 0)).context("filling the probe buffer")?;
+    // NCCL sets up a point-to-point connection on its first use, in a host call that blocks
+    // until the peer takes part and that no timeout can interrupt. One untimed all-to-all over
+    // the world, with the probes' size per peer, sets up every connection while all ranks take
+    // part (a peer unreachable already here is found by the per-test timeout); each probe then
+    // only waits on the device, where its own timeout applies.
+    ctx.progress.phase(NAME, "back-end connections", 0);
+    let warm = CollCall::new(CollOp::AllToAll, GroupId::WORLD, send, recv, elems * world);
+    ctx.backend.run(&[Work::Coll(warm)], 0, 1).context("setting up back-end connections (all-to-all)")?;
     let silent = ctx.faults.has("net-backend-down", rank);
     let mut probes = Vec::new();
     for (round, pairs) in rounds(world).into_iter().enumerate() {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig};
+use cudarc::driver::{CudaFunction, CudaStream};
 use cudarc::nvrtc::Ptx;
 
 use super::dev_err;
@@ -33,18 +33,25 @@ pub(super) fn load(stream: &Arc<CudaStream>) -> Result<CudaFunction, BackendErro
     module.load_function("gpusanity_empty").map_err(|e| dev_err("cuModuleGetFunction", &e))
 }
 
+/// One launch of the empty kernel: exactly one `cuLaunchKernel`, as a native loop does (the
+/// context was made current once by the caller).
 fn launch(stream: &Arc<CudaStream>, f: &CudaFunction) -> Result<(), BackendError> {
-    let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
-    let mut args = stream.launch_builder(f);
-    // SAFETY: the kernel takes no parameters (none are pushed) and touches no memory.
-    unsafe { args.launch(cfg) }.map(|_| ()).map_err(|e| dev_err("cuLaunchKernel (empty kernel)", &e))
+    // SAFETY: `f` is the parameterless empty kernel of a module loaded in this stream's
+    // context; a kernel without parameters reads no parameter array; grid and block of one.
+    unsafe { cudarc::driver::result::launch_kernel(f.cu_function(), (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut []) }
+        .map_err(|e| dev_err("cuLaunchKernel (empty kernel)", &e))
 }
 
 /// `iters` launches: a batch of asynchronous launches (host time per launch), then each launch
 /// followed by a synchronize (round trip).
 pub(super) fn measure(stream: &Arc<CudaStream>, f: &CudaFunction, iters: usize) -> Result<LaunchTiming, BackendError> {
     let iters = iters.max(1);
-    let sync = || stream.synchronize().map_err(|e| dev_err("cuStreamSynchronize after the empty kernel", &e));
+    stream.context().bind_to_thread().map_err(|e| dev_err("binding the CUDA context", &e))?;
+    // SAFETY: the stream is alive (held by `stream`) and belongs to the current context.
+    let sync = || {
+        unsafe { cudarc::driver::result::stream::synchronize(stream.cu_stream()) }
+            .map_err(|e| dev_err("cuStreamSynchronize after the empty kernel", &e))
+    };
     for _ in 0..iters.min(100) {
         launch(stream, f)?;
     }

@@ -223,6 +223,9 @@ fn gpu_two_ranks() {
                 // A peer that never answers: the probe times out, its group is abandoned (the
                 // communicator aborted), and other groups go on.
                 let g3 = be.group(&mut store, "w3", &[0, 1]).unwrap();
+                // Connections are set up on first use, in a blocking host call: both take part.
+                let p = CollCall::new(CollOp::SendRecv { peer: 1 - rank }, g3, send, recv2, 1 << 20);
+                be.run(&[Work::Coll(p)], 0, 1).unwrap();
                 if rank == 0 {
                     let mut p = CollCall::new(CollOp::SendRecv { peer: 1 }, g3, send, recv2, 1 << 20);
                     p.timeout = Some(Duration::from_secs(1));
