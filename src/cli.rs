@@ -229,6 +229,7 @@ fn list(json: bool) -> ExitCode {
         let c = CheckConfigs::defaults(kind);
         println!("  {name}: gemm {:?}", c.gemm);
         println!("  {name}: all-reduce {:?}, sizes {:?}", c.all_reduce, c.all_reduce_sizes());
+        println!("  {name}: {:?}", c.micro);
     }
     ExitCode::Passed
 }

@@ -38,8 +38,10 @@ pub(super) fn load(stream: &Arc<CudaStream>) -> Result<CudaFunction, BackendErro
 fn launch(stream: &Arc<CudaStream>, f: &CudaFunction) -> Result<(), BackendError> {
     // SAFETY: `f` is the parameterless empty kernel of a module loaded in this stream's
     // context; a kernel without parameters reads no parameter array; grid and block of one.
-    unsafe { cudarc::driver::result::launch_kernel(f.cu_function(), (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut []) }
-        .map_err(|e| dev_err("cuLaunchKernel (empty kernel)", &e))
+    unsafe {
+        cudarc::driver::result::launch_kernel(f.cu_function(), (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut [])
+    }
+    .map_err(|e| dev_err("cuLaunchKernel (empty kernel)", &e))
 }
 
 /// `iters` launches: a batch of asynchronous launches (host time per launch), then each launch
