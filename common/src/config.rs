@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::config_models::ModelConfigs;
 use crate::report::DeviceKind;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -43,6 +44,8 @@ pub struct CheckConfigs {
     pub all_reduce: AllReduceConfig,
     /// A rank whose figure is below this fraction of its peers' median is named slow.
     pub slow_fraction: f64,
+    /// The model checks.
+    pub models: ModelConfigs,
 }
 
 impl CheckConfigs {
@@ -58,6 +61,7 @@ impl CheckConfigs {
                     iters: 20,
                 },
                 slow_fraction: 0.8,
+                models: ModelConfigs::defaults(device),
             },
             DeviceKind::Cpu => CheckConfigs {
                 gemm: GemmConfig { size: 1024, warmup: 2, iters: 10, verify_tile: 16 },
@@ -69,6 +73,7 @@ impl CheckConfigs {
                     iters: 5,
                 },
                 slow_fraction: 0.5,
+                models: ModelConfigs::defaults(device),
             },
         }
     }
@@ -99,6 +104,7 @@ impl CheckConfigs {
                 "all-reduce.step-factor" => self.all_reduce.step_factor = int()?.max(2),
                 "all-reduce.warmup" => self.all_reduce.warmup = int()? as usize,
                 "all-reduce.iters" => self.all_reduce.iters = int()? as usize,
+                k if ModelConfigs::owns(k) => self.models.apply(k, value)?,
                 "diagnosis.slow-fraction" => {
                     self.slow_fraction = value
                         .parse::<f64>()

@@ -99,7 +99,8 @@ pub fn diagnose(checks: &mut [CheckReport], ranks: &[RankInfo], slow_fraction: f
             }
         }
         // Wrong results found by the check's own verifier.
-        for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Failed) {
+        crate::diagnosis_models::findings(c, ranks, slow_fraction, &mut findings);
+        for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Failed && !crate::diagnosis_models::is_model(&c.name)) {
             let code = if c.name == "gemm" { "GEMM_WRONG_RESULT" } else { "ALLREDUCE_WRONG_RESULT" };
             let why = r.error.clone().unwrap_or_else(|| "verification failed".into());
             findings.push(finding(Severity::Critical, code, &c.name, info(r.rank), why));

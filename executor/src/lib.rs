@@ -8,4 +8,5 @@ pub mod protocol;
 pub mod store;
 pub mod worker;
 pub mod diagnosis;
+pub mod diagnosis_models;
 pub mod launcher;

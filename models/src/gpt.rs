@@ -12,16 +12,11 @@ use crate::ops::{Heads, Mm, Ops};
 use crate::train::{Model, Param};
 use crate::{ModelError, Result};
 
+pub use gpusanity_common::config_models::GptShape;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct GptConfig {
-    pub vocab: usize,
-    /// Sequence length.
-    pub ctx: usize,
-    pub layers: usize,
-    pub heads: usize,
-    pub dim: usize,
-    /// Sequences per data-parallel rank and step.
-    pub batch: usize,
+    pub shape: GptShape,
     pub tp_size: usize,
     pub tp_rank: usize,
     /// Initial weights (the same on every rank).
@@ -98,13 +93,13 @@ pub struct Gpt<B> {
 impl GptConfig {
     fn check(&self) -> Result<()> {
         let bad = |why: &str| Err(ModelError::Config(format!("gpt: {why} ({self:?})")));
-        if [self.vocab, self.ctx, self.layers, self.heads, self.dim, self.batch, self.tp_size].contains(&0) {
+        if [self.shape.vocab, self.shape.ctx, self.shape.layers, self.shape.heads, self.shape.dim, self.shape.batch, self.tp_size].contains(&0) {
             return bad("every size must be positive");
         }
-        if self.dim % self.heads != 0 {
+        if self.shape.dim % self.shape.heads != 0 {
             return bad("dim must be a multiple of heads");
         }
-        if self.heads % self.tp_size != 0 {
+        if self.shape.heads % self.tp_size != 0 {
             return bad("heads must be a multiple of the tensor-parallel size");
         }
         if self.tp_rank >= self.tp_size {
@@ -114,21 +109,21 @@ impl GptConfig {
     }
     /// Rows of every activation (`batch ctx`).
     pub fn rows(&self) -> usize {
-        self.batch * self.ctx
+        self.shape.batch * self.shape.ctx
     }
     /// Features of this rank's share of the attention (`dim / tp`).
     fn cl(&self) -> usize {
-        self.dim / self.tp_size
+        self.shape.dim / self.tp_size
     }
     fn local_heads(&self) -> Heads {
-        Heads { b: self.batch, t: self.ctx, h: self.heads / self.tp_size, d: self.dim / self.heads }
+        Heads { b: self.shape.batch, t: self.shape.ctx, h: self.shape.heads / self.tp_size, d: self.shape.dim / self.shape.heads }
     }
 }
 
 impl<B> Gpt<B> {
     pub fn new<O: Ops<Buf = B>>(ops: &mut O, cfg: GptConfig) -> Result<Gpt<B>> {
         cfg.check()?;
-        let (v, t, c, l) = (cfg.vocab, cfg.ctx, cfg.dim, cfg.layers);
+        let (v, t, c, l) = (cfg.shape.vocab, cfg.shape.ctx, cfg.shape.dim, cfg.shape.layers);
         let (cl, n, r) = (cfg.cl(), cfg.rows(), cfg.tp_rank);
         let std = 0.02 * 3f32.sqrt();
         let proj_std = std / (2.0 * l as f32).sqrt();
@@ -236,7 +231,7 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
     }
 
     fn load_batch(&mut self, ops: &mut O, step: usize) -> Result<()> {
-        let (x, y) = self.task.batch(self.cfg.batch, self.cfg.ctx, seed_of(self.cfg.data_seed, &format!("step{step}")));
+        let (x, y) = self.task.batch(self.cfg.shape.batch, self.cfg.shape.ctx, seed_of(self.cfg.data_seed, &format!("step{step}")));
         self.tok = ops.upload(&x)?;
         self.tgt = ops.upload(&y)?;
         Ok(())
@@ -244,7 +239,7 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
 
     fn forward_backward(&mut self, ops: &mut O, tp: &mut dyn Comm<O::Buf>) -> Result<f32> {
         let Gpt { cfg, params: ps, xs, acts, sc, tok, tgt, .. } = self;
-        let (v, t, c, l) = (cfg.vocab, cfg.ctx, cfg.dim, cfg.layers);
+        let (v, t, c, l) = (cfg.shape.vocab, cfg.shape.ctx, cfg.shape.dim, cfg.shape.layers);
         let (cl, n) = (cfg.cl(), cfg.rows());
         let hs = cfg.local_heads();
         let bh = hs.b * hs.h;
@@ -345,13 +340,13 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
 
     fn flops_per_step(&self) -> f64 {
         let cfg = &self.cfg;
-        let (n, c, cl, v, t) = (cfg.rows(), cfg.dim, cfg.cl(), cfg.vocab, cfg.ctx);
+        let (n, c, cl, v, t) = (cfg.rows(), cfg.shape.dim, cfg.cl(), cfg.shape.vocab, cfg.shape.ctx);
         let hs = cfg.local_heads();
         let per_layer = Mm::new(n, 3 * cl, c).flops()
             + 2.0 * Mm::new(t, t, hs.d).batched(hs.b * hs.h).flops()
             + Mm::new(n, c, cl).flops()
             + 2.0 * Mm::new(n, 4 * cl, c).flops();
-        3.0 * (cfg.layers as f64 * per_layer + Mm::new(n, v, c).flops())
+        3.0 * (cfg.shape.layers as f64 * per_layer + Mm::new(n, v, c).flops())
     }
 }
 

@@ -58,6 +58,9 @@ pub struct TrainOutcome {
     pub losses: Vec<f32>,
     /// Seconds of each step (from a synchronized device to a synchronized device).
     pub step_s: Vec<f64>,
+    /// Seconds of each step's own work: batch, forward and backward, before the data-parallel
+    /// all-reduce makes every rank wait for the slowest.
+    pub compute_s: Vec<f64>,
     /// xxh3 of every parameter's bytes right after the last update...
     pub checksum_after_update: u64,
     /// ...and when the check reads them at the end (differs only if memory changed at rest).
@@ -87,6 +90,7 @@ pub fn train<O: Ops, M: Model<O>>(
 ) -> Result<TrainOutcome> {
     let mut losses = Vec::with_capacity(opts.steps);
     let mut step_s = Vec::with_capacity(opts.steps);
+    let mut compute_s = Vec::with_capacity(opts.steps);
     let grad_scale = 1.0 / dp.size() as f32;
     for step in 0..opts.steps {
         progress(step);
@@ -99,6 +103,8 @@ pub fn train<O: Ops, M: Model<O>>(
             }
         }
         let loss = model.forward_backward(ops, tp)?;
+        ops.sync()?;
+        compute_s.push(start.elapsed().as_secs_f64());
         for p in model.params_mut() {
             dp.all_reduce_sum(&mut p.g)?;
             let a = Adam {
@@ -129,7 +135,7 @@ pub fn train<O: Ops, M: Model<O>>(
     }
     let checksum_final = checksum(ops, model.params())?;
     let param_count = model.params().iter().map(|p| O::len(&p.w)).sum();
-    Ok(TrainOutcome { losses, step_s, checksum_after_update, checksum_final, param_count })
+    Ok(TrainOutcome { losses, step_s, compute_s, checksum_after_update, checksum_final, param_count })
 }
 
 /// What the loss curve says, judged on a learnable task.

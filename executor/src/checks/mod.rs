@@ -3,6 +3,7 @@
 
 pub mod all_reduce;
 pub mod gemm;
+pub mod models;
 
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::report::{CheckStatus, RankResult};
@@ -35,6 +36,7 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
     let outcome = match name {
         "gemm" => gemm::run(ctx),
         "all-reduce" => all_reduce::run(ctx),
+        "mini-gpt" | "megatron-gpt" | "resnet" => models::run(name, ctx),
         other => Err(anyhow::anyhow!("check `{other}` is not implemented by this worker")),
     };
     outcome.unwrap_or_else(|e| {
@@ -50,7 +52,11 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
 /// - `gemm-slow`: runs every timed product four times (the device really does the work);
 /// - `all-reduce-wrong`: corrupts one received element before verification;
 /// - `exit`: the worker exits with status 17 when it starts its first check;
-/// - `hang`: the worker sleeps forever at the start of its first check (heartbeats continue).
+/// - `hang`: the worker sleeps forever at the start of its first check (heartbeats continue);
+/// - `model-nan`: a model check poisons a parameter with NaN before the forward of step
+///   steps / 3;
+/// - `model-corrupt`: a model check flips a bit of one parameter after training, before the
+///   parameter checksum.
 #[derive(Debug, Default, Clone)]
 pub struct Faults(Vec<(String, usize)>);
 

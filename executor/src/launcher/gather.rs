@@ -129,6 +129,6 @@ fn check_config(configs: &CheckConfigs, name: &str) -> serde_json::Value {
             v["sizes"] = serde_json::to_value(configs.all_reduce_sizes()).unwrap_or_default();
             v
         }
-        _ => serde_json::Value::Null,
+        other => configs.models.to_value(other).unwrap_or_default(),
     }
 }
