@@ -1,7 +1,7 @@
 //! The CPU backend of [`Ops`]: matrix products through the `gemm` crate on one thread (the
 //! workers of a node share its cores) and plain loops for the rest.
 
-use crate::ops::{Adam, Conv, Heads, Mm, Ops};
+use crate::ops::{whole, Adam, Conv, Heads, Mm, Ops};
 use crate::{ModelError, Result};
 
 pub struct CpuOps;
@@ -12,11 +12,6 @@ fn check(what: &str, ok: bool) -> Result<()> {
     } else {
         Err(ModelError::Config(format!("{what}: buffer sizes do not match")))
     }
-}
-
-/// Whether `len` is a whole number of `unit`s.
-fn whole(len: usize, unit: usize) -> bool {
-    unit != 0 && len / unit * unit == len
 }
 
 const LN_EPS: f32 = 1e-5;
@@ -362,10 +357,10 @@ impl Ops for CpuOps {
                             let iy = (oy * cv.stride + ky) as isize - cv.pad as isize;
                             let ix = (ox * cv.stride + kx) as isize - cv.pad as isize;
                             if iy >= 0 && ix >= 0 && (iy as usize) < cv.h && (ix as usize) < cv.w {
-                                let i = cn * hw + iy as usize * cv.w + ix as usize;
-                                if x[i] > best {
-                                    best = x[i];
-                                    at = i;
+                                let j = iy as usize * cv.w + ix as usize;
+                                if x[cn * hw + j] > best {
+                                    best = x[cn * hw + j];
+                                    at = j;
                                 }
                             }
                         }
@@ -381,8 +376,9 @@ impl Ops for CpuOps {
     fn maxpool_bwd(&mut self, dout: &Vec<f32>, arg: &Vec<f32>, dx: &mut Vec<f32>, cv: Conv) -> Result<()> {
         check("maxpool_bwd", dout.len() == arg.len() && dx.len() == cv.c * cv.n * cv.h * cv.w)?;
         dx.fill(0.0);
-        for (d, a) in dout.iter().zip(arg) {
-            dx[*a as usize] += d;
+        let (hw, ohw) = (cv.h * cv.w, cv.oh() * cv.ow());
+        for (i, (d, a)) in dout.iter().zip(arg).enumerate() {
+            dx[i / ohw * hw + *a as usize] += d;
         }
         Ok(())
     }

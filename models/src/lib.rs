@@ -14,6 +14,7 @@
 
 pub mod comm;
 pub mod cpu;
+pub mod cuda;
 
 pub mod data;
 pub mod gpt;

@@ -9,6 +9,11 @@
 
 use crate::Result;
 
+/// Whether `len` is a whole number of `unit`s.
+pub(crate) fn whole(len: usize, unit: usize) -> bool {
+    unit != 0 && len / unit * unit == len
+}
+
 /// A (batched) product: for each batch `i`, `C_i = alpha op(A_i) op(B_i) + beta C_i`, with
 /// `op(A)` `m x k`, `op(B)` `k x n` and `C` `m x n`. `ta` means A is stored `k x m` (and `tb`
 /// that B is stored `n x k`). Strides are in elements between consecutive batches (0 shares
@@ -187,7 +192,7 @@ pub trait Ops {
     #[allow(clippy::too_many_arguments)]
     fn batchnorm_bwd(&mut self, x: &Self::Buf, g: &Self::Buf, mean: &Self::Buf, rstd: &Self::Buf, dout: &Self::Buf, dx: &mut Self::Buf, dg: &mut Self::Buf, db: &mut Self::Buf, m: usize) -> Result<()>;
     /// Max pooling with window `cv.k`, stride and padding of `cv`; `arg` holds each output's
-    /// source index in `x`.
+    /// source place in its `h x w` plane (exact in f32 for any image size used).
     fn maxpool_fwd(&mut self, x: &Self::Buf, out: &mut Self::Buf, arg: &mut Self::Buf, cv: Conv) -> Result<()>;
     /// `dx` overwritten.
     fn maxpool_bwd(&mut self, dout: &Self::Buf, arg: &Self::Buf, dx: &mut Self::Buf, cv: Conv) -> Result<()>;

@@ -3,9 +3,11 @@
 
 use gpusanity_models::comm::{Comm, Solo};
 use gpusanity_models::cpu::CpuOps;
+use gpusanity_models::cuda::CudaOps;
 use gpusanity_models::{ModelError, Result};
 
 use crate::backend::cpu::ring::Ring;
+use crate::backend::cuda::nccl;
 use crate::backend::WorkerPlace;
 use crate::store::StoreClient;
 
@@ -44,3 +46,35 @@ impl Groups for CpuOps {
     }
 }
 
+
+struct NcclComm {
+    comm: cudarc::nccl::Comm,
+    rank: usize,
+    size: usize,
+}
+
+impl Comm<cudarc::driver::CudaSlice<f32>> for NcclComm {
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn all_reduce_sum(&mut self, buf: &mut cudarc::driver::CudaSlice<f32>) -> Result<()> {
+        self.comm
+            .all_reduce_in_place(buf, &cudarc::nccl::ReduceOp::Sum)
+            .map(|_| ())
+            .map_err(|e| ModelError::Comm(format!("ncclAllReduce of {} f32: {:?}", buf.len(), e.0)))
+    }
+}
+
+impl Groups for CudaOps {
+    fn group(&mut self, place: &WorkerPlace, store: &mut StoreClient, key: &str, members: &[usize]) -> Result<Box<dyn Comm<cudarc::driver::CudaSlice<f32>>>> {
+        if members.len() == 1 {
+            return Ok(Box::new(Solo));
+        }
+        let comm = nccl::connect_group(self.stream(), place, store, key, members).map_err(comm_err)?;
+        let rank = members.iter().position(|r| *r == place.rank).unwrap_or(0);
+        Ok(Box::new(NcclComm { comm, rank, size: members.len() }))
+    }
+}

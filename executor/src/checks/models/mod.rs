@@ -10,9 +10,10 @@
 pub mod comm;
 mod gpt;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use gpusanity_common::report::{CheckStatus, DeviceKind, RankResult};
 use gpusanity_models::cpu::CpuOps;
+use gpusanity_models::cuda::CudaOps;
 use gpusanity_models::train::{judge_losses, LossVerdict, TrainOpts, TrainOutcome};
 
 use super::{median, CheckCtx};
@@ -23,7 +24,10 @@ use comm::Groups;
 pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     match ctx.backend.kind() {
         DeviceKind::Cpu => run_on(&mut CpuOps, name, ctx),
-        DeviceKind::Cuda => anyhow::bail!("the model checks have no CUDA backend in this build"),
+        DeviceKind::Cuda => {
+            let mut ops = CudaOps::new(ctx.place.local_rank).context("opening the model layer on the GPU")?;
+            run_on(&mut ops, name, ctx)
+        }
     }
 }
 
