@@ -23,10 +23,10 @@ fn metric(c: &Value, rank: usize, key: &str) -> f64 {
 }
 
 #[test]
-fn mini_gpt_and_megatron_gpt_train_and_agree_across_ranks() {
+fn the_three_models_train_and_agree_across_ranks() {
     let _g = serial();
     let run = Run::new();
-    let out = run_with_timeout(run.command(&["--micro-benchmarks=", "--model-benchmarks=mini-gpt,megatron-gpt"]), LIMIT);
+    let out = run_with_timeout(run.command(&["--micro-benchmarks=", "--model-benchmarks=mini-gpt,megatron-gpt,resnet"]), LIMIT);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let r = run.report();
     assert!(findings(&r).is_empty(), "{:?}", findings(&r));
@@ -46,6 +46,12 @@ fn mini_gpt_and_megatron_gpt_train_and_agree_across_ranks() {
     // Tensor parallel: each rank holds its own shard, and both see the same (reduced) loss.
     assert_ne!(note(meg, 0, "param_checksum"), note(meg, 1, "param_checksum"));
     assert_eq!(note(meg, 0, "losses"), note(meg, 1, "losses"));
+    let res = check(&r, "resnet");
+    assert_eq!(res["status"], "passed");
+    assert!(metric(res, 1, "loss_final") < 0.8 * metric(res, 1, "loss_first"));
+    assert!(metric(res, 0, "images_per_s") > 0.0);
+    assert_eq!(note(res, 0, "param_checksum"), note(res, 1, "param_checksum"));
+    assert!(note(res, 0, "convolution").starts_with("im2col + GEMM"));
     run.assert_nothing_left();
 }
 

@@ -62,7 +62,7 @@ pub const CHECKS: &[CheckInfo] = &[
     check("matmul-all-reduce-overlap", Micro, "errors/hangs or slow steps with GEMM and all-reduce at once", false, 60, 3),
     check("mini-gpt", Model, "training loss abnormal, hang, error; slow step", true, 60, 10),
     check("megatron-gpt", Model, "the same for a tensor+data-parallel GPT", true, 300, 15),
-    check("resnet", Model, "the same for ResNet training", false, 120, 10),
+    check("resnet", Model, "the same for ResNet training", true, 120, 10),
 ];
 
 pub fn find(name: &str) -> Option<&'static CheckInfo> {

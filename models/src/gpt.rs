@@ -223,9 +223,6 @@ impl<B> Gpt<B> {
 }
 
 impl<O: Ops> Model<O> for Gpt<O::Buf> {
-    fn params(&self) -> &[Param<O::Buf>] {
-        &self.params
-    }
     fn params_mut(&mut self) -> &mut [Param<O::Buf>] {
         &mut self.params
     }

@@ -19,6 +19,7 @@ pub mod cuda;
 pub mod data;
 pub mod gpt;
 pub mod ops;
+pub mod resnet;
 
 pub mod train;
 

@@ -28,7 +28,6 @@ impl<B> Param<B> {
 
 /// A model the loop can train.
 pub trait Model<O: Ops> {
-    fn params(&self) -> &[Param<O::Buf>];
     fn params_mut(&mut self) -> &mut [Param<O::Buf>];
     /// Loads the synthetic batch of step `step` onto the device.
     fn load_batch(&mut self, ops: &mut O, step: usize) -> Result<()>;
@@ -122,7 +121,7 @@ pub fn train<O: Ops, M: Model<O>>(
         step_s.push(start.elapsed().as_secs_f64());
         losses.push(loss);
     }
-    let checksum_after_update = checksum(ops, model.params())?;
+    let checksum_after_update = checksum(ops, model.params_mut())?;
     if opts.corrupt {
         if let Some(p) = model.params_mut().last_mut() {
             let v = ops.download(&p.w)?;
@@ -133,8 +132,8 @@ pub fn train<O: Ops, M: Model<O>>(
             }
         }
     }
-    let checksum_final = checksum(ops, model.params())?;
-    let param_count = model.params().iter().map(|p| O::len(&p.w)).sum();
+    let checksum_final = checksum(ops, model.params_mut())?;
+    let param_count = model.params_mut().iter().map(|p| O::len(&p.w)).sum();
     Ok(TrainOutcome { losses, step_s, compute_s, checksum_after_update, checksum_final, param_count })
 }
 

@@ -8,6 +8,7 @@ use super::*;
 use crate::comm::Solo;
 use crate::cpu::CpuOps;
 use crate::gpt::{Gpt, GptConfig, GptShape};
+use crate::resnet::{Resnet, ResnetConfig};
 use crate::ops::{Adam, Conv, Heads, Mm, Ops};
 use crate::train::{train, TrainOpts};
 
@@ -216,5 +217,22 @@ fn gpt_trains_alike_on_cuda_and_cpu() {
     assert!((cpu.losses[0] - cuda.losses[0]).abs() < 1e-2, "{:?} {:?}", cpu.losses, cuda.losses);
     for (a, b) in cpu.losses.iter().zip(&cuda.losses) {
         assert!((a - b).abs() < 0.1 * a.abs().max(0.5), "{:?} {:?}", cpu.losses, cuda.losses);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn resnet_trains_alike_on_cuda_and_cpu() {
+    let cfg = ResnetConfig { image: 32, batch: 8, width: 8, blocks: vec![1, 1, 1, 1], classes: 4, seed: 1, data_seed: 2 };
+    let opts = TrainOpts { steps: 10, lr: 2e-3, weight_decay: 0.01, nan_at: None, corrupt: false };
+    let mut c = CpuOps;
+    let mut m = Resnet::new(&mut c, cfg.clone()).unwrap();
+    let cpu = train(&mut c, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();
+    let mut g = gpu();
+    let mut m = Resnet::new(&mut g, cfg).unwrap();
+    let cuda = train(&mut g, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();
+    assert!((cpu.losses[0] - cuda.losses[0]).abs() < 2e-2, "{:?} {:?}", cpu.losses, cuda.losses);
+    for (a, b) in cpu.losses.iter().zip(&cuda.losses) {
+        assert!((a - b).abs() < 0.15 * a.abs().max(0.5), "{:?} {:?}", cpu.losses, cuda.losses);
     }
 }

@@ -5,10 +5,9 @@ use anyhow::Result;
 use gpusanity_common::config_models::GptCheckConfig;
 use gpusanity_common::report::RankResult;
 use gpusanity_models::gpt::{Gpt, GptConfig};
-use gpusanity_models::train::train;
 
 use super::comm::Groups;
-use super::{rank_result, train_opts, Layout, Measured};
+use super::{train_check, Layout, Plan};
 use crate::checks::CheckCtx;
 
 /// Initial weights: the same on every rank.
@@ -27,26 +26,15 @@ pub fn run<O: Groups>(ops: &mut O, name: &str, cfg: &GptCheckConfig, megatron: b
     };
     ctx.progress.phase(name, "build", 0);
     let mut model = Gpt::new(ops, model_cfg)?;
-    ctx.progress.phase(name, "connect", 0);
-    let tp_group = layout.tp[0];
-    let mut tp = ops.group(place, ctx.store, &format!("{name}/tp/{tp_group}"), &layout.tp)?;
-    let mut dp = ops.group(place, ctx.store, &format!("{name}/dp/{tp_index}"), &layout.dp)?;
-    let opts = train_opts(ctx, cfg.steps, cfg.lr);
-    let progress = ctx.progress;
-    let out = train(ops, &mut model, dp.as_mut(), tp.as_mut(), &opts, &mut |s| progress.phase(name, "train", s as u64))?;
-    let flops = gpusanity_models::train::Model::<O>::flops_per_step(&model);
-    Ok(rank_result(
-        place.rank,
-        Measured {
-            out,
-            warmup: cfg.warmup,
-            min_loss_drop: cfg.min_loss_drop,
-            flops_per_step: flops,
-            items_per_step: (cfg.shape.batch * cfg.shape.ctx) as f64,
-            unit: "tokens",
-            layout: &layout,
-            device: ctx.backend.device_name(),
-            ops: ops.describe(),
-        },
-    ))
+    let plan = Plan {
+        name,
+        layout,
+        steps: cfg.steps,
+        lr: cfg.lr,
+        warmup: cfg.warmup,
+        min_loss_drop: cfg.min_loss_drop,
+        items_per_step: (cfg.shape.batch * cfg.shape.ctx) as f64,
+        unit: "tokens",
+    };
+    train_check(ops, &mut model, ctx, plan)
 }

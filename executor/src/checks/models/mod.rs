@@ -9,12 +9,13 @@
 
 pub mod comm;
 mod gpt;
+mod resnet;
 
 use anyhow::{Context, Result};
 use gpusanity_common::report::{CheckStatus, DeviceKind, RankResult};
 use gpusanity_models::cpu::CpuOps;
 use gpusanity_models::cuda::CudaOps;
-use gpusanity_models::train::{judge_losses, LossVerdict, TrainOpts, TrainOutcome};
+use gpusanity_models::train::{judge_losses, train, LossVerdict, Model, TrainOpts, TrainOutcome};
 
 use super::{median, CheckCtx};
 use crate::backend::WorkerPlace;
@@ -36,6 +37,7 @@ fn run_on<O: Groups>(ops: &mut O, name: &str, ctx: &mut CheckCtx<'_>) -> Result<
     match name {
         "mini-gpt" => gpt::run(ops, name, &models.mini_gpt.clone(), false, ctx),
         "megatron-gpt" => gpt::run(ops, name, &models.megatron_gpt.clone(), true, ctx),
+        "resnet" => resnet::run(ops, name, &models.resnet.clone(), ctx),
         other => anyhow::bail!("model check `{other}` is not implemented"),
     }
 }
@@ -118,28 +120,50 @@ fn train_opts(ctx: &CheckCtx<'_>, steps: usize, lr: f64) -> TrainOpts {
     }
 }
 
-/// What one model run measured.
-pub struct Measured<'a> {
-    pub out: TrainOutcome,
+/// What a model check trains and how it is judged.
+pub struct Plan<'a> {
+    pub name: &'a str,
+    pub layout: Layout,
+    pub steps: usize,
+    pub lr: f64,
     pub warmup: usize,
     pub min_loss_drop: f64,
-    pub flops_per_step: f64,
     /// Tokens or images of one step of this rank's replica, and their unit.
     pub items_per_step: f64,
     pub unit: &'a str,
-    pub layout: &'a Layout,
-    pub device: String,
-    pub ops: String,
+}
+
+/// Joins this rank's tensor- and data-parallel groups, trains `model` and judges the run.
+pub fn train_check<O: Groups, M: Model<O>>(ops: &mut O, model: &mut M, ctx: &mut CheckCtx<'_>, plan: Plan<'_>) -> Result<RankResult> {
+    let (place, name, layout) = (ctx.place, plan.name, &plan.layout);
+    ctx.progress.phase(name, "connect", 0);
+    let tp_index = layout.tp_index(place.rank);
+    let mut tp = ops.group(place, ctx.store, &format!("{name}/tp/{}", layout.tp[0]), &layout.tp)?;
+    let mut dp = ops.group(place, ctx.store, &format!("{name}/dp/{tp_index}"), &layout.dp)?;
+    let opts = train_opts(ctx, plan.steps, plan.lr);
+    let progress = ctx.progress;
+    let out = train(ops, model, dp.as_mut(), tp.as_mut(), &opts, &mut |s| progress.phase(name, "train", s as u64))?;
+    let flops_per_step = model.flops_per_step();
+    Ok(rank_result(place.rank, Measured { out, flops_per_step, plan: &plan, device: ctx.backend.device_name(), ops: ops.describe() }))
+}
+
+/// What one model run measured.
+struct Measured<'a> {
+    out: TrainOutcome,
+    flops_per_step: f64,
+    plan: &'a Plan<'a>,
+    device: String,
+    ops: String,
 }
 
 /// The rank result of a model run.
-pub fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
-    let out = &m.out;
-    let timed = |v: &[f64]| median(v.get(m.warmup.min(v.len().saturating_sub(1))..).unwrap_or(v));
+fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
+    let (out, plan) = (&m.out, m.plan);
+    let timed = |v: &[f64]| median(v.get(plan.warmup.min(v.len().saturating_sub(1))..).unwrap_or(v));
     let (step, compute) = (timed(&out.step_s), timed(&out.compute_s));
     let mut r = RankResult::new(rank, CheckStatus::Passed);
     let mut problems = Vec::new();
-    match judge_losses(&out.losses, m.min_loss_drop as f32) {
+    match judge_losses(&out.losses, plan.min_loss_drop as f32) {
         LossVerdict::Ok => {}
         LossVerdict::NotFinite { step, value } => {
             r.metrics.insert("first_bad_step".into(), step as f64);
@@ -153,7 +177,7 @@ pub fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
                 "loss {how}: mean {first:.4} over the first steps, {last:.4} over the last (steps {}..{}), less than the {:.0}% drop required",
                 out.losses.len() - (out.losses.len() / 5).max(1),
                 out.losses.len() - 1,
-                m.min_loss_drop * 100.0
+                plan.min_loss_drop * 100.0
             ));
         }
     }
@@ -175,7 +199,7 @@ pub fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
         ("loss_final", last as f64),
         ("step_ms_median", step * 1e3),
         ("compute_ms_median", compute * 1e3),
-        (&format!("{}_per_s", m.unit) as &str, m.items_per_step / step),
+        (&format!("{}_per_s", plan.unit) as &str, plan.items_per_step / step),
         ("tflops", m.flops_per_step / step / 1e12),
         ("params", out.param_count as f64),
     ] {
@@ -191,8 +215,8 @@ pub fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
     let losses: Vec<String> = out.losses.iter().map(|l| format!("{l:.4}")).collect();
     r.notes.insert("losses".into(), losses.join(" "));
     r.notes.insert("param_checksum".into(), format!("{:016x}", out.checksum_final));
-    r.notes.insert("dp_group".into(), m.layout.tp_index(rank).to_string());
-    r.notes.insert("layout".into(), m.layout.describe());
+    r.notes.insert("dp_group".into(), plan.layout.tp_index(rank).to_string());
+    r.notes.insert("layout".into(), plan.layout.describe());
     r.notes.insert("ops".into(), m.ops);
     r
 }
