@@ -75,7 +75,7 @@ impl ModelConfigs {
             DeviceKind::Cuda => {
                 let mini = GptCheckConfig {
                     shape: GptShape { vocab: 4096, ctx: 512, layers: 12, heads: 12, dim: 768, batch: 16 },
-                    steps: 30, warmup: 5, lr: 2e-3, min_loss_drop: 0.2, tp: 1,
+                    steps: 40, warmup: 5, lr: 2e-3, min_loss_drop: 0.2, tp: 1,
                 };
                 ModelConfigs {
                     megatron_gpt: GptCheckConfig {
@@ -87,7 +87,7 @@ impl ModelConfigs {
                     mini_gpt: mini,
                     resnet: ResnetCheckConfig {
                         image: 224, batch: 32, width: 64, blocks: vec![3, 4, 6, 3], classes: 10,
-                        steps: 20, warmup: 5, lr: 1e-3, min_loss_drop: 0.2,
+                        steps: 20, warmup: 5, lr: 2e-3, min_loss_drop: 0.2,
                     },
                 }
             }
