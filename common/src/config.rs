@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::config_micro::{MicroConfigs, MICRO_PARAM_KEYS};
+use crate::config_models::ModelConfigs;
 use crate::report::DeviceKind;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -47,6 +48,8 @@ pub struct CheckConfigs {
     /// The other micro-benchmarks.
     #[serde(flatten)]
     pub micro: MicroConfigs,
+    /// The model checks.
+    pub models: ModelConfigs,
 }
 
 impl CheckConfigs {
@@ -63,6 +66,7 @@ impl CheckConfigs {
                 },
                 slow_fraction: 0.8,
                 micro: MicroConfigs::defaults(device),
+                models: ModelConfigs::defaults(device),
             },
             DeviceKind::Cpu => CheckConfigs {
                 gemm: GemmConfig { size: 1024, warmup: 2, iters: 10, verify_tile: 16 },
@@ -75,6 +79,7 @@ impl CheckConfigs {
                 },
                 slow_fraction: 0.5,
                 micro: MicroConfigs::defaults(device),
+                models: ModelConfigs::defaults(device),
             },
         }
     }
@@ -105,6 +110,7 @@ impl CheckConfigs {
                 "all-reduce.step-factor" => self.all_reduce.step_factor = int()?.max(2),
                 "all-reduce.warmup" => self.all_reduce.warmup = int()? as usize,
                 "all-reduce.iters" => self.all_reduce.iters = int()? as usize,
+                k if ModelConfigs::owns(k) => self.models.apply(k, value)?,
                 "diagnosis.slow-fraction" => {
                     self.slow_fraction = value
                         .parse::<f64>()
@@ -118,7 +124,8 @@ impl CheckConfigs {
                 }
                 _ => {
                     if !self.micro.apply(key, int)? {
-                        let known: Vec<&str> = PARAM_KEYS.iter().chain(MICRO_PARAM_KEYS).copied().collect();
+                        let known: Vec<&str> =
+                            PARAM_KEYS.iter().chain(MICRO_PARAM_KEYS).chain(crate::config_models::MODEL_PARAM_KEYS).copied().collect();
                         return Err(ParamError::UnknownKey(key.into(), known.join(", ")));
                     }
                 }

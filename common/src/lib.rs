@@ -5,6 +5,7 @@
 pub mod bandwidth;
 pub mod config;
 pub mod config_micro;
+pub mod config_models;
 pub mod events;
 pub mod exit;
 pub mod registry;

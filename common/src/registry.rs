@@ -60,9 +60,9 @@ pub const CHECKS: &[CheckInfo] = &[
     check("multi-all-reduce", Micro, "concurrent all-reduces per rail and per node: a bad rail or NIC", true, 300, 5),
     check("network-connectivity", Micro, "front-end and back-end reachability between every pair of nodes", true, 120, 3),
     check("matmul-all-reduce-overlap", Micro, "errors/hangs or slow steps with GEMM and all-reduce at once", true, 60, 3),
-    check("mini-gpt", Model, "training loss abnormal, hang, error; slow step", false, 60, 10),
-    check("megatron-gpt", Model, "the same for a tensor+data-parallel GPT", false, 300, 15),
-    check("resnet", Model, "the same for ResNet training", false, 120, 10),
+    check("mini-gpt", Model, "training loss abnormal, hang, error; slow step", true, 60, 10),
+    check("megatron-gpt", Model, "the same for a tensor+data-parallel GPT", true, 300, 15),
+    check("resnet", Model, "the same for ResNet training", true, 120, 10),
 ];
 
 pub fn find(name: &str) -> Option<&'static CheckInfo> {

@@ -99,7 +99,9 @@ pub fn diagnose(checks: &mut [CheckReport], ranks: &[RankInfo], slow_fraction: f
             }
         }
         // Wrong results found by the check's own verifier.
-        for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Failed && !crate::diagnosis_micro::own_findings(&c.name)) {
+        crate::diagnosis_models::findings(c, ranks, slow_fraction, &mut findings);
+        let own = |name: &str| crate::diagnosis_micro::own_findings(name) || crate::diagnosis_models::is_model(name);
+        for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Failed && !own(&c.name)) {
             let code = if c.name == "gemm" { "GEMM_WRONG_RESULT" } else { crate::diagnosis_micro::wrong_code(&c.name) };
             let why = r.error.clone().unwrap_or_else(|| "verification failed".into());
             findings.push(finding(Severity::Critical, code, &c.name, info(r.rank), why));

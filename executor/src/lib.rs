@@ -9,4 +9,5 @@ pub mod store;
 pub mod worker;
 pub mod diagnosis;
 pub mod diagnosis_micro;
+pub mod diagnosis_models;
 pub mod launcher;

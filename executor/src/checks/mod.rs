@@ -10,6 +10,7 @@ pub mod kernel_launch;
 pub mod multi_all_reduce;
 pub mod network_connectivity;
 pub mod overlap;
+pub mod models;
 
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::report::{CheckStatus, RankResult};
@@ -48,6 +49,7 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
         multi_all_reduce::NAME => multi_all_reduce::run(ctx),
         overlap::NAME => overlap::run(ctx),
         kernel_launch::NAME => kernel_launch::run(ctx),
+        "mini-gpt" | "megatron-gpt" | "resnet" => models::run(name, ctx),
         other => Err(anyhow::anyhow!("check `{other}` is not implemented by this worker")),
     };
     outcome.unwrap_or_else(|e| {
@@ -68,7 +70,11 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
 /// - `net-closed`: the front-end listener of this rank's node is closed (its port refuses);
 /// - `net-backend-down`: this rank does not answer back-end probes (its peers time out);
 /// - `exit`: the worker exits with status 17 when it starts its first check;
-/// - `hang`: the worker sleeps forever at the start of its first check (heartbeats continue).
+/// - `hang`: the worker sleeps forever at the start of its first check (heartbeats continue);
+/// - `model-nan`: a model check poisons a parameter with NaN before the forward of step
+///   steps / 3;
+/// - `model-corrupt`: a model check flips a bit of one parameter after training, before the
+///   parameter checksum.
 #[derive(Debug, Default, Clone)]
 pub struct Faults(Vec<(String, usize)>);
 

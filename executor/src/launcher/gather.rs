@@ -129,6 +129,6 @@ fn check_config(configs: &CheckConfigs, name: &str) -> serde_json::Value {
             v["sizes"] = serde_json::to_value(configs.all_reduce_sizes()).unwrap_or_default();
             v
         }
-        other => crate::checks::micro_config(configs, other),
+        other => configs.models.to_value(other).unwrap_or_else(|| crate::checks::micro_config(configs, other)),
     }
 }

@@ -1,0 +1,225 @@
+//! The model checks: `mini-gpt`, `megatron-gpt` and `resnet` train a real model for a few
+//! dozen steps on a learnable synthetic task, over the models crate's tensor ops (CPU, or
+//! CUDA on the worker's GPU) and its groups of ranks ([`comm`]).
+//!
+//! Each rank reports its loss curve's verdict (finite and clearly falling, or the step where it
+//! went wrong), a checksum of its parameters after training (identical on every rank of one
+//! data-parallel group, else silent data corruption), whether its parameters changed after
+//! their last update, its median step time after warm-up, throughput and, on GPU, MFU.
+
+pub mod comm;
+mod gpt;
+mod resnet;
+
+use anyhow::{Context, Result};
+use gpusanity_common::report::{CheckStatus, DeviceKind, RankResult};
+use gpusanity_models::cpu::CpuOps;
+use gpusanity_models::cuda::CudaOps;
+use gpusanity_models::train::{judge_losses, train, LossVerdict, Model, TrainOpts, TrainOutcome};
+
+use super::{median, CheckCtx};
+use crate::backend::WorkerPlace;
+use comm::Groups;
+
+/// Runs model check `name` on this rank's device.
+pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
+    match ctx.backend.kind() {
+        DeviceKind::Cpu => run_on(&mut CpuOps, name, ctx),
+        DeviceKind::Cuda => {
+            let mut ops = CudaOps::new(ctx.place.local_rank).context("opening the model layer on the GPU")?;
+            run_on(&mut ops, name, ctx)
+        }
+    }
+}
+
+fn run_on<O: Groups>(ops: &mut O, name: &str, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
+    let models = &ctx.configs.models;
+    match name {
+        "mini-gpt" => gpt::run(ops, name, &models.mini_gpt.clone(), false, ctx),
+        "megatron-gpt" => gpt::run(ops, name, &models.megatron_gpt.clone(), true, ctx),
+        "resnet" => resnet::run(ops, name, &models.resnet.clone(), ctx),
+        other => anyhow::bail!("model check `{other}` is not implemented"),
+    }
+}
+
+/// Which ranks a rank trains with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// Global ranks of this rank's tensor-parallel group (consecutive ranks of one node).
+    pub tp: Vec<usize>,
+    /// Global ranks of this rank's data-parallel group (the same place in every TP group).
+    pub dp: Vec<usize>,
+}
+
+impl Layout {
+    /// Tensor-parallel groups of `tp` consecutive ranks inside each node (`tp = 0`: the whole
+    /// node); data parallelism across them.
+    pub fn new(place: &WorkerPlace, tp: usize) -> Result<Layout> {
+        let node = place.node_ranks(place.node_rank);
+        let tp = if tp == 0 { node.len() } else { tp };
+        if let Some((n, size)) = place.node_sizes.iter().enumerate().find(|(_, s)| tp == 0 || **s % tp != 0) {
+            anyhow::bail!("tensor-parallel size {tp} does not divide node {n}'s {size} workers");
+        }
+        let pos = place.rank - node.start;
+        let (group, index) = (pos / tp, pos % tp);
+        let start = node.start + group * tp;
+        let dp = (0..place.node_sizes.len())
+            .flat_map(|n| {
+                let r = place.node_ranks(n);
+                (0..r.len() / tp).map(move |g| r.start + g * tp + index)
+            })
+            .collect();
+        Ok(Layout { tp: (start..start + tp).collect(), dp })
+    }
+
+    /// Data parallelism over every rank.
+    pub fn data_parallel(place: &WorkerPlace) -> Layout {
+        Layout { tp: vec![place.rank], dp: (0..place.world).collect() }
+    }
+
+    /// This rank's index in its TP group (its DP group's label).
+    pub fn tp_index(&self, rank: usize) -> usize {
+        self.tp.iter().position(|r| *r == rank).unwrap_or(0)
+    }
+
+    pub fn dp_index(&self, rank: usize) -> usize {
+        self.dp.iter().position(|r| *r == rank).unwrap_or(0)
+    }
+
+    pub fn describe(&self) -> String {
+        format!("TP {} x DP {}", self.tp.len(), self.dp.len())
+    }
+}
+
+/// Dense bf16 tensor-core peak of known devices, TFLOP/s (vendor data sheets, SXM parts).
+pub fn peak_bf16_tflops(device: &str) -> Option<f64> {
+    const TABLE: &[(&str, f64)] = &[
+        ("H100 PCIe", 756.0),
+        ("H100", 989.0),
+        ("H200", 989.0),
+        ("H800", 989.0),
+        ("H20", 148.0),
+        ("B200", 2250.0),
+        ("A100", 312.0),
+        ("A800", 312.0),
+        ("L40S", 362.0),
+        ("A10", 125.0),
+    ];
+    TABLE.iter().find(|(name, _)| device.contains(name)).map(|(_, p)| *p)
+}
+
+/// The fault-injection options of this rank.
+fn train_opts(ctx: &CheckCtx<'_>, steps: usize, lr: f64) -> TrainOpts {
+    let rank = ctx.place.rank;
+    TrainOpts {
+        steps,
+        lr: lr as f32,
+        weight_decay: 0.01,
+        nan_at: ctx.faults.has("model-nan", rank).then_some(steps / 3),
+        corrupt: ctx.faults.has("model-corrupt", rank),
+    }
+}
+
+/// What a model check trains and how it is judged.
+pub struct Plan<'a> {
+    pub name: &'a str,
+    pub layout: Layout,
+    pub steps: usize,
+    pub lr: f64,
+    pub warmup: usize,
+    pub min_loss_drop: f64,
+    /// Tokens or images of one step of this rank's replica, and their unit.
+    pub items_per_step: f64,
+    pub unit: &'a str,
+}
+
+/// Joins this rank's tensor- and data-parallel groups, trains `model` and judges the run.
+pub fn train_check<O: Groups, M: Model<O>>(ops: &mut O, model: &mut M, ctx: &mut CheckCtx<'_>, plan: Plan<'_>) -> Result<RankResult> {
+    let (place, name, layout) = (ctx.place, plan.name, &plan.layout);
+    ctx.progress.phase(name, "connect", 0);
+    let tp_index = layout.tp_index(place.rank);
+    let mut tp = ops.group(place, ctx.store, &format!("{name}/tp/{}", layout.tp[0]), &layout.tp)?;
+    let mut dp = ops.group(place, ctx.store, &format!("{name}/dp/{tp_index}"), &layout.dp)?;
+    let opts = train_opts(ctx, plan.steps, plan.lr);
+    let progress = ctx.progress;
+    let out = train(ops, model, dp.as_mut(), tp.as_mut(), &opts, &mut |s| progress.phase(name, "train", s as u64))?;
+    let flops_per_step = model.flops_per_step();
+    Ok(rank_result(place.rank, Measured { out, flops_per_step, plan: &plan, device: ctx.backend.device_name(), ops: ops.describe() }))
+}
+
+/// What one model run measured.
+struct Measured<'a> {
+    out: TrainOutcome,
+    flops_per_step: f64,
+    plan: &'a Plan<'a>,
+    device: String,
+    ops: String,
+}
+
+/// The rank result of a model run.
+fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
+    let (out, plan) = (&m.out, m.plan);
+    let timed = |v: &[f64]| median(v.get(plan.warmup.min(v.len().saturating_sub(1))..).unwrap_or(v));
+    let (step, compute) = (timed(&out.step_s), timed(&out.compute_s));
+    let mut r = RankResult::new(rank, CheckStatus::Passed);
+    let mut problems = Vec::new();
+    match judge_losses(&out.losses, plan.min_loss_drop as f32) {
+        LossVerdict::Ok => {}
+        LossVerdict::NotFinite { step, value } => {
+            r.metrics.insert("first_bad_step".into(), step as f64);
+            r.notes.insert("finding".into(), "MODEL_LOSS_NOT_FINITE".into());
+            problems.push(format!("loss is {value} at step {step}"));
+        }
+        LossVerdict::NotFalling { first, last, rising } => {
+            r.notes.insert("finding".into(), "MODEL_LOSS_NOT_FALLING".into());
+            let how = if rising { "rising" } else { "flat" };
+            problems.push(format!(
+                "loss {how}: mean {first:.4} over the first steps, {last:.4} over the last (steps {}..{}), less than the {:.0}% drop required",
+                out.losses.len() - (out.losses.len() / 5).max(1),
+                out.losses.len() - 1,
+                plan.min_loss_drop * 100.0
+            ));
+        }
+    }
+    if out.checksum_after_update != out.checksum_final {
+        r.notes.insert("changed_at_rest".into(), "yes".into());
+        problems.push(format!(
+            "parameters changed after their last update (checksum {:016x} after it, {:016x} at the end)",
+            out.checksum_after_update, out.checksum_final
+        ));
+    }
+    if !problems.is_empty() {
+        r.status = CheckStatus::Failed;
+        r.error = Some(problems.join("; "));
+    }
+    let first = out.losses.first().copied().unwrap_or(f32::NAN);
+    let last = out.losses.last().copied().unwrap_or(f32::NAN);
+    for (k, v) in [
+        ("loss_first", first as f64),
+        ("loss_final", last as f64),
+        ("step_ms_median", step * 1e3),
+        ("compute_ms_median", compute * 1e3),
+        (&format!("{}_per_s", plan.unit) as &str, plan.items_per_step / step),
+        ("tflops", m.flops_per_step / step / 1e12),
+        ("params", out.param_count as f64),
+    ] {
+        // JSON has no NaN: a non-finite loss stays in the notes only.
+        if v.is_finite() {
+            r.metrics.insert(k.into(), v);
+        }
+    }
+    if let Some(peak) = peak_bf16_tflops(&m.device) {
+        r.metrics.insert("mfu".into(), m.flops_per_step / step / 1e12 / peak);
+        r.notes.insert("mfu_peak".into(), format!("{peak} TFLOP/s dense bf16 ({})", m.device));
+    }
+    let losses: Vec<String> = out.losses.iter().map(|l| format!("{l:.4}")).collect();
+    r.notes.insert("losses".into(), losses.join(" "));
+    r.notes.insert("param_checksum".into(), format!("{:016x}", out.checksum_final));
+    r.notes.insert("dp_group".into(), plan.layout.tp_index(rank).to_string());
+    r.notes.insert("layout".into(), plan.layout.describe());
+    r.notes.insert("ops".into(), m.ops);
+    r
+}
+
+#[cfg(test)]
+mod tests;

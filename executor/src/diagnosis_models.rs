@@ -1,0 +1,129 @@
+//! Diagnosis of the model checks (`mini-gpt`, `megatron-gpt`, `resnet`), called from
+//! [`crate::diagnosis::diagnose`] for each of them:
+//!
+//! - a rank whose loss went NaN/inf first is named (ranks that got it later through the shared
+//!   gradients are warnings), as is a rank whose loss did not fall;
+//! - parameters must be identical on every rank of a data-parallel group: a rank whose
+//!   parameters changed after their last update, or that disagrees with the group's majority,
+//!   is silent data corruption;
+//! - a rank whose own compute time per step (before the all-reduce equalizes everyone) is far
+//!   above its peers' of the same device model is slow.
+
+use std::collections::BTreeMap;
+
+use gpusanity_common::registry::{self, CheckGroup};
+use gpusanity_common::report::{CheckReport, CheckStatus, Finding, RankInfo, RankResult, Severity};
+
+use crate::checks::median;
+
+/// Whether `check` is a model check.
+pub fn is_model(check: &str) -> bool {
+    registry::find(check).is_some_and(|c| c.group == CheckGroup::Model)
+}
+
+fn placed(mut f: Finding, rank: usize, ranks: &[RankInfo]) -> Finding {
+    if let Some(r) = ranks.iter().find(|r| r.rank == rank) {
+        f.node_rank = Some(r.node_rank);
+        f.host = Some(r.host.clone());
+        f.rank = Some(rank);
+    }
+    f
+}
+
+/// Adds the findings of model check `c` (a no-op for other checks).
+pub fn findings(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, out: &mut Vec<Finding>) {
+    if !is_model(&c.name) {
+        return;
+    }
+    let name = c.name.as_str();
+    let failed: Vec<&RankResult> = c.ranks.iter().filter(|r| r.status == CheckStatus::Failed).collect();
+    let bad_step = |r: &RankResult| r.metrics.get("first_bad_step").copied();
+    let first_nan = failed.iter().filter_map(|r| bad_step(r)).fold(f64::INFINITY, f64::min);
+    let firsts: Vec<String> = failed.iter().filter(|r| bad_step(r) == Some(first_nan)).map(|r| r.rank.to_string()).collect();
+    for r in &failed {
+        let why = r.error.clone().unwrap_or_else(|| "training failed".into());
+        let (sev, code, msg) = match (r.notes.get("finding").map(String::as_str), bad_step(r)) {
+            (Some("MODEL_LOSS_NOT_FINITE"), Some(s)) if s > first_nan => (
+                Severity::Warning,
+                "MODEL_LOSS_NOT_FINITE",
+                format!("{why} (after rank {}'s at step {first_nan}, through the shared gradients)", firsts.join(", ")),
+            ),
+            (Some(code), _) => (Severity::Critical, code, why),
+            // Only the parameter self-check failed: reported below with the checksums.
+            (None, _) => continue,
+        };
+        out.push(placed(Finding::new(sev, code, name, msg), r.rank, ranks));
+    }
+    checksums(c, ranks, out);
+    slow(c, ranks, slow_fraction, out);
+}
+
+/// Parameters of one data-parallel group must be bit-identical after training.
+fn checksums(c: &CheckReport, ranks: &[RankInfo], out: &mut Vec<Finding>) {
+    let mut groups: BTreeMap<&str, Vec<&RankResult>> = BTreeMap::new();
+    for r in &c.ranks {
+        if let (Some(g), true) = (r.notes.get("dp_group"), r.notes.contains_key("param_checksum")) {
+            groups.entry(g.as_str()).or_default().push(r);
+        }
+    }
+    const CODE: &str = "MODEL_SILENT_DATA_CORRUPTION";
+    for group in groups.values() {
+        let sum = |r: &RankResult| r.notes.get("param_checksum").cloned().unwrap_or_default();
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for r in group {
+            *counts.entry(sum(r)).or_default() += 1;
+        }
+        let at_rest: Vec<&&RankResult> = group.iter().filter(|r| r.notes.contains_key("changed_at_rest")).collect();
+        if counts.len() < 2 && at_rest.is_empty() {
+            continue;
+        }
+        let (major, n) = counts.iter().max_by_key(|(_, n)| **n).map(|(h, n)| (h.clone(), *n)).unwrap_or_default();
+        let has_majority = 2 * n > group.len();
+        let mut named = Vec::new();
+        for r in group {
+            let rest = r.notes.contains_key("changed_at_rest");
+            let minority = has_majority && sum(r) != major;
+            if !(rest || minority) {
+                continue;
+            }
+            let mut why = format!("parameters after training differ from its data-parallel peers' (checksum {}", sum(r));
+            why.push_str(&if has_majority { format!(", majority {major})") } else { ")".into() });
+            if rest {
+                why.push_str("; they changed in memory after the last optimizer update");
+            }
+            out.push(placed(Finding::new(Severity::Critical, CODE, &c.name, why), r.rank, ranks));
+            named.push(r.rank);
+        }
+        if named.is_empty() {
+            let list: Vec<String> = group.iter().map(|r| format!("rank {}: {}", r.rank, sum(r))).collect();
+            let msg = format!("parameters differ between data-parallel ranks with no majority ({})", list.join(", "));
+            out.push(Finding::new(Severity::Critical, CODE, &c.name, msg));
+        }
+    }
+}
+
+/// A rank whose own compute per step takes far longer than its peers'.
+fn slow(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, out: &mut Vec<Finding>) {
+    let mut by_device: BTreeMap<&str, Vec<(usize, f64)>> = BTreeMap::new();
+    for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Passed) {
+        if let (Some(v), Some(i)) = (r.metrics.get("compute_ms_median"), ranks.iter().find(|i| i.rank == r.rank)) {
+            by_device.entry(i.device.as_str()).or_default().push((r.rank, *v));
+        }
+    }
+    for group in by_device.values().filter(|g| g.len() >= 2) {
+        let med = median(&group.iter().map(|(_, v)| *v).collect::<Vec<_>>());
+        for (rank, v) in group.iter().filter(|(_, v)| *v * slow_fraction > med) {
+            let msg = format!(
+                "{v:.1} ms of compute per training step, above {:.0}% of the peers' median {med:.1} ms",
+                100.0 / slow_fraction
+            );
+            let mut f = placed(Finding::new(Severity::Critical, "MODEL_SLOW_STEP", &c.name, msg), *rank, ranks);
+            f.measured = Some(*v);
+            f.peers_median = Some(med);
+            out.push(f);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

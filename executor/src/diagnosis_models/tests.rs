@@ -1,0 +1,79 @@
+use gpusanity_common::report::{CheckReport, CheckStatus, RankInfo, RankResult};
+
+use super::*;
+
+fn info(n: usize) -> Vec<RankInfo> {
+    (0..n)
+        .map(|rank| RankInfo { rank, node_rank: 0, local_rank: rank, host: "h".into(), device: "dev".into(), pid: 1 })
+        .collect()
+}
+
+fn rank(rank: usize, checksum: &str, compute_ms: f64) -> RankResult {
+    let mut r = RankResult::new(rank, CheckStatus::Passed);
+    r.notes.insert("param_checksum".into(), checksum.into());
+    r.notes.insert("dp_group".into(), "0".into());
+    r.metrics.insert("compute_ms_median".into(), compute_ms);
+    r
+}
+
+fn report(ranks: Vec<RankResult>) -> CheckReport {
+    CheckReport { name: "mini-gpt".into(), status: CheckStatus::Passed, duration_s: 1.0, config: serde_json::Value::Null, ranks }
+}
+
+fn codes(c: &CheckReport, n: usize) -> Vec<(String, Option<usize>, Severity)> {
+    let mut out = Vec::new();
+    findings(c, &info(n), 0.5, &mut out);
+    out.into_iter().map(|f| (f.code, f.rank, f.severity)).collect()
+}
+
+const SDC: &str = "MODEL_SILENT_DATA_CORRUPTION";
+
+#[test]
+fn healthy_ranks_give_no_finding_and_other_checks_are_ignored() {
+    let c = report(vec![rank(0, "a", 10.0), rank(1, "a", 11.0)]);
+    assert!(codes(&c, 2).is_empty());
+    let mut gemm = report(vec![rank(0, "a", 10.0), rank(1, "b", 50.0)]);
+    gemm.name = "gemm".into();
+    assert!(codes(&gemm, 2).is_empty());
+}
+
+#[test]
+fn a_checksum_off_the_majority_or_changed_at_rest_names_the_rank() {
+    let c = report(vec![rank(0, "a", 10.0), rank(1, "a", 10.0), rank(2, "b", 10.0)]);
+    assert_eq!(codes(&c, 3), [(SDC.to_string(), Some(2), Severity::Critical)]);
+    // Two ranks: no majority, but the rank whose memory changed after the update names itself.
+    let mut bad = rank(1, "b", 10.0);
+    bad.status = CheckStatus::Failed;
+    bad.notes.insert("changed_at_rest".into(), "yes".into());
+    let c = report(vec![rank(0, "a", 10.0), bad]);
+    assert_eq!(codes(&c, 2), [(SDC.to_string(), Some(1), Severity::Critical)]);
+    // Two ranks that differ with no other evidence: the job, not a rank.
+    let c = report(vec![rank(0, "a", 10.0), rank(1, "b", 10.0)]);
+    assert_eq!(codes(&c, 2), [(SDC.to_string(), None, Severity::Critical)]);
+    // Different data-parallel groups (tensor-parallel shards) are not compared.
+    let mut other = rank(1, "b", 10.0);
+    other.notes.insert("dp_group".into(), "1".into());
+    assert!(codes(&report(vec![rank(0, "a", 10.0), other]), 2).is_empty());
+}
+
+#[test]
+fn the_first_non_finite_loss_is_named_and_later_ones_are_warnings() {
+    let nan = |r: usize, step: f64| {
+        let mut x = rank(r, "n", 10.0);
+        x.status = CheckStatus::Failed;
+        x.metrics.insert("first_bad_step".into(), step);
+        x.notes.insert("finding".into(), "MODEL_LOSS_NOT_FINITE".into());
+        x.error = Some(format!("loss is NaN at step {step}"));
+        x
+    };
+    let c = report(vec![nan(0, 4.0), nan(1, 3.0)]);
+    let got = codes(&c, 2);
+    assert!(got.contains(&("MODEL_LOSS_NOT_FINITE".into(), Some(1), Severity::Critical)), "{got:?}");
+    assert!(got.contains(&("MODEL_LOSS_NOT_FINITE".into(), Some(0), Severity::Warning)), "{got:?}");
+}
+
+#[test]
+fn a_rank_with_slow_compute_is_named() {
+    let c = report(vec![rank(0, "a", 10.0), rank(1, "a", 11.0), rank(2, "a", 30.0)]);
+    assert_eq!(codes(&c, 3), [("MODEL_SLOW_STEP".to_string(), Some(2), Severity::Critical)]);
+}

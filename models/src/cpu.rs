@@ -1,0 +1,410 @@
+//! The CPU backend of [`Ops`]: matrix products through the `gemm` crate on one thread (the
+//! workers of a node share its cores) and plain loops for the rest.
+
+use crate::ops::{whole, Adam, Conv, Heads, Mm, Ops};
+use crate::{ModelError, Result};
+
+pub struct CpuOps;
+
+fn check(what: &str, ok: bool) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ModelError::Config(format!("{what}: buffer sizes do not match")))
+    }
+}
+
+const LN_EPS: f32 = 1e-5;
+const GELU_K: f32 = 0.797_884_6; // sqrt(2 / pi)
+
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + (GELU_K * (x + 0.044715 * x * x * x)).tanh())
+}
+
+fn gelu_grad(x: f32) -> f32 {
+    let u = GELU_K * (x + 0.044715 * x * x * x);
+    let th = u.tanh();
+    0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * GELU_K * (1.0 + 3.0 * 0.044715 * x * x)
+}
+
+/// For every (batch, head, time): where its `d` values start in the packed `[b t, parts h d]`
+/// layout (part `part`) and in the `[b, h, t, d]` layout.
+fn head_rows(part: usize, parts: usize, s: Heads) -> impl Iterator<Item = (usize, usize)> {
+    let hd = s.h * s.d;
+    (0..s.b * s.h * s.t).map(move |i| {
+        let (b, h, t) = (i / (s.h * s.t), i / s.t % s.h, i % s.t);
+        ((b * s.t + t) * parts * hd + part * hd + h * s.d, i * s.d)
+    })
+}
+
+/// Every element of the im2col matrix of `cv`, with the index of the input element it copies
+/// (`None` in the zero padding).
+fn conv_taps(cv: Conv) -> impl Iterator<Item = (usize, Option<usize>)> {
+    let (oh, ow, hw) = (cv.oh(), cv.ow(), cv.h * cv.w);
+    let ncols = cv.col_cols();
+    (0..cv.col_rows() * ncols).map(move |e| {
+        let (row, col) = (e / ncols, e % ncols);
+        let (c, ky, kx) = (row / (cv.k * cv.k), row / cv.k % cv.k, row % cv.k);
+        let (n, oy, ox) = (col / (oh * ow), col / ow % oh, col % ow);
+        let iy = (oy * cv.stride + ky) as isize - cv.pad as isize;
+        let ix = (ox * cv.stride + kx) as isize - cv.pad as isize;
+        let inside = iy >= 0 && ix >= 0 && (iy as usize) < cv.h && (ix as usize) < cv.w;
+        (e, inside.then(|| (c * cv.n + n) * hw + iy as usize * cv.w + ix as usize))
+    })
+}
+
+impl Ops for CpuOps {
+    type Buf = Vec<f32>;
+
+    fn describe(&self) -> String {
+        "cpu (fp32, gemm crate, one thread)".into()
+    }
+    fn upload(&mut self, x: &[f32]) -> Result<Vec<f32>> {
+        Ok(x.to_vec())
+    }
+    fn zeros(&mut self, n: usize) -> Result<Vec<f32>> {
+        Ok(vec![0.0; n])
+    }
+    fn download(&mut self, b: &Vec<f32>) -> Result<Vec<f32>> {
+        Ok(b.clone())
+    }
+    fn len(b: &Vec<f32>) -> usize {
+        b.len()
+    }
+    fn sync(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn fill(&mut self, b: &mut Vec<f32>, v: f32) -> Result<()> {
+        b.fill(v);
+        Ok(())
+    }
+    fn set(&mut self, b: &mut Vec<f32>, i: usize, v: f32) -> Result<()> {
+        let len = b.len();
+        *b.get_mut(i).ok_or_else(|| ModelError::Config(format!("element {i} of {len}")))? = v;
+        Ok(())
+    }
+
+    fn matmul(&mut self, mm: Mm, a: &Vec<f32>, b: &Vec<f32>, c: &mut Vec<f32>) -> Result<()> {
+        let (ea, eb, ec) = mm.extents();
+        check("matmul", a.len() >= ea && b.len() >= eb && c.len() >= ec)?;
+        let (m, n, k) = (mm.m, mm.n, mm.k);
+        // Element (i, l) of op(A): A[i k + l] untransposed, A[l m + i] transposed.
+        let (a_cs, a_rs) = if mm.ta { (m as isize, 1) } else { (1, k as isize) };
+        let (b_cs, b_rs) = if mm.tb { (k as isize, 1) } else { (1, n as isize) };
+        for i in 0..mm.batch {
+            let (pa, pb, pc) = (i * mm.stride_a, i * mm.stride_b, i * mm.stride_c);
+            // SAFETY: `extents` checked above that batch i's operands (offsets pa, pb, pc plus
+            // m*k, k*n and m*n elements) lie inside a, b and c; the strides address exactly
+            // those elements; c is a distinct Vec from a and b (the borrow checker ensures it).
+            unsafe {
+                gemm::gemm(
+                    m, n, k,
+                    c.as_mut_ptr().add(pc), 1, n as isize,
+                    mm.beta != 0.0,
+                    a.as_ptr().add(pa), a_cs, a_rs,
+                    b.as_ptr().add(pb), b_cs, b_rs,
+                    mm.beta, mm.alpha,
+                    false, false, false,
+                    gemm::Parallelism::None,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn axpy(&mut self, alpha: f32, x: &Vec<f32>, y: &mut Vec<f32>) -> Result<()> {
+        check("axpy", x.len() == y.len())?;
+        y.iter_mut().zip(x).for_each(|(y, x)| *y += alpha * x);
+        Ok(())
+    }
+    fn add_bias(&mut self, y: &mut Vec<f32>, bias: &Vec<f32>, rows: usize) -> Result<()> {
+        check("add_bias", y.len() == rows * bias.len())?;
+        for row in y.chunks_mut(bias.len()) {
+            row.iter_mut().zip(bias).for_each(|(y, b)| *y += b);
+        }
+        Ok(())
+    }
+    fn col_sum(&mut self, x: &Vec<f32>, out: &mut Vec<f32>, rows: usize) -> Result<()> {
+        check("col_sum", x.len() == rows * out.len())?;
+        out.fill(0.0);
+        for row in x.chunks(out.len()) {
+            out.iter_mut().zip(row).for_each(|(o, x)| *o += x);
+        }
+        Ok(())
+    }
+
+    fn embed_fwd(&mut self, tok: &Vec<f32>, wte: &Vec<f32>, wpe: &Vec<f32>, out: &mut Vec<f32>, t: usize, c: usize) -> Result<()> {
+        check("embed_fwd", out.len() == tok.len() * c && wpe.len() >= t * c)?;
+        for (r, row) in out.chunks_mut(c).enumerate() {
+            let id = tok[r] as usize;
+            check("embed_fwd token", (id + 1) * c <= wte.len())?;
+            let (e, p) = (&wte[id * c..(id + 1) * c], &wpe[(r % t) * c..(r % t + 1) * c]);
+            for j in 0..c {
+                row[j] = e[j] + p[j];
+            }
+        }
+        Ok(())
+    }
+    fn embed_bwd(&mut self, tok: &Vec<f32>, dout: &Vec<f32>, dwte: &mut Vec<f32>, dwpe: &mut Vec<f32>, t: usize, c: usize) -> Result<()> {
+        check("embed_bwd", dout.len() == tok.len() * c && dwpe.len() >= t * c)?;
+        for (r, row) in dout.chunks(c).enumerate() {
+            let id = tok[r] as usize;
+            check("embed_bwd token", (id + 1) * c <= dwte.len())?;
+            for j in 0..c {
+                dwte[id * c + j] += row[j];
+                dwpe[(r % t) * c + j] += row[j];
+            }
+        }
+        Ok(())
+    }
+    fn layernorm_fwd(&mut self, x: &Vec<f32>, g: &Vec<f32>, b: &Vec<f32>, out: &mut Vec<f32>, mean: &mut Vec<f32>, rstd: &mut Vec<f32>, c: usize) -> Result<()> {
+        let rows = x.len() / c;
+        check("layernorm_fwd", out.len() == x.len() && mean.len() == rows && rstd.len() == rows && g.len() == c)?;
+        for r in 0..rows {
+            let row = &x[r * c..(r + 1) * c];
+            let mu = row.iter().sum::<f32>() / c as f32;
+            let var = row.iter().map(|v| (v - mu) * (v - mu)).sum::<f32>() / c as f32;
+            let rs = 1.0 / (var + LN_EPS).sqrt();
+            for j in 0..c {
+                out[r * c + j] = (row[j] - mu) * rs * g[j] + b[j];
+            }
+            mean[r] = mu;
+            rstd[r] = rs;
+        }
+        Ok(())
+    }
+    fn layernorm_bwd(&mut self, x: &Vec<f32>, g: &Vec<f32>, mean: &Vec<f32>, rstd: &Vec<f32>, dout: &Vec<f32>, dx: &mut Vec<f32>, dg: &mut Vec<f32>, db: &mut Vec<f32>, c: usize) -> Result<()> {
+        let rows = x.len() / c;
+        check("layernorm_bwd", dout.len() == x.len() && dx.len() == x.len() && mean.len() == rows && dg.len() == c && db.len() == c)?;
+        dg.fill(0.0);
+        db.fill(0.0);
+        for r in 0..rows {
+            let (mu, rs) = (mean[r], rstd[r]);
+            let (mut s1, mut s2) = (0f32, 0f32);
+            for j in 0..c {
+                let xh = (x[r * c + j] - mu) * rs;
+                let dxh = dout[r * c + j] * g[j];
+                s1 += dxh;
+                s2 += dxh * xh;
+                dg[j] += dout[r * c + j] * xh;
+                db[j] += dout[r * c + j];
+            }
+            let (s1, s2) = (s1 / c as f32, s2 / c as f32);
+            for j in 0..c {
+                let xh = (x[r * c + j] - mu) * rs;
+                dx[r * c + j] += rs * (dout[r * c + j] * g[j] - s1 - xh * s2);
+            }
+        }
+        Ok(())
+    }
+    fn gelu_fwd(&mut self, x: &Vec<f32>, out: &mut Vec<f32>) -> Result<()> {
+        check("gelu_fwd", x.len() == out.len())?;
+        out.iter_mut().zip(x).for_each(|(o, x)| *o = gelu(*x));
+        Ok(())
+    }
+    fn gelu_bwd(&mut self, x: &Vec<f32>, dout: &Vec<f32>, dx: &mut Vec<f32>) -> Result<()> {
+        check("gelu_bwd", x.len() == dout.len() && x.len() == dx.len())?;
+        for i in 0..x.len() {
+            dx[i] = dout[i] * gelu_grad(x[i]);
+        }
+        Ok(())
+    }
+    fn relu_fwd(&mut self, x: &Vec<f32>, out: &mut Vec<f32>) -> Result<()> {
+        check("relu_fwd", x.len() == out.len())?;
+        out.iter_mut().zip(x).for_each(|(o, x)| *o = x.max(0.0));
+        Ok(())
+    }
+    fn relu_bwd(&mut self, y: &Vec<f32>, dout: &Vec<f32>, dx: &mut Vec<f32>) -> Result<()> {
+        check("relu_bwd", y.len() == dout.len() && y.len() == dx.len())?;
+        for i in 0..y.len() {
+            dx[i] = if y[i] > 0.0 { dout[i] } else { 0.0 };
+        }
+        Ok(())
+    }
+
+    fn heads_split(&mut self, src: &Vec<f32>, dst: &mut Vec<f32>, part: usize, parts: usize, s: Heads) -> Result<()> {
+        check("heads_split", src.len() == s.b * s.t * parts * s.h * s.d && dst.len() == s.b * s.t * s.h * s.d)?;
+        for (packed, heads) in head_rows(part, parts, s) {
+            dst[heads..heads + s.d].copy_from_slice(&src[packed..packed + s.d]);
+        }
+        Ok(())
+    }
+    fn heads_merge(&mut self, src: &Vec<f32>, dst: &mut Vec<f32>, part: usize, parts: usize, s: Heads) -> Result<()> {
+        check("heads_merge", dst.len() == s.b * s.t * parts * s.h * s.d && src.len() == s.b * s.t * s.h * s.d)?;
+        for (packed, heads) in head_rows(part, parts, s) {
+            dst[packed..packed + s.d].copy_from_slice(&src[heads..heads + s.d]);
+        }
+        Ok(())
+    }
+    fn softmax_causal_fwd(&mut self, s: &Vec<f32>, p: &mut Vec<f32>, t: usize, scale: f32) -> Result<()> {
+        check("softmax_causal_fwd", s.len() == p.len() && whole(s.len(), t * t))?;
+        for r in 0..s.len() / t {
+            let i = r % t;
+            let (srow, prow) = (&s[r * t..(r + 1) * t], &mut p[r * t..(r + 1) * t]);
+            let max = srow[..=i].iter().fold(f32::NEG_INFINITY, |m, v| m.max(scale * v));
+            let mut sum = 0.0;
+            for j in 0..t {
+                prow[j] = if j <= i { (scale * srow[j] - max).exp() } else { 0.0 };
+                sum += prow[j];
+            }
+            prow.iter_mut().for_each(|v| *v /= sum);
+        }
+        Ok(())
+    }
+    fn softmax_causal_bwd(&mut self, p: &Vec<f32>, dp: &Vec<f32>, ds: &mut Vec<f32>, t: usize, scale: f32) -> Result<()> {
+        check("softmax_causal_bwd", p.len() == dp.len() && p.len() == ds.len() && whole(p.len(), t * t))?;
+        for r in 0..p.len() / t {
+            let (p, dp) = (&p[r * t..(r + 1) * t], &dp[r * t..(r + 1) * t]);
+            let dot: f32 = p.iter().zip(dp).map(|(a, b)| a * b).sum();
+            for j in 0..t {
+                ds[r * t + j] = scale * p[j] * (dp[j] - dot);
+            }
+        }
+        Ok(())
+    }
+    fn cross_entropy(&mut self, logits: &Vec<f32>, targets: &Vec<f32>, dlogits: &mut Vec<f32>, losses: &mut Vec<f32>, v: usize) -> Result<()> {
+        let rows = targets.len();
+        check("cross_entropy", logits.len() == rows * v && dlogits.len() == rows * v && losses.len() == rows)?;
+        for r in 0..rows {
+            let row = &logits[r * v..(r + 1) * v];
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, x| m.max(*x));
+            let sum: f32 = row.iter().map(|x| (x - max).exp()).sum();
+            let tgt = targets[r] as usize;
+            check("cross_entropy target", tgt < v)?;
+            losses[r] = -(row[tgt] - max - sum.ln());
+            for j in 0..v {
+                let p = (row[j] - max).exp() / sum;
+                dlogits[r * v + j] = (p - if j == tgt { 1.0 } else { 0.0 }) / rows as f32;
+            }
+        }
+        Ok(())
+    }
+    fn adamw(&mut self, p: &mut Vec<f32>, g: &Vec<f32>, m: &mut Vec<f32>, v: &mut Vec<f32>, a: Adam) -> Result<()> {
+        check("adamw", p.len() == g.len() && p.len() == m.len() && p.len() == v.len())?;
+        let (c1, c2) = (1.0 - a.beta1.powi(a.step as i32), 1.0 - a.beta2.powi(a.step as i32));
+        for i in 0..p.len() {
+            let gi = g[i] * a.grad_scale;
+            m[i] = a.beta1 * m[i] + (1.0 - a.beta1) * gi;
+            v[i] = a.beta2 * v[i] + (1.0 - a.beta2) * gi * gi;
+            p[i] -= a.lr * ((m[i] / c1) / ((v[i] / c2).sqrt() + a.eps) + a.weight_decay * p[i]);
+        }
+        Ok(())
+    }
+
+    fn im2col(&mut self, x: &Vec<f32>, cols: &mut Vec<f32>, cv: Conv) -> Result<()> {
+        check("im2col", x.len() == cv.c * cv.n * cv.h * cv.w && cols.len() == cv.col_rows() * cv.col_cols())?;
+        for (col, src) in conv_taps(cv) {
+            cols[col] = src.map_or(0.0, |i| x[i]);
+        }
+        Ok(())
+    }
+    fn col2im(&mut self, dcols: &Vec<f32>, dx: &mut Vec<f32>, cv: Conv) -> Result<()> {
+        check("col2im", dx.len() == cv.c * cv.n * cv.h * cv.w && dcols.len() == cv.col_rows() * cv.col_cols())?;
+        dx.fill(0.0);
+        for (col, src) in conv_taps(cv) {
+            if let Some(i) = src {
+                dx[i] += dcols[col];
+            }
+        }
+        Ok(())
+    }
+    fn batchnorm_fwd(&mut self, x: &Vec<f32>, g: &Vec<f32>, b: &Vec<f32>, out: &mut Vec<f32>, mean: &mut Vec<f32>, rstd: &mut Vec<f32>, m: usize) -> Result<()> {
+        let c = g.len();
+        check("batchnorm_fwd", x.len() == c * m && out.len() == x.len() && mean.len() == c && rstd.len() == c)?;
+        for ch in 0..c {
+            let row = &x[ch * m..(ch + 1) * m];
+            let mu = row.iter().sum::<f32>() / m as f32;
+            let var = row.iter().map(|v| (v - mu) * (v - mu)).sum::<f32>() / m as f32;
+            let rs = 1.0 / (var + LN_EPS).sqrt();
+            for j in 0..m {
+                out[ch * m + j] = (row[j] - mu) * rs * g[ch] + b[ch];
+            }
+            mean[ch] = mu;
+            rstd[ch] = rs;
+        }
+        Ok(())
+    }
+    fn batchnorm_bwd(&mut self, x: &Vec<f32>, g: &Vec<f32>, mean: &Vec<f32>, rstd: &Vec<f32>, dout: &Vec<f32>, dx: &mut Vec<f32>, dg: &mut Vec<f32>, db: &mut Vec<f32>, m: usize) -> Result<()> {
+        let c = g.len();
+        check("batchnorm_bwd", x.len() == c * m && dout.len() == x.len() && dx.len() == x.len() && dg.len() == c && db.len() == c)?;
+        for ch in 0..c {
+            let (mu, rs) = (mean[ch], rstd[ch]);
+            let (mut sdy, mut sdyx) = (0f32, 0f32);
+            for j in 0..m {
+                let xh = (x[ch * m + j] - mu) * rs;
+                sdy += dout[ch * m + j];
+                sdyx += dout[ch * m + j] * xh;
+            }
+            dg[ch] = sdyx;
+            db[ch] = sdy;
+            let (a, b) = (sdy / m as f32, sdyx / m as f32);
+            for j in 0..m {
+                let xh = (x[ch * m + j] - mu) * rs;
+                dx[ch * m + j] = g[ch] * rs * (dout[ch * m + j] - a - xh * b);
+            }
+        }
+        Ok(())
+    }
+    fn maxpool_fwd(&mut self, x: &Vec<f32>, out: &mut Vec<f32>, arg: &mut Vec<f32>, cv: Conv) -> Result<()> {
+        let (oh, ow, hw) = (cv.oh(), cv.ow(), cv.h * cv.w);
+        check("maxpool_fwd", x.len() == cv.c * cv.n * hw && out.len() == cv.c * cv.col_cols() && arg.len() == out.len())?;
+        for cn in 0..cv.c * cv.n {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let (mut best, mut at) = (f32::NEG_INFINITY, 0usize);
+                    for ky in 0..cv.k {
+                        for kx in 0..cv.k {
+                            let iy = (oy * cv.stride + ky) as isize - cv.pad as isize;
+                            let ix = (ox * cv.stride + kx) as isize - cv.pad as isize;
+                            if iy >= 0 && ix >= 0 && (iy as usize) < cv.h && (ix as usize) < cv.w {
+                                let j = iy as usize * cv.w + ix as usize;
+                                if x[cn * hw + j] > best {
+                                    best = x[cn * hw + j];
+                                    at = j;
+                                }
+                            }
+                        }
+                    }
+                    let o = (cn * oh + oy) * ow + ox;
+                    out[o] = best;
+                    arg[o] = at as f32;
+                }
+            }
+        }
+        Ok(())
+    }
+    fn maxpool_bwd(&mut self, dout: &Vec<f32>, arg: &Vec<f32>, dx: &mut Vec<f32>, cv: Conv) -> Result<()> {
+        check("maxpool_bwd", dout.len() == arg.len() && dx.len() == cv.c * cv.n * cv.h * cv.w)?;
+        dx.fill(0.0);
+        let (hw, ohw) = (cv.h * cv.w, cv.oh() * cv.ow());
+        for (i, (d, a)) in dout.iter().zip(arg).enumerate() {
+            dx[i / ohw * hw + *a as usize] += d;
+        }
+        Ok(())
+    }
+    fn avgpool_fwd(&mut self, x: &Vec<f32>, out: &mut Vec<f32>, c: usize, n: usize) -> Result<()> {
+        check("avgpool_fwd", out.len() == n * c && whole(x.len(), n * c))?;
+        let hw = x.len() / (n * c);
+        for ch in 0..c {
+            for b in 0..n {
+                let s: f32 = x[(ch * n + b) * hw..(ch * n + b + 1) * hw].iter().sum();
+                out[b * c + ch] = s / hw as f32;
+            }
+        }
+        Ok(())
+    }
+    fn avgpool_bwd(&mut self, dout: &Vec<f32>, dx: &mut Vec<f32>, c: usize, n: usize) -> Result<()> {
+        check("avgpool_bwd", dout.len() == n * c && whole(dx.len(), n * c))?;
+        let hw = dx.len() / (n * c);
+        for ch in 0..c {
+            for b in 0..n {
+                let v = dout[b * c + ch] / hw as f32;
+                dx[(ch * n + b) * hw..(ch * n + b + 1) * hw].fill(v);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,259 @@
+// The model layer's own CUDA kernels, compiled at run time by NVRTC (no compiler binary on the
+// node). f32 everywhere; sizes are int. Layouts as documented in ops.rs.
+
+#define GELU_K 0.7978845608f
+#define EPS 1e-5f
+#define NEG_INF (-__int_as_float(0x7f800000))
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+    return v;
+}
+// Sum over a block of 256 threads; every thread gets the result.
+__device__ float block_sum(float v, float* sh) {
+    v = warp_sum(v);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float t = lane < (blockDim.x >> 5) ? sh[lane] : 0.f;
+    return warp_sum(t);
+}
+#define IDX (blockIdx.x * blockDim.x + threadIdx.x)
+#define ROW_WARP int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); int lane = threadIdx.x & 31;
+
+extern "C" __global__ void fill(float* x, float v, int n) { int i = IDX; if (i < n) x[i] = v; }
+extern "C" __global__ void set1(float* x, int i, float v) { if (IDX == 0) x[i] = v; }
+extern "C" __global__ void axpy(float a, const float* x, float* y, int n) { int i = IDX; if (i < n) y[i] += a * x[i]; }
+extern "C" __global__ void add_bias(float* y, const float* b, int rows, int cols) {
+    int i = IDX; if (i < rows * cols) y[i] += b[i % cols];
+}
+// Block (32, 16): 32 columns per block, 16 row lanes.
+extern "C" __global__ void col_sum(const float* x, float* out, int rows, int cols) {
+    __shared__ float sh[16][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    float s = 0.f;
+    if (c < cols) for (int r = threadIdx.y; r < rows; r += 16) s += x[(long)r * cols + c];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float t = 0.f;
+        for (int k = 0; k < 16; k++) t += sh[k][threadIdx.x];
+        out[c] = t;
+    }
+}
+extern "C" __global__ void embed_fwd(const float* tok, const float* wte, const float* wpe, float* out, int n, int t, int c) {
+    int i = IDX; if (i >= n * c) return;
+    int r = i / c, j = i % c;
+    out[i] = wte[(long)(int)tok[r] * c + j] + wpe[(r % t) * c + j];
+}
+extern "C" __global__ void embed_bwd(const float* tok, const float* dout, float* dwte, float* dwpe, int n, int t, int c) {
+    int i = IDX; if (i >= n * c) return;
+    int r = i / c, j = i % c;
+    atomicAdd(&dwte[(long)(int)tok[r] * c + j], dout[i]);
+    atomicAdd(&dwpe[(r % t) * c + j], dout[i]);
+}
+// One warp per row.
+extern "C" __global__ void ln_fwd(const float* x, const float* g, const float* b, float* out, float* mean, float* rstd, int rows, int c) {
+    ROW_WARP
+    if (row >= rows) return;
+    const float* xr = x + (long)row * c;
+    float s = 0.f;
+    for (int j = lane; j < c; j += 32) s += xr[j];
+    float mu = warp_sum(s) / c;
+    float v = 0.f;
+    for (int j = lane; j < c; j += 32) { float d = xr[j] - mu; v += d * d; }
+    float rs = rsqrtf(warp_sum(v) / c + EPS);
+    for (int j = lane; j < c; j += 32) out[(long)row * c + j] = (xr[j] - mu) * rs * g[j] + b[j];
+    if (lane == 0) { mean[row] = mu; rstd[row] = rs; }
+}
+extern "C" __global__ void ln_bwd_dx(const float* x, const float* g, const float* mean, const float* rstd, const float* dout, float* dx, int rows, int c) {
+    ROW_WARP
+    if (row >= rows) return;
+    long o = (long)row * c;
+    float mu = mean[row], rs = rstd[row], s1 = 0.f, s2 = 0.f;
+    for (int j = lane; j < c; j += 32) {
+        float xh = (x[o + j] - mu) * rs, d = dout[o + j] * g[j];
+        s1 += d; s2 += d * xh;
+    }
+    s1 = warp_sum(s1) / c; s2 = warp_sum(s2) / c;
+    for (int j = lane; j < c; j += 32) {
+        float xh = (x[o + j] - mu) * rs;
+        dx[o + j] += rs * (dout[o + j] * g[j] - s1 - xh * s2);
+    }
+}
+// Block (32, 16) over 32 columns: dg = sum dout * xhat, db = sum dout.
+extern "C" __global__ void ln_bwd_dgdb(const float* x, const float* mean, const float* rstd, const float* dout, float* dg, float* db, int rows, int c) {
+    __shared__ float sg[16][33], sb[16][33];
+    int j = blockIdx.x * 32 + threadIdx.x;
+    float a = 0.f, b = 0.f;
+    if (j < c) for (int r = threadIdx.y; r < rows; r += 16) {
+        long i = (long)r * c + j;
+        a += dout[i] * (x[i] - mean[r]) * rstd[r];
+        b += dout[i];
+    }
+    sg[threadIdx.y][threadIdx.x] = a; sb[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < c) {
+        float ta = 0.f, tb = 0.f;
+        for (int k = 0; k < 16; k++) { ta += sg[k][threadIdx.x]; tb += sb[k][threadIdx.x]; }
+        dg[j] = ta; db[j] = tb;
+    }
+}
+extern "C" __global__ void gelu_fwd(const float* x, float* out, int n) {
+    int i = IDX; if (i >= n) return;
+    float v = x[i];
+    out[i] = 0.5f * v * (1.f + tanhf(GELU_K * (v + 0.044715f * v * v * v)));
+}
+extern "C" __global__ void gelu_bwd(const float* x, const float* dout, float* dx, int n) {
+    int i = IDX; if (i >= n) return;
+    float v = x[i], th = tanhf(GELU_K * (v + 0.044715f * v * v * v));
+    dx[i] = dout[i] * (0.5f * (1.f + th) + 0.5f * v * (1.f - th * th) * GELU_K * (1.f + 3.f * 0.044715f * v * v));
+}
+extern "C" __global__ void relu_fwd(const float* x, float* out, int n) { int i = IDX; if (i < n) out[i] = fmaxf(x[i], 0.f); }
+extern "C" __global__ void relu_bwd(const float* y, const float* dout, float* dx, int n) {
+    int i = IDX; if (i < n) dx[i] = y[i] > 0.f ? dout[i] : 0.f;
+}
+// One thread per element of [b, h, t, d]; split copies packed -> heads, merge the reverse.
+extern "C" __global__ void heads(const float* src, float* dst, int part, int parts, int b, int h, int t, int d, int split) {
+    int i = IDX; if (i >= b * h * t * d) return;
+    int e = i % d, r = i / d, tt = r % t, hh = (r / t) % h, bb = r / (t * h);
+    long packed = ((long)bb * t + tt) * parts * h * d + (long)part * h * d + hh * d + e;
+    if (split) dst[i] = src[packed]; else dst[packed] = src[i];
+}
+// One warp per row of t columns; row i of each t x t matrix sees columns 0..=i.
+extern "C" __global__ void softmax_causal_fwd(const float* s, float* p, int rows, int t, float scale) {
+    ROW_WARP
+    if (row >= rows) return;
+    int i = row % t; long o = (long)row * t;
+    float m = NEG_INF;
+    for (int j = lane; j <= i; j += 32) m = fmaxf(m, scale * s[o + j]);
+    m = warp_max(m);
+    float sum = 0.f;
+    for (int j = lane; j <= i; j += 32) sum += __expf(scale * s[o + j] - m);
+    sum = warp_sum(sum);
+    for (int j = lane; j < t; j += 32) p[o + j] = j <= i ? __expf(scale * s[o + j] - m) / sum : 0.f;
+}
+extern "C" __global__ void softmax_causal_bwd(const float* p, const float* dp, float* ds, int rows, int t, float scale) {
+    ROW_WARP
+    if (row >= rows) return;
+    long o = (long)row * t;
+    float dot = 0.f;
+    for (int j = lane; j < t; j += 32) dot += p[o + j] * dp[o + j];
+    dot = warp_sum(dot);
+    for (int j = lane; j < t; j += 32) ds[o + j] = scale * p[o + j] * (dp[o + j] - dot);
+}
+extern "C" __global__ void cross_entropy(const float* logits, const float* targets, float* dlogits, float* losses, int rows, int v) {
+    ROW_WARP
+    if (row >= rows) return;
+    long o = (long)row * v;
+    float m = NEG_INF;
+    for (int j = lane; j < v; j += 32) m = fmaxf(m, logits[o + j]);
+    m = warp_max(m);
+    float sum = 0.f;
+    for (int j = lane; j < v; j += 32) sum += __expf(logits[o + j] - m);
+    sum = warp_sum(sum);
+    int tgt = (int)targets[row];
+    for (int j = lane; j < v; j += 32)
+        dlogits[o + j] = (__expf(logits[o + j] - m) / sum - (j == tgt ? 1.f : 0.f)) / rows;
+    if (lane == 0) losses[row] = -(logits[o + tgt] - m - logf(sum));
+}
+extern "C" __global__ void adamw(float* p, const float* g, float* m, float* v, int n, float lr, float b1, float b2, float eps, float wd, float c1, float c2, float gs) {
+    int i = IDX; if (i >= n) return;
+    float gi = g[i] * gs;
+    float mi = b1 * m[i] + (1.f - b1) * gi, vi = b2 * v[i] + (1.f - b2) * gi * gi;
+    m[i] = mi; v[i] = vi;
+    p[i] -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * p[i]);
+}
+// cols [c k k, n oh ow] from x [c, n h w].
+extern "C" __global__ void im2col(const float* x, float* cols, int c, int n, int h, int w, int k, int stride, int pad, int oh, int ow) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    long ncols = (long)n * oh * ow;
+    if (i >= (long)c * k * k * ncols) return;
+    int row = i / ncols; long col = i % ncols;
+    int ch = row / (k * k), ky = (row / k) % k, kx = row % k;
+    int b = col / (oh * ow), oy = (col / ow) % oh, ox = col % ow;
+    int iy = oy * stride + ky - pad, ix = ox * stride + kx - pad;
+    cols[i] = (iy >= 0 && ix >= 0 && iy < h && ix < w) ? x[((long)ch * n + b) * h * w + iy * w + ix] : 0.f;
+}
+// dx [c, n h w] gathered from dcols: each input element sums the taps that read it.
+extern "C" __global__ void col2im(const float* dcols, float* dx, int c, int n, int h, int w, int k, int stride, int pad, int oh, int ow) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)c * n * h * w) return;
+    int ix = i % w, iy = (i / w) % h, b = (i / ((long)h * w)) % n, ch = i / ((long)n * h * w);
+    long ncols = (long)n * oh * ow;
+    float s = 0.f;
+    for (int ky = 0; ky < k; ky++) {
+        int ty = iy + pad - ky;
+        if (ty < 0 || ty % stride) continue;
+        int oy = ty / stride; if (oy >= oh) continue;
+        for (int kx = 0; kx < k; kx++) {
+            int tx = ix + pad - kx;
+            if (tx < 0 || tx % stride) continue;
+            int ox = tx / stride; if (ox >= ow) continue;
+            s += dcols[((long)(ch * k + ky) * k + kx) * ncols + ((long)b * oh + oy) * ow + ox];
+        }
+    }
+    dx[i] = s;
+}
+// One block of 256 per channel row of m elements.
+extern "C" __global__ void bn_fwd(const float* x, const float* g, const float* b, float* out, float* mean, float* rstd, int m) {
+    __shared__ float sh[32];
+    int ch = blockIdx.x; long o = (long)ch * m;
+    float s = 0.f;
+    for (int j = threadIdx.x; j < m; j += blockDim.x) s += x[o + j];
+    float mu = block_sum(s, sh) / m;
+    float v = 0.f;
+    for (int j = threadIdx.x; j < m; j += blockDim.x) { float d = x[o + j] - mu; v += d * d; }
+    float rs = rsqrtf(block_sum(v, sh) / m + EPS);
+    for (int j = threadIdx.x; j < m; j += blockDim.x) out[o + j] = (x[o + j] - mu) * rs * g[ch] + b[ch];
+    if (threadIdx.x == 0) { mean[ch] = mu; rstd[ch] = rs; }
+}
+extern "C" __global__ void bn_bwd(const float* x, const float* g, const float* mean, const float* rstd, const float* dout, float* dx, float* dg, float* db, int m) {
+    __shared__ float sh[32];
+    int ch = blockIdx.x; long o = (long)ch * m;
+    float mu = mean[ch], rs = rstd[ch], a = 0.f, b = 0.f;
+    for (int j = threadIdx.x; j < m; j += blockDim.x) { a += dout[o + j]; b += dout[o + j] * (x[o + j] - mu) * rs; }
+    a = block_sum(a, sh);
+    b = block_sum(b, sh);
+    if (threadIdx.x == 0) { dg[ch] = b; db[ch] = a; }
+    a /= m; b /= m;
+    for (int j = threadIdx.x; j < m; j += blockDim.x)
+        dx[o + j] = g[ch] * rs * (dout[o + j] - a - (x[o + j] - mu) * rs * b);
+}
+extern "C" __global__ void maxpool_fwd(const float* x, float* out, float* arg, int cn, int h, int w, int k, int stride, int pad, int oh, int ow) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)cn * oh * ow) return;
+    int ox = i % ow, oy = (i / ow) % oh; long plane = i / ((long)oh * ow);
+    float best = NEG_INF; long at = 0;
+    for (int ky = 0; ky < k; ky++) for (int kx = 0; kx < k; kx++) {
+        int iy = oy * stride + ky - pad, ix = ox * stride + kx - pad;
+        if (iy < 0 || ix < 0 || iy >= h || ix >= w) continue;
+        int j = iy * w + ix;
+        if (x[plane * h * w + j] > best) { best = x[plane * h * w + j]; at = j; }
+    }
+    out[i] = best; arg[i] = (float)at;
+}
+// arg: the source's place in its h x w plane (exact in f32).
+extern "C" __global__ void maxpool_bwd(const float* dout, const float* arg, float* dx, int n, int hw, int ohw) {
+    int i = IDX; if (i < n) atomicAdd(&dx[(long)(i / ohw) * hw + (int)arg[i]], dout[i]);
+}
+// out [n, c] = mean over hw of x [c, n hw].
+extern "C" __global__ void avgpool_fwd(const float* x, float* out, int c, int n, int hw) {
+    int i = IDX; if (i >= c * n) return;
+    int b = i / c, ch = i % c;
+    const float* p = x + ((long)ch * n + b) * hw;
+    float s = 0.f;
+    for (int j = 0; j < hw; j++) s += p[j];
+    out[i] = s / hw;
+}
+extern "C" __global__ void avgpool_bwd(const float* dout, float* dx, int c, int n, int hw) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)c * n * hw) return;
+    long cb = i / hw; int ch = cb / n, b = cb % n;
+    dx[i] = dout[b * c + ch] / hw;
+}

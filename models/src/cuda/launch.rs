@@ -1,0 +1,255 @@
+//! [`Ops`] for [`CudaOps`]: each op checks its sizes and launches its kernel on the stream.
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+use super::{dev, CudaOps};
+use crate::ops::{whole, Adam, Conv, Heads, Mm, Ops};
+use crate::{ModelError, Result};
+
+type Buf = CudaSlice<f32>;
+
+/// `n` as a kernel's int argument.
+pub(super) fn int(n: usize) -> Result<i32> {
+    i32::try_from(n).map_err(|_| ModelError::Config(format!("size {n} exceeds the kernels' int range")))
+}
+
+fn check(what: &str, ok: bool) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ModelError::Config(format!("{what}: buffer sizes do not match")))
+    }
+}
+
+/// One thread per element.
+fn elems(n: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: ((n as u32).div_ceil(256).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+}
+/// One warp per row, four rows per block.
+fn rows(n: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: ((n as u32).div_ceil(4).max(1), 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 }
+}
+/// Blocks of 32 columns x 16 row lanes.
+fn cols(n: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: ((n as u32).div_ceil(32).max(1), 1, 1), block_dim: (32, 16, 1), shared_mem_bytes: 0 }
+}
+/// One block of 256 per channel.
+fn channels(n: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// Launches kernel `$name` with `$cfg` and the arguments (references to buffers or to named
+/// scalar locals, which outlive the launch call).
+macro_rules! launch {
+    ($self:ident, $name:literal, $cfg:expr; $($arg:expr),+ $(,)?) => {{
+        let cfg = $cfg;
+        let f = $self.func($name)?;
+        let mut b = $self.stream.launch_builder(f);
+        $( b.arg($arg); )+
+        // SAFETY: every argument matches the kernel's parameter list in kernels.cu in order and
+        // type (device pointers to f32 buffers, int and float scalars); the caller checked that
+        // the buffers hold every element the kernel indexes for these sizes; all buffers live
+        // on this stream.
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| dev(concat!("kernel ", $name), e))
+    }};
+}
+
+impl Ops for CudaOps {
+    type Buf = Buf;
+
+    fn describe(&self) -> String {
+        format!("cuda ({}; cuBLAS bf16 tensor-core products on fp32 tensors, NVRTC kernels)", self.name)
+    }
+    fn upload(&mut self, x: &[f32]) -> Result<Buf> {
+        self.stream.clone_htod(x).map_err(|e| dev("upload", e))
+    }
+    fn zeros(&mut self, n: usize) -> Result<Buf> {
+        self.stream.alloc_zeros(n.max(1)).map_err(|e| dev(&format!("allocating {n} f32"), e))
+    }
+    fn download(&mut self, b: &Buf) -> Result<Vec<f32>> {
+        let v = self.stream.clone_dtoh(b).map_err(|e| dev("download", e))?;
+        self.sync()?;
+        Ok(v)
+    }
+    fn len(b: &Buf) -> usize {
+        b.len()
+    }
+    fn sync(&mut self) -> Result<()> {
+        self.stream.synchronize().map_err(|e| dev("synchronize", e))
+    }
+    fn fill(&mut self, b: &mut Buf, v: f32) -> Result<()> {
+        let n = int(b.len())?;
+        launch!(self, "fill", elems(b.len()); b, &v, &n)
+    }
+    fn set(&mut self, b: &mut Buf, i: usize, v: f32) -> Result<()> {
+        check("set", i < b.len())?;
+        let i = int(i)?;
+        launch!(self, "set1", elems(1); b, &i, &v)
+    }
+    fn matmul(&mut self, mm: Mm, a: &Buf, b: &Buf, c: &mut Buf) -> Result<()> {
+        self.gemm(mm, a, b, c)
+    }
+    fn axpy(&mut self, alpha: f32, x: &Buf, y: &mut Buf) -> Result<()> {
+        check("axpy", x.len() == y.len())?;
+        let n = int(x.len())?;
+        launch!(self, "axpy", elems(x.len()); &alpha, x, y, &n)
+    }
+    fn add_bias(&mut self, y: &mut Buf, bias: &Buf, r: usize) -> Result<()> {
+        check("add_bias", y.len() == r * bias.len())?;
+        let (rr, c) = (int(r)?, int(bias.len())?);
+        launch!(self, "add_bias", elems(y.len()); y, bias, &rr, &c)
+    }
+    fn col_sum(&mut self, x: &Buf, out: &mut Buf, r: usize) -> Result<()> {
+        check("col_sum", x.len() == r * out.len())?;
+        let (rr, c) = (int(r)?, int(out.len())?);
+        launch!(self, "col_sum", cols(out.len()); x, out, &rr, &c)
+    }
+    fn embed_fwd(&mut self, tok: &Buf, wte: &Buf, wpe: &Buf, out: &mut Buf, t: usize, c: usize) -> Result<()> {
+        check("embed_fwd", out.len() == tok.len() * c && wpe.len() >= t * c)?;
+        let (n, tt, cc) = (int(tok.len())?, int(t)?, int(c)?);
+        launch!(self, "embed_fwd", elems(out.len()); tok, wte, wpe, out, &n, &tt, &cc)
+    }
+    fn embed_bwd(&mut self, tok: &Buf, dout: &Buf, dwte: &mut Buf, dwpe: &mut Buf, t: usize, c: usize) -> Result<()> {
+        check("embed_bwd", dout.len() == tok.len() * c && dwpe.len() >= t * c)?;
+        let (n, tt, cc) = (int(tok.len())?, int(t)?, int(c)?);
+        launch!(self, "embed_bwd", elems(dout.len()); tok, dout, dwte, dwpe, &n, &tt, &cc)
+    }
+    fn layernorm_fwd(&mut self, x: &Buf, g: &Buf, b: &Buf, out: &mut Buf, mean: &mut Buf, rstd: &mut Buf, c: usize) -> Result<()> {
+        let r = x.len() / c;
+        check("layernorm_fwd", out.len() == x.len() && mean.len() == r && rstd.len() == r && g.len() == c)?;
+        let (rr, cc) = (int(r)?, int(c)?);
+        launch!(self, "ln_fwd", rows(r); x, g, b, out, mean, rstd, &rr, &cc)
+    }
+    fn layernorm_bwd(&mut self, x: &Buf, g: &Buf, mean: &Buf, rstd: &Buf, dout: &Buf, dx: &mut Buf, dg: &mut Buf, db: &mut Buf, c: usize) -> Result<()> {
+        let r = x.len() / c;
+        check("layernorm_bwd", dout.len() == x.len() && dx.len() == x.len() && mean.len() == r && dg.len() == c && db.len() == c)?;
+        let (rr, cc) = (int(r)?, int(c)?);
+        launch!(self, "ln_bwd_dx", rows(r); x, g, mean, rstd, dout, dx, &rr, &cc)?;
+        launch!(self, "ln_bwd_dgdb", cols(c); x, mean, rstd, dout, dg, db, &rr, &cc)
+    }
+    fn gelu_fwd(&mut self, x: &Buf, out: &mut Buf) -> Result<()> {
+        check("gelu_fwd", x.len() == out.len())?;
+        let n = int(x.len())?;
+        launch!(self, "gelu_fwd", elems(x.len()); x, out, &n)
+    }
+    fn gelu_bwd(&mut self, x: &Buf, dout: &Buf, dx: &mut Buf) -> Result<()> {
+        check("gelu_bwd", x.len() == dout.len() && x.len() == dx.len())?;
+        let n = int(x.len())?;
+        launch!(self, "gelu_bwd", elems(x.len()); x, dout, dx, &n)
+    }
+    fn relu_fwd(&mut self, x: &Buf, out: &mut Buf) -> Result<()> {
+        check("relu_fwd", x.len() == out.len())?;
+        let n = int(x.len())?;
+        launch!(self, "relu_fwd", elems(x.len()); x, out, &n)
+    }
+    fn relu_bwd(&mut self, y: &Buf, dout: &Buf, dx: &mut Buf) -> Result<()> {
+        check("relu_bwd", y.len() == dout.len() && y.len() == dx.len())?;
+        let n = int(y.len())?;
+        launch!(self, "relu_bwd", elems(y.len()); y, dout, dx, &n)
+    }
+    fn heads_split(&mut self, src: &Buf, dst: &mut Buf, part: usize, parts: usize, s: Heads) -> Result<()> {
+        check("heads_split", src.len() == s.b * s.t * parts * s.h * s.d && dst.len() == s.b * s.t * s.h * s.d)?;
+        let (p, ps, b, h, t, d, split) = (int(part)?, int(parts)?, int(s.b)?, int(s.h)?, int(s.t)?, int(s.d)?, 1i32);
+        launch!(self, "heads", elems(dst.len()); src, dst, &p, &ps, &b, &h, &t, &d, &split)
+    }
+    fn heads_merge(&mut self, src: &Buf, dst: &mut Buf, part: usize, parts: usize, s: Heads) -> Result<()> {
+        check("heads_merge", dst.len() == s.b * s.t * parts * s.h * s.d && src.len() == s.b * s.t * s.h * s.d)?;
+        let (p, ps, b, h, t, d, split) = (int(part)?, int(parts)?, int(s.b)?, int(s.h)?, int(s.t)?, int(s.d)?, 0i32);
+        launch!(self, "heads", elems(src.len()); src, dst, &p, &ps, &b, &h, &t, &d, &split)
+    }
+    fn softmax_causal_fwd(&mut self, s: &Buf, p: &mut Buf, t: usize, scale: f32) -> Result<()> {
+        check("softmax_causal_fwd", s.len() == p.len() && whole(s.len(), t * t))?;
+        let (r, tt) = (int(s.len() / t)?, int(t)?);
+        launch!(self, "softmax_causal_fwd", rows(s.len() / t); s, p, &r, &tt, &scale)
+    }
+    fn softmax_causal_bwd(&mut self, p: &Buf, dp: &Buf, ds: &mut Buf, t: usize, scale: f32) -> Result<()> {
+        check("softmax_causal_bwd", p.len() == dp.len() && p.len() == ds.len() && whole(p.len(), t * t))?;
+        let (r, tt) = (int(p.len() / t)?, int(t)?);
+        launch!(self, "softmax_causal_bwd", rows(p.len() / t); p, dp, ds, &r, &tt, &scale)
+    }
+    fn cross_entropy(&mut self, logits: &Buf, targets: &Buf, dlogits: &mut Buf, losses: &mut Buf, v: usize) -> Result<()> {
+        let r = targets.len();
+        check("cross_entropy", logits.len() == r * v && dlogits.len() == r * v && losses.len() == r)?;
+        let (rr, vv) = (int(r)?, int(v)?);
+        launch!(self, "cross_entropy", rows(r); logits, targets, dlogits, losses, &rr, &vv)
+    }
+    fn adamw(&mut self, p: &mut Buf, g: &Buf, m: &mut Buf, v: &mut Buf, a: Adam) -> Result<()> {
+        check("adamw", p.len() == g.len() && p.len() == m.len() && p.len() == v.len())?;
+        let n = int(p.len())?;
+        let (c1, c2) = (1.0 - a.beta1.powi(a.step as i32), 1.0 - a.beta2.powi(a.step as i32));
+        launch!(self, "adamw", elems(p.len()); p, g, m, v, &n, &a.lr, &a.beta1, &a.beta2, &a.eps, &a.weight_decay, &c1, &c2, &a.grad_scale)
+    }
+    fn im2col(&mut self, x: &Buf, cols_: &mut Buf, cv: Conv) -> Result<()> {
+        check("im2col", x.len() == cv.c * cv.n * cv.h * cv.w && cols_.len() == cv.col_rows() * cv.col_cols())?;
+        let a = ConvArgs::new(cv)?;
+        launch!(self, "im2col", elems(cols_.len()); x, cols_, &a.c, &a.n, &a.h, &a.w, &a.k, &a.stride, &a.pad, &a.oh, &a.ow)
+    }
+    fn col2im(&mut self, dcols: &Buf, dx: &mut Buf, cv: Conv) -> Result<()> {
+        check("col2im", dx.len() == cv.c * cv.n * cv.h * cv.w && dcols.len() == cv.col_rows() * cv.col_cols())?;
+        let a = ConvArgs::new(cv)?;
+        launch!(self, "col2im", elems(dx.len()); dcols, dx, &a.c, &a.n, &a.h, &a.w, &a.k, &a.stride, &a.pad, &a.oh, &a.ow)
+    }
+    fn batchnorm_fwd(&mut self, x: &Buf, g: &Buf, b: &Buf, out: &mut Buf, mean: &mut Buf, rstd: &mut Buf, m: usize) -> Result<()> {
+        let c = g.len();
+        check("batchnorm_fwd", x.len() == c * m && out.len() == x.len() && mean.len() == c && rstd.len() == c)?;
+        let mm = int(m)?;
+        launch!(self, "bn_fwd", channels(c); x, g, b, out, mean, rstd, &mm)
+    }
+    fn batchnorm_bwd(&mut self, x: &Buf, g: &Buf, mean: &Buf, rstd: &Buf, dout: &Buf, dx: &mut Buf, dg: &mut Buf, db: &mut Buf, m: usize) -> Result<()> {
+        let c = g.len();
+        check("batchnorm_bwd", x.len() == c * m && dout.len() == x.len() && dx.len() == x.len() && dg.len() == c && db.len() == c)?;
+        let mm = int(m)?;
+        launch!(self, "bn_bwd", channels(c); x, g, mean, rstd, dout, dx, dg, db, &mm)
+    }
+    fn maxpool_fwd(&mut self, x: &Buf, out: &mut Buf, arg: &mut Buf, cv: Conv) -> Result<()> {
+        check("maxpool_fwd", x.len() == cv.c * cv.n * cv.h * cv.w && out.len() == cv.c * cv.col_cols() && arg.len() == out.len())?;
+        let a = ConvArgs::new(cv)?;
+        let cn = int(cv.c * cv.n)?;
+        launch!(self, "maxpool_fwd", elems(out.len()); x, out, arg, &cn, &a.h, &a.w, &a.k, &a.stride, &a.pad, &a.oh, &a.ow)
+    }
+    fn maxpool_bwd(&mut self, dout: &Buf, arg: &Buf, dx: &mut Buf, cv: Conv) -> Result<()> {
+        check("maxpool_bwd", dout.len() == arg.len() && dx.len() == cv.c * cv.n * cv.h * cv.w)?;
+        self.fill(dx, 0.0)?;
+        let (n, hw, ohw) = (int(dout.len())?, int(cv.h * cv.w)?, int(cv.oh() * cv.ow())?);
+        launch!(self, "maxpool_bwd", elems(dout.len()); dout, arg, dx, &n, &hw, &ohw)
+    }
+    fn avgpool_fwd(&mut self, x: &Buf, out: &mut Buf, c: usize, n: usize) -> Result<()> {
+        check("avgpool_fwd", out.len() == n * c && whole(x.len(), n * c))?;
+        let (cc, nn, hw) = (int(c)?, int(n)?, int(x.len() / (n * c))?);
+        launch!(self, "avgpool_fwd", elems(out.len()); x, out, &cc, &nn, &hw)
+    }
+    fn avgpool_bwd(&mut self, dout: &Buf, dx: &mut Buf, c: usize, n: usize) -> Result<()> {
+        check("avgpool_bwd", dout.len() == n * c && whole(dx.len(), n * c))?;
+        let (cc, nn, hw) = (int(c)?, int(n)?, int(dx.len() / (n * c))?);
+        launch!(self, "avgpool_bwd", elems(dx.len()); dout, dx, &cc, &nn, &hw)
+    }
+}
+
+/// A convolution's sizes as kernel ints.
+struct ConvArgs {
+    c: i32,
+    n: i32,
+    h: i32,
+    w: i32,
+    k: i32,
+    stride: i32,
+    pad: i32,
+    oh: i32,
+    ow: i32,
+}
+
+impl ConvArgs {
+    fn new(cv: Conv) -> Result<ConvArgs> {
+        Ok(ConvArgs {
+            c: int(cv.c)?,
+            n: int(cv.n)?,
+            h: int(cv.h)?,
+            w: int(cv.w)?,
+            k: int(cv.k)?,
+            stride: int(cv.stride)?,
+            pad: int(cv.pad)?,
+            oh: int(cv.oh())?,
+            ow: int(cv.ow())?,
+        })
+    }
+}

@@ -1,0 +1,238 @@
+//! The CUDA ops against the CPU ops on the same random data (run on a GPU machine:
+//! bench/gpu/models.sh), and the kernels' compilation by NVRTC alone (any machine with
+//! libnvrtc on its library path).
+
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::comm::Solo;
+use crate::cpu::CpuOps;
+use crate::gpt::{Gpt, GptConfig, GptShape};
+use crate::resnet::{Resnet, ResnetConfig};
+use crate::ops::{Adam, Conv, Heads, Mm, Ops};
+use crate::train::{train, TrainOpts};
+
+#[test]
+#[ignore = "needs libnvrtc (NVIDIA's pip package nvidia-cuda-nvrtc) on the library path"]
+fn kernels_compile_with_nvrtc() {
+    for (major, minor) in [(8, 0), (9, 0)] {
+        let ptx = compile_kernels(major, minor).unwrap();
+        let text = ptx.to_src();
+        for n in NAMES {
+            assert!(text.contains(&format!(".entry {n}(")), "{n} missing from the PTX");
+        }
+    }
+}
+
+fn rnd(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+fn close(name: &str, cpu: &[f32], gpu: &[f32], tol: f32) {
+    assert_eq!(cpu.len(), gpu.len(), "{name}");
+    let scale = cpu.iter().fold(1f32, |m, v| m.max(v.abs()));
+    for (i, (a, b)) in cpu.iter().zip(gpu).enumerate() {
+        assert!((a - b).abs() <= tol * scale, "{name}[{i}]: cpu {a} gpu {b} (scale {scale})");
+    }
+}
+
+fn gpu() -> CudaOps {
+    CudaOps::new(0).expect("a CUDA device")
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cuda_ops_match_cpu_ops() {
+    let (mut c, mut g) = (CpuOps, gpu());
+    let up = |g: &mut CudaOps, x: &[f32]| g.upload(x).unwrap();
+    // Products (bf16 inputs on the GPU: a relative tolerance of a few bf16 units).
+    for mm in [Mm::new(37, 29, 64), Mm::new(37, 29, 64).ta(), Mm::new(37, 29, 64).tb().acc(), Mm::new(16, 8, 32).ta().tb().batched(3)] {
+        let (ea, eb, ec) = mm.extents();
+        let (a, b, c0) = (rnd(ea, 1), rnd(eb, 2), rnd(ec, 3));
+        let mut cc = c0.clone();
+        c.matmul(mm, &a, &b, &mut cc).unwrap();
+        let mut gc = up(&mut g, &c0);
+        let (ga, gb) = (up(&mut g, &a), up(&mut g, &b));
+        g.matmul(mm, &ga, &gb, &mut gc).unwrap();
+        close(&format!("matmul {mm:?}"), &cc, &g.download(&gc).unwrap(), 2e-2);
+    }
+    let (rows, cols) = (50, 96);
+    let (x, gam, bet, dout) = (rnd(rows * cols, 4), rnd(cols, 5), rnd(cols, 6), rnd(rows * cols, 7));
+    // Layer norm forward and backward.
+    let (mut o, mut mu, mut rs) = (vec![0.0; rows * cols], vec![0.0; rows], vec![0.0; rows]);
+    c.layernorm_fwd(&x, &gam, &bet, &mut o, &mut mu, &mut rs, cols).unwrap();
+    let (gx, gg, gb) = (up(&mut g, &x), up(&mut g, &gam), up(&mut g, &bet));
+    let (mut go, mut gmu, mut grs) = (g.zeros(rows * cols).unwrap(), g.zeros(rows).unwrap(), g.zeros(rows).unwrap());
+    g.layernorm_fwd(&gx, &gg, &gb, &mut go, &mut gmu, &mut grs, cols).unwrap();
+    close("layernorm out", &o, &g.download(&go).unwrap(), 1e-4);
+    let (mut dx, mut dg, mut db) = (x.clone(), vec![0.0; cols], vec![0.0; cols]);
+    c.layernorm_bwd(&x, &gam, &mu, &rs, &dout, &mut dx, &mut dg, &mut db, cols).unwrap();
+    let gd = up(&mut g, &dout);
+    let (mut gdx, mut gdg, mut gdb) = (up(&mut g, &x), g.zeros(cols).unwrap(), g.zeros(cols).unwrap());
+    g.layernorm_bwd(&gx, &gg, &gmu, &grs, &gd, &mut gdx, &mut gdg, &mut gdb, cols).unwrap();
+    close("layernorm dx", &dx, &g.download(&gdx).unwrap(), 1e-4);
+    close("layernorm dg", &dg, &g.download(&gdg).unwrap(), 1e-4);
+    close("layernorm db", &db, &g.download(&gdb).unwrap(), 1e-4);
+    // Pointwise, bias, column sums, AdamW.
+    let mut o2 = vec![0.0; x.len()];
+    let mut go2 = g.zeros(x.len()).unwrap();
+    c.gelu_fwd(&x, &mut o2).unwrap();
+    g.gelu_fwd(&gx, &mut go2).unwrap();
+    close("gelu", &o2, &g.download(&go2).unwrap(), 1e-5);
+    c.gelu_bwd(&x, &dout, &mut o2).unwrap();
+    g.gelu_bwd(&gx, &gd, &mut go2).unwrap();
+    close("gelu bwd", &o2, &g.download(&go2).unwrap(), 1e-5);
+    c.relu_fwd(&x, &mut o2).unwrap();
+    g.relu_fwd(&gx, &mut go2).unwrap();
+    close("relu", &o2, &g.download(&go2).unwrap(), 0.0);
+    let mut bsum = vec![0.0; cols];
+    let mut gbsum = g.zeros(cols).unwrap();
+    c.col_sum(&x, &mut bsum, rows).unwrap();
+    g.col_sum(&gx, &mut gbsum, rows).unwrap();
+    close("col_sum", &bsum, &g.download(&gbsum).unwrap(), 1e-5);
+    let (mut p, mut m, mut v) = (x.clone(), dout.clone(), vec![0.5; x.len()]);
+    let (mut gp, mut gm, mut gv) = (up(&mut g, &x), up(&mut g, &dout), up(&mut g, &vec![0.5; x.len()]));
+    let a = Adam { lr: 0.01, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, step: 3, grad_scale: 0.5 };
+    c.adamw(&mut p, &o, &mut m, &mut v, a).unwrap();
+    g.adamw(&mut gp, &go, &mut gm, &mut gv, a).unwrap();
+    close("adamw", &p, &g.download(&gp).unwrap(), 1e-5);
+    // Attention pieces.
+    let (t, bh) = (40, 3);
+    let s = rnd(bh * t * t, 8);
+    let mut pc = vec![0.0; s.len()];
+    let mut pg = g.zeros(s.len()).unwrap();
+    c.softmax_causal_fwd(&s, &mut pc, t, 0.3).unwrap();
+    let gs = up(&mut g, &s);
+    g.softmax_causal_fwd(&gs, &mut pg, t, 0.3).unwrap();
+    close("softmax", &pc, &g.download(&pg).unwrap(), 1e-5);
+    let mut dsc = vec![0.0; s.len()];
+    let mut dsg = g.zeros(s.len()).unwrap();
+    c.softmax_causal_bwd(&pc, &s, &mut dsc, t, 0.3).unwrap();
+    g.softmax_causal_bwd(&pg, &gs, &mut dsg, t, 0.3).unwrap();
+    close("softmax bwd", &dsc, &g.download(&dsg).unwrap(), 1e-5);
+    let hs = Heads { b: 2, t: 5, h: 3, d: 4 };
+    let packed = rnd(2 * 5 * 3 * 12, 9);
+    let gpk = up(&mut g, &packed);
+    let mut hc = vec![0.0; 2 * 5 * 12];
+    let mut hg = g.zeros(hc.len()).unwrap();
+    c.heads_split(&packed, &mut hc, 2, 3, hs).unwrap();
+    g.heads_split(&gpk, &mut hg, 2, 3, hs).unwrap();
+    close("heads split", &hc, &g.download(&hg).unwrap(), 0.0);
+    let (mut mc, mut mg) = (vec![0.0; packed.len()], g.zeros(packed.len()).unwrap());
+    c.heads_merge(&hc, &mut mc, 1, 3, hs).unwrap();
+    g.heads_merge(&hg, &mut mg, 1, 3, hs).unwrap();
+    close("heads merge", &mc, &g.download(&mg).unwrap(), 0.0);
+    // Cross-entropy and embeddings.
+    let (r, vocab) = (33, 70);
+    let logits = rnd(r * vocab, 10);
+    let tgt: Vec<f32> = (0..r).map(|i| ((i * 7) % vocab) as f32).collect();
+    let (mut dl, mut ls) = (vec![0.0; r * vocab], vec![0.0; r]);
+    c.cross_entropy(&logits, &tgt, &mut dl, &mut ls, vocab).unwrap();
+    let (gl, gt) = (up(&mut g, &logits), up(&mut g, &tgt));
+    let (mut gdl, mut gls) = (g.zeros(r * vocab).unwrap(), g.zeros(r).unwrap());
+    g.cross_entropy(&gl, &gt, &mut gdl, &mut gls, vocab).unwrap();
+    close("xent loss", &ls, &g.download(&gls).unwrap(), 1e-5);
+    close("xent grad", &dl, &g.download(&gdl).unwrap(), 1e-5);
+    let (tt, cc) = (11, 8);
+    let (wte, wpe) = (rnd(vocab * cc, 11), rnd(tt * cc, 12));
+    let tok: Vec<f32> = tgt.iter().take(22).copied().collect();
+    let (mut eo, mut geo) = (vec![0.0; 22 * cc], g.zeros(22 * cc).unwrap());
+    c.embed_fwd(&tok, &wte, &wpe, &mut eo, tt, cc).unwrap();
+    let (gtok, gwte, gwpe) = (up(&mut g, &tok), up(&mut g, &wte), up(&mut g, &wpe));
+    g.embed_fwd(&gtok, &gwte, &gwpe, &mut geo, tt, cc).unwrap();
+    close("embed", &eo, &g.download(&geo).unwrap(), 0.0);
+    let (mut dwte, mut dwpe) = (vec![0.0; wte.len()], vec![0.0; wpe.len()]);
+    c.embed_bwd(&tok, &eo, &mut dwte, &mut dwpe, tt, cc).unwrap();
+    let (mut gdwte, mut gdwpe) = (g.zeros(wte.len()).unwrap(), g.zeros(wpe.len()).unwrap());
+    g.embed_bwd(&gtok, &geo, &mut gdwte, &mut gdwpe, tt, cc).unwrap();
+    close("embed dwte", &dwte, &g.download(&gdwte).unwrap(), 1e-5);
+    close("embed dwpe", &dwpe, &g.download(&gdwpe).unwrap(), 1e-5);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cuda_conv_ops_match_cpu_ops() {
+    let (mut c, mut g) = (CpuOps, gpu());
+    let cv = Conv { c: 3, n: 2, h: 13, w: 11, k: 3, stride: 2, pad: 1 };
+    let x = rnd(cv.c * cv.n * cv.h * cv.w, 20);
+    let gx = g.upload(&x).unwrap();
+    let (mut cols, mut gcols) = (vec![0.0; cv.col_rows() * cv.col_cols()], g.zeros(cv.col_rows() * cv.col_cols()).unwrap());
+    c.im2col(&x, &mut cols, cv).unwrap();
+    g.im2col(&gx, &mut gcols, cv).unwrap();
+    close("im2col", &cols, &g.download(&gcols).unwrap(), 0.0);
+    let (mut dx, mut gdx) = (vec![0.0; x.len()], g.zeros(x.len()).unwrap());
+    c.col2im(&cols, &mut dx, cv).unwrap();
+    g.col2im(&gcols, &mut gdx, cv).unwrap();
+    close("col2im", &dx, &g.download(&gdx).unwrap(), 1e-5);
+    let m = cv.n * cv.h * cv.w;
+    let (gam, bet) = (rnd(cv.c, 21), rnd(cv.c, 22));
+    let (gg, gb) = (g.upload(&gam).unwrap(), g.upload(&bet).unwrap());
+    let (mut o, mut mu, mut rs) = (vec![0.0; x.len()], vec![0.0; cv.c], vec![0.0; cv.c]);
+    c.batchnorm_fwd(&x, &gam, &bet, &mut o, &mut mu, &mut rs, m).unwrap();
+    let (mut go, mut gmu, mut grs) = (g.zeros(x.len()).unwrap(), g.zeros(cv.c).unwrap(), g.zeros(cv.c).unwrap());
+    g.batchnorm_fwd(&gx, &gg, &gb, &mut go, &mut gmu, &mut grs, m).unwrap();
+    close("batchnorm", &o, &g.download(&go).unwrap(), 1e-4);
+    let (mut dg, mut db) = (vec![0.0; cv.c], vec![0.0; cv.c]);
+    c.batchnorm_bwd(&x, &gam, &mu, &rs, &dx, &mut o, &mut dg, &mut db, m).unwrap();
+    let (mut gdg, mut gdb) = (g.zeros(cv.c).unwrap(), g.zeros(cv.c).unwrap());
+    g.batchnorm_bwd(&gx, &gg, &gmu, &grs, &gdx, &mut go, &mut gdg, &mut gdb, m).unwrap();
+    close("batchnorm dx", &o, &g.download(&go).unwrap(), 1e-4);
+    close("batchnorm dg", &dg, &g.download(&gdg).unwrap(), 1e-4);
+    let out_len = cv.c * cv.col_cols();
+    let (mut po, mut pa, mut gpo, mut gpa) = (vec![0.0; out_len], vec![0.0; out_len], g.zeros(out_len).unwrap(), g.zeros(out_len).unwrap());
+    c.maxpool_fwd(&x, &mut po, &mut pa, cv).unwrap();
+    g.maxpool_fwd(&gx, &mut gpo, &mut gpa, cv).unwrap();
+    close("maxpool", &po, &g.download(&gpo).unwrap(), 0.0);
+    c.maxpool_bwd(&po, &pa, &mut dx, cv).unwrap();
+    g.maxpool_bwd(&gpo, &gpa, &mut gdx, cv).unwrap();
+    close("maxpool bwd", &dx, &g.download(&gdx).unwrap(), 1e-5);
+    let (mut ap, mut gap) = (vec![0.0; cv.c * cv.n], g.zeros(cv.c * cv.n).unwrap());
+    c.avgpool_fwd(&x, &mut ap, cv.c, cv.n).unwrap();
+    g.avgpool_fwd(&gx, &mut gap, cv.c, cv.n).unwrap();
+    close("avgpool", &ap, &g.download(&gap).unwrap(), 1e-5);
+    c.avgpool_bwd(&ap, &mut dx, cv.c, cv.n).unwrap();
+    g.avgpool_bwd(&gap, &mut gdx, cv.c, cv.n).unwrap();
+    close("avgpool bwd", &dx, &g.download(&gdx).unwrap(), 1e-5);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpt_trains_alike_on_cuda_and_cpu() {
+    let cfg = GptConfig {
+        shape: GptShape { vocab: 64, ctx: 32, layers: 2, heads: 4, dim: 64, batch: 8 },
+        tp_size: 1,
+        tp_rank: 0,
+        seed: 5,
+        data_seed: 1,
+    };
+    let opts = TrainOpts { steps: 20, lr: 3e-3, weight_decay: 0.01, nan_at: None, corrupt: false };
+    let mut c = CpuOps;
+    let mut m = Gpt::new(&mut c, cfg.clone()).unwrap();
+    let cpu = train(&mut c, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();
+    let mut g = gpu();
+    let mut m = Gpt::new(&mut g, cfg).unwrap();
+    let cuda = train(&mut g, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();
+    // The first loss agrees closely; the curves (bf16 products) stay near each other.
+    assert!((cpu.losses[0] - cuda.losses[0]).abs() < 1e-2, "{:?} {:?}", cpu.losses, cuda.losses);
+    for (a, b) in cpu.losses.iter().zip(&cuda.losses) {
+        assert!((a - b).abs() < 0.1 * a.abs().max(0.5), "{:?} {:?}", cpu.losses, cuda.losses);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn resnet_trains_alike_on_cuda_and_cpu() {
+    let cfg = ResnetConfig { image: 32, batch: 8, width: 8, blocks: vec![1, 1, 1, 1], classes: 4, seed: 1, data_seed: 2 };
+    let opts = TrainOpts { steps: 10, lr: 2e-3, weight_decay: 0.01, nan_at: None, corrupt: false };
+    let mut c = CpuOps;
+    let mut m = Resnet::new(&mut c, cfg.clone()).unwrap();
+    let cpu = train(&mut c, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();
+    let mut g = gpu();
+    let mut m = Resnet::new(&mut g, cfg).unwrap();
+    let cuda = train(&mut g, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();
+    assert!((cpu.losses[0] - cuda.losses[0]).abs() < 2e-2, "{:?} {:?}", cpu.losses, cuda.losses);
+    for (a, b) in cpu.losses.iter().zip(&cuda.losses) {
+        assert!((a - b).abs() < 0.15 * a.abs().max(0.5), "{:?} {:?}", cpu.losses, cuda.losses);
+    }
+}

@@ -1,0 +1,351 @@
+//! A GPT-2-style decoder (pre-norm blocks: causal self-attention and a GELU MLP, learned
+//! position embeddings, untied LM head) with optional Megatron tensor parallelism: the QKV
+//! and first MLP linears are column-parallel (each rank holds `heads / tp` heads and
+//! `4 dim / tp` hidden units), the attention output and second MLP linears row-parallel with
+//! a sum all-reduce over the tensor-parallel group after them in the forward, and one after
+//! each column-parallel linear's input gradient in the backward. Embeddings, norms, biases
+//! after a reduction and the LM head are replicated. With `tp = 1` it is mini-gpt.
+
+use crate::comm::Comm;
+use crate::data::{columns, seed_of, uniform, TokenTask};
+use crate::ops::{Heads, Mm, Ops};
+use crate::train::{Model, Param};
+use crate::{ModelError, Result};
+
+pub use gpusanity_common::config_models::GptShape;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GptConfig {
+    pub shape: GptShape,
+    pub tp_size: usize,
+    pub tp_rank: usize,
+    /// Initial weights (the same on every rank).
+    pub seed: u64,
+    /// Data stream of this data-parallel replica (ranks of one tensor-parallel group share it).
+    pub data_seed: u64,
+}
+
+/// Per-layer parameter indices, in the order of [`Gpt::new`].
+#[rustfmt::skip]
+mod lp {
+    pub const LN1_G: usize = 0; pub const LN1_B: usize = 1; pub const QKV_W: usize = 2; pub const QKV_B: usize = 3;
+    pub const O_W: usize = 4; pub const O_B: usize = 5; pub const LN2_G: usize = 6; pub const LN2_B: usize = 7;
+    pub const FC_W: usize = 8; pub const FC_B: usize = 9; pub const PROJ_W: usize = 10; pub const PROJ_B: usize = 11;
+    pub const PER_LAYER: usize = 12;
+}
+use lp::*;
+
+/// What one block keeps for its backward.
+struct LayerActs<B> {
+    a1: B,
+    mean1: B,
+    rstd1: B,
+    q: B,
+    k: B,
+    v: B,
+    p: B,
+    y: B,
+    x1: B,
+    a2: B,
+    mean2: B,
+    rstd2: B,
+    h: B,
+    gl: B,
+}
+
+/// Scratch shared by all blocks.
+struct Scratch<B> {
+    qkv: B,
+    s: B,
+    o: B,
+    z: B,
+    dx: B,
+    dtmp: B,
+    dqkv: B,
+    dq: B,
+    dk: B,
+    dv: B,
+    dp: B,
+    ds: B,
+    dy: B,
+    dh: B,
+    dgl: B,
+    af: B,
+    meanf: B,
+    rstdf: B,
+    logits: B,
+    dlogits: B,
+    losses: B,
+}
+
+pub struct Gpt<B> {
+    pub cfg: GptConfig,
+    params: Vec<Param<B>>,
+    /// Block inputs: `xs[l]` enters block `l`; `xs[layers]` enters the final norm.
+    xs: Vec<B>,
+    acts: Vec<LayerActs<B>>,
+    sc: Scratch<B>,
+    tok: B,
+    tgt: B,
+    task: TokenTask,
+}
+
+impl GptConfig {
+    fn check(&self) -> Result<()> {
+        let bad = |why: &str| Err(ModelError::Config(format!("gpt: {why} ({self:?})")));
+        if [self.shape.vocab, self.shape.ctx, self.shape.layers, self.shape.heads, self.shape.dim, self.shape.batch, self.tp_size].contains(&0) {
+            return bad("every size must be positive");
+        }
+        if self.shape.dim % self.shape.heads != 0 {
+            return bad("dim must be a multiple of heads");
+        }
+        if self.shape.heads % self.tp_size != 0 {
+            return bad("heads must be a multiple of the tensor-parallel size");
+        }
+        if self.tp_rank >= self.tp_size {
+            return bad("tensor-parallel rank out of range");
+        }
+        Ok(())
+    }
+    /// Rows of every activation (`batch ctx`).
+    pub fn rows(&self) -> usize {
+        self.shape.batch * self.shape.ctx
+    }
+    /// Features of this rank's share of the attention (`dim / tp`).
+    fn cl(&self) -> usize {
+        self.shape.dim / self.tp_size
+    }
+    fn local_heads(&self) -> Heads {
+        Heads { b: self.shape.batch, t: self.shape.ctx, h: self.shape.heads / self.tp_size, d: self.shape.dim / self.shape.heads }
+    }
+}
+
+impl<B> Gpt<B> {
+    pub fn new<O: Ops<Buf = B>>(ops: &mut O, cfg: GptConfig) -> Result<Gpt<B>> {
+        cfg.check()?;
+        let (v, t, c, l) = (cfg.shape.vocab, cfg.shape.ctx, cfg.shape.dim, cfg.shape.layers);
+        let (cl, n, r) = (cfg.cl(), cfg.rows(), cfg.tp_rank);
+        let std = 0.02 * 3f32.sqrt();
+        let proj_std = std / (2.0 * l as f32).sqrt();
+        let full = |name: &str, len: usize, a: f32| uniform(len, a, seed_of(cfg.seed, name));
+        let mut params = Vec::new();
+        let mut add = |ops: &mut O, name: String, init: Vec<f32>, decay: bool| -> Result<()> {
+            params.push(Param::new(ops, name, &init, decay)?);
+            Ok(())
+        };
+        add(ops, "wte".into(), full("wte", v * c, std), true)?;
+        add(ops, "wpe".into(), full("wpe", t * c, std), true)?;
+        for i in 0..l {
+            let name = |s: &str| format!("h{i}.{s}");
+            add(ops, name("ln1.g"), vec![1.0; c], false)?;
+            add(ops, name("ln1.b"), vec![0.0; c], false)?;
+            // QKV columns are [q | k | v], each [heads, head_dim]: this rank takes its heads'
+            // columns of each of the three.
+            let qkv = full(&name("qkv.w"), c * 3 * c, std);
+            let qkv_b = full(&name("qkv.b"), 3 * c, std);
+            let mut w = vec![Vec::new(); c];
+            let mut b = Vec::new();
+            for part in 0..3 {
+                let cols = columns(&qkv, 3 * c, part * c + r * cl, cl);
+                for (row, chunk) in w.iter_mut().zip(cols.chunks(cl)) {
+                    row.extend_from_slice(chunk);
+                }
+                b.extend_from_slice(&qkv_b[part * c + r * cl..part * c + (r + 1) * cl]);
+            }
+            add(ops, name("qkv.w"), w.concat(), true)?;
+            add(ops, name("qkv.b"), b, false)?;
+            // Row-parallel: this rank's rows.
+            let o = full(&name("o.w"), c * c, proj_std);
+            add(ops, name("o.w"), o[r * cl * c..(r + 1) * cl * c].to_vec(), true)?;
+            add(ops, name("o.b"), full(&name("o.b"), c, std), false)?;
+            add(ops, name("ln2.g"), vec![1.0; c], false)?;
+            add(ops, name("ln2.b"), vec![0.0; c], false)?;
+            let fc = full(&name("fc.w"), c * 4 * c, std);
+            add(ops, name("fc.w"), columns(&fc, 4 * c, r * 4 * cl, 4 * cl), true)?;
+            let fc_b = full(&name("fc.b"), 4 * c, std);
+            add(ops, name("fc.b"), fc_b[r * 4 * cl..(r + 1) * 4 * cl].to_vec(), false)?;
+            let proj = full(&name("proj.w"), 4 * c * c, proj_std);
+            add(ops, name("proj.w"), proj[r * 4 * cl * c..(r + 1) * 4 * cl * c].to_vec(), true)?;
+            add(ops, name("proj.b"), full(&name("proj.b"), c, std), false)?;
+        }
+        add(ops, "lnf.g".into(), vec![1.0; c], false)?;
+        add(ops, "lnf.b".into(), vec![0.0; c], false)?;
+        add(ops, "lm.w".into(), full("lm.w", c * v, std), true)?;
+
+        let hs = cfg.local_heads();
+        let att = hs.b * hs.h * hs.t * hs.t;
+        let xs = (0..=l).map(|_| ops.zeros(n * c)).collect::<Result<Vec<_>>>()?;
+        let mut acts = Vec::with_capacity(l);
+        for _ in 0..l {
+            acts.push(LayerActs {
+                a1: ops.zeros(n * c)?,
+                mean1: ops.zeros(n)?,
+                rstd1: ops.zeros(n)?,
+                q: ops.zeros(n * cl)?,
+                k: ops.zeros(n * cl)?,
+                v: ops.zeros(n * cl)?,
+                p: ops.zeros(att)?,
+                y: ops.zeros(n * cl)?,
+                x1: ops.zeros(n * c)?,
+                a2: ops.zeros(n * c)?,
+                mean2: ops.zeros(n)?,
+                rstd2: ops.zeros(n)?,
+                h: ops.zeros(n * 4 * cl)?,
+                gl: ops.zeros(n * 4 * cl)?,
+            });
+        }
+        let sc = Scratch {
+            qkv: ops.zeros(n * 3 * cl)?,
+            s: ops.zeros(att)?,
+            o: ops.zeros(n * cl)?,
+            z: ops.zeros(n * c)?,
+            dx: ops.zeros(n * c)?,
+            dtmp: ops.zeros(n * c)?,
+            dqkv: ops.zeros(n * 3 * cl)?,
+            dq: ops.zeros(n * cl)?,
+            dk: ops.zeros(n * cl)?,
+            dv: ops.zeros(n * cl)?,
+            dp: ops.zeros(att)?,
+            ds: ops.zeros(att)?,
+            dy: ops.zeros(n * cl)?,
+            dh: ops.zeros(n * 4 * cl)?,
+            dgl: ops.zeros(n * 4 * cl)?,
+            af: ops.zeros(n * c)?,
+            meanf: ops.zeros(n)?,
+            rstdf: ops.zeros(n)?,
+            logits: ops.zeros(n * v)?,
+            dlogits: ops.zeros(n * v)?,
+            losses: ops.zeros(n)?,
+        };
+        let task = TokenTask::new(v, seed_of(cfg.seed, "task"));
+        Ok(Gpt { tok: ops.zeros(n)?, tgt: ops.zeros(n)?, task, params, xs, acts, sc, cfg })
+    }
+}
+
+impl<O: Ops> Model<O> for Gpt<O::Buf> {
+    fn params_mut(&mut self) -> &mut [Param<O::Buf>] {
+        &mut self.params
+    }
+
+    fn load_batch(&mut self, ops: &mut O, step: usize) -> Result<()> {
+        let (x, y) = self.task.batch(self.cfg.shape.batch, self.cfg.shape.ctx, seed_of(self.cfg.data_seed, &format!("step{step}")));
+        self.tok = ops.upload(&x)?;
+        self.tgt = ops.upload(&y)?;
+        Ok(())
+    }
+
+    fn forward_backward(&mut self, ops: &mut O, tp: &mut dyn Comm<O::Buf>) -> Result<f32> {
+        let Gpt { cfg, params: ps, xs, acts, sc, tok, tgt, .. } = self;
+        let (v, t, c, l) = (cfg.shape.vocab, cfg.shape.ctx, cfg.shape.dim, cfg.shape.layers);
+        let (cl, n) = (cfg.cl(), cfg.rows());
+        let hs = cfg.local_heads();
+        let bh = hs.b * hs.h;
+        let scale = 1.0 / (hs.d as f32).sqrt();
+        let lp = |i: usize, j: usize| 2 + i * PER_LAYER + j;
+        let fin = 2 + l * PER_LAYER;
+
+        // ---- forward ----
+        ops.embed_fwd(tok, &ps[0].w, &ps[1].w, &mut xs[0], t, c)?;
+        for (i, a) in acts.iter_mut().enumerate() {
+            let (before, after) = xs.split_at_mut(i + 1);
+            let (x, x2) = (&before[i], &mut after[0]);
+            ops.layernorm_fwd(x, &ps[lp(i, LN1_G)].w, &ps[lp(i, LN1_B)].w, &mut a.a1, &mut a.mean1, &mut a.rstd1, c)?;
+            ops.matmul(Mm::new(n, 3 * cl, c), &a.a1, &ps[lp(i, QKV_W)].w, &mut sc.qkv)?;
+            ops.add_bias(&mut sc.qkv, &ps[lp(i, QKV_B)].w, n)?;
+            ops.heads_split(&sc.qkv, &mut a.q, 0, 3, hs)?;
+            ops.heads_split(&sc.qkv, &mut a.k, 1, 3, hs)?;
+            ops.heads_split(&sc.qkv, &mut a.v, 2, 3, hs)?;
+            ops.matmul(Mm::new(t, t, hs.d).tb().batched(bh), &a.q, &a.k, &mut sc.s)?;
+            ops.softmax_causal_fwd(&sc.s, &mut a.p, t, scale)?;
+            ops.matmul(Mm::new(t, hs.d, t).batched(bh), &a.p, &a.v, &mut sc.o)?;
+            ops.heads_merge(&sc.o, &mut a.y, 0, 1, hs)?;
+            ops.matmul(Mm::new(n, c, cl), &a.y, &ps[lp(i, O_W)].w, &mut sc.z)?;
+            tp.all_reduce_sum(&mut sc.z)?;
+            ops.add_bias(&mut sc.z, &ps[lp(i, O_B)].w, n)?;
+            ops.fill(&mut a.x1, 0.0)?;
+            ops.axpy(1.0, x, &mut a.x1)?;
+            ops.axpy(1.0, &sc.z, &mut a.x1)?;
+            ops.layernorm_fwd(&a.x1, &ps[lp(i, LN2_G)].w, &ps[lp(i, LN2_B)].w, &mut a.a2, &mut a.mean2, &mut a.rstd2, c)?;
+            ops.matmul(Mm::new(n, 4 * cl, c), &a.a2, &ps[lp(i, FC_W)].w, &mut a.h)?;
+            ops.add_bias(&mut a.h, &ps[lp(i, FC_B)].w, n)?;
+            ops.gelu_fwd(&a.h, &mut a.gl)?;
+            ops.matmul(Mm::new(n, c, 4 * cl), &a.gl, &ps[lp(i, PROJ_W)].w, &mut sc.z)?;
+            tp.all_reduce_sum(&mut sc.z)?;
+            ops.add_bias(&mut sc.z, &ps[lp(i, PROJ_B)].w, n)?;
+            ops.fill(x2, 0.0)?;
+            ops.axpy(1.0, &a.x1, x2)?;
+            ops.axpy(1.0, &sc.z, x2)?;
+        }
+        ops.layernorm_fwd(&xs[l], &ps[fin].w, &ps[fin + 1].w, &mut sc.af, &mut sc.meanf, &mut sc.rstdf, c)?;
+        ops.matmul(Mm::new(n, v, c), &sc.af, &ps[fin + 2].w, &mut sc.logits)?;
+        ops.cross_entropy(&sc.logits, tgt, &mut sc.dlogits, &mut sc.losses, v)?;
+
+        // ---- backward ----
+        {
+            let p = &mut ps[fin + 2];
+            ops.matmul(Mm::new(c, v, n).ta(), &sc.af, &sc.dlogits, &mut p.g)?;
+            ops.matmul(Mm::new(n, c, v).tb(), &sc.dlogits, &p.w, &mut sc.dtmp)?;
+        }
+        ops.fill(&mut sc.dx, 0.0)?;
+        {
+            let (g, rest) = ps[fin..].split_at_mut(1);
+            ops.layernorm_bwd(&xs[l], &g[0].w, &sc.meanf, &sc.rstdf, &sc.dtmp, &mut sc.dx, &mut g[0].g, &mut rest[0].g, c)?;
+        }
+        for (i, a) in acts.iter().enumerate().rev() {
+            let lps = &mut ps[lp(i, 0)..lp(i, PER_LAYER)];
+            // MLP: dx is the gradient of the block's output.
+            ops.col_sum(&sc.dx, &mut lps[PROJ_B].g, n)?;
+            ops.matmul(Mm::new(4 * cl, c, n).ta(), &a.gl, &sc.dx, &mut lps[PROJ_W].g)?;
+            ops.matmul(Mm::new(n, 4 * cl, c).tb(), &sc.dx, &lps[PROJ_W].w, &mut sc.dgl)?;
+            ops.gelu_bwd(&a.h, &sc.dgl, &mut sc.dh)?;
+            ops.col_sum(&sc.dh, &mut lps[FC_B].g, n)?;
+            ops.matmul(Mm::new(c, 4 * cl, n).ta(), &a.a2, &sc.dh, &mut lps[FC_W].g)?;
+            ops.matmul(Mm::new(n, c, 4 * cl).tb(), &sc.dh, &lps[FC_W].w, &mut sc.dtmp)?;
+            tp.all_reduce_sum(&mut sc.dtmp)?;
+            {
+                let (g, rest) = lps[LN2_G..].split_at_mut(1);
+                ops.layernorm_bwd(&a.x1, &g[0].w, &a.mean2, &a.rstd2, &sc.dtmp, &mut sc.dx, &mut g[0].g, &mut rest[0].g, c)?;
+            }
+            // Attention: dx is now the gradient of x1.
+            ops.col_sum(&sc.dx, &mut lps[O_B].g, n)?;
+            ops.matmul(Mm::new(cl, c, n).ta(), &a.y, &sc.dx, &mut lps[O_W].g)?;
+            ops.matmul(Mm::new(n, cl, c).tb(), &sc.dx, &lps[O_W].w, &mut sc.dy)?;
+            ops.heads_split(&sc.dy, &mut sc.o, 0, 1, hs)?;
+            ops.matmul(Mm::new(t, t, hs.d).tb().batched(bh), &sc.o, &a.v, &mut sc.dp)?;
+            ops.matmul(Mm::new(t, hs.d, t).ta().batched(bh), &a.p, &sc.o, &mut sc.dv)?;
+            ops.softmax_causal_bwd(&a.p, &sc.dp, &mut sc.ds, t, scale)?;
+            ops.matmul(Mm::new(t, hs.d, t).batched(bh), &sc.ds, &a.k, &mut sc.dq)?;
+            ops.matmul(Mm::new(t, hs.d, t).ta().batched(bh), &sc.ds, &a.q, &mut sc.dk)?;
+            ops.heads_merge(&sc.dq, &mut sc.dqkv, 0, 3, hs)?;
+            ops.heads_merge(&sc.dk, &mut sc.dqkv, 1, 3, hs)?;
+            ops.heads_merge(&sc.dv, &mut sc.dqkv, 2, 3, hs)?;
+            ops.col_sum(&sc.dqkv, &mut lps[QKV_B].g, n)?;
+            ops.matmul(Mm::new(c, 3 * cl, n).ta(), &a.a1, &sc.dqkv, &mut lps[QKV_W].g)?;
+            ops.matmul(Mm::new(n, c, 3 * cl).tb(), &sc.dqkv, &lps[QKV_W].w, &mut sc.dtmp)?;
+            tp.all_reduce_sum(&mut sc.dtmp)?;
+            let (g, rest) = lps[LN1_G..].split_at_mut(1);
+            ops.layernorm_bwd(&xs[i], &g[0].w, &a.mean1, &a.rstd1, &sc.dtmp, &mut sc.dx, &mut g[0].g, &mut rest[0].g, c)?;
+        }
+        let (wte, wpe) = ps.split_at_mut(1);
+        ops.fill(&mut wte[0].g, 0.0)?;
+        ops.fill(&mut wpe[0].g, 0.0)?;
+        ops.embed_bwd(tok, &sc.dx, &mut wte[0].g, &mut wpe[0].g, t, c)?;
+
+        let losses = ops.download(&sc.losses)?;
+        Ok(losses.iter().sum::<f32>() / losses.len() as f32)
+    }
+
+    fn flops_per_step(&self) -> f64 {
+        let cfg = &self.cfg;
+        let (n, c, cl, v, t) = (cfg.rows(), cfg.shape.dim, cfg.cl(), cfg.shape.vocab, cfg.shape.ctx);
+        let hs = cfg.local_heads();
+        let per_layer = Mm::new(n, 3 * cl, c).flops()
+            + 2.0 * Mm::new(t, t, hs.d).batched(hs.b * hs.h).flops()
+            + Mm::new(n, c, cl).flops()
+            + 2.0 * Mm::new(n, 4 * cl, c).flops();
+        3.0 * (cfg.shape.layers as f64 * per_layer + Mm::new(n, v, c).flops())
+    }
+}
+
+#[cfg(test)]
+mod tests;

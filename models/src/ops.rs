@@ -1,0 +1,203 @@
+//! The operations the models need, forward and backward, on flat f32 buffers.
+//!
+//! Conventions: matrices are row-major; GPT activations are `[rows = batch * time, features]`;
+//! attention heads are `[batch, heads, time, head_dim]`; ResNet activations are channel-major
+//! `[channels, batch * height * width]` (so a convolution is one matrix product with the
+//! im2col matrix and batch norm reduces contiguous rows). Token ids and class labels travel as
+//! f32 (exact below 2^24). "acc" in a doc means the result is added to the output buffer;
+//! otherwise it is overwritten.
+
+use crate::Result;
+
+/// Whether `len` is a whole number of `unit`s.
+pub(crate) fn whole(len: usize, unit: usize) -> bool {
+    unit != 0 && len / unit * unit == len
+}
+
+/// A (batched) product: for each batch `i`, `C_i = alpha op(A_i) op(B_i) + beta C_i`, with
+/// `op(A)` `m x k`, `op(B)` `k x n` and `C` `m x n`. `ta` means A is stored `k x m` (and `tb`
+/// that B is stored `n x k`). Strides are in elements between consecutive batches (0 shares
+/// one matrix among all batches).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mm {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub ta: bool,
+    pub tb: bool,
+    pub batch: usize,
+    pub stride_a: usize,
+    pub stride_b: usize,
+    pub stride_c: usize,
+    pub alpha: f32,
+    pub beta: f32,
+}
+
+impl Mm {
+    /// `C = A B` with A `m x k` and B `k x n`.
+    pub fn new(m: usize, n: usize, k: usize) -> Mm {
+        Mm { m, n, k, ta: false, tb: false, batch: 1, stride_a: m * k, stride_b: k * n, stride_c: m * n, alpha: 1.0, beta: 0.0 }
+    }
+    /// A is stored transposed (`k x m`).
+    pub fn ta(mut self) -> Mm {
+        self.ta = true;
+        self
+    }
+    /// B is stored transposed (`n x k`).
+    pub fn tb(mut self) -> Mm {
+        self.tb = true;
+        self
+    }
+    /// Adds the product to C.
+    pub fn acc(mut self) -> Mm {
+        self.beta = 1.0;
+        self
+    }
+    pub fn alpha(mut self, alpha: f32) -> Mm {
+        self.alpha = alpha;
+        self
+    }
+    /// `batch` independent products of densely packed matrices.
+    pub fn batched(mut self, batch: usize) -> Mm {
+        self.batch = batch;
+        self
+    }
+    /// The number of elements each operand must hold.
+    pub fn extents(&self) -> (usize, usize, usize) {
+        let last = self.batch.saturating_sub(1);
+        (last * self.stride_a + self.m * self.k, last * self.stride_b + self.k * self.n, last * self.stride_c + self.m * self.n)
+    }
+    /// Floating-point operations of the product (2 m n k per batch).
+    pub fn flops(&self) -> f64 {
+        2.0 * (self.m * self.n * self.k * self.batch) as f64
+    }
+}
+
+/// One AdamW update: `p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p)` with the gradient scaled
+/// by `grad_scale` first (1 / data-parallel size).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Adam {
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+    /// 1-based step number, for the bias corrections.
+    pub step: u32,
+    pub grad_scale: f32,
+}
+
+/// A 2-D convolution over a channel-major batch `[c, n * h * w]` with a square kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv {
+    pub c: usize,
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub k: usize,
+    pub stride: usize,
+    pub pad: usize,
+}
+
+impl Conv {
+    pub fn oh(&self) -> usize {
+        (self.h + 2 * self.pad - self.k) / self.stride + 1
+    }
+    pub fn ow(&self) -> usize {
+        (self.w + 2 * self.pad - self.k) / self.stride + 1
+    }
+    /// Rows of the im2col matrix (`c k k`).
+    pub fn col_rows(&self) -> usize {
+        self.c * self.k * self.k
+    }
+    /// Columns of the im2col matrix and of the output (`n oh ow`).
+    pub fn col_cols(&self) -> usize {
+        self.n * self.oh() * self.ow()
+    }
+}
+
+/// Shapes of a GPT attention's head tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heads {
+    pub b: usize,
+    pub t: usize,
+    pub h: usize,
+    pub d: usize,
+}
+
+/// The operations, on buffers of f32 that live on the backend's device.
+pub trait Ops {
+    type Buf;
+
+    /// Where the work runs, in words.
+    fn describe(&self) -> String;
+    fn upload(&mut self, x: &[f32]) -> Result<Self::Buf>;
+    fn zeros(&mut self, n: usize) -> Result<Self::Buf>;
+    fn download(&mut self, b: &Self::Buf) -> Result<Vec<f32>>;
+    fn len(b: &Self::Buf) -> usize;
+    /// Waits for all queued work.
+    fn sync(&mut self) -> Result<()>;
+    /// Sets every element to `v`.
+    fn fill(&mut self, b: &mut Self::Buf, v: f32) -> Result<()>;
+    /// Sets element `i` to `v` (fault injection).
+    fn set(&mut self, b: &mut Self::Buf, i: usize, v: f32) -> Result<()>;
+
+    fn matmul(&mut self, mm: Mm, a: &Self::Buf, b: &Self::Buf, c: &mut Self::Buf) -> Result<()>;
+    /// `y += alpha x`.
+    fn axpy(&mut self, alpha: f32, x: &Self::Buf, y: &mut Self::Buf) -> Result<()>;
+    /// `y[r, j] += bias[j]` for `y` of `rows x bias.len()`.
+    fn add_bias(&mut self, y: &mut Self::Buf, bias: &Self::Buf, rows: usize) -> Result<()>;
+    /// `out[j] = sum_r x[r, j]` for `x` of `rows x out.len()`.
+    fn col_sum(&mut self, x: &Self::Buf, out: &mut Self::Buf, rows: usize) -> Result<()>;
+
+    /// `out[b t, :] = wte[tok[b t], :] + wpe[t, :]`, `c` features.
+    fn embed_fwd(&mut self, tok: &Self::Buf, wte: &Self::Buf, wpe: &Self::Buf, out: &mut Self::Buf, t: usize, c: usize) -> Result<()>;
+    /// acc: the gradients of [`Ops::embed_fwd`] into `dwte` and `dwpe`.
+    fn embed_bwd(&mut self, tok: &Self::Buf, dout: &Self::Buf, dwte: &mut Self::Buf, dwpe: &mut Self::Buf, t: usize, c: usize) -> Result<()>;
+    /// Layer norm of each row of `c` features; saves each row's mean and 1/std.
+    #[allow(clippy::too_many_arguments)]
+    fn layernorm_fwd(&mut self, x: &Self::Buf, g: &Self::Buf, b: &Self::Buf, out: &mut Self::Buf, mean: &mut Self::Buf, rstd: &mut Self::Buf, c: usize) -> Result<()>;
+    /// `dx` acc, `dg` and `db` overwritten.
+    #[allow(clippy::too_many_arguments)]
+    fn layernorm_bwd(&mut self, x: &Self::Buf, g: &Self::Buf, mean: &Self::Buf, rstd: &Self::Buf, dout: &Self::Buf, dx: &mut Self::Buf, dg: &mut Self::Buf, db: &mut Self::Buf, c: usize) -> Result<()>;
+    /// GELU (tanh approximation).
+    fn gelu_fwd(&mut self, x: &Self::Buf, out: &mut Self::Buf) -> Result<()>;
+    fn gelu_bwd(&mut self, x: &Self::Buf, dout: &Self::Buf, dx: &mut Self::Buf) -> Result<()>;
+    fn relu_fwd(&mut self, x: &Self::Buf, out: &mut Self::Buf) -> Result<()>;
+    /// From the forward's output `y`.
+    fn relu_bwd(&mut self, y: &Self::Buf, dout: &Self::Buf, dx: &mut Self::Buf) -> Result<()>;
+
+    /// Part `part` of `parts` of `src` `[b t, parts h d]` into `dst` `[b, h, t, d]`.
+    fn heads_split(&mut self, src: &Self::Buf, dst: &mut Self::Buf, part: usize, parts: usize, s: Heads) -> Result<()>;
+    /// The inverse: `src` `[b, h, t, d]` into part `part` of `dst` `[b t, parts h d]`.
+    fn heads_merge(&mut self, src: &Self::Buf, dst: &mut Self::Buf, part: usize, parts: usize, s: Heads) -> Result<()>;
+    /// Row-wise causal softmax of `scale s` over `batches` matrices `t x t` (row i sees
+    /// columns 0..=i; the rest of `p` is 0).
+    fn softmax_causal_fwd(&mut self, s: &Self::Buf, p: &mut Self::Buf, t: usize, scale: f32) -> Result<()>;
+    /// `ds = scale p (dp - sum_j p dp)`.
+    fn softmax_causal_bwd(&mut self, p: &Self::Buf, dp: &Self::Buf, ds: &mut Self::Buf, t: usize, scale: f32) -> Result<()>;
+    /// Mean cross-entropy over the rows of `logits` `[rows, v]`: `losses[r] = -log softmax[r,
+    /// target_r]` and `dlogits = (softmax - onehot) / rows`.
+    fn cross_entropy(&mut self, logits: &Self::Buf, targets: &Self::Buf, dlogits: &mut Self::Buf, losses: &mut Self::Buf, v: usize) -> Result<()>;
+    fn adamw(&mut self, p: &mut Self::Buf, g: &Self::Buf, m: &mut Self::Buf, v: &mut Self::Buf, a: Adam) -> Result<()>;
+
+    /// `x` `[c, n h w]` into `cols` `[c k k, n oh ow]` (zero padding).
+    fn im2col(&mut self, x: &Self::Buf, cols: &mut Self::Buf, cv: Conv) -> Result<()>;
+    /// The adjoint: `dx` (overwritten) from `dcols`.
+    fn col2im(&mut self, dcols: &Self::Buf, dx: &mut Self::Buf, cv: Conv) -> Result<()>;
+    /// Batch norm over rows of `x` `[c, m]` with the batch's statistics.
+    #[allow(clippy::too_many_arguments)]
+    fn batchnorm_fwd(&mut self, x: &Self::Buf, g: &Self::Buf, b: &Self::Buf, out: &mut Self::Buf, mean: &mut Self::Buf, rstd: &mut Self::Buf, m: usize) -> Result<()>;
+    /// `dx`, `dg`, `db` overwritten.
+    #[allow(clippy::too_many_arguments)]
+    fn batchnorm_bwd(&mut self, x: &Self::Buf, g: &Self::Buf, mean: &Self::Buf, rstd: &Self::Buf, dout: &Self::Buf, dx: &mut Self::Buf, dg: &mut Self::Buf, db: &mut Self::Buf, m: usize) -> Result<()>;
+    /// Max pooling with window `cv.k`, stride and padding of `cv`; `arg` holds each output's
+    /// source place in its `h x w` plane (exact in f32 for any image size used).
+    fn maxpool_fwd(&mut self, x: &Self::Buf, out: &mut Self::Buf, arg: &mut Self::Buf, cv: Conv) -> Result<()>;
+    /// `dx` overwritten.
+    fn maxpool_bwd(&mut self, dout: &Self::Buf, arg: &Self::Buf, dx: &mut Self::Buf, cv: Conv) -> Result<()>;
+    /// Global average pool of `x` `[c, n hw]` into `out` `[n, c]`.
+    fn avgpool_fwd(&mut self, x: &Self::Buf, out: &mut Self::Buf, c: usize, n: usize) -> Result<()>;
+    /// `dx` `[c, n hw]` overwritten from `dout` `[n, c]`.
+    fn avgpool_bwd(&mut self, dout: &Self::Buf, dx: &mut Self::Buf, c: usize, n: usize) -> Result<()>;
+}

@@ -1,0 +1,181 @@
+//! The training loop shared by the models: a step is load batch, forward and backward
+//! (the model's), data-parallel gradient sum, AdamW. Records each step's loss and time and
+//! checksums the parameters at the end.
+
+use std::time::Instant;
+
+use crate::comm::Comm;
+use crate::ops::{Adam, Ops};
+use crate::Result;
+
+/// A learnable tensor with its gradient and AdamW moments.
+pub struct Param<B> {
+    pub name: String,
+    pub w: B,
+    pub g: B,
+    m: B,
+    v: B,
+    /// Whether weight decay applies (matrices, not norms or biases).
+    pub decay: bool,
+}
+
+impl<B> Param<B> {
+    pub fn new<O: Ops<Buf = B>>(ops: &mut O, name: String, init: &[f32], decay: bool) -> Result<Param<B>> {
+        let n = init.len();
+        Ok(Param { name, w: ops.upload(init)?, g: ops.zeros(n)?, m: ops.zeros(n)?, v: ops.zeros(n)?, decay })
+    }
+}
+
+/// A model the loop can train.
+pub trait Model<O: Ops> {
+    fn params_mut(&mut self) -> &mut [Param<O::Buf>];
+    /// Loads the synthetic batch of step `step` onto the device.
+    fn load_batch(&mut self, ops: &mut O, step: usize) -> Result<()>;
+    /// Forward and backward on the loaded batch; leaves the gradients in the parameters and
+    /// returns this rank's mean loss. `tp` is the tensor-parallel group (a one-rank group for
+    /// a model without tensor parallelism).
+    fn forward_backward(&mut self, ops: &mut O, tp: &mut dyn Comm<O::Buf>) -> Result<f32>;
+    /// Floating-point operations of one training step on this rank (matrix products, forward
+    /// and backward).
+    fn flops_per_step(&self) -> f64;
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainOpts {
+    pub steps: usize,
+    pub lr: f32,
+    pub weight_decay: f32,
+    /// Fault injection: poison a parameter with NaN before this step's forward.
+    pub nan_at: Option<usize>,
+    /// Fault injection: flip a bit of one parameter after training, before the final checksum.
+    pub corrupt: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainOutcome {
+    /// This rank's mean loss at each step.
+    pub losses: Vec<f32>,
+    /// Seconds of each step (from a synchronized device to a synchronized device).
+    pub step_s: Vec<f64>,
+    /// Seconds of each step's own work: batch, forward and backward, before the data-parallel
+    /// all-reduce makes every rank wait for the slowest.
+    pub compute_s: Vec<f64>,
+    /// xxh3 of every parameter's bytes right after the last update...
+    pub checksum_after_update: u64,
+    /// ...and when the check reads them at the end (differs only if memory changed at rest).
+    pub checksum_final: u64,
+    pub param_count: usize,
+}
+
+/// The hash of every parameter's value, in order.
+pub fn checksum<O: Ops>(ops: &mut O, params: &[Param<O::Buf>]) -> Result<u64> {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for p in params {
+        for v in ops.download(&p.w)? {
+            h.update(&v.to_le_bytes());
+        }
+    }
+    Ok(h.digest())
+}
+
+/// Trains `model` for `opts.steps` steps; `progress` is told each step's number.
+pub fn train<O: Ops, M: Model<O>>(
+    ops: &mut O,
+    model: &mut M,
+    dp: &mut dyn Comm<O::Buf>,
+    tp: &mut dyn Comm<O::Buf>,
+    opts: &TrainOpts,
+    progress: &mut dyn FnMut(usize),
+) -> Result<TrainOutcome> {
+    let mut losses = Vec::with_capacity(opts.steps);
+    let mut step_s = Vec::with_capacity(opts.steps);
+    let mut compute_s = Vec::with_capacity(opts.steps);
+    let grad_scale = 1.0 / dp.size() as f32;
+    for step in 0..opts.steps {
+        progress(step);
+        ops.sync()?;
+        let start = Instant::now();
+        model.load_batch(ops, step)?;
+        if opts.nan_at == Some(step) {
+            if let Some(p) = model.params_mut().first_mut() {
+                ops.set(&mut p.w, 0, f32::NAN)?;
+            }
+        }
+        let loss = model.forward_backward(ops, tp)?;
+        ops.sync()?;
+        compute_s.push(start.elapsed().as_secs_f64());
+        for p in model.params_mut() {
+            dp.all_reduce_sum(&mut p.g)?;
+            let a = Adam {
+                lr: opts.lr,
+                beta1: 0.9,
+                beta2: 0.95,
+                eps: 1e-8,
+                weight_decay: if p.decay { opts.weight_decay } else { 0.0 },
+                step: step as u32 + 1,
+                grad_scale,
+            };
+            ops.adamw(&mut p.w, &p.g, &mut p.m, &mut p.v, a)?;
+        }
+        ops.sync()?;
+        step_s.push(start.elapsed().as_secs_f64());
+        losses.push(loss);
+    }
+    let checksum_after_update = checksum(ops, model.params_mut())?;
+    if opts.corrupt {
+        if let Some(p) = model.params_mut().last_mut() {
+            let v = ops.download(&p.w)?;
+            let i = v.len() / 2;
+            if let Some(x) = v.get(i) {
+                // One flipped mantissa bit, as a memory fault would flip it.
+                ops.set(&mut p.w, i, f32::from_bits(x.to_bits() ^ (1 << 20)))?;
+            }
+        }
+    }
+    let checksum_final = checksum(ops, model.params_mut())?;
+    let param_count = model.params_mut().iter().map(|p| O::len(&p.w)).sum();
+    Ok(TrainOutcome { losses, step_s, compute_s, checksum_after_update, checksum_final, param_count })
+}
+
+/// What the loss curve says, judged on a learnable task.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LossVerdict {
+    Ok,
+    /// NaN or infinite at this step (0-based).
+    NotFinite { step: usize, value: f32 },
+    /// The mean of the last steps is not clearly below the mean of the first ones.
+    NotFalling { first: f32, last: f32, rising: bool },
+}
+
+/// Finite at every step, and the mean of the last `w` losses below `(1 - min_drop)` times the
+/// mean of the first `w` (`w` a fifth of the steps, at least 1).
+pub fn judge_losses(losses: &[f32], min_drop: f32) -> LossVerdict {
+    if let Some((step, v)) = losses.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+        return LossVerdict::NotFinite { step, value: *v };
+    }
+    if losses.len() < 2 {
+        return LossVerdict::Ok;
+    }
+    let w = (losses.len() / 5).max(1);
+    let mean = |s: &[f32]| s.iter().sum::<f32>() / s.len() as f32;
+    let (first, last) = (mean(&losses[..w]), mean(&losses[losses.len() - w..]));
+    if last < (1.0 - min_drop) * first {
+        LossVerdict::Ok
+    } else {
+        LossVerdict::NotFalling { first, last, rising: last > first }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_verdicts() {
+        assert_eq!(judge_losses(&[4.0, 3.0, 2.0, 1.0, 0.5], 0.2), LossVerdict::Ok);
+        assert!(matches!(judge_losses(&[4.0, 3.0, f32::NAN, 1.0], 0.2), LossVerdict::NotFinite { step: 2, .. }));
+        assert!(matches!(judge_losses(&[4.0, f32::INFINITY], 0.2), LossVerdict::NotFinite { step: 1, .. }));
+        assert!(matches!(judge_losses(&[4.0, 4.0, 4.01, 3.99, 4.0], 0.2), LossVerdict::NotFalling { rising: false, .. }));
+        assert!(matches!(judge_losses(&[1.0, 2.0, 3.0, 4.0, 5.0], 0.2), LossVerdict::NotFalling { rising: true, .. }));
+    }
+}

@@ -1,0 +1,119 @@
+//! The model checks through the real binary with two CPU workers: real training, data- and
+//! tensor-parallel groups over TCP, and the findings of injected faults.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn check<'a>(r: &'a Value, name: &str) -> &'a Value {
+    r["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no {name} in {r}"))
+}
+
+fn note<'a>(c: &'a Value, rank: usize, key: &str) -> &'a str {
+    c["ranks"][rank]["notes"][key].as_str().unwrap_or_else(|| panic!("no note {key} in {c}"))
+}
+
+fn metric(c: &Value, rank: usize, key: &str) -> f64 {
+    c["ranks"][rank]["metrics"][key].as_f64().unwrap_or_else(|| panic!("no metric {key} in {c}"))
+}
+
+#[test]
+fn the_three_models_train_and_agree_across_ranks() {
+    let _g = serial();
+    let run = Run::new();
+    let out = run_with_timeout(run.command(&["--micro-benchmarks=", "--model-benchmarks=mini-gpt,megatron-gpt,resnet"]), LIMIT);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let r = run.report();
+    assert!(findings(&r).is_empty(), "{:?}", findings(&r));
+    let mini = check(&r, "mini-gpt");
+    assert_eq!(mini["status"], "passed");
+    assert_eq!(mini["config"]["layers"], 2);
+    for rank in 0..2 {
+        assert!(metric(mini, rank, "loss_final") < 0.8 * metric(mini, rank, "loss_first"));
+        assert!(metric(mini, rank, "tokens_per_s") > 0.0 && metric(mini, rank, "step_ms_median") > 0.0);
+        assert_eq!(note(mini, rank, "layout"), "TP 1 x DP 2");
+    }
+    // Data parallel: both ranks end with the same parameters.
+    assert_eq!(note(mini, 0, "param_checksum"), note(mini, 1, "param_checksum"));
+    let meg = check(&r, "megatron-gpt");
+    assert_eq!(meg["status"], "passed");
+    assert_eq!(note(meg, 0, "layout"), "TP 2 x DP 1");
+    // Tensor parallel: each rank holds its own shard, and both see the same (reduced) loss.
+    assert_ne!(note(meg, 0, "param_checksum"), note(meg, 1, "param_checksum"));
+    assert_eq!(note(meg, 0, "losses"), note(meg, 1, "losses"));
+    let res = check(&r, "resnet");
+    assert_eq!(res["status"], "passed");
+    assert!(metric(res, 1, "loss_final") < 0.8 * metric(res, 1, "loss_first"));
+    assert!(metric(res, 0, "images_per_s") > 0.0);
+    assert_eq!(note(res, 0, "param_checksum"), note(res, 1, "param_checksum"));
+    assert!(note(res, 0, "convolution").starts_with("im2col + GEMM"));
+    run.assert_nothing_left();
+}
+
+#[test]
+fn a_parameter_corrupted_on_one_rank_is_silent_data_corruption_of_that_rank() {
+    let _g = serial();
+    let run = Run::new();
+    let out = run_with_timeout(
+        run.command(&["--micro-benchmarks=", "--model-benchmarks=mini-gpt", "--sanity-check-envs=GPUSANITY_FAULT=model-corrupt@1"]),
+        LIMIT,
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let r = run.report();
+    assert_eq!(findings(&r), [("MODEL_SILENT_DATA_CORRUPTION".to_string(), Some(1))]);
+    let mini = check(&r, "mini-gpt");
+    assert_eq!(mini["status"], "failed");
+    assert_ne!(note(mini, 0, "param_checksum"), note(mini, 1, "param_checksum"));
+    assert_eq!(r["status"], "failed");
+    run.assert_nothing_left();
+}
+
+#[test]
+fn a_forced_nan_fails_the_check_naming_the_rank_and_the_step() {
+    let _g = serial();
+    let run = Run::new();
+    let out = run_with_timeout(
+        run.command(&[
+            "--micro-benchmarks=",
+            "--model-benchmarks=mini-gpt",
+            "--check-param",
+            "mini-gpt.steps=12",
+            "--sanity-check-envs=GPUSANITY_FAULT=model-nan@0",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let r = run.report();
+    let f: Vec<&Value> = r["findings"].as_array().unwrap().iter().collect();
+    let critical: Vec<&&Value> = f.iter().filter(|f| f["severity"] == "critical").collect();
+    assert_eq!(critical.len(), 1, "{f:?}");
+    assert_eq!(critical[0]["code"], "MODEL_LOSS_NOT_FINITE");
+    assert_eq!(critical[0]["rank"], 0);
+    // NaN poisoned before step 12 / 3 = 4: rank 0's loss is NaN there, rank 1's one step later.
+    assert!(critical[0]["message"].as_str().unwrap().contains("at step 4"), "{f:?}");
+    assert!(f.iter().any(|f| f["severity"] == "warning" && f["rank"] == 1), "{f:?}");
+    run.assert_nothing_left();
+}
+
+#[test]
+fn bad_model_parameters_are_refused_before_anything_starts() {
+    let _g = serial();
+    let run = Run::new();
+    for bad in ["mini-gpt.heads=3", "resnet.blocks=1:x", "megatron-gpt.colour=2"] {
+        let out = run_with_timeout(run.command(&["--micro-benchmarks=", "--model-benchmarks=mini-gpt", "--check-param", bad]), LIMIT);
+        assert_eq!(code(&out), 2, "{bad}: {}", stderr(&out));
+        assert!(stderr(&out).contains(bad.split('=').next().unwrap()), "{bad}: {}", stderr(&out));
+    }
+    // A tensor-parallel size that does not divide the node's workers: an error naming it.
+    let out = run_with_timeout(run.command(&["--micro-benchmarks=", "--model-benchmarks=megatron-gpt", "--check-param", "megatron-gpt.tp=3"]), LIMIT);
+    assert_ne!(code(&out), 0);
+    let r = run.report();
+    let meg = check(&r, "megatron-gpt");
+    assert!(meg["ranks"][0]["error"].as_str().unwrap().contains("tensor-parallel size 3"), "{meg}");
+    run.assert_nothing_left();
+}
