@@ -6,6 +6,7 @@ pub mod bandwidth;
 pub mod config;
 pub mod events;
 pub mod exit;
+pub mod expected;
 pub mod registry;
 pub mod report;
 pub mod settings;

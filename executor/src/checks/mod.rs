@@ -3,6 +3,7 @@
 
 pub mod all_reduce;
 pub mod gemm;
+pub mod pair_bandwidth;
 
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::report::{CheckStatus, RankResult};
@@ -35,6 +36,7 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
     let outcome = match name {
         "gemm" => gemm::run(ctx),
         "all-reduce" => all_reduce::run(ctx),
+        pair_bandwidth::NAME => pair_bandwidth::run(ctx),
         other => Err(anyhow::anyhow!("check `{other}` is not implemented by this worker")),
     };
     outcome.unwrap_or_else(|e| {
@@ -50,7 +52,9 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
 /// - `gemm-slow`: runs every timed product four times (the device really does the work);
 /// - `all-reduce-wrong`: corrupts one received element before verification;
 /// - `exit`: the worker exits with status 17 when it starts its first check;
-/// - `hang`: the worker sleeps forever at the start of its first check (heartbeats continue).
+/// - `hang`: the worker sleeps forever at the start of its first check (heartbeats continue);
+/// - `KIND-once` (e.g. `gemm-slow-once`): `KIND` in the first measurement of a check only, not
+///   when the diagnosis re-measures it (a transient blip).
 #[derive(Debug, Default, Clone)]
 pub struct Faults(Vec<(String, usize)>);
 
@@ -66,6 +70,13 @@ impl Faults {
 
     pub fn from_env() -> Faults {
         std::env::var(crate::protocol::FAULT_ENV).map(|s| Faults::parse(&s)).unwrap_or_default()
+    }
+
+    /// The faults of a check's first measurement: `KIND-once` acts as `KIND`.
+    pub fn first_attempt(&self) -> Faults {
+        let mut v = self.0.clone();
+        v.extend(self.0.iter().filter_map(|(k, r)| k.strip_suffix("-once").map(|k| (k.to_string(), *r))));
+        Faults(v)
     }
 
     pub fn has(&self, kind: &str, rank: usize) -> bool {
