@@ -56,17 +56,15 @@ fn setup(test: &str) -> Option<(std::sync::MutexGuard<'static, ()>, Bed, Run)> {
 }
 
 /// A scenario with a fault set up before the nodes start (skipped if it cannot be made here).
-fn fault_scenario(
-    test: &str,
-    fault: impl FnOnce(&Bed) -> Result<(), String>,
-) -> Option<(std::sync::MutexGuard<'static, ()>, Bed, Run, Vec<Output>)> {
+fn fault_scenario(test: &str, fault: impl FnOnce(&Bed) -> Result<(), String>) -> Option<Scenario> {
     let (g, bed, run) = setup(test)?;
     if let Err(why) = fault(&bed) {
         skip(test, &why);
         return None;
     }
+    let start = Instant::now();
     let out = wait_all(spawn_all(&bed, &run, &[]));
-    Some((g, bed, run, out))
+    Some((g, bed, run, out, start.elapsed()))
 }
 
 fn spawn_all(bed: &Bed, run: &Run, extra: &[&str]) -> Vec<Child> {
@@ -113,6 +111,84 @@ fn faulty(r: &Value) -> Vec<u64> {
         .unwrap_or_default()
 }
 
+/// The scenarios, each with the finding it must produce on the bad node.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Clean,
+    RateLimit,
+    LinkDown,
+    CpuQuota,
+    Stop,
+    Kill,
+}
+
+impl Kind {
+    const ALL: [Kind; 6] = [
+        Kind::Clean,
+        Kind::RateLimit,
+        Kind::LinkDown,
+        Kind::CpuQuota,
+        Kind::Stop,
+        Kind::Kill,
+    ];
+
+    fn expected_code(self) -> Option<&'static str> {
+        match self {
+            Kind::Clean => None,
+            Kind::RateLimit => Some("NODE_COMM_SLOW"),
+            Kind::LinkDown => Some("NODE_LOST"),
+            Kind::CpuQuota => Some("GEMM_SLOW"),
+            Kind::Stop => Some("TEST_HANG"),
+            Kind::Kill => Some("WORKER_CRASHED"),
+        }
+    }
+
+    fn run(self) -> Option<Scenario> {
+        let name = format!("testbed {self:?}");
+        match self {
+            Kind::Clean => fault_scenario(&name, |_| Ok(())),
+            Kind::RateLimit => fault_scenario(&name, |bed| bed.rate_limit(BAD as usize, "100mbit")),
+            Kind::CpuQuota => fault_scenario(&name, |bed| bed.cpu_quota(BAD as usize, 20)),
+            Kind::LinkDown => {
+                // The link goes down during a GEMM of a few seconds.
+                let down = |bed: &Bed, _| bed.link_down(BAD as usize).expect("link down");
+                during_run(&name, &["--check-param", "gemm.iters=40"], down)
+            }
+            Kind::Stop => signal_scenario(&name, Signal::SIGSTOP),
+            Kind::Kill => signal_scenario(&name, Signal::SIGKILL),
+        }
+    }
+
+    /// Whether the report found this scenario's fault on the bad node (for the clean one: a
+    /// pass with no finding at all), and how many findings name anything else.
+    fn score(self, r: &Value) -> (bool, usize) {
+        let all = r["findings"].as_array().cloned().unwrap_or_default();
+        match self.expected_code() {
+            None => (r["status"] == "passed" && all.is_empty(), all.len()),
+            Some(code) => {
+                let found = critical(r)
+                    .iter()
+                    .any(|(c, n, _)| c == code && *n == Some(BAD))
+                    && faulty(r) == [BAD];
+                let wrong = all
+                    .iter()
+                    .filter(|f| {
+                        let node = f["node_rank"].as_u64();
+                        let pair = f["pair"]
+                            .as_array()
+                            .map(|p| p.iter().filter_map(Value::as_u64).collect::<Vec<_>>());
+                        node.is_some_and(|n| n != BAD) || pair.is_some_and(|p| !p.contains(&BAD))
+                    })
+                    .count();
+                (
+                    found,
+                    wrong + faulty(r).iter().filter(|n| **n != BAD).count(),
+                )
+            }
+        }
+    }
+}
+
 /// The report names `code` on the bad node (and its rank, `rank`), and nothing else.
 fn assert_named(r: &Value, code: &str, rank: Option<u64>) {
     assert!(
@@ -145,10 +221,9 @@ fn assert_only_bad_named(r: &Value) {
 
 #[test]
 fn testbed_1_clean_three_nodes_pass_with_no_finding() {
-    let Some((_g, bed, run)) = setup("testbed_1_clean") else {
+    let Some((_g, bed, run, out, _)) = Kind::Clean.run() else {
         return;
     };
-    let out = wait_all(spawn_all(&bed, &run, &[]));
     for (k, o) in out.iter().enumerate() {
         assert_eq!(code(o), 0, "node {k}: {}", stderr(o));
     }
@@ -179,8 +254,7 @@ fn testbed_1_clean_three_nodes_pass_with_no_finding() {
 
 #[test]
 fn testbed_2_a_rate_limited_link_names_its_node_slow_in_communication() {
-    let fault = |bed: &Bed| bed.rate_limit(BAD as usize, "100mbit");
-    let Some((_g, bed, run, out)) = fault_scenario("testbed_2_rate_limit", fault) else {
+    let Some((_g, bed, run, out, _)) = Kind::RateLimit.run() else {
         return;
     };
     assert_eq!(code(&out[0]), 1, "{}", stderr(&out[0]));
@@ -190,13 +264,7 @@ fn testbed_2_a_rate_limited_link_names_its_node_slow_in_communication() {
 
 #[test]
 fn testbed_3_a_node_whose_link_goes_down_is_named_and_the_run_ends_in_time() {
-    // The link goes down during a GEMM of a few seconds.
-    let down = |bed: &Bed, _| bed.link_down(BAD as usize).expect("link down");
-    let Some((_g, bed, run, out, took)) = during_run(
-        "testbed_3_link_down",
-        &["--check-param", "gemm.iters=40"],
-        down,
-    ) else {
+    let Some((_g, bed, run, out, took)) = Kind::LinkDown.run() else {
         return;
     };
     // Per-test 6 s, then node 0 waits 6 + 30 s for the silent node; node 2 gives up on its own.
@@ -215,8 +283,7 @@ fn testbed_3_a_node_whose_link_goes_down_is_named_and_the_run_ends_in_time() {
 
 #[test]
 fn testbed_4_a_node_under_a_cpu_quota_is_named_slow_in_compute() {
-    let fault = |bed: &Bed| bed.cpu_quota(BAD as usize, 20);
-    let Some((_g, bed, run, out)) = fault_scenario("testbed_4_cpu_quota", fault) else {
+    let Some((_g, bed, run, out, _)) = Kind::CpuQuota.run() else {
         return;
     };
     let r = bed.report(&run);
@@ -269,8 +336,7 @@ fn signal_scenario(test: &str, sig: Signal) -> Option<Scenario> {
 
 #[test]
 fn testbed_5_a_stopped_worker_is_named_for_the_hang() {
-    let Some((_g, bed, run, out, took)) = signal_scenario("testbed_5_sigstop", Signal::SIGSTOP)
-    else {
+    let Some((_g, bed, run, out, took)) = Kind::Stop.run() else {
         return;
     };
     assert_eq!(code(&out[0]), 3, "{}", stderr(&out[0]));
@@ -296,8 +362,7 @@ fn testbed_5_a_stopped_worker_is_named_for_the_hang() {
 
 #[test]
 fn testbed_6_a_killed_worker_is_named_for_the_crash_and_nothing_is_left() {
-    let Some((_g, bed, run, out, took)) = signal_scenario("testbed_6_sigkill", Signal::SIGKILL)
-    else {
+    let Some((_g, bed, run, out, took)) = Kind::Kill.run() else {
         return;
     };
     assert!(took < Duration::from_secs(40), "took {took:?}");
@@ -326,4 +391,59 @@ fn testbed_6_a_killed_worker_is_named_for_the_crash_and_nothing_is_left() {
     );
     assert_only_bad_named(&r);
     run.assert_nothing_left();
+}
+
+/// The repeat figures (bench/testbed_repeat.sh): the clean scenario `TESTBED_CLEAN_RUNS` times
+/// (20) and each fault `TESTBED_FAULT_RUNS` times (5); prints found / missed / false findings
+/// and processes left behind per scenario.
+#[test]
+#[ignore = "takes about 15 minutes: run by bench/testbed_repeat.sh"]
+fn testbed_repeat() {
+    let runs = |var: &str, default: usize| {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (clean, faults) = (
+        runs("TESTBED_CLEAN_RUNS", 20),
+        runs("TESTBED_FAULT_RUNS", 5),
+    );
+    println!(
+        "{:<10} {:>5} {:>6} {:>7} {:>15} {:>5} {:>8}",
+        "scenario", "runs", "found", "missed", "false findings", "left", "mean s"
+    );
+    for kind in Kind::ALL {
+        let n = if kind == Kind::Clean { clean } else { faults };
+        let (mut found, mut missed, mut wrong, mut left, mut secs) = (0, 0, 0, 0, 0.0);
+        for _ in 0..n {
+            let Some((g, bed, run, _out, took)) = kind.run() else {
+                println!("{kind:?}: skipped");
+                break;
+            };
+            secs += took.as_secs_f64();
+            let report = std::fs::read_to_string(run.report_dir().join("report.json")).ok();
+            match report.and_then(|t| serde_json::from_str::<Value>(&t).ok()) {
+                Some(r) => {
+                    let (ok, w) = kind.score(&r);
+                    if ok {
+                        found += 1;
+                    } else {
+                        missed += 1;
+                        println!("{kind:?} missed: {} {}", r["summary"], r["findings"]);
+                    }
+                    wrong += w;
+                }
+                None => missed += 1,
+            }
+            std::thread::sleep(Duration::from_secs(1));
+            left += usize::from(!tagged_processes(&run.tag).is_empty());
+            drop((bed, g));
+        }
+        let mean = if n > 0 { secs / n as f64 } else { 0.0 };
+        println!(
+            "{:<10} {n:>5} {found:>6} {missed:>7} {wrong:>15} {left:>5} {mean:>8.1}",
+            format!("{kind:?}")
+        );
+    }
 }
