@@ -17,6 +17,9 @@ pub struct Bands {
 pub struct Entry {
     /// A substring of the device name, e.g. `H200`.
     pub device: String,
+    /// Name parts of other variants of the model that this figure does not hold for.
+    #[serde(default)]
+    pub exclude: Vec<String>,
     pub check: String,
     pub metric: String,
     pub value: f64,
@@ -76,6 +79,7 @@ impl Expected {
     ) -> Option<&Entry> {
         self.entries.iter().find(|e| {
             device.contains(&e.device)
+                && !e.exclude.iter().any(|x| device.contains(x.as_str()))
                 && e.check == check
                 && e.metric == metric
                 && (e.size.is_none() || e.size == when.size)
@@ -133,6 +137,14 @@ mod tests {
             )
             .is_none());
         assert!(t.lookup("AMD EPYC 7B13", "gemm", "tflops", gemm).is_none());
+        assert!(
+            t.lookup("NVIDIA H100 PCIe", "gemm", "tflops", gemm)
+                .is_none(),
+            "PCIe reaches less"
+        );
+        assert!(t
+            .lookup("NVIDIA H100 80GB HBM3", "gemm", "tflops", gemm)
+            .is_some());
         let ar = Conditions {
             max_bytes: Some(1 << 30),
             ..Default::default()

@@ -128,11 +128,19 @@ impl Bed {
             for i in 0..n {
                 let name = format!("{id}c{i}");
                 let dir = root.join(&name);
-                std::fs::create_dir(&dir)
-                    .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+                // Without a writable cgroup v1 cpu the nodes run without one (and the quota
+                // scenario skips).
+                if let Err(e) = std::fs::create_dir(&dir) {
+                    eprintln!(
+                        "test bed: no cgroup for node {i}: creating {}: {e}",
+                        dir.display()
+                    );
+                    break;
+                }
                 bed.cgroups.push(name.clone());
-                std::fs::write(dir.join("cpu.shares"), "8192").map_err(|e| e.to_string())?;
-                bed.nodes[i].cgroup = Some(name);
+                if std::fs::write(dir.join("cpu.shares"), "8192").is_ok() {
+                    bed.nodes[i].cgroup = Some(name);
+                }
             }
         }
         Ok(bed)

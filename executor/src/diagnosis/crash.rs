@@ -1,9 +1,9 @@
-//! Crash and error attribution: the rank whose process died (its exit status or signal and its
-//! last output lines) and the ranks that raised errors. Ranks stopped because of another rank
+//! Crash and error attribution: the rank whose process died first (its exit status or signal
+//! and its last output lines) and the ranks that raised errors. Ranks stopped because of another rank
 //! are not at fault, and an error beside a crash in the same check is most likely its
 //! consequence (a peer gone): a warning.
 
-use gpusanity_common::report::{CheckReport, CheckStatus, Finding, RankInfo, Severity};
+use gpusanity_common::report::{CheckReport, CheckStatus, Finding, RankInfo, RankResult, Severity};
 
 use super::place;
 
@@ -22,6 +22,14 @@ pub fn attribute(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding
         .filter(|r| r.notes.contains_key("exit"))
         .map(|r| r.rank.to_string())
         .collect();
+    // The rank that died first (by its exit time, when known): later deaths may be its
+    // consequence (a peer gone), so they are warnings.
+    let died_at = |r: &&RankResult| r.metrics.get("exit_unix_ms").copied();
+    let first = errored
+        .iter()
+        .filter(|r| r.notes.contains_key("exit"))
+        .filter_map(|r| Some((died_at(r)?, r.rank)))
+        .min_by(|a, b| a.0.total_cmp(&b.0));
     for r in &errored {
         let why = r.error.clone().unwrap_or_else(|| "failed".into());
         // The first line is the status; the rest is the process's last output.
@@ -31,7 +39,19 @@ pub fn attribute(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding
             .filter(|l| !l.trim().is_empty() && *l != "last output:")
             .map(str::to_string)
             .collect();
-        let (sev, code, msg, action) = if let Some(exit) = r.notes.get("exit") {
+        let later =
+            first.filter(|(t, rank)| *rank != r.rank && died_at(r).is_some_and(|mine| mine > *t));
+        let (sev, code, msg, action) = if let (Some(exit), Some((t, rank))) =
+            (r.notes.get("exit"), later)
+        {
+            let after = died_at(r).unwrap_or(t) - t;
+            (
+                Severity::Warning,
+                "WORKER_CRASHED",
+                format!("the worker process {exit}, {after:.0} ms after rank {rank} died first"),
+                "none: most likely a consequence of the first crash",
+            )
+        } else if let Some(exit) = r.notes.get("exit") {
             (
                 Severity::Critical,
                 "WORKER_CRASHED",

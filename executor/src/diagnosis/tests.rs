@@ -313,3 +313,53 @@ fn the_link_test_names_a_slow_node_from_the_pair_matrix() {
     assert_eq!(d.pair_bandwidth.len(), 3);
     assert_eq!(d.status, RunStatus::Failed);
 }
+
+#[test]
+fn the_rank_that_died_first_is_the_culprit() {
+    let info = ranks(&["cpu", "cpu", "cpu"]);
+    let dead = |rank: usize, at: f64| {
+        let mut r = RankResult::new(rank, CheckStatus::Error);
+        r.error = Some(
+            "killed by signal SIGKILL; last output:\nCUDA error: an illegal memory access".into(),
+        );
+        r.notes
+            .insert("exit".into(), "killed by signal SIGKILL".into());
+        r.metrics.insert("exit_unix_ms".into(), at);
+        r
+    };
+    let mut c = vec![check(
+        "gemm",
+        vec![
+            dead(0, 1_000_450.0),
+            dead(1, 1_000_000.0),
+            hung(2, 0.1, 1.0),
+        ],
+    )];
+    c[0].ranks[2].status = CheckStatus::NotRun;
+    let d = diagnose(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu);
+    let crit: Vec<_> = d
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Critical)
+        .map(|f| f.rank)
+        .collect();
+    assert_eq!(crit, [Some(1)]);
+    let later = d
+        .findings
+        .iter()
+        .find(|f| f.rank == Some(0))
+        .expect("the later death is reported");
+    assert!(
+        later.message.contains("450 ms after rank 1 died first"),
+        "{}",
+        later.message
+    );
+    assert_eq!(
+        d.findings
+            .iter()
+            .find(|f| f.rank == Some(1))
+            .unwrap()
+            .evidence,
+        ["CUDA error: an illegal memory access"]
+    );
+}
