@@ -259,6 +259,15 @@ fn testbed_2_a_rate_limited_link_names_its_node_slow_in_communication() {
     };
     assert_eq!(code(&out[0]), 1, "{}", stderr(&out[0]));
     assert_named(&bed.report(&run), "NODE_COMM_SLOW", None);
+    let summary = String::from_utf8_lossy(&out[0].stdout);
+    assert!(
+        summary.contains("faulty nodes (to isolate): 2"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("link test, GB/s per node pair"),
+        "{summary}"
+    );
     run.assert_nothing_left();
 }
 

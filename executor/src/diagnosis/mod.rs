@@ -4,15 +4,16 @@
 //! - [`crash`]: a worker that died (exit status or signal, last output lines) or errored;
 //! - [`hang`]: for an overrun test, the ranks that never arrived apart from those waiting;
 //! - wrong results (the checks' own verifiers, GEMM hashes against the majority): here;
-//! - [`peers`]: each rank against its peers (median, MAD, robust score) and against the
-//!   expected figure of its device model (common/data/expected.toml), with warn and critical
-//!   bands; [`remeasure`]: the workers re-measure a check before a slow rank is named;
+//! - [`peers`]: each rank against its peers (median, MAD, robust score), and [`expected`]:
+//!   against the expected figure of its device model (common/data/expected.toml), with warn
+//!   and critical bands; [`remeasure`]: the workers re-measure a check before a slow rank is named;
 //! - [`links`]: the pairwise link test, slow node or slow link;
 //! - [`verdict`]: healthy / suspect / faulty per node.
 //!
 //! Every code is listed in docs/findings.md.
 
 pub mod crash;
+pub mod expected;
 pub mod hang;
 pub mod links;
 pub mod peers;

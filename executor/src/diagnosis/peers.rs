@@ -1,9 +1,9 @@
 //! Each rank against its peers of the same device model: median, median absolute deviation
-//! (MAD), the relative figure (measured / median) and a robust score; and against the
-//! expected figure of its device model. Used by node 0's diagnosis and by the workers, which
+//! (MAD), the relative figure (measured / median) and a robust score; and (through
+//! [`super::expected`]) against the expected figure of its device model. Used by node 0's diagnosis and by the workers, which
 //! decide from the same figures whether to re-measure a check before a verdict.
 
-use gpusanity_common::expected::{Conditions, Expected};
+use gpusanity_common::expected::Conditions;
 use gpusanity_common::report::Severity;
 
 use crate::checks::median;
@@ -107,7 +107,8 @@ impl PeerBands {
 pub type Figures = Vec<(usize, String, f64)>;
 
 /// Judges every rank's figure (higher is better) against its peers (the other ranks of its
-/// device model: the rank itself does not pull the median) and against the expected figure for its model under `when`.
+/// device model: the rank itself does not pull the median) and against the expected figure
+/// for its model under `when`.
 pub fn judge(
     check: &str,
     metric: &str,
@@ -115,7 +116,6 @@ pub fn judge(
     bands: PeerBands,
     when: Conditions,
 ) -> Vec<Judged> {
-    let table = Expected::builtin();
     let mut out = Vec::new();
     for (rank, device, value) in figures {
         // The rank's peers: the other ranks of its device model.
@@ -142,16 +142,11 @@ pub fn judge(
                 None
             }
         };
-        let expected = table.lookup(device, check, metric, when).map(|e| e.value);
-        let vs_expected = expected.and_then(|e| {
-            if *value < table.bands.critical * e {
-                Some(Severity::Critical)
-            } else if *value < table.bands.warn * e {
-                Some(Severity::Warning)
-            } else {
-                None
-            }
-        });
+        let (expected, vs_expected) =
+            match super::expected::judge(device, check, metric, when, *value) {
+                Some((e, sev)) => (Some(e), sev),
+                None => (None, None),
+            };
         out.push(Judged {
             rank: *rank,
             value: *value,
