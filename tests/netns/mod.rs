@@ -14,6 +14,8 @@
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+pub mod scenarios;
+
 use crate::common::Run;
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);

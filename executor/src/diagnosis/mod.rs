@@ -3,7 +3,7 @@
 //!
 //! - [`crash`]: a worker that died (exit status or signal, last output lines) or errored;
 //! - [`hang`]: for an overrun test, the ranks that never arrived apart from those waiting;
-//! - wrong results (the checks' own verifiers, GEMM hashes against the majority): here;
+//! - [`results`]: wrong results (the checks' own verifiers, GEMM hashes against the majority);
 //! - [`peers`]: each rank against its peers (median, MAD, robust score), and [`expected`]:
 //!   against the expected figure of its device model (common/data/expected.toml), with warn
 //!   and critical bands; [`remeasure`]: the workers re-measure a check before a slow rank is named;
@@ -18,11 +18,10 @@ pub mod hang;
 pub mod links;
 pub mod peers;
 pub mod remeasure;
+pub mod results;
 #[cfg(test)]
 mod tests;
 pub mod verdict;
-
-use std::collections::BTreeMap;
 
 use gpusanity_common::expected::Conditions;
 use gpusanity_common::report::{
@@ -126,7 +125,7 @@ pub fn diagnose(
         let before = findings.len();
         crash::attribute(c, ranks, &mut findings);
         hang::attribute(c, ranks, overrun, &mut findings);
-        wrong_results(c, ranks, &mut findings);
+        results::wrong_results(c, ranks, &mut findings);
         if let Some(m) = metric_of(&c.name) {
             slow_ranks(c, m, ranks, bands, &mut findings);
         }
@@ -169,32 +168,6 @@ pub fn diagnose(
         summary,
         remeasured,
         pair_bandwidth,
-    }
-}
-
-/// Wrong results found by the checks' own verifiers, and GEMM products that differ.
-fn wrong_results(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) {
-    for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Failed) {
-        let code = match c.name.as_str() {
-            "gemm" => "GEMM_WRONG_RESULT",
-            "all-reduce" => "ALLREDUCE_WRONG_RESULT",
-            links::CHECK => "LINK_WRONG_RESULT",
-            _ => "WRONG_RESULT",
-        };
-        let why = r
-            .error
-            .clone()
-            .unwrap_or_else(|| "verification failed".into());
-        let mut f = place(
-            Finding::new(Severity::Critical, code, &c.name, why),
-            ranks,
-            r.rank,
-        );
-        f.action = Some("exclude the node; the device computes or moves data wrongly (reset the GPU, then re-check)".into());
-        findings.push(f);
-    }
-    if c.name == "gemm" {
-        hash_disagreement(c, ranks, findings);
     }
 }
 
@@ -330,67 +303,6 @@ fn link_findings(
         .collect();
     findings.extend(links::findings(nnodes, &m, host, &known_bad));
     m
-}
-
-/// Ranks of one device model must compute bit-identical products from identical inputs. A rank
-/// that disagrees with a strict majority is named; without a majority, a warning.
-fn hash_disagreement(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) {
-    let mut by_device: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
-    for r in &c.ranks {
-        if let (Some(h), Some(i)) = (
-            r.notes.get("result_hash"),
-            ranks.iter().find(|i| i.rank == r.rank),
-        ) {
-            by_device
-                .entry(i.device.as_str())
-                .or_default()
-                .push((r.rank, h.as_str()));
-        }
-    }
-    for group in by_device.values() {
-        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-        for (_, h) in group {
-            *counts.entry(h).or_default() += 1;
-        }
-        if counts.len() < 2 {
-            continue;
-        }
-        let (major, n) = counts
-            .iter()
-            .max_by_key(|(_, n)| **n)
-            .map(|(h, n)| (*h, *n))
-            .unwrap_or(("", 0));
-        if 2 * n > group.len() {
-            for (rank, h) in group.iter().filter(|(_, h)| *h != major) {
-                let msg = format!("GEMM result differs from the majority of its peers (hash {h}, majority {major})");
-                let mut f = place(
-                    Finding::new(Severity::Critical, "GEMM_RESULT_MISMATCH", &c.name, msg),
-                    ranks,
-                    *rank,
-                );
-                f.action = Some(
-                    "exclude the node; the device computes wrongly (reset the GPU, then re-check)"
-                        .into(),
-                );
-                findings.push(f);
-            }
-        } else {
-            let list: Vec<String> = group
-                .iter()
-                .map(|(r, h)| format!("rank {r}: {h}"))
-                .collect();
-            let msg = format!(
-                "GEMM results differ between ranks with no majority ({})",
-                list.join(", ")
-            );
-            findings.push(Finding::new(
-                Severity::Warning,
-                "GEMM_RESULT_MISMATCH",
-                &c.name,
-                msg,
-            ));
-        }
-    }
 }
 
 fn summarize(status: RunStatus, findings: &[Finding], checks: &[CheckReport]) -> String {
