@@ -8,6 +8,7 @@ pub mod config_micro;
 pub mod config_models;
 pub mod events;
 pub mod exit;
+pub mod expected;
 pub mod registry;
 pub mod report;
 pub mod settings;

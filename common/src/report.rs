@@ -71,6 +71,49 @@ pub struct Report {
     pub checks: Vec<CheckReport>,
     pub findings: Vec<Finding>,
     pub events: Vec<StateEvent>,
+    /// A verdict per node (healthy / suspect / faulty), from the findings that place it.
+    #[serde(default)]
+    pub node_verdicts: Vec<NodeVerdict>,
+    /// Node ranks judged faulty: the nodes to isolate.
+    #[serde(default)]
+    pub faulty_nodes: Vec<usize>,
+    /// Checks re-measured on every rank before a verdict, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remeasured: Vec<String>,
+    /// Pairwise node-to-node bandwidth, when the link test ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pair_bandwidth: Vec<PairBandwidth>,
+}
+
+/// How a node came out of the diagnosis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeHealth {
+    Healthy,
+    /// Named by a warning, or one of the two ends of a slow pair that could not be told apart.
+    Suspect,
+    /// Named by a critical finding: exclude it from the job.
+    Faulty,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeVerdict {
+    pub node_rank: usize,
+    pub host: String,
+    pub health: NodeHealth,
+    /// The codes of the findings behind the verdict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub codes: Vec<String>,
+}
+
+/// One measured node pair of the link test: bus bandwidth of a 2-member all-reduce between
+/// the two nodes (the slowest rail when nodes have several workers).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairBandwidth {
+    pub nodes: [usize; 2],
+    pub busbw_gbps: f64,
+    /// The round of the link test that measured it (1-based).
+    pub round: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,7 +199,7 @@ pub enum Severity {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
     pub severity: Severity,
-    /// A stable code, e.g. `GEMM_SLOW`, `ALLREDUCE_WRONG_RESULT`, `TEST_TIMEOUT`.
+    /// A stable code, listed in docs/findings.md, e.g. `GEMM_SLOW`, `WORKER_CRASHED`.
     pub code: String,
     pub check: String,
     pub node_rank: Option<usize>,
@@ -167,6 +210,24 @@ pub struct Finding {
     pub measured: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peers_median: Option<f64>,
+    /// What a healthy device of this model reaches (common/data/expected.toml).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<f64>,
+    /// The peers' median absolute deviation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers_mad: Option<f64>,
+    /// Robust score: (measured - median) / (1.4826 MAD); very negative is slow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    /// The two node ranks of a link finding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pair: Option<[usize; 2]>,
+    /// Facts behind the finding, one per line (last output lines, re-measure, pair figures...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+    /// What to do about it (exclude the node, reset the GPU, inspect the link...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
 }
 
 impl Finding {
@@ -182,6 +243,12 @@ impl Finding {
             message,
             measured: None,
             peers_median: None,
+            expected: None,
+            peers_mad: None,
+            score: None,
+            pair: None,
+            evidence: Vec::new(),
+            action: None,
         }
     }
 }

@@ -16,7 +16,8 @@ pub fn wrong_code(check: &str) -> &'static str {
         "all-to-all" => "ALLTOALL_WRONG_RESULT",
         "multi-all-reduce" => "MULTI_ALLREDUCE_WRONG_RESULT",
         "matmul-all-reduce-overlap" => "OVERLAP_WRONG_RESULT",
-        _ => "ALLREDUCE_WRONG_RESULT",
+        "kernel-launch" => "KERNEL_LAUNCH_FAILED",
+        _ => "WRONG_RESULT",
     }
 }
 
@@ -24,18 +25,6 @@ pub fn wrong_code(check: &str) -> &'static str {
 /// result there).
 pub fn own_findings(check: &str) -> bool {
     check == "network-connectivity"
-}
-
-/// The figure (higher is better) a rank is compared with its peers by, the code of a slow
-/// rank and the unit.
-pub fn slow_metric(check: &str) -> Option<(&'static str, &'static str, &'static str)> {
-    match check {
-        "all-gather" => Some(("busbw_gbps", "ALLGATHER_SLOW", "GB/s busbw")),
-        "all-to-all" => Some(("busbw_gbps", "ALLTOALL_SLOW", "GB/s busbw")),
-        "matmul-all-reduce-overlap" => Some(("overlapped_steps_per_s", "OVERLAP_SLOW", "overlapped steps/s")),
-        "kernel-launch" => Some(("launches_per_s", "KERNEL_LAUNCH_SLOW", "round trips/s")),
-        _ => None,
-    }
 }
 
 /// Findings of `c` beyond per-rank statuses and figures.

@@ -107,6 +107,9 @@ async fn handle(state: &State, req: Request) -> Reply {
     }
 }
 
+/// How long past a request's own wait its reply may take before the master counts as gone.
+const REPLY_MARGIN: Duration = Duration::from_secs(10);
+
 /// A blocking client; one connection, one request at a time.
 pub struct StoreClient {
     reader: BufReader<TcpStream>,
@@ -146,6 +149,15 @@ impl StoreClient {
     }
 
     fn call(&mut self, req: &Request) -> Result<Reply, StoreError> {
+        // A master cut off by the network must not hold us for TCP's retransmission timeout
+        // (many minutes): a reply is due within the request's own wait plus a margin.
+        let wait = match req {
+            Request::Get { timeout_ms, .. } => Duration::from_millis(*timeout_ms),
+            _ => Duration::ZERO,
+        };
+        let due = wait.saturating_add(REPLY_MARGIN);
+        self.writer.set_write_timeout(Some(REPLY_MARGIN))?;
+        self.reader.get_ref().set_read_timeout(Some(due))?;
         let mut line = serde_json::to_string(req).map_err(|e| StoreError::Protocol(e.to_string()))?;
         line.push('\n');
         self.writer.write_all(line.as_bytes())?;

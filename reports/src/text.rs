@@ -3,12 +3,13 @@
 
 use std::fmt::Write;
 
-use gpusanity_common::report::{CheckReport, CheckStatus, Report, RunStatus};
+use gpusanity_common::report::{CheckReport, CheckStatus, NodeHealth, Report, RunStatus};
 
 /// The headline metrics shown per check, with their column titles.
 fn columns(check: &str) -> &'static [(&'static str, &'static str)] {
     match check {
         "gemm" => &[("tflops", "TFLOP/s"), ("tflops_best", "best"), ("wrong_elements", "wrong")],
+        "pair-bandwidth" => &[("rounds", "rounds"), ("pairs", "pairs"), ("busbw_gbps_min", "slowest GB/s")],
         "kernel-launch" => &[("launch_us", "launch us"), ("round_trip_us", "launch+sync us"), ("round_trip_best_us", "best")],
         "multi-all-reduce" => &[("busbw_gbps_min", "min group busbw"), ("wrong_elements", "wrong")],
         "matmul-all-reduce-overlap" => &[
@@ -56,12 +57,47 @@ pub fn summary(report: &Report) -> String {
             _ => "job".into(),
         };
         let _ = writeln!(s, "  [{:?}] {} {} ({}): {}", f.severity, f.code, f.check, place, f.message);
+        if let Some(a) = &f.action {
+            let _ = writeln!(s, "      action: {a}");
+        }
     }
+    nodes(&mut s, report);
     for c in &report.checks {
         let _ = writeln!(s);
         table(&mut s, report, c);
     }
     s
+}
+
+/// One line per node with its verdict, the faulty nodes, re-measures and the link test.
+fn nodes(s: &mut String, report: &Report) {
+    if report.node_verdicts.is_empty() {
+        return;
+    }
+    let list: Vec<String> = report
+        .node_verdicts
+        .iter()
+        .map(|v| {
+            let h = match v.health {
+                NodeHealth::Healthy => "healthy",
+                NodeHealth::Suspect => "SUSPECT",
+                NodeHealth::Faulty => "FAULTY",
+            };
+            if v.codes.is_empty() { format!("{} ({}) {h}", v.node_rank, v.host) } else { format!("{} ({}) {h}: {}", v.node_rank, v.host, v.codes.join(", ")) }
+        })
+        .collect();
+    let _ = writeln!(s, "nodes: {}", list.join("; "));
+    if !report.faulty_nodes.is_empty() {
+        let f: Vec<String> = report.faulty_nodes.iter().map(|n| n.to_string()).collect();
+        let _ = writeln!(s, "faulty nodes (to isolate): {}", f.join(", "));
+    }
+    for r in &report.remeasured {
+        let _ = writeln!(s, "re-measured: {r}");
+    }
+    if !report.pair_bandwidth.is_empty() {
+        let pairs: Vec<String> = report.pair_bandwidth.iter().map(|p| format!("{}-{} {:.3}", p.nodes[0], p.nodes[1], p.busbw_gbps)).collect();
+        let _ = writeln!(s, "link test, GB/s per node pair: {}", pairs.join(", "));
+    }
 }
 
 fn table(s: &mut String, report: &Report, c: &CheckReport) {

@@ -11,6 +11,7 @@ pub mod multi_all_reduce;
 pub mod network_connectivity;
 pub mod overlap;
 pub mod models;
+pub mod pair_bandwidth;
 
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::report::{CheckStatus, RankResult};
@@ -50,6 +51,7 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
         overlap::NAME => overlap::run(ctx),
         kernel_launch::NAME => kernel_launch::run(ctx),
         "mini-gpt" | "megatron-gpt" | "resnet" => models::run(name, ctx),
+        pair_bandwidth::NAME => pair_bandwidth::run(ctx),
         other => Err(anyhow::anyhow!("check `{other}` is not implemented by this worker")),
     };
     outcome.unwrap_or_else(|e| {
@@ -75,6 +77,8 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
 ///   steps / 3;
 /// - `model-corrupt`: a model check flips a bit of one parameter after training, before the
 ///   parameter checksum.
+/// - `KIND-once` (e.g. `gemm-slow-once`): `KIND` in the first measurement of a check only, not
+///   when the diagnosis re-measures it (a transient blip).
 #[derive(Debug, Default, Clone)]
 pub struct Faults(Vec<(String, usize)>);
 
@@ -90,6 +94,13 @@ impl Faults {
 
     pub fn from_env() -> Faults {
         std::env::var(crate::protocol::FAULT_ENV).map(|s| Faults::parse(&s)).unwrap_or_default()
+    }
+
+    /// The faults of a check's first measurement: `KIND-once` acts as `KIND`.
+    pub fn first_attempt(&self) -> Faults {
+        let mut v = self.0.clone();
+        v.extend(self.0.iter().filter_map(|(k, r)| k.strip_suffix("-once").map(|k| (k.to_string(), *r))));
+        Faults(v)
     }
 
     pub fn has(&self, kind: &str, rank: usize) -> bool {

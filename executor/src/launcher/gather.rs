@@ -60,7 +60,7 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
                     ranks.push(RankInfo { rank, node_rank: k, local_rank: local, host: node.hostname.clone(), device: String::new(), pid: 0 });
                     for c in checks.iter_mut() {
                         let mut r = RankResult::new(rank, CheckStatus::Error);
-                        r.notes.insert("stopped".into(), "its node never reported".into());
+                        r.notes.insert("node_lost".into(), "its node never reported".into());
                         c.ranks.push(r);
                     }
                 }
@@ -72,7 +72,7 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
     for c in checks.iter_mut() {
         c.ranks.sort_by_key(|r| r.rank);
     }
-    let mut diag = diagnosis::diagnose(&mut checks, &ranks, meta.configs.slow_fraction, overrun);
+    let mut diag = diagnosis::diagnose(&mut checks, &ranks, meta.configs.slow_fraction, overrun, meta.backend);
     // What ended the run, when no rank is to blame for it.
     for stop in stops.iter().take(1) {
         let (code, message) = match stop {
@@ -90,10 +90,14 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
             Severity::Critical,
             "NODE_LOST",
             "rendezvous",
-            format!("node {} ({}) never reported its results", node.node_rank, node.hostname),
+            format!(
+                "node {} ({}, {}) never reported its results: unreachable (network down) or dead",
+                node.node_rank, node.hostname, node.addr
+            ),
         );
         f.node_rank = Some(node.node_rank);
         f.host = Some(node.hostname.clone());
+        f.action = Some("exclude the node; check its network link and whether it is up".into());
         diag.findings.insert(0, f);
     }
     if !lost.is_empty() && diag.status == gpusanity_common::report::RunStatus::Passed {
@@ -103,7 +107,13 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
         let names: Vec<String> = lost.iter().map(|n| n.hostname.clone()).collect();
         diag.summary = format!("NODE_LOST ({}); {}", names.join(", "), diag.summary);
     }
+    let node_verdicts = diagnosis::verdict::node_verdicts(nodes, &diag.findings);
+    let faulty_nodes = diagnosis::verdict::faulty_nodes(&node_verdicts);
     Report {
+        node_verdicts,
+        faulty_nodes,
+        remeasured: diag.remeasured,
+        pair_bandwidth: diag.pair_bandwidth,
         schema_version: REPORT_SCHEMA_VERSION,
         gpusanity_version: env!("CARGO_PKG_VERSION").into(),
         run_id: meta.run_id.clone(),

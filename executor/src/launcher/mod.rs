@@ -80,7 +80,7 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
     configs.apply_params(&opts.check_params).map_err(|e| UsageError(e.to_string()))?;
     let cluster = Cluster::join(&topo, device, nproc, &devices, opts.rdzv_timeout).await?;
     let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
-    let checks = opts.settings.selected_checks();
+    let checks = crate::diagnosis::links::with_link_test(opts.settings.selected_checks(), device, cluster.nodes.len());
     log.push(RunState::Checking, format!("{} on {} rank(s): {}", device, cluster.world, checks.join(", ")))?;
     let meta = gather::RunMeta {
         run_id: cluster.run_id.clone(),
@@ -118,7 +118,11 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
         run_limit: opts.settings.max_time(),
     };
     let outcome = sup.run(stop_rx, cluster.abort_handle()?).await?;
-    cluster.post_outcome(&outcome).await?;
+    if let Err(e) = cluster.post_outcome(&outcome).await {
+        // Cut off from node 0 (its link is down, or node 0 is gone): nobody will hear us.
+        eprintln!("gpusanity: node {} cannot reach the rendezvous store: {e:#}; its results are lost", topo.node_rank);
+        return Ok(Handover::Exit(ExitCode::CheckFailed));
+    }
 
     let verdict = if is_master {
         let wait = opts.settings.timeout_per_test().min(Duration::from_secs(600)) + Duration::from_secs(30);

@@ -91,6 +91,8 @@ struct Rank {
     progress_seq: u64,
     results: Vec<Option<(f64, RankResult)>>,
     exited: Option<String>,
+    /// When it exited (wall clock, to tell across nodes which rank died first).
+    exited_at: Option<std::time::SystemTime>,
     tail: Arc<Mutex<VecDeque<String>>>,
 }
 
@@ -162,6 +164,7 @@ impl Supervisor {
                         let r = &mut ranks[i];
                         let desc = describe_exit(&status);
                         r.exited = Some(desc.clone());
+                        r.exited_at = Some(std::time::SystemTime::now());
                         let finished = r.results.iter().all(Option::is_some);
                         let ok = matches!(&status, Ok(s) if s.success());
                         if !(finished && ok) {
@@ -314,6 +317,7 @@ impl Supervisor {
             progress_seq: 0,
             results: vec![None; spec.checks.len()],
             exited: None,
+            exited_at: None,
             tail,
         })
     }
@@ -354,6 +358,9 @@ fn unfinished(r: &Rank, k: usize, stage: usize, stop: Option<&Stop>, now: Instan
             res.error = Some(reason.clone());
             if let Some(e) = &r.exited {
                 res.notes.insert("exit".into(), e.clone());
+            }
+            if let Some(ms) = r.exited_at.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()) {
+                res.metrics.insert("exit_unix_ms".into(), ms.as_millis() as f64);
             }
         }
         Some(Stop::RankFailed { rank, .. }) => {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::backend::{self, WorkerPlace};
-use crate::checks::{self, CheckCtx, Faults, Progress, BARRIER_WAIT};
+use crate::checks::{CheckCtx, Faults, Progress, BARRIER_WAIT};
 use crate::protocol::{WorkerMsg, WorkerSpec, HEARTBEAT_EVERY, SPEC_ENV};
 use crate::store::StoreClient;
 
@@ -65,7 +65,8 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
     };
     let mut backend = backend::open(spec.device, &place, &mut store)
         .with_context(|| format!("opening the {} backend on local device {}", spec.device, spec.local_rank))?;
-    out.send(&WorkerMsg::Ready { device: backend.device_name() });
+    let device = backend.device_name();
+    out.send(&WorkerMsg::Ready { device: device.clone() });
     let faults = Faults::from_env();
     for (i, name) in spec.checks.iter().enumerate() {
         store.barrier(&format!("check/{i}"), spec.rank, spec.world, BARRIER_WAIT)?;
@@ -87,7 +88,7 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
             progress: out,
             faults: &faults,
         };
-        let result = checks::run(name, &mut ctx);
+        let result = crate::diagnosis::remeasure::run(name, &mut ctx, &device);
         out.send(&WorkerMsg::CheckDone { check: name.clone(), duration_s: start.elapsed().as_secs_f64(), result });
     }
     Ok(())

@@ -1,0 +1,168 @@
+//! Expected figures of healthy devices per model (common/data/expected.toml, embedded at build
+//! time), each with its source, and the warn and critical bands.
+
+use serde::Deserialize;
+
+const DATA: &str = include_str!("../data/expected.toml");
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct Bands {
+    /// Below `warn` x expected: a warning.
+    pub warn: f64,
+    /// Below `critical` x expected: a critical finding.
+    pub critical: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Entry {
+    /// A substring of the device name, e.g. `H200`.
+    pub device: String,
+    /// Name parts of other variants of the model that this figure does not hold for.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    pub check: String,
+    pub metric: String,
+    pub value: f64,
+    /// The GEMM size the figure holds for.
+    #[serde(default)]
+    pub size: Option<u64>,
+    /// The largest all-reduce message the figure holds for.
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
+    /// Holds only when every rank sits on one node.
+    #[serde(default)]
+    pub single_node: bool,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Expected {
+    pub bands: Bands,
+    #[serde(rename = "entry")]
+    pub entries: Vec<Entry>,
+}
+
+/// What a run's configuration looks like, to pick the entries that hold for it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Conditions {
+    pub size: Option<u64>,
+    pub max_bytes: Option<u64>,
+    pub single_node: bool,
+}
+
+impl Expected {
+    /// The embedded table. The file is part of the build, so a malformed one fails the tests.
+    pub fn builtin() -> &'static Expected {
+        static TABLE: std::sync::OnceLock<Expected> = std::sync::OnceLock::new();
+        TABLE.get_or_init(|| {
+            Expected::parse(DATA).unwrap_or_else(|_| Expected {
+                bands: Bands {
+                    warn: 0.9,
+                    critical: 0.75,
+                },
+                entries: Vec::new(),
+            })
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<Expected, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// The entry for `device`'s `check.metric` that holds under `when`, if any.
+    pub fn lookup(
+        &self,
+        device: &str,
+        check: &str,
+        metric: &str,
+        when: Conditions,
+    ) -> Option<&Entry> {
+        self.entries.iter().find(|e| {
+            device.contains(&e.device)
+                && !e.exclude.iter().any(|x| device.contains(x.as_str()))
+                && e.check == check
+                && e.metric == metric
+                && (e.size.is_none() || e.size == when.size)
+                && (e.max_bytes.is_none() || e.max_bytes == when.max_bytes)
+                && (!e.single_node || when.single_node)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builtin_table_parses_and_names_its_sources() {
+        let t = Expected::parse(DATA).expect("expected.toml parses");
+        assert!(t.bands.critical < t.bands.warn && t.bands.warn < 1.0);
+        for model in ["H100", "H200", "A100"] {
+            for check in ["gemm", "all-reduce"] {
+                assert!(
+                    t.entries
+                        .iter()
+                        .any(|e| e.device == model && e.check == check),
+                    "{model} {check}"
+                );
+            }
+        }
+        assert!(t
+            .entries
+            .iter()
+            .all(|e| e.value > 0.0 && !e.source.is_empty()));
+    }
+
+    #[test]
+    fn entries_hold_only_for_their_configuration() {
+        let t = Expected::builtin();
+        let gemm = Conditions {
+            size: Some(8192),
+            ..Default::default()
+        };
+        assert_eq!(
+            t.lookup("NVIDIA H200", "gemm", "tflops", gemm)
+                .map(|e| e.value),
+            Some(769.0)
+        );
+        assert!(t
+            .lookup(
+                "NVIDIA H200",
+                "gemm",
+                "tflops",
+                Conditions {
+                    size: Some(4096),
+                    ..Default::default()
+                }
+            )
+            .is_none());
+        assert!(t.lookup("AMD EPYC 7B13", "gemm", "tflops", gemm).is_none());
+        assert!(
+            t.lookup("NVIDIA H100 PCIe", "gemm", "tflops", gemm)
+                .is_none(),
+            "PCIe reaches less"
+        );
+        assert!(t
+            .lookup("NVIDIA H100 80GB HBM3", "gemm", "tflops", gemm)
+            .is_some());
+        let ar = Conditions {
+            max_bytes: Some(1 << 30),
+            ..Default::default()
+        };
+        assert!(
+            t.lookup("NVIDIA H200", "all-reduce", "busbw_gbps", ar)
+                .is_none(),
+            "multi-node: no NVLink figure"
+        );
+        let ar = Conditions {
+            single_node: true,
+            ..ar
+        };
+        assert_eq!(
+            t.lookup("NVIDIA A100-SXM4-80GB", "all-reduce", "busbw_gbps", ar)
+                .map(|e| e.value),
+            Some(220.0)
+        );
+        assert!(Expected::parse("[bands]\nwarn = 0.9\n").is_err());
+    }
+}

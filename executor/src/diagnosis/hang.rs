@@ -1,0 +1,105 @@
+//! Hang attribution: when a test overran, the ranks that never reached the point the others
+//! wait at (culprits) apart from the ranks waiting there.
+//!
+//! Culprits, in order of evidence: ranks whose heartbeats stopped (process stopped or dead);
+//! else, when a node never reported, nobody among the live ranks (they waited for that node);
+//! else the ranks that made the least progress (check, phase, step) — unless the whole run
+//! merely ran out of time with every rank alive.
+
+use gpusanity_common::report::{CheckReport, CheckStatus, Finding, RankInfo, RankResult, Severity};
+
+use super::{place, Overrun};
+
+/// A worker whose last heartbeat is older than this is not running.
+pub const STALE_HEARTBEAT_S: f64 = 2.0;
+
+fn age(r: &RankResult) -> f64 {
+    r.metrics.get("heartbeat_age_s").copied().unwrap_or(0.0)
+}
+
+fn seq(r: &RankResult) -> f64 {
+    r.metrics.get("progress_seq").copied().unwrap_or(0.0)
+}
+
+fn last(r: &RankResult) -> String {
+    r.notes
+        .get("last_progress")
+        .cloned()
+        .unwrap_or_else(|| "no progress reported".into())
+}
+
+pub fn attribute(
+    c: &CheckReport,
+    ranks: &[RankInfo],
+    overrun: Overrun,
+    findings: &mut Vec<Finding>,
+) {
+    let hung: Vec<&RankResult> = c
+        .ranks
+        .iter()
+        .filter(|r| r.status == CheckStatus::TimedOut)
+        .collect();
+    if hung.is_empty() {
+        return;
+    }
+    let node_lost = c.ranks.iter().any(|r| r.notes.contains_key("node_lost"));
+    let stale: Vec<&RankResult> = hung
+        .iter()
+        .copied()
+        .filter(|r| age(r) > STALE_HEARTBEAT_S)
+        .collect();
+    let culprits: Vec<&RankResult> = if !stale.is_empty() {
+        stale
+    } else if overrun == Overrun::Run || node_lost {
+        Vec::new()
+    } else {
+        let min = hung.iter().map(|r| seq(r)).fold(f64::INFINITY, f64::min);
+        // Everyone equally far: no rank stands out, all are named.
+        hung.iter().copied().filter(|r| seq(r) == min).collect()
+    };
+    let waiting: Vec<&RankResult> = hung
+        .iter()
+        .copied()
+        .filter(|r| !culprits.iter().any(|c| c.rank == r.rank))
+        .collect();
+    let waiting_list: Vec<String> = waiting.iter().map(|r| r.rank.to_string()).collect();
+    for r in &culprits {
+        let state = if age(r) > STALE_HEARTBEAT_S {
+            format!("no heartbeat for {:.1} s (process stopped or dead)", age(r))
+        } else {
+            "alive but not progressing".into()
+        };
+        let mut msg = format!(
+            "never reached the point its peers wait at: {state}; last progress: {}",
+            last(r)
+        );
+        if !waiting.is_empty() {
+            msg.push_str(&format!(
+                "; ranks {} were waiting for it",
+                waiting_list.join(", ")
+            ));
+        }
+        let mut f = place(
+            Finding::new(Severity::Critical, "TEST_HANG", &c.name, msg),
+            ranks,
+            r.rank,
+        );
+        f.evidence.push(format!(
+            "rank {}: last progress {}, heartbeat age {:.1} s",
+            r.rank,
+            last(r),
+            age(r)
+        ));
+        f.evidence.extend(
+            waiting
+                .iter()
+                .map(|w| format!("rank {} waiting at: {}", w.rank, last(w))),
+        );
+        f.action = Some(if age(r) > STALE_HEARTBEAT_S {
+            "exclude the node; check the process state and the device (reset the GPU)".into()
+        } else {
+            "exclude the node; the device stopped making progress (reset the GPU)".into()
+        });
+        findings.push(f);
+    }
+}

@@ -1,0 +1,377 @@
+//! Diagnosis: turns the ranks' results into findings that name a node, a rank or a link, and
+//! into the run's verdict. One entry point, [`diagnose`]; one file per concern:
+//!
+//! - [`crash`]: a worker that died (exit status or signal, last output lines) or errored;
+//! - [`hang`]: for an overrun test, the ranks that never arrived apart from those waiting;
+//! - [`results`]: wrong results (the checks' own verifiers, GEMM hashes against the majority);
+//! - [`peers`]: each rank against its peers (median, MAD, robust score), and [`expected`]:
+//!   against the expected figure of its device model (common/data/expected.toml), with warn
+//!   and critical bands; [`remeasure`]: the workers re-measure a check before a slow rank is named;
+//! - [`links`]: the pairwise link test, slow node or slow link;
+//! - [`verdict`]: healthy / suspect / faulty per node.
+//!
+//! Every code is listed in docs/findings.md.
+
+pub mod crash;
+pub mod expected;
+pub mod hang;
+pub mod links;
+pub mod peers;
+pub mod remeasure;
+pub mod results;
+#[cfg(test)]
+mod tests;
+pub mod verdict;
+
+use gpusanity_common::expected::Conditions;
+use gpusanity_common::report::{
+    CheckReport, CheckStatus, DeviceKind, Finding, PairBandwidth, RankInfo, RunStatus, Severity,
+};
+
+use peers::{Figures, PeerBands};
+
+/// Which deadline, if any, ended the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overrun {
+    None,
+    /// A test overran its per-test limit: someone is stuck.
+    Test,
+    /// The whole run overran its max time: ranks may all have been progressing.
+    Run,
+}
+
+pub struct Diagnosis {
+    pub findings: Vec<Finding>,
+    pub status: RunStatus,
+    pub summary: String,
+    /// Checks re-measured before the verdict, and why.
+    pub remeasured: Vec<String>,
+    /// The link test's figures, when it ran.
+    pub pair_bandwidth: Vec<PairBandwidth>,
+}
+
+/// A headline figure that the peers and the expected values judge (higher is better).
+#[derive(Debug, Clone, Copy)]
+pub struct Metric {
+    pub check: &'static str,
+    pub key: &'static str,
+    pub unit: &'static str,
+    /// Code for a rank below its peers.
+    pub slow: &'static str,
+    /// Code for a figure below the expected value of the device model.
+    pub below: &'static str,
+    /// Every rank measures the same collective operation: one figure for the job.
+    pub collective: bool,
+}
+
+pub const METRICS: &[Metric] = &[
+    Metric {
+        check: "gemm",
+        key: "tflops",
+        unit: "TFLOP/s",
+        slow: "GEMM_SLOW",
+        below: "GEMM_BELOW_EXPECTED",
+        collective: false,
+    },
+    Metric {
+        check: "all-reduce",
+        key: "busbw_gbps",
+        unit: "GB/s busbw",
+        slow: "ALLREDUCE_SLOW",
+        below: "ALLREDUCE_BELOW_EXPECTED",
+        collective: true,
+    },
+    Metric {
+        check: "all-gather",
+        key: "busbw_gbps",
+        unit: "GB/s busbw",
+        slow: "ALLGATHER_SLOW",
+        below: "ALLGATHER_BELOW_EXPECTED",
+        collective: true,
+    },
+    Metric {
+        check: "all-to-all",
+        key: "busbw_gbps",
+        unit: "GB/s busbw",
+        slow: "ALLTOALL_SLOW",
+        below: "ALLTOALL_BELOW_EXPECTED",
+        collective: true,
+    },
+    Metric {
+        check: "matmul-all-reduce-overlap",
+        key: "overlapped_steps_per_s",
+        unit: "overlapped steps/s",
+        slow: "OVERLAP_SLOW",
+        below: "OVERLAP_BELOW_EXPECTED",
+        collective: false,
+    },
+    Metric {
+        check: "kernel-launch",
+        key: "launches_per_s",
+        unit: "round trips/s",
+        slow: "KERNEL_LAUNCH_SLOW",
+        below: "KERNEL_LAUNCH_BELOW_EXPECTED",
+        collective: false,
+    },
+];
+
+pub fn metric_of(check: &str) -> Option<&'static Metric> {
+    METRICS.iter().find(|m| m.check == check)
+}
+
+/// The configuration facts an expected figure depends on, from a check's config as reported.
+pub fn conditions(config: &serde_json::Value, single_node: bool) -> Conditions {
+    let u = |k: &str| config.get(k).and_then(serde_json::Value::as_u64);
+    Conditions {
+        size: u("size"),
+        max_bytes: u("max_bytes"),
+        single_node,
+    }
+}
+
+/// Places a finding on `rank` (its node and host).
+pub(crate) fn place(mut f: Finding, ranks: &[RankInfo], rank: usize) -> Finding {
+    f.rank = Some(rank);
+    if let Some(r) = ranks.iter().find(|r| r.rank == rank) {
+        f.node_rank = Some(r.node_rank);
+        f.host = Some(r.host.clone());
+    }
+    f
+}
+
+/// Diagnoses `checks` in place (their statuses) and returns the findings and the verdict.
+/// `overrun` says which deadline, if any, stopped the run.
+pub fn diagnose(
+    checks: &mut [CheckReport],
+    ranks: &[RankInfo],
+    slow_fraction: f64,
+    overrun: Overrun,
+    backend: DeviceKind,
+) -> Diagnosis {
+    let timed_out = overrun != Overrun::None;
+    let bands = PeerBands::new(slow_fraction, backend == DeviceKind::Cpu);
+    let mut findings = Vec::new();
+    let mut remeasured = Vec::new();
+    let mut pair_bandwidth = Vec::new();
+    for c in checks.iter_mut() {
+        let before = findings.len();
+        crash::attribute(c, ranks, &mut findings);
+        hang::attribute(c, ranks, overrun, &mut findings);
+        results::wrong_results(c, ranks, &mut findings);
+        if let Some(m) = metric_of(&c.name) {
+            slow_ranks(c, m, ranks, bands, &mut findings);
+        }
+        if c.name == links::CHECK {
+            pair_bandwidth = link_findings(c, ranks, &mut findings);
+        }
+        // Hooks of other check families: one line each.
+        crate::diagnosis_micro::diagnose(c, ranks, slow_fraction, &mut findings);
+        crate::diagnosis_models::findings(c, ranks, slow_fraction, &mut findings);
+        if let Some(note) = c.ranks.iter().find_map(|r| r.notes.get("remeasured")) {
+            remeasured.push(format!("{}: {note}", c.name));
+        }
+        let critical = findings[before..]
+            .iter()
+            .any(|f| f.severity == Severity::Critical);
+        c.status = if c.ranks.iter().any(|r| r.status == CheckStatus::TimedOut) {
+            CheckStatus::TimedOut
+        } else if c.ranks.iter().all(|r| r.status == CheckStatus::NotRun) {
+            CheckStatus::NotRun
+        } else if !critical
+            && !c.ranks.is_empty()
+            && c.ranks.iter().all(|r| r.status == CheckStatus::NotApplicable)
+        {
+            CheckStatus::NotApplicable
+        } else if critical
+            || c.ranks.iter().any(|r| !matches!(r.status, CheckStatus::Passed | CheckStatus::NotApplicable))
+        {
+            if c.ranks.iter().any(|r| r.status == CheckStatus::Error) {
+                CheckStatus::Error
+            } else {
+                CheckStatus::Failed
+            }
+        } else {
+            CheckStatus::Passed
+        };
+    }
+    let failed = findings.iter().any(|f| f.severity == Severity::Critical)
+        || checks.iter().any(|c| !matches!(c.status, CheckStatus::Passed | CheckStatus::NotApplicable));
+    let status = match (failed, timed_out) {
+        (_, true) => RunStatus::TimedOut,
+        (true, false) => RunStatus::Failed,
+        (false, false) => RunStatus::Passed,
+    };
+    let summary = summarize(status, &findings, checks);
+    Diagnosis {
+        findings,
+        status,
+        summary,
+        remeasured,
+        pair_bandwidth,
+    }
+}
+
+/// Ranks below their peers or their expected figure. A rank re-measured by the workers
+/// carries both measurements as evidence.
+fn slow_ranks(
+    c: &CheckReport,
+    m: &Metric,
+    ranks: &[RankInfo],
+    bands: PeerBands,
+    findings: &mut Vec<Finding>,
+) {
+    let info = |rank: usize| ranks.iter().find(|r| r.rank == rank);
+    let figures: Figures = c
+        .ranks
+        .iter()
+        .filter(|r| r.status == CheckStatus::Passed)
+        .filter_map(|r| Some((r.rank, info(r.rank)?.device.clone(), *r.metrics.get(m.key)?)))
+        .collect();
+    let single_node = ranks
+        .iter()
+        .all(|r| r.node_rank == ranks.first().map_or(0, |f| f.node_rank));
+    let judged = peers::judge(
+        &c.name,
+        m.key,
+        &figures,
+        bands,
+        conditions(&c.config, single_node),
+    );
+    let below: Vec<_> = judged.iter().filter(|j| j.severity().is_some()).collect();
+    let first_key = format!("first_{}", m.key);
+    // A collective measured alike by every rank: one finding for the job.
+    if m.collective && !below.is_empty() && below.len() == judged.len() {
+        let j = below[0];
+        let sev = below
+            .iter()
+            .filter_map(|j| j.severity())
+            .max()
+            .unwrap_or(Severity::Warning);
+        let mut f = Finding::new(
+            sev,
+            m.below,
+            &c.name,
+            format!(
+                "{:.1} {}, below the {:.1} a healthy device reaches",
+                j.value,
+                m.unit,
+                j.expected.unwrap_or(0.0)
+            ),
+        );
+        f.measured = Some(j.value);
+        f.expected = j.expected;
+        f.action =
+            Some("inspect the interconnect (NVLink/NIC state, topology, NCCL settings)".into());
+        findings.push(f);
+        return;
+    }
+    for j in below {
+        let sev = j.severity().unwrap_or(Severity::Warning);
+        let (code, msg) = if j.vs_peers.is_some() {
+            (
+                m.slow,
+                format!(
+                    "{:.1} {}, {:.0}% of the peers' median {:.1}",
+                    j.value,
+                    m.unit,
+                    100.0 * j.stats.relative(j.value),
+                    j.stats.median
+                ),
+            )
+        } else {
+            (
+                m.below,
+                format!(
+                    "{:.1} {}, below the {:.1} a healthy device of this model reaches",
+                    j.value,
+                    m.unit,
+                    j.expected.unwrap_or(0.0)
+                ),
+            )
+        };
+        let mut f = place(Finding::new(sev, code, &c.name, msg), ranks, j.rank);
+        f.measured = Some(j.value);
+        f.peers_median = Some(j.stats.median).filter(|_| figures.len() >= 2);
+        f.peers_mad = Some(j.stats.mad).filter(|_| figures.len() >= 2);
+        f.score = Some(j.stats.score(j.value)).filter(|s| s.is_finite());
+        f.expected = j.expected;
+        if let Some(first) = c
+            .ranks
+            .iter()
+            .find(|r| r.rank == j.rank)
+            .and_then(|r| r.metrics.get(&first_key))
+        {
+            f.evidence.push(format!(
+                "slow in both measurements: first {first:.2}, re-measured {:.2} {}",
+                j.value, m.unit
+            ));
+        }
+        f.action = Some(match sev {
+            Severity::Critical => "exclude the node; check the device's clocks, temperature, power and other processes on it".into(),
+            Severity::Warning => "watch the node: below its band but not far enough to exclude it".into(),
+        });
+        findings.push(f);
+    }
+}
+
+/// The link test's findings and its figures (the same on every rank: the first rank's).
+fn link_findings(
+    c: &CheckReport,
+    ranks: &[RankInfo],
+    findings: &mut Vec<Finding>,
+) -> Vec<PairBandwidth> {
+    let Some(m) = c
+        .ranks
+        .iter()
+        .find_map(|r| r.notes.get("pair_matrix"))
+        .and_then(|s| serde_json::from_str::<Vec<PairBandwidth>>(s).ok())
+    else {
+        return Vec::new();
+    };
+    let nnodes = ranks.iter().map(|r| r.node_rank + 1).max().unwrap_or(0);
+    let host = |n: usize| {
+        ranks
+            .iter()
+            .find(|r| r.node_rank == n)
+            .map(|r| r.host.clone())
+            .unwrap_or_default()
+    };
+    let known_bad = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Critical)
+        .filter_map(|f| f.node_rank)
+        .collect();
+    findings.extend(links::findings(nnodes, &m, host, &known_bad));
+    m
+}
+
+fn summarize(status: RunStatus, findings: &[Finding], checks: &[CheckReport]) -> String {
+    let mut bad: Vec<String> = Vec::new();
+    for f in findings.iter().filter(|f| f.severity == Severity::Critical) {
+        let place = match (f.rank, &f.host, f.node_rank, f.pair) {
+            (Some(r), Some(h), _, _) => format!("rank {r} on {h}"),
+            (None, Some(h), Some(n), _) => format!("node {n}, {h}"),
+            (_, _, _, Some([a, b])) => format!("nodes {a}-{b}"),
+            _ => "the job".into(),
+        };
+        let s = format!("{} in {} ({place})", f.code, f.check);
+        if !bad.contains(&s) {
+            bad.push(s);
+        }
+    }
+    match status {
+        RunStatus::Passed => {
+            let names: Vec<String> = checks
+                .iter()
+                .map(|c| match c.status {
+                    CheckStatus::NotApplicable => format!("{} (not applicable)", c.name),
+                    _ => c.name.clone(),
+                })
+                .collect();
+            format!("all checks passed: {}", names.join(", "))
+        }
+        RunStatus::Skipped => "checks skipped".into(),
+        _ if bad.is_empty() => "a check did not pass".into(),
+        _ => bad.join("; "),
+    }
+}

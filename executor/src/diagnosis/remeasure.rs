@@ -1,0 +1,112 @@
+//! Re-measure before a verdict, on the workers' side. After a check with a headline figure,
+//! every rank publishes its figure in the store and reads everyone's; all ranks then judge the
+//! same figures with [`peers::critical_ranks`] and so agree, without a coordinator, whether to
+//! run the check again. A check is re-run once, on every rank (collectives need everyone), and
+//! only the second measurement counts: a transient blip does not fail a job, a slow device is
+//! slow twice. The re-measure runs inside the same test, under the same per-test deadline.
+
+use gpusanity_common::report::{CheckStatus, RankResult};
+use serde::{Deserialize, Serialize};
+
+use super::peers::{self, PeerBands};
+use crate::checks::{self, CheckCtx, BARRIER_WAIT};
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Figure {
+    device: String,
+    value: Option<f64>,
+}
+
+/// Runs check `name` on this rank, and once more on every rank if any rank's figure is
+/// critical against its peers or its expected value.
+pub fn run(name: &str, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
+    let first_faults = ctx.faults.first_attempt();
+    let first = {
+        let mut c = CheckCtx {
+            faults: &first_faults,
+            ..reborrow(ctx)
+        };
+        checks::run(name, &mut c)
+    };
+    let Some(m) = super::metric_of(name) else {
+        return first;
+    };
+    let value = (first.status == CheckStatus::Passed)
+        .then(|| first.metrics.get(m.key).copied())
+        .flatten();
+    let fig = Figure {
+        device: device.to_string(),
+        value,
+    };
+    let figures = match exchange(ctx, name, &fig) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!("could not share figures for a re-measure: {e}");
+            return first;
+        }
+    };
+    let config = match name {
+        "gemm" => serde_json::to_value(&ctx.configs.gemm).unwrap_or_default(),
+        _ => serde_json::to_value(&ctx.configs.all_reduce).unwrap_or_default(),
+    };
+    let when = super::conditions(&config, ctx.place.node_sizes.len() == 1);
+    let bands = PeerBands::new(
+        ctx.configs.slow_fraction,
+        ctx.backend.kind() == gpusanity_common::report::DeviceKind::Cpu,
+    );
+    let slow = peers::critical_ranks(name, m.key, &figures, bands, when);
+    if slow.is_empty() {
+        return first;
+    }
+    let list: Vec<String> = slow.iter().map(|r| r.to_string()).collect();
+    tracing::info!(
+        check = name,
+        "re-measuring: ranks {} were slow",
+        list.join(", ")
+    );
+    ctx.progress.phase(name, "re-measure", 0);
+    let mut second = checks::run(name, ctx);
+    let firsts: Vec<String> = figures
+        .iter()
+        .filter(|(r, _, _)| slow.contains(r))
+        .map(|(r, _, v)| format!("rank {r} at {v:.2} {}", m.unit))
+        .collect();
+    second.notes.insert(
+        "remeasured".into(),
+        format!(
+            "re-measured on every rank after a slow first measurement ({})",
+            firsts.join(", ")
+        ),
+    );
+    if let Some(v) = value {
+        second.metrics.insert(format!("first_{}", m.key), v);
+    }
+    second
+}
+
+fn reborrow<'b>(ctx: &'b mut CheckCtx<'_>) -> CheckCtx<'b> {
+    CheckCtx {
+        backend: &mut *ctx.backend,
+        store: &mut *ctx.store,
+        place: ctx.place,
+        configs: ctx.configs,
+        progress: ctx.progress,
+        faults: ctx.faults,
+    }
+}
+
+/// Publishes this rank's figure and reads every rank's (the same list on every rank).
+fn exchange(ctx: &mut CheckCtx<'_>, name: &str, fig: &Figure) -> anyhow::Result<peers::Figures> {
+    let (rank, world) = (ctx.place.rank, ctx.place.world);
+    ctx.store
+        .set(&format!("diag/{name}/{rank}"), &serde_json::to_string(fig)?)?;
+    let mut out = Vec::new();
+    for r in 0..world {
+        let f: Figure =
+            serde_json::from_str(&ctx.store.get(&format!("diag/{name}/{r}"), BARRIER_WAIT)?)?;
+        if let Some(v) = f.value {
+            out.push((r, f.device, v));
+        }
+    }
+    Ok(out)
+}

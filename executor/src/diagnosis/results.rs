@@ -1,0 +1,98 @@
+//! Wrong results: a rank whose check's own verifier failed, and GEMM products that differ
+//! between ranks of the same device model.
+
+use std::collections::BTreeMap;
+
+use gpusanity_common::report::{CheckReport, CheckStatus, Finding, RankInfo, Severity};
+
+use super::{links, place};
+
+/// Wrong results found by the checks' own verifiers, and GEMM products that differ.
+pub fn wrong_results(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) {
+    // These checks name their own failures (a failed probe or a diverging loss is not a wrong
+    // product).
+    let own = crate::diagnosis_micro::own_findings(&c.name) || crate::diagnosis_models::is_model(&c.name);
+    for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Failed && !own) {
+        let code = match c.name.as_str() {
+            "gemm" => "GEMM_WRONG_RESULT",
+            "all-reduce" => "ALLREDUCE_WRONG_RESULT",
+            links::CHECK => "LINK_WRONG_RESULT",
+            other => crate::diagnosis_micro::wrong_code(other),
+        };
+        let why = r
+            .error
+            .clone()
+            .unwrap_or_else(|| "verification failed".into());
+        let mut f = place(
+            Finding::new(Severity::Critical, code, &c.name, why),
+            ranks,
+            r.rank,
+        );
+        f.action = Some("exclude the node; the device computes or moves data wrongly (reset the GPU, then re-check)".into());
+        findings.push(f);
+    }
+    if c.name == "gemm" {
+        hash_disagreement(c, ranks, findings);
+    }
+}
+
+/// Ranks of one device model must compute bit-identical products from identical inputs. A rank
+/// that disagrees with a strict majority is named; without a majority, a warning.
+fn hash_disagreement(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) {
+    let mut by_device: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
+    for r in &c.ranks {
+        if let (Some(h), Some(i)) = (
+            r.notes.get("result_hash"),
+            ranks.iter().find(|i| i.rank == r.rank),
+        ) {
+            by_device
+                .entry(i.device.as_str())
+                .or_default()
+                .push((r.rank, h.as_str()));
+        }
+    }
+    for group in by_device.values() {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, h) in group {
+            *counts.entry(h).or_default() += 1;
+        }
+        if counts.len() < 2 {
+            continue;
+        }
+        let (major, n) = counts
+            .iter()
+            .max_by_key(|(_, n)| **n)
+            .map(|(h, n)| (*h, *n))
+            .unwrap_or(("", 0));
+        if 2 * n > group.len() {
+            for (rank, h) in group.iter().filter(|(_, h)| *h != major) {
+                let msg = format!("GEMM result differs from the majority of its peers (hash {h}, majority {major})");
+                let mut f = place(
+                    Finding::new(Severity::Critical, "GEMM_RESULT_MISMATCH", &c.name, msg),
+                    ranks,
+                    *rank,
+                );
+                f.action = Some(
+                    "exclude the node; the device computes wrongly (reset the GPU, then re-check)"
+                        .into(),
+                );
+                findings.push(f);
+            }
+        } else {
+            let list: Vec<String> = group
+                .iter()
+                .map(|(r, h)| format!("rank {r}: {h}"))
+                .collect();
+            let msg = format!(
+                "GEMM results differ between ranks with no majority ({})",
+                list.join(", ")
+            );
+            findings.push(Finding::new(
+                Severity::Warning,
+                "GEMM_RESULT_MISMATCH",
+                &c.name,
+                msg,
+            ));
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! Unit tests of the whole diagnosis, on hand-built results (right and wrong).
+
+use gpusanity_common::report::{CheckReport, CheckStatus, DeviceKind, RankInfo, Severity};
+use gpusanity_common::report::{RankResult, RunStatus};
+
+use super::*;
+
+fn ranks(devices: &[&str]) -> Vec<RankInfo> {
+    devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| RankInfo {
+            rank: i,
+            node_rank: i / 2,
+            local_rank: i % 2,
+            host: format!("n{}", i / 2),
+            device: d.to_string(),
+            pid: 0,
+        })
+        .collect()
+}
+
+fn check(name: &str, results: Vec<RankResult>) -> CheckReport {
+    CheckReport {
+        name: name.into(),
+        status: CheckStatus::NotRun,
+        duration_s: 1.0,
+        config: serde_json::Value::Null,
+        ranks: results,
+    }
+}
+
+fn gemm_rank(rank: usize, tflops: f64, hash: &str) -> RankResult {
+    let mut r = RankResult::new(rank, CheckStatus::Passed);
+    r.metrics.insert("tflops".into(), tflops);
+    r.notes.insert("result_hash".into(), hash.into());
+    r
+}
+
+fn codes(d: &Diagnosis) -> Vec<(String, Option<usize>)> {
+    d.findings
+        .iter()
+        .map(|f| (f.code.clone(), f.rank))
+        .collect()
+}
+
+#[test]
+fn a_slow_rank_is_named_against_peers_of_its_own_model() {
+    let info = ranks(&["H200", "H200", "H200", "H200", "A100"]);
+    let mut c = vec![check(
+        "gemm",
+        vec![
+            gemm_rank(0, 760.0, "a"),
+            gemm_rank(1, 770.0, "a"),
+            gemm_rank(2, 500.0, "a"),
+            gemm_rank(3, 765.0, "a"),
+            gemm_rank(4, 280.0, "b"),
+        ],
+    )];
+    let d = diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda);
+    assert_eq!(codes(&d), [("GEMM_SLOW".to_string(), Some(2))]);
+    assert_eq!(d.findings[0].host.as_deref(), Some("n1"));
+    assert_eq!(d.findings[0].peers_median, Some(765.0));
+    assert_eq!(c[0].status, CheckStatus::Failed);
+    assert_eq!(d.status, RunStatus::Failed);
+    assert!(
+        d.summary.contains("GEMM_SLOW in gemm (rank 2 on n1)"),
+        "{}",
+        d.summary
+    );
+    assert!(d.findings[0].score.is_some_and(|s| s < -3.0));
+}
+
+#[test]
+fn a_clean_run_passes_with_no_finding() {
+    let info = ranks(&["H200", "H200"]);
+    let mut c = vec![check(
+        "gemm",
+        vec![gemm_rank(0, 760.0, "a"), gemm_rank(1, 770.0, "a")],
+    )];
+    let d = diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda);
+    assert!(d.findings.is_empty());
+    assert_eq!(
+        (d.status, c[0].status),
+        (RunStatus::Passed, CheckStatus::Passed)
+    );
+}
+
+#[test]
+fn a_product_differing_from_the_majority_is_named_without_a_majority_warned() {
+    let info = ranks(&["H200", "H200", "H200"]);
+    let mut c = vec![check(
+        "gemm",
+        vec![
+            gemm_rank(0, 760.0, "a"),
+            gemm_rank(1, 760.0, "x"),
+            gemm_rank(2, 760.0, "a"),
+        ],
+    )];
+    let d = diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda);
+    assert_eq!(codes(&d), [("GEMM_RESULT_MISMATCH".to_string(), Some(1))]);
+
+    let info = ranks(&["H200", "H200"]);
+    let mut c = vec![check(
+        "gemm",
+        vec![gemm_rank(0, 760.0, "a"), gemm_rank(1, 760.0, "x")],
+    )];
+    let d = diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda);
+    assert_eq!(d.findings.len(), 1);
+    assert_eq!(d.findings[0].severity, Severity::Warning);
+    assert_eq!(d.status, RunStatus::Passed);
+}
+
+fn hung(rank: usize, age: f64, seq: f64) -> RankResult {
+    let mut r = RankResult::new(rank, CheckStatus::TimedOut);
+    r.metrics.insert("heartbeat_age_s".into(), age);
+    r.metrics.insert("progress_seq".into(), seq);
+    r
+}
+
+#[test]
+fn hang_culprits_apart_from_waiters() {
+    let info = ranks(&["cpu", "cpu", "cpu"]);
+    // A stopped process outranks progress counts.
+    let mut c = vec![check(
+        "all-reduce",
+        vec![hung(0, 0.1, 3.0), hung(1, 9.0, 7.0), hung(2, 0.2, 3.0)],
+    )];
+    let d = diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu);
+    assert_eq!(codes(&d), [("TEST_HANG".to_string(), Some(1))]);
+    assert!(
+        d.findings[0].message.contains("ranks 0, 2 were waiting"),
+        "{}",
+        d.findings[0].message
+    );
+    assert_eq!(
+        (d.status, c[0].status),
+        (RunStatus::TimedOut, CheckStatus::TimedOut)
+    );
+    // All alive: the rank that made the least progress.
+    let mut c = vec![check(
+        "all-reduce",
+        vec![hung(0, 0.1, 9.0), hung(1, 0.1, 2.0), hung(2, 0.2, 9.0)],
+    )];
+    assert_eq!(
+        codes(&diagnose(
+            &mut c,
+            &info,
+            0.5,
+            Overrun::Test,
+            DeviceKind::Cpu
+        )),
+        [("TEST_HANG".to_string(), Some(1))]
+    );
+    // Out of time overall with everyone alive: nobody is blamed.
+    let mut c = vec![check(
+        "all-reduce",
+        vec![hung(0, 0.1, 9.0), hung(1, 0.1, 2.0), hung(2, 0.2, 9.0)],
+    )];
+    let d = diagnose(&mut c, &info, 0.5, Overrun::Run, DeviceKind::Cpu);
+    assert!(d.findings.is_empty());
+    assert_eq!(d.status, RunStatus::TimedOut);
+}
+
+#[test]
+fn ranks_stopped_because_of_another_are_not_blamed() {
+    let info = ranks(&["cpu", "cpu"]);
+    let mut crashed = RankResult::new(0, CheckStatus::Error);
+    crashed.error = Some("killed by signal SIGKILL".into());
+    crashed
+        .notes
+        .insert("exit".into(), "killed by signal SIGKILL".into());
+    let mut stopped = RankResult::new(1, CheckStatus::Error);
+    stopped
+        .notes
+        .insert("stopped".into(), "stopped after rank 0 failed".into());
+    let mut c = vec![check("gemm", vec![crashed, stopped])];
+    let d = diagnose(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cuda);
+    assert_eq!(codes(&d), [("WORKER_CRASHED".to_string(), Some(0))]);
+    assert_eq!(c[0].status, CheckStatus::Error);
+}
+
+fn ar_rank(rank: usize, busbw: f64) -> RankResult {
+    let mut r = RankResult::new(rank, CheckStatus::Passed);
+    r.metrics.insert("busbw_gbps".into(), busbw);
+    r
+}
+
+#[test]
+fn a_collective_below_expected_is_one_job_finding_and_only_on_one_node() {
+    let info: Vec<RankInfo> = ranks(&["NVIDIA H200", "NVIDIA H200"])
+        .into_iter()
+        .map(|mut r| {
+            r.node_rank = 0;
+            r
+        })
+        .collect();
+    let mut c = vec![check(
+        "all-reduce",
+        vec![ar_rank(0, 150.0), ar_rank(1, 150.0)],
+    )];
+    c[0].config = serde_json::json!({ "max_bytes": 1u64 << 30 });
+    let d = diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda);
+    assert_eq!(codes(&d), [("ALLREDUCE_BELOW_EXPECTED".to_string(), None)]);
+    assert_eq!(d.findings[0].expected, Some(330.0));
+    assert_eq!(d.status, RunStatus::Failed);
+    // Healthy figures pass.
+    let mut c = vec![check(
+        "all-reduce",
+        vec![ar_rank(0, 331.0), ar_rank(1, 331.0)],
+    )];
+    c[0].config = serde_json::json!({ "max_bytes": 1u64 << 30 });
+    assert!(
+        diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda)
+            .findings
+            .is_empty()
+    );
+    // Across nodes the NVLink figure does not hold: no finding.
+    let info = ranks(&["NVIDIA H200", "NVIDIA H200", "NVIDIA H200"]);
+    let mut c = vec![check(
+        "all-reduce",
+        vec![ar_rank(0, 40.0), ar_rank(1, 40.0), ar_rank(2, 40.0)],
+    )];
+    c[0].config = serde_json::json!({ "max_bytes": 1u64 << 30 });
+    assert!(
+        diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda)
+            .findings
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_re_measured_slow_rank_carries_both_figures_and_a_blip_is_only_reported() {
+    let info = ranks(&["cpu", "cpu", "cpu"]);
+    let remeasured = |second: f64| {
+        let mut r = gemm_rank(2, second, "a");
+        r.metrics.insert("first_tflops".into(), 2.1);
+        r.notes.insert(
+            "remeasured".into(),
+            "rank 2 slow in the first measurement".into(),
+        );
+        vec![check(
+            "gemm",
+            vec![gemm_rank(0, 10.0, "a"), gemm_rank(1, 10.2, "a"), r],
+        )]
+    };
+    let mut c = remeasured(2.0);
+    let d = diagnose(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu);
+    assert_eq!(codes(&d), [("GEMM_SLOW".to_string(), Some(2))]);
+    assert!(
+        d.findings[0].evidence[0].contains("slow in both measurements"),
+        "{:?}",
+        d.findings[0].evidence
+    );
+    assert_eq!(d.remeasured, ["gemm: rank 2 slow in the first measurement"]);
+    // The second measurement was fine: reported, no finding, a pass.
+    let mut c = remeasured(10.1);
+    let d = diagnose(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu);
+    assert!(d.findings.is_empty());
+    assert_eq!(d.status, RunStatus::Passed);
+    assert_eq!(d.remeasured.len(), 1);
+}
+
+#[test]
+fn a_lost_node_makes_the_live_ranks_waiters_not_culprits() {
+    let info = ranks(&["cpu", "cpu", "cpu"]);
+    let mut lost = RankResult::new(2, CheckStatus::Error);
+    lost.notes
+        .insert("node_lost".into(), "its node never reported".into());
+    let mut c = vec![check(
+        "all-reduce",
+        vec![hung(0, 0.1, 3.0), hung(1, 0.1, 3.0), lost],
+    )];
+    let d = diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu);
+    assert!(d.findings.is_empty(), "{:?}", codes(&d));
+    assert_eq!(d.status, RunStatus::TimedOut);
+}
+
+#[test]
+fn the_link_test_names_a_slow_node_from_the_pair_matrix() {
+    let info = ranks(&["cpu"; 6])
+        .into_iter()
+        .map(|mut r| {
+            r.node_rank = r.rank;
+            r.host = format!("n{}", r.rank);
+            r
+        })
+        .collect::<Vec<_>>();
+    let info = &info[..3];
+    let m = serde_json::json!([
+        { "nodes": [0, 1], "busbw_gbps": 2.0, "round": 1 },
+        { "nodes": [0, 2], "busbw_gbps": 0.01, "round": 2 },
+        { "nodes": [1, 2], "busbw_gbps": 0.01, "round": 3 },
+    ]);
+    let results = (0..3)
+        .map(|k| {
+            let mut r = RankResult::new(k, CheckStatus::Passed);
+            r.notes.insert("pair_matrix".into(), m.to_string());
+            r
+        })
+        .collect();
+    let mut c = vec![check("pair-bandwidth", results)];
+    let d = diagnose(&mut c, info, 0.5, Overrun::None, DeviceKind::Cpu);
+    assert_eq!(d.findings.len(), 1);
+    assert_eq!(
+        (
+            d.findings[0].code.as_str(),
+            d.findings[0].node_rank,
+            d.findings[0].host.as_deref()
+        ),
+        ("NODE_COMM_SLOW", Some(2), Some("n2"))
+    );
+    assert_eq!(d.pair_bandwidth.len(), 3);
+    assert_eq!(d.status, RunStatus::Failed);
+}
+
+#[test]
+fn the_rank_that_died_first_is_the_culprit() {
+    let info = ranks(&["cpu", "cpu", "cpu"]);
+    let dead = |rank: usize, at: f64| {
+        let mut r = RankResult::new(rank, CheckStatus::Error);
+        r.error = Some(
+            "killed by signal SIGKILL; last output:\nCUDA error: an illegal memory access".into(),
+        );
+        r.notes
+            .insert("exit".into(), "killed by signal SIGKILL".into());
+        r.metrics.insert("exit_unix_ms".into(), at);
+        r
+    };
+    let mut c = vec![check(
+        "gemm",
+        vec![
+            dead(0, 1_000_450.0),
+            dead(1, 1_000_000.0),
+            hung(2, 0.1, 1.0),
+        ],
+    )];
+    c[0].ranks[2].status = CheckStatus::NotRun;
+    let d = diagnose(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu);
+    let crit: Vec<_> = d
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Critical)
+        .map(|f| f.rank)
+        .collect();
+    assert_eq!(crit, [Some(1)]);
+    let later = d
+        .findings
+        .iter()
+        .find(|f| f.rank == Some(0))
+        .expect("the later death is reported");
+    assert!(
+        later.message.contains("450 ms after rank 1 died first"),
+        "{}",
+        later.message
+    );
+    assert_eq!(
+        d.findings
+            .iter()
+            .find(|f| f.rank == Some(1))
+            .unwrap()
+            .evidence,
+        ["CUDA error: an illegal memory access"]
+    );
+}
+
+/// Every code the diagnosis can emit is listed in docs/findings.md.
+#[test]
+fn every_finding_code_is_documented() {
+    let docs = include_str!("../../../docs/findings.md");
+    let sources = [
+        include_str!("mod.rs"),
+        include_str!("crash.rs"),
+        include_str!("hang.rs"),
+        include_str!("links.rs"),
+        include_str!("results.rs"),
+        include_str!("../launcher/gather.rs"),
+    ];
+    let mut codes = Vec::new();
+    for src in sources {
+        for quoted in src.split('"').skip(1).step_by(2) {
+            let is_code = quoted.contains('_')
+                && quoted.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                && !quoted.starts_with("CARGO");
+            if is_code && !codes.contains(&quoted) {
+                codes.push(quoted);
+            }
+        }
+    }
+    assert!(codes.len() >= 15, "{codes:?}");
+    for code in codes {
+        assert!(
+            docs.contains(&format!("`{code}`")),
+            "{code} is not in docs/findings.md"
+        );
+    }
+}
