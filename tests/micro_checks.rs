@@ -137,7 +137,7 @@ fn connectivity_names_a_rank_whose_back_end_is_silent_and_the_probes_time_out() 
     let args = [
         "--micro-benchmarks=network-connectivity",
         "--sanity-check-envs=GPUSANITY_FAULT=net-backend-down@3",
-        "--check-param=network-connectivity.timeout-ms=500",
+        "--check-param=network-connectivity.timeout-ms=1000",
     ];
     let outs = loopback_job(&run, &args, 2, 2);
     assert!(start.elapsed() < Duration::from_secs(15), "took {:?}", start.elapsed());
