@@ -160,7 +160,7 @@ fn usage_error(args: &[&str], env: &[(&str, &str)], want: &str) {
 fn bad_input_is_one_clear_line_and_exit_code_2() {
     let _g = serial();
     usage_error(&["--micro-benchmarks=gemm,teleport"], &[], "unknown check `teleport`");
-    usage_error(&["--model-benchmarks=megatron-gpt"], &[], "not available in this build");
+    usage_error(&["--model-benchmarks=gemm"], &[], "unknown check `gemm` in --model-benchmarks");
     usage_error(&["--sanity-check-max-time=-5"], &[], "positive number of minutes");
     usage_error(&["--sanity-check-timeout-per-test=0"], &[], "positive number of minutes");
     usage_error(&["--sanity-check-timing=Whenever"], &[], "--sanity-check-timing");

@@ -10,6 +10,11 @@ use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(90);
 
+/// These tests are about statuses, exact results and figures. On a shared two-core machine
+/// under load, a rank's speed against its peers is noise, so the slow-rank threshold is lowered
+/// (slowness is tested by the diagnosis unit tests and in tests/faults.rs).
+const CALM: &str = "--check-param=diagnosis.slow-fraction=0.05";
+
 fn check<'a>(r: &'a Value, name: &str) -> &'a Value {
     r["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no check {name}"))
 }
@@ -33,7 +38,8 @@ fn assert_exact_sweep(c: &Value) {
 fn all_gather_and_all_to_all_pass_on_three_cpu_workers_and_name_a_wrong_rank() {
     let _g = serial();
     let run = Run::new();
-    let out = run_with_timeout(run.command(&["--micro-benchmarks=all-gather,all-to-all", "--nproc-per-node=3"]), LIMIT);
+    let out =
+        run_with_timeout(run.command(&["--micro-benchmarks=all-gather,all-to-all", "--nproc-per-node=3", CALM]), LIMIT);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let r = run.report();
     for name in ["all-gather", "all-to-all"] {
@@ -58,7 +64,7 @@ fn all_gather_and_all_to_all_pass_on_three_cpu_workers_and_name_a_wrong_rank() {
     {
         let run = Run::new();
         let envs = format!("--sanity-check-envs=GPUSANITY_FAULT={fault}");
-        let out = run_with_timeout(run.command(&["--micro-benchmarks=all-gather,all-to-all", &envs]), LIMIT);
+        let out = run_with_timeout(run.command(&["--micro-benchmarks=all-gather,all-to-all", &envs, CALM]), LIMIT);
         assert_eq!(code(&out), 1, "{}", stderr(&out));
         let f = findings(&run.report());
         assert_eq!(f, [(code_name.to_string(), Some(rank))], "{fault}");
@@ -70,7 +76,7 @@ fn all_gather_and_all_to_all_pass_on_three_cpu_workers_and_name_a_wrong_rank() {
 fn the_moved_all_reduce_still_sweeps_exactly_next_to_all_gather() {
     let _g = serial();
     let run = Run::new();
-    let out = run_with_timeout(run.command(&["--micro-benchmarks=all-reduce,all-gather"]), LIMIT);
+    let out = run_with_timeout(run.command(&["--micro-benchmarks=all-reduce,all-gather", CALM]), LIMIT);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let r = run.report();
     assert_exact_sweep(check(&r, "all-gather"));
@@ -108,6 +114,7 @@ fn connectivity_names_a_node_whose_port_is_closed_within_the_probe_timeout() {
         "--micro-benchmarks=network-connectivity",
         "--sanity-check-envs=GPUSANITY_FAULT=net-closed@1",
         "--check-param=network-connectivity.timeout-ms=1000",
+        CALM,
     ];
     let outs = loopback_job(&run, &args, 2, 1);
     assert!(start.elapsed() < Duration::from_secs(15), "took {:?}", start.elapsed());
@@ -137,7 +144,8 @@ fn connectivity_names_a_rank_whose_back_end_is_silent_and_the_probes_time_out() 
     let args = [
         "--micro-benchmarks=network-connectivity",
         "--sanity-check-envs=GPUSANITY_FAULT=net-backend-down@3",
-        "--check-param=network-connectivity.timeout-ms=500",
+        "--check-param=network-connectivity.timeout-ms=1000",
+        CALM,
     ];
     let outs = loopback_job(&run, &args, 2, 2);
     assert!(start.elapsed() < Duration::from_secs(15), "took {:?}", start.elapsed());
@@ -157,7 +165,7 @@ fn connectivity_names_a_rank_whose_back_end_is_silent_and_the_probes_time_out() 
 fn multi_all_reduce_runs_every_rail_node_and_world_group_at_once_on_two_nodes() {
     let _g = serial();
     let run = Run::new();
-    let outs = loopback_job(&run, &["--micro-benchmarks=multi-all-reduce,network-connectivity"], 2, 2);
+    let outs = loopback_job(&run, &["--micro-benchmarks=multi-all-reduce,network-connectivity", CALM], 2, 2);
     for o in &outs {
         assert_eq!(code(o), 0, "{}", stderr(o));
     }
@@ -186,8 +194,10 @@ fn multi_all_reduce_runs_every_rail_node_and_world_group_at_once_on_two_nodes() 
 
     let run = Run::new();
     let envs = "--sanity-check-envs=GPUSANITY_FAULT=multi-all-reduce-wrong@2";
-    let out =
-        run_with_timeout(run.command(&["--micro-benchmarks=multi-all-reduce", "--nproc-per-node=3", envs]), LIMIT);
+    let out = run_with_timeout(
+        run.command(&["--micro-benchmarks=multi-all-reduce", "--nproc-per-node=3", envs, CALM]),
+        LIMIT,
+    );
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     assert_eq!(findings(&run.report()), [("MULTI_ALLREDUCE_WRONG_RESULT".to_string(), Some(2))]);
     run.assert_nothing_left();
@@ -201,7 +211,7 @@ fn the_whole_micro_suite_passes_on_two_nodes_with_overlap_figures_and_kernel_lau
     let _g = serial();
     let run = Run::new();
     let start = std::time::Instant::now();
-    let outs = loopback_job(&run, &[SUITE], 2, 1);
+    let outs = loopback_job(&run, &[SUITE, CALM], 2, 1);
     for o in &outs {
         assert_eq!(code(o), 0, "{}", stderr(o));
     }
@@ -235,7 +245,7 @@ fn the_whole_micro_suite_passes_on_two_nodes_with_overlap_figures_and_kernel_lau
 
     let run = Run::new();
     let envs = "--sanity-check-envs=GPUSANITY_FAULT=overlap-wrong@1";
-    let out = run_with_timeout(run.command(&["--micro-benchmarks=matmul-all-reduce-overlap", envs]), LIMIT);
+    let out = run_with_timeout(run.command(&["--micro-benchmarks=matmul-all-reduce-overlap", envs, CALM]), LIMIT);
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     assert_eq!(findings(&run.report()), [("OVERLAP_WRONG_RESULT".to_string(), Some(1))]);
     run.assert_nothing_left();

@@ -13,6 +13,10 @@ TESTS=${TESTS:-}
 OUT=${OUT:-/tmp/gpusanity-micro}
 mkdir -p "$OUT"
 . "$HERE/env.sh"
+to() { # file, then the command: its output goes to the file (so `wall` still prints here)
+  local f=$1; shift
+  "$@" > "$f" 2>&1
+}
 nvidia-smi -L
 NGPU=$(nvidia-smi -L | grep -c '^GPU')
 date -u +"date: %Y-%m-%dT%H:%M:%SZ"
@@ -32,7 +36,7 @@ native
 
 echo "== the micro suite (8 checks) on $NGPU GPU(s), twice (the first run warms the driver's caches)"
 for i in 1 2; do
-  wall "suite-$i" timeout -k 5 60 "$BIN" check --micro-benchmarks "$SUITE" --report-dir "$OUT/suite$i" > "$OUT/suite$i.txt" 2>&1
+  wall "suite-$i" to "$OUT/suite$i.txt" timeout -k 5 60 "$BIN" check --micro-benchmarks "$SUITE" --report-dir "$OUT/suite$i"
 done
 cat "$OUT/suite2.txt"
 for i in 1 2; do
@@ -67,7 +71,7 @@ native
 
 if [ -n "$TESTS" ]; then
   echo "== GPU unit tests of the CUDA backend"
-  wall unit-tests timeout -k 5 75 "$TESTS" --ignored --test-threads=1 --nocapture cuda > "$OUT/unit.txt" 2>&1
+  wall unit-tests to "$OUT/unit.txt" timeout -k 5 75 "$TESTS" --ignored --test-threads=1 --nocapture cuda
   grep -E "^(test |rank|device|gemm|all-reduce|kernel|probe)|test result|panicked|silent|GiB|concurrent|at once|timeout" "$OUT/unit.txt" | head -60
 fi
 
@@ -79,7 +83,7 @@ if [ "$NGPU" -ge 2 ]; then
     local name=$1 port=$2; shift 2
     CUDA_VISIBLE_DEVICES=1 timeout -k 5 40 "$BIN" check --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port "$port" "$@" --report-dir "$OUT/$name-1" > "$OUT/$name-1.txt" 2>&1 &
     local n1=$!
-    CUDA_VISIBLE_DEVICES=0 wall "$name" timeout -k 5 40 "$BIN" check --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port "$port" "$@" --report-dir "$OUT/$name-0" > "$OUT/$name-0.txt" 2>&1
+    CUDA_VISIBLE_DEVICES=0 wall "$name" to "$OUT/$name-0.txt" timeout -k 5 40 "$BIN" check --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port "$port" "$@" --report-dir "$OUT/$name-0"
     wait $n1; echo "node 1 exit $?"
     cat "$OUT/$name-0.txt"
   }
@@ -90,9 +94,9 @@ if [ "$NGPU" -ge 2 ]; then
   two backend-down 29712 --micro-benchmarks network-connectivity --check-param network-connectivity.timeout-ms=2000 --sanity-check-envs GPUSANITY_FAULT=net-backend-down@1
 fi
 echo "== fault: a wrong all-gather element on rank 1, a wrong all-to-all element on rank 0"
-wall all-gather-wrong timeout -k 5 30 "$BIN" check --micro-benchmarks all-gather --check-param all-gather.max-bytes=16777216 --sanity-check-envs "GPUSANITY_FAULT=all-gather-wrong@1" --report-dir "$OUT/f1" > "$OUT/f1.txt" 2>&1
+wall all-gather-wrong to "$OUT/f1.txt" timeout -k 5 30 "$BIN" check --micro-benchmarks all-gather --check-param all-gather.max-bytes=16777216 --sanity-check-envs "GPUSANITY_FAULT=all-gather-wrong@1" --report-dir "$OUT/f1"
 grep -h "WRONG\|verdict" "$OUT/f1.txt"
-wall all-to-all-wrong timeout -k 5 30 "$BIN" check --micro-benchmarks all-to-all --check-param all-to-all.max-bytes=16777216 --sanity-check-envs "GPUSANITY_FAULT=all-to-all-wrong@0" --report-dir "$OUT/f2" > "$OUT/f2.txt" 2>&1
+wall all-to-all-wrong to "$OUT/f2.txt" timeout -k 5 30 "$BIN" check --micro-benchmarks all-to-all --check-param all-to-all.max-bytes=16777216 --sanity-check-envs "GPUSANITY_FAULT=all-to-all-wrong@0" --report-dir "$OUT/f2"
 grep -h "WRONG\|verdict" "$OUT/f2.txt"
 echo "== processes left:"; pgrep -fa "gpusanity (check|worker)" || echo none
 tar -C "$OUT" -czf "$OUT/reports.tgz" $(cd "$OUT" && ls -d */ 2>/dev/null)

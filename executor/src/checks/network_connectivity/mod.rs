@@ -17,7 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use gpusanity_common::report::{CheckStatus, RankResult};
+use gpusanity_common::report::{CheckStatus, DeviceKind, RankResult};
 use serde::{Deserialize, Serialize};
 
 use super::all_reduce::count_wrong;
@@ -151,10 +151,13 @@ fn back_end(
     // until the peer takes part and that no timeout can interrupt. One untimed all-to-all over
     // the world, with the probes' size per peer, sets up every connection while all ranks take
     // part (a peer unreachable already here is found by the per-test timeout); each probe then
-    // only waits on the device, where its own timeout applies.
-    ctx.progress.phase(NAME, "back-end connections", 0);
-    let warm = CollCall::new(CollOp::AllToAll, GroupId::WORLD, send, recv, elems * world);
-    ctx.backend.run(&[Work::Coll(warm)], 0, 1).context("setting up back-end connections (all-to-all)")?;
+    // only waits on the device, where its own timeout applies. The CPU transport connected
+    // every pair when the backend opened: there every probe is timed from its first byte.
+    if ctx.backend.kind() == DeviceKind::Cuda {
+        ctx.progress.phase(NAME, "back-end connections", 0);
+        let warm = CollCall::new(CollOp::AllToAll, GroupId::WORLD, send, recv, elems * world);
+        ctx.backend.run(&[Work::Coll(warm)], 0, 1).context("setting up back-end connections (all-to-all)")?;
+    }
     let silent = ctx.faults.has("net-backend-down", rank);
     let mut probes = Vec::new();
     for (round, pairs) in rounds(world).into_iter().enumerate() {
