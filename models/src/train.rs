@@ -44,6 +44,8 @@ pub trait Model<O: Ops> {
 pub struct TrainOpts {
     pub steps: usize,
     pub lr: f32,
+    /// The learning rate ramps up linearly over this many first steps.
+    pub lr_warmup: usize,
     pub weight_decay: f32,
     /// Fault injection: poison a parameter with NaN before this step's forward.
     pub nan_at: Option<usize>,
@@ -107,7 +109,7 @@ pub fn train<O: Ops, M: Model<O>>(
         for p in model.params_mut() {
             dp.all_reduce_sum(&mut p.g)?;
             let a = Adam {
-                lr: opts.lr,
+                lr: opts.lr * ((step + 1) as f32 / opts.lr_warmup.max(1) as f32).min(1.0),
                 beta1: 0.9,
                 beta2: 0.95,
                 eps: 1e-8,

@@ -109,11 +109,12 @@ pub fn peak_bf16_tflops(device: &str) -> Option<f64> {
 }
 
 /// The fault-injection options of this rank.
-fn train_opts(ctx: &CheckCtx<'_>, steps: usize, lr: f64) -> TrainOpts {
+fn train_opts(ctx: &CheckCtx<'_>, steps: usize, lr: f64, warmup: usize) -> TrainOpts {
     let rank = ctx.place.rank;
     TrainOpts {
         steps,
         lr: lr as f32,
+        lr_warmup: warmup,
         weight_decay: 0.01,
         nan_at: ctx.faults.has("model-nan", rank).then_some(steps / 3),
         corrupt: ctx.faults.has("model-corrupt", rank),
@@ -140,7 +141,7 @@ pub fn train_check<O: Groups, M: Model<O>>(ops: &mut O, model: &mut M, ctx: &mut
     let tp_index = layout.tp_index(place.rank);
     let mut tp = ops.group(place, ctx.store, &format!("{name}/tp/{}", layout.tp[0]), &layout.tp)?;
     let mut dp = ops.group(place, ctx.store, &format!("{name}/dp/{tp_index}"), &layout.dp)?;
-    let opts = train_opts(ctx, plan.steps, plan.lr);
+    let opts = train_opts(ctx, plan.steps, plan.lr, plan.warmup);
     let progress = ctx.progress;
     let out = train(ops, model, dp.as_mut(), tp.as_mut(), &opts, &mut |s| progress.phase(name, "train", s as u64))?;
     let flops_per_step = model.flops_per_step();
