@@ -117,3 +117,20 @@ fn bad_model_parameters_are_refused_before_anything_starts() {
     assert!(meg["ranks"][0]["error"].as_str().unwrap().contains("tensor-parallel size 3"), "{meg}");
     run.assert_nothing_left();
 }
+
+#[test]
+fn a_rank_with_slow_compute_is_named() {
+    let _g = serial();
+    let run = Run::new();
+    // Rank 1 runs each step's forward and backward six times over.
+    let out = run_with_timeout(
+        run.command(&["--micro-benchmarks=", "--model-benchmarks=mini-gpt", "--sanity-check-envs=GPUSANITY_FAULT=model-slow@1"]),
+        LIMIT,
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let r = run.report();
+    assert_eq!(findings(&r), [("MODEL_SLOW_STEP".to_string(), Some(1))]);
+    let mini = check(&r, "mini-gpt");
+    assert!(metric(mini, 1, "compute_ms_median") > 3.0 * metric(mini, 0, "compute_ms_median"), "{mini}");
+    run.assert_nothing_left();
+}

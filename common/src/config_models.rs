@@ -182,6 +182,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn defaults_are_valid_layouts() {
+        for d in [DeviceKind::Cpu, DeviceKind::Cuda] {
+            let m = ModelConfigs::defaults(d);
+            for g in [&m.mini_gpt, &m.megatron_gpt] {
+                assert_eq!(g.shape.dim % g.shape.heads, 0);
+                assert!(g.warmup < g.steps);
+            }
+            // Tensor parallelism over 1, 2, 4 or 8 workers per node splits the heads evenly.
+            assert_eq!(m.megatron_gpt.shape.heads % if d == DeviceKind::Cuda { 8 } else { 2 }, 0);
+            assert!(m.resnet.warmup < m.resnet.steps);
+        }
+    }
+
+    #[test]
     fn model_params_override_and_reject() {
         let mut m = ModelConfigs::defaults(DeviceKind::Cpu);
         m.apply("mini-gpt.layers", "3").unwrap();

@@ -49,6 +49,9 @@ pub struct TrainOpts {
     pub weight_decay: f32,
     /// Fault injection: poison a parameter with NaN before this step's forward.
     pub nan_at: Option<usize>,
+    /// Fault injection: run each step's forward and backward this many times (the device
+    /// really does the work; 1 = healthy).
+    pub repeat: usize,
     /// Fault injection: flip a bit of one parameter after training, before the final checksum.
     pub corrupt: bool,
 }
@@ -103,7 +106,10 @@ pub fn train<O: Ops, M: Model<O>>(
                 ops.set(&mut p.w, 0, f32::NAN)?;
             }
         }
-        let loss = model.forward_backward(ops, tp)?;
+        let mut loss = model.forward_backward(ops, tp)?;
+        for _ in 1..opts.repeat {
+            loss = model.forward_backward(ops, tp)?;
+        }
         ops.sync()?;
         compute_s.push(start.elapsed().as_secs_f64());
         for p in model.params_mut() {

@@ -56,7 +56,8 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
 /// - `model-nan`: a model check poisons a parameter with NaN before the forward of step
 ///   steps / 3;
 /// - `model-corrupt`: a model check flips a bit of one parameter after training, before the
-///   parameter checksum.
+///   parameter checksum;
+/// - `model-slow`: a model check runs each step's forward and backward six times.
 #[derive(Debug, Default, Clone)]
 pub struct Faults(Vec<(String, usize)>);
 

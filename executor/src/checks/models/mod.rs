@@ -21,8 +21,16 @@ use super::{median, CheckCtx};
 use crate::backend::WorkerPlace;
 use comm::Groups;
 
-/// Runs model check `name` on this rank's device.
+/// Runs model check `name` on this rank's device. A panic inside the CUDA bindings becomes an
+/// error of this rank.
 pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_here(name, ctx))).unwrap_or_else(|p| {
+        let why = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+        anyhow::bail!("{name} panicked: {}", why.unwrap_or_default())
+    })
+}
+
+fn run_here(name: &str, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     match ctx.backend.kind() {
         DeviceKind::Cpu => run_on(&mut CpuOps, name, ctx),
         DeviceKind::Cuda => {
@@ -108,6 +116,9 @@ pub fn peak_bf16_tflops(device: &str) -> Option<f64> {
     TABLE.iter().find(|(name, _)| device.contains(name)).map(|(_, p)| *p)
 }
 
+/// Forward and backward passes per step of a rank with the `model-slow` fault.
+const SLOW_REPEAT: usize = 6;
+
 /// The fault-injection options of this rank.
 fn train_opts(ctx: &CheckCtx<'_>, steps: usize, lr: f64, warmup: usize) -> TrainOpts {
     let rank = ctx.place.rank;
@@ -117,6 +128,7 @@ fn train_opts(ctx: &CheckCtx<'_>, steps: usize, lr: f64, warmup: usize) -> Train
         lr_warmup: warmup,
         weight_decay: 0.01,
         nan_at: ctx.faults.has("model-nan", rank).then_some(steps / 3),
+        repeat: if ctx.faults.has("model-slow", rank) { SLOW_REPEAT } else { 1 },
         corrupt: ctx.faults.has("model-corrupt", rank),
     }
 }
