@@ -229,6 +229,7 @@ fn list(json: bool) -> ExitCode {
         let c = CheckConfigs::defaults(kind);
         println!("  {name}: gemm {:?}", c.gemm);
         println!("  {name}: all-reduce {:?}, sizes {:?}", c.all_reduce, c.all_reduce_sizes());
+        println!("  {name}: mini-gpt {:?}\n  {name}: megatron-gpt {:?}\n  {name}: resnet {:?}", c.models.mini_gpt, c.models.megatron_gpt, c.models.resnet);
     }
     ExitCode::Passed
 }
