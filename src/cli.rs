@@ -230,6 +230,7 @@ fn list(json: bool) -> ExitCode {
         println!("  {name}: gemm {:?}", c.gemm);
         println!("  {name}: all-reduce {:?}, sizes {:?}", c.all_reduce, c.all_reduce_sizes());
         println!("  {name}: {:?}", c.micro);
+        println!("  {name}: mini-gpt {:?}\n  {name}: megatron-gpt {:?}\n  {name}: resnet {:?}", c.models.mini_gpt, c.models.megatron_gpt, c.models.resnet);
     }
     ExitCode::Passed
 }

@@ -117,3 +117,65 @@ fn bad_model_parameters_are_refused_before_anything_starts() {
     assert!(meg["ranks"][0]["error"].as_str().unwrap().contains("tensor-parallel size 3"), "{meg}");
     run.assert_nothing_left();
 }
+
+#[test]
+fn a_rank_with_slow_compute_is_named() {
+    let _g = serial();
+    let run = Run::new();
+    // Rank 1 runs each step's forward and backward six times over.
+    let out = run_with_timeout(
+        run.command(&["--micro-benchmarks=", "--model-benchmarks=mini-gpt", "--sanity-check-envs=GPUSANITY_FAULT=model-slow@1"]),
+        LIMIT,
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let r = run.report();
+    assert_eq!(findings(&r), [("MODEL_SLOW_STEP".to_string(), Some(1))]);
+    let mini = check(&r, "mini-gpt");
+    assert!(metric(mini, 1, "compute_ms_median") > 3.0 * metric(mini, 0, "compute_ms_median"), "{mini}");
+    run.assert_nothing_left();
+}
+
+#[test]
+fn megatron_gpt_runs_tensor_parallel_inside_nodes_and_data_parallel_across_them() {
+    let _g = serial();
+    let run = Run::new();
+    let port = free_port().to_string();
+    let node = |rank: &str| {
+        let mut c = run.command(&[
+            "--micro-benchmarks=",
+            "--model-benchmarks=megatron-gpt",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            rank,
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            &port,
+        ]);
+        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        c.spawn().expect("spawn gpusanity")
+    };
+    let n1 = node("1");
+    let n0 = node("0");
+    let (o0, o1) = (wait_output(n0, LIMIT), wait_output(n1, LIMIT));
+    assert_eq!(code(&o0), 0, "{}", stderr(&o0));
+    assert_eq!(code(&o1), 0, "{}", stderr(&o1));
+    let r = run.report();
+    let meg = check(&r, "megatron-gpt");
+    assert_eq!(meg["status"], "passed");
+    let sum = |rank: usize| note(meg, rank, "param_checksum").to_string();
+    for rank in 0..4 {
+        assert_eq!(note(meg, rank, "layout"), "TP 2 x DP 2");
+    }
+    // Ranks 0 and 2 hold the same shard on different nodes and end identical; so do 1 and 3.
+    assert_eq!((sum(0), sum(1)), (sum(2), sum(3)));
+    assert_ne!(sum(0), sum(1));
+    assert_eq!((note(meg, 0, "dp_group"), note(meg, 3, "dp_group")), ("0", "1"));
+    // Each node's TP pair saw its own data: the same losses inside a node, different across.
+    assert_eq!(note(meg, 0, "losses"), note(meg, 1, "losses"));
+    assert_ne!(note(meg, 0, "losses"), note(meg, 2, "losses"));
+    run.assert_nothing_left();
+}

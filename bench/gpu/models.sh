@@ -28,10 +28,10 @@ fi
 nvidia-smi -L
 date -u +"date: %Y-%m-%dT%H:%M:%SZ"
 
-wall() { # name, then the command: prints its wall time and exit code
-  local name=$1; shift
+wall() { # name, output file, then the command: prints its wall time and exit code
+  local name=$1 out=$2; shift 2
   local s e rc
-  s=$(date +%s%N); "$@"; rc=$?; e=$(date +%s%N)
+  s=$(date +%s%N); "$@" > "$out" 2>&1; rc=$?; e=$(date +%s%N)
   echo "== $name: wall $(( (e - s) / 1000000 )) ms, exit $rc"
 }
 
@@ -59,24 +59,25 @@ PY
 
 if [ -n "$TESTS" ]; then
   echo "== CUDA ops against CPU ops (models crate, ignored tests)"
-  wall op-tests "$TESTS" --ignored --test-threads=1 cuda:: 2>&1 | tail -25
+  wall op-tests "$OUT/op-tests.txt" "$TESTS" --ignored --test-threads=1 cuda::
+  tail -12 "$OUT/op-tests.txt"
 fi
 
 for m in mini-gpt megatron-gpt resnet; do
   echo "== $m on every GPU"
-  wall "$m" "$BIN" check --device cuda --micro-benchmarks= --model-benchmarks "$m" --report-dir "$OUT/$m" > "$OUT/$m.txt" 2>&1
+  wall "$m" "$OUT/$m.txt" "$BIN" check --device cuda --micro-benchmarks= --model-benchmarks "$m" --report-dir "$OUT/$m"
   summary "$OUT/$m/report.json"
 done
 echo "== the three in one run"
-wall all-three "$BIN" check --device cuda --micro-benchmarks= --model-benchmarks mini-gpt,megatron-gpt,resnet --report-dir "$OUT/all" > "$OUT/all.txt" 2>&1
+wall all-three "$OUT/all.txt" "$BIN" check --device cuda --micro-benchmarks= --model-benchmarks mini-gpt,megatron-gpt,resnet --report-dir "$OUT/all"
 summary "$OUT/all/report.json" | grep -v "^  rank"
 
 echo "== injected faults on the GPU (each must fail and name the rank)"
-wall model-corrupt "$BIN" check --device cuda --micro-benchmarks= --model-benchmarks mini-gpt --check-param mini-gpt.steps=12 \
-  --sanity-check-envs GPUSANITY_FAULT=model-corrupt@1 --report-dir "$OUT/f1" > "$OUT/f1.txt" 2>&1
+wall model-corrupt "$OUT/f1.txt" "$BIN" check --device cuda --micro-benchmarks= --model-benchmarks mini-gpt --check-param mini-gpt.steps=12 \
+  --sanity-check-envs GPUSANITY_FAULT=model-corrupt@1 --report-dir "$OUT/f1"
 summary "$OUT/f1/report.json" | grep -E "finding|^status"
-wall model-nan "$BIN" check --device cuda --micro-benchmarks= --model-benchmarks resnet --check-param resnet.steps=9 \
-  --sanity-check-envs GPUSANITY_FAULT=model-nan@0 --report-dir "$OUT/f2" > "$OUT/f2.txt" 2>&1
+wall model-nan "$OUT/f2.txt" "$BIN" check --device cuda --micro-benchmarks= --model-benchmarks resnet --check-param resnet.steps=9 \
+  --sanity-check-envs GPUSANITY_FAULT=model-nan@0 --report-dir "$OUT/f2"
 summary "$OUT/f2/report.json" | grep -E "finding|^status"
 echo "== processes left:"; pgrep -fa "gpusanity (check|worker)" || echo none
 tar -C "$OUT" -czf "$OUT/reports.tgz" $(cd "$OUT" && ls -d */ 2>/dev/null)

@@ -28,7 +28,7 @@ pub struct GptCheckConfig {
     #[serde(flatten)]
     pub shape: GptShape,
     pub steps: usize,
-    /// Steps left out of the step-time median.
+    /// Steps left out of the step-time median; the learning rate ramps up over them.
     pub warmup: usize,
     pub lr: f64,
     /// The loss must fall by at least this fraction (mean of the last fifth of the steps
@@ -51,6 +51,7 @@ pub struct ResnetCheckConfig {
     pub blocks: Vec<usize>,
     pub classes: usize,
     pub steps: usize,
+    /// As [`GptCheckConfig::warmup`].
     pub warmup: usize,
     pub lr: f64,
     pub min_loss_drop: f64,
@@ -75,12 +76,12 @@ impl ModelConfigs {
             DeviceKind::Cuda => {
                 let mini = GptCheckConfig {
                     shape: GptShape { vocab: 4096, ctx: 512, layers: 12, heads: 12, dim: 768, batch: 16 },
-                    steps: 40, warmup: 5, lr: 2e-3, min_loss_drop: 0.2, tp: 1,
+                    steps: 40, warmup: 5, lr: 6e-4, min_loss_drop: 0.2, tp: 1,
                 };
                 ModelConfigs {
                     megatron_gpt: GptCheckConfig {
                         shape: GptShape { ctx: 1024, layers: 8, heads: 16, dim: 2048, batch: 8, ..mini.shape.clone() },
-                        lr: 1e-3,
+                        lr: 3e-4,
                         tp: 0,
                         ..mini.clone()
                     },
@@ -179,6 +180,20 @@ impl ModelConfigs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn defaults_are_valid_layouts() {
+        for d in [DeviceKind::Cpu, DeviceKind::Cuda] {
+            let m = ModelConfigs::defaults(d);
+            for g in [&m.mini_gpt, &m.megatron_gpt] {
+                assert_eq!(g.shape.dim % g.shape.heads, 0);
+                assert!(g.warmup < g.steps);
+            }
+            // Tensor parallelism over 1, 2, 4 or 8 workers per node splits the heads evenly.
+            assert_eq!(m.megatron_gpt.shape.heads % if d == DeviceKind::Cuda { 8 } else { 2 }, 0);
+            assert!(m.resnet.warmup < m.resnet.steps);
+        }
+    }
 
     #[test]
     fn model_params_override_and_reject() {

@@ -60,9 +60,9 @@ pub const CHECKS: &[CheckInfo] = &[
     check("multi-all-reduce", Micro, "concurrent all-reduces per rail and per node: a bad rail or NIC", true, 300, 4),
     check("network-connectivity", Micro, "front-end and back-end reachability between every pair of nodes", true, 120, 1),
     check("matmul-all-reduce-overlap", Micro, "errors/hangs or slow steps with GEMM and all-reduce at once", true, 60, 2),
-    check("mini-gpt", Model, "training loss abnormal, hang, error; slow step", true, 60, 10),
-    check("megatron-gpt", Model, "the same for a tensor+data-parallel GPT", true, 300, 15),
-    check("resnet", Model, "the same for ResNet training", true, 120, 10),
+    check("mini-gpt", Model, "training loss abnormal, hang, error; slow step", true, 60, 7),
+    check("megatron-gpt", Model, "the same for a tensor+data-parallel GPT", true, 300, 14),
+    check("resnet", Model, "the same for ResNet training", true, 120, 4),
 ];
 
 pub fn find(name: &str) -> Option<&'static CheckInfo> {

@@ -102,7 +102,9 @@ fn checksums(c: &CheckReport, ranks: &[RankInfo], out: &mut Vec<Finding>) {
     }
 }
 
-/// A rank whose own compute per step takes far longer than its peers'.
+/// A rank whose own compute per step takes far longer than its peers': its step rate (the
+/// inverse of `compute_ms_median`) below `slow_fraction` of its device model's peers' median
+/// rate (a rate, as for GEMM TFLOP/s, so that one slow rank of two can be named).
 fn slow(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, out: &mut Vec<Finding>) {
     let mut by_device: BTreeMap<&str, Vec<(usize, f64)>> = BTreeMap::new();
     for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Passed) {
@@ -111,14 +113,15 @@ fn slow(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, out: &mut Vec<F
         }
     }
     for group in by_device.values().filter(|g| g.len() >= 2) {
-        let med = median(&group.iter().map(|(_, v)| *v).collect::<Vec<_>>());
-        for (rank, v) in group.iter().filter(|(_, v)| *v * slow_fraction > med) {
+        let rates: Vec<f64> = group.iter().map(|(_, ms)| 1e3 / ms).collect();
+        let med = median(&rates);
+        for ((rank, ms), rate) in group.iter().zip(&rates).filter(|(_, rate)| **rate < slow_fraction * med) {
             let msg = format!(
-                "{v:.1} ms of compute per training step, above {:.0}% of the peers' median {med:.1} ms",
-                100.0 / slow_fraction
+                "{ms:.1} ms of compute per training step ({rate:.1} steps/s), below {:.0}% of the peers' median {med:.1} steps/s",
+                slow_fraction * 100.0
             );
             let mut f = placed(Finding::new(Severity::Critical, "MODEL_SLOW_STEP", &c.name, msg), *rank, ranks);
-            f.measured = Some(*v);
+            f.measured = Some(*rate);
             f.peers_median = Some(med);
             out.push(f);
         }

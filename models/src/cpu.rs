@@ -211,7 +211,8 @@ impl Ops for CpuOps {
     }
     fn relu_fwd(&mut self, x: &Vec<f32>, out: &mut Vec<f32>) -> Result<()> {
         check("relu_fwd", x.len() == out.len())?;
-        out.iter_mut().zip(x).for_each(|(o, x)| *o = x.max(0.0));
+        // NaN passes through, as in the frameworks (f32::max would drop it).
+        out.iter_mut().zip(x).for_each(|(o, x)| *o = if *x < 0.0 { 0.0 } else { *x });
         Ok(())
     }
     fn relu_bwd(&mut self, y: &Vec<f32>, dout: &Vec<f32>, dx: &mut Vec<f32>) -> Result<()> {
@@ -358,7 +359,7 @@ impl Ops for CpuOps {
                             let ix = (ox * cv.stride + kx) as isize - cv.pad as isize;
                             if iy >= 0 && ix >= 0 && (iy as usize) < cv.h && (ix as usize) < cv.w {
                                 let j = iy as usize * cv.w + ix as usize;
-                                if x[cn * hw + j] > best {
+                                if x[cn * hw + j] > best || x[cn * hw + j].is_nan() {
                                     best = x[cn * hw + j];
                                     at = j;
                                 }

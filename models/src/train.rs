@@ -44,9 +44,14 @@ pub trait Model<O: Ops> {
 pub struct TrainOpts {
     pub steps: usize,
     pub lr: f32,
+    /// The learning rate ramps up linearly over this many first steps.
+    pub lr_warmup: usize,
     pub weight_decay: f32,
     /// Fault injection: poison a parameter with NaN before this step's forward.
     pub nan_at: Option<usize>,
+    /// Fault injection: run each step's forward and backward this many times (the device
+    /// really does the work; 1 = healthy).
+    pub repeat: usize,
     /// Fault injection: flip a bit of one parameter after training, before the final checksum.
     pub corrupt: bool,
 }
@@ -101,13 +106,16 @@ pub fn train<O: Ops, M: Model<O>>(
                 ops.set(&mut p.w, 0, f32::NAN)?;
             }
         }
-        let loss = model.forward_backward(ops, tp)?;
+        let mut loss = model.forward_backward(ops, tp)?;
+        for _ in 1..opts.repeat {
+            loss = model.forward_backward(ops, tp)?;
+        }
         ops.sync()?;
         compute_s.push(start.elapsed().as_secs_f64());
         for p in model.params_mut() {
             dp.all_reduce_sum(&mut p.g)?;
             let a = Adam {
-                lr: opts.lr,
+                lr: opts.lr * ((step + 1) as f32 / opts.lr_warmup.max(1) as f32).min(1.0),
                 beta1: 0.9,
                 beta2: 0.95,
                 eps: 1e-8,

@@ -76,7 +76,8 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
 /// - `model-nan`: a model check poisons a parameter with NaN before the forward of step
 ///   steps / 3;
 /// - `model-corrupt`: a model check flips a bit of one parameter after training, before the
-///   parameter checksum.
+///   parameter checksum;
+/// - `model-slow`: a model check runs each step's forward and backward six times.
 /// - `KIND-once` (e.g. `gemm-slow-once`): `KIND` in the first measurement of a check only, not
 ///   when the diagnosis re-measures it (a transient blip).
 #[derive(Debug, Default, Clone)]

@@ -76,4 +76,8 @@ fn the_first_non_finite_loss_is_named_and_later_ones_are_warnings() {
 fn a_rank_with_slow_compute_is_named() {
     let c = report(vec![rank(0, "a", 10.0), rank(1, "a", 11.0), rank(2, "a", 30.0)]);
     assert_eq!(codes(&c, 3), [("MODEL_SLOW_STEP".to_string(), Some(2), Severity::Critical)]);
+    // One slow rank of two is named too; ranks within noise of each other are not.
+    let c = report(vec![rank(0, "a", 10.0), rank(1, "a", 60.0)]);
+    assert_eq!(codes(&c, 2), [("MODEL_SLOW_STEP".to_string(), Some(1), Severity::Critical)]);
+    assert!(codes(&report(vec![rank(0, "a", 10.0), rank(1, "a", 14.0)]), 2).is_empty());
 }

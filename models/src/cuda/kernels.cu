@@ -114,7 +114,8 @@ extern "C" __global__ void gelu_bwd(const float* x, const float* dout, float* dx
     float v = x[i], th = tanhf(GELU_K * (v + 0.044715f * v * v * v));
     dx[i] = dout[i] * (0.5f * (1.f + th) + 0.5f * v * (1.f - th * th) * GELU_K * (1.f + 3.f * 0.044715f * v * v));
 }
-extern "C" __global__ void relu_fwd(const float* x, float* out, int n) { int i = IDX; if (i < n) out[i] = fmaxf(x[i], 0.f); }
+// NaN passes through (fmaxf would drop it).
+extern "C" __global__ void relu_fwd(const float* x, float* out, int n) { int i = IDX; if (i < n) out[i] = x[i] < 0.f ? 0.f : x[i]; }
 extern "C" __global__ void relu_bwd(const float* y, const float* dout, float* dx, int n) {
     int i = IDX; if (i < n) dx[i] = y[i] > 0.f ? dout[i] : 0.f;
 }
@@ -234,7 +235,7 @@ extern "C" __global__ void maxpool_fwd(const float* x, float* out, float* arg, i
         int iy = oy * stride + ky - pad, ix = ox * stride + kx - pad;
         if (iy < 0 || ix < 0 || iy >= h || ix >= w) continue;
         int j = iy * w + ix;
-        if (x[plane * h * w + j] > best) { best = x[plane * h * w + j]; at = j; }
+        if (x[plane * h * w + j] > best || isnan(x[plane * h * w + j])) { best = x[plane * h * w + j]; at = j; }
     }
     out[i] = best; arg[i] = (float)at;
 }

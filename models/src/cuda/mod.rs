@@ -37,6 +37,7 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 
 /// The kernels as PTX for compute capability `major.minor`, by NVRTC.
 pub fn compile_kernels(major: i32, minor: i32) -> Result<cudarc::nvrtc::Ptx> {
+    // cudarc takes the architecture as &'static str: a few bytes leaked once per model check.
     let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
     let opts = CompileOptions { arch: Some(arch), ..Default::default() };
     panic::catch_unwind(|| compile_ptx_with_opts(KERNELS, opts))

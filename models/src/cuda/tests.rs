@@ -206,7 +206,7 @@ fn gpt_trains_alike_on_cuda_and_cpu() {
         seed: 5,
         data_seed: 1,
     };
-    let opts = TrainOpts { steps: 20, lr: 3e-3, weight_decay: 0.01, nan_at: None, corrupt: false };
+    let opts = TrainOpts { steps: 20, lr_warmup: 1, lr: 3e-3, weight_decay: 0.01, nan_at: None, repeat: 1, corrupt: false };
     let mut c = CpuOps;
     let mut m = Gpt::new(&mut c, cfg.clone()).unwrap();
     let cpu = train(&mut c, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();
@@ -224,7 +224,7 @@ fn gpt_trains_alike_on_cuda_and_cpu() {
 #[ignore = "needs a CUDA GPU"]
 fn resnet_trains_alike_on_cuda_and_cpu() {
     let cfg = ResnetConfig { image: 32, batch: 8, width: 8, blocks: vec![1, 1, 1, 1], classes: 4, seed: 1, data_seed: 2 };
-    let opts = TrainOpts { steps: 10, lr: 2e-3, weight_decay: 0.01, nan_at: None, corrupt: false };
+    let opts = TrainOpts { steps: 10, lr_warmup: 1, lr: 2e-3, weight_decay: 0.01, nan_at: None, repeat: 1, corrupt: false };
     let mut c = CpuOps;
     let mut m = Resnet::new(&mut c, cfg.clone()).unwrap();
     let cpu = train(&mut c, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();

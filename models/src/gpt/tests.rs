@@ -77,7 +77,7 @@ impl Comm<Vec<f32>> for ThreadComm {
 }
 
 fn opts(steps: usize) -> TrainOpts {
-    TrainOpts { steps, lr: 3e-3, weight_decay: 0.01, nan_at: None, corrupt: false }
+    TrainOpts { steps, lr_warmup: 1, lr: 3e-3, weight_decay: 0.01, nan_at: None, repeat: 1, corrupt: false }
 }
 
 #[test]

@@ -21,8 +21,16 @@ use super::{median, CheckCtx};
 use crate::backend::WorkerPlace;
 use comm::Groups;
 
-/// Runs model check `name` on this rank's device.
+/// Runs model check `name` on this rank's device. A panic inside the CUDA bindings becomes an
+/// error of this rank.
 pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_here(name, ctx))).unwrap_or_else(|p| {
+        let why = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+        anyhow::bail!("{name} panicked: {}", why.unwrap_or_default())
+    })
+}
+
+fn run_here(name: &str, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     match ctx.backend.kind() {
         DeviceKind::Cpu => run_on(&mut CpuOps, name, ctx),
         DeviceKind::Cuda => {
@@ -108,14 +116,19 @@ pub fn peak_bf16_tflops(device: &str) -> Option<f64> {
     TABLE.iter().find(|(name, _)| device.contains(name)).map(|(_, p)| *p)
 }
 
+/// Forward and backward passes per step of a rank with the `model-slow` fault.
+const SLOW_REPEAT: usize = 6;
+
 /// The fault-injection options of this rank.
-fn train_opts(ctx: &CheckCtx<'_>, steps: usize, lr: f64) -> TrainOpts {
+fn train_opts(ctx: &CheckCtx<'_>, steps: usize, lr: f64, warmup: usize) -> TrainOpts {
     let rank = ctx.place.rank;
     TrainOpts {
         steps,
         lr: lr as f32,
+        lr_warmup: warmup,
         weight_decay: 0.01,
         nan_at: ctx.faults.has("model-nan", rank).then_some(steps / 3),
+        repeat: if ctx.faults.has("model-slow", rank) { SLOW_REPEAT } else { 1 },
         corrupt: ctx.faults.has("model-corrupt", rank),
     }
 }
@@ -140,7 +153,7 @@ pub fn train_check<O: Groups, M: Model<O>>(ops: &mut O, model: &mut M, ctx: &mut
     let tp_index = layout.tp_index(place.rank);
     let mut tp = ops.group(place, ctx.store, &format!("{name}/tp/{}", layout.tp[0]), &layout.tp)?;
     let mut dp = ops.group(place, ctx.store, &format!("{name}/dp/{tp_index}"), &layout.dp)?;
-    let opts = train_opts(ctx, plan.steps, plan.lr);
+    let opts = train_opts(ctx, plan.steps, plan.lr, plan.warmup);
     let progress = ctx.progress;
     let out = train(ops, model, dp.as_mut(), tp.as_mut(), &opts, &mut |s| progress.phase(name, "train", s as u64))?;
     let flops_per_step = model.flops_per_step();
