@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The whole suite on every GPU of one machine: the default check (gemm + all-reduce) twice, then
+# all eight micro-benchmarks and the three model checks in one `gpusanity check`, twice (the
+# first run warms the driver's caches), with wall times and each check's duration; then the
+# slow-GPU co-runner scenario (bench/gpu/corunner.sh). Works for any number of GPUs.
+# Usage (repository root, release binary built anywhere and carried):
+#   BIN=.carry/gpusanity OUT=/tmp/full bash bench/gpu/full_suite.sh
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+BIN=${BIN:-.carry/gpusanity}
+OUT=${OUT:-/tmp/gpusanity-full}
+mkdir -p "$OUT"
+. "$HERE/env.sh"
+nvidia-smi -L
+date -u +"date: %Y-%m-%dT%H:%M:%SZ"
+MICRO=gemm,kernel-launch,all-reduce,all-to-all,all-gather,multi-all-reduce,network-connectivity,matmul-all-reduce-overlap
+MODELS=mini-gpt,megatron-gpt,resnet
+
+durations() { # report.json: status, each check's duration and headline figures per rank
+  python3 - "$1" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("status:", r["status"], "|", r["summary"])
+keys = ["tflops", "busbw_gbps", "launch_us", "round_trip_us", "busbw_gbps_min", "overlap_efficiency",
+        "step_ms_median", "tokens_per_s", "images_per_s", "mfu", "loss_first", "loss_final"]
+for c in r["checks"]:
+    figs = []
+    for k in c["ranks"]:
+        m = k["metrics"]
+        figs.append("r%d " % k["rank"] + " ".join("%s=%.4g" % (x, m[x]) for x in keys if x in m))
+    print("  %-26s %-8s %6.2f s  %s" % (c["name"], c["status"], c["duration_s"], " | ".join(figs)))
+for f in r["findings"]:
+    print("  finding:", f["severity"], f["code"], "rank", f.get("rank"), "|", f["message"])
+PY
+}
+
+for i in 1 2; do
+  wall "default-$i" "$BIN" check --report-dir "$OUT/default$i" > "$OUT/default$i.txt" 2>&1
+  durations "$OUT/default$i/report.json"
+done
+for i in 1 2; do
+  wall "whole-suite-$i" timeout -k 5 300 "$BIN" check --micro-benchmarks "$MICRO" --model-benchmarks "$MODELS" \
+    --report-dir "$OUT/suite$i" > "$OUT/suite$i.txt" 2>&1
+  durations "$OUT/suite$i/report.json"
+done
+echo "== co-runner scenario"
+BIN="$BIN" OUT="$OUT/corunner" bash "$HERE/corunner.sh"
+echo "== processes left"
+pgrep -fa "gpusanity" | grep -v pgrep || echo none
