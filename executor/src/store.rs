@@ -114,6 +114,8 @@ const REPLY_MARGIN: Duration = Duration::from_secs(10);
 pub struct StoreClient {
     reader: BufReader<TcpStream>,
     writer: TcpStream,
+    /// Put before every key (see [`StoreClient::set_namespace`]).
+    namespace: String,
 }
 
 impl StoreClient {
@@ -134,7 +136,7 @@ impl StoreClient {
                 Ok(stream) => {
                     stream.set_nodelay(true)?;
                     let writer = stream.try_clone()?;
-                    return Ok(StoreClient { reader: BufReader::new(stream), writer });
+                    return Ok(StoreClient { reader: BufReader::new(stream), writer, namespace: String::new() });
                 }
                 Err(e) => last = e,
             }
@@ -168,15 +170,22 @@ impl StoreClient {
         serde_json::from_str(&buf).map_err(|e| StoreError::Protocol(e.to_string()))
     }
 
+    /// Prefixes every key of later calls with `namespace` ("" for none): a check run a second
+    /// time gets fresh keys (its barriers synchronize again) without knowing it.
+    pub fn set_namespace(&mut self, namespace: &str) {
+        self.namespace = namespace.to_string();
+    }
+
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
-        let r = self.call(&Request::Set { key: key.into(), value: value.into() })?;
+        let key = format!("{}{key}", self.namespace);
+        let r = self.call(&Request::Set { key, value: value.into() })?;
         if r.ok { Ok(()) } else { Err(StoreError::Protocol(r.error)) }
     }
 
     /// Waits up to `timeout` for `key` to be set and returns its value.
     pub fn get(&mut self, key: &str, timeout: Duration) -> Result<String, StoreError> {
         let timeout_ms = timeout.as_millis().min(u64::MAX as u128) as u64;
-        let r = self.call(&Request::Get { key: key.into(), timeout_ms })?;
+        let r = self.call(&Request::Get { key: format!("{}{key}", self.namespace), timeout_ms })?;
         match (r.ok, r.error.as_str()) {
             (true, _) => Ok(r.value),
             (false, "timeout") => Err(StoreError::Timeout(timeout.as_secs_f64(), key.into())),

@@ -28,42 +28,61 @@ fn last(r: &RankResult) -> String {
         .unwrap_or_else(|| "no progress reported".into())
 }
 
+/// Attributes an overrun over all checks at once: nodes move through the checks at their own
+/// pace, so a rank stuck in one check leaves its peers waiting at the start of the next. The
+/// culprits are the ranks whose heartbeats stopped, else the ranks with the least progress in
+/// the earliest check that overran; every other rank that overran was waiting.
 pub fn attribute(
-    c: &CheckReport,
+    checks: &[CheckReport],
     ranks: &[RankInfo],
     overrun: Overrun,
     findings: &mut Vec<Finding>,
 ) {
-    let hung: Vec<&RankResult> = c
-        .ranks
+    let hung: Vec<(usize, &RankResult)> = checks
         .iter()
-        .filter(|r| r.status == CheckStatus::TimedOut)
+        .enumerate()
+        .flat_map(|(k, c)| {
+            c.ranks
+                .iter()
+                .filter(|r| r.status == CheckStatus::TimedOut)
+                .map(move |r| (k, r))
+        })
         .collect();
-    if hung.is_empty() {
+    let Some(first) = hung.iter().map(|(k, _)| *k).min() else {
         return;
-    }
-    let node_lost = c.ranks.iter().any(|r| r.notes.contains_key("node_lost"));
-    let stale: Vec<&RankResult> = hung
+    };
+    let node_lost = checks
+        .iter()
+        .any(|c| c.ranks.iter().any(|r| r.notes.contains_key("node_lost")));
+    let stale: Vec<(usize, &RankResult)> = hung
         .iter()
         .copied()
-        .filter(|r| age(r) > STALE_HEARTBEAT_S)
+        .filter(|(_, r)| age(r) > STALE_HEARTBEAT_S)
         .collect();
-    let culprits: Vec<&RankResult> = if !stale.is_empty() {
+    let culprits: Vec<(usize, &RankResult)> = if !stale.is_empty() {
         stale
     } else if overrun == Overrun::Run || node_lost {
         Vec::new()
     } else {
-        let min = hung.iter().map(|r| seq(r)).fold(f64::INFINITY, f64::min);
+        let earliest: Vec<(usize, &RankResult)> =
+            hung.iter().copied().filter(|(k, _)| *k == first).collect();
+        let min = earliest
+            .iter()
+            .map(|(_, r)| seq(r))
+            .fold(f64::INFINITY, f64::min);
         // Everyone equally far: no rank stands out, all are named.
-        hung.iter().copied().filter(|r| seq(r) == min).collect()
+        earliest
+            .into_iter()
+            .filter(|(_, r)| seq(r) == min)
+            .collect()
     };
-    let waiting: Vec<&RankResult> = hung
+    let waiting: Vec<(usize, &RankResult)> = hung
         .iter()
         .copied()
-        .filter(|r| !culprits.iter().any(|c| c.rank == r.rank))
+        .filter(|(_, r)| !culprits.iter().any(|(_, c)| c.rank == r.rank))
         .collect();
-    let waiting_list: Vec<String> = waiting.iter().map(|r| r.rank.to_string()).collect();
-    for r in &culprits {
+    let waiting_list: Vec<String> = waiting.iter().map(|(_, r)| r.rank.to_string()).collect();
+    for (k, r) in &culprits {
         let state = if age(r) > STALE_HEARTBEAT_S {
             format!("no heartbeat for {:.1} s (process stopped or dead)", age(r))
         } else {
@@ -80,7 +99,7 @@ pub fn attribute(
             ));
         }
         let mut f = place(
-            Finding::new(Severity::Critical, "TEST_HANG", &c.name, msg),
+            Finding::new(Severity::Critical, "TEST_HANG", &checks[*k].name, msg),
             ranks,
             r.rank,
         );
@@ -90,11 +109,14 @@ pub fn attribute(
             last(r),
             age(r)
         ));
-        f.evidence.extend(
-            waiting
-                .iter()
-                .map(|w| format!("rank {} waiting at: {}", w.rank, last(w))),
-        );
+        f.evidence.extend(waiting.iter().map(|(wk, w)| {
+            format!(
+                "rank {} waiting in {}: {}",
+                w.rank,
+                checks[*wk].name,
+                last(w)
+            )
+        }));
         f.action = Some(if age(r) > STALE_HEARTBEAT_S {
             "exclude the node; check the process state and the device (reset the GPU)".into()
         } else {

@@ -153,10 +153,10 @@ pub fn diagnose(
     let mut findings = Vec::new();
     let mut remeasured = Vec::new();
     let mut pair_bandwidth = Vec::new();
+    hang::attribute(checks, ranks, overrun, &mut findings);
     for c in checks.iter_mut() {
         let before = findings.len();
         crash::attribute(c, ranks, &mut findings);
-        hang::attribute(c, ranks, overrun, &mut findings);
         results::wrong_results(c, ranks, &mut findings);
         if let Some(m) = metric_of(&c.name) {
             slow_ranks(c, m, ranks, bands, &mut findings);

@@ -65,7 +65,10 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
         list.join(", ")
     );
     ctx.progress.phase(name, "re-measure", 0);
+    // Fresh store keys, so that the check's own barriers synchronize the ranks again.
+    ctx.store.set_namespace(&format!("remeasure/{name}/"));
     let mut second = checks::run(name, ctx);
+    ctx.store.set_namespace("");
     let firsts: Vec<String> = figures
         .iter()
         .filter(|(r, _, _)| slow.contains(r))

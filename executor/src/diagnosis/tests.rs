@@ -395,3 +395,42 @@ fn every_finding_code_is_documented() {
         );
     }
 }
+
+#[test]
+fn a_rank_stuck_in_one_check_is_the_culprit_for_peers_waiting_in_the_next() {
+    let info = ranks(&["cpu", "cpu", "cpu"]);
+    let mut not_run = RankResult::new(2, CheckStatus::NotRun);
+    not_run
+        .notes
+        .insert("reason".into(), "the run stopped before this check".into());
+    let mut c = vec![
+        check(
+            "gemm",
+            vec![
+                gemm_rank(0, 10.0, "a"),
+                gemm_rank(1, 10.0, "a"),
+                hung(2, 0.3, 4.0),
+            ],
+        ),
+        check(
+            "all-reduce",
+            vec![hung(0, 0.1, 30.0), hung(1, 0.1, 30.0), not_run],
+        ),
+    ];
+    let d = diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu);
+    assert_eq!(codes(&d), [("TEST_HANG".to_string(), Some(2))]);
+    assert_eq!(d.findings[0].check, "gemm");
+    assert!(
+        d.findings[0].message.contains("ranks 0, 1 were waiting"),
+        "{}",
+        d.findings[0].message
+    );
+    assert!(
+        d.findings[0]
+            .evidence
+            .iter()
+            .any(|e| e.contains("waiting in all-reduce")),
+        "{:?}",
+        d.findings[0].evidence
+    );
+}
