@@ -18,7 +18,7 @@ fn gemm_with_fault(fault: &str) -> (std::process::Output, serde_json::Value, Run
             &envs,
             "--micro-benchmarks=gemm",
             "--check-param",
-            "diagnosis.slow-fraction=0.8",
+            "diagnosis.slow-fraction=0.5",
         ]),
         LIMIT,
     );
