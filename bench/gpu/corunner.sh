@@ -45,7 +45,9 @@ for size in 8192 4096; do
   echo "== co-runner on GPU 1 (bf16 ${size}^3 matmul loop)"
   python3 "$HERE/corunner.py" --gpu 1 --size "$size" --seconds 300 > "$OUT/corunner$size.txt" 2>&1 &
   co=$!
-  sleep 5
+  # Start the check only once the co-runner loads the GPU (importing PyTorch alone takes seconds).
+  for _ in $(seq 120); do grep -q "co-runner ready" "$OUT/corunner$size.txt" && break; sleep 0.5; done
+  grep "co-runner ready" "$OUT/corunner$size.txt" || echo "co-runner not ready after 60 s"
   "$BIN" check --report-dir "$OUT/loaded$size" > "$OUT/loaded$size.txt" 2>&1; echo "exit $? (expected 1)"
   kill "$co"; wait "$co" 2>/dev/null
   summary "$OUT/loaded$size/report.json"

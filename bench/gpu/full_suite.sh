@@ -15,6 +15,10 @@ nvidia-smi -L
 date -u +"date: %Y-%m-%dT%H:%M:%SZ"
 MICRO=gemm,kernel-launch,all-reduce,all-to-all,all-gather,multi-all-reduce,network-connectivity,matmul-all-reduce-overlap
 MODELS=mini-gpt,megatron-gpt,resnet
+to() { # file, then the command: its output goes to the file (so `wall` still prints here)
+  local f=$1; shift
+  "$@" > "$f" 2>&1
+}
 
 durations() { # report.json: status, each check's duration and headline figures per rank
   python3 - "$1" <<'PY'
@@ -35,15 +39,15 @@ PY
 }
 
 for i in 1 2; do
-  wall "default-$i" "$BIN" check --report-dir "$OUT/default$i" > "$OUT/default$i.txt" 2>&1
+  wall "default-$i" to "$OUT/default$i.txt" "$BIN" check --report-dir "$OUT/default$i"
   durations "$OUT/default$i/report.json"
 done
 for i in 1 2; do
-  wall "whole-suite-$i" timeout -k 5 300 "$BIN" check --micro-benchmarks "$MICRO" --model-benchmarks "$MODELS" \
-    --report-dir "$OUT/suite$i" > "$OUT/suite$i.txt" 2>&1
+  wall "whole-suite-$i" to "$OUT/suite$i.txt" timeout -k 5 300 "$BIN" check --micro-benchmarks "$MICRO" \
+    --model-benchmarks "$MODELS" --report-dir "$OUT/suite$i"
   durations "$OUT/suite$i/report.json"
 done
 echo "== co-runner scenario"
 BIN="$BIN" OUT="$OUT/corunner" bash "$HERE/corunner.sh"
 echo "== processes left"
-pgrep -fa "gpusanity" | grep -v pgrep || echo none
+pgrep -ax gpusanity || echo none

@@ -75,7 +75,7 @@ pub(super) fn launch(blas: &CudaBlas, g: &mut GemmBufs) -> Result<(), BackendErr
 }
 
 /// Runs C = A B `iters` times on the handle's stream; returns the seconds of each product,
-/// from events recorded just before and after it.
+/// from the events recorded before and after it (back to back).
 pub(super) fn run(
     blas: &CudaBlas,
     stream: &Arc<CudaStream>,
@@ -87,25 +87,26 @@ pub(super) fn run(
         ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
             .map_err(|e| dev_err("cuEventCreate", &e))
     };
-    let events = (0..iters)
-        .map(|_| Ok((event()?, event()?)))
-        .collect::<Result<Vec<_>, BackendError>>()?;
-    for (start, end) in &events {
-        start
-            .record(stream)
-            .map_err(|e| dev_err("cuEventRecord", &e))?;
+    // One event before the first product and one after each: product i takes the time from
+    // event i to event i + 1. Back to back, so time the GPU gives to another process between
+    // two products (a co-runner, time-sliced) counts against this device, as it would against
+    // a training job; a start event of its own per product would hide it.
+    let events = (0..=iters).map(|_| event()).collect::<Result<Vec<_>, BackendError>>()?;
+    let record = |e: &cudarc::driver::CudaEvent| e.record(stream).map_err(|e| dev_err("cuEventRecord", &e));
+    if let Some(first) = events.first() {
+        record(first)?;
+    }
+    for end in events.iter().skip(1) {
         launch(blas, g)?;
-        end.record(stream)
-            .map_err(|e| dev_err("cuEventRecord", &e))?;
+        record(end)?;
     }
     stream
         .synchronize()
         .map_err(|e| dev_err("waiting for the GEMMs", &e))?;
     events
-        .iter()
-        .map(|(start, end)| {
-            start
-                .elapsed_ms(end)
+        .windows(2)
+        .map(|w| {
+            w[0].elapsed_ms(&w[1])
                 .map(|ms| f64::from(ms) / 1e3)
                 .map_err(|e| dev_err("cuEventElapsedTime", &e))
         })
