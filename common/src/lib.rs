@@ -9,6 +9,7 @@ pub mod exit;
 pub mod registry;
 pub mod report;
 pub mod settings;
+pub mod wire;
 
 pub use exit::ExitCode;
 pub use registry::{CheckGroup, CheckInfo, CHECKS};

@@ -9,3 +9,5 @@ pub mod store;
 pub mod worker;
 pub mod diagnosis;
 pub mod launcher;
+pub mod coordinator;
+pub mod agent;

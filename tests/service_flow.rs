@@ -1,0 +1,169 @@
+//! The service end to end on SQLite: a real Kafka broker, `gpusanity serve`, and one
+//! `gpusanity agent` process per node running the CPU data plane.
+
+mod svc;
+
+use std::time::{Duration, Instant};
+
+use svc::{allocated, restarted, stopped, World, TOKEN};
+
+const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0";
+
+#[test]
+fn two_node_job_passes_with_rows_in_the_database() {
+    let _g = svc::common::serial();
+    let mut w = World::new(None, FAST);
+    w.serve();
+    w.agent("node-a");
+    w.agent("node-b");
+    let mut out = w.reader("check-events");
+    w.publish(allocated("ev-1", "job-1", &["node-a", "node-b"], "--sanity-check-max-time=2 --sanity-check-timeout-per-test=1").as_bytes());
+
+    let started = out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
+    assert_eq!(started["job_id"], "job-1");
+    assert_eq!(started["nodes"], serde_json::json!(["node-a", "node-b"]));
+    let run_id = started["run_id"].as_str().expect("run_id").to_string();
+    let passed = out.wait_for(Duration::from_secs(90), "CheckPassed", |v| v["type"] == "CheckPassed" || v["type"] == "CheckFailed");
+    assert_eq!(passed["type"], "CheckPassed", "{passed:#}\nserve log:\n{}", w.log("serve"));
+    assert_eq!(passed["run_id"], run_id.as_str());
+    assert_eq!(passed["cause_event_id"], "ev-1");
+
+    // Rows: the run, its transitions, every rank's results of both checks, node health.
+    let q = |sql: &str| w.sql(&sql.replace("RUN", &run_id));
+    assert_eq!(q("SELECT state FROM runs WHERE run_id = 'RUN'"), ["CheckPassed"]);
+    assert_eq!(q("SELECT state FROM transitions WHERE run_id = 'RUN' ORDER BY id"), ["Checking", "CheckPassed"]);
+    let mut checks = q("SELECT check_name || ':' || CAST(rank AS TEXT) || ':' || status FROM rank_results WHERE run_id = 'RUN'");
+    checks.sort();
+    assert_eq!(checks, ["all-reduce:0:passed", "all-reduce:1:passed", "gemm:0:passed", "gemm:1:passed"]);
+    let mut health = q("SELECT node_name || ':' || CAST(healthy AS TEXT) FROM node_health WHERE run_id = 'RUN'");
+    health.sort();
+    assert_eq!(health, ["node-a:1", "node-b:1"]);
+    assert_eq!(q("SELECT event_type FROM job_events WHERE event_id = 'ev-1'"), ["JobResourcesAllocated"]);
+    // The report is stored and served behind the token.
+    let (code, report) = w.http_call("GET", &format!("/v1/runs/{run_id}/report"), Some(TOKEN), None).unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(report["status"], "passed");
+    assert_eq!(report["nodes"].as_array().map(Vec::len), Some(2));
+    assert_eq!(w.http_call("GET", &format!("/v1/runs/{run_id}"), None, None).unwrap().0, 401);
+
+    // A redelivered event (same id) is applied once; JobStopped with no run cancels nothing.
+    w.publish(allocated("ev-1", "job-1", &["node-a", "node-b"], "").as_bytes());
+    w.publish(stopped("ev-2", "job-1").as_bytes());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while w.sql("SELECT event_id FROM job_events WHERE event_id = 'ev-2'").is_empty() {
+        assert!(Instant::now() < deadline, "JobStopped never stored");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    out.drain(Duration::from_secs(1));
+    assert_eq!(out.of("job-1", "SanityCheckStarted").len(), 1, "a duplicate event started a second run: {:#?}", out.seen);
+    assert_eq!(w.sql("SELECT COUNT(*) FROM runs").first().map(String::as_str), Some("1"));
+    w.shutdown();
+}
+
+#[test]
+fn after_job_fault_tolerant_checks_only_the_fault_tolerant_restart() {
+    let _g = svc::common::serial();
+    let mut w = World::new(None, FAST);
+    w.serve();
+    w.agent("ft-a");
+    w.agent("ft-b");
+    let mut out = w.reader("check-events");
+    let args = "--sanity-check-timing=AfterJobFaultTolerant --micro-benchmarks=all-reduce --sanity-check-max-time=2";
+    w.publish(allocated("ft-1", "job-ft", &["ft-a", "ft-b"], args).as_bytes());
+    let skipped = out.wait_for(Duration::from_secs(30), "CheckSkipped", |v| v["job_id"] == "job-ft" && v["type"] == "CheckSkipped");
+    assert!(skipped["reason"].as_str().unwrap_or("").contains("AfterJobFaultTolerant"), "{skipped:#}");
+    w.publish(restarted("ft-2", "job-ft", 1, "Manual").as_bytes());
+    out.wait_for(Duration::from_secs(30), "a second CheckSkipped", |v| v["cause_event_id"] == "ft-2");
+    assert!(out.of("job-ft", "SanityCheckStarted").is_empty(), "a run started before a fault-tolerant restart");
+    assert!(w.sql("SELECT run_id FROM runs").is_empty());
+
+    w.publish(restarted("ft-3", "job-ft", 2, "FaultTolerant").as_bytes());
+    let started = out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
+    assert_eq!(started["cause_event_id"], "ft-3");
+    assert_eq!(started["attempt"], 2);
+    let end = out.wait_for(Duration::from_secs(90), "the verdict", |v| v["type"] == "CheckPassed" || v["type"] == "CheckFailed");
+    assert_eq!(end["type"], "CheckPassed", "{end:#}");
+    w.shutdown();
+}
+
+#[test]
+fn malformed_events_become_dead_letters_and_consumption_continues() {
+    let _g = svc::common::serial();
+    let mut w = World::new(None, FAST);
+    w.serve();
+    let mut dead = w.reader("dead-letter");
+    let mut out = w.reader("check-events");
+    w.publish(b"{this is not json");
+    w.publish(br#"{"version":1,"type":"JobTeleported","event_id":"x1","job_id":"j","workspace_id":"w"}"#);
+    w.publish(allocated("bad-args", "job-bad", &["n1"], "--sanity-check-max-time=-3").as_bytes());
+    w.publish(allocated("bad-check", "job-bad2", &["n1"], "--micro-benchmarks=warp-drive").as_bytes());
+    w.publish(restarted("orphan", "job-never-seen", 1, "FaultTolerant").as_bytes());
+    // A good event after the bad ones is still consumed (no GPUs: skipped with the reason).
+    let mut good: serde_json::Value = serde_json::from_str(&allocated("good-1", "job-good", &["n1"], "")).unwrap();
+    good["nodes"][0]["gpus"] = 0.into();
+    w.publish(good.to_string().as_bytes());
+
+    let skipped = out.wait_for(Duration::from_secs(30), "CheckSkipped", |v| v["job_id"] == "job-good");
+    assert!(skipped["reason"].as_str().unwrap_or("").contains("no GPUs"), "{skipped:#}");
+    dead.wait_for(Duration::from_secs(30), "five dead letters", |_| true);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while dead.seen.len() < 5 {
+        assert!(Instant::now() < deadline, "dead letters: {:#?}", dead.seen);
+        dead.drain(Duration::from_millis(200));
+    }
+    let reasons: Vec<String> = dead.seen.iter().map(|d| d["reason"].as_str().unwrap_or("").to_string()).collect();
+    assert!(reasons[0].starts_with("not JSON"), "{reasons:?}");
+    assert!(reasons[1].contains("unknown event type `JobTeleported`"), "{reasons:?}");
+    assert!(reasons[2].contains("bad SanityCheckArgs") && reasons[2].contains("--sanity-check-max-time"), "{reasons:?}");
+    assert!(reasons[3].contains("warp-drive"), "{reasons:?}");
+    assert!(reasons[4].contains("never seen"), "{reasons:?}");
+    assert_eq!(dead.seen[0]["payload"], "{this is not json");
+    assert!(w.sql("SELECT run_id FROM runs").is_empty());
+    assert_eq!(w.sql("SELECT event_id FROM job_events"), ["good-1"]);
+    w.shutdown();
+}
+
+#[test]
+fn keep_job_hang_overrun_stays_checking_until_resolved_through_the_api() {
+    let _g = svc::common::serial();
+    let mut w = World::new(None, FAST);
+    w.serve();
+    w.agent("h-a");
+    w.agent("h-b");
+    let mut out = w.reader("check-events");
+    // Rank 1 hangs in gemm; the per-test limit (3 s) overruns; KeepJobHang holds the run.
+    let args = "--sanity-check-timeout-ops=KeepJobHang --sanity-check-timeout-per-test=0.05 --sanity-check-max-time=1 --sanity-check-envs=GPUSANITY_FAULT=hang@1";
+    w.publish(allocated("hang-1", "job-hang", &["h-a", "h-b"], args).as_bytes());
+    let started = out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
+    let run_id = started["run_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, v) = w.http_call("GET", &format!("/v1/runs/{run_id}"), Some(TOKEN), None).unwrap();
+        if v["run"]["held"] == true {
+            assert_eq!(v["run"]["state"], "Checking");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run was never held: {v:#}\n{}", w.log("serve"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Held: no verdict is published however long it waits.
+    out.drain(Duration::from_secs(3));
+    assert!(out.seen.iter().all(|v| v["type"] != "CheckPassed" && v["type"] != "CheckFailed"), "{:#?}", out.seen);
+
+    let path = format!("/v1/runs/{run_id}/resolve");
+    assert_eq!(w.http_call("POST", &path, None, Some(r#"{"verdict":"fail"}"#)).unwrap().0, 401);
+    assert_eq!(w.http_call("POST", &path, Some("wrong-token-0123456789"), Some(r#"{"verdict":"fail"}"#)).unwrap().0, 401);
+    assert_eq!(w.http_call("POST", &path, Some(TOKEN), Some(r#"{"verdict":"maybe"}"#)).unwrap().0, 400);
+    assert_eq!(w.http_call("POST", "/v1/runs/nope/resolve", Some(TOKEN), Some(r#"{"verdict":"fail"}"#)).unwrap().0, 404);
+    let (code, v) = w.http_call("POST", &path, Some(TOKEN), Some(r#"{"verdict":"fail","note":"GPU 1 replaced"}"#)).unwrap();
+    assert_eq!(code, 200, "{v:#}");
+    assert_eq!(v["run"]["state"], "CheckFailed");
+    let failed = out.wait_for(Duration::from_secs(20), "CheckFailed", |v| v["type"] == "CheckFailed");
+    assert_eq!(failed["reason"], "resolved_by_operator");
+    assert!(failed["summary"].as_str().unwrap_or("").contains("GPU 1 replaced"));
+    // Resolving twice is a conflict, not a second event.
+    assert_eq!(w.http_call("POST", &path, Some(TOKEN), Some(r#"{"verdict":"pass"}"#)).unwrap().0, 409);
+    out.drain(Duration::from_secs(1));
+    assert_eq!(out.of("job-hang", "CheckFailed").len(), 1);
+    w.shutdown();
+}
