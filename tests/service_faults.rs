@@ -1,0 +1,110 @@
+//! The service under faults: an agent killed mid-run, the service itself SIGKILLed mid-run.
+
+mod svc;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use svc::common::tagged_processes;
+use svc::{allocated, World};
+
+const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0";
+
+/// Waits until a worker process of this world runs (the data plane is under way).
+fn wait_for_workers(w: &World, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tagged_processes(&w.tag).iter().filter(|(_, rank)| rank.is_some()).count() < n {
+        assert!(Instant::now() < deadline, "the workers never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_agent_killed_mid_run_fails_the_run_naming_its_node_within_the_deadline() {
+    let _g = svc::common::serial();
+    let mut w = World::new(None, FAST);
+    w.serve();
+    w.agent("k-a");
+    w.agent("k-b");
+    let mut out = w.reader("check-events");
+    // Rank 0 hangs so the run is still going when node k-b's agent dies.
+    let args = "--sanity-check-timeout-per-test=1 --sanity-check-max-time=2 --sanity-check-envs=GPUSANITY_FAULT=hang@0";
+    w.publish(allocated("kill-1", "job-kill", &["k-a", "k-b"], args).as_bytes());
+    out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
+    wait_for_workers(&w, 2);
+    let killed = Instant::now();
+    w.kill("k-b");
+    let failed = out.wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    let took = killed.elapsed();
+    assert_eq!(failed["type"], "CheckFailed", "{failed:#}");
+    assert_eq!(failed["faulty_nodes"], serde_json::json!(["k-b"]), "{failed:#}");
+    assert!(failed["summary"].as_str().unwrap_or("").contains("k-b"), "{failed:#}");
+    // Agent timeout 2 s, beats every 0.3 s: well within the per-test limit of 60 s.
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    let isolated = out.wait_for(Duration::from_secs(10), "NodeIsolated", |v| v["type"] == "NodeIsolated");
+    assert_eq!(isolated["node"], "k-b");
+    assert_eq!(isolated["codes"], serde_json::json!(["AGENT_LOST"]));
+    let codes = w.sql("SELECT node_name || ':' || code FROM findings WHERE code = 'AGENT_LOST'");
+    assert_eq!(codes, ["k-b:AGENT_LOST"]);
+    assert_eq!(w.sql("SELECT node_name FROM node_health WHERE healthy = 0"), ["k-b"]);
+    // The killed agent's launcher and workers died with it; the other node's were cancelled.
+    w.shutdown();
+}
+
+#[test]
+fn a_job_node_without_an_agent_is_a_finding_naming_it() {
+    let _g = svc::common::serial();
+    let mut w = World::new(None, "agent_timeout_s = 2.0\nagent_wait_s = 3.0\ndeadline_grace_s = 10.0");
+    w.serve();
+    w.agent("m-a");
+    let mut out = w.reader("check-events");
+    w.publish(allocated("miss-1", "job-miss", &["m-a", "m-ghost"], "--sanity-check-max-time=1").as_bytes());
+    let failed = out.wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    assert_eq!(failed["type"], "CheckFailed");
+    assert_eq!(failed["faulty_nodes"], serde_json::json!(["m-ghost"]));
+    assert!(failed["summary"].as_str().unwrap_or("").contains("no live agent on node(s) m-ghost"), "{failed:#}");
+    w.shutdown();
+}
+
+#[test]
+fn the_service_killed_mid_run_and_restarted_ends_the_run_and_loses_or_duplicates_nothing() {
+    let _g = svc::common::serial();
+    let mut w = World::new(None, FAST);
+    w.serve();
+    w.agent("c-a");
+    w.agent("c-b");
+    let mut out = w.reader("check-events");
+    w.publish(allocated("crash-1", "job-crash", &["c-a", "c-b"], "--sanity-check-max-time=2").as_bytes());
+    out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
+    wait_for_workers(&w, 1);
+    w.kill("serve");
+    // While the service is down: more job events (no check: EnableSanityCheck off).
+    for i in 0..5 {
+        let mut ev: serde_json::Value = serde_json::from_str(&allocated(&format!("down-{i}"), &format!("job-down-{i}"), &["c-a"], "")).unwrap();
+        ev["settings"]["EnableSanityCheck"] = false.into();
+        w.publish(ev.to_string().as_bytes());
+    }
+    w.serve();
+    let end = out.wait_for(Duration::from_secs(90), "the run's verdict", |v| v["job_id"] == "job-crash" && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed"));
+    assert_eq!(end["type"], "CheckPassed", "{end:#}\n{}", w.log("serve"));
+    assert!(w.log("serve").contains("resuming a run left in Checking"), "the run was not in flight at the kill:\n{}", w.log("serve"));
+    for i in 0..5 {
+        out.wait_for(Duration::from_secs(30), "CheckSkipped of an event sent while down", |v| v["job_id"] == format!("job-down-{i}").as_str());
+    }
+    out.drain(Duration::from_secs(2));
+    // No output event twice: unique ids, and one of each kind per job.
+    let mut ids: HashMap<String, usize> = HashMap::new();
+    for v in &out.seen {
+        *ids.entry(v["event_id"].as_str().unwrap_or("").to_string()).or_default() += 1;
+    }
+    assert!(ids.values().all(|&n| n == 1), "duplicated event ids: {:#?}", out.seen);
+    assert_eq!(out.of("job-crash", "SanityCheckStarted").len(), 1, "{:#?}", out.seen);
+    assert_eq!(out.of("job-crash", "CheckPassed").len(), 1, "{:#?}", out.seen);
+    for i in 0..5 {
+        assert_eq!(out.of(&format!("job-down-{i}"), "CheckSkipped").len(), 1, "{:#?}", out.seen);
+    }
+    assert_eq!(w.sql("SELECT state FROM runs"), ["CheckPassed"]);
+    assert_eq!(w.sql("SELECT COUNT(*) FROM job_events"), ["6"]);
+    assert_eq!(w.sql("SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL"), ["0"]);
+    w.shutdown();
+}
