@@ -5,7 +5,7 @@ mod svc;
 
 use std::time::{Duration, Instant};
 
-use svc::{allocated, restarted, stopped, World, TOKEN};
+use svc::{allocated, restarted, World, TOKEN};
 
 const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0";
 
@@ -13,50 +13,7 @@ const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s
 fn two_node_job_passes_with_rows_in_the_database() {
     let _g = svc::common::serial();
     let mut w = World::new(None, FAST);
-    w.serve();
-    w.agent("node-a");
-    w.agent("node-b");
-    let mut out = w.reader("check-events");
-    w.publish(allocated("ev-1", "job-1", &["node-a", "node-b"], "--sanity-check-max-time=2 --sanity-check-timeout-per-test=1").as_bytes());
-
-    let started = out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
-    assert_eq!(started["job_id"], "job-1");
-    assert_eq!(started["nodes"], serde_json::json!(["node-a", "node-b"]));
-    let run_id = started["run_id"].as_str().expect("run_id").to_string();
-    let passed = out.wait_for(Duration::from_secs(90), "CheckPassed", |v| v["type"] == "CheckPassed" || v["type"] == "CheckFailed");
-    assert_eq!(passed["type"], "CheckPassed", "{passed:#}\nserve log:\n{}", w.log("serve"));
-    assert_eq!(passed["run_id"], run_id.as_str());
-    assert_eq!(passed["cause_event_id"], "ev-1");
-
-    // Rows: the run, its transitions, every rank's results of both checks, node health.
-    let q = |sql: &str| w.sql(&sql.replace("RUN", &run_id));
-    assert_eq!(q("SELECT state FROM runs WHERE run_id = 'RUN'"), ["CheckPassed"]);
-    assert_eq!(q("SELECT state FROM transitions WHERE run_id = 'RUN' ORDER BY id"), ["Checking", "CheckPassed"]);
-    let mut checks = q("SELECT check_name || ':' || CAST(rank AS TEXT) || ':' || status FROM rank_results WHERE run_id = 'RUN'");
-    checks.sort();
-    assert_eq!(checks, ["all-reduce:0:passed", "all-reduce:1:passed", "gemm:0:passed", "gemm:1:passed"]);
-    let mut health = q("SELECT node_name || ':' || CAST(healthy AS TEXT) FROM node_health WHERE run_id = 'RUN'");
-    health.sort();
-    assert_eq!(health, ["node-a:1", "node-b:1"]);
-    assert_eq!(q("SELECT event_type FROM job_events WHERE event_id = 'ev-1'"), ["JobResourcesAllocated"]);
-    // The report is stored and served behind the token.
-    let (code, report) = w.http_call("GET", &format!("/v1/runs/{run_id}/report"), Some(TOKEN), None).unwrap();
-    assert_eq!(code, 200);
-    assert_eq!(report["status"], "passed");
-    assert_eq!(report["nodes"].as_array().map(Vec::len), Some(2));
-    assert_eq!(w.http_call("GET", &format!("/v1/runs/{run_id}"), None, None).unwrap().0, 401);
-
-    // A redelivered event (same id) is applied once; JobStopped with no run cancels nothing.
-    w.publish(allocated("ev-1", "job-1", &["node-a", "node-b"], "").as_bytes());
-    w.publish(stopped("ev-2", "job-1").as_bytes());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while w.sql("SELECT event_id FROM job_events WHERE event_id = 'ev-2'").is_empty() {
-        assert!(Instant::now() < deadline, "JobStopped never stored");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    out.drain(Duration::from_secs(1));
-    assert_eq!(out.of("job-1", "SanityCheckStarted").len(), 1, "a duplicate event started a second run: {:#?}", out.seen);
-    assert_eq!(w.sql("SELECT COUNT(*) FROM runs").first().map(String::as_str), Some("1"));
+    svc::two_node_pass(&mut w);
     w.shutdown();
 }
 

@@ -34,24 +34,58 @@ pub fn broker() -> &'static str {
                 .unwrap_or_else(|e| panic!("GPUSANITY_TEST_KAFKA={b} is set but the broker does not answer: {e}"));
             return b;
         }
-        let dir = tempfile::tempdir().expect("tempdir").keep();
-        let state = dir.join("kafka.state");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka.sh");
-        let out = Command::new("bash").arg(&script).arg("start").env("KAFKA_STATE", &state).env("TMPDIR", &dir).output().expect("running scripts/kafka.sh");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(out.status.success(), "scripts/kafka.sh start failed: {text}{}", String::from_utf8_lossy(&out.stderr));
-        let b = text.lines().find_map(|l| l.strip_prefix("KAFKA_BOOTSTRAP=")).expect("KAFKA_BOOTSTRAP line").to_string();
-        // The broker outlives no test binary: a watchdog stops it when this process is gone.
-        let watch = format!(
-            "while kill -0 {} 2>/dev/null; do sleep 0.5; done; KAFKA_STATE='{}' bash '{}' stop; rm -rf '{}'",
-            std::process::id(),
-            state.display(),
-            script.display(),
-            dir.display()
-        );
-        Command::new("sh").arg("-c").arg(watch).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("watchdog");
-        b
+        start_script("kafka.sh", "KAFKA_STATE", "KAFKA_BOOTSTRAP=")
     })
+}
+
+/// Runs `scripts/SCRIPT start` with its state file in a temp dir and returns the value of its
+/// `KEY...` line; a watchdog runs `SCRIPT stop` once this test binary has exited.
+fn start_script(script: &str, state_var: &str, key: &str) -> String {
+    let dir = tempfile::tempdir().expect("tempdir").keep();
+    // Readable by the `postgres` user the database server runs as under root.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let state = dir.join("state");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(script);
+    let out = Command::new("bash").arg(&script).arg("start").env(state_var, &state).env("TMPDIR", &dir).output().expect("running a script");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{} start failed: {text}{}", script.display(), String::from_utf8_lossy(&out.stderr));
+    let value = text.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_else(|| panic!("no {key} line in: {text}")).to_string();
+    let watch = format!(
+        "while kill -0 {} 2>/dev/null; do sleep 0.5; done; {state_var}='{}' TMPDIR='{}' bash '{}' stop; rm -rf '{}'",
+        std::process::id(),
+        state.display(),
+        dir.display(),
+        script.display(),
+        dir.display()
+    );
+    Command::new("sh").arg("-c").arg(watch).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("watchdog");
+    value
+}
+
+/// A PostgreSQL server's admin URL: GPUSANITY_TEST_POSTGRES when set (it must answer), else a
+/// throwaway cluster started by scripts/postgres.sh for this test binary and stopped when it exits.
+fn postgres_admin() -> &'static str {
+    static PG: OnceLock<String> = OnceLock::new();
+    PG.get_or_init(|| {
+        if let Ok(u) = std::env::var("GPUSANITY_TEST_POSTGRES") {
+            return u;
+        }
+        start_script("postgres.sh", "PG_STATE", "DATABASE_URL=")
+    })
+}
+
+/// A fresh, empty PostgreSQL database for one test; its URL.
+pub fn postgres_database(name: &str) -> String {
+    let admin = postgres_admin();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::AnyPool::connect(admin).await.unwrap_or_else(|e| panic!("PostgreSQL at {admin} does not answer: {e}"));
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&pool).await.expect("drop database");
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create database");
+    });
+    let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(admin);
+    format!("{base}/{name}")
 }
 
 /// One test's world: its own topics, database, HTTP port and processes.
@@ -293,4 +327,53 @@ pub fn restarted(event_id: &str, job: &str, attempt: u32, reason: &str) -> Strin
 
 pub fn stopped(event_id: &str, job: &str) -> String {
     serde_json::json!({ "version": 1, "type": "JobStopped", "event_id": event_id, "job_id": job, "workspace_id": "ws-1" }).to_string()
+}
+
+/// JobResourcesAllocated for a 2-node job, an agent per node: CheckPassed on the output topic
+/// and the rows in the database; a redelivered event is applied once.
+pub fn two_node_pass(w: &mut World) {
+    w.serve();
+    w.agent("node-a");
+    w.agent("node-b");
+    let mut out = w.reader("check-events");
+    w.publish(allocated("ev-1", "job-1", &["node-a", "node-b"], "--sanity-check-max-time=2 --sanity-check-timeout-per-test=1").as_bytes());
+
+    let started = out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
+    assert_eq!(started["job_id"], "job-1");
+    assert_eq!(started["nodes"], serde_json::json!(["node-a", "node-b"]));
+    let run_id = started["run_id"].as_str().expect("run_id").to_string();
+    let passed = out.wait_for(Duration::from_secs(90), "CheckPassed", |v| v["type"] == "CheckPassed" || v["type"] == "CheckFailed");
+    assert_eq!(passed["type"], "CheckPassed", "{passed:#}\nserve log:\n{}", w.log("serve"));
+    assert_eq!(passed["run_id"], run_id.as_str());
+    assert_eq!(passed["cause_event_id"], "ev-1");
+
+    // Rows: the run, its transitions, every rank's results of both checks, node health.
+    let q = |sql: &str| w.sql(&sql.replace("RUN", &run_id));
+    assert_eq!(q("SELECT state FROM runs WHERE run_id = 'RUN'"), ["CheckPassed"]);
+    assert_eq!(q("SELECT state FROM transitions WHERE run_id = 'RUN' ORDER BY id"), ["Checking", "CheckPassed"]);
+    let mut checks = q("SELECT check_name || ':' || CAST(rank AS TEXT) || ':' || status FROM rank_results WHERE run_id = 'RUN'");
+    checks.sort();
+    assert_eq!(checks, ["all-reduce:0:passed", "all-reduce:1:passed", "gemm:0:passed", "gemm:1:passed"]);
+    let mut health = q("SELECT node_name || ':' || CAST(healthy AS TEXT) FROM node_health WHERE run_id = 'RUN'");
+    health.sort();
+    assert_eq!(health, ["node-a:1", "node-b:1"]);
+    assert_eq!(q("SELECT event_type FROM job_events WHERE event_id = 'ev-1'"), ["JobResourcesAllocated"]);
+    // The report is stored and served behind the token.
+    let (code, report) = w.http_call("GET", &format!("/v1/runs/{run_id}/report"), Some(TOKEN), None).unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(report["status"], "passed");
+    assert_eq!(report["nodes"].as_array().map(Vec::len), Some(2));
+    assert_eq!(w.http_call("GET", &format!("/v1/runs/{run_id}"), None, None).unwrap().0, 401);
+
+    // A redelivered event (same id) is applied once; JobStopped with no run cancels nothing.
+    w.publish(allocated("ev-1", "job-1", &["node-a", "node-b"], "").as_bytes());
+    w.publish(stopped("ev-2", "job-1").as_bytes());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while w.sql("SELECT event_id FROM job_events WHERE event_id = 'ev-2'").is_empty() {
+        assert!(Instant::now() < deadline, "JobStopped never stored");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    out.drain(Duration::from_secs(1));
+    assert_eq!(out.of("job-1", "SanityCheckStarted").len(), 1, "a duplicate event started a second run: {:#?}", out.seen);
+    assert_eq!(w.sql("SELECT COUNT(*) FROM runs").first().map(String::as_str), Some("1"));
 }
