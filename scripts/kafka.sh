@@ -36,8 +36,13 @@ POM
   touch "$CACHE/.complete"
 }
 
+# A port nothing listens on now (random in 20000-59999).
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
 }
 
 start() {

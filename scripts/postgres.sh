@@ -17,7 +17,11 @@ as_owner() {
 }
 
 start() {
-  local port=${1:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
+  local port=${1:-}
+  while [ -z "$port" ]; do
+    port=$((20000 + RANDOM % 40000))
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then port=; fi
+  done
   local dir
   dir=$(mktemp -d "${TMPDIR:-/tmp}/gpusanity-pg.XXXXXX")
   chmod 755 "$dir"

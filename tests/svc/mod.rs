@@ -58,7 +58,9 @@ fn start_script(script: &str, state_var: &str, key: &str) -> String {
         script.display(),
         dir.display()
     );
-    Command::new("sh").arg("-c").arg(watch).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("watchdog");
+    // Started in the background of a shell that exits at once, so it is nobody's zombie.
+    let status = Command::new("sh").arg("-c").arg(format!("({watch}) >/dev/null 2>&1 </dev/null &")).status().expect("watchdog");
+    assert!(status.success(), "starting the watchdog failed");
     value
 }
 

@@ -17,18 +17,19 @@ pub enum Verdict {
     Hold,
 }
 
+/// How a run ended, with its evidence: the report of node 0 if any, and findings of the
+/// service's own (lost agents, overruns).
+pub struct Ending<'a> {
+    pub verdict: Verdict,
+    pub summary: &'a str,
+    pub report: Option<&'a Report>,
+    pub extra: &'a [Finding],
+}
+
 /// Stores the end of `run` and queues its output events. False when the run had already ended
 /// (or was already held): nothing is written twice.
-pub async fn finish(
-    db: &Db,
-    topics: &Topics,
-    report_url: &str,
-    run: &RunRow,
-    verdict: Verdict,
-    summary: &str,
-    report: Option<&Report>,
-    extra: &[Finding],
-) -> Result<bool, DbError> {
+pub async fn finish(db: &Db, topics: &Topics, report_url: &str, run: &RunRow, end: Ending<'_>) -> Result<bool, DbError> {
+    let Ending { verdict, summary, report, extra } = end;
     let mut findings: Vec<Finding> = report.map(|r| r.findings.clone()).unwrap_or_default();
     findings.extend(extra.iter().cloned());
     let report_json = report.map(serde_json::to_string).transpose()?;
@@ -97,7 +98,8 @@ pub async fn resolve(db: &Db, topics: &Topics, report_url: &str, run_id: &str, p
     let summary = format!("resolved by an operator as {}: {note}", if pass { "passed" } else { "failed" });
     let verdict = if pass { Verdict::Passed } else { Verdict::Failed(FailReason::ResolvedByOperator) };
     let report: Option<Report> = db.run_report(run_id).await?.and_then(|r| serde_json::from_str(&r).ok());
-    if !finish(db, topics, report_url, &run, verdict, &summary, report.as_ref(), &[]).await? {
+    let end = Ending { verdict, summary: &summary, report: report.as_ref(), extra: &[] };
+    if !finish(db, topics, report_url, &run, end).await? {
         return Ok(Err(format!("run `{run_id}` was resolved meanwhile")));
     }
     Ok(db.get_run(run_id).await?.ok_or_else(|| format!("no run `{run_id}`")))

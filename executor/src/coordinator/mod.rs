@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, Notify};
 
 use agents::Agents;
 pub use config::CoordinatorConfig;
-use finish::{finish, node_finding, Verdict};
+use finish::{finish, node_finding, Ending, Verdict};
 
 /// Where a run is.
 #[derive(Debug, Clone, PartialEq)]
@@ -208,7 +208,7 @@ impl Coordinator {
     async fn end(&mut self, run_id: &str, verdict: Verdict, summary: &str, report: Option<&Report>, extra: Vec<gpusanity_common::report::Finding>) -> Result<()> {
         let Some(a) = self.active.remove(run_id) else { return Ok(()) };
         tracing::info!(run_id, ?verdict, summary, "run ends");
-        finish(&self.db, &self.topics, &self.config.report_url, &a.run, verdict, summary, report, &extra).await?;
+        finish(&self.db, &self.topics, &self.config.report_url, &a.run, Ending { verdict, summary, report, extra: &extra }).await?;
         self.outbox_wake.notify_one();
         let pending = (0..a.run.nodes.len()).any(|k| !a.results.contains_key(&k));
         if pending {
