@@ -132,11 +132,13 @@ fn nix_term(c: &Child) -> std::io::Result<()> {
     if status.success() { Ok(()) } else { Err(std::io::Error::other("kill failed")) }
 }
 
-/// Every message of `topic` (one partition) as (timestamp ms, JSON), reading until `at_least`.
+/// Every message of `topic` (one partition) now there, as (timestamp ms, JSON); at least `at_least`.
 fn read_all(boot: &str, topic: &str, at_least: usize) -> Res<Vec<(i64, Value)>> {
     read_until(boot, topic, at_least, Duration::from_secs(30))
 }
 
+/// Reads `topic` from the start until it holds at least `n` messages and everything up to its
+/// end (high watermark) has been read.
 fn read_until(boot: &str, topic: &str, n: usize, limit: Duration) -> Res<Vec<(i64, Value)>> {
     let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", boot).set("group.id", "bench-reader").set("enable.auto.commit", "false").create()?;
     let mut tpl = TopicPartitionList::new();
@@ -144,16 +146,22 @@ fn read_until(boot: &str, topic: &str, n: usize, limit: Duration) -> Res<Vec<(i6
     c.assign(&tpl)?;
     let start = Instant::now();
     let mut out = Vec::new();
-    let mut idle = Instant::now();
+    let mut next = 0i64;
     while start.elapsed() < limit {
         match c.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
                 let v: Value = m.payload().and_then(|p| serde_json::from_slice(p).ok()).unwrap_or(Value::Null);
                 out.push((m.timestamp().to_millis().unwrap_or(0), v));
-                idle = Instant::now();
+                next = m.offset() + 1;
             }
             Some(Err(e)) => return Err(e.into()),
-            None if out.len() >= n && idle.elapsed() > Duration::from_millis(300) => return Ok(out),
+            // Caught up with what was fetched: done once the end of the topic is reached.
+            None if out.len() >= n => {
+                let (_, high) = c.fetch_watermarks(topic, 0, Duration::from_secs(10))?;
+                if next >= high {
+                    return Ok(out);
+                }
+            }
             None => {}
         }
     }

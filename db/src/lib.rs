@@ -92,8 +92,14 @@ impl Db {
         Ok(())
     }
 
+    /// A write transaction. On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`): a
+    /// deferred transaction that reads first could not upgrade after another writer committed
+    /// (SQLITE_BUSY_SNAPSHOT, which no busy timeout retries).
     pub async fn begin(&self) -> Result<Tx> {
-        Ok(self.pool.begin().await?)
+        Ok(match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.pool.begin().await?,
+        })
     }
 }
 

@@ -48,12 +48,16 @@ impl Db {
     }
 
     pub async fn mark_sent(&self, ids: &[i64]) -> Result<()> {
-        let mut tx = self.begin().await?;
         let now = now_ms();
-        for id in ids {
-            sqlx::query("UPDATE outbox SET sent_at = $1 WHERE id = $2").bind(now).bind(id).execute(&mut *tx).await?;
+        for chunk in ids.chunks(1000) {
+            let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
+            let sql = format!("UPDATE outbox SET sent_at = $1 WHERE id IN ({})", list.join(", "));
+            let mut q = sqlx::query(&sql).bind(now);
+            for id in chunk {
+                q = q.bind(id);
+            }
+            q.execute(&self.pool).await?;
         }
-        tx.commit().await?;
         Ok(())
     }
 

@@ -59,7 +59,7 @@ impl Publisher {
     /// Sends until the process ends; Kafka errors are retried, database errors end it.
     pub async fn run(&self) -> Result<()> {
         loop {
-            let rows = self.db.unsent(500).await?;
+            let rows = self.db.unsent(2000).await?;
             if rows.is_empty() {
                 // Woken by every commit that queues events; the timeout is a safety net.
                 let _ = tokio::time::timeout(Duration::from_millis(500), self.wake.notified()).await;
