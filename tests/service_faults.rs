@@ -22,14 +22,10 @@ fn wait_for_workers(w: &World, n: usize) {
 #[test]
 fn an_agent_killed_mid_run_fails_the_run_naming_its_node_within_the_deadline() {
     let _g = svc::common::serial();
-    let mut w = World::new(None, FAST);
-    w.serve();
-    w.agent("k-a");
-    w.agent("k-b");
-    let mut out = w.reader("check-events");
+    let (mut w, mut out) = World::running(FAST, &["k-a", "k-b"]);
     // Rank 0 hangs so the run is still going when node k-b's agent dies.
     let args = "--sanity-check-timeout-per-test=1 --sanity-check-max-time=2 --sanity-check-envs=GPUSANITY_FAULT=hang@0";
-    w.publish(allocated("kill-1", "job-kill", &["k-a", "k-b"], args).as_bytes());
+    w.allocate("kill-1", "job-kill", args);
     out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
     wait_for_workers(&w, 2);
     let killed = Instant::now();
@@ -54,10 +50,7 @@ fn an_agent_killed_mid_run_fails_the_run_naming_its_node_within_the_deadline() {
 #[test]
 fn a_job_node_without_an_agent_is_a_finding_naming_it() {
     let _g = svc::common::serial();
-    let mut w = World::new(None, "agent_timeout_s = 2.0\nagent_wait_s = 3.0\ndeadline_grace_s = 10.0");
-    w.serve();
-    w.agent("m-a");
-    let mut out = w.reader("check-events");
+    let (mut w, mut out) = World::running("agent_timeout_s = 2.0\nagent_wait_s = 3.0\ndeadline_grace_s = 10.0", &["m-a"]);
     w.publish(allocated("miss-1", "job-miss", &["m-a", "m-ghost"], "--sanity-check-max-time=1").as_bytes());
     let failed = out.wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
     assert_eq!(failed["type"], "CheckFailed");
@@ -69,12 +62,8 @@ fn a_job_node_without_an_agent_is_a_finding_naming_it() {
 #[test]
 fn the_service_killed_mid_run_and_restarted_ends_the_run_and_loses_or_duplicates_nothing() {
     let _g = svc::common::serial();
-    let mut w = World::new(None, FAST);
-    w.serve();
-    w.agent("c-a");
-    w.agent("c-b");
-    let mut out = w.reader("check-events");
-    w.publish(allocated("crash-1", "job-crash", &["c-a", "c-b"], "--sanity-check-max-time=2").as_bytes());
+    let (mut w, mut out) = World::running(FAST, &["c-a", "c-b"]);
+    w.allocate("crash-1", "job-crash", "--sanity-check-max-time=2");
     out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
     wait_for_workers(&w, 1);
     w.kill("serve");
@@ -106,5 +95,48 @@ fn the_service_killed_mid_run_and_restarted_ends_the_run_and_loses_or_duplicates
     assert_eq!(w.sql("SELECT state FROM runs"), ["CheckPassed"]);
     assert_eq!(w.sql("SELECT COUNT(*) FROM job_events"), ["6"]);
     assert_eq!(w.sql("SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL"), ["0"]);
+    w.shutdown();
+}
+
+#[test]
+fn an_overrun_under_mark_job_fail_fails_the_run_as_timed_out() {
+    let _g = svc::common::serial();
+    let (mut w, mut out) = World::running(FAST, &["t-a", "t-b"]);
+    // Rank 1 (node t-b) hangs in gemm; the per-test limit is 3 s.
+    let args = "--sanity-check-timeout-per-test=0.05 --sanity-check-max-time=1 --sanity-check-envs=GPUSANITY_FAULT=hang@1";
+    w.allocate("to-1", "job-to", args);
+    let end = out.wait_for(Duration::from_secs(60), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    assert_eq!(end["type"], "CheckFailed", "{end:#}");
+    assert_eq!(end["reason"], "timed_out", "{end:#}");
+    assert_eq!(end["faulty_nodes"], serde_json::json!(["t-b"]), "{end:#}");
+    assert_eq!(w.sql("SELECT state FROM runs"), ["CheckFailed"]);
+    assert_eq!(w.sql("SELECT DISTINCT node_name FROM findings WHERE severity = 'critical'"), ["t-b"]);
+    w.shutdown();
+}
+
+#[test]
+fn job_stopped_cancels_the_run_and_its_processes() {
+    let _g = svc::common::serial();
+    let (mut w, mut out) = World::running(FAST, &["s-a", "s-b"]);
+    let args = "--sanity-check-timeout-per-test=1 --sanity-check-max-time=2 --sanity-check-envs=GPUSANITY_FAULT=hang@0";
+    w.allocate("stop-1", "job-stop", args);
+    out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
+    wait_for_workers(&w, 2);
+    w.publish(svc::stopped("stop-2", "job-stop").as_bytes());
+    let cancelled = out.wait_for(Duration::from_secs(20), "CheckCancelled", |v| v["type"] == "CheckCancelled");
+    assert_eq!(cancelled["cause_event_id"], "stop-2");
+    assert_eq!(w.sql("SELECT state FROM runs"), ["CheckCancelled"]);
+    // The agents stop their launchers and workers; the agents themselves stay.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left: Vec<i32> = tagged_processes(&w.tag).into_iter().map(|(p, _)| p).filter(|p| *p != w.pid("serve") && *p != w.pid("s-a") && *p != w.pid("s-b")).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "launchers or workers left after the cancel: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    out.drain(Duration::from_secs(1));
+    assert!(out.of("job-stop", "CheckPassed").is_empty() && out.of("job-stop", "CheckFailed").is_empty(), "{:#?}", out.seen);
     w.shutdown();
 }

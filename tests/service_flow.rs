@@ -20,13 +20,9 @@ fn two_node_job_passes_with_rows_in_the_database() {
 #[test]
 fn after_job_fault_tolerant_checks_only_the_fault_tolerant_restart() {
     let _g = svc::common::serial();
-    let mut w = World::new(None, FAST);
-    w.serve();
-    w.agent("ft-a");
-    w.agent("ft-b");
-    let mut out = w.reader("check-events");
+    let (mut w, mut out) = World::running(FAST, &["ft-a", "ft-b"]);
     let args = "--sanity-check-timing=AfterJobFaultTolerant --micro-benchmarks=all-reduce --sanity-check-max-time=2";
-    w.publish(allocated("ft-1", "job-ft", &["ft-a", "ft-b"], args).as_bytes());
+    w.allocate("ft-1", "job-ft", args);
     let skipped = out.wait_for(Duration::from_secs(30), "CheckSkipped", |v| v["job_id"] == "job-ft" && v["type"] == "CheckSkipped");
     assert!(skipped["reason"].as_str().unwrap_or("").contains("AfterJobFaultTolerant"), "{skipped:#}");
     w.publish(restarted("ft-2", "job-ft", 1, "Manual").as_bytes());
@@ -83,14 +79,10 @@ fn malformed_events_become_dead_letters_and_consumption_continues() {
 #[test]
 fn keep_job_hang_overrun_stays_checking_until_resolved_through_the_api() {
     let _g = svc::common::serial();
-    let mut w = World::new(None, FAST);
-    w.serve();
-    w.agent("h-a");
-    w.agent("h-b");
-    let mut out = w.reader("check-events");
+    let (mut w, mut out) = World::running(FAST, &["h-a", "h-b"]);
     // Rank 1 hangs in gemm; the per-test limit (3 s) overruns; KeepJobHang holds the run.
     let args = "--sanity-check-timeout-ops=KeepJobHang --sanity-check-timeout-per-test=0.05 --sanity-check-max-time=1 --sanity-check-envs=GPUSANITY_FAULT=hang@1";
-    w.publish(allocated("hang-1", "job-hang", &["h-a", "h-b"], args).as_bytes());
+    w.allocate("hang-1", "job-hang", args);
     let started = out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
     let run_id = started["run_id"].as_str().unwrap().to_string();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -123,4 +115,33 @@ fn keep_job_hang_overrun_stays_checking_until_resolved_through_the_api() {
     out.drain(Duration::from_secs(1));
     assert_eq!(out.of("job-hang", "CheckFailed").len(), 1);
     w.shutdown();
+}
+
+#[test]
+fn bad_service_configuration_is_one_line_and_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str], token: Option<&str>| {
+        let mut c = std::process::Command::new(svc::common::bin());
+        c.arg("serve").args(args).env_remove("GPUSANITY_CONFIG").env_remove("GPUSANITY_API_TOKEN");
+        if let Some(t) = token {
+            c.env("GPUSANITY_API_TOKEN", t);
+        }
+        svc::common::run_with_timeout(c, Duration::from_secs(20))
+    };
+    let out = run(&[], None);
+    assert_eq!(svc::common::code(&out), 2);
+    assert!(svc::common::stderr(&out).contains("no API token"), "{}", svc::common::stderr(&out));
+    let out = run(&[], Some("short"));
+    assert_eq!(svc::common::code(&out), 2);
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[kafka]\nbootstrapp = \"x\"\n").unwrap();
+    let out = run(&["--config", bad.to_str().unwrap()], Some(TOKEN));
+    assert_eq!(svc::common::code(&out), 2);
+    assert!(svc::common::stderr(&out).contains("unknown field `bootstrapp`"), "{}", svc::common::stderr(&out));
+    let out = run(&["--database-url", "mysql://x"], Some(TOKEN));
+    assert_eq!(svc::common::code(&out), 2);
+    assert!(svc::common::stderr(&out).contains("expected sqlite://PATH or postgres://"), "{}", svc::common::stderr(&out));
+    let out = run(&["--config", "/nonexistent/gpusanity.toml"], Some(TOKEN));
+    assert_eq!(svc::common::code(&out), 2);
+    assert_eq!(svc::common::stderr(&out).lines().count(), 1, "{}", svc::common::stderr(&out));
 }

@@ -98,6 +98,8 @@ pub struct World {
     pub db_url: String,
     pub http: u16,
     pub config: PathBuf,
+    /// The nodes that have an agent.
+    pub nodes: Vec<String>,
     children: Vec<(String, Child)>,
 }
 
@@ -119,7 +121,19 @@ impl World {
             b = broker()
         );
         std::fs::write(&config, text).expect("config");
-        World { dir, tag, prefix, db_url, http, config, children: Vec::new() }
+        World { dir, tag, prefix, db_url, http, config, nodes: Vec::new(), children: Vec::new() }
+    }
+
+    /// A world on SQLite with the service running, an agent per node in `nodes`, and a reader
+    /// of the output topic.
+    pub fn running(coordinator: &str, nodes: &[&str]) -> (World, Reader) {
+        let mut w = World::new(None, coordinator);
+        w.serve();
+        for n in nodes {
+            w.agent(n);
+        }
+        let out = w.reader("check-events");
+        (w, out)
     }
 
     pub fn topic(&self, name: &str) -> String {
@@ -150,6 +164,7 @@ impl World {
 
     /// An agent for `node`: CPU, one worker.
     pub fn agent(&mut self, node: &str) {
+        self.nodes.push(node.to_string());
         let work = self.dir.path().join(format!("agent-{node}"));
         let work = work.to_string_lossy().into_owned();
         self.spawn(node, &["agent", "--node", node, "--device", "cpu", "--nproc-per-node", "1", "--heartbeat-s", "0.3", "--work-dir", &work]);
@@ -198,6 +213,12 @@ impl World {
         let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
         let json = resp.split("\r\n\r\n").nth(1).and_then(|b| serde_json::from_str(b).ok()).unwrap_or(Value::Null);
         Ok((status, json))
+    }
+
+    /// Publishes a JobResourcesAllocated for a job on every node that has an agent.
+    pub fn allocate(&self, event_id: &str, job: &str, args: &str) {
+        let nodes: Vec<&str> = self.nodes.iter().map(String::as_str).collect();
+        self.publish(allocated(event_id, job, &nodes, args).as_bytes());
     }
 
     /// Publishes raw bytes on the job-events topic.
@@ -338,7 +359,7 @@ pub fn two_node_pass(w: &mut World) {
     w.agent("node-a");
     w.agent("node-b");
     let mut out = w.reader("check-events");
-    w.publish(allocated("ev-1", "job-1", &["node-a", "node-b"], "--sanity-check-max-time=2 --sanity-check-timeout-per-test=1").as_bytes());
+    w.allocate("ev-1", "job-1", "--sanity-check-max-time=2 --sanity-check-timeout-per-test=1");
 
     let started = out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
     assert_eq!(started["job_id"], "job-1");
@@ -368,7 +389,7 @@ pub fn two_node_pass(w: &mut World) {
     assert_eq!(w.http_call("GET", &format!("/v1/runs/{run_id}"), None, None).unwrap().0, 401);
 
     // A redelivered event (same id) is applied once; JobStopped with no run cancels nothing.
-    w.publish(allocated("ev-1", "job-1", &["node-a", "node-b"], "").as_bytes());
+    w.allocate("ev-1", "job-1", "");
     w.publish(stopped("ev-2", "job-1").as_bytes());
     let deadline = Instant::now() + Duration::from_secs(20);
     while w.sql("SELECT event_id FROM job_events WHERE event_id = 'ev-2'").is_empty() {
