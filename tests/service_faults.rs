@@ -140,3 +140,42 @@ fn job_stopped_cancels_the_run_and_its_processes() {
     assert!(out.of("job-stop", "CheckPassed").is_empty() && out.of("job-stop", "CheckFailed").is_empty(), "{:#?}", out.seen);
     w.shutdown();
 }
+
+/// Pids of this world's launchers (`gpusanity check` processes).
+fn launchers(w: &World) -> Vec<i32> {
+    tagged_processes(&w.tag)
+        .into_iter()
+        .filter(|(pid, rank)| {
+            rank.is_none() && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|b| *b == 0).nth(1) == Some(b"check".as_slice()))
+        })
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+#[test]
+fn the_service_ends_a_run_whose_launchers_never_answer_at_max_time() {
+    use nix::sys::signal::{kill, Signal};
+    let _g = svc::common::serial();
+    let (mut w, mut out) = World::running("agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 2.0", &["r-a", "r-b"]);
+    w.allocate("rt-1", "job-rt", "--sanity-check-max-time=0.1 --sanity-check-timeout-per-test=0.1");
+    let started = Instant::now();
+    out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
+    wait_for_workers(&w, 2);
+    // Frozen launchers can enforce nothing: the service's own deadline (6 s + 2 s) must act.
+    let frozen = launchers(&w);
+    assert_eq!(frozen.len(), 2, "launchers: {frozen:?}");
+    for p in &frozen {
+        kill(nix::unistd::Pid::from_raw(*p), Signal::SIGSTOP).unwrap();
+    }
+    let end = out.wait_for(Duration::from_secs(30), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    let took = started.elapsed();
+    for p in &frozen {
+        let _ = kill(nix::unistd::Pid::from_raw(*p), Signal::SIGCONT);
+    }
+    assert_eq!(end["type"], "CheckFailed", "{end:#}");
+    assert_eq!(end["reason"], "timed_out", "{end:#}");
+    assert!(end["summary"].as_str().unwrap_or("").contains("overran --sanity-check-max-time"), "{end:#}");
+    assert!(took >= Duration::from_secs(7) && took < Duration::from_secs(15), "ended after {took:?}");
+    assert_eq!(w.sql("SELECT code FROM findings"), ["RUN_TIMEOUT"]);
+    w.shutdown();
+}

@@ -50,12 +50,23 @@ impl Ingest {
     /// Consumes `consumer` (subscribed to the job-events topic) until it fails.
     pub async fn run(&self, consumer: StreamConsumer) -> Result<()> {
         loop {
-            let first = consumer.recv().await.context("reading job events")?.detach();
+            // Consumer errors (a broker restarting...) are transient: librdkafka reconnects.
+            let first = match consumer.recv().await {
+                Ok(m) => m.detach(),
+                Err(e) => {
+                    tracing::warn!("reading job events: {e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
             let mut batch = vec![first];
             while batch.len() < BATCH {
                 match tokio::time::timeout(Duration::from_millis(1), consumer.recv()).await {
                     Ok(Ok(m)) => batch.push(m.detach()),
-                    Ok(Err(e)) => return Err(e).context("reading job events"),
+                    Ok(Err(e)) => {
+                        tracing::warn!("reading job events: {e}");
+                        break;
+                    }
                     Err(_) => break,
                 }
             }

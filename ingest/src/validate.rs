@@ -23,7 +23,7 @@ pub enum Reject {
     BadSettings(String),
     #[error("bad nodes: {0}")]
     BadNodes(String),
-    #[error("JobRestarted for job `{0}`, which the service has never seen allocated, and without nodes")]
+    #[error("JobRestarted for job `{0}`, which the service has never seen allocated (its settings are unknown)")]
     UnknownJob(String),
 }
 

@@ -72,7 +72,13 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         tokio::select! {
             _ = beat.tick() => agent.heartbeat().await,
             m = consumer.recv() => {
-                let m = m.context("reading agent tasks")?;
+                let m = match m {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::warn!("reading agent tasks: {e}");
+                        continue;
+                    }
+                };
                 match m.payload().map(serde_json::from_slice::<AgentCommand>) {
                     Some(Ok(c)) if c.node == agent.cfg.node && c.version == WIRE_VERSION => agent.command(c.body).await,
                     Some(Ok(_)) => {}

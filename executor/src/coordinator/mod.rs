@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use gpusanity_common::report::{Report, RunStatus};
 use gpusanity_common::wire::agent::{AgentCommand, AgentReport, CommandBody, NodeResult, ReportBody, Task};
 use gpusanity_common::wire::output::FailReason;
@@ -95,7 +95,14 @@ impl Coordinator {
                     None => return Ok(()),
                 },
                 m = reports.recv() => {
-                    let m = m.context("reading agent reports")?;
+                    // Consumer errors are transient (librdkafka reconnects); the tick goes on.
+                    let m = match m {
+                        Ok(m) => m,
+                        Err(e) => {
+                            tracing::warn!("reading agent reports: {e}");
+                            continue;
+                        }
+                    };
                     match m.payload().map(serde_json::from_slice::<AgentReport>) {
                         Some(Ok(r)) if r.version == WIRE_VERSION => self.report(r).await?,
                         Some(Ok(r)) => tracing::warn!(node = r.node, version = r.version, "agent report of another version ignored"),
