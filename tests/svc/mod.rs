@@ -12,14 +12,18 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 
 #[path = "../common/mod.rs"]
 pub mod common;
+mod reader;
+mod scenario;
+
+pub use reader::Reader;
+// Each test binary uses some of them.
+#[allow(unused_imports)]
+pub use scenario::{allocated, restarted, stopped, two_node_pass};
 
 pub const TOKEN: &str = "test-token-0123456789";
 
@@ -281,122 +285,3 @@ impl Drop for World {
     }
 }
 
-/// Reads a topic from its beginning, keeping everything seen.
-pub struct Reader {
-    consumer: BaseConsumer,
-    pub seen: Vec<Value>,
-}
-
-impl Reader {
-    pub fn new(topic: &str) -> Reader {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", broker())
-            .set("group.id", format!("reader-{}", std::process::id()))
-            .set("enable.auto.commit", "false")
-            .set("allow.auto.create.topics", "true")
-            .create()
-            .expect("consumer");
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, 0, Offset::Beginning).expect("partition");
-        consumer.assign(&tpl).expect("assign");
-        Reader { consumer, seen: Vec::new() }
-    }
-
-    /// Reads whatever arrives within `d`.
-    pub fn drain(&mut self, d: Duration) {
-        let end = Instant::now() + d;
-        while Instant::now() < end {
-            if let Some(Ok(m)) = self.consumer.poll(Duration::from_millis(50)) {
-                if let Some(p) = m.payload() {
-                    self.seen.push(serde_json::from_slice(p).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(p).into_owned())));
-                }
-            }
-        }
-    }
-
-    /// Waits for the first message (seen before or arriving) that matches `pred`.
-    pub fn wait_for(&mut self, limit: Duration, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = self.seen.iter().find(|v| pred(v)) {
-                return v.clone();
-            }
-            assert!(start.elapsed() < limit, "no {what} within {limit:?}; seen: {:#?}", self.seen);
-            self.drain(Duration::from_millis(100));
-        }
-    }
-
-    /// Messages of `type` about `job`.
-    pub fn of(&self, job: &str, kind: &str) -> Vec<Value> {
-        self.seen.iter().filter(|v| v["job_id"] == job && v["type"] == kind).cloned().collect()
-    }
-}
-
-/// A JobResourcesAllocated event for nodes named `nodes` (one GPU each).
-pub fn allocated(event_id: &str, job: &str, nodes: &[&str], args: &str) -> String {
-    let nodes: Vec<Value> = nodes.iter().map(|n| serde_json::json!({ "name": n, "address": "127.0.0.1", "gpus": 1 })).collect();
-    serde_json::json!({
-        "version": 1, "type": "JobResourcesAllocated", "event_id": event_id, "job_id": job, "workspace_id": "ws-1",
-        "attempt": 0, "framework": "PyTorch", "nodes": nodes,
-        "settings": { "EnableSanityCheck": true, "SanityCheckArgs": args }
-    })
-    .to_string()
-}
-
-pub fn restarted(event_id: &str, job: &str, attempt: u32, reason: &str) -> String {
-    serde_json::json!({ "version": 1, "type": "JobRestarted", "event_id": event_id, "job_id": job, "workspace_id": "ws-1", "attempt": attempt, "reason": reason })
-        .to_string()
-}
-
-pub fn stopped(event_id: &str, job: &str) -> String {
-    serde_json::json!({ "version": 1, "type": "JobStopped", "event_id": event_id, "job_id": job, "workspace_id": "ws-1" }).to_string()
-}
-
-/// JobResourcesAllocated for a 2-node job, an agent per node: CheckPassed on the output topic
-/// and the rows in the database; a redelivered event is applied once.
-pub fn two_node_pass(w: &mut World) {
-    w.serve();
-    w.agent("node-a");
-    w.agent("node-b");
-    let mut out = w.reader("check-events");
-    w.allocate("ev-1", "job-1", "--sanity-check-max-time=2 --sanity-check-timeout-per-test=1");
-
-    let started = out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
-    assert_eq!(started["job_id"], "job-1");
-    assert_eq!(started["nodes"], serde_json::json!(["node-a", "node-b"]));
-    let run_id = started["run_id"].as_str().expect("run_id").to_string();
-    let passed = out.wait_for(Duration::from_secs(90), "CheckPassed", |v| v["type"] == "CheckPassed" || v["type"] == "CheckFailed");
-    assert_eq!(passed["type"], "CheckPassed", "{passed:#}\nserve log:\n{}", w.log("serve"));
-    assert_eq!(passed["run_id"], run_id.as_str());
-    assert_eq!(passed["cause_event_id"], "ev-1");
-
-    // Rows: the run, its transitions, every rank's results of both checks, node health.
-    let q = |sql: &str| w.sql(&sql.replace("RUN", &run_id));
-    assert_eq!(q("SELECT state FROM runs WHERE run_id = 'RUN'"), ["CheckPassed"]);
-    assert_eq!(q("SELECT state FROM transitions WHERE run_id = 'RUN' ORDER BY id"), ["Checking", "CheckPassed"]);
-    let mut checks = q("SELECT check_name || ':' || CAST(rank AS TEXT) || ':' || status FROM rank_results WHERE run_id = 'RUN'");
-    checks.sort();
-    assert_eq!(checks, ["all-reduce:0:passed", "all-reduce:1:passed", "gemm:0:passed", "gemm:1:passed"]);
-    let mut health = q("SELECT node_name || ':' || CAST(healthy AS TEXT) FROM node_health WHERE run_id = 'RUN'");
-    health.sort();
-    assert_eq!(health, ["node-a:1", "node-b:1"]);
-    assert_eq!(q("SELECT event_type FROM job_events WHERE event_id = 'ev-1'"), ["JobResourcesAllocated"]);
-    // The report is stored and served behind the token.
-    let (code, report) = w.http_call("GET", &format!("/v1/runs/{run_id}/report"), Some(TOKEN), None).unwrap();
-    assert_eq!(code, 200);
-    assert_eq!(report["status"], "passed");
-    assert_eq!(report["nodes"].as_array().map(Vec::len), Some(2));
-    assert_eq!(w.http_call("GET", &format!("/v1/runs/{run_id}"), None, None).unwrap().0, 401);
-
-    // A redelivered event (same id) is applied once; JobStopped with no run cancels nothing.
-    w.allocate("ev-1", "job-1", "");
-    w.publish(stopped("ev-2", "job-1").as_bytes());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while w.sql("SELECT event_id FROM job_events WHERE event_id = 'ev-2'").is_empty() {
-        assert!(Instant::now() < deadline, "JobStopped never stored");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    out.drain(Duration::from_secs(1));
-    assert_eq!(out.of("job-1", "SanityCheckStarted").len(), 1, "a duplicate event started a second run: {:#?}", out.seen);
-    assert_eq!(w.sql("SELECT COUNT(*) FROM runs").first().map(String::as_str), Some("1"));
-}
