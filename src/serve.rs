@@ -77,7 +77,7 @@ async fn run(cfg: ServiceConfig) -> Result<()> {
         e => anyhow::Error::from(e).context("opening the database"),
     })?;
     let boot = cfg.kafka.bootstrap.clone();
-    kafka::ensure_topics(&boot, &cfg.topics.all()).await.with_context(|| format!("creating the topics on Kafka at {boot}"))?;
+    kafka::ensure_topics(&boot, &cfg.topics.all()).await.map_err(gpusanity_executor::agent::topics_error)?;
     let listener = tokio::net::TcpListener::bind(&cfg.http.listen)
         .await
         .map_err(|e| UsageError(format!("cannot listen on {}: {e}", cfg.http.listen)))?;

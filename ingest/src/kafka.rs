@@ -79,15 +79,37 @@ pub fn reader(bootstrap: &str) -> Result<BaseConsumer, KafkaError> {
     base(bootstrap).set("group.id", format!("gpusanity-reader-{}", uuid::Uuid::new_v4())).set("enable.auto.commit", "false").create()
 }
 
-/// Creates the topics that are missing (one partition each unless they exist already).
-pub async fn ensure_topics(bootstrap: &str, topics: &[&str]) -> Result<(), KafkaError> {
+/// Why the topics could not be made sure of.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicsError {
+    #[error("Kafka at {0} did not answer within {1} s (is the broker running? check the bootstrap address)")]
+    Unreachable(String, u64),
+    #[error("creating topic {0}: {1}")]
+    Create(String, RDKafkaErrorCode),
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+}
+
+/// How long start-up waits for the broker.
+const REACH_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Creates the topics that are missing (one partition each unless they exist already); the
+/// broker must answer within 20 s.
+pub async fn ensure_topics(bootstrap: &str, topics: &[&str]) -> Result<(), TopicsError> {
     let admin: AdminClient<DefaultClientContext> = base(bootstrap).create()?;
     let new: Vec<NewTopic> = topics.iter().map(|t| NewTopic::new(t, 1, TopicReplication::Fixed(1))).collect();
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    for res in admin.create_topics(&new, &opts).await? {
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))).request_timeout(Some(REACH_TIMEOUT));
+    let results = tokio::time::timeout(REACH_TIMEOUT, admin.create_topics(&new, &opts))
+        .await
+        .map_err(|_| TopicsError::Unreachable(bootstrap.into(), REACH_TIMEOUT.as_secs()))?;
+    let results = match results {
+        Err(KafkaError::AdminOp(RDKafkaErrorCode::OperationTimedOut)) => return Err(TopicsError::Unreachable(bootstrap.into(), REACH_TIMEOUT.as_secs())),
+        r => r?,
+    };
+    for res in results {
         match res {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, code)) => return Err(KafkaError::AdminOp(code)).inspect_err(|_| tracing::error!(topic = t, "cannot create topic")),
+            Err((t, code)) => return Err(TopicsError::Create(t, code)),
         }
     }
     Ok(())

@@ -55,10 +55,18 @@ struct Agent {
     exits: mpsc::UnboundedSender<NodeResult>,
 }
 
+/// An unreachable broker is bad input (exit 2), like an unreachable master for `check`.
+pub fn topics_error(e: gpusanity_ingest::kafka::TopicsError) -> anyhow::Error {
+    match e {
+        gpusanity_ingest::kafka::TopicsError::Unreachable(..) => crate::launcher::UsageError(e.to_string()).into(),
+        e => anyhow::Error::from(e).context("creating the Kafka topics"),
+    }
+}
+
 /// Runs the agent until SIGTERM/SIGINT; its launchers are stopped before it returns.
 pub async fn run(cfg: AgentConfig) -> Result<()> {
     let k = &cfg.topics;
-    gpusanity_ingest::kafka::ensure_topics(&cfg.bootstrap, &[&k.agent_tasks, &k.agent_reports]).await.context("creating the agent topics")?;
+    gpusanity_ingest::kafka::ensure_topics(&cfg.bootstrap, &[&k.agent_tasks, &k.agent_reports]).await.map_err(topics_error)?;
     let producer = gpusanity_ingest::kafka::producer(&cfg.bootstrap)?;
     let consumer = gpusanity_ingest::kafka::tail_consumer(&cfg.bootstrap, &cfg.topics.agent_tasks).context("reading the agent-tasks topic")?;
     std::fs::create_dir_all(&cfg.work_dir).with_context(|| format!("creating {}", cfg.work_dir.display()))?;
