@@ -116,12 +116,26 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
 
 impl Agent {
     async fn send(&self, body: ReportBody) {
-        let r = AgentReport { version: WIRE_VERSION, node: self.cfg.node.clone(), agent_id: self.id.clone(), at: chrono::Utc::now(), body };
-        let Ok(payload) = serde_json::to_string(&r) else { return };
-        let rec = FutureRecord::to(&self.cfg.topics.agent_reports).key(&self.cfg.node).payload(&payload);
-        if let Err((e, _)) = self.producer.send(rec, Duration::from_secs(10)).await {
+        if let Err(e) = self.try_send(&body).await {
             tracing::warn!("could not send a report to the service: {e}");
+            // A result whose report the broker refuses (too large) still ends the run, with why.
+            if let ReportBody::Result(res) = body {
+                if res.report.is_some() {
+                    let error = Some(format!("node 0's report could not be sent: {e}"));
+                    let slim = NodeResult { report: None, error, ..res };
+                    if let Err(e) = self.try_send(&ReportBody::Result(slim)).await {
+                        tracing::warn!("could not send a result to the service: {e}");
+                    }
+                }
+            }
         }
+    }
+
+    async fn try_send(&self, body: &ReportBody) -> Result<(), rdkafka::error::KafkaError> {
+        let r = AgentReport { version: WIRE_VERSION, node: self.cfg.node.clone(), agent_id: self.id.clone(), at: chrono::Utc::now(), body: body.clone() };
+        let payload = serde_json::to_string(&r).unwrap_or_default();
+        let rec = FutureRecord::to(&self.cfg.topics.agent_reports).key(&self.cfg.node).payload(&payload);
+        self.producer.send(rec, Duration::from_secs(10)).await.map(|_| ()).map_err(|(e, _)| e)
     }
 
     async fn heartbeat(&self) {
