@@ -2,22 +2,12 @@
 
 mod svc;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use svc::common::tagged_processes;
 use svc::{allocated, World};
 
 const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0";
-
-/// Waits until a worker process of this world runs (the data plane is under way).
-fn wait_for_workers(w: &World, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tagged_processes(&w.tag).iter().filter(|(_, rank)| rank.is_some()).count() < n {
-        assert!(Instant::now() < deadline, "the workers never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 #[test]
 fn an_agent_killed_mid_run_fails_the_run_naming_its_node_within_the_deadline() {
@@ -27,7 +17,7 @@ fn an_agent_killed_mid_run_fails_the_run_naming_its_node_within_the_deadline() {
     let args = "--sanity-check-timeout-per-test=1 --sanity-check-max-time=2 --sanity-check-envs=GPUSANITY_FAULT=hang@0";
     w.allocate("kill-1", "job-kill", args);
     out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
-    wait_for_workers(&w, 2);
+    w.wait_for_workers(2);
     let killed = Instant::now();
     w.kill("k-b");
     let failed = out.wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
@@ -62,39 +52,8 @@ fn a_job_node_without_an_agent_is_a_finding_naming_it() {
 #[test]
 fn the_service_killed_mid_run_and_restarted_ends_the_run_and_loses_or_duplicates_nothing() {
     let _g = svc::common::serial();
-    let (mut w, mut out) = World::running(FAST, &["c-a", "c-b"]);
-    w.allocate("crash-1", "job-crash", "--sanity-check-max-time=2");
-    out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
-    wait_for_workers(&w, 1);
-    w.kill("serve");
-    // While the service is down: more job events (no check: EnableSanityCheck off).
-    for i in 0..5 {
-        let mut ev: serde_json::Value = serde_json::from_str(&allocated(&format!("down-{i}"), &format!("job-down-{i}"), &["c-a"], "")).unwrap();
-        ev["settings"]["EnableSanityCheck"] = false.into();
-        w.publish(ev.to_string().as_bytes());
-    }
-    w.serve();
-    let end = out.wait_for(Duration::from_secs(90), "the run's verdict", |v| v["job_id"] == "job-crash" && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed"));
-    assert_eq!(end["type"], "CheckPassed", "{end:#}\n{}", w.log("serve"));
-    assert!(w.log("serve").contains("resuming a run left in Checking"), "the run was not in flight at the kill:\n{}", w.log("serve"));
-    for i in 0..5 {
-        out.wait_for(Duration::from_secs(30), "CheckSkipped of an event sent while down", |v| v["job_id"] == format!("job-down-{i}").as_str());
-    }
-    out.drain(Duration::from_secs(2));
-    // No output event twice: unique ids, and one of each kind per job.
-    let mut ids: HashMap<String, usize> = HashMap::new();
-    for v in &out.seen {
-        *ids.entry(v["event_id"].as_str().unwrap_or("").to_string()).or_default() += 1;
-    }
-    assert!(ids.values().all(|&n| n == 1), "duplicated event ids: {:#?}", out.seen);
-    assert_eq!(out.of("job-crash", "SanityCheckStarted").len(), 1, "{:#?}", out.seen);
-    assert_eq!(out.of("job-crash", "CheckPassed").len(), 1, "{:#?}", out.seen);
-    for i in 0..5 {
-        assert_eq!(out.of(&format!("job-down-{i}"), "CheckSkipped").len(), 1, "{:#?}", out.seen);
-    }
-    assert_eq!(w.sql("SELECT state FROM runs"), ["CheckPassed"]);
-    assert_eq!(w.sql("SELECT COUNT(*) FROM job_events"), ["6"]);
-    assert_eq!(w.sql("SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL"), ["0"]);
+    let mut w = World::new(None, FAST);
+    svc::crash_restart(&mut w);
     w.shutdown();
 }
 
@@ -121,7 +80,7 @@ fn job_stopped_cancels_the_run_and_its_processes() {
     let args = "--sanity-check-timeout-per-test=1 --sanity-check-max-time=2 --sanity-check-envs=GPUSANITY_FAULT=hang@0";
     w.allocate("stop-1", "job-stop", args);
     out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
-    wait_for_workers(&w, 2);
+    w.wait_for_workers(2);
     w.publish(svc::stopped("stop-2", "job-stop").as_bytes());
     let cancelled = out.wait_for(Duration::from_secs(20), "CheckCancelled", |v| v["type"] == "CheckCancelled");
     assert_eq!(cancelled["cause_event_id"], "stop-2");
@@ -160,7 +119,7 @@ fn the_service_ends_a_run_whose_launchers_never_answer_at_max_time() {
     w.allocate("rt-1", "job-rt", "--sanity-check-max-time=0.1 --sanity-check-timeout-per-test=0.1");
     let started = Instant::now();
     out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
-    wait_for_workers(&w, 2);
+    w.wait_for_workers(2);
     // Frozen launchers can enforce nothing: the service's own deadline (6 s + 2 s) must act.
     let frozen = launchers(&w);
     assert_eq!(frozen.len(), 2, "launchers: {frozen:?}");

@@ -1,5 +1,6 @@
-//! The service end to end on PostgreSQL (the SQLite runs are in service_flow.rs): the same
-//! 2-node pass, and a KeepJobHang-free run of the fault path through the same schema.
+//! The service end to end on PostgreSQL (the SQLite runs are in service_flow.rs and
+//! service_faults.rs): the 2-node pass, the service killed mid-run and restarted, and a node
+//! without an agent.
 
 mod svc;
 
@@ -15,6 +16,15 @@ fn two_node_job_passes_on_postgresql() {
     let url = svc::postgres_database("gpusanity_pass");
     let mut w = World::new(Some(url), FAST);
     svc::two_node_pass(&mut w);
+    w.shutdown();
+}
+
+#[test]
+fn the_service_killed_mid_run_and_restarted_on_postgresql() {
+    let _g = svc::common::serial();
+    let url = svc::postgres_database("gpusanity_crash");
+    let mut w = World::new(Some(url), "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0");
+    svc::crash_restart(&mut w);
     w.shutdown();
 }
 

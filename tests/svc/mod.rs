@@ -23,7 +23,7 @@ mod scenario;
 pub use reader::Reader;
 // Each test binary uses some of them.
 #[allow(unused_imports)]
-pub use scenario::{allocated, restarted, stopped, two_node_pass};
+pub use scenario::{allocated, crash_restart, restarted, stopped, two_node_pass};
 
 pub const TOKEN: &str = "test-token-0123456789";
 
@@ -132,12 +132,17 @@ impl World {
     /// of the output topic.
     pub fn running(coordinator: &str, nodes: &[&str]) -> (World, Reader) {
         let mut w = World::new(None, coordinator);
-        w.serve();
-        for n in nodes {
-            w.agent(n);
-        }
-        let out = w.reader("check-events");
+        let out = w.start(nodes);
         (w, out)
+    }
+
+    /// Starts the service and an agent per node; returns a reader of the output topic.
+    pub fn start(&mut self, nodes: &[&str]) -> Reader {
+        self.serve();
+        for n in nodes {
+            self.agent(n);
+        }
+        self.reader("check-events")
     }
 
     pub fn topic(&self, name: &str) -> String {
@@ -172,6 +177,15 @@ impl World {
         let work = self.dir.path().join(format!("agent-{node}"));
         let work = work.to_string_lossy().into_owned();
         self.spawn(node, &["agent", "--node", node, "--device", "cpu", "--nproc-per-node", "1", "--heartbeat-s", "0.3", "--work-dir", &work]);
+    }
+
+    /// Waits until `n` worker processes of this world run (the data plane is under way).
+    pub fn wait_for_workers(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while common::tagged_processes(&self.tag).iter().filter(|(_, rank)| rank.is_some()).count() < n {
+            assert!(Instant::now() < deadline, "the workers never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     pub fn pid(&self, name: &str) -> i32 {

@@ -1,5 +1,6 @@
 //! Job events for the tests, and the 2-node pass that runs on SQLite and on PostgreSQL.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -29,10 +30,7 @@ pub fn stopped(event_id: &str, job: &str) -> String {
 /// JobResourcesAllocated for a 2-node job, an agent per node: CheckPassed on the output topic
 /// and the rows in the database; a redelivered event is applied once.
 pub fn two_node_pass(w: &mut World) {
-    w.serve();
-    w.agent("node-a");
-    w.agent("node-b");
-    let mut out = w.reader("check-events");
+    let mut out = w.start(&["node-a", "node-b"]);
     w.allocate("ev-1", "job-1", "--sanity-check-max-time=2 --sanity-check-timeout-per-test=1");
 
     let started = out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
@@ -73,4 +71,42 @@ pub fn two_node_pass(w: &mut World) {
     out.drain(Duration::from_secs(1));
     assert_eq!(out.of("job-1", "SanityCheckStarted").len(), 1, "a duplicate event started a second run: {:#?}", out.seen);
     assert_eq!(w.sql("SELECT COUNT(*) FROM runs").first().map(String::as_str), Some("1"));
+}
+
+/// The service SIGKILLed mid-run, job events published while it is down, then restarted: the
+/// run ends, no job event is lost, no output event is duplicated.
+pub fn crash_restart(w: &mut World) {
+    let mut out = w.start(&["c-a", "c-b"]);
+    w.allocate("crash-1", "job-crash", "--sanity-check-max-time=2");
+    out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
+    w.wait_for_workers(1);
+    w.kill("serve");
+    // While the service is down: more job events (no check: EnableSanityCheck off).
+    for i in 0..5 {
+        let mut ev: serde_json::Value = serde_json::from_str(&allocated(&format!("down-{i}"), &format!("job-down-{i}"), &["c-a"], "")).unwrap();
+        ev["settings"]["EnableSanityCheck"] = false.into();
+        w.publish(ev.to_string().as_bytes());
+    }
+    w.serve();
+    let end = out.wait_for(Duration::from_secs(90), "the run's verdict", |v| v["job_id"] == "job-crash" && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed"));
+    assert_eq!(end["type"], "CheckPassed", "{end:#}\n{}", w.log("serve"));
+    assert!(w.log("serve").contains("resuming a run left in Checking"), "the run was not in flight at the kill:\n{}", w.log("serve"));
+    for i in 0..5 {
+        out.wait_for(Duration::from_secs(30), "CheckSkipped of an event sent while down", |v| v["job_id"] == format!("job-down-{i}").as_str());
+    }
+    out.drain(Duration::from_secs(2));
+    // No output event twice: unique ids, and one of each kind per job.
+    let mut ids: HashMap<String, usize> = HashMap::new();
+    for v in &out.seen {
+        *ids.entry(v["event_id"].as_str().unwrap_or("").to_string()).or_default() += 1;
+    }
+    assert!(ids.values().all(|&n| n == 1), "duplicated event ids: {:#?}", out.seen);
+    assert_eq!(out.of("job-crash", "SanityCheckStarted").len(), 1, "{:#?}", out.seen);
+    assert_eq!(out.of("job-crash", "CheckPassed").len(), 1, "{:#?}", out.seen);
+    for i in 0..5 {
+        assert_eq!(out.of(&format!("job-down-{i}"), "CheckSkipped").len(), 1, "{:#?}", out.seen);
+    }
+    assert_eq!(w.sql("SELECT state FROM runs"), ["CheckPassed"]);
+    assert_eq!(w.sql("SELECT COUNT(*) FROM job_events"), ["6"]);
+    assert_eq!(w.sql("SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL"), ["0"]);
 }
