@@ -53,7 +53,7 @@ fn main() -> Res<()> {
         }
     }
     producer.flush(Duration::from_secs(60))?;
-    let mut procs = vec![spawn(bin, &config, &["serve"], &dir, "serve")?];
+    let mut procs = Procs(vec![spawn(bin, &config, &["serve"], &dir, "serve")?]);
     let out_topic = format!("{prefix}check-events");
     let t0 = Instant::now();
     let skipped = read_until(boot, &out_topic, events, Duration::from_secs(300))?;
@@ -72,8 +72,8 @@ fn main() -> Res<()> {
     );
 
     // 2. Latency: runs one after another on two CPU agents (all-reduce, one worker per node).
-    procs.push(spawn(bin, &config, &["agent", "--node", "bench-a", "--device", "cpu", "--nproc-per-node", "1", "--work-dir", &dir.join("a").to_string_lossy()], &dir, "a")?);
-    procs.push(spawn(bin, &config, &["agent", "--node", "bench-b", "--device", "cpu", "--nproc-per-node", "1", "--work-dir", &dir.join("b").to_string_lossy()], &dir, "b")?);
+    procs.0.push(spawn(bin, &config, &["agent", "--node", "bench-a", "--device", "cpu", "--nproc-per-node", "1", "--work-dir", &dir.join("a").to_string_lossy()], &dir, "a")?);
+    procs.0.push(spawn(bin, &config, &["agent", "--node", "bench-b", "--device", "cpu", "--nproc-per-node", "1", "--work-dir", &dir.join("b").to_string_lossy()], &dir, "b")?);
     std::thread::sleep(Duration::from_secs(3));
     let mut seen = events;
     for i in 0..runs {
@@ -107,12 +107,28 @@ fn main() -> Res<()> {
     println!("latency over {runs} runs ({failed} failed), milliseconds:");
     println!("  job event -> SanityCheckStarted (Checking): {}", pct(&mut to_checking));
     println!("  last agent result -> CheckPassed:           {}", pct(&mut to_passed));
-    for mut p in procs {
-        let _ = nix_term(&p);
-        let _ = p.wait();
-    }
+    drop(procs);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// The service and agents started here; stopped (SIGTERM, then SIGKILL) however main ends.
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = nix_term(p);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for p in &mut self.0 {
+            while matches!(p.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+    }
 }
 
 fn event(id: &str, job: &str, enabled: bool, args: &str) -> String {

@@ -46,6 +46,35 @@ struct Running {
     cancel: Option<oneshot::Sender<()>>,
 }
 
+/// What sending a report needs, detached from the agent for background deliveries.
+struct Sender {
+    producer: FutureProducer,
+    topic: String,
+    node: String,
+    id: String,
+}
+
+impl Sender {
+    /// Queues `body` now (in order); the future resolves when the broker has it.
+    fn enqueue(&self, body: &ReportBody) -> Option<impl std::future::Future<Output = Result<(), String>>> {
+        let r = AgentReport { version: WIRE_VERSION, node: self.node.clone(), agent_id: self.id.clone(), at: chrono::Utc::now(), body: body.clone() };
+        let payload = serde_json::to_string(&r).ok()?;
+        match self.producer.send_result(FutureRecord::to(&self.topic).key(&self.node).payload(&payload)) {
+            Ok(delivery) => Some(async move {
+                match delivery.await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err((e, _))) => Err(e.to_string()),
+                    Err(_) => Err("the producer was dropped".to_string()),
+                }
+            }),
+            Err((e, _)) => {
+                tracing::warn!("could not queue a report for the service: {e}");
+                None
+            }
+        }
+    }
+}
+
 struct Agent {
     cfg: AgentConfig,
     id: String,
@@ -78,7 +107,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
         tokio::select! {
-            _ = beat.tick() => agent.heartbeat().await,
+            _ = beat.tick() => agent.heartbeat(),
             m = consumer.recv() => {
                 let m = match m {
                     Ok(m) => m,
@@ -88,13 +117,13 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
                     }
                 };
                 match m.payload().map(serde_json::from_slice::<AgentCommand>) {
-                    Some(Ok(c)) if c.node == agent.cfg.node && c.version == WIRE_VERSION => agent.command(c.body).await,
+                    Some(Ok(c)) if c.node == agent.cfg.node && c.version == WIRE_VERSION => agent.command(c.body),
                     Some(Ok(_)) => {}
                     Some(Err(e)) => tracing::warn!("malformed agent command ignored: {e}"),
                     None => {}
                 }
             }
-            Some(res) = exited.recv() => agent.exited(res).await,
+            Some(res) = exited.recv() => agent.exited(res),
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
@@ -107,7 +136,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     }
     while !agent.running.is_empty() {
         match tokio::time::timeout(Duration::from_secs(15), exited.recv()).await {
-            Ok(Some(res)) => agent.exited(res).await,
+            Ok(Some(res)) => agent.exited(res),
             _ => break,
         }
     }
@@ -115,42 +144,50 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
 }
 
 impl Agent {
-    async fn send(&self, body: ReportBody) {
-        if let Err(e) = self.try_send(&body).await {
+    /// Queues a report for the service and returns at once (a slow or absent broker must not
+    /// hold up the agent's loop); the delivery is awaited in the background. A result whose
+    /// report the broker refuses (too large) is sent again without it, with the reason.
+    fn send(&self, body: ReportBody) {
+        let Some(delivery) = self.enqueue(&body) else { return };
+        let slim = match body {
+            ReportBody::Result(res) if res.report.is_some() => Some(res),
+            _ => None,
+        };
+        let retry = slim.map(|res| (self.clone_sender(), res));
+        tokio::spawn(async move {
+            let Err(e) = delivery.await else { return };
             tracing::warn!("could not send a report to the service: {e}");
-            // A result whose report the broker refuses (too large) still ends the run, with why.
-            if let ReportBody::Result(res) = body {
-                if res.report.is_some() {
-                    let error = Some(format!("node 0's report could not be sent: {e}"));
-                    let slim = NodeResult { report: None, error, ..res };
-                    if let Err(e) = self.try_send(&ReportBody::Result(slim)).await {
+            if let Some((sender, res)) = retry {
+                let error = Some(format!("node 0's report could not be sent: {e}"));
+                if let Some(d) = sender.enqueue(&ReportBody::Result(NodeResult { report: None, error, ..res })) {
+                    if let Err(e) = d.await {
                         tracing::warn!("could not send a result to the service: {e}");
                     }
                 }
             }
-        }
+        });
     }
 
-    async fn try_send(&self, body: &ReportBody) -> Result<(), rdkafka::error::KafkaError> {
-        let r = AgentReport { version: WIRE_VERSION, node: self.cfg.node.clone(), agent_id: self.id.clone(), at: chrono::Utc::now(), body: body.clone() };
-        let payload = serde_json::to_string(&r).unwrap_or_default();
-        let rec = FutureRecord::to(&self.cfg.topics.agent_reports).key(&self.cfg.node).payload(&payload);
-        self.producer.send(rec, Duration::from_secs(10)).await.map(|_| ()).map_err(|(e, _)| e)
+    fn clone_sender(&self) -> Sender {
+        Sender { producer: self.producer.clone(), topic: self.cfg.topics.agent_reports.clone(), node: self.cfg.node.clone(), id: self.id.clone() }
     }
 
-    async fn heartbeat(&self) {
+    fn enqueue(&self, body: &ReportBody) -> Option<impl std::future::Future<Output = Result<(), String>>> {
+        self.clone_sender().enqueue(body)
+    }
+
+    fn heartbeat(&self) {
         let busy = self.running.iter().next();
         self.send(ReportBody::Heartbeat {
             address: self.cfg.address.clone(),
             run_id: busy.map(|(id, _)| id.clone()),
             elapsed_s: busy.map(|(_, r)| r.started.elapsed().as_secs_f64()),
-        })
-        .await;
+        });
     }
 
-    async fn command(&mut self, c: CommandBody) {
+    fn command(&mut self, c: CommandBody) {
         match c {
-            CommandBody::Task(t) => self.task(t).await,
+            CommandBody::Task(t) => self.task(t),
             CommandBody::Cancel { run_id, reason } => {
                 if let Some(r) = self.running.get_mut(&run_id) {
                     tracing::info!(run_id, reason, "cancelling this node's part of the run");
@@ -162,14 +199,14 @@ impl Agent {
         }
     }
 
-    async fn task(&mut self, t: Task) {
+    fn task(&mut self, t: Task) {
         // A repeated task (the service restarted): answer it again.
         if let Some(r) = self.running.get(&t.run_id) {
             let body = ReportBody::Started { run_id: t.run_id.clone(), node_rank: r.node_rank, master_port: r.master_port };
-            return self.send(body).await;
+            return self.send(body);
         }
         if let Some(res) = self.done.iter().find(|d| d.run_id == t.run_id).cloned() {
-            return self.send(ReportBody::Result(res)).await;
+            return self.send(ReportBody::Result(res));
         }
         if t.deadline <= chrono::Utc::now() {
             tracing::warn!(run_id = t.run_id, "stale task ignored (its deadline has passed)");
@@ -179,22 +216,22 @@ impl Agent {
         match Launch::start(&self.cfg, &t, cancel_rx, self.exits.clone()) {
             Ok(port) => {
                 self.running.insert(t.run_id.clone(), Running { node_rank: t.node_rank, started: Instant::now(), master_port: port, cancel: Some(cancel_tx) });
-                self.send(ReportBody::Started { run_id: t.run_id, node_rank: t.node_rank, master_port: port }).await;
+                self.send(ReportBody::Started { run_id: t.run_id, node_rank: t.node_rank, master_port: port });
             }
             Err(e) => {
                 let res = NodeResult { run_id: t.run_id, node_rank: t.node_rank, exit_code: None, report: None, error: Some(format!("{e:#}")) };
-                self.exited(res).await;
+                self.exited(res);
             }
         }
     }
 
-    async fn exited(&mut self, res: NodeResult) {
+    fn exited(&mut self, res: NodeResult) {
         self.running.remove(&res.run_id);
         tracing::info!(run_id = res.run_id, exit_code = ?res.exit_code, "this node's part of the run ended");
         self.done.push_back(res.clone());
         if self.done.len() > KEEP_DONE {
             self.done.pop_front();
         }
-        self.send(ReportBody::Result(res)).await;
+        self.send(ReportBody::Result(res));
     }
 }

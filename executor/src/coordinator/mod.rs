@@ -132,7 +132,7 @@ impl Coordinator {
             }
             Notice::Cancelled { run_id, reason } => {
                 if let Some(a) = self.active.remove(&run_id) {
-                    self.cancel_agents(&a, &reason).await;
+                    self.cancel_agents(&a, &reason);
                 }
             }
         }
@@ -162,7 +162,7 @@ impl Coordinator {
                         a.assigned.insert(*k, id);
                     }
                     for c in cmds {
-                        self.send(&c).await;
+                        self.send(&c);
                     }
                 }
             }
@@ -219,7 +219,7 @@ impl Coordinator {
         self.outbox_wake.notify_one();
         let pending = (0..a.run.nodes.len()).any(|k| !a.results.contains_key(&k));
         if pending {
-            self.cancel_agents(&a, summary).await;
+            self.cancel_agents(&a, summary);
         }
         Ok(())
     }
@@ -295,7 +295,7 @@ impl Coordinator {
             }
         }
         for c in sends {
-            self.send(&c).await;
+            self.send(&c);
         }
         for (id, v, summary, findings) in ends {
             self.end(&id, v, &summary, None, findings).await?;
@@ -306,19 +306,28 @@ impl Coordinator {
         Ok(())
     }
 
-    async fn cancel_agents(&self, a: &Active, reason: &str) {
+    fn cancel_agents(&self, a: &Active, reason: &str) {
         for n in &a.run.nodes {
             let c = AgentCommand { version: WIRE_VERSION, node: n.name.clone(), body: CommandBody::Cancel { run_id: a.run.run_id.clone(), reason: reason.into() } };
-            self.send(&c).await;
+            self.send(&c);
         }
     }
 
-    /// Sends a command to its node's agent; a failure is logged (the agent then times out).
-    async fn send(&self, c: &AgentCommand) {
+    /// Queues a command for its node's agent and returns at once (the loop must not wait on
+    /// the broker); a failed delivery is logged (the agent then times out).
+    fn send(&self, c: &AgentCommand) {
         let Ok(payload) = serde_json::to_string(c) else { return };
         let rec = FutureRecord::to(&self.topics.agent_tasks).key(&c.node).payload(&payload);
-        if let Err((e, _)) = self.producer.send(rec, Duration::from_secs(10)).await {
-            tracing::warn!(node = c.node, "could not send a command to the agent: {e}");
+        match self.producer.send_result(rec) {
+            Ok(delivery) => {
+                let node = c.node.clone();
+                tokio::spawn(async move {
+                    if let Ok(Err((e, _))) = delivery.await {
+                        tracing::warn!(node, "could not send a command to the agent: {e}");
+                    }
+                });
+            }
+            Err((e, _)) => tracing::warn!(node = c.node, "could not queue a command for the agent: {e}"),
         }
     }
 }
