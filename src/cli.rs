@@ -30,6 +30,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the service: Kafka job events in, check runs on the agents, results in the database, events out.
+    Serve(Box<crate::serve::ServeArgs>),
+    /// Run the agent of one node: takes its tasks from the service and runs the data plane.
+    Agent(Box<crate::agent::AgentArgs>),
     /// A worker process (started by `check`, one per device).
     #[command(hide = true)]
     Worker,
@@ -180,6 +184,8 @@ pub fn run(cli: Cli) -> ExitCode {
             Err(e) => crate::report_error(&e),
         },
         Command::Check(args) => check(&args),
+        Command::Serve(args) => crate::serve::serve(&args),
+        Command::Agent(args) => crate::agent::agent(&args),
     }
 }
 

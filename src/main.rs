@@ -1,6 +1,8 @@
 //! `gpusanity`: compute health check for distributed GPU training.
 
+mod agent;
 mod cli;
+mod serve;
 
 use std::process::ExitCode as ProcessExit;
 

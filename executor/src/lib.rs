@@ -11,3 +11,5 @@ pub mod diagnosis;
 pub mod diagnosis_micro;
 pub mod diagnosis_models;
 pub mod launcher;
+pub mod coordinator;
+pub mod agent;

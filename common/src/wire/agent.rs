@@ -1,0 +1,89 @@
+//! The agent protocol: the coordinator sends [`AgentCommand`]s on the agent-tasks topic (keyed
+//! by node name), the agents answer with [`AgentReport`]s on the agent-reports topic.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::report::Report;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentCommand {
+    pub version: u32,
+    /// The node this command is for; other agents ignore it.
+    pub node: String,
+    #[serde(flatten)]
+    pub body: CommandBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum CommandBody {
+    /// Run this node's part of a check run. Sent to node 0 first with no `master`; node 0's
+    /// agent answers [`ReportBody::Started`] with its rendezvous port, and then the other
+    /// nodes get it with `master` set. A repeated task for the same run is ignored.
+    Task(Task),
+    /// Stop this node's part of a run (job stopped, run failed elsewhere, deadline).
+    Cancel { run_id: String, reason: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub run_id: String,
+    pub nnodes: usize,
+    pub node_rank: usize,
+    /// Node 0's rendezvous address and port; None for node 0 itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master: Option<(String, u16)>,
+    /// The job's SanityCheckArgs (validated by the service).
+    pub sanity_check_args: String,
+    /// The agent gives up on the task after this instant (a stale task is ignored).
+    pub deadline: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentReport {
+    pub version: u32,
+    pub node: String,
+    /// Unique per agent process: a restarted agent is a new instance.
+    pub agent_id: String,
+    pub at: DateTime<Utc>,
+    #[serde(flatten)]
+    pub body: ReportBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum ReportBody {
+    /// Sent every heartbeat interval while the agent lives, with the run it is busy with.
+    Heartbeat {
+        address: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run_id: Option<String>,
+        /// Seconds since this node's part of the run started.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        elapsed_s: Option<f64>,
+    },
+    /// The node's launcher started; node 0 names its rendezvous port.
+    Started {
+        run_id: String,
+        node_rank: usize,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        master_port: Option<u16>,
+    },
+    /// The node's launcher ended: its exit code, and node 0's report.
+    Result(NodeResult),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeResult {
+    pub run_id: String,
+    pub node_rank: usize,
+    /// The launcher's exit code (see common/src/exit.rs); None when it died by a signal.
+    pub exit_code: Option<i32>,
+    /// Node 0's report.json.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<Box<Report>>,
+    /// The launcher's last error line, or why the agent could not run the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}

@@ -1,0 +1,64 @@
+//! Output events, published by the service on the output topic for the platform and the ops
+//! workflow. Every event has a unique `event_id`: a consumer that sees an id twice drops it.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputEvent {
+    pub version: u32,
+    pub event_id: String,
+    pub job_id: String,
+    pub workspace_id: String,
+    /// The check run; absent for decisions that started none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The job event that caused this output.
+    pub cause_event_id: String,
+    pub at: DateTime<Utc>,
+    #[serde(flatten)]
+    pub body: OutputBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum OutputBody {
+    /// A run started: the job is in `Checking`.
+    SanityCheckStarted { attempt: u32, nodes: Vec<String>, checks: Vec<String> },
+    /// Every check passed: the platform may start the job.
+    CheckPassed { summary: String, report_url: String },
+    /// A problem was found, a deadline overran under MarkJobFail, or a person failed a held run.
+    CheckFailed { summary: String, faulty_nodes: Vec<String>, report_url: String, reason: FailReason },
+    /// No check for this start, and why (timing policy, EnableSanityCheck off, out of scope).
+    CheckSkipped { reason: String },
+    /// A run was cancelled because its job stopped.
+    CheckCancelled { reason: String },
+    /// A node with a critical finding, for the ops workflow to take out of service.
+    NodeIsolated { node: String, codes: Vec<String>, reason: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailReason {
+    /// A check found a problem (or a node had no live agent / lost it).
+    CheckFailed,
+    /// The whole run overran its max time, or a test its per-test timeout, under MarkJobFail.
+    TimedOut,
+    /// A person resolved a KeepJobHang hold as failed.
+    ResolvedByOperator,
+    /// The run could not be carried out (the data plane reported an error).
+    Error,
+}
+
+impl OutputBody {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            OutputBody::SanityCheckStarted { .. } => "SanityCheckStarted",
+            OutputBody::CheckPassed { .. } => "CheckPassed",
+            OutputBody::CheckFailed { .. } => "CheckFailed",
+            OutputBody::CheckSkipped { .. } => "CheckSkipped",
+            OutputBody::CheckCancelled { .. } => "CheckCancelled",
+            OutputBody::NodeIsolated { .. } => "NodeIsolated",
+        }
+    }
+}

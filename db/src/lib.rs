@@ -1,0 +1,109 @@
+//! Persistence of the service through sqlx: SQLite (a file, the default, no setup) or
+//! PostgreSQL (by URL), one schema each under `migrations/` at the top of the repository.
+//!
+//! Tables: jobs, job events (idempotency by event id), runs, state transitions, per-rank
+//! results, findings, node health history and the outbox of output events. Writes that belong
+//! together take a [`Tx`] so the caller commits them as one transaction.
+
+pub mod outbox;
+pub mod results;
+pub mod runs;
+
+use std::str::FromStr;
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyPool, ConnectOptions, Executor};
+use thiserror::Error;
+
+pub use outbox::OutboxRow;
+pub use runs::{JobRow, RunRow, RunState};
+
+pub type Tx = sqlx::Transaction<'static, sqlx::Any>;
+
+#[derive(Debug, Error)]
+pub enum DbError {
+    #[error("database URL `{0}`: expected sqlite://PATH or postgres://...")]
+    BadUrl(String),
+    #[error("database: {0}")]
+    Sql(#[from] sqlx::Error),
+    #[error("database migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("stored JSON is malformed: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+pub type Result<T> = std::result::Result<T, DbError>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Clone)]
+pub struct Db {
+    pub pool: AnyPool,
+    pub backend: Backend,
+}
+
+static SQLITE: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+static POSTGRES: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+impl Db {
+    /// Connects (creating a SQLite file when missing) and applies the migrations.
+    pub async fn connect(url: &str) -> Result<Db> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Backend::Postgres
+        } else {
+            return Err(DbError::BadUrl(url.into()));
+        };
+        let url = match backend {
+            Backend::Sqlite if !url.contains('?') => format!("{url}?mode=rwc"),
+            _ => url.to_string(),
+        };
+        let opts = AnyConnectOptions::from_str(&url)?.disable_statement_logging();
+        let pool = AnyPoolOptions::new()
+            .max_connections(if backend == Backend::Sqlite { 4 } else { 8 })
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        // WAL: readers do not block the writer; NORMAL: no fsync per commit
+                        // (a power cut may lose the last commits, a process crash loses none).
+                        conn.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=10000;").await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect_with(opts)
+            .await?;
+        match backend {
+            Backend::Sqlite => SQLITE.run(&pool).await?,
+            Backend::Postgres => POSTGRES.run(&pool).await?,
+        }
+        Ok(Db { pool, backend })
+    }
+
+    /// A round trip to the database.
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// A write transaction. On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`): a
+    /// deferred transaction that reads first could not upgrade after another writer committed
+    /// (SQLITE_BUSY_SNAPSHOT, which no busy timeout retries).
+    pub async fn begin(&self) -> Result<Tx> {
+        Ok(match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.pool.begin().await?,
+        })
+    }
+}
+
+/// Now, as the Unix milliseconds every time column holds.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

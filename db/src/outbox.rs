@@ -1,0 +1,80 @@
+//! The outbox: output events written in the same transaction as the state change that causes
+//! them, sent later by the publisher and then marked sent.
+
+use gpusanity_common::wire::output::OutputEvent;
+use sqlx::Row;
+
+use crate::{now_ms, Db, Result, Tx};
+
+#[derive(Debug, Clone)]
+pub struct OutboxRow {
+    pub id: i64,
+    pub event_id: String,
+    pub topic: String,
+    pub key: String,
+    pub payload: String,
+}
+
+/// Queues `event` for `topic`, keyed by its job id (one partition keeps a job's events in order).
+pub async fn enqueue(tx: &mut Tx, topic: &str, event: &OutputEvent) -> Result<()> {
+    enqueue_raw(tx, topic, &event.job_id, &event.event_id, &serde_json::to_string(event)?).await
+}
+
+/// Queues any message; a second message with the same event id is dropped.
+pub async fn enqueue_raw(tx: &mut Tx, topic: &str, key: &str, event_id: &str, payload: &str) -> Result<()> {
+    sqlx::query("INSERT INTO outbox (event_id, topic, msg_key, payload, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (event_id) DO NOTHING")
+        .bind(event_id)
+        .bind(topic)
+        .bind(key)
+        .bind(payload)
+        .bind(now_ms())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+impl Db {
+    /// The oldest unsent rows, in the order they were written.
+    pub async fn unsent(&self, limit: i64) -> Result<Vec<OutboxRow>> {
+        let rows = sqlx::query("SELECT id, event_id, topic, msg_key, payload FROM outbox WHERE sent_at IS NULL ORDER BY id LIMIT $1")
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(OutboxRow { id: r.try_get(0)?, event_id: r.try_get(1)?, topic: r.try_get(2)?, key: r.try_get(3)?, payload: r.try_get(4)? })
+            })
+            .collect()
+    }
+
+    pub async fn mark_sent(&self, ids: &[i64]) -> Result<()> {
+        let now = now_ms();
+        for chunk in ids.chunks(1000) {
+            let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
+            let sql = format!("UPDATE outbox SET sent_at = $1 WHERE id IN ({})", list.join(", "));
+            let mut q = sqlx::query(&sql).bind(now);
+            for id in chunk {
+                q = q.bind(id);
+            }
+            q.execute(&self.pool).await?;
+        }
+        Ok(())
+    }
+
+    /// Marks sent the unsent rows whose event ids are already on the topic (found after a crash).
+    pub async fn mark_sent_by_event_ids(&self, event_ids: &[String]) -> Result<u64> {
+        let mut tx = self.begin().await?;
+        let now = now_ms();
+        let mut n = 0;
+        for id in event_ids {
+            n += sqlx::query("UPDATE outbox SET sent_at = $1 WHERE event_id = $2 AND sent_at IS NULL")
+                .bind(now)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        tx.commit().await?;
+        Ok(n)
+    }
+}

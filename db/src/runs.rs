@@ -1,0 +1,265 @@
+//! Jobs, job events, runs and their state transitions.
+
+use gpusanity_common::wire::job::JobNode;
+use serde::{Deserialize, Serialize};
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use crate::{now_ms, Db, Result, Tx};
+
+/// A run's state, as DESIGN §2.3 names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunState {
+    Checking,
+    CheckPassed,
+    CheckFailed,
+    CheckCancelled,
+}
+
+impl RunState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Checking => "Checking",
+            RunState::CheckPassed => "CheckPassed",
+            RunState::CheckFailed => "CheckFailed",
+            RunState::CheckCancelled => "CheckCancelled",
+        }
+    }
+
+    fn parse(s: &str) -> RunState {
+        match s {
+            "CheckPassed" => RunState::CheckPassed,
+            "CheckFailed" => RunState::CheckFailed,
+            "CheckCancelled" => RunState::CheckCancelled,
+            _ => RunState::Checking,
+        }
+    }
+}
+
+/// The job as its last allocation described it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRow {
+    pub job_id: String,
+    pub workspace_id: String,
+    pub attempt: i64,
+    pub framework: Option<String>,
+    pub nodes: Vec<JobNode>,
+    pub enable_check: bool,
+    pub check_args: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRow {
+    pub run_id: String,
+    pub job_id: String,
+    pub workspace_id: String,
+    pub attempt: i64,
+    pub cause_event_id: String,
+    pub nodes: Vec<JobNode>,
+    pub check_args: String,
+    /// The validated settings, as JSON.
+    pub settings: serde_json::Value,
+    pub state: RunState,
+    /// A KeepJobHang overrun waiting for a person.
+    pub held: bool,
+    pub created_at: i64,
+    pub deadline_at: i64,
+    pub finished_at: Option<i64>,
+    pub summary: String,
+}
+
+const RUN_COLUMNS: &str =
+    "run_id, job_id, workspace_id, attempt, cause_event_id, nodes, check_args, settings, state, held, created_at, deadline_at, finished_at, summary";
+
+fn run_from_row(r: &AnyRow) -> Result<RunRow> {
+    Ok(RunRow {
+        run_id: r.try_get(0)?,
+        job_id: r.try_get(1)?,
+        workspace_id: r.try_get(2)?,
+        attempt: r.try_get(3)?,
+        cause_event_id: r.try_get(4)?,
+        nodes: serde_json::from_str(&r.try_get::<String, _>(5)?)?,
+        check_args: r.try_get(6)?,
+        settings: serde_json::from_str(&r.try_get::<String, _>(7)?)?,
+        state: RunState::parse(&r.try_get::<String, _>(8)?),
+        held: r.try_get::<i64, _>(9)? != 0,
+        created_at: r.try_get(10)?,
+        deadline_at: r.try_get(11)?,
+        finished_at: r.try_get(12)?,
+        summary: r.try_get(13)?,
+    })
+}
+
+/// Records a job event by id; false when it was seen before (a redelivery: do nothing).
+pub async fn record_job_event(tx: &mut Tx, event_id: &str, job_id: &str, event_type: &str, payload: &str, decision: &str) -> Result<bool> {
+    let done = sqlx::query(
+        "INSERT INTO job_events (event_id, job_id, event_type, payload, decision, received_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (event_id) DO NOTHING",
+    )
+    .bind(event_id)
+    .bind(job_id)
+    .bind(event_type)
+    .bind(payload)
+    .bind(decision)
+    .bind(now_ms())
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Whether this event id was seen before.
+pub async fn job_event_seen(tx: &mut Tx, event_id: &str) -> Result<bool> {
+    Ok(sqlx::query("SELECT 1 FROM job_events WHERE event_id = $1").bind(event_id).fetch_optional(&mut **tx).await?.is_some())
+}
+
+pub async fn upsert_job(tx: &mut Tx, j: &JobRow) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO jobs (job_id, workspace_id, attempt, framework, nodes, enable_check, check_args, stopped, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8)
+         ON CONFLICT (job_id) DO UPDATE SET workspace_id = $2, attempt = $3, framework = $4, nodes = $5, enable_check = $6,
+           check_args = $7, stopped = 0, updated_at = $8",
+    )
+    .bind(&j.job_id)
+    .bind(&j.workspace_id)
+    .bind(j.attempt)
+    .bind(&j.framework)
+    .bind(serde_json::to_string(&j.nodes)?)
+    .bind(i64::from(j.enable_check))
+    .bind(&j.check_args)
+    .bind(now_ms())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+pub async fn get_job(tx: &mut Tx, job_id: &str) -> Result<Option<JobRow>> {
+    let row = sqlx::query("SELECT job_id, workspace_id, attempt, framework, nodes, enable_check, check_args FROM jobs WHERE job_id = $1")
+        .bind(job_id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    row.map(|r| {
+        Ok(JobRow {
+            job_id: r.try_get(0)?,
+            workspace_id: r.try_get(1)?,
+            attempt: r.try_get(2)?,
+            framework: r.try_get(3)?,
+            nodes: serde_json::from_str(&r.try_get::<String, _>(4)?)?,
+            enable_check: r.try_get::<i64, _>(5)? != 0,
+            check_args: r.try_get(6)?,
+        })
+    })
+    .transpose()
+}
+
+pub async fn mark_job_stopped(tx: &mut Tx, job_id: &str) -> Result<()> {
+    sqlx::query("UPDATE jobs SET stopped = 1, updated_at = $1 WHERE job_id = $2").bind(now_ms()).bind(job_id).execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// Stores a new run in `Checking` with its first transition.
+pub async fn insert_run(tx: &mut Tx, r: &RunRow) -> Result<()> {
+    sqlx::query(&format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"))
+        .bind(&r.run_id)
+        .bind(&r.job_id)
+        .bind(&r.workspace_id)
+        .bind(r.attempt)
+        .bind(&r.cause_event_id)
+        .bind(serde_json::to_string(&r.nodes)?)
+        .bind(&r.check_args)
+        .bind(r.settings.to_string())
+        .bind(r.state.as_str())
+        .bind(i64::from(r.held))
+        .bind(r.created_at)
+        .bind(r.deadline_at)
+        .bind(r.finished_at)
+        .bind(&r.summary)
+        .execute(&mut **tx)
+        .await?;
+    add_transition(tx, &r.run_id, r.state.as_str(), "run stored").await
+}
+
+pub async fn add_transition(tx: &mut Tx, run_id: &str, state: &str, detail: &str) -> Result<()> {
+    sqlx::query("INSERT INTO transitions (run_id, state, detail, at) VALUES ($1, $2, $3, $4)")
+        .bind(run_id)
+        .bind(state)
+        .bind(detail)
+        .bind(now_ms())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// Ends a run in `state`, unless it has ended already (then false: nothing changed).
+pub async fn finish_run(tx: &mut Tx, run_id: &str, state: RunState, summary: &str, report: Option<&str>) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE runs SET state = $1, held = 0, finished_at = $2, summary = $3, report = COALESCE($4, report) WHERE run_id = $5 AND state = 'Checking'",
+    )
+    .bind(state.as_str())
+    .bind(now_ms())
+    .bind(summary)
+    .bind(report)
+    .bind(run_id)
+    .execute(&mut **tx)
+    .await?;
+    transition_if(tx, done.rows_affected(), run_id, state.as_str(), summary).await
+}
+
+/// A KeepJobHang overrun: the run stays `Checking`, held for a person.
+pub async fn hold_run(tx: &mut Tx, run_id: &str, summary: &str, report: Option<&str>) -> Result<bool> {
+    let done = sqlx::query("UPDATE runs SET held = 1, summary = $1, report = COALESCE($2, report) WHERE run_id = $3 AND state = 'Checking' AND held = 0")
+        .bind(summary)
+        .bind(report)
+        .bind(run_id)
+        .execute(&mut **tx)
+        .await?;
+    transition_if(tx, done.rows_affected(), run_id, "Checking", &format!("held (KeepJobHang): {summary}")).await
+}
+
+/// Records the transition when the update changed the run; false when it did not.
+async fn transition_if(tx: &mut Tx, changed: u64, run_id: &str, state: &str, detail: &str) -> Result<bool> {
+    if changed == 0 {
+        return Ok(false);
+    }
+    add_transition(tx, run_id, state, detail).await?;
+    Ok(true)
+}
+
+pub async fn active_run_of_job(tx: &mut Tx, job_id: &str) -> Result<Option<RunRow>> {
+    let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE job_id = $1 AND state = 'Checking' ORDER BY created_at DESC LIMIT 1"))
+        .bind(job_id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    row.as_ref().map(run_from_row).transpose()
+}
+
+pub async fn get_run_tx(tx: &mut Tx, run_id: &str) -> Result<Option<RunRow>> {
+    let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1")).bind(run_id).fetch_optional(&mut **tx).await?;
+    row.as_ref().map(run_from_row).transpose()
+}
+
+impl Db {
+    pub async fn get_run(&self, run_id: &str) -> Result<Option<RunRow>> {
+        let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1")).bind(run_id).fetch_optional(&self.pool).await?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+
+    /// The run's report.json as stored, if any.
+    pub async fn run_report(&self, run_id: &str) -> Result<Option<String>> {
+        let row = sqlx::query("SELECT report FROM runs WHERE run_id = $1").bind(run_id).fetch_optional(&self.pool).await?;
+        Ok(match row {
+            Some(r) => r.try_get::<Option<String>, _>(0)?,
+            None => None,
+        })
+    }
+
+    /// Runs in `Checking` (held or not), oldest first: what a restarted service resumes.
+    pub async fn active_runs(&self) -> Result<Vec<RunRow>> {
+        let rows = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE state = 'Checking' ORDER BY created_at")).fetch_all(&self.pool).await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    /// A run's transitions as (state, detail, at ms), in order.
+    pub async fn transitions(&self, run_id: &str) -> Result<Vec<(String, String, i64)>> {
+        let rows = sqlx::query("SELECT state, detail, at FROM transitions WHERE run_id = $1 ORDER BY id").bind(run_id).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
+    }
+}

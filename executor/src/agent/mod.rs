@@ -1,0 +1,237 @@
+//! `gpusanity agent --node NAME`: runs on every node, beats, takes the tasks for its node from
+//! Kafka, runs this node's part of the data plane — the launcher of `gpusanity check`, as a
+//! child process it can stop — and reports progress and results back.
+//!
+//! The launcher runs as a child process, not in-process: it owns signal handlers, worker
+//! processes tied to its thread and its own deadlines, and a child is what the agent can
+//! cancel (SIGTERM, then SIGKILL) without ending itself. The launcher's code is unchanged.
+
+mod launch;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use gpusanity_common::wire::agent::{AgentCommand, AgentReport, CommandBody, NodeResult, ReportBody, Task};
+use gpusanity_common::wire::{Topics, WIRE_VERSION};
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use tokio::sync::{mpsc, oneshot};
+
+use launch::Launch;
+
+/// Results kept to answer a repeated task (after a service restart).
+const KEEP_DONE: usize = 64;
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub node: String,
+    pub bootstrap: String,
+    pub topics: Topics,
+    /// The address the other nodes reach this node at (node 0 hosts the rendezvous on it).
+    pub address: String,
+    /// `auto`, `cuda` or `cpu`, passed to the launcher.
+    pub device: String,
+    pub nproc_per_node: Option<usize>,
+    /// Each run's report and launcher log go under `work_dir/RUN_ID/`.
+    pub work_dir: PathBuf,
+    pub heartbeat: Duration,
+}
+
+struct Running {
+    node_rank: usize,
+    started: Instant,
+    master_port: Option<u16>,
+    cancel: Option<oneshot::Sender<()>>,
+}
+
+/// What sending a report needs, detached from the agent for background deliveries.
+struct Sender {
+    producer: FutureProducer,
+    topic: String,
+    node: String,
+    id: String,
+}
+
+impl Sender {
+    /// Queues `body` now (in order); the future resolves when the broker has it.
+    fn enqueue(&self, body: &ReportBody) -> Option<impl std::future::Future<Output = Result<(), String>>> {
+        let r = AgentReport { version: WIRE_VERSION, node: self.node.clone(), agent_id: self.id.clone(), at: chrono::Utc::now(), body: body.clone() };
+        let payload = serde_json::to_string(&r).ok()?;
+        match self.producer.send_result(FutureRecord::to(&self.topic).key(&self.node).payload(&payload)) {
+            Ok(delivery) => Some(async move {
+                match delivery.await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err((e, _))) => Err(e.to_string()),
+                    Err(_) => Err("the producer was dropped".to_string()),
+                }
+            }),
+            Err((e, _)) => {
+                tracing::warn!("could not queue a report for the service: {e}");
+                None
+            }
+        }
+    }
+}
+
+struct Agent {
+    cfg: AgentConfig,
+    id: String,
+    producer: FutureProducer,
+    running: HashMap<String, Running>,
+    done: VecDeque<NodeResult>,
+    exits: mpsc::UnboundedSender<NodeResult>,
+}
+
+/// An unreachable broker is bad input (exit 2), like an unreachable master for `check`.
+pub fn topics_error(e: gpusanity_ingest::kafka::TopicsError) -> anyhow::Error {
+    match e {
+        gpusanity_ingest::kafka::TopicsError::Unreachable(..) => crate::launcher::UsageError(e.to_string()).into(),
+        e => anyhow::Error::from(e).context("creating the Kafka topics"),
+    }
+}
+
+/// Runs the agent until SIGTERM/SIGINT; its launchers are stopped before it returns.
+pub async fn run(cfg: AgentConfig) -> Result<()> {
+    let k = &cfg.topics;
+    gpusanity_ingest::kafka::ensure_topics(&cfg.bootstrap, &[&k.agent_tasks, &k.agent_reports]).await.map_err(topics_error)?;
+    let producer = gpusanity_ingest::kafka::producer(&cfg.bootstrap)?;
+    let consumer = gpusanity_ingest::kafka::tail_consumer(&cfg.bootstrap, &cfg.topics.agent_tasks).context("reading the agent-tasks topic")?;
+    std::fs::create_dir_all(&cfg.work_dir).with_context(|| format!("creating {}", cfg.work_dir.display()))?;
+    let (exits, mut exited) = mpsc::unbounded_channel();
+    let mut agent = Agent { id: uuid::Uuid::new_v4().to_string(), cfg, producer, running: HashMap::new(), done: VecDeque::new(), exits };
+    tracing::info!(node = agent.cfg.node, agent_id = agent.id, "agent up");
+    let mut beat = tokio::time::interval(agent.cfg.heartbeat);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    loop {
+        tokio::select! {
+            _ = beat.tick() => agent.heartbeat(),
+            m = consumer.recv() => {
+                let m = match m {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::warn!("reading agent tasks: {e}");
+                        continue;
+                    }
+                };
+                match m.payload().map(serde_json::from_slice::<AgentCommand>) {
+                    Some(Ok(c)) if c.node == agent.cfg.node && c.version == WIRE_VERSION => agent.command(c.body),
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => tracing::warn!("malformed agent command ignored: {e}"),
+                    None => {}
+                }
+            }
+            Some(res) = exited.recv() => agent.exited(res),
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    // Stop every launcher and report how each ended before leaving.
+    for r in agent.running.values_mut() {
+        if let Some(c) = r.cancel.take() {
+            let _ = c.send(());
+        }
+    }
+    while !agent.running.is_empty() {
+        match tokio::time::timeout(Duration::from_secs(15), exited.recv()).await {
+            Ok(Some(res)) => agent.exited(res),
+            _ => break,
+        }
+    }
+    Ok(())
+}
+
+impl Agent {
+    /// Queues a report for the service and returns at once (a slow or absent broker must not
+    /// hold up the agent's loop); the delivery is awaited in the background. A result whose
+    /// report the broker refuses (too large) is sent again without it, with the reason.
+    fn send(&self, body: ReportBody) {
+        let Some(delivery) = self.enqueue(&body) else { return };
+        let slim = match body {
+            ReportBody::Result(res) if res.report.is_some() => Some(res),
+            _ => None,
+        };
+        let retry = slim.map(|res| (self.clone_sender(), res));
+        tokio::spawn(async move {
+            let Err(e) = delivery.await else { return };
+            tracing::warn!("could not send a report to the service: {e}");
+            if let Some((sender, res)) = retry {
+                let error = Some(format!("node 0's report could not be sent: {e}"));
+                if let Some(d) = sender.enqueue(&ReportBody::Result(NodeResult { report: None, error, ..res })) {
+                    if let Err(e) = d.await {
+                        tracing::warn!("could not send a result to the service: {e}");
+                    }
+                }
+            }
+        });
+    }
+
+    fn clone_sender(&self) -> Sender {
+        Sender { producer: self.producer.clone(), topic: self.cfg.topics.agent_reports.clone(), node: self.cfg.node.clone(), id: self.id.clone() }
+    }
+
+    fn enqueue(&self, body: &ReportBody) -> Option<impl std::future::Future<Output = Result<(), String>>> {
+        self.clone_sender().enqueue(body)
+    }
+
+    fn heartbeat(&self) {
+        let busy = self.running.iter().next();
+        self.send(ReportBody::Heartbeat {
+            address: self.cfg.address.clone(),
+            run_id: busy.map(|(id, _)| id.clone()),
+            elapsed_s: busy.map(|(_, r)| r.started.elapsed().as_secs_f64()),
+        });
+    }
+
+    fn command(&mut self, c: CommandBody) {
+        match c {
+            CommandBody::Task(t) => self.task(t),
+            CommandBody::Cancel { run_id, reason } => {
+                if let Some(r) = self.running.get_mut(&run_id) {
+                    tracing::info!(run_id, reason, "cancelling this node's part of the run");
+                    if let Some(c) = r.cancel.take() {
+                        let _ = c.send(());
+                    }
+                }
+            }
+        }
+    }
+
+    fn task(&mut self, t: Task) {
+        // A repeated task (the service restarted): answer it again.
+        if let Some(r) = self.running.get(&t.run_id) {
+            let body = ReportBody::Started { run_id: t.run_id.clone(), node_rank: r.node_rank, master_port: r.master_port };
+            return self.send(body);
+        }
+        if let Some(res) = self.done.iter().find(|d| d.run_id == t.run_id).cloned() {
+            return self.send(ReportBody::Result(res));
+        }
+        if t.deadline <= chrono::Utc::now() {
+            tracing::warn!(run_id = t.run_id, "stale task ignored (its deadline has passed)");
+            return;
+        }
+        let (cancel_tx, cancel_rx) = oneshot::channel();
+        match Launch::start(&self.cfg, &t, cancel_rx, self.exits.clone()) {
+            Ok(port) => {
+                self.running.insert(t.run_id.clone(), Running { node_rank: t.node_rank, started: Instant::now(), master_port: port, cancel: Some(cancel_tx) });
+                self.send(ReportBody::Started { run_id: t.run_id, node_rank: t.node_rank, master_port: port });
+            }
+            Err(e) => {
+                let res = NodeResult { run_id: t.run_id, node_rank: t.node_rank, exit_code: None, report: None, error: Some(format!("{e:#}")) };
+                self.exited(res);
+            }
+        }
+    }
+
+    fn exited(&mut self, res: NodeResult) {
+        self.running.remove(&res.run_id);
+        tracing::info!(run_id = res.run_id, exit_code = ?res.exit_code, "this node's part of the run ended");
+        self.done.push_back(res.clone());
+        if self.done.len() > KEEP_DONE {
+            self.done.pop_front();
+        }
+        self.send(ReportBody::Result(res));
+    }
+}

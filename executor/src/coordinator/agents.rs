@@ -1,0 +1,37 @@
+//! What the coordinator knows about the agents: who is alive, where, and since when.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct AgentSeen {
+    pub agent_id: String,
+    pub address: String,
+    pub last_seen: Instant,
+}
+
+#[derive(Debug, Default)]
+pub struct Agents {
+    by_node: HashMap<String, AgentSeen>,
+}
+
+impl Agents {
+    /// Any message from an agent proves it alive.
+    pub fn seen(&mut self, node: &str, agent_id: &str, address: Option<&str>) {
+        let e = self.by_node.entry(node.to_string()).or_insert_with(|| AgentSeen {
+            agent_id: agent_id.into(),
+            address: address.unwrap_or_default().into(),
+            last_seen: Instant::now(),
+        });
+        e.agent_id = agent_id.into();
+        if let Some(a) = address {
+            e.address = a.into();
+        }
+        e.last_seen = Instant::now();
+    }
+
+    /// The node's agent if it was heard from within `timeout`.
+    pub fn live(&self, node: &str, timeout: Duration) -> Option<&AgentSeen> {
+        self.by_node.get(node).filter(|a| a.last_seen.elapsed() <= timeout)
+    }
+}

@@ -1,0 +1,106 @@
+//! Ending a run: the verdict, the findings, the rows and the output events, in one transaction.
+
+use gpusanity_common::report::{Finding, Report, Severity};
+use gpusanity_common::wire::output::{FailReason, OutputBody};
+use gpusanity_common::wire::Topics;
+use gpusanity_db::results::{finding_node, store_results};
+use gpusanity_db::runs::{self, RunRow, RunState};
+use gpusanity_db::{outbox, Db, DbError};
+use gpusanity_ingest::consume::output_event;
+
+/// How a run ends.
+#[derive(Debug, Clone)]
+pub enum Verdict {
+    Passed,
+    Failed(FailReason),
+    /// A KeepJobHang overrun: stays Checking, held for a person.
+    Hold,
+}
+
+/// How a run ended, with its evidence: the report of node 0 if any, and findings of the
+/// service's own (lost agents, overruns).
+pub struct Ending<'a> {
+    pub verdict: Verdict,
+    pub summary: &'a str,
+    pub report: Option<&'a Report>,
+    pub extra: &'a [Finding],
+}
+
+/// Stores the end of `run` and queues its output events. False when the run had already ended
+/// (or was already held): nothing is written twice.
+pub async fn finish(db: &Db, topics: &Topics, report_url: &str, run: &RunRow, end: Ending<'_>) -> Result<bool, DbError> {
+    let Ending { verdict, summary, report, extra } = end;
+    let mut findings: Vec<Finding> = report.map(|r| r.findings.clone()).unwrap_or_default();
+    findings.extend(extra.iter().cloned());
+    let report_json = report.map(serde_json::to_string).transpose()?;
+    let url = report_url.replace("{run_id}", &run.run_id);
+    let mut tx = db.begin().await?;
+    let changed = match &verdict {
+        Verdict::Hold => runs::hold_run(&mut tx, &run.run_id, summary, report_json.as_deref()).await?,
+        Verdict::Passed => runs::finish_run(&mut tx, &run.run_id, RunState::CheckPassed, summary, report_json.as_deref()).await?,
+        Verdict::Failed(_) => runs::finish_run(&mut tx, &run.run_id, RunState::CheckFailed, summary, report_json.as_deref()).await?,
+    };
+    if !changed {
+        return Ok(false);
+    }
+    // A held run stored its evidence when it was held; its resolution adds only the verdict.
+    if !run.held {
+        store_results(&mut tx, &run.run_id, &run.job_id, &run.nodes, report, &findings).await?;
+    }
+    // Nodes are isolated only by a failure (not while held, not when a person passes the run).
+    let faulty = if matches!(verdict, Verdict::Failed(_)) { faulty_nodes(run, &findings) } else { Vec::new() };
+    let body = match verdict {
+        Verdict::Hold => None,
+        Verdict::Passed => Some(OutputBody::CheckPassed { summary: summary.into(), report_url: url }),
+        Verdict::Failed(reason) => Some(OutputBody::CheckFailed { summary: summary.into(), faulty_nodes: faulty.clone(), report_url: url, reason }),
+    };
+    let emit = |body| output_event(&run.job_id, &run.workspace_id, Some(&run.run_id), &run.cause_event_id, body);
+    if let Some(body) = body {
+        outbox::enqueue(&mut tx, &topics.output, &emit(body)).await?;
+    }
+    for node in &faulty {
+        let codes: Vec<String> = findings
+            .iter()
+            .filter(|f| f.severity == Severity::Critical && finding_node(f, &run.nodes) == Some(node.as_str()))
+            .map(|f| f.code.clone())
+            .collect();
+        let body = OutputBody::NodeIsolated { node: node.clone(), reason: format!("critical finding(s) in run {}", run.run_id), codes };
+        outbox::enqueue(&mut tx, &topics.output, &emit(body)).await?;
+    }
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// Names of the run's nodes with a critical finding, in node order.
+fn faulty_nodes(run: &RunRow, findings: &[Finding]) -> Vec<String> {
+    run.nodes
+        .iter()
+        .filter(|n| findings.iter().any(|f| f.severity == Severity::Critical && finding_node(f, &run.nodes) == Some(n.name.as_str())))
+        .map(|n| n.name.clone())
+        .collect()
+}
+
+/// A critical finding about node `k` of the run, found by the service itself.
+pub fn node_finding(run: &RunRow, k: usize, code: &str, message: String) -> Finding {
+    let mut f = Finding::new(Severity::Critical, code, "agent", message);
+    f.node_rank = Some(k);
+    f.host = run.nodes.get(k).map(|n| n.name.clone());
+    f
+}
+
+/// A person's decision on a held run (KeepJobHang): pass or fail it. Errors: no such run, or
+/// not held.
+pub async fn resolve(db: &Db, topics: &Topics, report_url: &str, run_id: &str, pass: bool, note: &str) -> Result<Result<RunRow, String>, DbError> {
+    let Some(run) = db.get_run(run_id).await? else { return Ok(Err(format!("no run `{run_id}`"))) };
+    if run.state != RunState::Checking || !run.held {
+        return Ok(Err(format!("run `{run_id}` is {} and not held by KeepJobHang", run.state.as_str())));
+    }
+    let summary = format!("resolved by an operator as {}: {note}", if pass { "passed" } else { "failed" });
+    let verdict = if pass { Verdict::Passed } else { Verdict::Failed(FailReason::ResolvedByOperator) };
+    let report: Option<Report> = db.run_report(run_id).await?.and_then(|r| serde_json::from_str(&r).ok());
+    let end = Ending { verdict, summary: &summary, report: report.as_ref(), extra: &[] };
+    if !finish(db, topics, report_url, &run, end).await? {
+        return Ok(Err(format!("run `{run_id}` was resolved meanwhile")));
+    }
+    Ok(db.get_run(run_id).await?.ok_or_else(|| format!("no run `{run_id}`")))
+}

@@ -1,0 +1,356 @@
+//! The coordinator of `gpusanity serve`: takes the runs the ingest stored, dispatches them to
+//! the agents of the job's nodes, supervises agent liveness and the whole-run deadline, and
+//! ends every run with a verdict: CheckPassed, CheckFailed, or a KeepJobHang hold.
+//!
+//! One task owns every active run, so there is no locking: it reacts to notices from the
+//! ingest, to agent reports, and to a clock tick. Its state is rebuilt from the database at
+//! start-up ([`Coordinator::resume`]); agents ignore a task they already have and answer it
+//! again, so re-dispatching after a crash is harmless.
+
+mod agents;
+pub mod config;
+pub mod finish;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use gpusanity_common::report::{Report, RunStatus};
+use gpusanity_common::wire::agent::{AgentCommand, AgentReport, CommandBody, NodeResult, ReportBody, Task};
+use gpusanity_common::wire::output::FailReason;
+use gpusanity_common::wire::{Topics, WIRE_VERSION};
+use gpusanity_common::{Settings, TimeoutOps};
+use gpusanity_db::runs::RunRow;
+use gpusanity_db::Db;
+use gpusanity_ingest::Notice;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use tokio::sync::{mpsc, Notify};
+
+use agents::Agents;
+pub use config::CoordinatorConfig;
+use finish::{finish, node_finding, Ending, Verdict};
+
+/// Where a run is.
+#[derive(Debug, Clone, PartialEq)]
+enum Phase {
+    /// Waiting until every node has a live agent.
+    WaitAgents,
+    /// Node 0 got its task; waiting for its rendezvous port.
+    WaitMaster,
+    /// Every node got its task.
+    Running,
+}
+
+struct Active {
+    run: RunRow,
+    settings: Settings,
+    phase: Phase,
+    /// When the current phase began.
+    since: Instant,
+    /// The agent instance each node's task went to.
+    assigned: HashMap<usize, String>,
+    /// Nodes whose launcher has ended.
+    results: BTreeMap<usize, NodeResult>,
+    /// When node 0's result came; the others get one agent timeout more to report or be lost.
+    node0_done: Option<Instant>,
+}
+
+pub struct Coordinator {
+    pub db: Db,
+    pub topics: Topics,
+    pub config: CoordinatorConfig,
+    pub producer: FutureProducer,
+    pub outbox_wake: Arc<Notify>,
+    agents: Agents,
+    active: HashMap<String, Active>,
+}
+
+impl Coordinator {
+    pub fn new(db: Db, topics: Topics, config: CoordinatorConfig, producer: FutureProducer, outbox_wake: Arc<Notify>) -> Self {
+        Coordinator { db, topics, config, producer, outbox_wake, agents: Agents::default(), active: HashMap::new() }
+    }
+
+    /// Takes up every run left in Checking (not held) by an earlier process.
+    pub async fn resume(&mut self) -> Result<()> {
+        for run in self.db.active_runs().await? {
+            if !run.held {
+                tracing::info!(run_id = run.run_id, "resuming a run left in Checking");
+                self.admit(run);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs until the notices channel closes or Kafka fails.
+    pub async fn run(mut self, mut notices: mpsc::UnboundedReceiver<Notice>, reports: StreamConsumer) -> Result<()> {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                n = notices.recv() => match n {
+                    Some(n) => self.notice(n).await?,
+                    None => return Ok(()),
+                },
+                m = reports.recv() => {
+                    // Consumer errors are transient (librdkafka reconnects); the tick goes on.
+                    let m = match m {
+                        Ok(m) => m,
+                        Err(e) => {
+                            tracing::warn!("reading agent reports: {e}");
+                            continue;
+                        }
+                    };
+                    match m.payload().map(serde_json::from_slice::<AgentReport>) {
+                        Some(Ok(r)) if r.version == WIRE_VERSION => self.report(r).await?,
+                        Some(Ok(r)) => tracing::warn!(node = r.node, version = r.version, "agent report of another version ignored"),
+                        Some(Err(e)) => tracing::warn!("malformed agent report ignored: {e}"),
+                        None => {}
+                    }
+                    reports.store_offset(m.topic(), m.partition(), m.offset())?;
+                }
+                _ = tick.tick() => self.tick().await?,
+            }
+        }
+    }
+
+    fn admit(&mut self, run: RunRow) {
+        let settings: Settings = serde_json::from_value(run.settings.clone()).unwrap_or_default();
+        let a = Active { run, settings, phase: Phase::WaitAgents, since: Instant::now(), assigned: HashMap::new(), results: BTreeMap::new(), node0_done: None };
+        self.active.insert(a.run.run_id.clone(), a);
+    }
+
+    async fn notice(&mut self, n: Notice) -> Result<()> {
+        match n {
+            Notice::Start(run_id) => {
+                if let Some(run) = self.db.get_run(&run_id).await? {
+                    self.admit(run);
+                    self.tick().await?;
+                }
+            }
+            Notice::Cancelled { run_id, reason } => {
+                if let Some(a) = self.active.remove(&run_id) {
+                    self.cancel_agents(&a, &reason);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn report(&mut self, r: AgentReport) -> Result<()> {
+        let address = match &r.body {
+            ReportBody::Heartbeat { address, .. } => Some(address.as_str()),
+            _ => None,
+        };
+        self.agents.seen(&r.node, &r.agent_id, address);
+        match r.body {
+            ReportBody::Heartbeat { .. } => {}
+            ReportBody::Started { run_id, node_rank, master_port } => {
+                let Some(a) = self.active.get_mut(&run_id) else { return Ok(()) };
+                if node_rank == 0 && a.phase == Phase::WaitMaster {
+                    let Some(port) = master_port else { return Ok(()) };
+                    let addr = self.agents.live(&r.node, Duration::MAX).map(|s| s.address.clone()).unwrap_or_default();
+                    a.phase = Phase::Running;
+                    a.since = Instant::now();
+                    let others: Vec<usize> = (1..a.run.nodes.len()).collect();
+                    let cmds: Vec<AgentCommand> = others.iter().map(|&k| task(a, k, Some((addr.clone(), port)))).collect();
+                    for (k, c) in others.iter().zip(&cmds) {
+                        // An agent unknown here counts as lost at the next tick.
+                        let id = self.agents.live(&c.node, Duration::MAX).map(|s| s.agent_id.clone()).unwrap_or_default();
+                        a.assigned.insert(*k, id);
+                    }
+                    for c in cmds {
+                        self.send(&c);
+                    }
+                }
+            }
+            ReportBody::Result(res) => {
+                let run_id = res.run_id.clone();
+                let Some(a) = self.active.get_mut(&run_id) else { return Ok(()) };
+                if res.node_rank == 0 {
+                    a.node0_done = Some(Instant::now());
+                }
+                a.results.insert(res.node_rank, res);
+                if a.results.len() == a.run.nodes.len() {
+                    self.conclude(&run_id, vec![]).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Node 0's launcher ended: its report decides the verdict, with `lost` (findings about
+    /// nodes whose agent was lost meanwhile) making it a failure.
+    async fn conclude(&mut self, run_id: &str, lost: Vec<gpusanity_common::report::Finding>) -> Result<()> {
+        let Some(a) = self.active.get(run_id) else { return Ok(()) };
+        let Some(res) = a.results.get(&0).cloned() else { return Ok(()) };
+        match res.report.as_deref() {
+            Some(report) => {
+                let verdict = match report.status {
+                    _ if !lost.is_empty() => Verdict::Failed(FailReason::CheckFailed),
+                    RunStatus::Passed | RunStatus::Skipped => Verdict::Passed,
+                    RunStatus::Failed => Verdict::Failed(FailReason::CheckFailed),
+                    RunStatus::TimedOut if a.settings.timeout_ops == TimeoutOps::KeepJobHang => Verdict::Hold,
+                    RunStatus::TimedOut => Verdict::Failed(FailReason::TimedOut),
+                };
+                let mut summary = report.summary.clone();
+                if !lost.is_empty() {
+                    let names: Vec<&str> = lost.iter().filter_map(|f| f.host.as_deref()).collect();
+                    summary = format!("lost the agent of node(s) {}; {summary}", names.join(", "));
+                }
+                self.end(run_id, verdict, &summary, Some(report), lost).await
+            }
+            None => {
+                let why = res.error.clone().unwrap_or_else(|| format!("exit code {:?}", res.exit_code));
+                let mut findings = lost;
+                findings.push(node_finding(&a.run, 0, "DATA_PLANE_ERROR", format!("node 0's launcher ended without a report: {why}")));
+                self.end(run_id, Verdict::Failed(FailReason::Error), &format!("the check could not run: {why}"), None, findings).await
+            }
+        }
+    }
+
+    /// Ends a run (stored with its output events), stops its agents, forgets it.
+    async fn end(&mut self, run_id: &str, verdict: Verdict, summary: &str, report: Option<&Report>, extra: Vec<gpusanity_common::report::Finding>) -> Result<()> {
+        let Some(a) = self.active.remove(run_id) else { return Ok(()) };
+        tracing::info!(run_id, ?verdict, summary, "run ends");
+        finish(&self.db, &self.topics, &self.config.report_url, &a.run, Ending { verdict, summary, report, extra: &extra }).await?;
+        self.outbox_wake.notify_one();
+        let pending = (0..a.run.nodes.len()).any(|k| !a.results.contains_key(&k));
+        if pending {
+            self.cancel_agents(&a, summary);
+        }
+        Ok(())
+    }
+
+    async fn tick(&mut self) -> Result<()> {
+        let timeout = self.config.agent_timeout();
+        let wait = self.config.agent_wait();
+        let now_ms = gpusanity_db::now_ms();
+        let grace_ms = (self.config.deadline_grace_s * 1000.0) as i64;
+        let mut ends: Vec<(String, Verdict, String, Vec<gpusanity_common::report::Finding>)> = Vec::new();
+        let mut sends = Vec::new();
+        let mut concludes = Vec::new();
+        for (id, a) in self.active.iter_mut() {
+            let names: Vec<String> = a.run.nodes.iter().map(|n| n.name.clone()).collect();
+            if now_ms > a.run.deadline_at + grace_ms {
+                let limit = a.settings.max_time_minutes;
+                let summary = format!("the run overran --sanity-check-max-time ({limit} min) and no verdict came from node 0");
+                let mut f = gpusanity_common::report::Finding::new(gpusanity_common::report::Severity::Critical, "RUN_TIMEOUT", "service", summary.clone());
+                f.node_rank = None;
+                let v = if a.settings.timeout_ops == TimeoutOps::KeepJobHang { Verdict::Hold } else { Verdict::Failed(FailReason::TimedOut) };
+                ends.push((id.clone(), v, summary, vec![f]));
+                continue;
+            }
+            match a.phase {
+                Phase::WaitAgents => {
+                    let missing: Vec<usize> = (0..names.len()).filter(|&k| self.agents.live(&names[k], timeout).is_none()).collect();
+                    if missing.is_empty() {
+                        if let Some(s) = self.agents.live(&names[0], timeout) {
+                            a.assigned.insert(0, s.agent_id.clone());
+                        }
+                        sends.push(task(a, 0, None));
+                        a.phase = Phase::WaitMaster;
+                        a.since = Instant::now();
+                    } else if a.since.elapsed() > wait {
+                        let findings = missing
+                            .iter()
+                            .map(|&k| node_finding(&a.run, k, "NO_AGENT", format!("node {} has no live gpusanity agent", names[k])))
+                            .collect();
+                        let list: Vec<&str> = missing.iter().map(|&k| names[k].as_str()).collect();
+                        ends.push((id.clone(), Verdict::Failed(FailReason::CheckFailed), format!("no live agent on node(s) {}", list.join(", ")), findings));
+                    }
+                }
+                Phase::WaitMaster | Phase::Running => {
+                    // A node whose agent went silent, or was replaced, before its launcher ended.
+                    let lost: Vec<usize> = a
+                        .assigned
+                        .iter()
+                        .filter(|(k, agent_id)| {
+                            !a.results.contains_key(k) && self.agents.live(&names[**k], timeout).is_none_or(|s| &s.agent_id != *agent_id)
+                        })
+                        .map(|(k, _)| *k)
+                        .collect();
+                    let lost_findings: Vec<gpusanity_common::report::Finding> = {
+                        let mut lost = lost;
+                        lost.sort_unstable();
+                        lost.iter()
+                            .map(|&k| node_finding(&a.run, k, "AGENT_LOST", format!("the agent of node {} went silent during the run", names[k])))
+                            .collect()
+                    };
+                    if let Some(done) = a.node0_done {
+                        if !lost_findings.is_empty() || done.elapsed() > timeout {
+                            concludes.push((id.clone(), lost_findings));
+                        }
+                    } else if !lost_findings.is_empty() {
+                        let list: Vec<&str> = lost_findings.iter().filter_map(|f| f.host.as_deref()).collect();
+                        let summary = format!("lost the agent of node(s) {}", list.join(", "));
+                        ends.push((id.clone(), Verdict::Failed(FailReason::CheckFailed), summary, lost_findings));
+                    } else if a.phase == Phase::WaitMaster && a.since.elapsed() > wait {
+                        let f = node_finding(&a.run, 0, "AGENT_NO_START", format!("the agent of node {} did not start the run", names[0]));
+                        ends.push((id.clone(), Verdict::Failed(FailReason::CheckFailed), format!("node {} did not start the run", names[0]), vec![f]));
+                    }
+                }
+            }
+        }
+        for c in sends {
+            self.send(&c);
+        }
+        for (id, v, summary, findings) in ends {
+            self.end(&id, v, &summary, None, findings).await?;
+        }
+        for (id, lost) in concludes {
+            self.conclude(&id, lost).await?;
+        }
+        Ok(())
+    }
+
+    fn cancel_agents(&self, a: &Active, reason: &str) {
+        for n in &a.run.nodes {
+            let c = AgentCommand { version: WIRE_VERSION, node: n.name.clone(), body: CommandBody::Cancel { run_id: a.run.run_id.clone(), reason: reason.into() } };
+            self.send(&c);
+        }
+    }
+
+    /// Queues a command for its node's agent and returns at once (the loop must not wait on
+    /// the broker); a failed delivery is logged (the agent then times out).
+    fn send(&self, c: &AgentCommand) {
+        let Ok(payload) = serde_json::to_string(c) else { return };
+        let rec = FutureRecord::to(&self.topics.agent_tasks).key(&c.node).payload(&payload);
+        match self.producer.send_result(rec) {
+            Ok(delivery) => {
+                let node = c.node.clone();
+                tokio::spawn(async move {
+                    if let Ok(Err((e, _))) = delivery.await {
+                        tracing::warn!(node, "could not send a command to the agent: {e}");
+                    }
+                });
+            }
+            Err((e, _)) => tracing::warn!(node = c.node, "could not queue a command for the agent: {e}"),
+        }
+    }
+}
+
+fn task(a: &Active, k: usize, master: Option<(String, u16)>) -> AgentCommand {
+    let deadline = chrono::DateTime::<chrono::Utc>::from_timestamp_millis(a.run.deadline_at).unwrap_or_else(chrono::Utc::now);
+    AgentCommand {
+        version: WIRE_VERSION,
+        node: a.run.nodes[k].name.clone(),
+        body: CommandBody::Task(Task {
+            run_id: a.run.run_id.clone(),
+            nnodes: a.run.nodes.len(),
+            node_rank: k,
+            master,
+            sanity_check_args: a.run.check_args.clone(),
+            deadline,
+        }),
+    }
+}
+
+/// Subscribes the coordinator's consumer to the agent-reports topic.
+pub fn subscribe(bootstrap: &str, group: &str, topic: &str) -> Result<StreamConsumer> {
+    let c = gpusanity_ingest::kafka::group_consumer(bootstrap, group)?;
+    c.subscribe(&[topic])?;
+    Ok(c)
+}

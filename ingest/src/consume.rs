@@ -1,0 +1,247 @@
+//! The job-event consumer: reads a batch, applies every event in one database transaction
+//! (idempotent by event id; malformed ones become dead letters in the outbox), commits it, and
+//! only then stores the batch's offsets for commit. A crash before the commit redelivers the
+//! batch, and the event ids already stored make the redelivery a no-op.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use gpusanity_common::wire::job::{Allocation, DeadLetter, JobEvent, JobEventBody, JobNode, RestartReason};
+use gpusanity_common::wire::output::{OutputBody, OutputEvent};
+use gpusanity_common::wire::{Topics, WIRE_VERSION};
+use gpusanity_common::Settings;
+use gpusanity_db::runs::{self, JobRow, RunRow, RunState};
+use gpusanity_db::{now_ms, outbox, Db, Tx};
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{Message, OwnedMessage};
+use tokio::sync::{mpsc, Notify};
+
+use crate::policy::{self, Decision, Start};
+use crate::validate::{self, Reject};
+use crate::Notice;
+
+/// The most events applied in one transaction.
+const BATCH: usize = 1000;
+
+pub struct Ingest {
+    pub db: Db,
+    pub topics: Topics,
+    pub notices: mpsc::UnboundedSender<Notice>,
+    /// Woken after every commit that queued output events.
+    pub outbox_wake: Arc<Notify>,
+}
+
+/// A fresh output event about a job.
+pub fn output_event(job_id: &str, workspace_id: &str, run_id: Option<&str>, cause: &str, body: OutputBody) -> OutputEvent {
+    OutputEvent {
+        version: WIRE_VERSION,
+        event_id: uuid::Uuid::new_v4().to_string(),
+        job_id: job_id.into(),
+        workspace_id: workspace_id.into(),
+        run_id: run_id.map(str::to_string),
+        cause_event_id: cause.into(),
+        at: chrono::Utc::now(),
+        body,
+    }
+}
+
+impl Ingest {
+    /// Consumes `consumer` (subscribed to the job-events topic) until it fails.
+    pub async fn run(&self, consumer: StreamConsumer) -> Result<()> {
+        loop {
+            // Consumer errors (a broker restarting...) are transient: librdkafka reconnects.
+            let first = match consumer.recv().await {
+                Ok(m) => m.detach(),
+                Err(e) => {
+                    tracing::warn!("reading job events: {e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            let mut batch = vec![first];
+            while batch.len() < BATCH {
+                match tokio::time::timeout(Duration::from_millis(1), consumer.recv()).await {
+                    Ok(Ok(m)) => batch.push(m.detach()),
+                    Ok(Err(e)) => {
+                        tracing::warn!("reading job events: {e}");
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            let notices = self.apply_batch(&batch).await?;
+            for m in &batch {
+                consumer.store_offset(m.topic(), m.partition(), m.offset()).context("storing a consumed offset")?;
+            }
+            self.outbox_wake.notify_one();
+            for n in notices {
+                let _ = self.notices.send(n);
+            }
+        }
+    }
+
+    /// Applies a batch in one transaction; returns the notices for the coordinator.
+    pub async fn apply_batch(&self, batch: &[OwnedMessage]) -> Result<Vec<Notice>> {
+        let mut tx = self.db.begin().await?;
+        let mut notices = Vec::new();
+        for m in batch {
+            let bytes = m.payload().unwrap_or_default();
+            let res = match validate::parse(bytes) {
+                Ok(ev) => self.apply(&mut tx, &ev, bytes, &mut notices).await?,
+                Err(r) => Err(r),
+            };
+            if let Err(reject) = res {
+                tracing::warn!(topic = m.topic(), partition = m.partition(), offset = m.offset(), "dead letter: {reject}");
+                let dl = DeadLetter {
+                    version: WIRE_VERSION,
+                    event_id: format!("dead-letter/{}/{}/{}", m.topic(), m.partition(), m.offset()),
+                    reason: reject.to_string(),
+                    topic: m.topic().into(),
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    payload: String::from_utf8_lossy(bytes).into_owned(),
+                    at: chrono::Utc::now(),
+                };
+                outbox::enqueue_raw(&mut tx, &self.topics.dead_letter, "dead-letter", &dl.event_id, &serde_json::to_string(&dl)?).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(notices)
+    }
+
+    /// Applies one well-formed event. The outer error is the database's; the inner one rejects
+    /// the event (dead letter).
+    async fn apply(&self, tx: &mut Tx, ev: &JobEvent, raw: &[u8], notices: &mut Vec<Notice>) -> Result<Result<(), Reject>> {
+        if runs::job_event_seen(tx, &ev.event_id).await? {
+            tracing::debug!(event_id = ev.event_id, "duplicate job event ignored");
+            return Ok(Ok(()));
+        }
+        let (kind, decision) = match &ev.body {
+            JobEventBody::JobResourcesAllocated(a) => match self.allocated(tx, ev, a, notices).await? {
+                Ok(d) => ("JobResourcesAllocated", d),
+                Err(r) => return Ok(Err(r)),
+            },
+            JobEventBody::JobRestarted { attempt, reason, nodes } => match self.restarted(tx, ev, *attempt, reason, nodes.as_deref(), notices).await? {
+                Ok(d) => ("JobRestarted", d),
+                Err(r) => return Ok(Err(r)),
+            },
+            JobEventBody::JobStopped { reason } => ("JobStopped", self.stopped(tx, ev, reason, notices).await?),
+        };
+        runs::record_job_event(tx, &ev.event_id, &ev.job_id, kind, &String::from_utf8_lossy(raw), &decision).await?;
+        Ok(Ok(()))
+    }
+
+    async fn allocated(&self, tx: &mut Tx, ev: &JobEvent, a: &Allocation, notices: &mut Vec<Notice>) -> Result<Result<String, Reject>> {
+        let settings = if a.settings.enable_sanity_check {
+            match validate::settings(&a.settings.sanity_check_args) {
+                Ok(s) => s,
+                Err(r) => return Ok(Err(r)),
+            }
+        } else {
+            Settings::default()
+        };
+        let job = JobRow {
+            job_id: ev.job_id.clone(),
+            workspace_id: ev.workspace_id.clone(),
+            attempt: i64::from(a.attempt),
+            framework: a.framework.clone(),
+            nodes: a.nodes.clone(),
+            enable_check: a.settings.enable_sanity_check,
+            check_args: a.settings.sanity_check_args.clone(),
+        };
+        runs::upsert_job(tx, &job).await?;
+        self.cancel_active(tx, ev, "superseded by a new allocation of the job", notices).await?;
+        let d = policy::decide(a.framework.as_deref(), &a.nodes, a.settings.enable_sanity_check, &settings, &Start::Allocated);
+        Ok(Ok(self.start_or_skip(tx, ev, &job, &settings, d, notices).await?))
+    }
+
+    async fn restarted(
+        &self,
+        tx: &mut Tx,
+        ev: &JobEvent,
+        attempt: u32,
+        reason: &RestartReason,
+        nodes: Option<&[JobNode]>,
+        notices: &mut Vec<Notice>,
+    ) -> Result<Result<String, Reject>> {
+        let Some(mut job) = runs::get_job(tx, &ev.job_id).await? else {
+            return Ok(Err(Reject::UnknownJob(ev.job_id.clone())));
+        };
+        job.attempt = i64::from(attempt);
+        if let Some(n) = nodes {
+            job.nodes = n.to_vec();
+        }
+        runs::upsert_job(tx, &job).await?;
+        // Stored settings were validated when the job was allocated.
+        let settings = if job.enable_check { validate::settings(&job.check_args).unwrap_or_default() } else { Settings::default() };
+        self.cancel_active(tx, ev, "superseded by a restart of the job", notices).await?;
+        let d = policy::decide(job.framework.as_deref(), &job.nodes, job.enable_check, &settings, &Start::Restarted(reason));
+        Ok(Ok(self.start_or_skip(tx, ev, &job, &settings, d, notices).await?))
+    }
+
+    async fn stopped(&self, tx: &mut Tx, ev: &JobEvent, reason: &str, notices: &mut Vec<Notice>) -> Result<String> {
+        runs::mark_job_stopped(tx, &ev.job_id).await?;
+        let why = if reason.is_empty() { "the job was stopped".to_string() } else { format!("the job was stopped: {reason}") };
+        Ok(match self.cancel_active(tx, ev, &why, notices).await? {
+            Some(run_id) => format!("cancelled run {run_id}"),
+            None => "no run to cancel".into(),
+        })
+    }
+
+    /// Cancels the job's run in `Checking`, if any.
+    async fn cancel_active(&self, tx: &mut Tx, ev: &JobEvent, reason: &str, notices: &mut Vec<Notice>) -> Result<Option<String>> {
+        let Some(run) = runs::active_run_of_job(tx, &ev.job_id).await? else { return Ok(None) };
+        if runs::finish_run(tx, &run.run_id, RunState::CheckCancelled, reason, None).await? {
+            let out = output_event(&run.job_id, &run.workspace_id, Some(&run.run_id), &ev.event_id, OutputBody::CheckCancelled { reason: reason.into() });
+            outbox::enqueue(tx, &self.topics.output, &out).await?;
+            notices.push(Notice::Cancelled { run_id: run.run_id.clone(), reason: reason.into() });
+        }
+        Ok(Some(run.run_id))
+    }
+
+    async fn start_or_skip(&self, tx: &mut Tx, ev: &JobEvent, job: &JobRow, settings: &Settings, d: Decision, notices: &mut Vec<Notice>) -> Result<String> {
+        match d {
+            Decision::Skip(reason) => {
+                let out = output_event(&job.job_id, &job.workspace_id, None, &ev.event_id, OutputBody::CheckSkipped { reason: reason.clone() });
+                outbox::enqueue(tx, &self.topics.output, &out).await?;
+                Ok(format!("skipped: {reason}"))
+            }
+            Decision::Run => {
+                let now = now_ms();
+                let run = RunRow {
+                    run_id: uuid::Uuid::new_v4().to_string(),
+                    job_id: job.job_id.clone(),
+                    workspace_id: job.workspace_id.clone(),
+                    attempt: job.attempt,
+                    cause_event_id: ev.event_id.clone(),
+                    nodes: job.nodes.clone(),
+                    check_args: job.check_args.clone(),
+                    settings: serde_json::to_value(settings)?,
+                    state: RunState::Checking,
+                    held: false,
+                    created_at: now,
+                    deadline_at: now + (settings.max_time_minutes * 60_000.0) as i64,
+                    finished_at: None,
+                    summary: String::new(),
+                };
+                runs::insert_run(tx, &run).await?;
+                let body = OutputBody::SanityCheckStarted {
+                    attempt: u32::try_from(job.attempt).unwrap_or(u32::MAX),
+                    nodes: job.nodes.iter().map(|n| n.name.clone()).collect(),
+                    checks: settings.selected_checks(),
+                };
+                outbox::enqueue(tx, &self.topics.output, &output_event(&job.job_id, &job.workspace_id, Some(&run.run_id), &ev.event_id, body)).await?;
+                notices.push(Notice::Start(run.run_id.clone()));
+                Ok(format!("run {}", run.run_id))
+            }
+        }
+    }
+}
+
+/// Subscribes a group consumer to the job-events topic.
+pub fn subscribe(bootstrap: &str, group: &str, topic: &str) -> Result<StreamConsumer> {
+    let c = crate::kafka::group_consumer(bootstrap, group)?;
+    c.subscribe(&[topic])?;
+    Ok(c)
+}

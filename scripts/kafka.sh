@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# A local Apache Kafka for users and tests: one KRaft broker+controller on loopback.
+#
+#   scripts/kafka.sh fetch            download Kafka 4.4.0 and its runtime jars (Maven, once)
+#   scripts/kafka.sh start [PORT]     format a fresh log dir in a temp dir and start the broker;
+#                                     prints "KAFKA_BOOTSTRAP=127.0.0.1:PORT" when it accepts
+#                                     connections; state (pid, dir) goes to $KAFKA_STATE
+#   scripts/kafka.sh stop             stop the broker started by `start` (by its pid)
+#
+# Environment: GPUSANITY_KAFKA_CACHE (jar cache, default ~/.cache/gpusanity/kafka-4.4.0),
+# KAFKA_STATE (state file, default $TMPDIR/gpusanity-kafka.state).
+set -euo pipefail
+VERSION=4.4.0
+CACHE=${GPUSANITY_KAFKA_CACHE:-$HOME/.cache/gpusanity/kafka-$VERSION}
+STATE=${KAFKA_STATE:-${TMPDIR:-/tmp}/gpusanity-kafka.state}
+
+fetch() {
+  if [ -f "$CACHE/.complete" ]; then return 0; fi
+  mkdir -p "$CACHE/libs"
+  local pom
+  pom=$(mktemp -d)
+  cat >"$pom/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.gpusanity</groupId><artifactId>kafka-fetch</artifactId><version>1</version>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$VERSION</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-server</artifactId><version>$VERSION</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$VERSION</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId><version>2.25.5</version></dependency>
+  </dependencies>
+</project>
+POM
+  (cd "$pom" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$CACHE/libs")
+  rm -rf "$pom"
+  touch "$CACHE/.complete"
+}
+
+# A port nothing listens on now (random in 20000-59999).
+free_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
+
+start() {
+  fetch
+  local port=${1:-$(free_port)}
+  local ctrl
+  ctrl=$(free_port)
+  local dir
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/gpusanity-kafka.XXXXXX")
+  cat >"$dir/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$ctrl
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$ctrl
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$dir/logs
+num.partitions=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=true
+PROPS
+  cat >"$dir/log4j2.yaml" <<'LOG'
+Configuration:
+  Appenders:
+    Console:
+      name: STDOUT
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: WARN
+      AppenderRef:
+        - ref: STDOUT
+LOG
+  local cp="$CACHE/libs/*"
+  local jopts=(-Xmx512m -XX:+UseSerialGC -Dlog4j2.configurationFile="$dir/log4j2.yaml")
+  java "${jopts[@]}" -cp "$cp" org.apache.kafka.tools.StorageTool format -t "$(java -cp "$cp" org.apache.kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)" \
+    -c "$dir/server.properties" --standalone >"$dir/format.log" 2>&1 \
+    || java "${jopts[@]}" -cp "$cp" kafka.tools.StorageTool format -t "$(java -cp "$cp" kafka.tools.StorageTool random-uuid | tail -1)" \
+      -c "$dir/server.properties" >"$dir/format.log" 2>&1
+  nohup java "${jopts[@]}" -cp "$cp" kafka.Kafka "$dir/server.properties" >"$dir/kafka.log" 2>&1 &
+  local pid=$!
+  printf 'pid=%s\ndir=%s\nport=%s\n' "$pid" "$dir" "$port" >"$STATE"
+  for _ in $(seq 1 600); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "kafka exited; last lines of $dir/kafka.log:" >&2
+      tail -20 "$dir/kafka.log" >&2
+      exit 1
+    fi
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "KAFKA_BOOTSTRAP=127.0.0.1:$port"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "kafka did not listen on $port within 60 s" >&2
+  exit 1
+}
+
+stop() {
+  [ -f "$STATE" ] || { echo "no state file $STATE" >&2; exit 1; }
+  local pid dir
+  pid=$(sed -n 's/^pid=//p' "$STATE")
+  dir=$(sed -n 's/^dir=//p' "$STATE")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+  fi
+  rm -rf "$dir" "$STATE"
+}
+
+case "${1:-}" in
+  fetch) fetch ;;
+  start) shift; start "$@" ;;
+  stop) stop ;;
+  *) echo "usage: $0 fetch|start [PORT]|stop" >&2; exit 2 ;;
+esac

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL cluster for tests and trials, on loopback, in a temp dir.
+#
+#   scripts/postgres.sh start [PORT]   initdb + start; prints
+#                                      "DATABASE_URL=postgres://gpusanity@127.0.0.1:PORT/postgres"
+#   scripts/postgres.sh stop           stop it (pg_ctl stop) and remove its folder
+#
+# Uses Debian's server (/usr/lib/postgresql/*/bin, `apt-get install postgresql`). As root the
+# cluster runs as the `postgres` user. State file: $PG_STATE (default $TMPDIR/gpusanity-pg.state).
+set -euo pipefail
+STATE=${PG_STATE:-${TMPDIR:-/tmp}/gpusanity-pg.state}
+BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+[ -n "$BIN" ] || { echo "no PostgreSQL server under /usr/lib/postgresql: apt-get install -y postgresql" >&2; exit 1; }
+
+as_owner() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+start() {
+  local port=${1:-}
+  while [ -z "$port" ]; do
+    port=$((20000 + RANDOM % 40000))
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then port=; fi
+  done
+  local dir
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/gpusanity-pg.XXXXXX")
+  chmod 755 "$dir"
+  [ "$(id -u)" = 0 ] && chown postgres "$dir"
+  as_owner "$BIN/initdb" -D "$dir/data" -U gpusanity -A trust -E UTF8 >"$dir/initdb.log" 2>&1 \
+    || { cat "$dir/initdb.log" >&2; exit 1; }
+  as_owner "$BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null \
+    || { cat "$dir/server.log" >&2; exit 1; }
+  printf 'dir=%s\nport=%s\n' "$dir" "$port" >"$STATE"
+  echo "DATABASE_URL=postgres://gpusanity@127.0.0.1:$port/postgres"
+}
+
+stop() {
+  [ -f "$STATE" ] || { echo "no state file $STATE" >&2; exit 1; }
+  local dir
+  dir=$(sed -n 's/^dir=//p' "$STATE")
+  as_owner "$BIN/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+  rm -rf "$dir" "$STATE"
+}
+
+case "${1:-}" in
+  start) shift; start "$@" ;;
+  stop) stop ;;
+  *) echo "usage: $0 start [PORT]|stop" >&2; exit 2 ;;
+esac

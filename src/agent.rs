@@ -1,0 +1,71 @@
+//! `gpusanity agent --node NAME`: one per node; see executor/src/agent.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use gpusanity_common::ExitCode;
+use gpusanity_executor::agent::{self, AgentConfig};
+use gpusanity_executor::launcher::UsageError;
+
+use crate::serve::ServiceConfig;
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// This node's name, as job events name it.
+    #[arg(long, env = "GPUSANITY_NODE")]
+    node: String,
+    /// The service's TOML configuration file (for the Kafka address and topic names).
+    #[arg(long, env = "GPUSANITY_CONFIG")]
+    config: Option<PathBuf>,
+    /// Kafka bootstrap servers (overrides kafka.bootstrap).
+    #[arg(long, env = "GPUSANITY_KAFKA_BOOTSTRAP")]
+    kafka: Option<String>,
+    /// The address other nodes reach this node at (node 0 hosts the rendezvous on it).
+    #[arg(long, default_value = "127.0.0.1")]
+    address: String,
+    /// Backend for the checks: auto, cuda or cpu.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "cpu"])]
+    device: String,
+    /// Worker processes on this node [default: the number of GPUs, or 2 CPU workers].
+    #[arg(long)]
+    nproc_per_node: Option<usize>,
+    /// Where each run's report and launcher log go (one folder per run).
+    #[arg(long, default_value = "gpusanity-agent")]
+    work_dir: PathBuf,
+    /// Seconds between heartbeats.
+    #[arg(long, default_value_t = 1.0)]
+    heartbeat_s: f64,
+}
+
+pub fn agent(args: &AgentArgs) -> ExitCode {
+    let result = (|| {
+        let mut cfg = ServiceConfig::load(args.config.as_deref()).map_err(UsageError)?;
+        if let Some(k) = &args.kafka {
+            cfg.kafka.bootstrap = k.clone();
+        }
+        if args.node.trim().is_empty() {
+            return Err(UsageError("--node must not be empty".into()).into());
+        }
+        if !(args.heartbeat_s.is_finite() && args.heartbeat_s > 0.0 && args.heartbeat_s <= 3600.0) {
+            return Err(UsageError("--heartbeat-s must be a positive number of seconds".into()).into());
+        }
+        let acfg = AgentConfig {
+            node: args.node.clone(),
+            bootstrap: cfg.kafka.bootstrap,
+            topics: cfg.topics,
+            address: args.address.clone(),
+            device: args.device.clone(),
+            nproc_per_node: args.nproc_per_node,
+            work_dir: args.work_dir.clone(),
+            heartbeat: Duration::from_secs_f64(args.heartbeat_s),
+        };
+        // One thread: each launcher is tied to it by PR_SET_PDEATHSIG.
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(agent::run(acfg))
+    })();
+    match result {
+        Ok(()) => ExitCode::Passed,
+        Err(e) => crate::report_error(&e),
+    }
+}

@@ -1,0 +1,107 @@
+//! The service's configuration: a TOML file, then environment variables and flags on top
+//! (flag > environment > file > default).
+
+use std::path::Path;
+
+use gpusanity_common::wire::Topics;
+use gpusanity_executor::coordinator::CoordinatorConfig;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServiceConfig {
+    pub kafka: KafkaConfig,
+    pub topics: Topics,
+    pub database: DatabaseConfig,
+    pub http: HttpConfig,
+    pub coordinator: CoordinatorConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Bootstrap servers, `host:port[,host:port...]`.
+    pub bootstrap: String,
+    /// Consumer group of the job-events consumer; the agent-reports consumer uses `GROUP-agents`.
+    pub group: String,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig { bootstrap: "127.0.0.1:9092".into(), group: "gpusanity-service".into() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `sqlite://PATH` (created when missing) or `postgres://USER@HOST:PORT/DB`.
+    pub url: String,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        DatabaseConfig { url: "sqlite://gpusanity.db".into() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    pub listen: String,
+    /// Bearer token of the API (better from GPUSANITY_API_TOKEN than from the file).
+    pub token: Option<String>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig { listen: "127.0.0.1:8088".into(), token: None }
+    }
+}
+
+impl ServiceConfig {
+    /// Reads `path` when given (a missing or malformed file is an error), else the defaults.
+    pub fn load(path: Option<&Path>) -> Result<ServiceConfig, String> {
+        let Some(p) = path else { return Ok(ServiceConfig::default()) };
+        let text = std::fs::read_to_string(p).map_err(|e| format!("reading config {}: {e}", p.display()))?;
+        toml::from_str(&text).map_err(|e| format!("config {}: {}", p.display(), e.to_string().replace('\n', " ")))
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        self.coordinator.validate()?;
+        match &self.http.token {
+            Some(t) if t.len() >= 16 => {}
+            Some(_) => return Err("the API token must be at least 16 characters".into()),
+            None => return Err("no API token: set GPUSANITY_API_TOKEN (or http.token in the config file)".into()),
+        }
+        if self.kafka.bootstrap.trim().is_empty() {
+            return Err("no Kafka bootstrap servers".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_file_and_rejects_unknown_keys() {
+        let c: ServiceConfig = toml::from_str(
+            "[kafka]\nbootstrap = \"k:1\"\n[topics]\noutput = \"out\"\n[coordinator]\nagent_timeout_s = 2.5\n[http]\ntoken = \"0123456789abcdef\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.kafka.bootstrap, "k:1");
+        assert_eq!(c.topics.output, "out");
+        assert_eq!(c.topics.job_events, Topics::default().job_events);
+        assert_eq!(c.coordinator.agent_timeout_s, 2.5);
+        assert!(c.validate().is_ok());
+        assert!(toml::from_str::<ServiceConfig>("[kafka]\nbootstrapp = \"x\"\n").is_err());
+        let mut bad = c.clone();
+        bad.coordinator.agent_wait_s = -1.0;
+        assert!(bad.validate().is_err());
+        bad = c;
+        bad.http.token = None;
+        assert!(bad.validate().is_err());
+    }
+}

@@ -1,0 +1,301 @@
+//! Helpers for the service tests: one real Kafka broker per test binary (or the one named by
+//! GPUSANITY_TEST_KAFKA), real `gpusanity serve` and `gpusanity agent` processes, topics of
+//! their own per test, a reader of the output topics, raw HTTP and SQL on the service's
+//! database.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use serde_json::Value;
+
+#[path = "../common/mod.rs"]
+pub mod common;
+mod reader;
+mod scenario;
+
+pub use reader::Reader;
+// Each test binary uses some of them.
+#[allow(unused_imports)]
+pub use scenario::{allocated, crash_restart, restarted, stopped, two_node_pass};
+
+pub const TOKEN: &str = "test-token-0123456789";
+
+/// The broker's bootstrap address: GPUSANITY_TEST_KAFKA when set (it must answer), else a
+/// broker started by scripts/kafka.sh for this test binary and stopped when it exits.
+pub fn broker() -> &'static str {
+    static BROKER: OnceLock<String> = OnceLock::new();
+    BROKER.get_or_init(|| {
+        if let Ok(b) = std::env::var("GPUSANITY_TEST_KAFKA") {
+            let addr = b.split(',').next().unwrap_or_default().to_string();
+            std::net::TcpStream::connect_timeout(&addr.parse().expect("GPUSANITY_TEST_KAFKA: host:port"), Duration::from_secs(5))
+                .unwrap_or_else(|e| panic!("GPUSANITY_TEST_KAFKA={b} is set but the broker does not answer: {e}"));
+            return b;
+        }
+        start_script("kafka.sh", "KAFKA_STATE", "KAFKA_BOOTSTRAP=")
+    })
+}
+
+/// Runs `scripts/SCRIPT start` with its state file in a temp dir and returns the value of its
+/// `KEY...` line; a watchdog runs `SCRIPT stop` once this test binary has exited.
+fn start_script(script: &str, state_var: &str, key: &str) -> String {
+    let dir = tempfile::tempdir().expect("tempdir").keep();
+    // Readable by the `postgres` user the database server runs as under root.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let state = dir.join("state");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(script);
+    let out = Command::new("bash").arg(&script).arg("start").env(state_var, &state).env("TMPDIR", &dir).output().expect("running a script");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{} start failed: {text}{}", script.display(), String::from_utf8_lossy(&out.stderr));
+    let value = text.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_else(|| panic!("no {key} line in: {text}")).to_string();
+    let watch = format!(
+        "while kill -0 {} 2>/dev/null; do sleep 0.5; done; {state_var}='{}' TMPDIR='{}' bash '{}' stop; rm -rf '{}'",
+        std::process::id(),
+        state.display(),
+        dir.display(),
+        script.display(),
+        dir.display()
+    );
+    // Started in the background of a shell that exits at once, so it is nobody's zombie.
+    let status = Command::new("sh").arg("-c").arg(format!("({watch}) >/dev/null 2>&1 </dev/null &")).status().expect("watchdog");
+    assert!(status.success(), "starting the watchdog failed");
+    value
+}
+
+/// A PostgreSQL server's admin URL: GPUSANITY_TEST_POSTGRES when set (it must answer), else a
+/// throwaway cluster started by scripts/postgres.sh for this test binary and stopped when it exits.
+fn postgres_admin() -> &'static str {
+    static PG: OnceLock<String> = OnceLock::new();
+    PG.get_or_init(|| {
+        if let Ok(u) = std::env::var("GPUSANITY_TEST_POSTGRES") {
+            return u;
+        }
+        start_script("postgres.sh", "PG_STATE", "DATABASE_URL=")
+    })
+}
+
+/// A fresh, empty PostgreSQL database for one test; its URL.
+pub fn postgres_database(name: &str) -> String {
+    let admin = postgres_admin();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::AnyPool::connect(admin).await.unwrap_or_else(|e| panic!("PostgreSQL at {admin} does not answer: {e}"));
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&pool).await.expect("drop database");
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create database");
+    });
+    let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(admin);
+    format!("{base}/{name}")
+}
+
+/// One test's world: its own topics, database, HTTP port and processes.
+pub struct World {
+    pub dir: tempfile::TempDir,
+    pub tag: String,
+    pub prefix: String,
+    pub db_url: String,
+    pub http: u16,
+    pub config: PathBuf,
+    /// The nodes that have an agent.
+    pub nodes: Vec<String>,
+    children: Vec<(String, Child)>,
+}
+
+impl World {
+    /// `db_url`: None for a SQLite file in the test's folder. `coordinator`: extra TOML lines
+    /// for the [coordinator] table.
+    pub fn new(db_url: Option<String>, coordinator: &str) -> World {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tag = format!("svc{}", dir.path().file_name().unwrap().to_string_lossy().replace('.', ""));
+        let prefix = format!("t.{tag}.");
+        let db_url = db_url.unwrap_or_else(|| format!("sqlite://{}", dir.path().join("gpusanity.db").display()));
+        let http = common::free_port();
+        let config = dir.path().join("gpusanity.toml");
+        let p = &prefix;
+        let text = format!(
+            "[kafka]\nbootstrap = \"{b}\"\ngroup = \"{p}service\"\n\n[topics]\njob_events = \"{p}job-events\"\noutput = \"{p}check-events\"\n\
+             dead_letter = \"{p}dead-letter\"\nagent_tasks = \"{p}agent-tasks\"\nagent_reports = \"{p}agent-reports\"\n\n\
+             [database]\nurl = \"{db_url}\"\n\n[http]\nlisten = \"127.0.0.1:{http}\"\n\n[coordinator]\nreport_url = \"http://127.0.0.1:{http}/v1/runs/{{run_id}}/report\"\n{coordinator}\n",
+            b = broker()
+        );
+        std::fs::write(&config, text).expect("config");
+        World { dir, tag, prefix, db_url, http, config, nodes: Vec::new(), children: Vec::new() }
+    }
+
+    /// A world on SQLite with the service running, an agent per node in `nodes`, and a reader
+    /// of the output topic.
+    pub fn running(coordinator: &str, nodes: &[&str]) -> (World, Reader) {
+        let mut w = World::new(None, coordinator);
+        let out = w.start(nodes);
+        (w, out)
+    }
+
+    /// Starts the service and an agent per node; returns a reader of the output topic.
+    pub fn start(&mut self, nodes: &[&str]) -> Reader {
+        self.serve();
+        for n in nodes {
+            self.agent(n);
+        }
+        self.reader("check-events")
+    }
+
+    pub fn topic(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    fn spawn(&mut self, name: &str, args: &[&str]) {
+        let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).expect("log");
+        let mut c = Command::new(common::bin());
+        c.args(args)
+            .arg("--config")
+            .arg(&self.config)
+            .env("GPUSANITY_TEST_TAG", &self.tag)
+            .env("GPUSANITY_API_TOKEN", TOKEN)
+            .env("GPUSANITY_LOG", "info")
+            .env_remove("GPUSANITY_KAFKA_BOOTSTRAP")
+            .env_remove("GPUSANITY_DATABASE_URL")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log);
+        self.children.push((name.to_string(), c.spawn().expect("spawn gpusanity")));
+    }
+
+    pub fn serve(&mut self) {
+        self.spawn("serve", &["serve"]);
+        self.wait_health(Duration::from_secs(60));
+    }
+
+    /// An agent for `node`: CPU, one worker.
+    pub fn agent(&mut self, node: &str) {
+        self.nodes.push(node.to_string());
+        let work = self.dir.path().join(format!("agent-{node}"));
+        let work = work.to_string_lossy().into_owned();
+        self.spawn(node, &["agent", "--node", node, "--device", "cpu", "--nproc-per-node", "1", "--heartbeat-s", "0.3", "--work-dir", &work]);
+    }
+
+    /// Waits until `n` worker processes of this world run (the data plane is under way).
+    pub fn wait_for_workers(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while common::tagged_processes(&self.tag).iter().filter(|(_, rank)| rank.is_some()).count() < n {
+            assert!(Instant::now() < deadline, "the workers never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self, name: &str) -> i32 {
+        self.children.iter().find(|(n, _)| n == name).map(|(_, c)| c.id() as i32).expect("no such process")
+    }
+
+    /// SIGKILLs the process `name` and reaps it.
+    pub fn kill(&mut self, name: &str) {
+        let i = self.children.iter().position(|(n, _)| n == name).expect("no such process");
+        let (_, mut c) = self.children.remove(i);
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    pub fn wait_health(&self, limit: Duration) {
+        let start = Instant::now();
+        loop {
+            if let Ok((200, _)) = self.http_call("GET", "/health", None, None) {
+                return;
+            }
+            assert!(start.elapsed() < limit, "the service never became healthy; its log:\n{}", self.log("serve"));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// One HTTP/1.1 request to the service; (status, JSON body).
+    pub fn http_call(&self, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> std::io::Result<(u16, Value)> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.http))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+        let body = body.unwrap_or("");
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )?;
+        let mut resp = String::new();
+        s.read_to_string(&mut resp)?;
+        let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let json = resp.split("\r\n\r\n").nth(1).and_then(|b| serde_json::from_str(b).ok()).unwrap_or(Value::Null);
+        Ok((status, json))
+    }
+
+    /// Publishes a JobResourcesAllocated for a job on every node that has an agent.
+    pub fn allocate(&self, event_id: &str, job: &str, args: &str) {
+        let nodes: Vec<&str> = self.nodes.iter().map(String::as_str).collect();
+        self.publish(allocated(event_id, job, &nodes, args).as_bytes());
+    }
+
+    /// Publishes raw bytes on the job-events topic.
+    pub fn publish(&self, payload: &[u8]) {
+        let p: ThreadedProducer<DefaultProducerContext> = ClientConfig::new().set("bootstrap.servers", broker()).create().expect("producer");
+        let topic = self.topic("job-events");
+        p.send(BaseRecord::<(), [u8]>::to(&topic).payload(payload)).map_err(|(e, _)| e).expect("send");
+        p.flush(Duration::from_secs(10)).expect("flush");
+    }
+
+    pub fn reader(&self, topic: &str) -> Reader {
+        Reader::new(&self.topic(topic))
+    }
+
+    /// Runs SQL on the service's database and returns the first column of every row as text.
+    pub fn sql(&self, query: &str) -> Vec<String> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async {
+            use sqlx::Row;
+            sqlx::any::install_default_drivers();
+            let pool = sqlx::AnyPool::connect(&self.db_url).await.expect("connect to the service's database");
+            let rows = sqlx::query(query).fetch_all(&pool).await.expect("query");
+            rows.iter()
+                .map(|r| r.try_get::<String, _>(0).or_else(|_| r.try_get::<i64, _>(0).map(|v| v.to_string())).unwrap_or_default())
+                .collect()
+        })
+    }
+
+    /// SIGTERMs everything this world started and checks that nothing carrying its tag is left.
+    pub fn shutdown(&mut self) {
+        for (_, c) in &self.children {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for (name, c) in &mut self.children {
+            loop {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    panic!("{name} did not stop on SIGTERM");
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        self.children.clear();
+        let run = common::Run { dir: tempfile::tempdir().expect("tempdir"), tag: self.tag.clone() };
+        run.assert_nothing_left();
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+

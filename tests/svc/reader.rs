@@ -1,0 +1,62 @@
+//! A reader of one topic from its beginning, for the tests' assertions.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::Value;
+
+use super::broker;
+
+/// Reads a topic from its beginning, keeping everything seen.
+pub struct Reader {
+    consumer: BaseConsumer,
+    pub seen: Vec<Value>,
+}
+
+impl Reader {
+    pub fn new(topic: &str) -> Reader {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", broker())
+            .set("group.id", format!("reader-{}", std::process::id()))
+            .set("enable.auto.commit", "false")
+            .set("allow.auto.create.topics", "true")
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, 0, Offset::Beginning).expect("partition");
+        consumer.assign(&tpl).expect("assign");
+        Reader { consumer, seen: Vec::new() }
+    }
+
+    /// Reads whatever arrives within `d`.
+    pub fn drain(&mut self, d: Duration) {
+        let end = Instant::now() + d;
+        while Instant::now() < end {
+            if let Some(Ok(m)) = self.consumer.poll(Duration::from_millis(50)) {
+                if let Some(p) = m.payload() {
+                    self.seen.push(serde_json::from_slice(p).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(p).into_owned())));
+                }
+            }
+        }
+    }
+
+    /// Waits for the first message (seen before or arriving) that matches `pred`.
+    pub fn wait_for(&mut self, limit: Duration, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = self.seen.iter().find(|v| pred(v)) {
+                return v.clone();
+            }
+            assert!(start.elapsed() < limit, "no {what} within {limit:?}; seen: {:#?}", self.seen);
+            self.drain(Duration::from_millis(100));
+        }
+    }
+
+    /// Messages of `type` about `job`.
+    pub fn of(&self, job: &str, kind: &str) -> Vec<Value> {
+        self.seen.iter().filter(|v| v["job_id"] == job && v["type"] == kind).cloned().collect()
+    }
+}
