@@ -375,6 +375,10 @@ fn every_finding_code_is_documented() {
         include_str!("links.rs"),
         include_str!("results.rs"),
         include_str!("../launcher/gather.rs"),
+        include_str!("../diagnosis_micro.rs"),
+        include_str!("../diagnosis_models.rs"),
+        include_str!("../checks/models/mod.rs"),
+        include_str!("../coordinator/mod.rs"),
     ];
     let mut codes = Vec::new();
     for src in sources {
