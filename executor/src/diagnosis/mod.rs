@@ -20,6 +20,8 @@ pub mod peers;
 pub mod remeasure;
 pub mod results;
 #[cfg(test)]
+mod codes_doc;
+#[cfg(test)]
 mod tests;
 pub mod verdict;
 
