@@ -10,12 +10,7 @@ BIN=${BIN:-.carry/gpusanity}
 OUT=${OUT:-/tmp/gpusanity-corunner}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-NV=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null)
-if [ -n "$NV" ]; then
-  LD_LIBRARY_PATH=$(find "$NV" -maxdepth 3 -type d -name lib | paste -sd:)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export LD_LIBRARY_PATH
-fi
+. "$HERE/env.sh"
 nvidia-smi -L
 date -u +"date: %Y-%m-%dT%H:%M:%SZ"
 
