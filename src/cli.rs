@@ -30,6 +30,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Render a report.json again as its HTML page.
+    Report(ReportArgs),
     /// Run the service: Kafka job events in, check runs on the agents, results in the database, events out.
     Serve(Box<crate::serve::ServeArgs>),
     /// Run the agent of one node: takes its tasks from the service and runs the data plane.
@@ -37,6 +39,15 @@ pub enum Command {
     /// A worker process (started by `check`, one per device).
     #[command(hide = true)]
     Worker,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The report.json written by `gpusanity check` (or fetched from the service).
+    report: PathBuf,
+    /// Where to write the page [default: REPORT with the extension .html].
+    #[arg(long, short)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -184,6 +195,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Err(e) => crate::report_error(&e),
         },
         Command::Check(args) => check(&args),
+        Command::Report(args) => report(&args),
         Command::Serve(args) => crate::serve::serve(&args),
         Command::Agent(args) => crate::agent::agent(&args),
     }
@@ -199,6 +211,24 @@ fn check(args: &CheckArgs) -> ExitCode {
     match result {
         Ok(Handover::Exit(code)) => code,
         Ok(Handover::Exec(cmd)) => exec(&cmd),
+        Err(e) => crate::report_error(&e),
+    }
+}
+
+fn report(args: &ReportArgs) -> ExitCode {
+    let out = args.out.clone().unwrap_or_else(|| args.report.with_extension("html"));
+    let result = std::fs::read(&args.report)
+        .map_err(|e| UsageError(format!("cannot read {}: {e}", args.report.display())))
+        .and_then(|bytes| {
+            serde_json::from_slice(&bytes).map_err(|e| UsageError(format!("{} is not a gpusanity report: {e}", args.report.display())))
+        })
+        .map_err(anyhow::Error::from)
+        .and_then(|r| launcher::write_html(&out, &r));
+    match result {
+        Ok(()) => {
+            println!("{}", out.display());
+            ExitCode::Passed
+        }
         Err(e) => crate::report_error(&e),
     }
 }

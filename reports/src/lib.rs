@@ -1,3 +1,5 @@
-//! Renders a [`Report`](gpusanity_common::report::Report) for people.
+//! Renders a [`Report`](gpusanity_common::report::Report) for people: the terminal summary and
+//! the HTML page.
 
+pub mod html;
 pub mod text;

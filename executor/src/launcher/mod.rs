@@ -238,6 +238,15 @@ fn write_report(dir: &std::path::Path, report: &gpusanity_common::report::Report
     let tmp = dir.join("report.json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(report)?).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    write_html(&dir.join("report.html"), report)
+}
+
+/// The HTML page beside report.json.
+pub fn write_html(path: &std::path::Path, report: &gpusanity_common::report::Report) -> Result<()> {
+    let page = gpusanity_reports::html::run_page(report, &Default::default()).context("rendering the HTML report")?;
+    let tmp = path.with_extension("html.tmp");
+    std::fs::write(&tmp, page).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 
