@@ -11,6 +11,24 @@ pub struct RunContext {
     /// The job's name or id; the page title. `None` for `gpusanity check` runs.
     pub job: Option<String>,
     pub workspace: Option<String>,
+    /// The service's state changes of the run (Pending, Checking, ...), oldest first; empty
+    /// for `gpusanity check` runs, whose own timeline is `report.events`.
+    pub timeline: Vec<TimelineEntry>,
+    /// Links shown at the top of the page (the browser's run list, the JSON report...).
+    pub links: Vec<Link>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TimelineEntry {
+    pub state: String,
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Link {
+    pub label: String,
+    pub href: String,
 }
 
 #[derive(Template)]
@@ -20,12 +38,13 @@ struct RunPage<'a> {
     title: String,
     verdict: &'static str,
     verdict_text: &'static str,
+    links: &'a [Link],
 }
 
 /// The run's page.
 pub fn run_page(report: &Report, ctx: &RunContext) -> Result<String, askama::Error> {
     let (verdict, verdict_text) = verdict(report.status);
-    RunPage { report, title: ctx.job.clone().unwrap_or_else(|| report.run_id.clone()), verdict, verdict_text }.render()
+    RunPage { report, title: ctx.job.clone().unwrap_or_else(|| report.run_id.clone()), verdict, verdict_text, links: &ctx.links }.render()
 }
 
 /// The CSS class and the words of a run's verdict.
