@@ -123,7 +123,7 @@ mod tests {
         assert_eq!(
             t.lookup("NVIDIA H200", "gemm", "tflops", gemm)
                 .map(|e| e.value),
-            Some(769.0)
+            Some(690.0)
         );
         assert!(t
             .lookup(

@@ -38,15 +38,15 @@ mod tests {
         };
         assert_eq!(
             judge("NVIDIA H200", "gemm", "tflops", when, 770.0),
-            Some((769.0, None))
+            Some((690.0, None))
         );
         assert_eq!(
-            judge("NVIDIA H200", "gemm", "tflops", when, 680.0),
-            Some((769.0, Some(Severity::Warning)))
+            judge("NVIDIA H200", "gemm", "tflops", when, 600.0),
+            Some((690.0, Some(Severity::Warning)))
         );
         assert_eq!(
             judge("NVIDIA H200", "gemm", "tflops", when, 400.0),
-            Some((769.0, Some(Severity::Critical)))
+            Some((690.0, Some(Severity::Critical)))
         );
         assert_eq!(judge("Intel(R) Xeon(R)", "gemm", "tflops", when, 0.1), None);
     }

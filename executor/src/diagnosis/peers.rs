@@ -243,9 +243,9 @@ mod tests {
         let j = judge("gemm", "tflops", &f, PeerBands::new(0.8, false), when);
         assert_eq!(
             (j[0].vs_peers, j[0].vs_expected, j[0].expected),
-            (None, Some(Severity::Critical), Some(769.0))
+            (None, Some(Severity::Critical), Some(690.0))
         );
-        let f = vec![(0, "NVIDIA H200".to_string(), 680.0)];
+        let f = vec![(0, "NVIDIA H200".to_string(), 600.0)];
         let j = judge("gemm", "tflops", &f, PeerBands::new(0.8, false), when);
         assert_eq!(j[0].vs_expected, Some(Severity::Warning));
         let f = vec![
