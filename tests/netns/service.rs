@@ -20,7 +20,7 @@ use crate::svc::{broker_listening_on, Reader, World, TOKEN};
 /// The service's timing: agents beat every 0.3 s and count as lost after 2 s.
 const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0";
 
-/// How long a run may take from its allocation to its verdict (the clean run takes ~15 s).
+/// How long a run may take from its allocation to its verdict (the clean run takes ~2 s).
 pub const VERDICT_LIMIT: Duration = Duration::from_secs(60);
 
 /// Node `k`'s name in the job events.
