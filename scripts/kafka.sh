@@ -8,7 +8,11 @@
 #   scripts/kafka.sh stop             stop the broker started by `start` (by its pid)
 #
 # Environment: GPUSANITY_KAFKA_CACHE (jar cache, default ~/.cache/gpusanity/kafka-4.4.0),
-# KAFKA_STATE (state file, default $TMPDIR/gpusanity-kafka.state).
+# KAFKA_STATE (state file, default $TMPDIR/gpusanity-kafka.state), KAFKA_LISTEN=ADDR[:PORT]
+# (a second listener on ADDR:PORT, advertised as such, PORT a free one if not given: for
+# clients that cannot reach the host's loopback, e.g. network namespaces on a bridge whose
+# host side has ADDR; ADDR must be an address of this host; `start` then also prints
+# "KAFKA_EXTERNAL=ADDR:PORT"). Without it the broker listens on loopback alone.
 set -euo pipefail
 VERSION=4.4.0
 CACHE=${GPUSANITY_KAFKA_CACHE:-$HOME/.cache/gpusanity/kafka-$VERSION}
@@ -46,8 +50,14 @@ free_port() {
 }
 
 start() {
+  local ext=${KAFKA_LISTEN:-}
+  if [ -n "$ext" ] && ! [[ "$ext" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+(:[0-9]+)?$ ]]; then
+    echo "KAFKA_LISTEN=$ext: expected IPV4-ADDRESS[:PORT]" >&2
+    exit 2
+  fi
   fetch
   local port=${1:-$(free_port)}
+  if [ -n "$ext" ] && [[ "$ext" != *:* ]]; then ext="$ext:$(free_port)"; fi
   local ctrl
   ctrl=$(free_port)
   local dir
@@ -56,10 +66,10 @@ start() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$ctrl
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$ctrl
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$ctrl${ext:+,EXTERNAL://$ext}
+advertised.listeners=PLAINTEXT://127.0.0.1:$port${ext:+,EXTERNAL://$ext}
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$dir/logs
 num.partitions=1
@@ -99,13 +109,15 @@ LOG
       tail -20 "$dir/kafka.log" >&2
       exit 1
     fi
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null \
+      && { [ -z "$ext" ] || (exec 3<>"/dev/tcp/${ext%:*}/${ext##*:}") 2>/dev/null; }; then
       echo "KAFKA_BOOTSTRAP=127.0.0.1:$port"
+      [ -z "$ext" ] || echo "KAFKA_EXTERNAL=$ext"
       return 0
     fi
     sleep 0.1
   done
-  echo "kafka did not listen on $port within 60 s" >&2
+  echo "kafka did not listen on $port${ext:+ and $ext} within 60 s" >&2
   exit 1
 }
 

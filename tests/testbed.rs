@@ -1,16 +1,19 @@
 //! The multi-node fault-injection test bed: three nodes as network namespaces on a bridge, each
 //! running the real `gpusanity check` on CPU; one fault per scenario, and the verdict and the
-//! named node or rank asserted. Skips (saying why) where root, iproute2, tc or cgroup v1 cpu
-//! are missing.
+//! named node or rank asserted. Then the same bed through the service: `gpusanity serve` on
+//! the host, `gpusanity agent` in each namespace, the published events asserted. Skips
+//! (saying why) where root, iproute2, tc or cgroup v1 cpu are missing.
 
-mod common;
 mod netns;
+mod svc;
 
 use std::time::Duration;
 
 use common::*;
 use netns::scenarios::*;
-use serde_json::Value;
+use netns::service::{node_name, node_names, ServiceKind};
+use serde_json::{json, Value};
+use svc::common;
 
 /// The report names `code` on the bad node (and its rank, `rank`), and nothing else.
 fn assert_named(r: &Value, code: &str, rank: Option<u64>) {
@@ -42,24 +45,14 @@ fn assert_only_bad_named(r: &Value) {
     }
 }
 
-#[test]
-fn testbed_1_clean_three_nodes_pass_with_no_finding() {
-    let Some((_g, bed, run, out, _)) = Kind::Clean.run() else {
-        return;
-    };
-    for (k, o) in out.iter().enumerate() {
-        assert_eq!(code(o), 0, "node {k}: {}", stderr(o));
-    }
-    let r = bed.report(&run);
-    assert_eq!(r["status"], "passed");
-    assert_eq!(r["findings"], serde_json::json!([]), "{}", r["findings"]);
-    assert_eq!(faulty(&r), Vec::<u64>::new());
+/// No node faulty, every node healthy, and the link test measured every node.
+fn assert_all_healthy_and_measured(r: &Value) {
+    assert_eq!(faulty(r), Vec::<u64>::new());
     assert!(r["node_verdicts"]
         .as_array()
         .unwrap()
         .iter()
         .all(|v| v["health"] == "healthy"));
-    // The link test ran and measured every node.
     let pairs = r["pair_bandwidth"].as_array().expect("pair matrix");
     for k in 0..NODES as u64 {
         assert!(
@@ -72,6 +65,44 @@ fn testbed_1_clean_three_nodes_pass_with_no_finding() {
     assert!(pairs
         .iter()
         .all(|p| p["busbw_gbps"].as_f64().unwrap() > 0.0));
+}
+
+/// The one critical finding is the bad rank's crash, by SIGKILL.
+fn assert_crash_named(r: &Value) {
+    assert_eq!(
+        critical(r),
+        [("WORKER_CRASHED".to_string(), Some(BAD), Some(BAD))],
+        "{}",
+        r["findings"]
+    );
+    let crash = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["code"] == "WORKER_CRASHED")
+        .unwrap();
+    assert!(
+        crash["message"]
+            .as_str()
+            .unwrap()
+            .contains("killed by signal SIGKILL"),
+        "{crash}"
+    );
+    assert_only_bad_named(r);
+}
+
+#[test]
+fn testbed_1_clean_three_nodes_pass_with_no_finding() {
+    let Some((_g, bed, run, out, _)) = Kind::Clean.run() else {
+        return;
+    };
+    for (k, o) in out.iter().enumerate() {
+        assert_eq!(code(o), 0, "node {k}: {}", stderr(o));
+    }
+    let r = bed.report(&run);
+    assert_eq!(r["status"], "passed");
+    assert_eq!(r["findings"], serde_json::json!([]), "{}", r["findings"]);
+    assert_all_healthy_and_measured(&r);
     run.assert_nothing_left();
 }
 
@@ -174,32 +205,76 @@ fn testbed_6_a_killed_worker_is_named_for_the_crash_and_nothing_is_left() {
         assert_eq!(code(o), 1, "node {k}: {}", stderr(o));
     }
     let r = bed.report(&run);
-    assert_eq!(
-        critical(&r),
-        [("WORKER_CRASHED".to_string(), Some(BAD), Some(BAD))],
-        "{}",
-        r["findings"]
-    );
-    let crash = r["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["code"] == "WORKER_CRASHED")
-        .unwrap();
-    assert!(
-        crash["message"]
-            .as_str()
-            .unwrap()
-            .contains("killed by signal SIGKILL"),
-        "{crash}"
-    );
-    assert_only_bad_named(&r);
+    assert_crash_named(&r);
     run.assert_nothing_left();
 }
 
+#[test]
+fn testbed_7_through_the_service_a_clean_three_node_job_passes_with_no_finding() {
+    let Some(mut sc) = ServiceKind::Clean.run() else {
+        return;
+    };
+    sc.verdict_is("CheckPassed");
+    assert!(sc.isolated.is_empty(), "{:#?}", sc.isolated);
+    let job = ServiceKind::Clean.job();
+    assert!(
+        sc.s.out.of(job, "CheckFailed").is_empty(),
+        "{:#?}",
+        sc.s.out.seen
+    );
+    let r = sc.s.report(&sc.run_id);
+    assert_eq!(r["status"], "passed");
+    assert_eq!(r["findings"], json!([]), "{}", r["findings"]);
+    assert_all_healthy_and_measured(&r);
+    // The data plane ran between the namespaces: every node at its address on the bridge.
+    let addrs: Vec<&str> = sc.s.bed.nodes.iter().map(|n| n.addr.as_str()).collect();
+    let reported: Vec<&str> = r["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["addr"].as_str())
+        .collect();
+    assert_eq!(reported, addrs, "{}", r["nodes"]);
+    let states = format!(
+        "SELECT state FROM transitions WHERE run_id = '{}' ORDER BY id",
+        sc.run_id
+    );
+    assert_eq!(sc.s.w.sql(&states), ["Checking", "CheckPassed"]);
+    let healthy: Vec<String> = node_names().iter().map(|n| format!("{n}:1")).collect();
+    assert_eq!(sc.s.health(&sc.run_id), healthy);
+    sc.s.assert_nothing_left();
+}
+
+#[test]
+fn testbed_8_through_the_service_a_killed_worker_isolates_its_node_and_nothing_is_left() {
+    let Some(mut sc) = ServiceKind::Kill.run() else {
+        return;
+    };
+    let bad = node_name(BAD as usize);
+    let v = sc.verdict_is("CheckFailed");
+    assert_eq!(v["reason"], "check_failed", "{v:#}");
+    assert_eq!(v["faulty_nodes"], json!([bad]), "{v:#}");
+    let summary = v["summary"].as_str().unwrap_or("");
+    assert!(summary.contains("WORKER_CRASHED in gemm (rank 2 "), "{v:#}");
+    // The crash ends the run at once (0.2 s here), long before the 30 s per-test limit.
+    assert!(sc.took < Duration::from_secs(10), "took {:?}", sc.took);
+    assert_eq!(sc.isolated.len(), 1, "{:#?}", sc.isolated);
+    assert_eq!(sc.isolated[0]["node"], bad.as_str());
+    assert_eq!(sc.isolated[0]["codes"], json!(["WORKER_CRASHED"]));
+    let r = sc.s.report(&sc.run_id);
+    assert_crash_named(&r);
+    let health: Vec<String> = (0..NODES)
+        .map(|k| format!("{}:{}", node_name(k), u8::from(k != BAD as usize)))
+        .collect();
+    assert_eq!(sc.s.health(&sc.run_id), health);
+    // Every launcher and worker has ended; the agents stay until stopped.
+    sc.s.assert_nothing_left();
+}
+
 /// The repeat figures (bench/testbed_repeat.sh): the clean scenario `TESTBED_CLEAN_RUNS` times
-/// (20) and each fault `TESTBED_FAULT_RUNS` times (5); prints found / missed / false findings
-/// and processes left behind per scenario.
+/// (20), each fault `TESTBED_FAULT_RUNS` times (5) and each scenario through the service
+/// `TESTBED_SERVICE_RUNS` times (5); prints found / missed / false findings and processes left
+/// behind per scenario.
 #[test]
 #[ignore = "takes about 15 minutes: run by bench/testbed_repeat.sh"]
 fn testbed_repeat() {
@@ -219,6 +294,9 @@ fn testbed_repeat() {
     );
     for kind in Kind::ALL {
         let n = if kind == Kind::Clean { clean } else { faults };
+        if n == 0 {
+            continue;
+        }
         let (mut found, mut missed, mut wrong, mut left, mut secs) = (0, 0, 0, 0, 0.0);
         for _ in 0..n {
             let Some((g, bed, run, _out, took)) = kind.run() else {
@@ -248,6 +326,42 @@ fn testbed_repeat() {
         println!(
             "{:<10} {n:>5} {found:>6} {missed:>7} {wrong:>15} {left:>5} {mean:>8.1}",
             format!("{kind:?}")
+        );
+    }
+    let n = runs("TESTBED_SERVICE_RUNS", 5);
+    for kind in ServiceKind::ALL.into_iter().filter(|_| n > 0) {
+        let (mut found, mut missed, mut wrong, mut left, mut secs) = (0, 0, 0, 0, 0.0);
+        for _ in 0..n {
+            // A failed wait or check (it panics) counts as missed; the bed is torn down.
+            let one = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut sc = kind.run()?;
+                let (ok, w) = kind.score(&sc);
+                if !ok {
+                    println!("service {kind:?} missed: {}", sc.verdict);
+                }
+                let (after_run, after_stop) = sc.s.end();
+                let left = !(after_run.is_empty() && after_stop.is_empty());
+                Some((ok, w, left, sc.took.as_secs_f64()))
+            }));
+            match one {
+                Ok(None) => {
+                    println!("service {kind:?}: skipped");
+                    break;
+                }
+                Ok(Some((ok, w, l, took))) => {
+                    found += usize::from(ok);
+                    missed += usize::from(!ok);
+                    wrong += w;
+                    left += usize::from(l);
+                    secs += took;
+                }
+                Err(_) => missed += 1,
+            }
+        }
+        let mean = if n > 0 { secs / n as f64 } else { 0.0 };
+        println!(
+            "{:<10} {n:>5} {found:>6} {missed:>7} {wrong:>15} {left:>5} {mean:>8.1}",
+            format!("svc-{kind:?}")
         );
     }
 }

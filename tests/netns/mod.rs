@@ -15,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub mod scenarios;
+pub mod service;
 
 use crate::common::Run;
 
@@ -36,6 +37,8 @@ pub struct Node {
 pub struct Bed {
     pub id: String,
     bridge: String,
+    /// The bridge's own address on the host side ([`Bed::with_host`]), if it has one.
+    pub host: Option<String>,
     pub nodes: Vec<Node>,
     cgroups: Vec<String>,
 }
@@ -60,6 +63,18 @@ fn sh(args: &[&str]) -> Result<(), String> {
 impl Bed {
     /// A bed of `n` nodes, or why it cannot be built here.
     pub fn new(n: usize) -> Result<Bed, String> {
+        Bed::build(n, false)
+    }
+
+    /// A bed of `n` nodes whose bridge also has an address on the host side, `.254` of the
+    /// nodes' subnet, where processes on the host listen for the nodes (a Kafka broker). Every
+    /// such bed of this process has the same subnet, so a listener bound to that address serves
+    /// the next bed as well (one at a time: the tests run them serially).
+    pub fn with_host(n: usize) -> Result<Bed, String> {
+        Bed::build(n, true)
+    }
+
+    fn build(n: usize, host: bool) -> Result<Bed, String> {
         let uid = Command::new("id")
             .arg("-u")
             .output()
@@ -74,15 +89,30 @@ impl Bed {
         let pid = std::process::id();
         // Short: interface names hold 15 bytes.
         let id = format!("gs{}{}", pid % 100_000, (b'a' + (k % 26) as u8) as char);
-        let subnet = (pid as usize * 7 + k) % 250 + 1;
+        // Beds with a host address take the one subnet no other bed of this process gets
+        // before its 250th.
+        let subnet = (pid as usize * 7 + if host { 249 } else { k % 249 }) % 250 + 1;
         let mut bed = Bed {
             bridge: format!("{id}br"),
+            host: None,
             id: id.clone(),
             nodes: Vec::new(),
             cgroups: Vec::new(),
         };
         sh(&["ip", "link", "add", &bed.bridge, "type", "bridge"])?;
         sh(&["ip", "link", "set", &bed.bridge, "up"])?;
+        if host {
+            let addr = format!("10.231.{subnet}.254");
+            sh(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                &bed.bridge,
+            ])?;
+            bed.host = Some(addr);
+        }
         for i in 0..n {
             let node = Node {
                 ns: format!("{id}n{i}"),
@@ -168,31 +198,11 @@ impl Bed {
         ]);
         args.extend_from_slice(extra);
         let inner = run.command(&args);
-        let mut ip_args: Vec<std::ffi::OsString> = vec![
-            "netns".into(),
-            "exec".into(),
-            self.nodes[k].ns.clone().into(),
-        ];
-        ip_args.push(inner.get_program().into());
-        ip_args.extend(inner.get_args().map(|a| a.to_os_string()));
-        let mut c = match self.nodes[k].cgroup.as_deref() {
-            // The shell joins the cgroup, then becomes `ip netns exec ...`, then gpusanity.
-            Some(cg) => {
-                let mut c = Command::new("sh");
-                c.arg("-c")
-                    .arg(format!(
-                        "echo $$ > {CGROUP_CPU}/{cg}/cgroup.procs && exec ip \"$@\""
-                    ))
-                    .arg("sh")
-                    .args(&ip_args);
-                c
-            }
-            None => {
-                let mut c = Command::new("ip");
-                c.args(&ip_args);
-                c
-            }
-        };
+        let wrap = self.wrap(k);
+        let mut c = Command::new(&wrap[0]);
+        c.args(&wrap[1..])
+            .arg(inner.get_program())
+            .args(inner.get_args());
         for (key, value) in inner.get_envs() {
             match value {
                 Some(v) => c.env(key, v),
@@ -205,6 +215,38 @@ impl Bed {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         c.spawn().expect("spawn a node")
+    }
+
+    /// The command that runs a program (appended to it) in node `k`'s namespace and cgroup:
+    /// a shell joins the cgroup, then becomes `ip netns exec ...`, which becomes the program,
+    /// so that the program keeps the first process's pid.
+    pub fn wrap(&self, k: usize) -> Vec<String> {
+        let netns = ["ip", "netns", "exec", &self.nodes[k].ns].map(String::from);
+        match self.nodes[k].cgroup.as_deref() {
+            Some(cg) => {
+                let join = format!("echo $$ > {CGROUP_CPU}/{cg}/cgroup.procs && exec \"$@\"");
+                ["sh", "-c", &join, "sh"]
+                    .map(String::from)
+                    .into_iter()
+                    .chain(netns)
+                    .collect()
+            }
+            None => netns.to_vec(),
+        }
+    }
+
+    /// The pids of the processes in node `k`'s namespace.
+    pub fn pids(&self, k: usize) -> Vec<i32> {
+        Command::new("ip")
+            .args(["netns", "pids", &self.nodes[k].ns])
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Node 0's report.

@@ -30,27 +30,52 @@ pub const TOKEN: &str = "test-token-0123456789";
 /// The broker's bootstrap address: GPUSANITY_TEST_KAFKA when set (it must answer), else a
 /// broker started by scripts/kafka.sh for this test binary and stopped when it exits.
 pub fn broker() -> &'static str {
-    static BROKER: OnceLock<String> = OnceLock::new();
-    BROKER.get_or_init(|| {
-        if let Ok(b) = std::env::var("GPUSANITY_TEST_KAFKA") {
-            let addr = b.split(',').next().unwrap_or_default().to_string();
-            std::net::TcpStream::connect_timeout(&addr.parse().expect("GPUSANITY_TEST_KAFKA: host:port"), Duration::from_secs(5))
-                .unwrap_or_else(|e| panic!("GPUSANITY_TEST_KAFKA={b} is set but the broker does not answer: {e}"));
-            return b;
-        }
-        start_script("kafka.sh", "KAFKA_STATE", "KAFKA_BOOTSTRAP=")
-    })
+    &BROKER
+        .get_or_init(|| {
+            if let Ok(b) = std::env::var("GPUSANITY_TEST_KAFKA") {
+                let addr = b.split(',').next().unwrap_or_default().to_string();
+                std::net::TcpStream::connect_timeout(&addr.parse().expect("GPUSANITY_TEST_KAFKA: host:port"), Duration::from_secs(5))
+                    .unwrap_or_else(|e| panic!("GPUSANITY_TEST_KAFKA={b} is set but the broker does not answer: {e}"));
+                return (b, None);
+            }
+            (start_script("kafka.sh", "KAFKA_STATE", "KAFKA_BOOTSTRAP="), None)
+        })
+        .0
+}
+
+/// This test binary's broker: (loopback bootstrap, the second listener's address if any).
+static BROKER: OnceLock<(String, Option<String>)> = OnceLock::new();
+
+/// Starts this test binary's broker with a second listener on `addr` (KAFKA_LISTEN of
+/// scripts/kafka.sh), an address of this host that network namespaces reach, and returns that
+/// listener's ADDR:PORT; [`broker`] then returns its loopback listener. GPUSANITY_TEST_KAFKA is
+/// not used: a broker started before `addr` existed cannot listen on it. Every call must name
+/// the same `addr` (the listener stays bound to it when the address goes and comes back).
+pub fn broker_listening_on(addr: &str) -> &'static str {
+    let (_, external) = BROKER.get_or_init(|| {
+        let external = format!("{addr}:{}", common::free_port());
+        (start_script_env("kafka.sh", "KAFKA_STATE", "KAFKA_BOOTSTRAP=", &[("KAFKA_LISTEN", &external)]), Some(external))
+    });
+    match external {
+        Some(e) if e.rsplit_once(':').map(|(a, _)| a) == Some(addr) => e,
+        other => panic!("this test binary's broker was started listening on {other:?}, not on {addr}"),
+    }
 }
 
 /// Runs `scripts/SCRIPT start` with its state file in a temp dir and returns the value of its
 /// `KEY...` line; a watchdog runs `SCRIPT stop` once this test binary has exited.
 fn start_script(script: &str, state_var: &str, key: &str) -> String {
+    start_script_env(script, state_var, key, &[])
+}
+
+/// [`start_script`] with `env` set for the script.
+fn start_script_env(script: &str, state_var: &str, key: &str, env: &[(&str, &str)]) -> String {
     let dir = tempfile::tempdir().expect("tempdir").keep();
     // Readable by the `postgres` user the database server runs as under root.
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     let state = dir.join("state");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(script);
-    let out = Command::new("bash").arg(&script).arg("start").env(state_var, &state).env("TMPDIR", &dir).output().expect("running a script");
+    let out = Command::new("bash").arg(&script).arg("start").env(state_var, &state).env("TMPDIR", &dir).envs(env.iter().copied()).output().expect("running a script");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{} start failed: {text}{}", script.display(), String::from_utf8_lossy(&out.stderr));
     let value = text.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_else(|| panic!("no {key} line in: {text}")).to_string();
@@ -150,8 +175,21 @@ impl World {
     }
 
     fn spawn(&mut self, name: &str, args: &[&str]) {
+        self.spawn_via(name, &[], args);
+    }
+
+    /// Spawns the binary under `wrap` (a command that ends by exec'ing the binary, e.g.
+    /// `ip netns exec NS`, so that the child's pid is the binary's), or directly if it is empty.
+    fn spawn_via(&mut self, name: &str, wrap: &[String], args: &[&str]) {
         let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).expect("log");
-        let mut c = Command::new(common::bin());
+        let mut c = match wrap.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(common::bin());
+                c
+            }
+            None => Command::new(common::bin()),
+        };
         c.args(args)
             .arg("--config")
             .arg(&self.config)
@@ -173,10 +211,17 @@ impl World {
 
     /// An agent for `node`: CPU, one worker.
     pub fn agent(&mut self, node: &str) {
+        self.agent_via(node, &[], &[]);
+    }
+
+    /// An agent for `node` run under `wrap` (see `spawn_via`), with `extra` arguments.
+    pub fn agent_via(&mut self, node: &str, wrap: &[String], extra: &[&str]) {
         self.nodes.push(node.to_string());
         let work = self.dir.path().join(format!("agent-{node}"));
         let work = work.to_string_lossy().into_owned();
-        self.spawn(node, &["agent", "--node", node, "--device", "cpu", "--nproc-per-node", "1", "--heartbeat-s", "0.3", "--work-dir", &work]);
+        let mut args = vec!["agent", "--node", node, "--device", "cpu", "--nproc-per-node", "1", "--heartbeat-s", "0.3", "--work-dir", &work];
+        args.extend_from_slice(extra);
+        self.spawn_via(node, wrap, &args);
     }
 
     /// Waits until `n` worker processes of this world run (the data plane is under way).
