@@ -116,6 +116,9 @@ pub struct CheckArgs {
     /// Override a check parameter: CHECK.KEY=VALUE, e.g. gemm.size=4096 (repeatable; `gpusanity list` shows them).
     #[arg(long = "check-param", value_name = "CHECK.KEY=VALUE")]
     check_params: Vec<String>,
+    /// The name this node goes by in the report and its findings [default: the hostname].
+    #[arg(long)]
+    node_name: Option<String>,
     /// Where node 0 writes report.json and events.jsonl.
     #[arg(long, default_value = "gpusanity-report")]
     report_dir: PathBuf,
@@ -160,6 +163,9 @@ impl CheckArgs {
     }
 
     fn options(&self) -> Result<CheckOptions> {
+        if self.node_name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+            return Err(UsageError("--node-name must not be empty".into()).into());
+        }
         if !(self.rdzv_timeout.is_finite() && self.rdzv_timeout > 0.0) {
             return Err(UsageError("--rdzv-timeout must be a positive number of seconds".into()).into());
         }
@@ -181,6 +187,7 @@ impl CheckArgs {
             restart_count: self.restart_count()?,
             check_params: self.check_params.clone(),
             report_dir: self.report_dir.clone(),
+            node_name: self.node_name.clone(),
             rdzv_timeout: Duration::from_secs_f64(self.rdzv_timeout),
             command: self.command.clone(),
         })

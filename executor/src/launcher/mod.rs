@@ -52,6 +52,8 @@ pub struct CheckOptions {
     /// How long to wait for the other nodes at the rendezvous.
     pub rdzv_timeout: Duration,
     pub command: Vec<String>,
+    /// This node's name in the report (the agent passes the job's node name); else the hostname.
+    pub node_name: Option<String>,
 }
 
 /// What the process does once the check is over.
@@ -78,7 +80,7 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
     let (device, nproc, devices) = resolve_device(&opts)?;
     let mut configs = CheckConfigs::defaults(device);
     configs.apply_params(&opts.check_params).map_err(|e| UsageError(e.to_string()))?;
-    let cluster = Cluster::join(&topo, device, nproc, &devices, opts.rdzv_timeout).await?;
+    let cluster = Cluster::join(&topo, opts.node_name.as_deref(), device, nproc, &devices, opts.rdzv_timeout).await?;
     let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
     let checks = crate::diagnosis::links::with_link_test(opts.settings.selected_checks(), device, cluster.nodes.len());
     log.push(RunState::Checking, format!("{} on {} rank(s): {}", device, cluster.world, checks.join(", ")))?;

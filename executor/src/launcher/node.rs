@@ -68,7 +68,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Cluster {
-    pub async fn join(topo: &Topology, device: DeviceKind, nproc: usize, devices: &[String], timeout: Duration) -> Result<Cluster> {
+    pub async fn join(topo: &Topology, name: Option<&str>, device: DeviceKind, nproc: usize, devices: &[String], timeout: Duration) -> Result<Cluster> {
         let mut port = topo.master_port;
         if topo.node_rank == 0 {
             let listener = tokio::net::TcpListener::bind(("0.0.0.0", port)).await.map_err(|e| {
@@ -84,7 +84,10 @@ impl Cluster {
             .map_err(|e| UsageError(e.to_string()))?;
         let node_addr = client.local_ip()?.to_string();
         let client = Arc::new(Mutex::new(client));
-        let hostname = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| node_addr.clone());
+        let hostname = match name {
+            Some(n) => n.to_string(),
+            None => nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| node_addr.clone()),
+        };
         let me = Registration {
             info: NodeInfo { node_rank: topo.node_rank, hostname: hostname.clone(), addr: node_addr.clone(), nproc },
             device,
