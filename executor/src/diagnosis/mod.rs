@@ -273,21 +273,21 @@ fn slow_ranks(
             (
                 m.slow,
                 format!(
-                    "{:.1} {}, {:.0}% of the peers' median {:.1}",
-                    j.value,
+                    "{} {}, {:.0}% of the peers' median {}",
+                    figure(j.value),
                     m.unit,
                     100.0 * j.stats.relative(j.value),
-                    j.stats.median
+                    figure(j.stats.median)
                 ),
             )
         } else {
             (
                 m.below,
                 format!(
-                    "{:.1} {}, below the {:.1} a healthy device of this model reaches",
-                    j.value,
+                    "{} {}, below the {} a healthy device of this model reaches",
+                    figure(j.value),
                     m.unit,
-                    j.expected.unwrap_or(0.0)
+                    figure(j.expected.unwrap_or(0.0))
                 ),
             )
         };
@@ -376,4 +376,21 @@ fn summarize(status: RunStatus, findings: &[Finding], checks: &[CheckReport]) ->
         _ if bad.is_empty() => "a check did not pass".into(),
         _ => bad.join("; "),
     }
+}
+
+/// A measured figure for a message: one decimal from 10 up (690.0, 12.5), three significant
+/// digits below (0.314, 0.00812), so the small figures of CPU workers do not print as 0.0.
+fn figure(x: f64) -> String {
+    if !x.is_finite() || x == 0.0 || x.abs() >= 10.0 {
+        return format!("{x:.1}");
+    }
+    let digits = (2 - x.abs().log10().floor() as i32).clamp(1, 9) as usize;
+    format!("{x:.digits$}")
+}
+
+#[cfg(test)]
+#[test]
+fn figures_keep_their_significant_digits() {
+    let shown: Vec<String> = [690.04, 12.46, 3.14159, 0.3141, 0.008123, 0.0, f64::NAN].into_iter().map(figure).collect();
+    assert_eq!(shown, ["690.0", "12.5", "3.14", "0.314", "0.00812", "0.0", "NaN"]);
 }
