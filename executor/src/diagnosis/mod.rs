@@ -391,6 +391,6 @@ fn figure(x: f64) -> String {
 #[cfg(test)]
 #[test]
 fn figures_keep_their_significant_digits() {
-    let shown: Vec<String> = [690.04, 12.46, 2.71828, 0.3141, 0.008123, 0.0, f64::NAN].into_iter().map(figure).collect();
-    assert_eq!(shown, ["690.0", "12.5", "2.72", "0.314", "0.00812", "0.0", "NaN"]);
+    let shown: Vec<String> = [690.04, 12.46, 4.56789, 0.3141, 0.008123, 0.0, f64::NAN].into_iter().map(figure).collect();
+    assert_eq!(shown, ["690.0", "12.5", "4.57", "0.314", "0.00812", "0.0", "NaN"]);
 }
