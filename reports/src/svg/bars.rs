@@ -112,7 +112,7 @@ pub fn bar_chart(
     }
     Some(BarChart {
         title: title.into(),
-        width: plot.right + 110.0,
+        width: plot.right + 100.0,
         height: HEIGHT,
         plot,
         bars,

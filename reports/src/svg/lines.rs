@@ -70,7 +70,7 @@ pub fn line_chart(
     let plot = Plot {
         left: 60.0,
         top: 26.0,
-        right: 560.0,
+        right: 520.0,
         bottom: 230.0,
     };
     let x = if log2_x {
@@ -109,7 +109,7 @@ pub fn line_chart(
         title: title.into(),
         x_label: x_label.into(),
         y_label: y_label.into(),
-        width: plot.right + 170.0,
+        width: plot.right + 150.0,
         height,
         plot,
         paths,
