@@ -18,6 +18,21 @@ fn rank(rank: usize, metrics: &[(&str, f64)]) -> RankResult {
     r
 }
 
+fn check(
+    name: &str,
+    status: CheckStatus,
+    config: serde_json::Value,
+    ranks: Vec<RankResult>,
+) -> CheckReport {
+    CheckReport {
+        name: name.into(),
+        status,
+        duration_s: 1.5,
+        config,
+        ranks,
+    }
+}
+
 fn sweep(scale: f64) -> Vec<SweepPoint> {
     [4096u64, 16384, 65536]
         .iter()
@@ -44,37 +59,34 @@ fn report(host_b: &str) -> Report {
             pid: 100 + r as u32,
         })
         .collect();
-    let gemm = CheckReport {
-        name: "gemm".into(),
-        status: CheckStatus::Failed,
-        duration_s: 3.2,
-        config: serde_json::json!({"size": 8192, "iters": 50}),
-        ranks: vec![
+    let gemm = check(
+        "gemm",
+        CheckStatus::Failed,
+        serde_json::json!({"size": 8192, "iters": 50}),
+        vec![
             rank(0, &[("tflops", 760.0)]),
             rank(1, &[("tflops", 758.0)]),
             rank(2, &[("tflops", f64::NAN)]),
             rank(3, &[("tflops", 401.5)]),
         ],
-    };
-    let mut ar = CheckReport {
-        name: "all-reduce".into(),
-        status: CheckStatus::Passed,
-        duration_s: 1.0,
-        config: serde_json::json!({"max_bytes": 65536}),
-        ranks: vec![],
-    };
+    );
+    let mut ar = check(
+        "all-reduce",
+        CheckStatus::Passed,
+        serde_json::json!({"max_bytes": 65536}),
+        vec![],
+    );
     for r in 0..4 {
         let mut x = rank(r, &[("busbw_gbps", 3.0)]);
         x.sweep = sweep(1.0 + r as f64);
         ar.ranks.push(x);
     }
-    let mut gpt = CheckReport {
-        name: "mini-gpt".into(),
-        status: CheckStatus::Passed,
-        duration_s: 5.0,
-        config: serde_json::Value::Null,
-        ranks: vec![],
-    };
+    let mut gpt = check(
+        "mini-gpt",
+        CheckStatus::Passed,
+        serde_json::Value::Null,
+        vec![],
+    );
     for r in 0..2 {
         let mut x = rank(
             r,
@@ -88,13 +100,12 @@ fn report(host_b: &str) -> Report {
             .insert("losses".into(), "4.15 3.80 NaN 2.10 1.05".into());
         gpt.ranks.push(x);
     }
-    let mut conn = CheckReport {
-        name: "network-connectivity".into(),
-        status: CheckStatus::Failed,
-        duration_s: 0.4,
-        config: serde_json::Value::Null,
-        ranks: vec![rank(0, &[])],
-    };
+    let mut conn = check(
+        "network-connectivity",
+        CheckStatus::Failed,
+        serde_json::Value::Null,
+        vec![rank(0, &[])],
+    );
     conn.ranks[0].notes.insert(
         "front_end_cells".into(),
         r#"[["-","FAIL"],["0.30ms","-"]]"#.into(),
