@@ -101,6 +101,34 @@ fn a_slow_gemm_rank_is_named_on_the_page_and_report_renders_the_same_page() {
         "byte-equal pages"
     );
 
+    // Hostile strings in a report render as text.
+    let evil = "<script>alert(1)</script>\"'&\"><img src=x onerror=alert(2)>";
+    let mut hostile = run.report();
+    hostile["summary"] = evil.into();
+    hostile["findings"][0]["message"] = evil.into();
+    hostile["findings"][0]["evidence"] = serde_json::json!([evil]);
+    for r in hostile["ranks"].as_array_mut().expect("ranks") {
+        r["host"] = evil.into();
+        r["device"] = evil.into();
+    }
+    hostile["node_verdicts"][0]["host"] = evil.into();
+    let (input, page) = (
+        run.dir.path().join("hostile.json"),
+        run.dir.path().join("hostile.html"),
+    );
+    std::fs::write(&input, hostile.to_string()).expect("write");
+    let out = run_with_timeout(report_cmd(&input, &page), LIMIT);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let page = std::fs::read_to_string(&page).expect("hostile.html");
+    assert!(
+        !page.contains("<script") && !page.contains("<img"),
+        "raw tags on the page"
+    );
+    assert!(
+        page.contains("&#60;script&#62;alert(1)&#60;/script&#62;")
+            || page.contains("&lt;script&gt;alert(1)&lt;/script&gt;")
+    );
+
     // A malformed or missing file: one line, exit 2, no page written.
     let bad = run.dir.path().join("bad.json");
     std::fs::write(&bad, "{\"schema_version\": 1, \"run_id\": ").expect("write");

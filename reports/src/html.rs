@@ -45,8 +45,8 @@ struct RunPage<'a> {
     verdict: &'static str,
     verdict_text: &'static str,
     links: &'a [Link],
-    faulty: Vec<&'a NodeVerdict>,
-    suspect: Vec<&'a NodeVerdict>,
+    faulty: Vec<NodeVerdict>,
+    suspect: Vec<NodeVerdict>,
     findings: Vec<sections::FindingView<'a>>,
     checks: Vec<checks::CheckView>,
     pair_map: Option<crate::svg::HeatMap>,
@@ -63,7 +63,6 @@ const TIME: &str = "%Y-%m-%d %H:%M:%S%.3f UTC";
 /// The run's page.
 pub fn run_page(report: &Report, ctx: &RunContext) -> Result<String, askama::Error> {
     let (verdict, verdict_text) = verdict(report.status);
-    let health = |h: NodeHealth| report.node_verdicts.iter().filter(move |v| v.health == h).collect::<Vec<_>>();
     let settings = serde_json::to_value(&report.settings).map(|v| checks::pairs(&v)).unwrap_or_default();
     let secs = (report.finished_at - report.started_at).num_milliseconds() as f64 / 1e3;
     RunPage {
@@ -73,8 +72,8 @@ pub fn run_page(report: &Report, ctx: &RunContext) -> Result<String, askama::Err
         verdict,
         verdict_text,
         links: &ctx.links,
-        faulty: health(NodeHealth::Faulty),
-        suspect: health(NodeHealth::Suspect),
+        faulty: sections::faulty_nodes(report),
+        suspect: sections::with_health(report, NodeHealth::Suspect),
         findings: report.findings.iter().map(sections::finding_view).collect(),
         checks: report.checks.iter().enumerate().map(|(i, c)| checks::check_view(report, i, c)).collect(),
         pair_map: sections::pair_map(report),

@@ -1,7 +1,7 @@
 //! The page's sections beyond the checks: findings, the node-pair bandwidth map, the state
 //! timelines and the run's facts.
 
-use gpusanity_common::report::{Finding, Report, Severity};
+use gpusanity_common::report::{Finding, NodeHealth, NodeVerdict, Report, Severity};
 
 use super::checks::node_labels;
 use super::{RunContext, TimelineEntry};
@@ -57,6 +57,42 @@ pub fn finding_view(f: &Finding) -> FindingView<'_> {
         },
         figures,
     }
+}
+
+/// The nodes whose verdict is `health`.
+pub fn with_health(report: &Report, health: NodeHealth) -> Vec<NodeVerdict> {
+    report
+        .node_verdicts
+        .iter()
+        .filter(|v| v.health == health)
+        .cloned()
+        .collect()
+}
+
+/// The nodes to isolate (`report.faulty_nodes`), with their hosts and the codes behind their
+/// verdicts where the report has them.
+pub fn faulty_nodes(report: &Report) -> Vec<NodeVerdict> {
+    report
+        .faulty_nodes
+        .iter()
+        .map(|&n| {
+            report
+                .node_verdicts
+                .iter()
+                .find(|v| v.node_rank == n)
+                .cloned()
+                .unwrap_or_else(|| NodeVerdict {
+                    node_rank: n,
+                    host: report
+                        .nodes
+                        .iter()
+                        .find(|x| x.node_rank == n)
+                        .map_or_else(|| "?".into(), |x| x.hostname.clone()),
+                    health: NodeHealth::Faulty,
+                    codes: Vec::new(),
+                })
+        })
+        .collect()
 }
 
 /// Node x node bus bandwidth of the link test, coloured against the best pair.
@@ -157,5 +193,23 @@ mod tests {
             ]
         );
         assert_eq!(v.severity, "critical");
+    }
+
+    #[test]
+    fn faulty_nodes_come_from_the_nodes_to_isolate() {
+        let r: Report =
+            serde_json::from_str(include_str!("../../../docs/examples/report-cpu.json"))
+                .expect("example report");
+        let faulty = faulty_nodes(&r);
+        assert!(!faulty.is_empty(), "the example has a faulty node");
+        assert_eq!(
+            faulty.iter().map(|v| v.node_rank).collect::<Vec<_>>(),
+            r.faulty_nodes
+        );
+        let mut old = r.clone();
+        old.node_verdicts.clear();
+        let faulty = faulty_nodes(&old);
+        assert_eq!(faulty.len(), r.faulty_nodes.len());
+        assert!(faulty.iter().all(|v| v.codes.is_empty() && v.host != "?"));
     }
 }
