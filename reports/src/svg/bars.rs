@@ -21,6 +21,10 @@ pub struct Bar {
     pub class: &'static str,
     pub label: String,
     pub value: String,
+    /// Whether the bar is wide enough for its value above it.
+    pub show_value: bool,
+    /// Whether its label is drawn below it (every k-th when bars are narrow).
+    pub show_label: bool,
 }
 
 /// A horizontal reference line across the plot (the expected value, the peers' median).
@@ -67,7 +71,10 @@ pub fn bar_chart(
     } else {
         top * 1.08
     };
-    let slot = (560.0 / bars.len() as f64).clamp(28.0, 90.0);
+    // Many ranks: narrower slots (the chart stays under ~800 units wide), labels thinned.
+    let slot = (720.0 / bars.len() as f64).clamp(2.0, 90.0);
+    let every = (28.0 / slot).ceil() as usize;
+    let fill = if slot < 8.0 { 0.9 } else { 0.64 };
     let plot = Plot {
         left: 56.0,
         top: 26.0,
@@ -81,17 +88,19 @@ pub fn bar_chart(
         .iter()
         .enumerate()
         .map(|(i, b)| {
-            let x = plot.left + slot * i as f64 + slot * 0.18;
+            let x = plot.left + slot * i as f64 + slot * (1.0 - fill) / 2.0;
             let top = y.map(b.value);
             Bar {
                 x: round(x),
                 y: top.min(zero),
-                w: round(slot * 0.64),
+                w: round(slot * fill),
                 h: round((zero - top).abs()),
-                cx: round(x + slot * 0.32),
+                cx: round(x + slot * fill / 2.0),
                 class: b.class,
                 label: b.label.clone(),
                 value: fmt_num(b.value),
+                show_value: slot >= 28.0,
+                show_label: i % every.max(1) == 0,
             }
         })
         .collect();
@@ -168,5 +177,18 @@ mod tests {
         let z = bar_chart("t", &input(&[0.0]), None, None).expect("chart");
         assert_eq!(z.bars[0].h, 0.0);
         assert!(z.bars[0].y.is_finite());
+    }
+
+    #[test]
+    fn many_ranks_keep_the_chart_narrow_and_thin_the_labels() {
+        let values: Vec<f64> = (0..512).map(|i| 700.0 + (i % 7) as f64).collect();
+        let c = bar_chart("t", &input(&values), Some(769.0), Some(703.0)).expect("chart");
+        assert_eq!(c.bars.len(), 512);
+        assert!(c.width < 1200.0, "{}", c.width);
+        assert!(c.bars.iter().all(|b| !b.show_value && b.w > 0.0));
+        let labelled = c.bars.iter().filter(|b| b.show_label).count();
+        assert!((20..=40).contains(&labelled), "{labelled}");
+        let few = bar_chart("t", &input(&[1.0, 2.0]), None, None).expect("chart");
+        assert!(few.bars.iter().all(|b| b.show_value && b.show_label));
     }
 }

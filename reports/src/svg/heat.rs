@@ -41,7 +41,9 @@ pub fn heat_map(title: &str, labels: &[String], cells: &[Vec<HeatInput>]) -> Opt
     if n == 0 {
         return None;
     }
-    let size = (480.0 / n as f64).clamp(18.0, 72.0);
+    // Many nodes: smaller cells (down to 6 units), labels on every k-th row and column.
+    let size = (640.0 / n as f64).clamp(6.0, 72.0);
+    let every = (14.0 / size).ceil() as usize;
     let (left, top) = (90.0, 44.0);
     let label = |i: usize| labels.get(i).cloned().unwrap_or_else(|| i.to_string());
     let mut out = Vec::new();
@@ -63,6 +65,7 @@ pub fn heat_map(title: &str, labels: &[String], cells: &[Vec<HeatInput>]) -> Opt
     }
     let ticks = |origin: f64| {
         (0..n)
+            .step_by(every.max(1))
             .map(|i| Tick {
                 pos: round(origin + size * (i as f64 + 0.5)),
                 label: label(i),
@@ -174,6 +177,14 @@ mod tests {
         assert_eq!(m.cells[2].y, m.cells[3].y);
         assert_eq!(m.rows.len(), 2);
         assert!(heat_map("x", &[], &[]).is_none());
+        // 200 nodes: small cells, every k-th node labelled.
+        let grid: Vec<Vec<HeatInput>> = (0..200)
+            .map(|_| (0..200).map(|_| cell(Some(1.0), "1")).collect())
+            .collect();
+        let big = heat_map("pairs", &[], &grid).expect("map");
+        assert_eq!(big.cells.len(), 40_000);
+        assert!(big.width < 1400.0 && big.cells.iter().all(|c| c.text.is_empty()));
+        assert_eq!(big.rows.len(), 200usize.div_ceil(3));
     }
 
     #[test]

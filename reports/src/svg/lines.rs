@@ -25,7 +25,12 @@ pub struct Path {
     pub dashed: bool,
     /// Where the legend entry sits.
     pub legend_y: f64,
+    /// Whether it has a legend entry (the first [`LEGEND`] series do).
+    pub legend: bool,
 }
+
+/// Legend entries drawn at most; the rest are counted in `more`.
+pub const LEGEND: usize = 12;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct LineChart {
@@ -38,6 +43,9 @@ pub struct LineChart {
     pub paths: Vec<Path>,
     pub x_ticks: Vec<Tick>,
     pub y_ticks: Vec<Tick>,
+    /// Series without a legend entry, and where their count is written.
+    pub more: usize,
+    pub more_y: f64,
 }
 
 /// Lines through each series' finite points (on a log2 x axis of byte sizes when `log2_x`,
@@ -101,10 +109,12 @@ pub fn line_chart(
                 colour: series_colour(s.colour),
                 dashed: s.dashed,
                 legend_y: round(plot.top + 6.0 + 15.0 * i as f64),
+                legend: i < LEGEND,
             }
         })
         .collect();
-    let height = (plot.bottom + 40.0).max(plot.top + 15.0 * series.len() as f64 + 10.0);
+    let shown = series.len().min(LEGEND);
+    let height = (plot.bottom + 40.0).max(plot.top + 15.0 * (shown + 1) as f64 + 10.0);
     Some(LineChart {
         title: title.into(),
         x_label: x_label.into(),
@@ -115,6 +125,8 @@ pub fn line_chart(
         paths,
         x_ticks,
         y_ticks,
+        more: series.len() - shown,
+        more_y: round(plot.top + 10.0 + 15.0 * shown as f64),
     })
 }
 
@@ -149,6 +161,21 @@ mod tests {
         assert_eq!(c.x_ticks.last().map(|t| t.label.as_str()), Some("16 KiB"));
         assert!(d[2].1 < d[0].1, "larger values sit higher");
         assert_eq!(c.paths[0].points.split(' ').count(), 3);
+    }
+
+    #[test]
+    fn the_legend_stops_at_twelve_series() {
+        let many: Vec<Series> = (0..40)
+            .map(|i| Series {
+                colour: i,
+                ..series(vec![(1.0, i as f64)])
+            })
+            .collect();
+        let c = line_chart("t", "x", "y", &many, false).expect("chart");
+        assert_eq!(c.paths.len(), 40);
+        assert_eq!(c.paths.iter().filter(|p| p.legend).count(), LEGEND);
+        assert_eq!(c.more, 28);
+        assert!(c.height < 300.0);
     }
 
     #[test]
