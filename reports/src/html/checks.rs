@@ -24,8 +24,8 @@ pub struct CheckView {
     pub bars: Vec<BarChart>,
     pub lines: Vec<LineChart>,
     pub heat: Vec<HeatMap>,
-    /// Rank, note, value: the facts each rank wrote (hashes, layouts, matrices...).
-    pub notes: Vec<(usize, String, String)>,
+    /// Ranks, note, value: the facts the ranks wrote (hashes, layouts, matrices...).
+    pub notes: Vec<(String, String, String)>,
 }
 
 pub struct RowView {
@@ -37,6 +37,9 @@ pub struct RowView {
     pub status_class: &'static str,
     /// The rank's error or why the check does not apply.
     pub detail: String,
+    /// The codes of this check's findings that name the rank, and their worst severity's class.
+    pub codes: Vec<String>,
+    pub flag: &'static str,
 }
 
 /// The CSS class of a check's or rank's status.
@@ -88,17 +91,14 @@ pub fn check_view(report: &Report, index: usize, c: &CheckReport) -> CheckView {
                     .clone()
                     .or_else(|| r.notes.get("not_applicable").cloned())
                     .unwrap_or_default(),
+                codes: report
+                    .findings
+                    .iter()
+                    .filter(|f| f.check == c.name && f.rank == Some(r.rank))
+                    .map(|f| f.code.clone())
+                    .collect(),
+                flag: rank_class(report, &c.name, r.rank),
             }
-        })
-        .collect();
-    let notes = c
-        .ranks
-        .iter()
-        .flat_map(|r| {
-            r.notes
-                .iter()
-                .filter(|(k, _)| !DRAWN_NOTES.contains(&k.as_str()))
-                .map(move |(k, v)| (r.rank, k.clone(), v.clone()))
         })
         .collect();
     CheckView {
@@ -113,8 +113,38 @@ pub fn check_view(report: &Report, index: usize, c: &CheckReport) -> CheckView {
         bars: bars(report, c),
         lines: sweep_chart(c).into_iter().chain(loss_chart(c)).collect(),
         heat: connectivity_maps(report, c),
-        notes,
+        notes: notes(c),
     }
+}
+
+/// The notes of a check: once with "all" for a value every rank wrote alike, else per rank.
+fn notes(c: &CheckReport) -> Vec<(String, String, String)> {
+    let keys: std::collections::BTreeSet<&String> =
+        c.ranks.iter().flat_map(|r| r.notes.keys()).collect();
+    let mut out = Vec::new();
+    for key in keys
+        .into_iter()
+        .filter(|k| !DRAWN_NOTES.contains(&k.as_str()))
+    {
+        let values: Vec<(usize, &String)> = c
+            .ranks
+            .iter()
+            .filter_map(|r| r.notes.get(key).map(|v| (r.rank, v)))
+            .collect();
+        if c.ranks.len() > 1
+            && values.len() == c.ranks.len()
+            && values.iter().all(|(_, v)| *v == values[0].1)
+        {
+            out.push(("all".to_string(), key.clone(), values[0].1.clone()));
+        } else {
+            out.extend(
+                values
+                    .into_iter()
+                    .map(|(r, v)| (r.to_string(), key.clone(), v.clone())),
+            );
+        }
+    }
+    out
 }
 
 /// The bar class of a rank: the severity of the worst finding of this check naming it.

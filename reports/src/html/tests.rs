@@ -239,6 +239,24 @@ fn charts_mark_the_slow_rank_the_expected_value_and_the_median() {
     );
     assert!(!gemm.contains("rank 2:"));
     assert!(gemm.contains("expected 769") && gemm.contains("median 758"));
+    // The table row of rank 3 is flagged with the finding's code.
+    assert!(html.contains("<tr class=\"flag-critical\"><td class=\"num\">3</td>"));
+    assert!(html.contains("<span class=\"sev-critical\">GEMM_SLOW</span>"));
+    assert_eq!(html.matches("<tr class=\"flag-critical\">").count(), 1);
+    // Notes alike on every rank are listed once.
+    let mut r = report("gpu-b");
+    for x in &mut r.checks[0].ranks {
+        x.notes.insert("dtype".into(), "bf16".into());
+    }
+    r.checks[0].ranks[3]
+        .notes
+        .insert("hash".into(), "abc".into());
+    let html = page(&r, &RunContext::default());
+    assert!(
+        html.contains("<tr><td class=\"num\">all</td><td>dtype</td><td>bf16</td></tr>"),
+        "{html}"
+    );
+    assert!(html.contains("<tr><td class=\"num\">3</td><td>hash</td><td>abc</td></tr>"));
     // The sweep: busbw and (differing) algbw per rank, log2 axis labels.
     assert!(html.contains("all-reduce: bandwidth vs message size"));
     assert_eq!(html.matches("<polyline").count(), 4 * 2 + 2);

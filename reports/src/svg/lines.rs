@@ -105,7 +105,12 @@ pub fn line_chart(
                     .map(|(a, b)| format!("{a},{b}"))
                     .collect::<Vec<_>>()
                     .join(" "),
-                dots: if pts.len() <= 24 { dots } else { Vec::new() },
+                // Dots only where they stay readable.
+                dots: if pts.len() <= 24 && series.len() <= LEGEND {
+                    dots
+                } else {
+                    Vec::new()
+                },
                 colour: series_colour(s.colour),
                 dashed: s.dashed,
                 legend_y: round(plot.top + 6.0 + 15.0 * i as f64),
