@@ -50,6 +50,19 @@ pub struct Conditions {
     pub single_node: bool,
 }
 
+impl Conditions {
+    /// The configuration facts an expected figure depends on, from a check's config as
+    /// reported (`size`, `max_bytes`).
+    pub fn from_config(config: &serde_json::Value, single_node: bool) -> Conditions {
+        let u = |k: &str| config.get(k).and_then(serde_json::Value::as_u64);
+        Conditions {
+            size: u("size"),
+            max_bytes: u("max_bytes"),
+            single_node,
+        }
+    }
+}
+
 impl Expected {
     /// The embedded table. The file is part of the build, so a malformed one fails the tests.
     pub fn builtin() -> &'static Expected {

@@ -12,6 +12,7 @@ pub mod expected;
 pub mod registry;
 pub mod report;
 pub mod settings;
+pub mod stats;
 pub mod wire;
 
 pub use exit::ExitCode;

@@ -3,7 +3,12 @@
 //! from the report or the job is escaped by askama.
 
 use askama::Template;
-use gpusanity_common::report::{Report, RunStatus};
+use gpusanity_common::report::{NodeHealth, NodeVerdict, Report, RunStatus};
+
+mod checks;
+mod sections;
+#[cfg(test)]
+mod tests;
 
 /// What the page knows beyond `report.json`: the job it belongs to when the service ran it.
 #[derive(Debug, Clone, Default)]
@@ -36,15 +41,49 @@ pub struct Link {
 struct RunPage<'a> {
     report: &'a Report,
     title: String,
+    workspace: Option<&'a str>,
     verdict: &'static str,
     verdict_text: &'static str,
     links: &'a [Link],
+    faulty: Vec<NodeVerdict>,
+    suspect: Vec<NodeVerdict>,
+    findings: Vec<sections::FindingView<'a>>,
+    checks: Vec<checks::CheckView>,
+    pair_map: Option<crate::svg::HeatMap>,
+    timelines: Vec<sections::TimelineView>,
+    settings: Vec<(String, String)>,
+    duration: String,
+    started: String,
+    finished: String,
 }
+
+/// How the page writes times (UTC).
+const TIME: &str = "%Y-%m-%d %H:%M:%S%.3f UTC";
 
 /// The run's page.
 pub fn run_page(report: &Report, ctx: &RunContext) -> Result<String, askama::Error> {
     let (verdict, verdict_text) = verdict(report.status);
-    RunPage { report, title: ctx.job.clone().unwrap_or_else(|| report.run_id.clone()), verdict, verdict_text, links: &ctx.links }.render()
+    let settings = serde_json::to_value(&report.settings).map(|v| checks::pairs(&v)).unwrap_or_default();
+    let secs = (report.finished_at - report.started_at).num_milliseconds() as f64 / 1e3;
+    RunPage {
+        report,
+        title: ctx.job.clone().unwrap_or_else(|| report.run_id.clone()),
+        workspace: ctx.workspace.as_deref(),
+        verdict,
+        verdict_text,
+        links: &ctx.links,
+        faulty: sections::faulty_nodes(report),
+        suspect: sections::with_health(report, NodeHealth::Suspect),
+        findings: report.findings.iter().map(sections::finding_view).collect(),
+        checks: report.checks.iter().enumerate().map(|(i, c)| checks::check_view(report, i, c)).collect(),
+        pair_map: sections::pair_map(report),
+        timelines: sections::timelines(report, ctx),
+        settings,
+        duration: format!("{secs:.1} s"),
+        started: report.started_at.format(TIME).to_string(),
+        finished: report.finished_at.format(TIME).to_string(),
+    }
+    .render()
 }
 
 /// The CSS class and the words of a run's verdict.
@@ -59,7 +98,7 @@ pub fn verdict(status: RunStatus) -> (&'static str, &'static str) {
 
 /// Filters used by the templates.
 mod filters {
-    use gpusanity_common::report::{NodeHealth, Severity};
+    use gpusanity_common::report::NodeHealth;
 
     #[askama::filter_fn]
     pub fn health_class(h: &NodeHealth, _: &dyn askama::Values) -> askama::Result<&'static str> {
@@ -67,14 +106,6 @@ mod filters {
             NodeHealth::Healthy => "healthy",
             NodeHealth::Suspect => "suspect",
             NodeHealth::Faulty => "faulty",
-        })
-    }
-
-    #[askama::filter_fn]
-    pub fn severity_class(s: &Severity, _: &dyn askama::Values) -> askama::Result<&'static str> {
-        Ok(match s {
-            Severity::Warning => "warning",
-            Severity::Critical => "critical",
         })
     }
 }

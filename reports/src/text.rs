@@ -3,42 +3,9 @@
 
 use std::fmt::Write;
 
-use gpusanity_common::report::{CheckReport, CheckStatus, NodeHealth, Report, RunStatus};
+use gpusanity_common::report::{CheckReport, NodeHealth, Report, RunStatus};
 
-/// The headline metrics shown per check, with their column titles.
-fn columns(check: &str) -> &'static [(&'static str, &'static str)] {
-    match check {
-        "gemm" => &[("tflops", "TFLOP/s"), ("tflops_best", "best"), ("wrong_elements", "wrong")],
-        "pair-bandwidth" => &[("rounds", "rounds"), ("pairs", "pairs"), ("busbw_gbps_min", "slowest GB/s")],
-        "kernel-launch" => &[("launch_us", "launch us"), ("round_trip_us", "launch+sync us"), ("round_trip_best_us", "best")],
-        "multi-all-reduce" => &[("busbw_gbps_min", "min group busbw"), ("wrong_elements", "wrong")],
-        "matmul-all-reduce-overlap" => &[
-            ("gemm_ms_alone", "gemm ms"),
-            ("allreduce_ms_alone", "allreduce ms"),
-            ("overlapped_step_ms", "overlapped ms"),
-            ("overlap_efficiency", "efficiency"),
-        ],
-        "network-connectivity" => &[("front_failed", "front failed"), ("back_failed", "back failed")],
-        "all-reduce" | "all-gather" | "all-to-all" => &[
-            ("busbw_gbps", "busbw GB/s @max"),
-            ("busbw_gbps_peak", "peak busbw"),
-            ("small_time_us", "small msg us"),
-            ("wrong_elements", "wrong"),
-        ],
-        _ => &[],
-    }
-}
-
-fn status_word(s: CheckStatus) -> &'static str {
-    match s {
-        CheckStatus::Passed => "ok",
-        CheckStatus::Failed => "FAILED",
-        CheckStatus::Error => "ERROR",
-        CheckStatus::TimedOut => "TIMEOUT",
-        CheckStatus::NotRun => "not run",
-        CheckStatus::NotApplicable => "n/a",
-    }
-}
+use crate::columns::{columns, status_word};
 
 pub fn summary(report: &Report) -> String {
     let mut s = String::new();

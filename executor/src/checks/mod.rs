@@ -109,16 +109,7 @@ impl Faults {
     }
 }
 
-/// The median of `v` (0 for an empty slice).
-pub fn median(v: &[f64]) -> f64 {
-    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if s.is_empty() {
-        return 0.0;
-    }
-    s.sort_by(f64::total_cmp);
-    let m = s.len() / 2;
-    if s.len() % 2 == 1 { s[m] } else { (s[m - 1] + s[m]) / 2.0 }
-}
+pub use gpusanity_common::stats::median;
 
 /// The configuration a micro-benchmark beyond gemm and all-reduce ran with, for the report.
 pub fn micro_config(configs: &CheckConfigs, name: &str) -> serde_json::Value {

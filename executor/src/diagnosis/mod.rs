@@ -121,16 +121,6 @@ pub fn metric_of(check: &str) -> Option<&'static Metric> {
     METRICS.iter().find(|m| m.check == check)
 }
 
-/// The configuration facts an expected figure depends on, from a check's config as reported.
-pub fn conditions(config: &serde_json::Value, single_node: bool) -> Conditions {
-    let u = |k: &str| config.get(k).and_then(serde_json::Value::as_u64);
-    Conditions {
-        size: u("size"),
-        max_bytes: u("max_bytes"),
-        single_node,
-    }
-}
-
 /// Places a finding on `rank` (its node and host).
 pub(crate) fn place(mut f: Finding, ranks: &[RankInfo], rank: usize) -> Finding {
     f.rank = Some(rank);
@@ -237,7 +227,7 @@ fn slow_ranks(
         m.key,
         &figures,
         bands,
-        conditions(&c.config, single_node),
+        Conditions::from_config(&c.config, single_node),
     );
     let below: Vec<_> = judged.iter().filter(|j| j.severity().is_some()).collect();
     let first_key = format!("first_{}", m.key);

@@ -49,7 +49,7 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
         "gemm" => serde_json::to_value(&ctx.configs.gemm).unwrap_or_default(),
         _ => serde_json::to_value(&ctx.configs.all_reduce).unwrap_or_default(),
     };
-    let when = super::conditions(&config, ctx.place.node_sizes.len() == 1);
+    let when = gpusanity_common::expected::Conditions::from_config(&config, ctx.place.node_sizes.len() == 1);
     let bands = PeerBands::new(
         ctx.configs.slow_fraction,
         ctx.backend.kind() == gpusanity_common::report::DeviceKind::Cpu,

@@ -243,8 +243,11 @@ fn summarize(r: &mut RankResult, rows: &[Row], place: &WorkerPlace) {
             (n, b) => format!("FAIL {b}/{n}"),
         }
     };
-    r.notes.insert("front_end_matrix".into(), matrix(nnodes, cell_front));
-    r.notes.insert("back_end_matrix".into(), matrix(nnodes, cell_back));
+    for (name, cells) in [("front_end", grid(nnodes, cell_front)), ("back_end", grid(nnodes, cell_back))] {
+        r.notes.insert(format!("{name}_matrix"), matrix(&cells));
+        // The same cells as JSON rows, for the HTML report's heat maps.
+        r.notes.insert(format!("{name}_cells"), serde_json::to_string(&cells).unwrap_or_default());
+    }
     let failed = |v: &[&Probe]| {
         serde_json::to_string(&v.iter().filter(|p| p.error.is_some()).collect::<Vec<_>>()).unwrap_or_default()
     };
@@ -252,16 +255,21 @@ fn summarize(r: &mut RankResult, rows: &[Row], place: &WorkerPlace) {
     r.notes.insert("back_end_failed".into(), failed(&back));
 }
 
-/// A node x node table, rows "from", columns "to".
-fn matrix(n: usize, cell: impl Fn(usize, usize) -> String) -> String {
+/// A node x node grid of cells, rows "from", columns "to" ("-" on the diagonal).
+fn grid(n: usize, cell: impl Fn(usize, usize) -> String) -> Vec<Vec<String>> {
+    (0..n).map(|i| (0..n).map(|j| if i == j { "-".to_string() } else { cell(i, j) }).collect()).collect()
+}
+
+/// The grid as a text table.
+fn matrix(cells: &[Vec<String>]) -> String {
     let mut s = format!("{:>8}", "from\\to");
-    for j in 0..n {
+    for j in 0..cells.len() {
         s.push_str(&format!(" {:>10}", format!("node{j}")));
     }
-    for i in 0..n {
+    for (i, row) in cells.iter().enumerate() {
         s.push_str(&format!("\n{:>8}", format!("node{i}")));
-        for j in 0..n {
-            s.push_str(&format!(" {:>10}", if i == j { "-".to_string() } else { cell(i, j) }));
+        for c in row {
+            s.push_str(&format!(" {c:>10}"));
         }
     }
     s

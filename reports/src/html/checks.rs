@@ -1,0 +1,344 @@
+//! One section per check: status, duration, configuration, the per-rank table of its headline
+//! figures, per-rank bar charts, bandwidth against message size, loss curves and the
+//! connectivity heat maps.
+
+use gpusanity_common::expected::{Conditions, Expected};
+use gpusanity_common::report::{CheckReport, CheckStatus, Report, Severity};
+use gpusanity_common::stats::median;
+
+use crate::columns::{charted, columns, status_word};
+use crate::svg::{self, BarChart, BarInput, HeatInput, HeatMap, LineChart, Series};
+
+/// Notes drawn as charts rather than listed.
+const DRAWN_NOTES: &[&str] = &["losses", "front_end_cells", "back_end_cells", "pair_matrix"];
+
+pub struct CheckView {
+    pub anchor: String,
+    pub name: String,
+    pub status: &'static str,
+    pub status_class: &'static str,
+    pub duration: String,
+    pub config: Vec<(String, String)>,
+    pub columns: Vec<&'static str>,
+    pub rows: Vec<RowView>,
+    pub bars: Vec<BarChart>,
+    pub lines: Vec<LineChart>,
+    pub heat: Vec<HeatMap>,
+    /// Ranks, note, value: the facts the ranks wrote (hashes, layouts, matrices...).
+    pub notes: Vec<(String, String, String)>,
+}
+
+pub struct RowView {
+    pub rank: usize,
+    pub host: String,
+    pub device: String,
+    pub cells: Vec<String>,
+    pub status: &'static str,
+    pub status_class: &'static str,
+    /// The rank's error or why the check does not apply.
+    pub detail: String,
+    /// The codes of this check's findings that name the rank, and their worst severity's class.
+    pub codes: Vec<String>,
+    pub flag: &'static str,
+}
+
+/// The CSS class of a check's or rank's status.
+pub fn status_class(s: CheckStatus) -> &'static str {
+    match s {
+        CheckStatus::Passed => "ok",
+        CheckStatus::Failed | CheckStatus::Error | CheckStatus::TimedOut => "bad",
+        CheckStatus::NotRun | CheckStatus::NotApplicable => "muted",
+    }
+}
+
+/// Pretty `key: value` pairs of a JSON object (strings bare, the rest as compact JSON).
+pub fn pairs(v: &serde_json::Value) -> Vec<(String, String)> {
+    match v {
+        serde_json::Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                (k.clone(), text)
+            })
+            .collect(),
+        serde_json::Value::Null => Vec::new(),
+        other => vec![("value".into(), other.to_string())],
+    }
+}
+
+pub fn check_view(report: &Report, index: usize, c: &CheckReport) -> CheckView {
+    let cols = columns(&c.name);
+    let rows = c
+        .ranks
+        .iter()
+        .map(|r| {
+            let info = report.ranks.iter().find(|i| i.rank == r.rank);
+            RowView {
+                rank: r.rank,
+                host: info.map(|i| i.host.clone()).unwrap_or_else(|| "?".into()),
+                device: info.map(|i| i.device.clone()).unwrap_or_default(),
+                cells: cols
+                    .iter()
+                    .map(|(k, _)| r.metrics.get(*k).map_or("-".into(), |v| svg::fmt_num(*v)))
+                    .collect(),
+                status: status_word(r.status),
+                status_class: status_class(r.status),
+                detail: r
+                    .error
+                    .clone()
+                    .or_else(|| r.notes.get("not_applicable").cloned())
+                    .unwrap_or_default(),
+                codes: report
+                    .findings
+                    .iter()
+                    .filter(|f| f.check == c.name && f.rank == Some(r.rank))
+                    .map(|f| f.code.clone())
+                    .collect(),
+                flag: rank_class(report, &c.name, r.rank),
+            }
+        })
+        .collect();
+    CheckView {
+        anchor: format!("check-{index}"),
+        name: c.name.clone(),
+        status: status_word(c.status),
+        status_class: status_class(c.status),
+        duration: format!("{:.1} s", c.duration_s),
+        config: pairs(&c.config),
+        columns: cols.iter().map(|(_, t)| *t).collect(),
+        rows,
+        bars: bars(report, c),
+        lines: sweep_chart(c).into_iter().chain(loss_chart(c)).collect(),
+        heat: connectivity_maps(report, c),
+        notes: notes(c),
+    }
+}
+
+/// The notes of a check: once with "all" for a value every rank wrote alike, else per rank.
+fn notes(c: &CheckReport) -> Vec<(String, String, String)> {
+    let keys: std::collections::BTreeSet<&String> =
+        c.ranks.iter().flat_map(|r| r.notes.keys()).collect();
+    let mut out = Vec::new();
+    for key in keys
+        .into_iter()
+        .filter(|k| !DRAWN_NOTES.contains(&k.as_str()))
+    {
+        let values: Vec<(usize, &String)> = c
+            .ranks
+            .iter()
+            .filter_map(|r| r.notes.get(key).map(|v| (r.rank, v)))
+            .collect();
+        if c.ranks.len() > 1
+            && values.len() == c.ranks.len()
+            && values.iter().all(|(_, v)| *v == values[0].1)
+        {
+            out.push(("all".to_string(), key.clone(), values[0].1.clone()));
+        } else {
+            out.extend(
+                values
+                    .into_iter()
+                    .map(|(r, v)| (r.to_string(), key.clone(), v.clone())),
+            );
+        }
+    }
+    out
+}
+
+/// The bar class of a rank: the severity of the worst finding of this check naming it.
+fn rank_class(report: &Report, check: &str, rank: usize) -> &'static str {
+    let worst = report
+        .findings
+        .iter()
+        .filter(|f| f.check == check && f.rank == Some(rank))
+        .map(|f| f.severity)
+        .max();
+    match worst {
+        Some(Severity::Critical) => "critical",
+        Some(Severity::Warning) => "warning",
+        None => "ok",
+    }
+}
+
+/// The expected figure for every rank's device, when they agree on one.
+fn expected(report: &Report, c: &CheckReport, key: &str) -> Option<f64> {
+    let when = Conditions::from_config(&c.config, report.nodes.len() == 1);
+    let mut figures = c.ranks.iter().map(|r| {
+        let device = report
+            .ranks
+            .iter()
+            .find(|i| i.rank == r.rank)
+            .map(|i| i.device.as_str())?;
+        Expected::builtin()
+            .lookup(device, &c.name, key, when)
+            .map(|e| e.value)
+    });
+    let first = figures.next()??;
+    figures.all(|f| f == Some(first)).then_some(first)
+}
+
+fn bars(report: &Report, c: &CheckReport) -> Vec<BarChart> {
+    let mut keys: Vec<(String, String)> = charted(&c.name)
+        .iter()
+        .map(|(k, t)| (k.to_string(), t.to_string()))
+        .collect();
+    // multi-all-reduce: one chart per concurrent group too.
+    if let Some(r) = c.ranks.first() {
+        for k in r.metrics.keys().filter(|k| k.starts_with("busbw_gbps.")) {
+            keys.push((
+                k.clone(),
+                format!("busbw GB/s in group {}", &k["busbw_gbps.".len()..]),
+            ));
+        }
+    }
+    keys.iter()
+        .filter_map(|(key, title)| {
+            let input: Vec<BarInput> = c
+                .ranks
+                .iter()
+                .filter_map(|r| {
+                    r.metrics.get(key).map(|v| BarInput {
+                        label: format!("rank {}", r.rank),
+                        value: *v,
+                        class: rank_class(report, &c.name, r.rank),
+                    })
+                })
+                .collect();
+            let values: Vec<f64> = input.iter().map(|b| b.value).collect();
+            let peers =
+                (values.iter().filter(|v| v.is_finite()).count() >= 2).then(|| median(&values));
+            svg::bar_chart(
+                &format!("{}: {title}", c.name),
+                &input,
+                expected(report, c, key),
+                peers,
+            )
+        })
+        .collect()
+}
+
+/// Bus bandwidth (and algorithm bandwidth where it differs) against message size, per rank.
+fn sweep_chart(c: &CheckReport) -> Option<LineChart> {
+    let mut series = Vec::new();
+    for r in c.ranks.iter().filter(|r| !r.sweep.is_empty()) {
+        let point = |f: fn(&gpusanity_common::report::SweepPoint) -> f64| -> Vec<(f64, f64)> {
+            r.sweep.iter().map(|p| (p.bytes as f64, f(p))).collect()
+        };
+        series.push(Series {
+            name: format!("rank {} busbw", r.rank),
+            points: point(|p| p.busbw_gbps),
+            dashed: false,
+            colour: r.rank,
+        });
+        if r.sweep.iter().any(|p| p.algbw_gbps != p.busbw_gbps) {
+            series.push(Series {
+                name: format!("rank {} algbw", r.rank),
+                points: point(|p| p.algbw_gbps),
+                dashed: true,
+                colour: r.rank,
+            });
+        }
+    }
+    svg::line_chart(
+        &format!("{}: bandwidth vs message size", c.name),
+        "message size",
+        "GB/s",
+        &series,
+        true,
+    )
+}
+
+/// The training loss of every step, per rank (from the rank's `losses` note).
+fn loss_chart(c: &CheckReport) -> Option<LineChart> {
+    let series: Vec<Series> = c
+        .ranks
+        .iter()
+        .filter_map(|r| {
+            let losses = r.notes.get("losses")?;
+            let points = losses
+                .split_whitespace()
+                .enumerate()
+                .filter_map(|(i, l)| l.parse::<f64>().ok().map(|v| ((i + 1) as f64, v)))
+                .collect();
+            Some(Series {
+                name: format!("rank {}", r.rank),
+                points,
+                dashed: false,
+                colour: r.rank,
+            })
+        })
+        .collect();
+    svg::line_chart(
+        &format!("{}: training loss", c.name),
+        "step",
+        "loss",
+        &series,
+        false,
+    )
+}
+
+/// The node labels of the heat maps: `node0 (host)`.
+pub fn node_labels(report: &Report, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| match report.nodes.iter().find(|x| x.node_rank == i) {
+            Some(node) => format!("node{i} ({})", node.hostname),
+            None => format!("node{i}"),
+        })
+        .collect()
+}
+
+/// Front-end and back-end reachability, node x node, from the check's JSON cells.
+fn connectivity_maps(report: &Report, c: &CheckReport) -> Vec<HeatMap> {
+    let mut maps = Vec::new();
+    for (key, title) in [
+        ("front_end_cells", "front-end network"),
+        ("back_end_cells", "back-end network"),
+    ] {
+        let Some(cells) = c
+            .ranks
+            .iter()
+            .find_map(|r| r.notes.get(key))
+            .and_then(|s| serde_json::from_str::<Vec<Vec<String>>>(s).ok())
+        else {
+            continue;
+        };
+        let ms = |s: &str| s.strip_suffix("ms").and_then(|v| v.parse::<f64>().ok());
+        let slowest = cells
+            .iter()
+            .flatten()
+            .filter_map(|s| ms(s))
+            .fold(0.0, f64::max);
+        let grid: Vec<Vec<HeatInput>> = cells
+            .iter()
+            .map(|row| {
+                row.iter()
+                    .map(|s| {
+                        let t = if s.starts_with("FAIL") {
+                            Some(0.0)
+                        } else if s.starts_with("ok") {
+                            Some(1.0)
+                        } else {
+                            // Reachable: green, towards yellow for the slowest probe.
+                            ms(s).map(|v| {
+                                if slowest > 0.0 {
+                                    1.0 - 0.4 * v / slowest
+                                } else {
+                                    1.0
+                                }
+                            })
+                        };
+                        HeatInput { t, text: s.clone() }
+                    })
+                    .collect()
+            })
+            .collect();
+        maps.extend(svg::heat_map(
+            &format!("{}: {title}", c.name),
+            &node_labels(report, cells.len()),
+            &grid,
+        ));
+    }
+    maps
+}
