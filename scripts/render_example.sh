@@ -33,3 +33,9 @@ e=$(date +%s%N)
 cmp docs/examples/report-cpu.html "$work/again.html"
 echo "docs/examples/report-cpu.html: $(wc -c < docs/examples/report-cpu.html) bytes, $(grep -o '<svg' docs/examples/report-cpu.html | wc -l) charts;" \
   "\`gpusanity report\` renders it again byte-identical in $(( (e - s) / 1000000 )) ms ($(nproc) cores, $(date -u +%Y-%m-%d))"
+# The GPU examples: report.json files of real runs on 2 x H200 (bench/gpu/gemm_expected.sh and a
+# gemm-wrong fault in the same call), rendered again here.
+for name in report-full-h200x2 report-gemm-wrong-h200x2; do
+  "$BIN" report "docs/gpu-runs/2026-11-30-$name.json" -o "docs/examples/$name.html" > /dev/null
+  echo "docs/examples/$name.html: $(wc -c < "docs/examples/$name.html") bytes, $(grep -o '<svg' "docs/examples/$name.html" | wc -l) charts"
+done

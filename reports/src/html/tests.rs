@@ -238,7 +238,7 @@ fn charts_mark_the_slow_rank_the_expected_value_and_the_median() {
             && gemm.contains("<title>rank 3: 402</title>")
     );
     assert!(!gemm.contains("rank 2:"));
-    assert!(gemm.contains("expected 769") && gemm.contains("median 758"));
+    assert!(gemm.contains("expected 690") && gemm.contains("median 758"));
     // The table row of rank 3 is flagged with the finding's code.
     assert!(html.contains("<tr class=\"flag-critical\"><td class=\"num\">3</td>"));
     assert!(html.contains("<span class=\"sev-critical\">GEMM_SLOW</span>"));

@@ -33,6 +33,8 @@ pub struct RefLine {
     pub y: f64,
     pub class: &'static str,
     pub label: String,
+    /// Where its label sits: at the line, or moved apart from a label too close to it.
+    pub label_y: f64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -47,6 +49,9 @@ pub struct BarChart {
 }
 
 const HEIGHT: f64 = 220.0;
+
+/// The least vertical distance between the labels of two reference lines.
+const LABEL_GAP: f64 = 13.0;
 
 /// Bars from zero for every finite figure (others are left out), scaled to the largest of the
 /// figures and the reference values. None when no figure is finite.
@@ -108,6 +113,7 @@ pub fn bar_chart(
     if let Some(e) = expected.filter(|v| v.is_finite()) {
         lines.push(RefLine {
             y: y.map(e),
+            label_y: y.map(e),
             class: "expected",
             label: format!("expected {}", fmt_num(e)),
         });
@@ -115,13 +121,26 @@ pub fn bar_chart(
     if let Some(m) = median.filter(|v| v.is_finite()) {
         lines.push(RefLine {
             y: y.map(m),
+            label_y: y.map(m),
             class: "median",
             label: format!("median {}", fmt_num(m)),
         });
     }
+    // Two reference values close together (a median at its expected value): their labels
+    // move apart so both stay readable.
+    if let [a, b] = &mut lines[..] {
+        let gap = (a.y - b.y).abs();
+        if gap < LABEL_GAP {
+            let mid = (a.y + b.y) / 2.0;
+            let (upper, lower) = if a.y <= b.y { (a, b) } else { (b, a) };
+            upper.label_y = round(mid - LABEL_GAP / 2.0);
+            lower.label_y = round(mid + LABEL_GAP / 2.0);
+        }
+    }
     Some(BarChart {
+        // Wide enough for the title (about 7 units per character at its size).
+        width: (plot.right + 100.0).max(plot.left + 7.0 * title.chars().count() as f64),
         title: title.into(),
-        width: plot.right + 100.0,
         height: HEIGHT,
         plot,
         bars,
@@ -177,6 +196,23 @@ mod tests {
         let z = bar_chart("t", &input(&[0.0]), None, None).expect("chart");
         assert_eq!(z.bars[0].h, 0.0);
         assert!(z.bars[0].y.is_finite());
+    }
+
+    #[test]
+    fn close_reference_labels_move_apart_and_the_title_fits() {
+        let input: Vec<BarInput> = [694.0, 679.0]
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| BarInput { label: format!("rank {i}"), value: v, class: "ok" })
+            .collect();
+        let title = "all-reduce: busbw GB/s at the largest message";
+        let c = bar_chart(title, &input, Some(690.0), Some(686.5)).expect("a chart");
+        let (e, m) = (&c.lines[0], &c.lines[1]);
+        assert!((e.label_y - m.label_y).abs() >= LABEL_GAP - 0.01, "{e:?} {m:?}");
+        assert!(e.label_y < m.label_y, "the higher value's label stays above");
+        assert!(c.width >= c.plot.left + 7.0 * title.len() as f64);
+        let far = bar_chart("t", &input, Some(300.0), Some(686.5)).expect("a chart");
+        assert!(far.lines.iter().all(|l| l.label_y == l.y));
     }
 
     #[test]
