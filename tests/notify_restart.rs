@@ -48,7 +48,16 @@ fn exactly_once(w: &World, receivers: &[&Receiver]) {
 #[test]
 fn a_kill_while_deliveries_are_pending_then_a_restart_sends_each_once() {
     let _g = svc::common::serial();
-    let mut w = World::new(None, FAST);
+    pending_kill_restart(World::new(None, FAST));
+}
+
+#[test]
+fn a_kill_while_deliveries_are_pending_then_a_restart_sends_each_once_on_postgresql() {
+    let _g = svc::common::serial();
+    pending_kill_restart(World::new(Some(svc::postgres_database("notify_restart")), FAST));
+}
+
+fn pending_kill_restart(mut w: World) {
     w.notifier("poll_ms = 100\nbackoff_base_s = 0.2\nbackoff_max_s = 0.5\nwebhook_timeout_s = 2.0\nmax_attempts = 100");
     w.serve();
     // The receivers are down at first: their ports refuse connections.

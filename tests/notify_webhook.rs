@@ -117,6 +117,7 @@ fn webhooks_in_every_format_signed_retried_and_not_slowed_by_dead_receivers() {
         hook(good.url("/dingtalk"), "dingtalk"), hook(good.url("/slack"), "slack"), hook(good.url("/feishu"), "feishu")] }),
     );
     w.rule("ws-1", json!({ "name": "flaky", "channels": [hook(flaky.url("/f"), "generic")] }));
+    w.rule("ws-1", json!({ "name": "isolated", "events": ["NodeIsolated"], "channels": [hook(good.url("/isolated"), "generic")] }));
     // None of these may fire: disabled, another event type, another workspace.
     w.rule("ws-1", json!({ "name": "off", "enabled": false, "channels": [hook(good.url("/off"), "generic")] }));
     w.rule("ws-1", json!({ "name": "passes", "events": ["CheckPassed", "CheckTimedOut"], "channels": [hook(good.url("/passed"), "generic")] }));
@@ -129,12 +130,12 @@ fn webhooks_in_every_format_signed_retried_and_not_slowed_by_dead_receivers() {
     assert_eq!(failed["type"], "CheckFailed", "{failed:#}");
     let run_id = failed["run_id"].as_str().expect("run_id");
 
-    // The healthy receiver has all four within 2 s, while the hanging one still holds its request.
-    let reqs = good.wait_for(4, Duration::from_secs(2));
+    // The healthy receiver has all five within 2 s, while the hanging one still holds its request.
+    let reqs = good.wait_for(5, Duration::from_secs(2));
     assert!(seen.elapsed() < Duration::from_secs(2), "healthy deliveries took {:?}", seen.elapsed());
     assert!(!hang.requests().is_empty(), "the hanging receiver was never tried");
     let paths: std::collections::BTreeSet<&str> = reqs.iter().map(|r| r.path.as_str()).collect();
-    assert_eq!(paths, ["/dingtalk", "/feishu", "/generic", "/slack"].into_iter().collect());
+    assert_eq!(paths, ["/dingtalk", "/feishu", "/generic", "/isolated", "/slack"].into_iter().collect());
 
     let generic = &good.on("/generic")[0];
     let g = generic.json();
@@ -179,9 +180,15 @@ fn webhooks_in_every_format_signed_retried_and_not_slowed_by_dead_receivers() {
     let post = &f["content"]["post"]["en_us"];
     assert!(post["title"].as_str().unwrap_or("").contains("job-hook"), "{f:#}");
     assert_eq!(post["content"].as_array().and_then(|c| c.last()).map(|l| l[0]["href"].clone()), Some(g["report_url"].clone()));
-    // Four different deliveries, four different keys.
+    // NodeIsolated for the node without an agent, linked to the run's report by the template.
+    let iso = good.on("/isolated")[0].json();
+    assert_eq!(good.on("/isolated")[0].header("x-gpusanity-event"), "NodeIsolated");
+    assert_eq!((&iso["event_type"], &iso["verdict"]), (&json!("NodeIsolated"), &json!("node isolated")), "{iso:#}");
+    assert_eq!((&iso["faulty_nodes"], &iso["codes"]), (&json!(["ghost-1"]), &json!(["NO_AGENT"])), "{iso:#}");
+    assert_eq!(iso["report_url"], g["report_url"]);
+    // Five different deliveries, five different keys.
     let keys: std::collections::HashSet<&str> = reqs.iter().map(|r| r.header("idempotency-key")).collect();
-    assert_eq!(keys.len(), 4);
+    assert_eq!(keys.len(), 5);
 
     // The flaky receiver: two 500s, then one success, all under one key; the log shows each try.
     let tries = flaky.wait_for(3, Duration::from_secs(10));
@@ -208,7 +215,7 @@ fn webhooks_in_every_format_signed_retried_and_not_slowed_by_dead_receivers() {
     assert!(!rf["last_error"].as_str().unwrap_or("").is_empty());
     assert_ne!(entry(&hang.url("/h"))["status"], "sent");
     assert!(good.on("/off").is_empty() && good.on("/passed").is_empty() && good.on("/other").is_empty(), "{:#?}", good.requests());
-    assert_eq!(log.len(), 8, "3 dead + 1 signed + 3 chat + 1 flaky: {log:#?}");
+    assert_eq!(log.len(), 9, "3 dead + 1 signed + 3 chat + 1 flaky + 1 isolated: {log:#?}");
     assert!(w.deliveries("ws-2").is_empty());
     w.shutdown();
 }

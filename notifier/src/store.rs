@@ -286,24 +286,28 @@ pub async fn deliveries(db: &Db, workspace: &str, status: Option<&str>, limit: i
             attempt_log: Vec::new(),
         });
     }
-    for d in &mut out {
-        let rows = sqlx::query("SELECT attempt, at, ok, status_code, error, took_ms FROM delivery_attempts WHERE delivery_id = $1 ORDER BY attempt")
-            .bind(d.id)
-            .fetch_all(&db.pool)
-            .await?;
-        d.attempt_log = rows
-            .iter()
-            .map(|r| {
-                Ok(Attempt {
-                    attempt: r.try_get(0)?,
-                    at_ms: r.try_get(1)?,
-                    ok: r.try_get::<i64, _>(2)? != 0,
-                    status_code: r.try_get(3)?,
-                    error: r.try_get(4)?,
-                    took_ms: r.try_get(5)?,
-                })
-            })
-            .collect::<Result<_>>()?;
+    // The attempts of all of them in one query: the deliveries' ids are between the oldest and
+    // the newest shown, so one range scan of the index finds them.
+    if let (Some(lo), Some(hi)) = (out.iter().map(|d| d.id).min(), out.iter().map(|d| d.id).max()) {
+        let rows = sqlx::query(
+            "SELECT delivery_id, attempt, at, ok, status_code, error, took_ms FROM delivery_attempts WHERE delivery_id BETWEEN $1 AND $2 ORDER BY delivery_id, attempt",
+        )
+        .bind(lo)
+        .bind(hi)
+        .fetch_all(&db.pool)
+        .await?;
+        let mut by_id: std::collections::HashMap<i64, &mut DeliveryView> = out.iter_mut().map(|d| (d.id, d)).collect();
+        for r in &rows {
+            let Some(d) = by_id.get_mut(&r.try_get::<i64, _>(0)?) else { continue };
+            d.attempt_log.push(Attempt {
+                attempt: r.try_get(1)?,
+                at_ms: r.try_get(2)?,
+                ok: r.try_get::<i64, _>(3)? != 0,
+                status_code: r.try_get(4)?,
+                error: r.try_get(5)?,
+                took_ms: r.try_get(6)?,
+            });
+        }
     }
     Ok(out)
 }
