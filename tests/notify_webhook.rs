@@ -89,11 +89,19 @@ fn rules_api_round_trip_needs_the_token_and_rejects_bad_rules() {
     w.shutdown();
 }
 
+fn hmac(key: &[u8], msg: &[u8]) -> Vec<u8> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("hmac");
+    mac.update(msg);
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn b64(b: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(b)
+}
+
 fn signature(secret: &str, t: &str, body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("hmac");
-    mac.update(format!("{t}.").as_bytes());
-    mac.update(body);
-    hex::encode(mac.finalize().into_bytes())
+    hex::encode(hmac(secret.as_bytes(), &[format!("{t}.").as_bytes(), body].concat()))
 }
 
 #[test]
@@ -114,7 +122,9 @@ fn webhooks_in_every_format_signed_retried_and_not_slowed_by_dead_receivers() {
     w.rule(
         "ws-1",
         json!({ "name": "chat", "events": ["CheckFailed", "CheckTimedOut"], "channels": [
-        hook(good.url("/dingtalk"), "dingtalk"), hook(good.url("/slack"), "slack"), hook(good.url("/feishu"), "feishu")] }),
+        { "type": "webhook", "url": good.url("/dingtalk?access_token=T"), "format": "dingtalk", "secret": "ding-sec" },
+        hook(good.url("/slack"), "slack"),
+        { "type": "webhook", "url": good.url("/feishu"), "format": "feishu", "secret": "fei-sec" }] }),
     );
     w.rule("ws-1", json!({ "name": "flaky", "channels": [hook(flaky.url("/f"), "generic")] }));
     w.rule("ws-1", json!({ "name": "isolated", "events": ["NodeIsolated"], "channels": [hook(good.url("/isolated"), "generic")] }));
@@ -167,7 +177,15 @@ fn webhooks_in_every_format_signed_retried_and_not_slowed_by_dead_receivers() {
     assert_ne!(v1, signature("s3cret", t, &tampered));
     assert!(good.on("/slack")[0].header("x-gpusanity-signature").is_empty(), "unsigned without a secret");
 
-    let d = good.on("/dingtalk")[0].json();
+    // DingTalk's own signature in the query: base64(HMAC-SHA256(secret, "<ms>\n<secret>")).
+    let ding = &good.on("/dingtalk")[0];
+    let q: std::collections::HashMap<String, String> = ding.query.split('&').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect();
+    assert_eq!(q["access_token"], "T", "{q:?}");
+    let ms: u64 = q["timestamp"].parse().expect("timestamp");
+    assert!((now * 1000).abs_diff(ms) < 60_000, "{q:?}");
+    let sign = b64(&hmac(b"ding-sec", format!("{ms}\nding-sec").as_bytes())).replace('+', "%2B").replace('/', "%2F").replace('=', "%3D");
+    assert_eq!(q["sign"], sign, "{q:?}");
+    let d = ding.json();
     assert_eq!(d["msgtype"], "markdown");
     let text = d["markdown"]["text"].as_str().unwrap_or("");
     assert!(text.contains("Faulty nodes: ghost-1") && text.contains("job-hook") && text.contains(&format!("({})", g["report_url"].as_str().unwrap())), "{d:#}");
@@ -177,6 +195,9 @@ fn webhooks_in_every_format_signed_retried_and_not_slowed_by_dead_receivers() {
     assert!(s["blocks"][1]["text"]["text"].as_str().unwrap_or("").contains("Verdict: failed"), "{s:#}");
     let f = good.on("/feishu")[0].json();
     assert_eq!(f["msg_type"], "post");
+    // Feishu's own signature in the body: base64(HMAC-SHA256 keyed with "<s>\n<secret>", of nothing).
+    let ts = f["timestamp"].as_str().expect("timestamp");
+    assert_eq!(f["sign"], b64(&hmac(format!("{ts}\nfei-sec").as_bytes(), b"")), "{f:#}");
     let post = &f["content"]["post"]["en_us"];
     assert!(post["title"].as_str().unwrap_or("").contains("job-hook"), "{f:#}");
     assert_eq!(post["content"].as_array().and_then(|c| c.last()).map(|l| l[0]["href"].clone()), Some(g["report_url"].clone()));

@@ -123,6 +123,7 @@ impl Sender {
         match target {
             Target::Webhook { url, format, secret } => {
                 let body = webhook::body(format, &n, &ev, &d.key);
+                let (url, body) = webhook::platform_signed(format, &url, secret.as_deref(), body, now_ms());
                 let limit = Duration::from_secs_f64(self.config.webhook_timeout_s);
                 // reqwest's own timeout covers the request; this one also covers a stuck DNS lookup.
                 let sent = tokio::time::timeout(limit, webhook::post(&self.client, &url, secret.as_deref(), &d.key, n.event_type, &body, limit)).await;

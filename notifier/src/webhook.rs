@@ -73,14 +73,49 @@ pub fn body(format: WebhookFormat, n: &Notice, ev: &OutputEvent, key: &str) -> V
     }
 }
 
+fn hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
+    // HMAC takes keys of any length; new_from_slice cannot fail for it.
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts any key length");
+    mac.update(msg);
+    mac.finalize().into_bytes().to_vec()
+}
+
+/// The robots' own signing, for DingTalk and Feishu robots with "signature" security on (they
+/// reject unsigned requests): DingTalk wants `timestamp` (ms) and `sign` = base64(HMAC-SHA256
+/// keyed with the secret, of "<timestamp>\n<secret>") in the URL's query; Feishu wants
+/// `timestamp` (s) and `sign` = base64(HMAC-SHA256 keyed with "<timestamp>\n<secret>", of
+/// nothing) in the body. Other formats, or no secret: unchanged.
+pub fn platform_signed(format: WebhookFormat, url: &str, secret: Option<&str>, mut body: Value, now_ms: i64) -> (String, Value) {
+    use base64::Engine;
+    let b64 = |b: Vec<u8>| base64::engine::general_purpose::STANDARD.encode(b);
+    match (format, secret) {
+        (WebhookFormat::Dingtalk, Some(s)) => {
+            let t = now_ms.to_string();
+            let sign = b64(hmac_sha256(s.as_bytes(), format!("{t}\n{s}").as_bytes()));
+            match reqwest::Url::parse(url) {
+                Ok(mut u) => {
+                    u.query_pairs_mut().append_pair("timestamp", &t).append_pair("sign", &sign);
+                    (u.to_string(), body)
+                }
+                // Validated when the rule was stored; left as it is, the request fails and says why.
+                Err(_) => (url.to_string(), body),
+            }
+        }
+        (WebhookFormat::Feishu, Some(s)) => {
+            let t = (now_ms / 1000).to_string();
+            body["sign"] = json!(b64(hmac_sha256(format!("{t}\n{s}").as_bytes(), b"")));
+            body["timestamp"] = json!(t);
+            (url.to_string(), body)
+        }
+        _ => (url.to_string(), body),
+    }
+}
+
 /// `t=<t>,v1=<hex HMAC-SHA256 of "<t>.<body>" keyed with the secret>`.
 pub fn signature(secret: &str, t: u64, body: &[u8]) -> String {
-    // HMAC takes keys of any length; new_from_slice cannot fail for it.
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC accepts any key length");
-    mac.update(t.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()))
+    let mut msg = format!("{t}.").into_bytes();
+    msg.extend_from_slice(body);
+    format!("t={t},v1={}", hex::encode(hmac_sha256(secret.as_bytes(), &msg)))
 }
 
 /// How a POST ended.
@@ -183,6 +218,24 @@ mod tests {
         assert_eq!(f["msg_type"], "post");
         let content = f["content"]["post"]["en_us"]["content"].as_array().unwrap();
         assert_eq!(content.last().unwrap()[0]["href"], "http://r/run-1");
+    }
+
+    #[test]
+    fn dingtalk_and_feishu_robots_get_their_own_signatures() {
+        // Expected values from Python: base64(hmac.new(key, msg, sha256).digest()).
+        let (url, body) = platform_signed(WebhookFormat::Dingtalk, "https://oapi.example/robot/send?access_token=T", Some("SEC"), json!({}), 1_700_000_000_000);
+        let u = reqwest::Url::parse(&url).unwrap();
+        let q: std::collections::HashMap<_, _> = u.query_pairs().into_owned().collect();
+        assert_eq!(q["access_token"], "T");
+        assert_eq!(q["timestamp"], "1700000000000");
+        assert_eq!(q["sign"], "r+2we0q01lkZqz38LA5IPNbHN81U1leRf3Au4PSQb6Q=");
+        assert_eq!(body, json!({}));
+        let (url, body) = platform_signed(WebhookFormat::Feishu, "https://open.example/hook/x", Some("SEC"), json!({"msg_type": "text"}), 1_700_000_000_999);
+        assert_eq!(url, "https://open.example/hook/x");
+        assert_eq!(body, json!({"msg_type": "text", "timestamp": "1700000000", "sign": "yKzlnG5gJbbUvULgjP0QN/V99n1fNH31XG8Rrvl9pfk="}));
+        let (url, body) = platform_signed(WebhookFormat::Slack, "https://h/x", Some("SEC"), json!({}), 1);
+        assert_eq!((url.as_str(), body), ("https://h/x", json!({})));
+        assert_eq!(platform_signed(WebhookFormat::Dingtalk, "https://h/x", None, json!({}), 1).0, "https://h/x");
     }
 
     #[test]

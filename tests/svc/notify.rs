@@ -29,6 +29,8 @@ pub enum Mode {
 #[derive(Debug, Clone)]
 pub struct Request {
     pub path: String,
+    /// What followed `?` in the request target.
+    pub query: String,
     /// Lower-case names.
     pub headers: HashMap<String, String>,
     pub body: Vec<u8>,
@@ -105,7 +107,8 @@ fn serve(conn: TcpStream, mode: Mode, log: &Mutex<Vec<Request>>) {
     if r.read_line(&mut line).unwrap_or(0) == 0 {
         return;
     }
-    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+    let target = line.split_whitespace().nth(1).unwrap_or("");
+    let (path, query) = target.split_once('?').map(|(p, q)| (p.to_string(), q.to_string())).unwrap_or((target.to_string(), String::new()));
     let mut headers = HashMap::new();
     loop {
         let mut h = String::new();
@@ -128,7 +131,7 @@ fn serve(conn: TcpStream, mode: Mode, log: &Mutex<Vec<Request>>) {
         Mode::Status(s) => Some(s),
         Mode::Hang => None,
     };
-    l.push(Request { path, headers, body, answered: status, at: Instant::now() });
+    l.push(Request { path, query, headers, body, answered: status, at: Instant::now() });
     drop(l);
     match status {
         Some(s) => {
