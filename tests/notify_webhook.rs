@@ -240,3 +240,27 @@ fn webhooks_in_every_format_signed_retried_and_not_slowed_by_dead_receivers() {
     assert!(w.deliveries("ws-2").is_empty());
     w.shutdown();
 }
+
+#[test]
+fn a_timed_out_run_goes_to_a_timeout_rule_and_not_to_a_pass_rule() {
+    let _g = svc::common::serial();
+    let (mut w, mut out) = World::running("agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0", &["to-a", "to-b"]);
+    let good = Receiver::start(None, Mode::Ok);
+    let hook = |path: &str| json!([{ "type": "webhook", "url": good.url(path), "format": "generic" }]);
+    w.rule("ws-1", json!({ "name": "timeouts", "events": ["CheckTimedOut"], "channels": hook("/timeouts") }));
+    w.rule("ws-1", json!({ "name": "passes", "events": ["CheckPassed"], "channels": hook("/passes") }));
+    // Rank 1 (node to-b) hangs in its first test; the per-test limit is 3 s.
+    let args = "--sanity-check-timeout-per-test=0.05 --sanity-check-max-time=1 --sanity-check-envs=GPUSANITY_FAULT=hang@1";
+    w.allocate("tmo-1", "job-tmo", args);
+    let end = out.wait_for(Duration::from_secs(60), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    assert_eq!((&end["type"], &end["reason"]), (&json!("CheckFailed"), &json!("timed_out")), "{end:#}");
+    let got = good.wait_for(1, Duration::from_secs(5));
+    let t = got[0].json();
+    assert_eq!(got[0].path, "/timeouts");
+    assert_eq!((&t["event_type"], &t["verdict"], &t["reason"]), (&json!("CheckFailed"), &json!("timed out"), &json!("timed_out")), "{t:#}");
+    assert_eq!(t["faulty_nodes"], json!(["to-b"]), "{t:#}");
+    assert!(t["title"].as_str().unwrap_or("").contains("timed out"), "{t:#}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(good.requests().len(), 1, "{:#?}", good.requests());
+    w.shutdown();
+}
