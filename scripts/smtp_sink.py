@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A real SMTP server for the email tests (aiosmtpd): listens on 127.0.0.1:PORT, offers
-STARTTLS with a self-signed certificate made at start (DIR/cert.pem, valid for localhost and
-127.0.0.1), optionally requires it and a login, and stores every message it accepts as
+STARTTLS with a self-signed certificate made at the first start (DIR/cert.pem, valid for
+localhost and 127.0.0.1; kept when restarted on the same DIR), optionally requires it and a login, and stores every message it accepts as
 DIR/msg-N.json: {"mail_from", "rcpt_tos", "login", "tls", "data"}.
 
     python3 scripts/smtp_sink.py --port PORT --dir DIR [--require-tls] [--user U --password P]
@@ -23,14 +23,16 @@ from aiosmtpd.smtp import AuthResult, LoginPassword
 
 
 def make_cert(folder):
+    """Makes the certificate once; a restart in the same folder keeps it."""
     cert, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-         "-keyout", key, "-out", cert, "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-         "-addext", "basicConstraints=critical,CA:FALSE",
-         "-addext", "extendedKeyUsage=serverAuth"],
-        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if not (os.path.exists(cert) and os.path.exists(key)):
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+             "-keyout", key, "-out", cert, "-subj", "/CN=localhost",
+             "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+             "-addext", "basicConstraints=critical,CA:FALSE",
+             "-addext", "extendedKeyUsage=serverAuth"],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)
     return ctx
@@ -39,7 +41,8 @@ def make_cert(folder):
 class Store:
     def __init__(self, folder):
         self.folder = folder
-        self.n = 0
+        # A restart on the same folder numbers on after the stored messages.
+        self.n = len([f for f in os.listdir(folder) if f.startswith("msg-")])
         self.lock = threading.Lock()
 
     async def handle_DATA(self, server, session, envelope):

@@ -12,17 +12,22 @@ use svc::{allocated, World};
 const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 1.0\ndeadline_grace_s = 10.0";
 const HOSTILE: &str = "<script>alert(\"x\")</script>&'job";
 
+/// The [notifier] lines for `smtp`: STARTTLS required, its certificate trusted, a login.
+fn smtp_config(smtp: &Smtp) -> String {
+    format!(
+        "poll_ms = 100\nbackoff_base_s = 0.3\nbackoff_max_s = 1.0\n[notifier.smtp]\nhost = \"localhost\"\nport = {}\nstarttls = \"required\"\n\
+         username = \"gpusanity\"\npassword = \"mail-pass-1\"\nfrom = \"gpusanity <gpusanity@example.org>\"\nca_file = \"{}\"",
+        smtp.port,
+        smtp.cert().display()
+    )
+}
+
 #[test]
 fn a_failed_check_mails_each_recipient_both_bodies_over_starttls() {
     let _g = svc::common::serial();
     let mut w = World::new(None, FAST);
     let smtp = Smtp::start(&w.dir.path().join("smtp"), "gpusanity", "mail-pass-1");
-    w.notifier(&format!(
-        "poll_ms = 100\nbackoff_base_s = 0.3\n[notifier.smtp]\nhost = \"localhost\"\nport = {}\nstarttls = \"required\"\nusername = \"gpusanity\"\n\
-         password = \"mail-pass-1\"\nfrom = \"gpusanity <gpusanity@example.org>\"\nca_file = \"{}\"",
-        smtp.port,
-        smtp.cert().display()
-    ));
+    w.notifier(&smtp_config(&smtp));
     w.serve();
     w.rule("ws-1", json!({ "name": "mail", "channels": [{ "type": "email", "to": ["ops@example.org", "oncall@example.org"] }] }));
     let mut out = w.reader("check-events");
@@ -59,5 +64,35 @@ fn a_failed_check_mails_each_recipient_both_bodies_over_starttls() {
         assert!(!html.contains("<script>") && !html.contains("alert(\"x\")"), "the job name is not escaped: {html}");
         assert!(html.contains("&#60;script&#62;") || html.contains("&lt;script&gt;"), "{html}");
     }
+    w.shutdown();
+}
+
+#[test]
+fn mail_to_a_server_that_is_down_is_retried_and_arrives_once_with_its_message_id() {
+    let _g = svc::common::serial();
+    let mut w = World::new(None, FAST);
+    let dir = w.dir.path().join("smtp");
+    let first = Smtp::start(&dir, "gpusanity", "mail-pass-1");
+    w.notifier(&smtp_config(&first));
+    let port = first.port;
+    drop(first);
+    w.serve();
+    w.rule("ws-1", json!({ "name": "mail", "channels": [{ "type": "email", "to": ["ops@example.org"] }] }));
+    w.publish(allocated("mail-2", "job-mail-down", &["ghost-d"], "--sanity-check-max-time=1").as_bytes());
+    w.wait_deliveries("ws-1", Duration::from_secs(30), "tried twice against the stopped server", |d| {
+        d.len() == 1 && d[0]["status"] == "pending" && d[0]["attempts"].as_i64().unwrap_or(0) >= 2
+    });
+    // Up again on the same port with the same certificate.
+    let smtp = Smtp::start_on(port, &dir, "gpusanity", "mail-pass-1");
+    let msgs = smtp.wait_for(1, Duration::from_secs(15));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(smtp.messages().len(), 1, "{msgs:#?}");
+    let log = w.wait_deliveries("ws-1", Duration::from_secs(5), "sent", |d| d.len() == 1 && d[0]["status"] == "sent");
+    let tries = log[0]["attempt_log"].as_array().expect("attempt_log");
+    assert!(tries.len() >= 3 && tries.last().map(|t| t["ok"] == true) == Some(true), "{log:#?}");
+    assert!(tries[..tries.len() - 1].iter().all(|t| t["ok"] == false && !t["error"].as_str().unwrap_or("").is_empty()), "{log:#?}");
+    let (h, _) = mime(msgs[0]["data"].as_str().expect("data"));
+    assert_eq!(h["message-id"], format!("<{}@example.org>", log[0]["idempotency_key"].as_str().unwrap()));
+    assert!(h["subject"].contains("job-mail-down"), "{h:#?}");
     w.shutdown();
 }

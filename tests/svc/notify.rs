@@ -199,7 +199,11 @@ pub struct Smtp {
 impl Smtp {
     /// STARTTLS required, login `user`/`password`; messages land in `dir` as msg-N.json.
     pub fn start(dir: &Path, user: &str, password: &str) -> Smtp {
-        let port = super::common::free_port();
+        Smtp::start_on(super::common::free_port(), dir, user, password)
+    }
+
+    /// On `port`; a second server on the same `dir` keeps the first one's certificate.
+    pub fn start_on(port: u16, dir: &Path, user: &str, password: &str) -> Smtp {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/smtp_sink.py");
         std::fs::create_dir_all(dir).expect("SMTP dir");
         let log = std::fs::File::create(dir.join("smtp.log")).expect("SMTP log");
