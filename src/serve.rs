@@ -98,6 +98,10 @@ async fn run(cfg: ServiceConfig) -> Result<()> {
         outbox_wake: wake.clone(),
     });
     let app = http::router(api);
+    // Beside the publisher; it never stops the service (its errors are logged and it goes on).
+    let notifier = gpusanity_notifier::Notifier::new(db.clone(), cfg.notifier.clone(), cfg.topics.output.clone(), cfg.coordinator.report_url.clone())
+        .map_err(|e| UsageError(e.to_string()))?;
+    tokio::spawn(notifier.run());
     tracing::info!(kafka = boot, database = %cfg.database.url.split('@').next_back().unwrap_or_default(), listen = cfg.http.listen, "serving");
     eprintln!("gpusanity serve: listening on {}", listener.local_addr()?);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

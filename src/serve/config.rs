@@ -15,6 +15,7 @@ pub struct ServiceConfig {
     pub database: DatabaseConfig,
     pub http: HttpConfig,
     pub coordinator: CoordinatorConfig,
+    pub notifier: gpusanity_notifier::NotifierConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,6 +70,7 @@ impl ServiceConfig {
 
     pub fn validate(&self) -> Result<(), String> {
         self.coordinator.validate()?;
+        self.notifier.validate()?;
         match &self.http.token {
             Some(t) if t.len() >= 16 => {}
             Some(_) => return Err("the API token must be at least 16 characters".into()),

@@ -30,6 +30,7 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/v1/runs/{run_id}", get(run))
         .route("/v1/runs/{run_id}/report", get(report))
         .route("/v1/runs/{run_id}/resolve", post(resolve))
+        .merge(gpusanity_notifier::api::router(api.db.clone()))
         .route_layer(middleware::from_fn_with_state(api.clone(), auth));
     Router::new().route("/health", get(health)).merge(v1).with_state(api)
 }

@@ -19,6 +19,7 @@ use serde_json::Value;
 pub mod common;
 mod reader;
 mod scenario;
+pub mod notify;
 
 pub use reader::Reader;
 // Each test binary uses some of them.

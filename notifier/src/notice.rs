@@ -1,0 +1,93 @@
+//! One notification's content, taken from an output event: what every channel and format says.
+
+use gpusanity_common::wire::output::{FailReason, OutputBody, OutputEvent};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    /// CheckFailed, CheckPassed or NodeIsolated.
+    pub event_type: &'static str,
+    /// `passed`, `failed`, `timed out` (a CheckFailed for an overrun) or `node isolated`.
+    pub verdict: &'static str,
+    pub reason: Option<FailReason>,
+    pub workspace_id: String,
+    pub job_id: String,
+    pub run_id: Option<String>,
+    pub event_id: String,
+    pub at: String,
+    pub summary: String,
+    pub faulty_nodes: Vec<String>,
+    /// For NodeIsolated: the finding codes.
+    pub codes: Vec<String>,
+    pub report_url: Option<String>,
+}
+
+impl Notice {
+    /// `report_url`: the `coordinator.report_url` template, for events that carry no link.
+    pub fn from_event(ev: &OutputEvent, report_url: &str) -> Notice {
+        let template_url = ev.run_id.as_ref().map(|r| report_url.replace("{run_id}", r));
+        let (verdict, reason, summary, faulty, codes, url) = match &ev.body {
+            OutputBody::CheckPassed { summary, report_url } => ("passed", None, summary.clone(), vec![], vec![], Some(report_url.clone())),
+            OutputBody::CheckFailed { summary, faulty_nodes, report_url, reason } => {
+                let v = if *reason == FailReason::TimedOut { "timed out" } else { "failed" };
+                (v, Some(*reason), summary.clone(), faulty_nodes.clone(), vec![], Some(report_url.clone()))
+            }
+            OutputBody::NodeIsolated { node, codes, reason } => ("node isolated", None, reason.clone(), vec![node.clone()], codes.clone(), template_url),
+            OutputBody::SanityCheckStarted { .. } => ("started", None, String::new(), vec![], vec![], template_url),
+            OutputBody::CheckSkipped { reason } => ("skipped", None, reason.clone(), vec![], vec![], None),
+            OutputBody::CheckCancelled { reason } => ("cancelled", None, reason.clone(), vec![], vec![], template_url),
+        };
+        Notice {
+            event_type: ev.body.type_name(),
+            verdict,
+            reason,
+            workspace_id: ev.workspace_id.clone(),
+            job_id: ev.job_id.clone(),
+            run_id: ev.run_id.clone(),
+            event_id: ev.event_id.clone(),
+            at: ev.at.to_rfc3339(),
+            summary,
+            faulty_nodes: faulty,
+            codes,
+            report_url: url.filter(|u| !u.is_empty()),
+        }
+    }
+
+    /// A one-line title, e.g. `gpusanity: job train-7 failed the check (workspace ws-1)`.
+    pub fn title(&self) -> String {
+        match self.event_type {
+            "NodeIsolated" => format!("gpusanity: node {} isolated (job {}, workspace {})", self.faulty_nodes.join(", "), self.job_id, self.workspace_id),
+            _ => format!("gpusanity: job {} {} the check (workspace {})", self.job_id, self.verdict_phrase(), self.workspace_id),
+        }
+    }
+
+    fn verdict_phrase(&self) -> &'static str {
+        match self.verdict {
+            "passed" => "passed",
+            "timed out" => "timed out in",
+            _ => "failed",
+        }
+    }
+
+    /// The plain-text body shared by email and chat formats.
+    pub fn text_lines(&self) -> Vec<String> {
+        let mut l = vec![format!("Verdict: {}", self.verdict)];
+        if !self.faulty_nodes.is_empty() {
+            l.push(format!("Faulty nodes: {}", self.faulty_nodes.join(", ")));
+        }
+        if !self.codes.is_empty() {
+            l.push(format!("Findings: {}", self.codes.join(", ")));
+        }
+        if !self.summary.is_empty() {
+            l.push(format!("Summary: {}", self.summary));
+        }
+        l.push(format!("Job: {} (workspace {})", self.job_id, self.workspace_id));
+        if let Some(r) = &self.run_id {
+            l.push(format!("Run: {r}"));
+        }
+        l.push(format!("At: {}", self.at));
+        if let Some(u) = &self.report_url {
+            l.push(format!("Report: {u}"));
+        }
+        l
+    }
+}
