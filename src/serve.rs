@@ -96,6 +96,7 @@ async fn run(cfg: ServiceConfig) -> Result<()> {
         token: cfg.http.token.clone().unwrap_or_default(),
         report_url: cfg.coordinator.report_url.clone(),
         outbox_wake: wake.clone(),
+        browser_public: cfg.http.browser_public,
     });
     let app = http::router(api);
     tracing::info!(kafka = boot, database = %cfg.database.url.split('@').next_back().unwrap_or_default(), listen = cfg.http.listen, "serving");

@@ -24,7 +24,7 @@ pub struct RunFilter {
 }
 
 /// One row of the runs list.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct RunListRow {
     pub run_id: String,
     pub job_id: String,
@@ -40,7 +40,7 @@ pub struct RunListRow {
 }
 
 /// One node's entry of one ended run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct NodeHealthRow {
     pub run_id: String,
     pub job_id: String,
@@ -53,7 +53,7 @@ pub struct NodeHealthRow {
 }
 
 /// A finding as the service stored it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct FindingRow {
     pub severity: String,
     pub code: String,

@@ -1,5 +1,6 @@
-//! Renders a [`Report`](gpusanity_common::report::Report) for people: the terminal summary and
-//! the HTML page.
+//! Renders a [`Report`](gpusanity_common::report::Report) for people: the terminal summary, the
+//! HTML page, and the service's report browser.
 
+pub mod browser;
 pub mod html;
 pub mod text;
