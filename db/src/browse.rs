@@ -104,7 +104,10 @@ enum Param {
     Int(i64),
 }
 
-fn bind_all<'q>(mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>, params: &[Param]) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+fn bind_all<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    params: &[Param],
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
     for p in params {
         q = match p {
             Param::Text(s) => q.bind(s.clone()),

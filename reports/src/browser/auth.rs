@@ -10,7 +10,7 @@ use askama::Template;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use cookie::{Cookie, SameSite};
 use serde::Deserialize;
@@ -50,10 +50,7 @@ struct LoginPage<'a> {
 }
 
 fn login_page(status: StatusCode, error: &str) -> Response {
-    match (LoginPage { error }).render() {
-        Ok(html) => (status, Html(html)).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-    }
+    super::pages::page(status, &LoginPage { error })
 }
 
 pub async fn login_form() -> Response {

@@ -65,46 +65,38 @@ pub fn api<S: Clone + Send + Sync + 'static>(b: Arc<Browser>) -> Router<S> {
 
 /// The runs filters and paging, as query parameters (empty values do not filter).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::IntoParams)]
+#[serde(default)]
 #[into_params(parameter_in = Query)]
 pub struct RunsQuery {
     /// Workspace id, exact.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
     /// Job id, exact.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
     /// Checking, CheckPassed, CheckFailed or CheckCancelled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     /// Runs whose job had this node, exact.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
     /// Runs started at or after: RFC 3339, or `YYYY-MM-DDTHH:MM[:SS]` in UTC.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
     /// Runs started before: RFC 3339, or `YYYY-MM-DDTHH:MM[:SS]` in UTC.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<String>,
     /// Page, from 1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[param(value_type = Option<u32>)]
     pub page: Option<String>,
     /// Runs per page, 1 to 200 (default 50).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[param(value_type = Option<u32>)]
     pub per_page: Option<String>,
 }
 
 /// Paging: `page` from 1, `per_page` 1 to 200 (default 50).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::IntoParams)]
+#[serde(default)]
 #[into_params(parameter_in = Query)]
 pub struct Paging {
     /// Page, from 1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[param(value_type = Option<u32>)]
     pub page: Option<String>,
     /// Entries per page, 1 to 200 (default 50).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[param(value_type = Option<u32>)]
     pub per_page: Option<String>,
 }
@@ -180,14 +172,22 @@ fn fmt_ms(ms: i64) -> String {
     DateTime::<Utc>::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string()).unwrap_or_else(|| ms.to_string())
 }
 
-/// `/ui/nodes/NAME` with the name percent-encoded as one path segment.
-fn node_href(name: &str) -> String {
-    format!("/ui/nodes/{}", percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC))
+/// What a path segment keeps as is: RFC 3986's unreserved characters.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+/// `value` percent-encoded as one path segment.
+fn segment(value: &str) -> percent_encoding::PercentEncode<'_> {
+    percent_encoding::utf8_percent_encode(value, SEGMENT)
 }
 
-/// `/ui/runs/ID` with the id percent-encoded as one path segment.
+/// `/ui/nodes/NAME`.
+fn node_href(name: &str) -> String {
+    format!("/ui/nodes/{}", segment(name))
+}
+
+/// `/ui/runs/ID`.
 fn run_href(run_id: &str) -> String {
-    format!("/ui/runs/{}", percent_encoding::utf8_percent_encode(run_id, percent_encoding::NON_ALPHANUMERIC))
+    format!("/ui/runs/{}", segment(run_id))
 }
 
 #[cfg(test)]
@@ -207,6 +207,6 @@ mod tests {
         assert!(q("page=0").filter().is_err());
         assert_eq!(q("to=2026-11-30T10:00:00%2B01:00").filter().unwrap().to_ms, Some(1_796_029_200_000));
         assert_eq!(q("job=a%26b&page=2").with_page(3), "job=a%26b&page=3");
-        assert_eq!(node_href("a/b c"), "/ui/nodes/a%2Fb%20c");
+        assert_eq!(node_href("a/b c-1.x"), "/ui/nodes/a%2Fb%20c-1.x");
     }
 }

@@ -13,7 +13,8 @@ use gpusanity_db::{FindingRow, NodeHealthRow, RunListRow, RunRow};
 use super::{fmt_ms, node_href, run_href, Browser, Paging, RunsQuery, STATES};
 use crate::html::{run_page, Link, RunContext, TimelineEntry};
 
-fn page(status: StatusCode, t: &impl Template) -> Response {
+/// `t` rendered, or an error page.
+pub(super) fn page(status: StatusCode, t: &impl Template) -> Response {
     match t.render() {
         Ok(html) => (status, Html(html)).into_response(),
         Err(e) => error_page(StatusCode::INTERNAL_SERVER_ERROR, &format!("rendering the page: {e}")),
@@ -160,11 +161,13 @@ pub async fn run(State(b): State<Arc<Browser>>, Path(run_id): Path<String>) -> R
     let names: Vec<String> = run.nodes.iter().map(|n| n.name.clone()).collect();
     let mut links = vec![
         Link { label: "All runs".into(), href: "/ui/runs".into() },
-        Link { label: format!("Runs of job {}", run.job_id), href: format!("/ui/runs?{}", serde_urlencoded::to_string([("job", &run.job_id)]).unwrap_or_default()) },
+        Link {
+            label: format!("Runs of job {}", run.job_id),
+            href: format!("/ui/runs?{}", serde_urlencoded::to_string([("job", &run.job_id)]).unwrap_or_default()),
+        },
     ];
     links.extend(names.iter().map(|n| Link { label: format!("Node {n}"), href: node_href(n) }));
     if let Some(text) = report {
-        links.push(Link { label: "report.json".into(), href: format!("/v1/runs/{}/report", percent_encoding::utf8_percent_encode(&run.run_id, percent_encoding::NON_ALPHANUMERIC)) });
         let report: Report = match serde_json::from_str(&text) {
             Ok(r) => r,
             Err(e) => return error_page(StatusCode::INTERNAL_SERVER_ERROR, &format!("the stored report of run `{run_id}` is malformed: {e}")),
@@ -180,7 +183,16 @@ pub async fn run(State(b): State<Arc<Browser>>, Path(run_id): Path<String>) -> R
         Err(e) => return db_error(e),
     };
     let (verdict, verdict_text) = state_badge(run.state.as_str(), run.held);
-    let p = RunNoReport { run: &run, verdict, verdict_text, nodes: node_links(&names), findings, timeline: &timeline, links: &links, started: fmt_ms(run.created_at) };
+    let p = RunNoReport {
+        run: &run,
+        verdict,
+        verdict_text,
+        nodes: node_links(&names),
+        findings,
+        timeline: &timeline,
+        links: &links,
+        started: fmt_ms(run.created_at),
+    };
     page(StatusCode::OK, &p)
 }
 
