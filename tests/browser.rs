@@ -277,3 +277,28 @@ fn browser_login_sets_a_strict_http_only_session_cookie() {
     assert!(header(&head, "set-cookie").is_some_and(|c| c.contains("Max-Age=0")), "{head}");
     w.shutdown();
 }
+
+#[test]
+fn browser_queries_and_pages_on_postgresql() {
+    let _g = svc::common::serial();
+    let url = svc::postgres_database("gpusanity_browser");
+    let mut w = World::new(Some(url), "agent_timeout_s = 2.0\nagent_wait_s = 1.0\ndeadline_grace_s = 10.0");
+    let cfg = std::fs::read_to_string(&w.config).expect("config");
+    std::fs::write(&w.config, cfg.replace("[http]\n", "[http]\nbrowser_public = true\n")).expect("config");
+    w.serve();
+    let mut out = w.reader("check-events");
+    publish_job(&w, "pg-b1", "job-pg-browse", &["pg-ghost", "pg-other"], "ws-pg", "");
+    assert_eq!(verdict(&mut out, "job-pg-browse")["type"], "CheckFailed");
+    let (_, runs) = api(&w, "/v1/runs?node=pg-other&state=CheckFailed&workspace=ws-pg");
+    assert_eq!((runs["total"].as_i64(), &runs["runs"][0]["faulty_nodes"]), (Some(1), &serde_json::json!(["pg-ghost", "pg-other"])), "{runs:#}");
+    assert_eq!(api(&w, "/v1/runs?node=pg-Other").1["total"], 0, "the node filter is exact");
+    assert_eq!(api(&w, "/v1/runs?node=pg-ghost&to=2000-01-01T00:00").1["total"], 0);
+    let (_, hist) = api(&w, "/v1/nodes/pg-ghost/history");
+    assert_eq!((hist["total"].as_i64(), &hist["history"][0]["codes"]), (Some(1), &serde_json::json!(["NO_AGENT"])), "{hist:#}");
+    let run_id = runs["runs"][0]["run_id"].as_str().expect("run_id").to_string();
+    let (code, _, page) = http(w.http, "GET", &format!("/ui/runs/{run_id}"), "", "");
+    assert!(code == 200 && page.contains("NO_AGENT") && page.contains("job-pg-browse"), "{page}");
+    let (code, _, page) = http(w.http, "GET", "/ui/nodes/pg-other", "", "");
+    assert!(code == 200 && page.contains(&format!("href=\"/ui/runs/{run_id}\"")), "{page}");
+    w.shutdown();
+}
