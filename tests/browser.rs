@@ -282,12 +282,24 @@ fn browser_login_sets_a_strict_http_only_session_cookie() {
 fn browser_queries_and_pages_on_postgresql() {
     let _g = svc::common::serial();
     let url = svc::postgres_database("gpusanity_browser");
-    let mut w = World::new(Some(url), "agent_timeout_s = 2.0\nagent_wait_s = 1.0\ndeadline_grace_s = 10.0");
+    let mut w = World::new(Some(url), "agent_timeout_s = 2.0\nagent_wait_s = 4.0\ndeadline_grace_s = 10.0");
     let cfg = std::fs::read_to_string(&w.config).expect("config");
     std::fs::write(&w.config, cfg.replace("[http]\n", "[http]\nbrowser_public = true\n")).expect("config");
     w.serve();
     let mut out = w.reader("check-events");
     publish_job(&w, "pg-b1", "job-pg-browse", &["pg-ghost", "pg-other"], "ws-pg", "");
+    // While it waits agent_wait_s for agents that never come: a run without a report yet.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let checking = loop {
+        let (_, v) = api(&w, "/v1/runs?state=Checking");
+        if let Some(id) = v["runs"][0]["run_id"].as_str() {
+            break id.to_string();
+        }
+        assert!(Instant::now() < deadline, "the run never stored");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (code, _, page) = http(w.http, "GET", &format!("/ui/runs/{checking}"), "", "");
+    assert!(code == 200 && page.contains("CHECKING") && page.contains("no report yet"), "{page}");
     assert_eq!(verdict(&mut out, "job-pg-browse")["type"], "CheckFailed");
     let (_, runs) = api(&w, "/v1/runs?node=pg-other&state=CheckFailed&workspace=ws-pg");
     assert_eq!((runs["total"].as_i64(), &runs["runs"][0]["faulty_nodes"]), (Some(1), &serde_json::json!(["pg-ghost", "pg-other"])), "{runs:#}");
