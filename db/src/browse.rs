@@ -1,6 +1,8 @@
 //! Read-only queries of the report browser: runs by filter (paged, newest first), a run's
 //! findings, a node's health history. Every filter value is a bound parameter.
 
+use std::collections::HashMap;
+
 use serde::Serialize;
 use sqlx::Row;
 
@@ -130,19 +132,19 @@ impl Db {
             n + 2
         );
         let rows = bind_all(sqlx::query(&sql), &params).bind(f.limit).bind(f.offset).fetch_all(&self.pool).await?;
+        let ids: Vec<String> = rows.iter().map(|r| r.try_get(0)).collect::<std::result::Result<_, _>>()?;
+        let mut faulty = self.unhealthy_nodes(&ids).await?;
         let mut out = Vec::with_capacity(rows.len());
-        for r in &rows {
+        for (r, run_id) in rows.iter().zip(ids) {
             let nodes: Vec<gpusanity_common::wire::job::JobNode> = serde_json::from_str(&r.try_get::<String, _>(5)?)?;
-            let run_id: String = r.try_get(0)?;
-            let faulty = self.unhealthy_nodes(&run_id).await?;
             out.push(RunListRow {
+                faulty_nodes: faulty.remove(&run_id).unwrap_or_default(),
                 run_id,
                 job_id: r.try_get(1)?,
                 workspace_id: r.try_get(2)?,
                 state: r.try_get(3)?,
                 held: r.try_get::<i64, _>(4)? != 0,
                 nodes: nodes.into_iter().map(|n| n.name).collect(),
-                faulty_nodes: faulty,
                 created_at: r.try_get(6)?,
                 finished_at: r.try_get(7)?,
                 summary: r.try_get(8)?,
@@ -151,10 +153,22 @@ impl Db {
         Ok((out, total))
     }
 
-    /// The nodes of a run whose health entry is not healthy, in node order.
-    async fn unhealthy_nodes(&self, run_id: &str) -> Result<Vec<String>> {
-        let rows = sqlx::query("SELECT node_name FROM node_health WHERE run_id = $1 AND healthy = 0 ORDER BY id").bind(run_id).fetch_all(&self.pool).await?;
-        rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+    /// The nodes of each run in `run_ids` whose health entry is not healthy, in node order.
+    async fn unhealthy_nodes(&self, run_ids: &[String]) -> Result<HashMap<String, Vec<String>>> {
+        let mut out: HashMap<String, Vec<String>> = HashMap::new();
+        if run_ids.is_empty() {
+            return Ok(out);
+        }
+        let marks: Vec<String> = (1..=run_ids.len()).map(|i| format!("${i}")).collect();
+        let sql = format!("SELECT run_id, node_name FROM node_health WHERE healthy = 0 AND run_id IN ({}) ORDER BY id", marks.join(", "));
+        let mut q = sqlx::query(&sql);
+        for id in run_ids {
+            q = q.bind(id);
+        }
+        for r in q.fetch_all(&self.pool).await? {
+            out.entry(r.try_get(0)?).or_default().push(r.try_get(1)?);
+        }
+        Ok(out)
     }
 
     /// A run's findings as stored, in order.
@@ -242,10 +256,20 @@ mod tests {
         insert_run(&mut tx, &run("r1", "j1", "ws-a", &["n1", "n2"], 1000)).await.unwrap();
         insert_run(&mut tx, &run("r2", "j2", "ws-b", &["n2"], 2000)).await.unwrap();
         insert_run(&mut tx, &run("r3", "j1", "ws-a", &["n%"], 3000)).await.unwrap();
+        for (node, healthy) in [("n1", 1), ("n2", 0)] {
+            sqlx::query("INSERT INTO node_health (node_name, run_id, job_id, healthy, codes, at) VALUES ($1, 'r1', 'j1', $2, '', 1)")
+                .bind(node)
+                .bind(healthy as i64)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+        }
         tx.commit().await.unwrap();
         let ids = |rows: Vec<RunListRow>| rows.into_iter().map(|r| r.run_id).collect::<Vec<_>>();
         let all = RunFilter { limit: 10, ..Default::default() };
         let (rows, total) = db.list_runs(&all).await.unwrap();
+        let faulty: Vec<Vec<String>> = rows.iter().map(|r| r.faulty_nodes.clone()).collect();
+        assert_eq!(faulty, [vec![], vec![], vec!["n2".to_string()]]);
         assert_eq!((ids(rows), total), (vec!["r3".to_string(), "r2".into(), "r1".into()], 3));
         let (rows, total) = db.list_runs(&RunFilter { limit: 1, offset: 1, ..all.clone() }).await.unwrap();
         assert_eq!((ids(rows), total), (vec!["r2".to_string()], 3));
@@ -262,5 +286,7 @@ mod tests {
         assert_eq!(db.list_runs(&f).await.unwrap().1, 0);
         let f = RunFilter { state: Some("CheckPassed".into()), ..all };
         assert_eq!(db.list_runs(&f).await.unwrap().1, 0);
+        let (history, total) = db.node_history("n2", 10, 0).await.unwrap();
+        assert_eq!((history.len(), total, history[0].healthy, history[0].workspace_id.as_str()), (1, 1, false, "ws-a"));
     }
 }
