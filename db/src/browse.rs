@@ -83,11 +83,15 @@ fn where_clause(backend: Backend, f: &RunFilter) -> (String, Vec<Param>) {
         add("state = ?", Param::Text(v.clone()));
     }
     if let Some(v) = &f.node {
-        // `nodes` is the JSON list of the job's nodes.
-        let cond = match backend {
+        // A run that ended passed or failed has a health entry per node (indexed by node); the
+        // others (checking, cancelled) are found in `nodes`, the JSON list of the job's nodes.
+        let json = match backend {
             Backend::Sqlite => "EXISTS (SELECT 1 FROM json_each(runs.nodes) n WHERE json_extract(n.value, '$.name') = ?)",
             Backend::Postgres => "EXISTS (SELECT 1 FROM jsonb_array_elements(CAST(runs.nodes AS jsonb)) n WHERE n->>'name' = ?)",
         };
+        let cond =
+            format!("(run_id IN (SELECT h.run_id FROM node_health h WHERE h.node_name = ?) OR (state NOT IN ('CheckPassed', 'CheckFailed') AND {json}))");
+        let cond = cond.as_str();
         add(cond, Param::Text(v.clone()));
     }
     if let Some(v) = f.from_ms {
@@ -256,9 +260,12 @@ mod tests {
         insert_run(&mut tx, &run("r1", "j1", "ws-a", &["n1", "n2"], 1000)).await.unwrap();
         insert_run(&mut tx, &run("r2", "j2", "ws-b", &["n2"], 2000)).await.unwrap();
         insert_run(&mut tx, &run("r3", "j1", "ws-a", &["n%"], 3000)).await.unwrap();
-        for (node, healthy) in [("n1", 1), ("n2", 0)] {
-            sqlx::query("INSERT INTO node_health (node_name, run_id, job_id, healthy, codes, at) VALUES ($1, 'r1', 'j1', $2, '', 1)")
+        // r2 ended passed: found by node through its health entry.
+        sqlx::query("UPDATE runs SET state = 'CheckPassed' WHERE run_id = 'r2'").execute(&mut *tx).await.unwrap();
+        for (run, node, healthy) in [("r1", "n1", 1), ("r1", "n2", 0), ("r2", "n2", 1)] {
+            sqlx::query("INSERT INTO node_health (node_name, run_id, job_id, healthy, codes, at) VALUES ($1, $2, 'j1', $3, '', 1)")
                 .bind(node)
+                .bind(run)
                 .bind(healthy as i64)
                 .execute(&mut *tx)
                 .await
@@ -284,9 +291,11 @@ mod tests {
         assert_eq!(ids(db.list_runs(&f).await.unwrap().0), ["r1"]);
         let f = RunFilter { job: Some("j1' OR '1'='1".into()), ..all.clone() };
         assert_eq!(db.list_runs(&f).await.unwrap().1, 0);
-        let f = RunFilter { state: Some("CheckPassed".into()), ..all };
+        let f = RunFilter { state: Some("CheckFailed".into()), ..all.clone() };
         assert_eq!(db.list_runs(&f).await.unwrap().1, 0);
+        let f = RunFilter { state: Some("CheckPassed".into()), node: Some("n2".into()), ..all };
+        assert_eq!(ids(db.list_runs(&f).await.unwrap().0), ["r2"]);
         let (history, total) = db.node_history("n2", 10, 0).await.unwrap();
-        assert_eq!((history.len(), total, history[0].healthy, history[0].workspace_id.as_str()), (1, 1, false, "ws-a"));
+        assert_eq!((history.len(), total, history[1].healthy, history[1].workspace_id.as_str()), (2, 2, false, "ws-a"));
     }
 }
