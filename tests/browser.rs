@@ -6,6 +6,7 @@ mod svc;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -54,7 +55,7 @@ fn chromium() -> Option<PathBuf> {
 }
 
 /// Headless Chromium on `url` with `args` (--dump-dom or --screenshot=...): its stdout. A fresh
-/// profile, no network beyond the page, killed by pid after 60 s.
+/// profile, no network beyond the page, its process group killed after 60 s.
 fn chromium_run(bin: &Path, args: &[String], url: &str) -> String {
     let profile = tempfile::tempdir().expect("tempdir");
     let out_path = profile.path().join("stdout");
@@ -68,6 +69,8 @@ fn chromium_run(bin: &Path, args: &[String], url: &str) -> String {
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(Stdio::null())
+        // Its own process group, so that a hung browser goes with its helper processes.
+        .process_group(0)
         .spawn()
         .expect("spawn chromium");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -78,7 +81,7 @@ fn chromium_run(bin: &Path, args: &[String], url: &str) -> String {
                 break;
             }
             None if Instant::now() > deadline => {
-                let _ = child.kill();
+                let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL);
                 let _ = child.wait();
                 panic!("chromium on {url} hung for 60 s (killed)");
             }
