@@ -96,6 +96,7 @@ async fn run(cfg: ServiceConfig) -> Result<()> {
         token: cfg.http.token.clone().unwrap_or_default(),
         report_url: cfg.coordinator.report_url.clone(),
         outbox_wake: wake.clone(),
+        browser_public: cfg.http.browser_public,
     });
     let app = http::router(api);
     // Beside the publisher; it never stops the service (its errors are logged and it goes on).

@@ -5,6 +5,7 @@
 //! results, findings, node health history and the outbox of output events. Writes that belong
 //! together take a [`Tx`] so the caller commits them as one transaction.
 
+pub mod browse;
 pub mod outbox;
 pub mod results;
 pub mod runs;
@@ -15,6 +16,7 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, ConnectOptions, Executor};
 use thiserror::Error;
 
+pub use browse::{FindingRow, NodeHealthRow, RunFilter, RunListRow};
 pub use outbox::OutboxRow;
 pub use runs::{JobRow, RunRow, RunState};
 

@@ -8,7 +8,7 @@ use sqlx::Row;
 use crate::{now_ms, Db, Result, Tx};
 
 /// A run's state, as DESIGN §2.3 names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum RunState {
     Checking,
     CheckPassed,
@@ -48,16 +48,19 @@ pub struct JobRow {
     pub check_args: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct RunRow {
     pub run_id: String,
     pub job_id: String,
     pub workspace_id: String,
     pub attempt: i64,
     pub cause_event_id: String,
+    /// The job's nodes: `{name, address, gpus}` each.
+    #[schema(value_type = Vec<Object>)]
     pub nodes: Vec<JobNode>,
     pub check_args: String,
     /// The validated settings, as JSON.
+    #[schema(value_type = Object)]
     pub settings: serde_json::Value,
     pub state: RunState,
     /// A KeepJobHang overrun waiting for a person.

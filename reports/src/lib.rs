@@ -1,7 +1,8 @@
-//! Renders a [`Report`](gpusanity_common::report::Report) for people: the terminal summary and
-//! the HTML page.
+//! Renders a [`Report`](gpusanity_common::report::Report) for people: the terminal summary, the
+//! HTML page, and the service's report browser.
 
 pub mod columns;
+pub mod browser;
 pub mod html;
 pub mod svg;
 pub mod text;

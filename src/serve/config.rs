@@ -52,11 +52,13 @@ pub struct HttpConfig {
     pub listen: String,
     /// Bearer token of the API (better from GPUSANITY_API_TOKEN than from the file).
     pub token: Option<String>,
+    /// Open the report browser's read-only pages (`/ui`) without a login; `/v1` keeps its token.
+    pub browser_public: bool,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        HttpConfig { listen: "127.0.0.1:8088".into(), token: None }
+        HttpConfig { listen: "127.0.0.1:8088".into(), token: None, browser_public: false }
     }
 }
 

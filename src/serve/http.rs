@@ -1,6 +1,8 @@
 //! The service's HTTP API (axum): `GET /health` (open), and behind a bearer token
 //! `GET /v1/runs/{run_id}`, `GET /v1/runs/{run_id}/report` and
-//! `POST /v1/runs/{run_id}/resolve` (pass or fail a run held by KeepJobHang).
+//! `POST /v1/runs/{run_id}/resolve` (pass or fail a run held by KeepJobHang); the report
+//! browser's pages (`/ui`) and JSON routes (`/v1/runs`, `/v1/nodes/{name}/history`,
+//! `/v1/openapi.json`) from `gpusanity_reports::browser`.
 
 use std::sync::Arc;
 
@@ -13,6 +15,7 @@ use axum::{Json, Router};
 use gpusanity_common::wire::Topics;
 use gpusanity_db::Db;
 use gpusanity_executor::coordinator::finish;
+use gpusanity_reports::browser::{self, Browser};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::Notify;
@@ -23,16 +26,20 @@ pub struct Api {
     pub token: String,
     pub report_url: String,
     pub outbox_wake: Arc<Notify>,
+    /// The report browser's pages open without a login.
+    pub browser_public: bool,
 }
 
 pub fn router(api: Arc<Api>) -> Router {
+    let browser = Browser::new(api.db.clone(), api.token.clone(), api.browser_public);
     let v1 = Router::new()
         .route("/v1/runs/{run_id}", get(run))
         .route("/v1/runs/{run_id}/report", get(report))
         .route("/v1/runs/{run_id}/resolve", post(resolve))
         .merge(gpusanity_notifier::api::router(api.db.clone()))
+        .merge(browser::api(browser.clone()))
         .route_layer(middleware::from_fn_with_state(api.clone(), auth));
-    Router::new().route("/health", get(health)).merge(v1).with_state(api)
+    Router::new().route("/health", get(health)).merge(v1).with_state(api).merge(browser::router(browser))
 }
 
 fn error(status: StatusCode, msg: impl Into<String>) -> Response {
