@@ -11,6 +11,7 @@ pub mod exit;
 pub mod expected;
 pub mod registry;
 pub mod report;
+pub mod secret;
 pub mod settings;
 pub mod stats;
 pub mod wire;

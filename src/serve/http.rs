@@ -19,6 +19,7 @@ use gpusanity_reports::browser::{self, Browser};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::Notify;
+use gpusanity_common::secret::same;
 
 pub struct Api {
     pub db: Db,
@@ -46,10 +47,6 @@ fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, Json(json!({ "error": msg.into() }))).into_response()
 }
 
-/// Constant-time comparison, so the token cannot be guessed byte by byte from timings.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
 
 async fn auth(State(api): State<Arc<Api>>, req: Request, next: Next) -> Response {
     let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));

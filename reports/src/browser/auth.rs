@@ -16,13 +16,10 @@ use cookie::{Cookie, SameSite};
 use serde::Deserialize;
 
 use super::Browser;
+use gpusanity_common::secret::same;
 
 const COOKIE: &str = "gpusanity_session";
 
-/// Constant-time comparison, so a secret cannot be guessed byte by byte from timings.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
 
 fn has_session(b: &Browser, headers: &HeaderMap) -> bool {
     headers
