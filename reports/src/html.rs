@@ -42,6 +42,9 @@ struct RunPage<'a> {
     report: &'a Report,
     title: String,
     workspace: Option<&'a str>,
+    /// The service's state of the run (its timeline's last entry), which may differ from the
+    /// check's own verdict (a KeepJobHang run resolved by hand, a timeout policy).
+    service_state: Option<&'a str>,
     verdict: &'static str,
     verdict_text: &'static str,
     links: &'a [Link],
@@ -69,6 +72,7 @@ pub fn run_page(report: &Report, ctx: &RunContext) -> Result<String, askama::Err
         report,
         title: ctx.job.clone().unwrap_or_else(|| report.run_id.clone()),
         workspace: ctx.workspace.as_deref(),
+        service_state: ctx.timeline.last().map(|t| t.state.as_str()),
         verdict,
         verdict_text,
         links: &ctx.links,

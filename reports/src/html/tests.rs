@@ -298,6 +298,7 @@ fn sections_timeline_settings_and_facts() {
     assert!(
         html.contains("<h1>gpusanity report: train-7b</h1>") && html.contains("workspace research")
     );
+    assert!(html.contains("service state <b id=\"service-state\">Pending</b>"));
     assert!(html.contains("<h3>service</h3>") && html.contains("<h3>check run</h3>"));
     assert!(html.contains("<td>CheckFailed</td><td class=\"at\">2026-11-30 10:00:12.000</td>"));
     assert!(html.contains("<th>micro_benchmarks</th>"));
