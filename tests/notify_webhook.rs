@@ -264,3 +264,31 @@ fn a_timed_out_run_goes_to_a_timeout_rule_and_not_to_a_pass_rule() {
     assert_eq!(good.requests().len(), 1, "{:#?}", good.requests());
     w.shutdown();
 }
+
+#[test]
+fn a_passed_run_reaches_a_pass_rule_once_and_no_failure_rule() {
+    let _g = svc::common::serial();
+    let (mut w, mut out) = World::running("agent_timeout_s = 5.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0", &["ok-a", "ok-b"]);
+    let good = Receiver::start(None, Mode::Ok);
+    let hook = |path: &str| json!([{ "type": "webhook", "url": good.url(path), "format": "generic", "secret": "pass-secret" }]);
+    w.rule("ws-1", json!({ "name": "passes", "events": ["CheckPassed"], "channels": hook("/passes") }));
+    w.rule("ws-1", json!({ "name": "failures", "channels": hook("/failures") }));
+    w.allocate("pass-1", "job-pass", "");
+    let end = out.wait_for(Duration::from_secs(60), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    assert_eq!(end["type"], "CheckPassed", "{end:#}");
+    let got = good.wait_for(1, Duration::from_secs(5));
+    assert_eq!(got[0].path, "/passes");
+    let t = got[0].json();
+    assert_eq!((&t["event_type"], &t["verdict"], &t["job_id"]), (&json!("CheckPassed"), &json!("passed"), &json!("job-pass")), "{t:#}");
+    assert_eq!(t["faulty_nodes"], json!([]), "{t:#}");
+    let sig = got[0].header("x-gpusanity-signature");
+    let (t_part, v1) = sig.split_once(",v1=").unwrap_or_default();
+    let t_part = t_part.strip_prefix("t=").unwrap_or_default();
+    assert_eq!(v1, signature("pass-secret", t_part, &got[0].body), "the signature over the body: {sig}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(good.requests().len(), 1, "{:#?}", good.requests());
+    let log = w.deliveries("ws-1");
+    assert_eq!(log.len(), 1, "{log:#?}");
+    assert_eq!(log[0]["status"], "sent", "{log:#?}");
+    w.shutdown();
+}
