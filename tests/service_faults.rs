@@ -116,7 +116,9 @@ fn the_service_ends_a_run_whose_launchers_never_answer_at_max_time() {
     use nix::sys::signal::{kill, Signal};
     let _g = svc::common::serial();
     let (mut w, mut out) = World::running("agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 2.0", &["r-a", "r-b"]);
-    w.allocate("rt-1", "job-rt", "--sanity-check-max-time=0.1 --sanity-check-timeout-per-test=0.1");
+    // The first check starts 2 s late, so the launchers are frozen mid-run however late the
+    // test reads SanityCheckStarted.
+    w.allocate("rt-1", "job-rt", "--sanity-check-max-time=0.1 --sanity-check-timeout-per-test=0.1 --sanity-check-envs=GPUSANITY_FAULT=delay-start@0");
     let started = Instant::now();
     out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
     w.wait_for_workers(2);

@@ -77,7 +77,9 @@ pub fn two_node_pass(w: &mut World) {
 /// run ends, no job event is lost, no output event is duplicated.
 pub fn crash_restart(w: &mut World) {
     let mut out = w.start(&["c-a", "c-b"]);
-    w.allocate("crash-1", "job-crash", "--sanity-check-max-time=2");
+    // The first check starts 2 s late, so the kill below lands while the workers run however
+    // late the test reads SanityCheckStarted.
+    w.allocate("crash-1", "job-crash", "--sanity-check-max-time=2 --sanity-check-envs=GPUSANITY_FAULT=delay-start@0");
     out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
     w.wait_for_workers(1);
     w.kill("serve");
