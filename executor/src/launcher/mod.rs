@@ -236,18 +236,22 @@ async fn wait_for_sigterm() {
 
 fn write_report(dir: &std::path::Path, report: &gpusanity_common::report::Report) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join("report.json");
-    let tmp = dir.join("report.json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(report)?).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    write_atomic(&dir.join("report.json"), &serde_json::to_vec_pretty(report)?)?;
     write_html(&dir.join("report.html"), report)
 }
 
 /// The HTML page beside report.json.
 pub fn write_html(path: &std::path::Path, report: &gpusanity_common::report::Report) -> Result<()> {
     let page = gpusanity_reports::html::run_page(report, &Default::default()).context("rendering the HTML report")?;
-    let tmp = path.with_extension("html.tmp");
-    std::fs::write(&tmp, page).with_context(|| format!("writing {}", tmp.display()))?;
+    write_atomic(path, page.as_bytes())
+}
+
+/// Writes `PATH.tmp`, then renames it over `path`: a reader never sees half a file.
+fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
