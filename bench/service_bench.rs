@@ -39,7 +39,8 @@ fn main() -> Res<()> {
             dir.join("bench.db").display()
         ),
     )?;
-    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new().set("bootstrap.servers", boot).set("linger.ms", "5").create()?;
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        ClientConfig::new().set("bootstrap.servers", boot).set("linger.ms", "5").create()?;
     let jobs = format!("{prefix}job-events");
 
     // 1. Throughput: a backlog of events needing no check (EnableSanityCheck off), then the service.
@@ -72,12 +73,49 @@ fn main() -> Res<()> {
     );
 
     // 2. Latency: runs one after another on two CPU agents (all-reduce, one worker per node).
-    procs.0.push(spawn(bin, &config, &["agent", "--node", "bench-a", "--device", "cpu", "--nproc-per-node", "1", "--work-dir", &dir.join("a").to_string_lossy()], &dir, "a")?);
-    procs.0.push(spawn(bin, &config, &["agent", "--node", "bench-b", "--device", "cpu", "--nproc-per-node", "1", "--work-dir", &dir.join("b").to_string_lossy()], &dir, "b")?);
+    procs.0.push(spawn(
+        bin,
+        &config,
+        &[
+            "agent",
+            "--node",
+            "bench-a",
+            "--device",
+            "cpu",
+            "--nproc-per-node",
+            "1",
+            "--work-dir",
+            &dir.join("a").to_string_lossy(),
+        ],
+        &dir,
+        "a",
+    )?);
+    procs.0.push(spawn(
+        bin,
+        &config,
+        &[
+            "agent",
+            "--node",
+            "bench-b",
+            "--device",
+            "cpu",
+            "--nproc-per-node",
+            "1",
+            "--work-dir",
+            &dir.join("b").to_string_lossy(),
+        ],
+        &dir,
+        "b",
+    )?);
     std::thread::sleep(Duration::from_secs(3));
     let mut seen = events;
     for i in 0..runs {
-        let ev = event(&format!("run-{i}"), &format!("run-job-{i}"), true, "--micro-benchmarks=all-reduce --sanity-check-max-time=1");
+        let ev = event(
+            &format!("run-{i}"),
+            &format!("run-job-{i}"),
+            true,
+            "--micro-benchmarks=all-reduce --sanity-check-max-time=1",
+        );
         producer.send(BaseRecord::<(), str>::to(&jobs).payload(&ev)).map_err(|(e, _)| e)?;
         producer.flush(Duration::from_secs(10))?;
         seen += 2; // SanityCheckStarted and the verdict
@@ -86,7 +124,8 @@ fn main() -> Res<()> {
     let outs = read_all(boot, &out_topic, seen)?;
     let ins = read_all(boot, &jobs, events + runs)?;
     let reports = read_all(boot, &format!("{prefix}agent-reports"), 0)?;
-    let in_ts: HashMap<String, i64> = ins.iter().map(|(t, v)| (v["event_id"].as_str().unwrap_or("").to_string(), *t)).collect();
+    let in_ts: HashMap<String, i64> =
+        ins.iter().map(|(t, v)| (v["event_id"].as_str().unwrap_or("").to_string(), *t)).collect();
     let mut last_result: HashMap<String, i64> = HashMap::new();
     for (t, v) in &reports {
         if v["type"] == "Result" {
@@ -98,7 +137,9 @@ fn main() -> Res<()> {
     for (t, v) in &outs {
         let run = v["run_id"].as_str().unwrap_or("");
         match v["type"].as_str() {
-            Some("SanityCheckStarted") => to_checking.push(t - in_ts.get(v["cause_event_id"].as_str().unwrap_or("")).copied().unwrap_or(*t)),
+            Some("SanityCheckStarted") => {
+                to_checking.push(t - in_ts.get(v["cause_event_id"].as_str().unwrap_or("")).copied().unwrap_or(*t))
+            }
             Some("CheckPassed") => to_passed.push(t - last_result.get(run).copied().unwrap_or(*t)),
             Some("CheckFailed") => failed += 1,
             _ => {}
@@ -140,12 +181,23 @@ fn event(id: &str, job: &str, enabled: bool, args: &str) -> String {
 
 fn spawn(bin: &str, config: &std::path::Path, args: &[&str], dir: &std::path::Path, name: &str) -> Res<Child> {
     let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
-    Ok(Command::new(bin).args(args).arg("--config").arg(config).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?)
+    Ok(Command::new(bin)
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?)
 }
 
 fn nix_term(c: &Child) -> std::io::Result<()> {
     let status = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status()?;
-    if status.success() { Ok(()) } else { Err(std::io::Error::other("kill failed")) }
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other("kill failed"))
+    }
 }
 
 /// Every message of `topic` (one partition) now there, as (timestamp ms, JSON); at least `at_least`.
@@ -156,7 +208,11 @@ fn read_all(boot: &str, topic: &str, at_least: usize) -> Res<Vec<(i64, Value)>> 
 /// Reads `topic` from the start until it holds at least `n` messages and everything up to its
 /// end (high watermark) has been read.
 fn read_until(boot: &str, topic: &str, n: usize, limit: Duration) -> Res<Vec<(i64, Value)>> {
-    let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", boot).set("group.id", "bench-reader").set("enable.auto.commit", "false").create()?;
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", boot)
+        .set("group.id", "bench-reader")
+        .set("enable.auto.commit", "false")
+        .create()?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, 0, Offset::Beginning)?;
     c.assign(&tpl)?;

@@ -157,7 +157,9 @@ impl CheckArgs {
             return Ok(n);
         }
         match std::env::var("TORCHELASTIC_RESTART_COUNT") {
-            Ok(v) => v.trim().parse().map_err(|_| UsageError(format!("bad TORCHELASTIC_RESTART_COUNT `{v}`: expected a non-negative integer"))),
+            Ok(v) => v.trim().parse().map_err(|_| {
+                UsageError(format!("bad TORCHELASTIC_RESTART_COUNT `{v}`: expected a non-negative integer"))
+            }),
             Err(_) => Ok(0),
         }
     }
@@ -227,7 +229,8 @@ fn report(args: &ReportArgs) -> ExitCode {
     let result = std::fs::read(&args.report)
         .map_err(|e| UsageError(format!("cannot read {}: {e}", args.report.display())))
         .and_then(|bytes| {
-            serde_json::from_slice(&bytes).map_err(|e| UsageError(format!("{} is not a gpusanity report: {e}", args.report.display())))
+            serde_json::from_slice(&bytes)
+                .map_err(|e| UsageError(format!("{} is not a gpusanity report: {e}", args.report.display())))
         })
         .map_err(anyhow::Error::from)
         .and_then(|r| launcher::write_html(&out, &r));
@@ -265,7 +268,10 @@ fn list(json: bool) -> ExitCode {
     println!("{:<27} {:<6} {:<10} {:>9} {:>8}  finds", "check", "group", "status", "brief est", "our est");
     for c in CHECKS {
         let status = if c.available { "available" } else { "planned" };
-        println!("{:<27} {:<6} {:<10} {:>8}s {:>7}s  {}", c.name, c.group, status, c.brief_estimate_s, c.estimate_s, c.description);
+        println!(
+            "{:<27} {:<6} {:<10} {:>8}s {:>7}s  {}",
+            c.name, c.group, status, c.brief_estimate_s, c.estimate_s, c.description
+        );
     }
     println!("\ndefault configuration (override with --check-param CHECK.KEY=VALUE):");
     for (name, kind) in [("cuda", DeviceKind::Cuda), ("cpu", DeviceKind::Cpu)] {
@@ -273,7 +279,10 @@ fn list(json: bool) -> ExitCode {
         println!("  {name}: gemm {:?}", c.gemm);
         println!("  {name}: all-reduce {:?}, sizes {:?}", c.all_reduce, c.all_reduce_sizes());
         println!("  {name}: {:?}", c.micro);
-        println!("  {name}: mini-gpt {:?}\n  {name}: megatron-gpt {:?}\n  {name}: resnet {:?}", c.models.mini_gpt, c.models.megatron_gpt, c.models.resnet);
+        println!(
+            "  {name}: mini-gpt {:?}\n  {name}: megatron-gpt {:?}\n  {name}: resnet {:?}",
+            c.models.mini_gpt, c.models.megatron_gpt, c.models.resnet
+        );
     }
     ExitCode::Passed
 }

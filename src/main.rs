@@ -25,8 +25,14 @@ fn main() -> ProcessExit {
 /// Prints the one-line error for `e` and picks its exit code.
 pub fn report_error(e: &anyhow::Error) -> ExitCode {
     let usage = e.chain().any(|c| {
-        c.is::<gpusanity_executor::launcher::UsageError>() || c.is::<gpusanity_common::SettingsError>() || c.is::<gpusanity_common::config::ParamError>()
+        c.is::<gpusanity_executor::launcher::UsageError>()
+            || c.is::<gpusanity_common::SettingsError>()
+            || c.is::<gpusanity_common::config::ParamError>()
     });
     eprintln!("gpusanity: error: {}", format!("{e:#}").replace('\n', " "));
-    if usage { ExitCode::Usage } else { ExitCode::Internal }
+    if usage {
+        ExitCode::Usage
+    } else {
+        ExitCode::Internal
+    }
 }

@@ -82,10 +82,17 @@ async fn run(cfg: ServiceConfig) -> Result<()> {
         .await
         .map_err(|e| UsageError(format!("cannot listen on {}: {e}", cfg.http.listen)))?;
     let wake = Arc::new(Notify::new());
-    let publisher = Publisher { db: db.clone(), producer: kafka::producer(&boot)?, bootstrap: boot.clone(), wake: wake.clone() };
+    let publisher =
+        Publisher { db: db.clone(), producer: kafka::producer(&boot)?, bootstrap: boot.clone(), wake: wake.clone() };
     publisher.recover().await.context("recovering the outbox")?;
     let (notices_tx, notices_rx) = mpsc::unbounded_channel();
-    let mut coord = Coordinator::new(db.clone(), cfg.topics.clone(), cfg.coordinator.clone(), kafka::producer(&boot)?, wake.clone());
+    let mut coord = Coordinator::new(
+        db.clone(),
+        cfg.topics.clone(),
+        cfg.coordinator.clone(),
+        kafka::producer(&boot)?,
+        wake.clone(),
+    );
     coord.resume().await?;
     let reports = coordinator::subscribe(&boot, &format!("{}-agents", cfg.kafka.group), &cfg.topics.agent_reports)?;
     let ingest = Ingest { db: db.clone(), topics: cfg.topics.clone(), notices: notices_tx, outbox_wake: wake.clone() };
@@ -100,8 +107,13 @@ async fn run(cfg: ServiceConfig) -> Result<()> {
     });
     let app = http::router(api);
     // Beside the publisher; it never stops the service (its errors are logged and it goes on).
-    let notifier = gpusanity_notifier::Notifier::new(db.clone(), cfg.notifier.clone(), cfg.topics.output.clone(), cfg.coordinator.report_url.clone())
-        .map_err(|e| UsageError(e.to_string()))?;
+    let notifier = gpusanity_notifier::Notifier::new(
+        db.clone(),
+        cfg.notifier.clone(),
+        cfg.topics.output.clone(),
+        cfg.coordinator.report_url.clone(),
+    )
+    .map_err(|e| UsageError(e.to_string()))?;
     tokio::spawn(notifier.run());
     tracing::info!(kafka = boot, database = %cfg.database.url.split('@').next_back().unwrap_or_default(), listen = cfg.http.listen, "serving");
     eprintln!("gpusanity serve: listening on {}", listener.local_addr()?);

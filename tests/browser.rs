@@ -5,8 +5,8 @@
 mod svc;
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -61,7 +61,14 @@ fn chromium_run(bin: &Path, args: &[String], url: &str) -> String {
     let out_path = profile.path().join("stdout");
     let out = std::fs::File::create(&out_path).expect("stdout file");
     let mut child = Command::new(bin)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+        ])
         .args(["--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"])
         .arg(format!("--user-data-dir={}", profile.path().join("profile").display()))
         .args(args)
@@ -81,7 +88,10 @@ fn chromium_run(bin: &Path, args: &[String], url: &str) -> String {
                 break;
             }
             None if Instant::now() > deadline => {
-                let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(child.id() as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
                 let _ = child.wait();
                 panic!("chromium on {url} hung for 60 s (killed)");
             }
@@ -100,7 +110,11 @@ fn screenshot(bin: &Path, w: &World, path: &str, name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("artifacts dir");
     let file = dir.join(name);
     let _ = std::fs::remove_file(&file);
-    chromium_run(bin, &[format!("--screenshot={}", file.display()), "--window-size=1300,2400".to_string()], &format!("http://127.0.0.1:{}{path}", w.http));
+    chromium_run(
+        bin,
+        &[format!("--screenshot={}", file.display()), "--window-size=1300,2400".to_string()],
+        &format!("http://127.0.0.1:{}{path}", w.http),
+    );
     assert!(std::fs::metadata(&file).map(|m| m.len() > 10_000).unwrap_or(false), "no screenshot at {}", file.display());
     file
 }
@@ -119,7 +133,9 @@ fn publish_job(w: &World, event: &str, job: &str, nodes: &[&str], ws: &str, args
 
 /// The job's verdict event.
 fn verdict(out: &mut svc::Reader, job: &str) -> Value {
-    out.wait_for(Duration::from_secs(90), "the verdict", |v| v["job_id"] == job && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed"))
+    out.wait_for(Duration::from_secs(90), "the verdict", |v| {
+        v["job_id"] == job && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed")
+    })
 }
 
 #[test]
@@ -138,10 +154,18 @@ fn browser_pages_render_in_chromium_and_the_api_filters_runs() {
         assert!(Instant::now() < deadline, "the run never stored");
         std::thread::sleep(Duration::from_millis(50));
     }
-    publish_job(&w, "b-1", "job-pass", &["node-a", "node-b"], "ws-1", "--sanity-check-max-time=2 --sanity-check-timeout-per-test=1");
+    publish_job(
+        &w,
+        "b-1",
+        "job-pass",
+        &["node-a", "node-b"],
+        "ws-1",
+        "--sanity-check-max-time=2 --sanity-check-timeout-per-test=1",
+    );
     let pass = verdict(&mut out, "job-pass");
     assert_eq!(pass["type"], "CheckPassed", "{pass:#}\n{}", w.log("serve"));
-    let args = "--sanity-check-timeout-per-test=0.05 --sanity-check-max-time=1 --sanity-check-envs=GPUSANITY_FAULT=hang@1";
+    let args =
+        "--sanity-check-timeout-per-test=0.05 --sanity-check-max-time=1 --sanity-check-envs=GPUSANITY_FAULT=hang@1";
     publish_job(&w, "b-2", HOSTILE, &["node-a", "node-b"], "ws-2", args);
     let bad = verdict(&mut out, HOSTILE);
     assert_eq!(bad["type"], "CheckFailed", "{bad:#}");
@@ -152,8 +176,12 @@ fn browser_pages_render_in_chromium_and_the_api_filters_runs() {
     let (ghost_id, pass_id, bad_id) = (id(&ghost), id(&pass), id(&bad));
 
     // The JSON API: filters, paging, errors, the token.
-    let ids =
-        |v: &Value| v["runs"].as_array().map(|a| a.iter().map(|r| r["run_id"].as_str().unwrap_or("").to_string()).collect::<Vec<_>>()).unwrap_or_default();
+    let ids = |v: &Value| {
+        v["runs"]
+            .as_array()
+            .map(|a| a.iter().map(|r| r["run_id"].as_str().unwrap_or("").to_string()).collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
     let (code, all) = api(&w, "/v1/runs");
     assert_eq!((code, all["total"].as_i64()), (200, Some(3)), "{all:#}");
     assert_eq!(ids(&all), [bad_id.as_str(), pass_id.as_str(), ghost_id.as_str()], "newest first");
@@ -165,7 +193,10 @@ fn browser_pages_render_in_chromium_and_the_api_filters_runs() {
     assert_eq!(ids(&api(&w, "/v1/runs?node=ghost-node").1), [ghost_id.as_str()]);
     assert_eq!(ids(&api(&w, "/v1/runs?node=node-b&workspace=ws-1").1), [pass_id.as_str()]);
     let (_, page2) = api(&w, "/v1/runs?per_page=1&page=2");
-    assert_eq!((ids(&page2), page2["total"].as_i64(), page2["page"].as_i64()), (vec![pass_id.clone()], Some(3), Some(2)));
+    assert_eq!(
+        (ids(&page2), page2["total"].as_i64(), page2["page"].as_i64()),
+        (vec![pass_id.clone()], Some(3), Some(2))
+    );
     assert_eq!(api(&w, "/v1/runs?from=2999-01-01T00:00").1["total"], 0);
     assert_eq!(api(&w, "/v1/runs?from=2000-01-01T00:00:00Z").1["total"], 3);
     let (code, err) = api(&w, "/v1/runs?state=Passed");
@@ -187,7 +218,14 @@ fn browser_pages_render_in_chromium_and_the_api_filters_runs() {
     let (code, doc) = api(&w, "/v1/openapi.json");
     assert_eq!(code, 200);
     assert!(doc["openapi"].as_str().unwrap_or("").starts_with("3.1"), "{doc:#}");
-    for p in ["/v1/runs", "/v1/runs/{run_id}", "/v1/runs/{run_id}/report", "/v1/runs/{run_id}/resolve", "/v1/nodes/{name}/history", "/v1/openapi.json"] {
+    for p in [
+        "/v1/runs",
+        "/v1/runs/{run_id}",
+        "/v1/runs/{run_id}/report",
+        "/v1/runs/{run_id}/resolve",
+        "/v1/nodes/{name}/history",
+        "/v1/openapi.json",
+    ] {
         assert!(doc["paths"][p].is_object(), "{p} missing from the OpenAPI document");
     }
     assert!(doc["components"]["schemas"]["RunListRow"]["properties"]["faulty_nodes"].is_object(), "{doc:#}");
@@ -204,8 +242,13 @@ fn browser_pages_render_in_chromium_and_the_api_filters_runs() {
     assert!(list.contains(">ghost-node</a>") && list.contains("class=\"health-faulty\""), "{list}");
     let only_passed = dom(&bin, &w, "/ui/runs?state=CheckPassed");
     assert_eq!(rows(&only_passed), 1, "{only_passed}");
-    assert!(only_passed.contains("job-pass") && !only_passed.contains("alert(1)") && !only_passed.contains("job-ghost"));
-    assert!(only_passed.contains("<option value=\"CheckPassed\" selected=\"\">"), "the form does not show the filter:\n{only_passed}");
+    assert!(
+        only_passed.contains("job-pass") && !only_passed.contains("alert(1)") && !only_passed.contains("job-ghost")
+    );
+    assert!(
+        only_passed.contains("<option value=\"CheckPassed\" selected=\"\">"),
+        "the form does not show the filter:\n{only_passed}"
+    );
     let by_node = dom(&bin, &w, "/ui/runs?node=ghost-node");
     assert_eq!(rows(&by_node), 1);
     assert!(by_node.contains("job-ghost"));
@@ -219,22 +262,33 @@ fn browser_pages_render_in_chromium_and_the_api_filters_runs() {
     assert!(page.contains("id=\"verdict\"") && page.contains("TIMED OUT") && page.contains("TEST_HANG"), "{page}");
     assert!(page.contains(HOSTILE_TEXT) && !page.contains("<script"), "{page}");
     assert!(page.contains("Node node-b"), "the faulty node is not named:\n{page}");
-    let charts = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/run.html")).unwrap_or_default().contains("<svg");
+    let charts = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/run.html"))
+        .unwrap_or_default()
+        .contains("<svg");
     if charts {
         assert!(page.contains("<svg"), "the run page has no chart:\n{page}");
     }
     let passed_page = dom(&bin, &w, &format!("/ui/runs/{pass_id}"));
     assert!(passed_page.contains("PASSED") && passed_page.contains("job-pass"), "{passed_page}");
     let ghost_page = dom(&bin, &w, &format!("/ui/runs/{ghost_id}"));
-    assert!(ghost_page.contains("FAILED") && ghost_page.contains("NO_AGENT") && ghost_page.contains(">ghost-node</td>"), "{ghost_page}");
+    assert!(
+        ghost_page.contains("FAILED") && ghost_page.contains("NO_AGENT") && ghost_page.contains(">ghost-node</td>"),
+        "{ghost_page}"
+    );
     assert!(ghost_page.contains("CheckFailed") && ghost_page.contains("Checking"), "no timeline:\n{ghost_page}");
     let missing = dom(&bin, &w, "/ui/runs/no-such-run");
     assert!(missing.contains("No run"), "{missing}");
 
     let node = dom(&bin, &w, "/ui/nodes/node-b");
     assert_eq!(node.matches("<tr class=\"entry\">").count(), 2, "{node}");
-    assert!(node.contains(&format!("href=\"/ui/runs/{bad_id}\"")) && node.contains(&format!("href=\"/ui/runs/{pass_id}\"")), "{node}");
-    assert!(node.contains("<svg id=\"health-strip\"") && node.contains(HOSTILE_TEXT) && !node.contains("<script"), "{node}");
+    assert!(
+        node.contains(&format!("href=\"/ui/runs/{bad_id}\"")) && node.contains(&format!("href=\"/ui/runs/{pass_id}\"")),
+        "{node}"
+    );
+    assert!(
+        node.contains("<svg id=\"health-strip\"") && node.contains(HOSTILE_TEXT) && !node.contains("<script"),
+        "{node}"
+    );
 
     let shot = screenshot(&bin, &w, "/ui/runs", "browser-runs.png");
     eprintln!("screenshots: {} and the run page beside it", shot.display());
@@ -272,7 +326,10 @@ fn browser_login_sets_a_strict_http_only_session_cookie() {
     // A bad filter: 400 with the value escaped.
     let (code, _, body) = http(port, "GET", "/ui/runs?state=%3Cscript%3E", &with, "");
     assert_eq!(code, 400);
-    assert!(body.contains("unknown state `&#60;script&#62;`") || body.contains("unknown state `&lt;script&gt;`"), "{body}");
+    assert!(
+        body.contains("unknown state `&#60;script&#62;`") || body.contains("unknown state `&lt;script&gt;`"),
+        "{body}"
+    );
     assert!(!body.contains("<script>"), "{body}");
     // The cookie opens the pages, not the API.
     assert_eq!(http(port, "GET", "/v1/runs", &with, "").0, 401);
@@ -305,11 +362,19 @@ fn browser_queries_and_pages_on_postgresql() {
     assert!(code == 200 && page.contains("CHECKING") && page.contains("no report yet"), "{page}");
     assert_eq!(verdict(&mut out, "job-pg-browse")["type"], "CheckFailed");
     let (_, runs) = api(&w, "/v1/runs?node=pg-other&state=CheckFailed&workspace=ws-pg");
-    assert_eq!((runs["total"].as_i64(), &runs["runs"][0]["faulty_nodes"]), (Some(1), &serde_json::json!(["pg-ghost", "pg-other"])), "{runs:#}");
+    assert_eq!(
+        (runs["total"].as_i64(), &runs["runs"][0]["faulty_nodes"]),
+        (Some(1), &serde_json::json!(["pg-ghost", "pg-other"])),
+        "{runs:#}"
+    );
     assert_eq!(api(&w, "/v1/runs?node=pg-Other").1["total"], 0, "the node filter is exact");
     assert_eq!(api(&w, "/v1/runs?node=pg-ghost&to=2000-01-01T00:00").1["total"], 0);
     let (_, hist) = api(&w, "/v1/nodes/pg-ghost/history");
-    assert_eq!((hist["total"].as_i64(), &hist["history"][0]["codes"]), (Some(1), &serde_json::json!(["NO_AGENT"])), "{hist:#}");
+    assert_eq!(
+        (hist["total"].as_i64(), &hist["history"][0]["codes"]),
+        (Some(1), &serde_json::json!(["NO_AGENT"])),
+        "{hist:#}"
+    );
     let run_id = runs["runs"][0]["run_id"].as_str().expect("run_id").to_string();
     let (code, _, page) = http(w.http, "GET", &format!("/ui/runs/{run_id}"), "", "");
     assert!(code == 200 && page.contains("NO_AGENT") && page.contains("job-pg-browse"), "{page}");

@@ -29,7 +29,8 @@ fn default_check_on_two_cpu_workers_passes_with_a_full_report() {
         assert_eq!(rank["metrics"]["wrong_elements"], 0.0);
     }
     // Identical inputs on every rank give bit-identical products.
-    let hashes: Vec<&str> = checks[0]["ranks"].as_array().unwrap().iter().map(|r| r["notes"]["result_hash"].as_str().unwrap()).collect();
+    let hashes: Vec<&str> =
+        checks[0]["ranks"].as_array().unwrap().iter().map(|r| r["notes"]["result_hash"].as_str().unwrap()).collect();
     assert_eq!(hashes[0], hashes[1]);
     for rank in checks[1]["ranks"].as_array().unwrap() {
         let sweep = rank["sweep"].as_array().unwrap();
@@ -87,7 +88,10 @@ fn check_envs_reach_the_workers() {
     let _g = serial();
     let run = Run::new();
     // The fault switch travels only through --sanity-check-envs, so a failure proves delivery.
-    let out = run_with_timeout(run.command(&["--sanity-check-envs=GPUSANITY_FAULT=gemm-wrong@1", "--micro-benchmarks=gemm"]), LIMIT);
+    let out = run_with_timeout(
+        run.command(&["--sanity-check-envs=GPUSANITY_FAULT=gemm-wrong@1", "--micro-benchmarks=gemm"]),
+        LIMIT,
+    );
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     assert!(findings(&run.report()).contains(&("GEMM_WRONG_RESULT".into(), Some(1))));
 }

@@ -50,7 +50,14 @@ fn mark_job_fail_ends_an_overrun_with_the_timeout_exit_code() {
     let _g = serial();
     let run = Run::new();
     let out = run_with_timeout(
-        run.command(&["--sanity-check-envs=GPUSANITY_FAULT=hang@0", "--sanity-check-timeout-per-test=0.05", "--", "sh", "-c", "exit 9"]),
+        run.command(&[
+            "--sanity-check-envs=GPUSANITY_FAULT=hang@0",
+            "--sanity-check-timeout-per-test=0.05",
+            "--",
+            "sh",
+            "-c",
+            "exit 9",
+        ]),
         LIMIT,
     );
     assert_eq!(code(&out), 3, "{}", stderr(&out));
@@ -100,10 +107,12 @@ fn keep_job_hang_stays_in_checking_until_sigterm() {
 fn a_crashed_worker_is_named_with_its_exit_status() {
     let _g = serial();
     let run = Run::new();
-    let out = run_with_timeout(run.command(&["--sanity-check-envs=GPUSANITY_FAULT=exit@1", "--", "touch", "started"]), LIMIT);
+    let out =
+        run_with_timeout(run.command(&["--sanity-check-envs=GPUSANITY_FAULT=exit@1", "--", "touch", "started"]), LIMIT);
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     let r = run.report();
-    let crash = r["findings"].as_array().unwrap().iter().find(|f| f["code"] == "WORKER_CRASHED").expect("crash finding");
+    let crash =
+        r["findings"].as_array().unwrap().iter().find(|f| f["code"] == "WORKER_CRASHED").expect("crash finding");
     assert_eq!(crash["rank"], 1);
     assert!(crash["message"].as_str().unwrap().contains("exited with status 17"), "{crash}");
     assert!(!std::path::Path::new("started").exists(), "COMMAND must not start after a failure");
@@ -114,7 +123,10 @@ fn a_crashed_worker_is_named_with_its_exit_status() {
 fn wrong_all_reduce_results_are_counted_and_named() {
     let _g = serial();
     let run = Run::new();
-    let out = run_with_timeout(run.command(&["--sanity-check-envs=GPUSANITY_FAULT=all-reduce-wrong@0", "--micro-benchmarks=all-reduce"]), LIMIT);
+    let out = run_with_timeout(
+        run.command(&["--sanity-check-envs=GPUSANITY_FAULT=all-reduce-wrong@0", "--micro-benchmarks=all-reduce"]),
+        LIMIT,
+    );
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     let r = run.report();
     assert_eq!(findings(&r), [("ALLREDUCE_WRONG_RESULT".to_string(), Some(0))]);
@@ -200,7 +212,13 @@ fn the_whole_run_max_time_is_enforced() {
     let run = Run::new();
     let start = Instant::now();
     let out = run_with_timeout(
-        run.command(&["--sanity-check-max-time=0.05", "--check-param", "gemm.iters=100000", "--check-param", "gemm.size=256"]),
+        run.command(&[
+            "--sanity-check-max-time=0.05",
+            "--check-param",
+            "gemm.iters=100000",
+            "--check-param",
+            "gemm.size=256",
+        ]),
         LIMIT,
     );
     assert_eq!(code(&out), 3, "{}", stderr(&out));
@@ -260,7 +278,13 @@ fn a_crash_on_one_node_stops_the_other_at_once_and_only_the_crashed_rank_is_name
     assert_eq!(code(&o0), 1, "{}", stderr(&o0));
     assert_eq!(code(&o1), 1, "{}", stderr(&o1));
     let r = run.report();
-    let critical: Vec<_> = r["findings"].as_array().unwrap().iter().filter(|f| f["severity"] == "critical").map(|f| (f["code"].as_str().unwrap().to_string(), f["rank"].as_u64())).collect();
+    let critical: Vec<_> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] == "critical")
+        .map(|f| (f["code"].as_str().unwrap().to_string(), f["rank"].as_u64()))
+        .collect();
     assert_eq!(critical, [("WORKER_CRASHED".to_string(), Some(1))]);
     assert_eq!(r["checks"][1]["status"], "not_run");
     run.assert_nothing_left();

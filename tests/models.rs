@@ -26,7 +26,10 @@ fn metric(c: &Value, rank: usize, key: &str) -> f64 {
 fn the_three_models_train_and_agree_across_ranks() {
     let _g = serial();
     let run = Run::new();
-    let out = run_with_timeout(run.command(&["--micro-benchmarks=", "--model-benchmarks=mini-gpt,megatron-gpt,resnet"]), LIMIT);
+    let out = run_with_timeout(
+        run.command(&["--micro-benchmarks=", "--model-benchmarks=mini-gpt,megatron-gpt,resnet"]),
+        LIMIT,
+    );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let r = run.report();
     assert!(findings(&r).is_empty(), "{:?}", findings(&r));
@@ -60,7 +63,11 @@ fn a_parameter_corrupted_on_one_rank_is_silent_data_corruption_of_that_rank() {
     let _g = serial();
     let run = Run::new();
     let out = run_with_timeout(
-        run.command(&["--micro-benchmarks=", "--model-benchmarks=mini-gpt", "--sanity-check-envs=GPUSANITY_FAULT=model-corrupt@1"]),
+        run.command(&[
+            "--micro-benchmarks=",
+            "--model-benchmarks=mini-gpt",
+            "--sanity-check-envs=GPUSANITY_FAULT=model-corrupt@1",
+        ]),
         LIMIT,
     );
     assert_eq!(code(&out), 1, "{}", stderr(&out));
@@ -105,12 +112,18 @@ fn bad_model_parameters_are_refused_before_anything_starts() {
     let _g = serial();
     let run = Run::new();
     for bad in ["mini-gpt.heads=3", "resnet.blocks=1:x", "megatron-gpt.colour=2"] {
-        let out = run_with_timeout(run.command(&["--micro-benchmarks=", "--model-benchmarks=mini-gpt", "--check-param", bad]), LIMIT);
+        let out = run_with_timeout(
+            run.command(&["--micro-benchmarks=", "--model-benchmarks=mini-gpt", "--check-param", bad]),
+            LIMIT,
+        );
         assert_eq!(code(&out), 2, "{bad}: {}", stderr(&out));
         assert!(stderr(&out).contains(bad.split('=').next().unwrap()), "{bad}: {}", stderr(&out));
     }
     // A tensor-parallel size that does not divide the node's workers: an error naming it.
-    let out = run_with_timeout(run.command(&["--micro-benchmarks=", "--model-benchmarks=megatron-gpt", "--check-param", "megatron-gpt.tp=3"]), LIMIT);
+    let out = run_with_timeout(
+        run.command(&["--micro-benchmarks=", "--model-benchmarks=megatron-gpt", "--check-param", "megatron-gpt.tp=3"]),
+        LIMIT,
+    );
     assert_ne!(code(&out), 0);
     let r = run.report();
     let meg = check(&r, "megatron-gpt");
@@ -124,7 +137,11 @@ fn a_rank_with_slow_compute_is_named() {
     let run = Run::new();
     // Rank 1 runs each step's forward and backward six times over.
     let out = run_with_timeout(
-        run.command(&["--micro-benchmarks=", "--model-benchmarks=mini-gpt", "--sanity-check-envs=GPUSANITY_FAULT=model-slow@1"]),
+        run.command(&[
+            "--micro-benchmarks=",
+            "--model-benchmarks=mini-gpt",
+            "--sanity-check-envs=GPUSANITY_FAULT=model-slow@1",
+        ]),
         LIMIT,
     );
     assert_eq!(code(&out), 1, "{}", stderr(&out));

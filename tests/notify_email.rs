@@ -29,15 +29,21 @@ fn a_failed_check_mails_each_recipient_both_bodies_over_starttls() {
     let smtp = Smtp::start(&w.dir.path().join("smtp"), "gpusanity", "mail-pass-1");
     w.notifier(&smtp_config(&smtp));
     w.serve();
-    w.rule("ws-1", json!({ "name": "mail", "channels": [{ "type": "email", "to": ["ops@example.org", "oncall@example.org"] }] }));
+    w.rule(
+        "ws-1",
+        json!({ "name": "mail", "channels": [{ "type": "email", "to": ["ops@example.org", "oncall@example.org"] }] }),
+    );
     let mut out = w.reader("check-events");
     w.publish(allocated("mail-1", HOSTILE, &["ghost-m"], "--sanity-check-max-time=1").as_bytes());
-    let failed = out.wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    let failed = out
+        .wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
     assert_eq!(failed["type"], "CheckFailed");
     let report_url = failed["report_url"].as_str().expect("report_url").to_string();
 
     let msgs = smtp.wait_for(2, Duration::from_secs(15));
-    let log = w.wait_deliveries("ws-1", Duration::from_secs(5), "both sent", |d| d.len() == 2 && d.iter().all(|x| x["status"] == "sent"));
+    let log = w.wait_deliveries("ws-1", Duration::from_secs(5), "both sent", |d| {
+        d.len() == 2 && d.iter().all(|x| x["status"] == "sent")
+    });
     let mut rcpts: Vec<String> = msgs.iter().map(|m| m["rcpt_tos"][0].as_str().unwrap_or("").to_string()).collect();
     rcpts.sort();
     assert_eq!(rcpts, ["oncall@example.org", "ops@example.org"]);
@@ -56,11 +62,27 @@ fn a_failed_check_mails_each_recipient_both_bodies_over_starttls() {
         assert!(h["content-type"].starts_with("multipart/alternative"), "{h:#?}");
         let p = parts(&h["content-type"], &body);
         assert_eq!(p.len(), 2, "{body}");
-        let text = p.iter().find(|(h, _)| h["content-type"].starts_with("text/plain")).map(|(_, t)| t.clone()).expect("text part");
-        let html = p.iter().find(|(h, _)| h["content-type"].starts_with("text/html")).map(|(_, t)| t.clone()).expect("HTML part");
-        assert!(text.contains("Verdict: failed") && text.contains("Faulty nodes: ghost-m") && text.contains(&report_url), "{text}");
+        let text = p
+            .iter()
+            .find(|(h, _)| h["content-type"].starts_with("text/plain"))
+            .map(|(_, t)| t.clone())
+            .expect("text part");
+        let html = p
+            .iter()
+            .find(|(h, _)| h["content-type"].starts_with("text/html"))
+            .map(|(_, t)| t.clone())
+            .expect("HTML part");
+        assert!(
+            text.contains("Verdict: failed") && text.contains("Faulty nodes: ghost-m") && text.contains(&report_url),
+            "{text}"
+        );
         assert!(text.contains(HOSTILE), "the plain text carries the name as it is: {text}");
-        assert!(html.contains("failed") && html.contains("<code>ghost-m</code>") && html.contains(&format!("href=\"{report_url}\"")), "{html}");
+        assert!(
+            html.contains("failed")
+                && html.contains("<code>ghost-m</code>")
+                && html.contains(&format!("href=\"{report_url}\"")),
+            "{html}"
+        );
         assert!(!html.contains("<script>") && !html.contains("alert(\"x\")"), "the job name is not escaped: {html}");
         assert!(html.contains("&#60;script&#62;") || html.contains("&lt;script&gt;"), "{html}");
     }
@@ -90,7 +112,10 @@ fn mail_to_a_server_that_is_down_is_retried_and_arrives_once_with_its_message_id
     let log = w.wait_deliveries("ws-1", Duration::from_secs(5), "sent", |d| d.len() == 1 && d[0]["status"] == "sent");
     let tries = log[0]["attempt_log"].as_array().expect("attempt_log");
     assert!(tries.len() >= 3 && tries.last().map(|t| t["ok"] == true) == Some(true), "{log:#?}");
-    assert!(tries[..tries.len() - 1].iter().all(|t| t["ok"] == false && !t["error"].as_str().unwrap_or("").is_empty()), "{log:#?}");
+    assert!(
+        tries[..tries.len() - 1].iter().all(|t| t["ok"] == false && !t["error"].as_str().unwrap_or("").is_empty()),
+        "{log:#?}"
+    );
     let (h, _) = mime(msgs[0]["data"].as_str().expect("data"));
     assert_eq!(h["message-id"], format!("<{}@example.org>", log[0]["idempotency_key"].as_str().unwrap()));
     assert!(h["subject"].contains("job-mail-down"), "{h:#?}");

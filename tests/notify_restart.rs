@@ -65,7 +65,8 @@ fn pending_kill_restart(mut w: World) {
     rules(&w, pa, pb);
     let mut out = w.reader("check-events");
     w.publish(allocated("rk-1", "job-rk", &["ghost-r"], "--sanity-check-max-time=1").as_bytes());
-    let failed = out.wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    let failed = out
+        .wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
     assert_eq!(failed["type"], "CheckFailed");
     w.wait_deliveries("ws-1", Duration::from_secs(10), "two pending deliveries, tried and failed", |d| {
         d.len() == 2 && d.iter().all(|x| x["status"] == "pending" && x["attempts"].as_i64().unwrap_or(0) >= 2)
@@ -92,12 +93,16 @@ fn a_kill_after_check_failed_is_written_and_before_it_is_planned_still_sends_eac
     rules(&w, a.port, b.port);
     let mut out = w.reader("check-events");
     w.publish(allocated("rk-2", "job-rk2", &["ghost-s"], "--sanity-check-max-time=1").as_bytes());
-    let failed = out.wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    let failed = out
+        .wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
     assert_eq!(failed["type"], "CheckFailed");
     w.kill("serve");
     // Written (it is on the topic), not planned, nothing sent.
     let ev = failed["event_id"].as_str().expect("event_id");
-    assert_eq!(w.sql(&format!("SELECT COUNT(*) FROM outbox WHERE event_id = '{ev}' AND notify_planned_at IS NULL")), ["1"]);
+    assert_eq!(
+        w.sql(&format!("SELECT COUNT(*) FROM outbox WHERE event_id = '{ev}' AND notify_planned_at IS NULL")),
+        ["1"]
+    );
     assert_eq!(w.sql("SELECT COUNT(*) FROM deliveries"), ["0"]);
     assert!(a.requests().is_empty() && b.requests().is_empty());
     w.edit_config("poll_ms = 60000", "poll_ms = 100");

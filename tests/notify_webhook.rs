@@ -14,7 +14,8 @@ use svc::{allocated, World, TOKEN};
 
 /// A job naming a node with no agent fails after agent_wait_s (NO_AGENT): a CheckFailed in 1 s.
 const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 1.0\ndeadline_grace_s = 10.0";
-const NOTIFIER: &str = "poll_ms = 100\nbackoff_base_s = 0.3\nbackoff_max_s = 1.0\nwebhook_timeout_s = 3.0\nmax_attempts = 4";
+const NOTIFIER: &str =
+    "poll_ms = 100\nbackoff_base_s = 0.3\nbackoff_max_s = 1.0\nwebhook_timeout_s = 3.0\nmax_attempts = 4";
 
 #[test]
 fn rules_api_round_trip_needs_the_token_and_rejects_bad_rules() {
@@ -25,7 +26,9 @@ fn rules_api_round_trip_needs_the_token_and_rejects_bad_rules() {
     let rule = json!({ "name": "oncall", "channels": [
         { "type": "webhook", "url": "https://hooks.example.org/x", "format": "slack", "secret": "s3cret" },
         { "type": "email", "to": ["ops@example.org"] } ] });
-    let call = |m: &str, p: &str, t: Option<&str>, b: Option<&Value>| w.http_call(m, p, t, b.map(|b| b.to_string()).as_deref()).expect("HTTP");
+    let call = |m: &str, p: &str, t: Option<&str>, b: Option<&Value>| {
+        w.http_call(m, p, t, b.map(|b| b.to_string()).as_deref()).expect("HTTP")
+    };
 
     // No token, a wrong token: 401 for every route.
     assert_eq!(call("POST", base, None, Some(&rule)).0, 401);
@@ -58,7 +61,10 @@ fn rules_api_round_trip_needs_the_token_and_rejects_bad_rules() {
     assert_eq!(upd["name"], "renamed");
     assert_eq!(upd["enabled"], false);
     assert_eq!(upd["events"], json!(["CheckTimedOut", "NodeIsolated"]));
-    assert_eq!(upd["channels"], json!([{ "type": "webhook", "url": "http://10.0.0.1:9000/hook", "format": "feishu", "secret_set": false }]));
+    assert_eq!(
+        upd["channels"],
+        json!([{ "type": "webhook", "url": "http://10.0.0.1:9000/hook", "format": "feishu", "secret_set": false }])
+    );
     assert_eq!(call("GET", &format!("{base}/{id}"), Some(TOKEN), None).1["name"], "renamed");
     assert_eq!(call("PUT", &format!("{base}/nope"), Some(TOKEN), Some(&changed)).0, 404);
 
@@ -69,7 +75,10 @@ fn rules_api_round_trip_needs_the_token_and_rejects_bad_rules() {
         (json!({ "name": "n", "channels": [{ "type": "webhook", "url": "file:///etc/passwd" }] }), "http"),
         (json!({ "name": "n", "channels": [{ "type": "webhook", "url": "http://h/", "format": "teams" }] }), "teams"),
         (json!({ "name": "n", "channels": [{ "type": "email", "to": ["not-an-address"] }] }), "not-an-address"),
-        (json!({ "name": "n", "events": ["Exploded"], "channels": [{ "type": "email", "to": ["a@b.org"] }] }), "Exploded"),
+        (
+            json!({ "name": "n", "events": ["Exploded"], "channels": [{ "type": "email", "to": ["a@b.org"] }] }),
+            "Exploded",
+        ),
         (json!({ "channels": [{ "type": "email", "to": ["a@b.org"] }] }), "name"),
     ];
     for (body, word) in bad {
@@ -127,7 +136,10 @@ fn webhooks_in_every_format_signed_retried_and_not_slowed_by_dead_receivers() {
         { "type": "webhook", "url": good.url("/feishu"), "format": "feishu", "secret": "fei-sec" }] }),
     );
     w.rule("ws-1", json!({ "name": "flaky", "channels": [hook(flaky.url("/f"), "generic")] }));
-    w.rule("ws-1", json!({ "name": "isolated", "events": ["NodeIsolated"], "channels": [hook(good.url("/isolated"), "generic")] }));
+    w.rule(
+        "ws-1",
+        json!({ "name": "isolated", "events": ["NodeIsolated"], "channels": [hook(good.url("/isolated"), "generic")] }),
+    );
     // None of these may fire: disabled, another event type, another workspace.
     w.rule("ws-1", json!({ "name": "off", "enabled": false, "channels": [hook(good.url("/off"), "generic")] }));
     w.rule("ws-1", json!({ "name": "passes", "events": ["CheckPassed", "CheckTimedOut"], "channels": [hook(good.url("/passed"), "generic")] }));
@@ -135,7 +147,8 @@ fn webhooks_in_every_format_signed_retried_and_not_slowed_by_dead_receivers() {
 
     let mut out = w.reader("check-events");
     w.publish(allocated("hook-1", "job-hook", &["ghost-1"], "--sanity-check-max-time=1").as_bytes());
-    let failed = out.wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    let failed = out
+        .wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
     let seen = Instant::now();
     assert_eq!(failed["type"], "CheckFailed", "{failed:#}");
     let run_id = failed["run_id"].as_str().expect("run_id");
@@ -179,16 +192,25 @@ fn webhooks_in_every_format_signed_retried_and_not_slowed_by_dead_receivers() {
 
     // DingTalk's own signature in the query: base64(HMAC-SHA256(secret, "<ms>\n<secret>")).
     let ding = &good.on("/dingtalk")[0];
-    let q: std::collections::HashMap<String, String> = ding.query.split('&').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect();
+    let q: std::collections::HashMap<String, String> =
+        ding.query.split('&').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect();
     assert_eq!(q["access_token"], "T", "{q:?}");
     let ms: u64 = q["timestamp"].parse().expect("timestamp");
     assert!((now * 1000).abs_diff(ms) < 60_000, "{q:?}");
-    let sign = b64(&hmac(b"ding-sec", format!("{ms}\nding-sec").as_bytes())).replace('+', "%2B").replace('/', "%2F").replace('=', "%3D");
+    let sign = b64(&hmac(b"ding-sec", format!("{ms}\nding-sec").as_bytes()))
+        .replace('+', "%2B")
+        .replace('/', "%2F")
+        .replace('=', "%3D");
     assert_eq!(q["sign"], sign, "{q:?}");
     let d = ding.json();
     assert_eq!(d["msgtype"], "markdown");
     let text = d["markdown"]["text"].as_str().unwrap_or("");
-    assert!(text.contains("Faulty nodes: ghost-1") && text.contains("job-hook") && text.contains(&format!("({})", g["report_url"].as_str().unwrap())), "{d:#}");
+    assert!(
+        text.contains("Faulty nodes: ghost-1")
+            && text.contains("job-hook")
+            && text.contains(&format!("({})", g["report_url"].as_str().unwrap())),
+        "{d:#}"
+    );
     let s = good.on("/slack")[0].json();
     assert!(s["text"].as_str().unwrap_or("").contains("ghost-1"), "{s:#}");
     assert_eq!(s["blocks"][0]["type"], "header");
@@ -200,7 +222,10 @@ fn webhooks_in_every_format_signed_retried_and_not_slowed_by_dead_receivers() {
     assert_eq!(f["sign"], b64(&hmac(format!("{ts}\nfei-sec").as_bytes(), b"")), "{f:#}");
     let post = &f["content"]["post"]["en_us"];
     assert!(post["title"].as_str().unwrap_or("").contains("job-hook"), "{f:#}");
-    assert_eq!(post["content"].as_array().and_then(|c| c.last()).map(|l| l[0]["href"].clone()), Some(g["report_url"].clone()));
+    assert_eq!(
+        post["content"].as_array().and_then(|c| c.last()).map(|l| l[0]["href"].clone()),
+        Some(g["report_url"].clone())
+    );
     // NodeIsolated for the node without an agent, linked to the run's report by the template.
     let iso = good.on("/isolated")[0].json();
     assert_eq!(good.on("/isolated")[0].header("x-gpusanity-event"), "NodeIsolated");
@@ -218,7 +243,9 @@ fn webhooks_in_every_format_signed_retried_and_not_slowed_by_dead_receivers() {
     assert!(tries[1].at - tries[0].at >= Duration::from_millis(200), "no backoff between tries");
     let log = w.wait_deliveries("ws-1", Duration::from_secs(10), "flaky sent, 410 failed, refused failed", |d| {
         let by = |url: &str| d.iter().find(|x| x["target"] == url).map(|x| x["status"].clone());
-        by(&flaky.url("/f")) == Some(json!("sent")) && by(&gone.url("/g")) == Some(json!("failed")) && by(&refused) == Some(json!("failed"))
+        by(&flaky.url("/f")) == Some(json!("sent"))
+            && by(&gone.url("/g")) == Some(json!("failed"))
+            && by(&refused) == Some(json!("failed"))
     });
     let entry = |url: &str| log.iter().find(|x| x["target"] == url).cloned().expect("delivery");
     let fl = entry(&flaky.url("/f"));
@@ -235,7 +262,11 @@ fn webhooks_in_every_format_signed_retried_and_not_slowed_by_dead_receivers() {
     assert_eq!(rf["attempts"], 4, "{rf:#}");
     assert!(!rf["last_error"].as_str().unwrap_or("").is_empty());
     assert_ne!(entry(&hang.url("/h"))["status"], "sent");
-    assert!(good.on("/off").is_empty() && good.on("/passed").is_empty() && good.on("/other").is_empty(), "{:#?}", good.requests());
+    assert!(
+        good.on("/off").is_empty() && good.on("/passed").is_empty() && good.on("/other").is_empty(),
+        "{:#?}",
+        good.requests()
+    );
     assert_eq!(log.len(), 9, "3 dead + 1 signed + 3 chat + 1 flaky + 1 isolated: {log:#?}");
     assert!(w.deliveries("ws-2").is_empty());
     w.shutdown();
@@ -244,20 +275,27 @@ fn webhooks_in_every_format_signed_retried_and_not_slowed_by_dead_receivers() {
 #[test]
 fn a_timed_out_run_goes_to_a_timeout_rule_and_not_to_a_pass_rule() {
     let _g = svc::common::serial();
-    let (mut w, mut out) = World::running("agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0", &["to-a", "to-b"]);
+    let (mut w, mut out) =
+        World::running("agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0", &["to-a", "to-b"]);
     let good = Receiver::start(None, Mode::Ok);
     let hook = |path: &str| json!([{ "type": "webhook", "url": good.url(path), "format": "generic" }]);
     w.rule("ws-1", json!({ "name": "timeouts", "events": ["CheckTimedOut"], "channels": hook("/timeouts") }));
     w.rule("ws-1", json!({ "name": "passes", "events": ["CheckPassed"], "channels": hook("/passes") }));
     // Rank 1 (node to-b) hangs in its first test; the per-test limit is 3 s.
-    let args = "--sanity-check-timeout-per-test=0.05 --sanity-check-max-time=1 --sanity-check-envs=GPUSANITY_FAULT=hang@1";
+    let args =
+        "--sanity-check-timeout-per-test=0.05 --sanity-check-max-time=1 --sanity-check-envs=GPUSANITY_FAULT=hang@1";
     w.allocate("tmo-1", "job-tmo", args);
-    let end = out.wait_for(Duration::from_secs(60), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    let end = out
+        .wait_for(Duration::from_secs(60), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
     assert_eq!((&end["type"], &end["reason"]), (&json!("CheckFailed"), &json!("timed_out")), "{end:#}");
     let got = good.wait_for(1, Duration::from_secs(5));
     let t = got[0].json();
     assert_eq!(got[0].path, "/timeouts");
-    assert_eq!((&t["event_type"], &t["verdict"], &t["reason"]), (&json!("CheckFailed"), &json!("timed out"), &json!("timed_out")), "{t:#}");
+    assert_eq!(
+        (&t["event_type"], &t["verdict"], &t["reason"]),
+        (&json!("CheckFailed"), &json!("timed out"), &json!("timed_out")),
+        "{t:#}"
+    );
     assert_eq!(t["faulty_nodes"], json!(["to-b"]), "{t:#}");
     assert!(t["title"].as_str().unwrap_or("").contains("timed out"), "{t:#}");
     std::thread::sleep(Duration::from_millis(500));
@@ -268,18 +306,24 @@ fn a_timed_out_run_goes_to_a_timeout_rule_and_not_to_a_pass_rule() {
 #[test]
 fn a_passed_run_reaches_a_pass_rule_once_and_no_failure_rule() {
     let _g = svc::common::serial();
-    let (mut w, mut out) = World::running("agent_timeout_s = 5.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0", &["ok-a", "ok-b"]);
+    let (mut w, mut out) =
+        World::running("agent_timeout_s = 5.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0", &["ok-a", "ok-b"]);
     let good = Receiver::start(None, Mode::Ok);
     let hook = |path: &str| json!([{ "type": "webhook", "url": good.url(path), "format": "generic", "secret": "pass-secret" }]);
     w.rule("ws-1", json!({ "name": "passes", "events": ["CheckPassed"], "channels": hook("/passes") }));
     w.rule("ws-1", json!({ "name": "failures", "channels": hook("/failures") }));
     w.allocate("pass-1", "job-pass", "");
-    let end = out.wait_for(Duration::from_secs(60), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    let end = out
+        .wait_for(Duration::from_secs(60), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
     assert_eq!(end["type"], "CheckPassed", "{end:#}");
     let got = good.wait_for(1, Duration::from_secs(5));
     assert_eq!(got[0].path, "/passes");
     let t = got[0].json();
-    assert_eq!((&t["event_type"], &t["verdict"], &t["job_id"]), (&json!("CheckPassed"), &json!("passed"), &json!("job-pass")), "{t:#}");
+    assert_eq!(
+        (&t["event_type"], &t["verdict"], &t["job_id"]),
+        (&json!("CheckPassed"), &json!("passed"), &json!("job-pass")),
+        "{t:#}"
+    );
     assert_eq!(t["faulty_nodes"], json!([]), "{t:#}");
     let sig = got[0].header("x-gpusanity-signature");
     let (t_part, v1) = sig.split_once(",v1=").unwrap_or_default();

@@ -14,12 +14,7 @@ fn gemm_with_fault(fault: &str) -> (std::process::Output, serde_json::Value, Run
     let run = Run::new();
     let envs = format!("--sanity-check-envs=GPUSANITY_FAULT={fault}");
     let out = run_with_timeout(
-        run.command(&[
-            &envs,
-            "--micro-benchmarks=gemm",
-            "--check-param",
-            "diagnosis.slow-fraction=0.5",
-        ]),
+        run.command(&[&envs, "--micro-benchmarks=gemm", "--check-param", "diagnosis.slow-fraction=0.5"]),
         LIMIT,
     );
     let r = run.report();
@@ -34,16 +29,9 @@ fn a_transient_blip_is_re_measured_and_passes() {
     assert_eq!(r["status"], "passed");
     assert_eq!(findings(&r), []);
     let notes = r["remeasured"].as_array().expect("remeasured");
-    assert!(
-        notes.iter().any(|n| n.as_str().unwrap().contains("rank 1")),
-        "{notes:?}"
-    );
-    let first = r["checks"][0]["ranks"][1]["metrics"]["first_tflops"]
-        .as_f64()
-        .expect("first figure kept");
-    let second = r["checks"][0]["ranks"][1]["metrics"]["tflops"]
-        .as_f64()
-        .unwrap();
+    assert!(notes.iter().any(|n| n.as_str().unwrap().contains("rank 1")), "{notes:?}");
+    let first = r["checks"][0]["ranks"][1]["metrics"]["first_tflops"].as_f64().expect("first figure kept");
+    let second = r["checks"][0]["ranks"][1]["metrics"]["tflops"].as_f64().unwrap();
     assert!(first < 0.8 * second, "first {first}, second {second}");
     run.assert_nothing_left();
 }
@@ -55,20 +43,8 @@ fn a_rank_slow_twice_is_named_with_both_figures() {
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     assert_eq!(findings(&r), [("GEMM_SLOW".to_string(), Some(1))]);
     let f = &r["findings"][0];
-    assert!(
-        f["evidence"][0]
-            .as_str()
-            .unwrap_or("")
-            .contains("slow in both measurements"),
-        "{f}"
-    );
-    assert!(
-        f["action"]
-            .as_str()
-            .unwrap_or("")
-            .contains("exclude the node"),
-        "{f}"
-    );
+    assert!(f["evidence"][0].as_str().unwrap_or("").contains("slow in both measurements"), "{f}");
+    assert!(f["action"].as_str().unwrap_or("").contains("exclude the node"), "{f}");
     assert_eq!(r["faulty_nodes"], serde_json::json!([0]));
     assert!(!r["remeasured"].as_array().unwrap().is_empty());
     run.assert_nothing_left();

@@ -21,9 +21,7 @@ fn report_cmd(input: &std::path::Path, out: &std::path::Path) -> Command {
 
 /// The text of the `<svg>` that carries `title`.
 fn chart<'a>(html: &'a str, title: &str) -> &'a str {
-    let at = html
-        .find(title)
-        .unwrap_or_else(|| panic!("no chart {title}"));
+    let at = html.find(title).unwrap_or_else(|| panic!("no chart {title}"));
     let start = html[..at].rfind("<svg").expect("svg start");
     let end = at + html[at..].find("</svg>").expect("svg end");
     &html[start..end]
@@ -46,26 +44,14 @@ fn a_slow_gemm_rank_is_named_on_the_page_and_report_renders_the_same_page() {
     let dir = run.report_dir();
     let html = std::fs::read_to_string(dir.join("report.html")).expect("report.html");
     assert!(html.contains(">FAILED</span>"), "verdict");
-    let host = run.report()["ranks"][1]["host"]
-        .as_str()
-        .expect("host")
-        .to_string();
-    assert!(
-        html.contains(&format!("Faulty nodes — isolate: node 0 ({host})")),
-        "faulty node named"
-    );
+    let host = run.report()["ranks"][1]["host"].as_str().expect("host").to_string();
+    assert!(html.contains(&format!("Faulty nodes — isolate: node 0 ({host})")), "faulty node named");
     assert!(html.contains("GEMM_SLOW</span> in gemm"), "finding");
-    assert!(
-        html.contains(&format!("node 0 · host {host} · rank 1")),
-        "finding's place"
-    );
+    assert!(html.contains(&format!("node 0 · host {host} · rank 1")), "finding's place");
     // The gemm chart: rank 1's bar is critical, the others are not, the median is drawn.
     let gemm = chart(&html, "gemm: TFLOP/s");
-    let bars: Vec<&str> = gemm
-        .split("<g class=\"bar-")
-        .skip(1)
-        .map(|g| &g[..g.find("</g>").unwrap_or(g.len())])
-        .collect();
+    let bars: Vec<&str> =
+        gemm.split("<g class=\"bar-").skip(1).map(|g| &g[..g.find("</g>").unwrap_or(g.len())]).collect();
     let bar_of = |r: usize| {
         bars.iter()
             .find(|g| g.contains(&format!("<title>rank {r}: ")))
@@ -77,29 +63,15 @@ fn a_slow_gemm_rank_is_named_on_the_page_and_report_renders_the_same_page() {
     assert!(gemm.contains("median "), "{gemm}");
     // All-reduce: per-rank bars and bandwidth against message size on a log2 axis.
     let sweep = chart(&html, "all-reduce: bandwidth vs message size");
-    assert_eq!(
-        sweep.matches("<polyline").count(),
-        2,
-        "two ranks' busbw (algbw equals busbw on 2 ranks)"
-    );
-    assert!(
-        sweep.contains(">4 KiB<") && sweep.contains(">4 MiB<"),
-        "{sweep}"
-    );
-    assert!(
-        html.matches("<svg").count() >= 4,
-        "gemm, all-reduce bars and sweep, the timeline strip"
-    );
+    assert_eq!(sweep.matches("<polyline").count(), 2, "two ranks' busbw (algbw equals busbw on 2 ranks)");
+    assert!(sweep.contains(">4 KiB<") && sweep.contains(">4 MiB<"), "{sweep}");
+    assert!(html.matches("<svg").count() >= 4, "gemm, all-reduce bars and sweep, the timeline strip");
 
     // `gpusanity report` renders the very same page.
     let again = run.dir.path().join("again.html");
     let out = run_with_timeout(report_cmd(&dir.join("report.json"), &again), LIMIT);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(
-        std::fs::read(&again).expect("again.html"),
-        html.as_bytes(),
-        "byte-equal pages"
-    );
+    assert_eq!(std::fs::read(&again).expect("again.html"), html.as_bytes(), "byte-equal pages");
 
     // Hostile strings in a report render as text.
     let evil = "<script>alert(1)</script>\"'&\"><img src=x onerror=alert(2)>";
@@ -112,18 +84,12 @@ fn a_slow_gemm_rank_is_named_on_the_page_and_report_renders_the_same_page() {
         r["device"] = evil.into();
     }
     hostile["node_verdicts"][0]["host"] = evil.into();
-    let (input, page) = (
-        run.dir.path().join("hostile.json"),
-        run.dir.path().join("hostile.html"),
-    );
+    let (input, page) = (run.dir.path().join("hostile.json"), run.dir.path().join("hostile.html"));
     std::fs::write(&input, hostile.to_string()).expect("write");
     let out = run_with_timeout(report_cmd(&input, &page), LIMIT);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let page = std::fs::read_to_string(&page).expect("hostile.html");
-    assert!(
-        !page.contains("<script") && !page.contains("<img"),
-        "raw tags on the page"
-    );
+    assert!(!page.contains("<script") && !page.contains("<img"), "raw tags on the page");
     assert!(
         page.contains("&#60;script&#62;alert(1)&#60;/script&#62;")
             || page.contains("&lt;script&gt;alert(1)&lt;/script&gt;")
@@ -136,12 +102,7 @@ fn a_slow_gemm_rank_is_named_on_the_page_and_report_renders_the_same_page() {
         let out_html = run.dir.path().join("bad.html");
         let out = run_with_timeout(report_cmd(&input, &out_html), LIMIT);
         assert_eq!(code(&out), 2, "{}", stderr(&out));
-        assert_eq!(
-            stderr(&out).trim_end().lines().count(),
-            1,
-            "{}",
-            stderr(&out)
-        );
+        assert_eq!(stderr(&out).trim_end().lines().count(), 1, "{}", stderr(&out));
         assert!(!out_html.exists());
     }
     run.assert_nothing_left();
@@ -160,27 +121,15 @@ fn every_check_on_three_nodes_renders_every_section() {
     let run = Run::new();
     // Three single-worker nodes on loopback: the launcher adds the link test (pair-bandwidth).
     let port = free_port();
-    let nodes: Vec<_> = (0..3)
-        .rev()
-        .map(|n| run.spawn_node(&EVERY_CHECK, 3, n, port))
-        .collect();
+    let nodes: Vec<_> = (0..3).rev().map(|n| run.spawn_node(&EVERY_CHECK, 3, n, port)).collect();
     for out in nodes.into_iter().map(|c| wait_output(c, LIMIT)) {
         assert!(matches!(code(&out), 0 | 1), "{}", stderr(&out));
     }
     let html = std::fs::read_to_string(run.report_dir().join("report.html")).expect("report.html");
-    for id in [
-        "findings", "nodes", "checks", "pairs", "timeline", "settings", "facts",
-    ] {
-        assert!(
-            html.contains(&format!("<section id=\"{id}\"")),
-            "section {id}"
-        );
+    for id in ["findings", "nodes", "checks", "pairs", "timeline", "settings", "facts"] {
+        assert!(html.contains(&format!("<section id=\"{id}\"")), "section {id}");
     }
-    assert_eq!(
-        html.matches("<div class=\"check\" id=\"check-").count(),
-        12,
-        "11 checks and the link test"
-    );
+    assert_eq!(html.matches("<div class=\"check\" id=\"check-").count(), 12, "11 checks and the link test");
     for title in [
         "gemm: TFLOP/s",
         "all-reduce: bandwidth vs message size",
@@ -198,10 +147,7 @@ fn every_check_on_three_nodes_renders_every_section() {
         "link test: busbw GB/s per node pair",
     ] {
         let c = chart(&html, title);
-        assert!(
-            c.contains("<rect") || c.contains("<polyline"),
-            "{title} draws nothing: {c}"
-        );
+        assert!(c.contains("<rect") || c.contains("<polyline"), "{title} draws nothing: {c}");
     }
     // Every node pair of the link test is in its heat map.
     let pairs = chart(&html, "link test: busbw GB/s per node pair");
@@ -209,9 +155,6 @@ fn every_check_on_three_nodes_renders_every_section() {
         assert!(pairs.contains(&format!("node{a} (")) && pairs.contains(&format!("node{b} (")));
     }
     assert_eq!(pairs.matches(" GB/s</title>").count(), 6, "{pairs}");
-    assert!(
-        html.contains("the CPU backend has no device kernels"),
-        "kernel-launch says why it does not apply"
-    );
+    assert!(html.contains("the CPU backend has no device kernels"), "kernel-launch says why it does not apply");
     run.assert_nothing_left();
 }

@@ -20,7 +20,8 @@ fn an_agent_killed_mid_run_fails_the_run_naming_its_node_within_the_deadline() {
     w.wait_for_workers(2);
     let killed = Instant::now();
     w.kill("k-b");
-    let failed = out.wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    let failed = out
+        .wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
     let took = killed.elapsed();
     assert_eq!(failed["type"], "CheckFailed", "{failed:#}");
     assert_eq!(failed["faulty_nodes"], serde_json::json!(["k-b"]), "{failed:#}");
@@ -40,9 +41,11 @@ fn an_agent_killed_mid_run_fails_the_run_naming_its_node_within_the_deadline() {
 #[test]
 fn a_job_node_without_an_agent_is_a_finding_naming_it() {
     let _g = svc::common::serial();
-    let (mut w, mut out) = World::running("agent_timeout_s = 2.0\nagent_wait_s = 3.0\ndeadline_grace_s = 10.0", &["m-a"]);
+    let (mut w, mut out) =
+        World::running("agent_timeout_s = 2.0\nagent_wait_s = 3.0\ndeadline_grace_s = 10.0", &["m-a"]);
     w.publish(allocated("miss-1", "job-miss", &["m-a", "m-ghost"], "--sanity-check-max-time=1").as_bytes());
-    let failed = out.wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    let failed = out
+        .wait_for(Duration::from_secs(30), "CheckFailed", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
     assert_eq!(failed["type"], "CheckFailed");
     assert_eq!(failed["faulty_nodes"], serde_json::json!(["m-ghost"]));
     assert!(failed["summary"].as_str().unwrap_or("").contains("no live agent on node(s) m-ghost"), "{failed:#}");
@@ -62,9 +65,11 @@ fn an_overrun_under_mark_job_fail_fails_the_run_as_timed_out() {
     let _g = svc::common::serial();
     let (mut w, mut out) = World::running(FAST, &["t-a", "t-b"]);
     // Rank 1 (node t-b) hangs in gemm; the per-test limit is 3 s.
-    let args = "--sanity-check-timeout-per-test=0.05 --sanity-check-max-time=1 --sanity-check-envs=GPUSANITY_FAULT=hang@1";
+    let args =
+        "--sanity-check-timeout-per-test=0.05 --sanity-check-max-time=1 --sanity-check-envs=GPUSANITY_FAULT=hang@1";
     w.allocate("to-1", "job-to", args);
-    let end = out.wait_for(Duration::from_secs(60), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    let end = out
+        .wait_for(Duration::from_secs(60), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
     assert_eq!(end["type"], "CheckFailed", "{end:#}");
     assert_eq!(end["reason"], "timed_out", "{end:#}");
     assert_eq!(end["faulty_nodes"], serde_json::json!(["t-b"]), "{end:#}");
@@ -88,7 +93,11 @@ fn job_stopped_cancels_the_run_and_its_processes() {
     // The agents stop their launchers and workers; the agents themselves stay.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let left: Vec<i32> = tagged_processes(&w.tag).into_iter().map(|(p, _)| p).filter(|p| *p != w.pid("serve") && *p != w.pid("s-a") && *p != w.pid("s-b")).collect();
+        let left: Vec<i32> = tagged_processes(&w.tag)
+            .into_iter()
+            .map(|(p, _)| p)
+            .filter(|p| *p != w.pid("serve") && *p != w.pid("s-a") && *p != w.pid("s-b"))
+            .collect();
         if left.is_empty() {
             break;
         }
@@ -96,7 +105,11 @@ fn job_stopped_cancels_the_run_and_its_processes() {
         std::thread::sleep(Duration::from_millis(100));
     }
     out.drain(Duration::from_secs(1));
-    assert!(out.of("job-stop", "CheckPassed").is_empty() && out.of("job-stop", "CheckFailed").is_empty(), "{:#?}", out.seen);
+    assert!(
+        out.of("job-stop", "CheckPassed").is_empty() && out.of("job-stop", "CheckFailed").is_empty(),
+        "{:#?}",
+        out.seen
+    );
     w.shutdown();
 }
 
@@ -105,7 +118,9 @@ fn launchers(w: &World) -> Vec<i32> {
     tagged_processes(&w.tag)
         .into_iter()
         .filter(|(pid, rank)| {
-            rank.is_none() && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|b| *b == 0).nth(1) == Some(b"check".as_slice()))
+            rank.is_none()
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.split(|b| *b == 0).nth(1) == Some(b"check".as_slice()))
         })
         .map(|(pid, _)| pid)
         .collect()
@@ -115,7 +130,8 @@ fn launchers(w: &World) -> Vec<i32> {
 fn the_service_ends_a_run_whose_launchers_never_answer_at_max_time() {
     use nix::sys::signal::{kill, Signal};
     let _g = svc::common::serial();
-    let (mut w, mut out) = World::running("agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 2.0", &["r-a", "r-b"]);
+    let (mut w, mut out) =
+        World::running("agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 2.0", &["r-a", "r-b"]);
     // The first check starts 2 s late, so the launchers are frozen mid-run however late the
     // test reads SanityCheckStarted.
     w.allocate("rt-1", "job-rt", "--sanity-check-max-time=0.1 --sanity-check-timeout-per-test=0.1 --sanity-check-envs=GPUSANITY_FAULT=delay-start@0");
@@ -128,7 +144,8 @@ fn the_service_ends_a_run_whose_launchers_never_answer_at_max_time() {
     for p in &frozen {
         kill(nix::unistd::Pid::from_raw(*p), Signal::SIGSTOP).unwrap();
     }
-    let end = out.wait_for(Duration::from_secs(30), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    let end = out
+        .wait_for(Duration::from_secs(30), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
     let took = started.elapsed();
     for p in &frozen {
         let _ = kill(nix::unistd::Pid::from_raw(*p), Signal::SIGCONT);

@@ -23,7 +23,8 @@ fn after_job_fault_tolerant_checks_only_the_fault_tolerant_restart() {
     let (mut w, mut out) = World::running(FAST, &["ft-a", "ft-b"]);
     let args = "--sanity-check-timing=AfterJobFaultTolerant --micro-benchmarks=all-reduce --sanity-check-max-time=2";
     w.allocate("ft-1", "job-ft", args);
-    let skipped = out.wait_for(Duration::from_secs(30), "CheckSkipped", |v| v["job_id"] == "job-ft" && v["type"] == "CheckSkipped");
+    let skipped = out
+        .wait_for(Duration::from_secs(30), "CheckSkipped", |v| v["job_id"] == "job-ft" && v["type"] == "CheckSkipped");
     assert!(skipped["reason"].as_str().unwrap_or("").contains("AfterJobFaultTolerant"), "{skipped:#}");
     w.publish(restarted("ft-2", "job-ft", 1, "Manual").as_bytes());
     out.wait_for(Duration::from_secs(30), "a second CheckSkipped", |v| v["cause_event_id"] == "ft-2");
@@ -34,7 +35,8 @@ fn after_job_fault_tolerant_checks_only_the_fault_tolerant_restart() {
     let started = out.wait_for(Duration::from_secs(30), "SanityCheckStarted", |v| v["type"] == "SanityCheckStarted");
     assert_eq!(started["cause_event_id"], "ft-3");
     assert_eq!(started["attempt"], 2);
-    let end = out.wait_for(Duration::from_secs(90), "the verdict", |v| v["type"] == "CheckPassed" || v["type"] == "CheckFailed");
+    let end = out
+        .wait_for(Duration::from_secs(90), "the verdict", |v| v["type"] == "CheckPassed" || v["type"] == "CheckFailed");
     assert_eq!(end["type"], "CheckPassed", "{end:#}");
     w.shutdown();
 }
@@ -67,7 +69,10 @@ fn malformed_events_become_dead_letters_and_consumption_continues() {
     let reasons: Vec<String> = dead.seen.iter().map(|d| d["reason"].as_str().unwrap_or("").to_string()).collect();
     assert!(reasons[0].starts_with("not JSON"), "{reasons:?}");
     assert!(reasons[1].contains("unknown event type `JobTeleported`"), "{reasons:?}");
-    assert!(reasons[2].contains("bad SanityCheckArgs") && reasons[2].contains("--sanity-check-max-time"), "{reasons:?}");
+    assert!(
+        reasons[2].contains("bad SanityCheckArgs") && reasons[2].contains("--sanity-check-max-time"),
+        "{reasons:?}"
+    );
     assert!(reasons[3].contains("warp-drive"), "{reasons:?}");
     assert!(reasons[4].contains("never seen"), "{reasons:?}");
     assert_eq!(dead.seen[0]["payload"], "{this is not json");
@@ -101,10 +106,17 @@ fn keep_job_hang_overrun_stays_checking_until_resolved_through_the_api() {
 
     let path = format!("/v1/runs/{run_id}/resolve");
     assert_eq!(w.http_call("POST", &path, None, Some(r#"{"verdict":"fail"}"#)).unwrap().0, 401);
-    assert_eq!(w.http_call("POST", &path, Some("wrong-token-0123456789"), Some(r#"{"verdict":"fail"}"#)).unwrap().0, 401);
+    assert_eq!(
+        w.http_call("POST", &path, Some("wrong-token-0123456789"), Some(r#"{"verdict":"fail"}"#)).unwrap().0,
+        401
+    );
     assert_eq!(w.http_call("POST", &path, Some(TOKEN), Some(r#"{"verdict":"maybe"}"#)).unwrap().0, 400);
-    assert_eq!(w.http_call("POST", "/v1/runs/nope/resolve", Some(TOKEN), Some(r#"{"verdict":"fail"}"#)).unwrap().0, 404);
-    let (code, v) = w.http_call("POST", &path, Some(TOKEN), Some(r#"{"verdict":"fail","note":"GPU 1 replaced"}"#)).unwrap();
+    assert_eq!(
+        w.http_call("POST", "/v1/runs/nope/resolve", Some(TOKEN), Some(r#"{"verdict":"fail"}"#)).unwrap().0,
+        404
+    );
+    let (code, v) =
+        w.http_call("POST", &path, Some(TOKEN), Some(r#"{"verdict":"fail","note":"GPU 1 replaced"}"#)).unwrap();
     assert_eq!(code, 200, "{v:#}");
     assert_eq!(v["run"]["state"], "CheckFailed");
     let failed = out.wait_for(Duration::from_secs(20), "CheckFailed", |v| v["type"] == "CheckFailed");
@@ -140,7 +152,11 @@ fn bad_service_configuration_is_one_line_and_exit_code_2() {
     assert!(svc::common::stderr(&out).contains("unknown field `bootstrapp`"), "{}", svc::common::stderr(&out));
     let out = run(&["--database-url", "mysql://x"], Some(TOKEN));
     assert_eq!(svc::common::code(&out), 2);
-    assert!(svc::common::stderr(&out).contains("expected sqlite://PATH or postgres://"), "{}", svc::common::stderr(&out));
+    assert!(
+        svc::common::stderr(&out).contains("expected sqlite://PATH or postgres://"),
+        "{}",
+        svc::common::stderr(&out)
+    );
     let out = run(&["--config", "/nonexistent/gpusanity.toml"], Some(TOKEN));
     assert_eq!(svc::common::code(&out), 2);
     assert_eq!(svc::common::stderr(&out).lines().count(), 1, "{}", svc::common::stderr(&out));

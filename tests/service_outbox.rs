@@ -23,7 +23,15 @@ fn an_event_sent_before_a_crash_is_marked_not_sent_again() {
         let db = Db::connect(&w.db_url).await.unwrap();
         kafka::ensure_topics(svc::broker(), &[&topic]).await.unwrap();
         let events: Vec<_> = (0..3)
-            .map(|i| output_event(&format!("job-{i}"), "ws", None, &format!("cause-{i}"), OutputBody::CheckSkipped { reason: "test".into() }))
+            .map(|i| {
+                output_event(
+                    &format!("job-{i}"),
+                    "ws",
+                    None,
+                    &format!("cause-{i}"),
+                    OutputBody::CheckSkipped { reason: "test".into() },
+                )
+            })
             .collect();
         let mut tx = db.begin().await.unwrap();
         for e in &events {
@@ -33,14 +41,18 @@ fn an_event_sent_before_a_crash_is_marked_not_sent_again() {
         // The crash: the first event reached Kafka, its row was never marked sent.
         let producer = kafka::producer(svc::broker()).unwrap();
         let payload = serde_json::to_string(&events[0]).unwrap();
-        let rec = FutureRecord::to(&topic)
-            .key(&events[0].job_id)
-            .payload(&payload)
-            .headers(OwnedHeaders::new().insert(Header { key: "event_id", value: Some(events[0].event_id.as_bytes()) }));
+        let rec = FutureRecord::to(&topic).key(&events[0].job_id).payload(&payload).headers(
+            OwnedHeaders::new().insert(Header { key: "event_id", value: Some(events[0].event_id.as_bytes()) }),
+        );
         producer.send(rec, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
         assert_eq!(db.unsent(100).await.unwrap().len(), 3);
 
-        let publisher = Publisher { db: db.clone(), producer, bootstrap: svc::broker().to_string(), wake: Arc::new(tokio::sync::Notify::new()) };
+        let publisher = Publisher {
+            db: db.clone(),
+            producer,
+            bootstrap: svc::broker().to_string(),
+            wake: Arc::new(tokio::sync::Notify::new()),
+        };
         assert_eq!(publisher.recover().await.unwrap(), 1, "the event already on the topic was not found");
         let left: Vec<String> = db.unsent(100).await.unwrap().into_iter().map(|r| r.event_id).collect();
         assert_eq!(left, [events[1].event_id.clone(), events[2].event_id.clone()]);

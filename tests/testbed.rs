@@ -17,11 +17,7 @@ use svc::common;
 
 /// The report names `code` on the bad node (and its rank, `rank`), and nothing else.
 fn assert_named(r: &Value, code: &str, rank: Option<u64>) {
-    assert!(
-        critical(r).contains(&(code.into(), Some(BAD), rank)),
-        "{}",
-        r["findings"]
-    );
+    assert!(critical(r).contains(&(code.into(), Some(BAD), rank)), "{}", r["findings"]);
     assert_only_bad_named(r);
 }
 
@@ -48,46 +44,22 @@ fn assert_only_bad_named(r: &Value) {
 /// No node faulty, every node healthy, and the link test measured every node.
 fn assert_all_healthy_and_measured(r: &Value) {
     assert_eq!(faulty(r), Vec::<u64>::new());
-    assert!(r["node_verdicts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|v| v["health"] == "healthy"));
+    assert!(r["node_verdicts"].as_array().unwrap().iter().all(|v| v["health"] == "healthy"));
     let pairs = r["pair_bandwidth"].as_array().expect("pair matrix");
     for k in 0..NODES as u64 {
         assert!(
-            pairs
-                .iter()
-                .any(|p| p["nodes"].as_array().unwrap().contains(&k.into())),
+            pairs.iter().any(|p| p["nodes"].as_array().unwrap().contains(&k.into())),
             "node {k} unmeasured: {pairs:?}"
         );
     }
-    assert!(pairs
-        .iter()
-        .all(|p| p["busbw_gbps"].as_f64().unwrap() > 0.0));
+    assert!(pairs.iter().all(|p| p["busbw_gbps"].as_f64().unwrap() > 0.0));
 }
 
 /// The one critical finding is the bad rank's crash, by SIGKILL.
 fn assert_crash_named(r: &Value) {
-    assert_eq!(
-        critical(r),
-        [("WORKER_CRASHED".to_string(), Some(BAD), Some(BAD))],
-        "{}",
-        r["findings"]
-    );
-    let crash = r["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["code"] == "WORKER_CRASHED")
-        .unwrap();
-    assert!(
-        crash["message"]
-            .as_str()
-            .unwrap()
-            .contains("killed by signal SIGKILL"),
-        "{crash}"
-    );
+    assert_eq!(critical(r), [("WORKER_CRASHED".to_string(), Some(BAD), Some(BAD))], "{}", r["findings"]);
+    let crash = r["findings"].as_array().unwrap().iter().find(|f| f["code"] == "WORKER_CRASHED").unwrap();
+    assert!(crash["message"].as_str().unwrap().contains("killed by signal SIGKILL"), "{crash}");
     assert_only_bad_named(r);
 }
 
@@ -114,14 +86,8 @@ fn testbed_2_a_rate_limited_link_names_its_node_slow_in_communication() {
     assert_eq!(code(&out[0]), 1, "{}", stderr(&out[0]));
     assert_named(&bed.report(&run), "NODE_COMM_SLOW", None);
     let summary = String::from_utf8_lossy(&out[0].stdout);
-    assert!(
-        summary.contains("faulty nodes (to isolate): 2"),
-        "{summary}"
-    );
-    assert!(
-        summary.contains("link test, GB/s per node pair"),
-        "{summary}"
-    );
+    assert!(summary.contains("faulty nodes (to isolate): 2"), "{summary}");
+    assert!(summary.contains("link test, GB/s per node pair"), "{summary}");
     run.assert_nothing_left();
 }
 
@@ -134,11 +100,7 @@ fn testbed_3_a_node_whose_link_goes_down_is_named_and_the_run_ends_in_time() {
     assert!(took < Duration::from_secs(75), "took {took:?}");
     assert_ne!(code(&out[0]), 0, "{}", stderr(&out[0]));
     assert_ne!(code(&out[BAD as usize]), 0);
-    assert!(
-        stderr(&out[BAD as usize]).contains("cannot reach the rendezvous store"),
-        "{}",
-        stderr(&out[BAD as usize])
-    );
+    assert!(stderr(&out[BAD as usize]).contains("cannot reach the rendezvous store"), "{}", stderr(&out[BAD as usize]));
     let r = bed.report(&run);
     assert_named(&r, "NODE_LOST", None);
     run.assert_nothing_left();
@@ -150,19 +112,11 @@ fn testbed_4_a_node_under_a_cpu_quota_is_named_slow_in_compute() {
         return;
     };
     let r = bed.report(&run);
-    assert_eq!(
-        code(&out[0]),
-        1,
-        "{}\n{}",
-        String::from_utf8_lossy(&out[0].stdout),
-        r["checks"][0]
-    );
+    assert_eq!(code(&out[0]), 1, "{}\n{}", String::from_utf8_lossy(&out[0].stdout), r["checks"][0]);
     assert_named(&r, "GEMM_SLOW", Some(BAD));
     // Named only after a re-measure on every rank.
     assert!(
-        r["remeasured"].as_array().is_some_and(|a| a
-            .iter()
-            .any(|s| s.as_str().unwrap_or("").starts_with("gemm"))),
+        r["remeasured"].as_array().is_some_and(|a| a.iter().any(|s| s.as_str().unwrap_or("").starts_with("gemm"))),
         "{}",
         r["remeasured"]
     );
@@ -178,18 +132,8 @@ fn testbed_5_a_stopped_worker_is_named_for_the_hang() {
     assert!(took < Duration::from_secs(40), "took {took:?}");
     let r = bed.report(&run);
     assert_eq!(r["status"], "timed_out");
-    assert_eq!(
-        critical(&r),
-        [("TEST_HANG".to_string(), Some(BAD), Some(BAD))],
-        "{}",
-        r["findings"]
-    );
-    let hang = &r["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["code"] == "TEST_HANG")
-        .unwrap()["message"];
+    assert_eq!(critical(&r), [("TEST_HANG".to_string(), Some(BAD), Some(BAD))], "{}", r["findings"]);
+    let hang = &r["findings"].as_array().unwrap().iter().find(|f| f["code"] == "TEST_HANG").unwrap()["message"];
     assert!(hang.as_str().unwrap().contains("no heartbeat"), "{hang}");
     assert_only_bad_named(&r);
     run.assert_nothing_left();
@@ -217,28 +161,16 @@ fn testbed_7_through_the_service_a_clean_three_node_job_passes_with_no_finding()
     sc.verdict_is("CheckPassed");
     assert!(sc.isolated.is_empty(), "{:#?}", sc.isolated);
     let job = ServiceKind::Clean.job();
-    assert!(
-        sc.s.out.of(job, "CheckFailed").is_empty(),
-        "{:#?}",
-        sc.s.out.seen
-    );
+    assert!(sc.s.out.of(job, "CheckFailed").is_empty(), "{:#?}", sc.s.out.seen);
     let r = sc.s.report(&sc.run_id);
     assert_eq!(r["status"], "passed");
     assert_eq!(r["findings"], json!([]), "{}", r["findings"]);
     assert_all_healthy_and_measured(&r);
     // The data plane ran between the namespaces: every node at its address on the bridge.
     let addrs: Vec<&str> = sc.s.bed.nodes.iter().map(|n| n.addr.as_str()).collect();
-    let reported: Vec<&str> = r["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|n| n["addr"].as_str())
-        .collect();
+    let reported: Vec<&str> = r["nodes"].as_array().unwrap().iter().filter_map(|n| n["addr"].as_str()).collect();
     assert_eq!(reported, addrs, "{}", r["nodes"]);
-    let states = format!(
-        "SELECT state FROM transitions WHERE run_id = '{}' ORDER BY id",
-        sc.run_id
-    );
+    let states = format!("SELECT state FROM transitions WHERE run_id = '{}' ORDER BY id", sc.run_id);
     assert_eq!(sc.s.w.sql(&states), ["Checking", "CheckPassed"]);
     let healthy: Vec<String> = node_names().iter().map(|n| format!("{n}:1")).collect();
     assert_eq!(sc.s.health(&sc.run_id), healthy);
@@ -264,9 +196,7 @@ fn testbed_8_through_the_service_a_killed_worker_isolates_its_node_and_nothing_i
     assert_eq!(sc.isolated[0]["codes"], json!(["WORKER_CRASHED"]));
     let r = sc.s.report(&sc.run_id);
     assert_crash_named(&r);
-    let health: Vec<String> = (0..NODES)
-        .map(|k| format!("{}:{}", node_name(k), u8::from(k != BAD as usize)))
-        .collect();
+    let health: Vec<String> = (0..NODES).map(|k| format!("{}:{}", node_name(k), u8::from(k != BAD as usize))).collect();
     assert_eq!(sc.s.health(&sc.run_id), health);
     // Every launcher and worker has ended; the agents stay until stopped.
     sc.s.assert_nothing_left();
@@ -279,16 +209,8 @@ fn testbed_8_through_the_service_a_killed_worker_isolates_its_node_and_nothing_i
 #[test]
 #[ignore = "takes about 15 minutes: run by bench/testbed_repeat.sh"]
 fn testbed_repeat() {
-    let runs = |var: &str, default: usize| {
-        std::env::var(var)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let (clean, faults) = (
-        runs("TESTBED_CLEAN_RUNS", 20),
-        runs("TESTBED_FAULT_RUNS", 5),
-    );
+    let runs = |var: &str, default: usize| std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let (clean, faults) = (runs("TESTBED_CLEAN_RUNS", 20), runs("TESTBED_FAULT_RUNS", 5));
     println!(
         "{:<10} {:>5} {:>6} {:>7} {:>15} {:>5} {:>8}",
         "scenario", "runs", "found", "missed", "false findings", "left", "mean s"
@@ -324,10 +246,7 @@ fn testbed_repeat() {
             drop((bed, g));
         }
         let mean = if n > 0 { secs / n as f64 } else { 0.0 };
-        println!(
-            "{:<10} {n:>5} {found:>6} {missed:>7} {wrong:>15} {left:>5} {mean:>8.1}",
-            format!("{kind:?}")
-        );
+        println!("{:<10} {n:>5} {found:>6} {missed:>7} {wrong:>15} {left:>5} {mean:>8.1}", format!("{kind:?}"));
     }
     let n = runs("TESTBED_SERVICE_RUNS", 5);
     for kind in ServiceKind::ALL.into_iter().filter(|_| n > 0) {
@@ -360,9 +279,6 @@ fn testbed_repeat() {
             }
         }
         let mean = if n > 0 { secs / n as f64 } else { 0.0 };
-        println!(
-            "{:<10} {n:>5} {found:>6} {missed:>7} {wrong:>15} {left:>5} {mean:>8.1}",
-            format!("svc-{kind:?}")
-        );
+        println!("{:<10} {n:>5} {found:>6} {missed:>7} {wrong:>15} {left:>5} {mean:>8.1}", format!("svc-{kind:?}"));
     }
 }

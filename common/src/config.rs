@@ -90,15 +90,11 @@ impl CheckConfigs {
         for p in params {
             let (key, value) = p.split_once('=').ok_or_else(|| ParamError::Syntax(p.clone()))?;
             let int = || -> Result<u64, ParamError> {
-                value
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|v| *v > 0)
-                    .ok_or_else(|| ParamError::BadValue {
-                        key: key.into(),
-                        value: value.into(),
-                        why: "a positive integer".into(),
-                    })
+                value.parse::<u64>().ok().filter(|v| *v > 0).ok_or_else(|| ParamError::BadValue {
+                    key: key.into(),
+                    value: value.into(),
+                    why: "a positive integer".into(),
+                })
             };
             match key {
                 "gemm.size" => self.gemm.size = int()? as usize,
@@ -112,20 +108,23 @@ impl CheckConfigs {
                 "all-reduce.iters" => self.all_reduce.iters = int()? as usize,
                 k if ModelConfigs::owns(k) => self.models.apply(k, value)?,
                 "diagnosis.slow-fraction" => {
-                    self.slow_fraction = value
-                        .parse::<f64>()
-                        .ok()
-                        .filter(|v| *v > 0.0 && *v < 1.0)
-                        .ok_or_else(|| ParamError::BadValue {
-                            key: key.into(),
-                            value: value.into(),
-                            why: "a fraction between 0 and 1".into(),
+                    self.slow_fraction =
+                        value.parse::<f64>().ok().filter(|v| *v > 0.0 && *v < 1.0).ok_or_else(|| {
+                            ParamError::BadValue {
+                                key: key.into(),
+                                value: value.into(),
+                                why: "a fraction between 0 and 1".into(),
+                            }
                         })?
                 }
                 _ => {
                     if !self.micro.apply(key, int)? {
-                        let known: Vec<&str> =
-                            PARAM_KEYS.iter().chain(MICRO_PARAM_KEYS).chain(crate::config_models::MODEL_PARAM_KEYS).copied().collect();
+                        let known: Vec<&str> = PARAM_KEYS
+                            .iter()
+                            .chain(MICRO_PARAM_KEYS)
+                            .chain(crate::config_models::MODEL_PARAM_KEYS)
+                            .copied()
+                            .collect();
                         return Err(ParamError::UnknownKey(key.into(), known.join(", ")));
                     }
                 }

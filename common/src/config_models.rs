@@ -76,7 +76,11 @@ impl ModelConfigs {
             DeviceKind::Cuda => {
                 let mini = GptCheckConfig {
                     shape: GptShape { vocab: 4096, ctx: 512, layers: 12, heads: 12, dim: 768, batch: 16 },
-                    steps: 40, warmup: 5, lr: 6e-4, min_loss_drop: 0.2, tp: 1,
+                    steps: 40,
+                    warmup: 5,
+                    lr: 6e-4,
+                    min_loss_drop: 0.2,
+                    tp: 1,
                 };
                 ModelConfigs {
                     megatron_gpt: GptCheckConfig {
@@ -87,22 +91,40 @@ impl ModelConfigs {
                     },
                     mini_gpt: mini,
                     resnet: ResnetCheckConfig {
-                        image: 224, batch: 32, width: 64, blocks: vec![3, 4, 6, 3], classes: 10,
-                        steps: 20, warmup: 5, lr: 2e-3, min_loss_drop: 0.2,
+                        image: 224,
+                        batch: 32,
+                        width: 64,
+                        blocks: vec![3, 4, 6, 3],
+                        classes: 10,
+                        steps: 20,
+                        warmup: 5,
+                        lr: 2e-3,
+                        min_loss_drop: 0.2,
                     },
                 }
             }
             DeviceKind::Cpu => {
                 let mini = GptCheckConfig {
                     shape: GptShape { vocab: 64, ctx: 32, layers: 2, heads: 4, dim: 64, batch: 8 },
-                    steps: 40, warmup: 3, lr: 3e-3, min_loss_drop: 0.2, tp: 1,
+                    steps: 40,
+                    warmup: 3,
+                    lr: 3e-3,
+                    min_loss_drop: 0.2,
+                    tp: 1,
                 };
                 ModelConfigs {
                     megatron_gpt: GptCheckConfig { tp: 0, ..mini.clone() },
                     mini_gpt: mini,
                     resnet: ResnetCheckConfig {
-                        image: 32, batch: 8, width: 8, blocks: vec![1, 1, 1, 1], classes: 4,
-                        steps: 20, warmup: 3, lr: 2e-3, min_loss_drop: 0.2,
+                        image: 32,
+                        batch: 8,
+                        width: 8,
+                        blocks: vec![1, 1, 1, 1],
+                        classes: 4,
+                        steps: 20,
+                        warmup: 3,
+                        lr: 2e-3,
+                        min_loss_drop: 0.2,
                     },
                 }
             }
@@ -118,7 +140,9 @@ impl ModelConfigs {
     pub fn apply(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
         let bad = |why: &str| ParamError::BadValue { key: key.into(), value: value.into(), why: why.into() };
         let int = || value.parse::<usize>().ok().filter(|v| *v > 0).ok_or_else(|| bad("a positive integer"));
-        let frac = || value.parse::<f64>().ok().filter(|v| *v > 0.0 && *v < 1.0).ok_or_else(|| bad("a number between 0 and 1"));
+        let frac = || {
+            value.parse::<f64>().ok().filter(|v| *v > 0.0 && *v < 1.0).ok_or_else(|| bad("a number between 0 and 1"))
+        };
         let unknown = || ParamError::UnknownKey(key.into(), MODEL_PARAM_KEYS.join(", "));
         let (check, field) = key.split_once('.').ok_or_else(unknown)?;
         if check == "resnet" {
@@ -133,7 +157,10 @@ impl ModelConfigs {
                 "lr" => r.lr = frac()?,
                 "min-loss-drop" => r.min_loss_drop = frac()?,
                 "blocks" => {
-                    r.blocks = value.split(':').map(|b| b.parse::<usize>().ok().filter(|v| *v > 0)).collect::<Option<Vec<_>>>()
+                    r.blocks = value
+                        .split(':')
+                        .map(|b| b.parse::<usize>().ok().filter(|v| *v > 0))
+                        .collect::<Option<Vec<_>>>()
                         .filter(|b| (1..=4).contains(&b.len()))
                         .ok_or_else(|| bad("1 to 4 positive block counts separated by ':'"))?
                 }
@@ -157,7 +184,9 @@ impl ModelConfigs {
             "warmup" => g.warmup = value.parse().map_err(|_| bad("an integer"))?,
             "lr" => g.lr = frac()?,
             "min-loss-drop" => g.min_loss_drop = frac()?,
-            "tp" if check == "megatron-gpt" => g.tp = value.parse().map_err(|_| bad("an integer (0 = the node's workers)"))?,
+            "tp" if check == "megatron-gpt" => {
+                g.tp = value.parse().map_err(|_| bad("an integer (0 = the node's workers)"))?
+            }
             _ => return Err(unknown()),
         }
         if g.shape.dim % g.shape.heads != 0 {

@@ -55,11 +55,7 @@ impl Conditions {
     /// reported (`size`, `max_bytes`).
     pub fn from_config(config: &serde_json::Value, single_node: bool) -> Conditions {
         let u = |k: &str| config.get(k).and_then(serde_json::Value::as_u64);
-        Conditions {
-            size: u("size"),
-            max_bytes: u("max_bytes"),
-            single_node,
-        }
+        Conditions { size: u("size"), max_bytes: u("max_bytes"), single_node }
     }
 }
 
@@ -68,13 +64,8 @@ impl Expected {
     pub fn builtin() -> &'static Expected {
         static TABLE: std::sync::OnceLock<Expected> = std::sync::OnceLock::new();
         TABLE.get_or_init(|| {
-            Expected::parse(DATA).unwrap_or_else(|_| Expected {
-                bands: Bands {
-                    warn: 0.9,
-                    critical: 0.75,
-                },
-                entries: Vec::new(),
-            })
+            Expected::parse(DATA)
+                .unwrap_or_else(|_| Expected { bands: Bands { warn: 0.9, critical: 0.75 }, entries: Vec::new() })
         })
     }
 
@@ -83,13 +74,7 @@ impl Expected {
     }
 
     /// The entry for `device`'s `check.metric` that holds under `when`, if any.
-    pub fn lookup(
-        &self,
-        device: &str,
-        check: &str,
-        metric: &str,
-        when: Conditions,
-    ) -> Option<&Entry> {
+    pub fn lookup(&self, device: &str, check: &str, metric: &str, when: Conditions) -> Option<&Entry> {
         self.entries.iter().find(|e| {
             device.contains(&e.device)
                 && !e.exclude.iter().any(|x| device.contains(x.as_str()))
@@ -112,70 +97,27 @@ mod tests {
         assert!(t.bands.critical < t.bands.warn && t.bands.warn < 1.0);
         for model in ["H100", "H200", "A100"] {
             for check in ["gemm", "all-reduce"] {
-                assert!(
-                    t.entries
-                        .iter()
-                        .any(|e| e.device == model && e.check == check),
-                    "{model} {check}"
-                );
+                assert!(t.entries.iter().any(|e| e.device == model && e.check == check), "{model} {check}");
             }
         }
-        assert!(t
-            .entries
-            .iter()
-            .all(|e| e.value > 0.0 && !e.source.is_empty()));
+        assert!(t.entries.iter().all(|e| e.value > 0.0 && !e.source.is_empty()));
     }
 
     #[test]
     fn entries_hold_only_for_their_configuration() {
         let t = Expected::builtin();
-        let gemm = Conditions {
-            size: Some(8192),
-            ..Default::default()
-        };
-        assert_eq!(
-            t.lookup("NVIDIA H200", "gemm", "tflops", gemm)
-                .map(|e| e.value),
-            Some(690.0)
-        );
+        let gemm = Conditions { size: Some(8192), ..Default::default() };
+        assert_eq!(t.lookup("NVIDIA H200", "gemm", "tflops", gemm).map(|e| e.value), Some(690.0));
         assert!(t
-            .lookup(
-                "NVIDIA H200",
-                "gemm",
-                "tflops",
-                Conditions {
-                    size: Some(4096),
-                    ..Default::default()
-                }
-            )
+            .lookup("NVIDIA H200", "gemm", "tflops", Conditions { size: Some(4096), ..Default::default() })
             .is_none());
         assert!(t.lookup("AMD EPYC 7B13", "gemm", "tflops", gemm).is_none());
-        assert!(
-            t.lookup("NVIDIA H100 PCIe", "gemm", "tflops", gemm)
-                .is_none(),
-            "PCIe reaches less"
-        );
-        assert!(t
-            .lookup("NVIDIA H100 80GB HBM3", "gemm", "tflops", gemm)
-            .is_some());
-        let ar = Conditions {
-            max_bytes: Some(1 << 30),
-            ..Default::default()
-        };
-        assert!(
-            t.lookup("NVIDIA H200", "all-reduce", "busbw_gbps", ar)
-                .is_none(),
-            "multi-node: no NVLink figure"
-        );
-        let ar = Conditions {
-            single_node: true,
-            ..ar
-        };
-        assert_eq!(
-            t.lookup("NVIDIA A100-SXM4-80GB", "all-reduce", "busbw_gbps", ar)
-                .map(|e| e.value),
-            Some(220.0)
-        );
+        assert!(t.lookup("NVIDIA H100 PCIe", "gemm", "tflops", gemm).is_none(), "PCIe reaches less");
+        assert!(t.lookup("NVIDIA H100 80GB HBM3", "gemm", "tflops", gemm).is_some());
+        let ar = Conditions { max_bytes: Some(1 << 30), ..Default::default() };
+        assert!(t.lookup("NVIDIA H200", "all-reduce", "busbw_gbps", ar).is_none(), "multi-node: no NVLink figure");
+        let ar = Conditions { single_node: true, ..ar };
+        assert_eq!(t.lookup("NVIDIA A100-SXM4-80GB", "all-reduce", "busbw_gbps", ar).map(|e| e.value), Some(220.0));
         assert!(Expected::parse("[bands]\nwarn = 0.9\n").is_err());
     }
 }

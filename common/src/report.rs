@@ -165,14 +165,7 @@ pub struct RankResult {
 
 impl RankResult {
     pub fn new(rank: usize, status: CheckStatus) -> Self {
-        RankResult {
-            rank,
-            status,
-            metrics: BTreeMap::new(),
-            sweep: Vec::new(),
-            notes: BTreeMap::new(),
-            error: None,
-        }
+        RankResult { rank, status, metrics: BTreeMap::new(), sweep: Vec::new(), notes: BTreeMap::new(), error: None }
     }
 }
 

@@ -128,14 +128,12 @@ impl Settings {
 
     /// Applies every option of a `SanityCheckArgs` string to `self` (later ones win).
     pub fn apply_args_str(&mut self, args: &str) -> Result<(), SettingsError> {
-        let tokens = shlex::split(args)
-            .ok_or_else(|| SettingsError::Malformed(format!("unbalanced quotes in `{args}`")))?;
+        let tokens =
+            shlex::split(args).ok_or_else(|| SettingsError::Malformed(format!("unbalanced quotes in `{args}`")))?;
         let mut it = tokens.into_iter();
         while let Some(tok) = it.next() {
             let Some(opt) = tok.strip_prefix("--") else {
-                return Err(SettingsError::Malformed(format!(
-                    "`{tok}` is not an option (options start with --)"
-                )));
+                return Err(SettingsError::Malformed(format!("`{tok}` is not an option (options start with --)")));
             };
             let (name, value) = match opt.split_once('=') {
                 Some((n, v)) => (n.to_string(), v.to_string()),
@@ -160,9 +158,7 @@ impl Settings {
             "--sanity-check-max-time" => self.max_time_minutes = parse_minutes(option, value)?,
             "--sanity-check-timeout-ops" => self.timeout_ops = value.parse()?,
             "--sanity-check-envs" => self.envs = parse_envs(value)?,
-            "--sanity-check-timeout-per-test" => {
-                self.timeout_per_test_minutes = parse_minutes(option, value)?
-            }
+            "--sanity-check-timeout-per-test" => self.timeout_per_test_minutes = parse_minutes(option, value)?,
             "--micro-benchmarks" => self.micro_benchmarks = parse_list(value),
             "--model-benchmarks" => self.model_benchmarks = parse_list(value),
             other => return Err(SettingsError::UnknownOption(other.to_string())),
@@ -226,7 +222,11 @@ impl Settings {
             format!("--micro-benchmarks={}", self.micro_benchmarks.join(",")),
             format!("--model-benchmarks={}", self.model_benchmarks.join(",")),
         ];
-        parts.iter().map(|p| shlex::try_quote(p).map(|q| q.into_owned()).unwrap_or_else(|_| p.clone())).collect::<Vec<_>>().join(" ")
+        parts
+            .iter()
+            .map(|p| shlex::try_quote(p).map(|q| q.into_owned()).unwrap_or_else(|_| p.clone()))
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 

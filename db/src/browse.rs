@@ -86,8 +86,12 @@ fn where_clause(backend: Backend, f: &RunFilter) -> (String, Vec<Param>) {
         // A run that ended passed or failed has a health entry per node (indexed by node); the
         // others (checking, cancelled) are found in `nodes`, the JSON list of the job's nodes.
         let json = match backend {
-            Backend::Sqlite => "EXISTS (SELECT 1 FROM json_each(runs.nodes) n WHERE json_extract(n.value, '$.name') = ?)",
-            Backend::Postgres => "EXISTS (SELECT 1 FROM jsonb_array_elements(CAST(runs.nodes AS jsonb)) n WHERE n->>'name' = ?)",
+            Backend::Sqlite => {
+                "EXISTS (SELECT 1 FROM json_each(runs.nodes) n WHERE json_extract(n.value, '$.name') = ?)"
+            }
+            Backend::Postgres => {
+                "EXISTS (SELECT 1 FROM jsonb_array_elements(CAST(runs.nodes AS jsonb)) n WHERE n->>'name' = ?)"
+            }
         };
         let cond =
             format!("(run_id IN (SELECT h.run_id FROM node_health h WHERE h.node_name = ?) OR (state NOT IN ('CheckPassed', 'CheckFailed') AND {json}))");
@@ -127,7 +131,10 @@ impl Db {
     /// The runs matching `f`, newest first, one page of them, and how many match in all.
     pub async fn list_runs(&self, f: &RunFilter) -> Result<(Vec<RunListRow>, i64)> {
         let (clause, params) = where_clause(self.backend, f);
-        let total: i64 = bind_all(sqlx::query(&format!("SELECT COUNT(*) FROM runs{clause}")), &params).fetch_one(&self.pool).await?.try_get(0)?;
+        let total: i64 = bind_all(sqlx::query(&format!("SELECT COUNT(*) FROM runs{clause}")), &params)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
         let n = params.len();
         let sql = format!(
             "SELECT run_id, job_id, workspace_id, state, held, nodes, created_at, finished_at, summary FROM runs{clause} \
@@ -164,7 +171,10 @@ impl Db {
             return Ok(out);
         }
         let marks: Vec<String> = (1..=run_ids.len()).map(|i| format!("${i}")).collect();
-        let sql = format!("SELECT run_id, node_name FROM node_health WHERE healthy = 0 AND run_id IN ({}) ORDER BY id", marks.join(", "));
+        let sql = format!(
+            "SELECT run_id, node_name FROM node_health WHERE healthy = 0 AND run_id IN ({}) ORDER BY id",
+            marks.join(", ")
+        );
         let mut q = sqlx::query(&sql);
         for id in run_ids {
             q = q.bind(id);
@@ -177,10 +187,12 @@ impl Db {
 
     /// A run's findings as stored, in order.
     pub async fn run_findings(&self, run_id: &str) -> Result<Vec<FindingRow>> {
-        let rows = sqlx::query("SELECT severity, code, check_name, node_name, rank, message FROM findings WHERE run_id = $1 ORDER BY id")
-            .bind(run_id)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(
+            "SELECT severity, code, check_name, node_name, rank, message FROM findings WHERE run_id = $1 ORDER BY id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter()
             .map(|r| {
                 Ok(FindingRow {
@@ -197,7 +209,11 @@ impl Db {
 
     /// A node's entries, newest first, one page of them, and how many there are in all.
     pub async fn node_history(&self, node: &str, limit: i64, offset: i64) -> Result<(Vec<NodeHealthRow>, i64)> {
-        let total: i64 = sqlx::query("SELECT COUNT(*) FROM node_health WHERE node_name = $1").bind(node).fetch_one(&self.pool).await?.try_get(0)?;
+        let total: i64 = sqlx::query("SELECT COUNT(*) FROM node_health WHERE node_name = $1")
+            .bind(node)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
         let rows = sqlx::query(
             "SELECT h.run_id, h.job_id, COALESCE(r.workspace_id, ''), COALESCE(r.state, ''), h.healthy, h.codes, h.at \
              FROM node_health h LEFT JOIN runs r ON r.run_id = h.run_id WHERE h.node_name = $1 \
@@ -240,7 +256,10 @@ mod tests {
             workspace_id: ws.into(),
             attempt: 0,
             cause_event_id: format!("ev-{id}"),
-            nodes: nodes.iter().map(|n| JobNode { name: n.to_string(), address: "127.0.0.1".into(), gpus: 1 }).collect(),
+            nodes: nodes
+                .iter()
+                .map(|n| JobNode { name: n.to_string(), address: "127.0.0.1".into(), gpus: 1 })
+                .collect(),
             check_args: String::new(),
             settings: serde_json::json!({}),
             state: RunState::Checking,

@@ -74,7 +74,8 @@ impl Db {
                     if backend == Backend::Sqlite {
                         // WAL: readers do not block the writer; NORMAL: no fsync per commit
                         // (a power cut may lose the last commits, a process crash loses none).
-                        conn.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=10000;").await?;
+                        conn.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=10000;")
+                            .await?;
                     }
                     Ok(())
                 })

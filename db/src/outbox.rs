@@ -36,13 +36,21 @@ pub async fn enqueue_raw(tx: &mut Tx, topic: &str, key: &str, event_id: &str, pa
 impl Db {
     /// The oldest unsent rows, in the order they were written.
     pub async fn unsent(&self, limit: i64) -> Result<Vec<OutboxRow>> {
-        let rows = sqlx::query("SELECT id, event_id, topic, msg_key, payload FROM outbox WHERE sent_at IS NULL ORDER BY id LIMIT $1")
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(
+            "SELECT id, event_id, topic, msg_key, payload FROM outbox WHERE sent_at IS NULL ORDER BY id LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter()
             .map(|r| {
-                Ok(OutboxRow { id: r.try_get(0)?, event_id: r.try_get(1)?, topic: r.try_get(2)?, key: r.try_get(3)?, payload: r.try_get(4)? })
+                Ok(OutboxRow {
+                    id: r.try_get(0)?,
+                    event_id: r.try_get(1)?,
+                    topic: r.try_get(2)?,
+                    key: r.try_get(3)?,
+                    payload: r.try_get(4)?,
+                })
             })
             .collect()
     }

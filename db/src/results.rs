@@ -12,7 +12,14 @@ pub fn finding_node<'a>(f: &Finding, nodes: &'a [JobNode]) -> Option<&'a str> {
 }
 
 /// Stores the report's rank results and the findings (the report's and the service's own).
-pub async fn store_results(tx: &mut Tx, run_id: &str, job_id: &str, nodes: &[JobNode], report: Option<&Report>, findings: &[Finding]) -> Result<()> {
+pub async fn store_results(
+    tx: &mut Tx,
+    run_id: &str,
+    job_id: &str,
+    nodes: &[JobNode],
+    report: Option<&Report>,
+    findings: &[Finding],
+) -> Result<()> {
     if let Some(report) = report {
         for check in &report.checks {
             for r in &check.ranks {
@@ -50,17 +57,22 @@ pub async fn store_results(tx: &mut Tx, run_id: &str, job_id: &str, nodes: &[Job
     }
     let now = now_ms();
     for (k, node) in nodes.iter().enumerate() {
-        let codes: Vec<&str> =
-            findings.iter().filter(|f| f.severity == Severity::Critical && f.node_rank == Some(k)).map(|f| f.code.as_str()).collect();
-        sqlx::query("INSERT INTO node_health (node_name, run_id, job_id, healthy, codes, at) VALUES ($1, $2, $3, $4, $5, $6)")
-            .bind(&node.name)
-            .bind(run_id)
-            .bind(job_id)
-            .bind(i64::from(codes.is_empty()))
-            .bind(codes.join(","))
-            .bind(now)
-            .execute(&mut **tx)
-            .await?;
+        let codes: Vec<&str> = findings
+            .iter()
+            .filter(|f| f.severity == Severity::Critical && f.node_rank == Some(k))
+            .map(|f| f.code.as_str())
+            .collect();
+        sqlx::query(
+            "INSERT INTO node_health (node_name, run_id, job_id, healthy, codes, at) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&node.name)
+        .bind(run_id)
+        .bind(job_id)
+        .bind(i64::from(codes.is_empty()))
+        .bind(codes.join(","))
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
     }
     Ok(())
 }

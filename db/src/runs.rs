@@ -94,7 +94,14 @@ fn run_from_row(r: &AnyRow) -> Result<RunRow> {
 }
 
 /// Records a job event by id; false when it was seen before (a redelivery: do nothing).
-pub async fn record_job_event(tx: &mut Tx, event_id: &str, job_id: &str, event_type: &str, payload: &str, decision: &str) -> Result<bool> {
+pub async fn record_job_event(
+    tx: &mut Tx,
+    event_id: &str,
+    job_id: &str,
+    event_type: &str,
+    payload: &str,
+    decision: &str,
+) -> Result<bool> {
     let done = sqlx::query(
         "INSERT INTO job_events (event_id, job_id, event_type, payload, decision, received_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (event_id) DO NOTHING",
     )
@@ -111,7 +118,11 @@ pub async fn record_job_event(tx: &mut Tx, event_id: &str, job_id: &str, event_t
 
 /// Whether this event id was seen before.
 pub async fn job_event_seen(tx: &mut Tx, event_id: &str) -> Result<bool> {
-    Ok(sqlx::query("SELECT 1 FROM job_events WHERE event_id = $1").bind(event_id).fetch_optional(&mut **tx).await?.is_some())
+    Ok(sqlx::query("SELECT 1 FROM job_events WHERE event_id = $1")
+        .bind(event_id)
+        .fetch_optional(&mut **tx)
+        .await?
+        .is_some())
 }
 
 pub async fn upsert_job(tx: &mut Tx, j: &JobRow) -> Result<()> {
@@ -135,10 +146,12 @@ pub async fn upsert_job(tx: &mut Tx, j: &JobRow) -> Result<()> {
 }
 
 pub async fn get_job(tx: &mut Tx, job_id: &str) -> Result<Option<JobRow>> {
-    let row = sqlx::query("SELECT job_id, workspace_id, attempt, framework, nodes, enable_check, check_args FROM jobs WHERE job_id = $1")
-        .bind(job_id)
-        .fetch_optional(&mut **tx)
-        .await?;
+    let row = sqlx::query(
+        "SELECT job_id, workspace_id, attempt, framework, nodes, enable_check, check_args FROM jobs WHERE job_id = $1",
+    )
+    .bind(job_id)
+    .fetch_optional(&mut **tx)
+    .await?;
     row.map(|r| {
         Ok(JobRow {
             job_id: r.try_get(0)?,
@@ -154,29 +167,35 @@ pub async fn get_job(tx: &mut Tx, job_id: &str) -> Result<Option<JobRow>> {
 }
 
 pub async fn mark_job_stopped(tx: &mut Tx, job_id: &str) -> Result<()> {
-    sqlx::query("UPDATE jobs SET stopped = 1, updated_at = $1 WHERE job_id = $2").bind(now_ms()).bind(job_id).execute(&mut **tx).await?;
+    sqlx::query("UPDATE jobs SET stopped = 1, updated_at = $1 WHERE job_id = $2")
+        .bind(now_ms())
+        .bind(job_id)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
 /// Stores a new run in `Checking` with its first transition.
 pub async fn insert_run(tx: &mut Tx, r: &RunRow) -> Result<()> {
-    sqlx::query(&format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"))
-        .bind(&r.run_id)
-        .bind(&r.job_id)
-        .bind(&r.workspace_id)
-        .bind(r.attempt)
-        .bind(&r.cause_event_id)
-        .bind(serde_json::to_string(&r.nodes)?)
-        .bind(&r.check_args)
-        .bind(r.settings.to_string())
-        .bind(r.state.as_str())
-        .bind(i64::from(r.held))
-        .bind(r.created_at)
-        .bind(r.deadline_at)
-        .bind(r.finished_at)
-        .bind(&r.summary)
-        .execute(&mut **tx)
-        .await?;
+    sqlx::query(&format!(
+        "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+    ))
+    .bind(&r.run_id)
+    .bind(&r.job_id)
+    .bind(&r.workspace_id)
+    .bind(r.attempt)
+    .bind(&r.cause_event_id)
+    .bind(serde_json::to_string(&r.nodes)?)
+    .bind(&r.check_args)
+    .bind(r.settings.to_string())
+    .bind(r.state.as_str())
+    .bind(i64::from(r.held))
+    .bind(r.created_at)
+    .bind(r.deadline_at)
+    .bind(r.finished_at)
+    .bind(&r.summary)
+    .execute(&mut **tx)
+    .await?;
     add_transition(tx, &r.run_id, r.state.as_str(), "run stored").await
 }
 
@@ -192,7 +211,13 @@ pub async fn add_transition(tx: &mut Tx, run_id: &str, state: &str, detail: &str
 }
 
 /// Ends a run in `state`, unless it has ended already (then false: nothing changed).
-pub async fn finish_run(tx: &mut Tx, run_id: &str, state: RunState, summary: &str, report: Option<&str>) -> Result<bool> {
+pub async fn finish_run(
+    tx: &mut Tx,
+    run_id: &str,
+    state: RunState,
+    summary: &str,
+    report: Option<&str>,
+) -> Result<bool> {
     let done = sqlx::query(
         "UPDATE runs SET state = $1, held = 0, finished_at = $2, summary = $3, report = COALESCE($4, report) WHERE run_id = $5 AND state = 'Checking'",
     )
@@ -227,27 +252,36 @@ async fn transition_if(tx: &mut Tx, changed: u64, run_id: &str, state: &str, det
 }
 
 pub async fn active_run_of_job(tx: &mut Tx, job_id: &str) -> Result<Option<RunRow>> {
-    let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE job_id = $1 AND state = 'Checking' ORDER BY created_at DESC LIMIT 1"))
-        .bind(job_id)
+    let row = sqlx::query(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE job_id = $1 AND state = 'Checking' ORDER BY created_at DESC LIMIT 1"
+    ))
+    .bind(job_id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    row.as_ref().map(run_from_row).transpose()
+}
+
+pub async fn get_run_tx(tx: &mut Tx, run_id: &str) -> Result<Option<RunRow>> {
+    let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1"))
+        .bind(run_id)
         .fetch_optional(&mut **tx)
         .await?;
     row.as_ref().map(run_from_row).transpose()
 }
 
-pub async fn get_run_tx(tx: &mut Tx, run_id: &str) -> Result<Option<RunRow>> {
-    let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1")).bind(run_id).fetch_optional(&mut **tx).await?;
-    row.as_ref().map(run_from_row).transpose()
-}
-
 impl Db {
     pub async fn get_run(&self, run_id: &str) -> Result<Option<RunRow>> {
-        let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1")).bind(run_id).fetch_optional(&self.pool).await?;
+        let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1"))
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(run_from_row).transpose()
     }
 
     /// The run's report.json as stored, if any.
     pub async fn run_report(&self, run_id: &str) -> Result<Option<String>> {
-        let row = sqlx::query("SELECT report FROM runs WHERE run_id = $1").bind(run_id).fetch_optional(&self.pool).await?;
+        let row =
+            sqlx::query("SELECT report FROM runs WHERE run_id = $1").bind(run_id).fetch_optional(&self.pool).await?;
         Ok(match row {
             Some(r) => r.try_get::<Option<String>, _>(0)?,
             None => None,
@@ -256,13 +290,18 @@ impl Db {
 
     /// Runs in `Checking` (held or not), oldest first: what a restarted service resumes.
     pub async fn active_runs(&self) -> Result<Vec<RunRow>> {
-        let rows = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE state = 'Checking' ORDER BY created_at")).fetch_all(&self.pool).await?;
+        let rows = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE state = 'Checking' ORDER BY created_at"))
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(run_from_row).collect()
     }
 
     /// A run's transitions as (state, detail, at ms), in order.
     pub async fn transitions(&self, run_id: &str) -> Result<Vec<(String, String, i64)>> {
-        let rows = sqlx::query("SELECT state, detail, at FROM transitions WHERE run_id = $1 ORDER BY id").bind(run_id).fetch_all(&self.pool).await?;
+        let rows = sqlx::query("SELECT state, detail, at FROM transitions WHERE run_id = $1 ORDER BY id")
+            .bind(run_id)
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
     }
 }

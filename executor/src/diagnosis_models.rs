@@ -39,7 +39,8 @@ pub fn findings(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, out: &m
     let failed: Vec<&RankResult> = c.ranks.iter().filter(|r| r.status == CheckStatus::Failed).collect();
     let bad_step = |r: &RankResult| r.metrics.get("first_bad_step").copied();
     let first_nan = failed.iter().filter_map(|r| bad_step(r)).fold(f64::INFINITY, f64::min);
-    let firsts: Vec<String> = failed.iter().filter(|r| bad_step(r) == Some(first_nan)).map(|r| r.rank.to_string()).collect();
+    let firsts: Vec<String> =
+        failed.iter().filter(|r| bad_step(r) == Some(first_nan)).map(|r| r.rank.to_string()).collect();
     for r in &failed {
         let why = r.error.clone().unwrap_or_else(|| "training failed".into());
         let (sev, code, msg) = match (r.notes.get("finding").map(String::as_str), bad_step(r)) {
@@ -86,7 +87,8 @@ fn checksums(c: &CheckReport, ranks: &[RankInfo], out: &mut Vec<Finding>) {
             if !(rest || minority) {
                 continue;
             }
-            let mut why = format!("parameters after training differ from its data-parallel peers' (checksum {}", sum(r));
+            let mut why =
+                format!("parameters after training differ from its data-parallel peers' (checksum {}", sum(r));
             why.push_str(&if has_majority { format!(", majority {major})") } else { ")".into() });
             if rest {
                 why.push_str("; they changed in memory after the last optimizer update");

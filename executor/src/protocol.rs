@@ -32,15 +32,27 @@ pub struct WorkerSpec {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WorkerMsg {
     /// The backend is open.
-    Ready { device: String },
+    Ready {
+        device: String,
+    },
     /// Sent every [`HEARTBEAT_EVERY`] by a thread of its own, whatever the checks are doing: a
     /// worker that stops beating is stopped or dead, not merely waiting.
     Heartbeat,
     /// Where the worker is: check, phase (`start`, `warmup`, `timed`, `verify`...) and step.
-    Progress { check: String, phase: String, step: u64 },
-    CheckDone { check: String, duration_s: f64, result: RankResult },
+    Progress {
+        check: String,
+        phase: String,
+        step: u64,
+    },
+    CheckDone {
+        check: String,
+        duration_s: f64,
+        result: RankResult,
+    },
     /// The worker cannot go on (backend failed to open...).
-    Fatal { error: String },
+    Fatal {
+        error: String,
+    },
 }
 
 pub const HEARTBEAT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);

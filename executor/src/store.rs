@@ -179,7 +179,11 @@ impl StoreClient {
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
         let key = format!("{}{key}", self.namespace);
         let r = self.call(&Request::Set { key, value: value.into() })?;
-        if r.ok { Ok(()) } else { Err(StoreError::Protocol(r.error)) }
+        if r.ok {
+            Ok(())
+        } else {
+            Err(StoreError::Protocol(r.error))
+        }
     }
 
     /// Waits up to `timeout` for `key` to be set and returns its value.

@@ -33,7 +33,13 @@ pub struct Ingest {
 }
 
 /// A fresh output event about a job.
-pub fn output_event(job_id: &str, workspace_id: &str, run_id: Option<&str>, cause: &str, body: OutputBody) -> OutputEvent {
+pub fn output_event(
+    job_id: &str,
+    workspace_id: &str,
+    run_id: Option<&str>,
+    cause: &str,
+    body: OutputBody,
+) -> OutputEvent {
     OutputEvent {
         version: WIRE_VERSION,
         event_id: uuid::Uuid::new_v4().to_string(),
@@ -92,7 +98,12 @@ impl Ingest {
                 Err(r) => Err(r),
             };
             if let Err(reject) = res {
-                tracing::warn!(topic = m.topic(), partition = m.partition(), offset = m.offset(), "dead letter: {reject}");
+                tracing::warn!(
+                    topic = m.topic(),
+                    partition = m.partition(),
+                    offset = m.offset(),
+                    "dead letter: {reject}"
+                );
                 let dl = DeadLetter {
                     version: WIRE_VERSION,
                     event_id: format!("dead-letter/{}/{}/{}", m.topic(), m.partition(), m.offset()),
@@ -103,7 +114,14 @@ impl Ingest {
                     payload: String::from_utf8_lossy(bytes).into_owned(),
                     at: chrono::Utc::now(),
                 };
-                outbox::enqueue_raw(&mut tx, &self.topics.dead_letter, "dead-letter", &dl.event_id, &serde_json::to_string(&dl)?).await?;
+                outbox::enqueue_raw(
+                    &mut tx,
+                    &self.topics.dead_letter,
+                    "dead-letter",
+                    &dl.event_id,
+                    &serde_json::to_string(&dl)?,
+                )
+                .await?;
             }
         }
         tx.commit().await?;
@@ -112,7 +130,13 @@ impl Ingest {
 
     /// Applies one well-formed event. The outer error is the database's; the inner one rejects
     /// the event (dead letter).
-    async fn apply(&self, tx: &mut Tx, ev: &JobEvent, raw: &[u8], notices: &mut Vec<Notice>) -> Result<Result<(), Reject>> {
+    async fn apply(
+        &self,
+        tx: &mut Tx,
+        ev: &JobEvent,
+        raw: &[u8],
+        notices: &mut Vec<Notice>,
+    ) -> Result<Result<(), Reject>> {
         if runs::job_event_seen(tx, &ev.event_id).await? {
             tracing::debug!(event_id = ev.event_id, "duplicate job event ignored");
             return Ok(Ok(()));
@@ -122,17 +146,25 @@ impl Ingest {
                 Ok(d) => ("JobResourcesAllocated", d),
                 Err(r) => return Ok(Err(r)),
             },
-            JobEventBody::JobRestarted { attempt, reason, nodes } => match self.restarted(tx, ev, *attempt, reason, nodes.as_deref(), notices).await? {
-                Ok(d) => ("JobRestarted", d),
-                Err(r) => return Ok(Err(r)),
-            },
+            JobEventBody::JobRestarted { attempt, reason, nodes } => {
+                match self.restarted(tx, ev, *attempt, reason, nodes.as_deref(), notices).await? {
+                    Ok(d) => ("JobRestarted", d),
+                    Err(r) => return Ok(Err(r)),
+                }
+            }
             JobEventBody::JobStopped { reason } => ("JobStopped", self.stopped(tx, ev, reason, notices).await?),
         };
         runs::record_job_event(tx, &ev.event_id, &ev.job_id, kind, &String::from_utf8_lossy(raw), &decision).await?;
         Ok(Ok(()))
     }
 
-    async fn allocated(&self, tx: &mut Tx, ev: &JobEvent, a: &Allocation, notices: &mut Vec<Notice>) -> Result<Result<String, Reject>> {
+    async fn allocated(
+        &self,
+        tx: &mut Tx,
+        ev: &JobEvent,
+        a: &Allocation,
+        notices: &mut Vec<Notice>,
+    ) -> Result<Result<String, Reject>> {
         let settings = if a.settings.enable_sanity_check {
             match validate::settings(&a.settings.sanity_check_args) {
                 Ok(s) => s,
@@ -152,7 +184,13 @@ impl Ingest {
         };
         runs::upsert_job(tx, &job).await?;
         self.cancel_active(tx, ev, "superseded by a new allocation of the job", notices).await?;
-        let d = policy::decide(a.framework.as_deref(), &a.nodes, a.settings.enable_sanity_check, &settings, &Start::Allocated);
+        let d = policy::decide(
+            a.framework.as_deref(),
+            &a.nodes,
+            a.settings.enable_sanity_check,
+            &settings,
+            &Start::Allocated,
+        );
         Ok(Ok(self.start_or_skip(tx, ev, &job, &settings, d, notices).await?))
     }
 
@@ -174,15 +212,29 @@ impl Ingest {
         }
         runs::upsert_job(tx, &job).await?;
         // Stored settings were validated when the job was allocated.
-        let settings = if job.enable_check { validate::settings(&job.check_args).unwrap_or_default() } else { Settings::default() };
+        let settings = if job.enable_check {
+            validate::settings(&job.check_args).unwrap_or_default()
+        } else {
+            Settings::default()
+        };
         self.cancel_active(tx, ev, "superseded by a restart of the job", notices).await?;
-        let d = policy::decide(job.framework.as_deref(), &job.nodes, job.enable_check, &settings, &Start::Restarted(reason));
+        let d = policy::decide(
+            job.framework.as_deref(),
+            &job.nodes,
+            job.enable_check,
+            &settings,
+            &Start::Restarted(reason),
+        );
         Ok(Ok(self.start_or_skip(tx, ev, &job, &settings, d, notices).await?))
     }
 
     async fn stopped(&self, tx: &mut Tx, ev: &JobEvent, reason: &str, notices: &mut Vec<Notice>) -> Result<String> {
         runs::mark_job_stopped(tx, &ev.job_id).await?;
-        let why = if reason.is_empty() { "the job was stopped".to_string() } else { format!("the job was stopped: {reason}") };
+        let why = if reason.is_empty() {
+            "the job was stopped".to_string()
+        } else {
+            format!("the job was stopped: {reason}")
+        };
         Ok(match self.cancel_active(tx, ev, &why, notices).await? {
             Some(run_id) => format!("cancelled run {run_id}"),
             None => "no run to cancel".into(),
@@ -190,20 +242,46 @@ impl Ingest {
     }
 
     /// Cancels the job's run in `Checking`, if any.
-    async fn cancel_active(&self, tx: &mut Tx, ev: &JobEvent, reason: &str, notices: &mut Vec<Notice>) -> Result<Option<String>> {
+    async fn cancel_active(
+        &self,
+        tx: &mut Tx,
+        ev: &JobEvent,
+        reason: &str,
+        notices: &mut Vec<Notice>,
+    ) -> Result<Option<String>> {
         let Some(run) = runs::active_run_of_job(tx, &ev.job_id).await? else { return Ok(None) };
         if runs::finish_run(tx, &run.run_id, RunState::CheckCancelled, reason, None).await? {
-            let out = output_event(&run.job_id, &run.workspace_id, Some(&run.run_id), &ev.event_id, OutputBody::CheckCancelled { reason: reason.into() });
+            let out = output_event(
+                &run.job_id,
+                &run.workspace_id,
+                Some(&run.run_id),
+                &ev.event_id,
+                OutputBody::CheckCancelled { reason: reason.into() },
+            );
             outbox::enqueue(tx, &self.topics.output, &out).await?;
             notices.push(Notice::Cancelled { run_id: run.run_id.clone(), reason: reason.into() });
         }
         Ok(Some(run.run_id))
     }
 
-    async fn start_or_skip(&self, tx: &mut Tx, ev: &JobEvent, job: &JobRow, settings: &Settings, d: Decision, notices: &mut Vec<Notice>) -> Result<String> {
+    async fn start_or_skip(
+        &self,
+        tx: &mut Tx,
+        ev: &JobEvent,
+        job: &JobRow,
+        settings: &Settings,
+        d: Decision,
+        notices: &mut Vec<Notice>,
+    ) -> Result<String> {
         match d {
             Decision::Skip(reason) => {
-                let out = output_event(&job.job_id, &job.workspace_id, None, &ev.event_id, OutputBody::CheckSkipped { reason: reason.clone() });
+                let out = output_event(
+                    &job.job_id,
+                    &job.workspace_id,
+                    None,
+                    &ev.event_id,
+                    OutputBody::CheckSkipped { reason: reason.clone() },
+                );
                 outbox::enqueue(tx, &self.topics.output, &out).await?;
                 Ok(format!("skipped: {reason}"))
             }
@@ -231,7 +309,12 @@ impl Ingest {
                     nodes: job.nodes.iter().map(|n| n.name.clone()).collect(),
                     checks: settings.selected_checks(),
                 };
-                outbox::enqueue(tx, &self.topics.output, &output_event(&job.job_id, &job.workspace_id, Some(&run.run_id), &ev.event_id, body)).await?;
+                outbox::enqueue(
+                    tx,
+                    &self.topics.output,
+                    &output_event(&job.job_id, &job.workspace_id, Some(&run.run_id), &ev.event_id, body),
+                )
+                .await?;
                 notices.push(Notice::Start(run.run_id.clone()));
                 Ok(format!("run {}", run.run_id))
             }

@@ -64,7 +64,10 @@ pub fn tail_consumer(bootstrap: &str, topic: &str) -> Result<StreamConsumer, Kaf
 }
 
 /// (partition, high watermark) of every partition of `topic`.
-pub fn partition_ends<C: rdkafka::client::ClientContext>(client: &rdkafka::client::Client<C>, topic: &str) -> Result<Vec<(i32, i64)>, KafkaError> {
+pub fn partition_ends<C: rdkafka::client::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: &str,
+) -> Result<Vec<(i32, i64)>, KafkaError> {
     let md = client.fetch_metadata(Some(topic), Duration::from_secs(10))?;
     let mut out = Vec::new();
     for t in md.topics() {
@@ -78,7 +81,10 @@ pub fn partition_ends<C: rdkafka::client::ClientContext>(client: &rdkafka::clien
 
 /// A plain consumer for reading a topic back (the publisher's recovery after a crash).
 pub fn reader(bootstrap: &str) -> Result<BaseConsumer, KafkaError> {
-    base(bootstrap).set("group.id", format!("gpusanity-reader-{}", uuid::Uuid::new_v4())).set("enable.auto.commit", "false").create()
+    base(bootstrap)
+        .set("group.id", format!("gpusanity-reader-{}", uuid::Uuid::new_v4()))
+        .set("enable.auto.commit", "false")
+        .create()
 }
 
 /// Why the topics could not be made sure of.
@@ -100,12 +106,15 @@ const REACH_TIMEOUT: Duration = Duration::from_secs(20);
 pub async fn ensure_topics(bootstrap: &str, topics: &[&str]) -> Result<(), TopicsError> {
     let admin: AdminClient<DefaultClientContext> = base(bootstrap).create()?;
     let new: Vec<NewTopic> = topics.iter().map(|t| NewTopic::new(t, 1, TopicReplication::Fixed(1))).collect();
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))).request_timeout(Some(REACH_TIMEOUT));
+    let opts =
+        AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))).request_timeout(Some(REACH_TIMEOUT));
     let results = tokio::time::timeout(REACH_TIMEOUT, admin.create_topics(&new, &opts))
         .await
         .map_err(|_| TopicsError::Unreachable(bootstrap.into(), REACH_TIMEOUT.as_secs()))?;
     let results = match results {
-        Err(KafkaError::AdminOp(RDKafkaErrorCode::OperationTimedOut)) => return Err(TopicsError::Unreachable(bootstrap.into(), REACH_TIMEOUT.as_secs())),
+        Err(KafkaError::AdminOp(RDKafkaErrorCode::OperationTimedOut)) => {
+            return Err(TopicsError::Unreachable(bootstrap.into(), REACH_TIMEOUT.as_secs()))
+        }
         r => r?,
     };
     for res in results {

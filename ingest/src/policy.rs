@@ -20,7 +20,13 @@ pub enum Start<'a> {
 
 /// DESIGN §2.3 scope (PyTorch jobs with at least one GPU), EnableSanityCheck, then the timing:
 /// `BeforeJobRunning` checks every start; `AfterJobFaultTolerant` only a fault-tolerant restart.
-pub fn decide(framework: Option<&str>, nodes: &[JobNode], enabled: bool, settings: &Settings, start: &Start) -> Decision {
+pub fn decide(
+    framework: Option<&str>,
+    nodes: &[JobNode],
+    enabled: bool,
+    settings: &Settings,
+    start: &Start,
+) -> Decision {
     if let Some(f) = framework {
         if !f.eq_ignore_ascii_case("pytorch") {
             return Decision::Skip(format!("out of scope: framework `{f}` is not PyTorch"));
@@ -62,9 +68,13 @@ mod tests {
         assert_eq!(decide(None, &n, true, &after, &Start::Restarted(&RestartReason::FaultTolerant)), Decision::Run);
         assert!(matches!(decide(None, &n, true, &after, &Start::Restarted(&RestartReason::Manual)), Decision::Skip(_)));
         assert_eq!(decide(None, &n, true, &before, &Start::Restarted(&RestartReason::Manual)), Decision::Run);
-        assert!(matches!(decide(Some("JAX"), &n, true, &before, &Start::Allocated), Decision::Skip(r) if r.contains("JAX")));
+        assert!(
+            matches!(decide(Some("JAX"), &n, true, &before, &Start::Allocated), Decision::Skip(r) if r.contains("JAX"))
+        );
         assert_eq!(decide(Some("pytorch"), &n, true, &before, &Start::Allocated), Decision::Run);
-        assert!(matches!(decide(None, &[node(0)], true, &before, &Start::Allocated), Decision::Skip(r) if r.contains("no GPUs")));
+        assert!(
+            matches!(decide(None, &[node(0)], true, &before, &Start::Allocated), Decision::Skip(r) if r.contains("no GPUs"))
+        );
         assert!(matches!(decide(None, &n, false, &before, &Start::Allocated), Decision::Skip(_)));
     }
 }

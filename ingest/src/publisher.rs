@@ -68,10 +68,9 @@ impl Publisher {
             // Enqueue all, then await the acknowledgements in order.
             let mut pending = Vec::with_capacity(rows.len());
             for r in &rows {
-                let rec = FutureRecord::to(&r.topic)
-                    .key(&r.key)
-                    .payload(&r.payload)
-                    .headers(OwnedHeaders::new().insert(Header { key: "event_id", value: Some(r.event_id.as_bytes()) }));
+                let rec = FutureRecord::to(&r.topic).key(&r.key).payload(&r.payload).headers(
+                    OwnedHeaders::new().insert(Header { key: "event_id", value: Some(r.event_id.as_bytes()) }),
+                );
                 match self.producer.send_result(rec) {
                     Ok(f) => pending.push(f),
                     Err((e, _)) => {
@@ -138,7 +137,8 @@ fn read_event_ids(bootstrap: &str, topic: &str, wanted: &HashSet<String>) -> Res
                 }
             }
         }
-        let done: Vec<(i32, i64)> = left.iter().copied().filter(|(p, high)| *p == m.partition() && m.offset() + 1 >= *high).collect();
+        let done: Vec<(i32, i64)> =
+            left.iter().copied().filter(|(p, high)| *p == m.partition() && m.offset() + 1 >= *high).collect();
         for d in done {
             left.remove(&d);
         }

@@ -44,7 +44,8 @@ pub fn parse(bytes: &[u8]) -> Result<JobEvent, Reject> {
         Some(n) => return Err(Reject::Version(n)),
         None => return Err(Reject::Malformed { kind, why: "missing or non-integer `version`".into() }),
     }
-    let ev: JobEvent = serde_json::from_value(v).map_err(|e| Reject::Malformed { kind: kind.clone(), why: e.to_string() })?;
+    let ev: JobEvent =
+        serde_json::from_value(v).map_err(|e| Reject::Malformed { kind: kind.clone(), why: e.to_string() })?;
     for (name, value) in [("event_id", &ev.event_id), ("job_id", &ev.job_id)] {
         if value.trim().is_empty() {
             return Err(Reject::Malformed { kind: kind.clone(), why: format!("empty `{name}`") });

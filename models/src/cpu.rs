@@ -98,13 +98,24 @@ impl Ops for CpuOps {
             // those elements; c is a distinct Vec from a and b (the borrow checker ensures it).
             unsafe {
                 gemm::gemm(
-                    m, n, k,
-                    c.as_mut_ptr().add(pc), 1, n as isize,
+                    m,
+                    n,
+                    k,
+                    c.as_mut_ptr().add(pc),
+                    1,
+                    n as isize,
                     mm.beta != 0.0,
-                    a.as_ptr().add(pa), a_cs, a_rs,
-                    b.as_ptr().add(pb), b_cs, b_rs,
-                    mm.beta, mm.alpha,
-                    false, false, false,
+                    a.as_ptr().add(pa),
+                    a_cs,
+                    a_rs,
+                    b.as_ptr().add(pb),
+                    b_cs,
+                    b_rs,
+                    mm.beta,
+                    mm.alpha,
+                    false,
+                    false,
+                    false,
                     gemm::Parallelism::None,
                 );
             }
@@ -133,7 +144,15 @@ impl Ops for CpuOps {
         Ok(())
     }
 
-    fn embed_fwd(&mut self, tok: &Vec<f32>, wte: &Vec<f32>, wpe: &Vec<f32>, out: &mut Vec<f32>, t: usize, c: usize) -> Result<()> {
+    fn embed_fwd(
+        &mut self,
+        tok: &Vec<f32>,
+        wte: &Vec<f32>,
+        wpe: &Vec<f32>,
+        out: &mut Vec<f32>,
+        t: usize,
+        c: usize,
+    ) -> Result<()> {
         check("embed_fwd", out.len() == tok.len() * c && wpe.len() >= t * c)?;
         for (r, row) in out.chunks_mut(c).enumerate() {
             let id = tok[r] as usize;
@@ -145,7 +164,15 @@ impl Ops for CpuOps {
         }
         Ok(())
     }
-    fn embed_bwd(&mut self, tok: &Vec<f32>, dout: &Vec<f32>, dwte: &mut Vec<f32>, dwpe: &mut Vec<f32>, t: usize, c: usize) -> Result<()> {
+    fn embed_bwd(
+        &mut self,
+        tok: &Vec<f32>,
+        dout: &Vec<f32>,
+        dwte: &mut Vec<f32>,
+        dwpe: &mut Vec<f32>,
+        t: usize,
+        c: usize,
+    ) -> Result<()> {
         check("embed_bwd", dout.len() == tok.len() * c && dwpe.len() >= t * c)?;
         for (r, row) in dout.chunks(c).enumerate() {
             let id = tok[r] as usize;
@@ -157,7 +184,16 @@ impl Ops for CpuOps {
         }
         Ok(())
     }
-    fn layernorm_fwd(&mut self, x: &Vec<f32>, g: &Vec<f32>, b: &Vec<f32>, out: &mut Vec<f32>, mean: &mut Vec<f32>, rstd: &mut Vec<f32>, c: usize) -> Result<()> {
+    fn layernorm_fwd(
+        &mut self,
+        x: &Vec<f32>,
+        g: &Vec<f32>,
+        b: &Vec<f32>,
+        out: &mut Vec<f32>,
+        mean: &mut Vec<f32>,
+        rstd: &mut Vec<f32>,
+        c: usize,
+    ) -> Result<()> {
         let rows = x.len() / c;
         check("layernorm_fwd", out.len() == x.len() && mean.len() == rows && rstd.len() == rows && g.len() == c)?;
         for r in 0..rows {
@@ -173,9 +209,23 @@ impl Ops for CpuOps {
         }
         Ok(())
     }
-    fn layernorm_bwd(&mut self, x: &Vec<f32>, g: &Vec<f32>, mean: &Vec<f32>, rstd: &Vec<f32>, dout: &Vec<f32>, dx: &mut Vec<f32>, dg: &mut Vec<f32>, db: &mut Vec<f32>, c: usize) -> Result<()> {
+    fn layernorm_bwd(
+        &mut self,
+        x: &Vec<f32>,
+        g: &Vec<f32>,
+        mean: &Vec<f32>,
+        rstd: &Vec<f32>,
+        dout: &Vec<f32>,
+        dx: &mut Vec<f32>,
+        dg: &mut Vec<f32>,
+        db: &mut Vec<f32>,
+        c: usize,
+    ) -> Result<()> {
         let rows = x.len() / c;
-        check("layernorm_bwd", dout.len() == x.len() && dx.len() == x.len() && mean.len() == rows && dg.len() == c && db.len() == c)?;
+        check(
+            "layernorm_bwd",
+            dout.len() == x.len() && dx.len() == x.len() && mean.len() == rows && dg.len() == c && db.len() == c,
+        )?;
         dg.fill(0.0);
         db.fill(0.0);
         for r in 0..rows {
@@ -252,7 +302,14 @@ impl Ops for CpuOps {
         }
         Ok(())
     }
-    fn softmax_causal_bwd(&mut self, p: &Vec<f32>, dp: &Vec<f32>, ds: &mut Vec<f32>, t: usize, scale: f32) -> Result<()> {
+    fn softmax_causal_bwd(
+        &mut self,
+        p: &Vec<f32>,
+        dp: &Vec<f32>,
+        ds: &mut Vec<f32>,
+        t: usize,
+        scale: f32,
+    ) -> Result<()> {
         check("softmax_causal_bwd", p.len() == dp.len() && p.len() == ds.len() && whole(p.len(), t * t))?;
         for r in 0..p.len() / t {
             let (p, dp) = (&p[r * t..(r + 1) * t], &dp[r * t..(r + 1) * t]);
@@ -263,7 +320,14 @@ impl Ops for CpuOps {
         }
         Ok(())
     }
-    fn cross_entropy(&mut self, logits: &Vec<f32>, targets: &Vec<f32>, dlogits: &mut Vec<f32>, losses: &mut Vec<f32>, v: usize) -> Result<()> {
+    fn cross_entropy(
+        &mut self,
+        logits: &Vec<f32>,
+        targets: &Vec<f32>,
+        dlogits: &mut Vec<f32>,
+        losses: &mut Vec<f32>,
+        v: usize,
+    ) -> Result<()> {
         let rows = targets.len();
         check("cross_entropy", logits.len() == rows * v && dlogits.len() == rows * v && losses.len() == rows)?;
         for r in 0..rows {
@@ -309,7 +373,16 @@ impl Ops for CpuOps {
         }
         Ok(())
     }
-    fn batchnorm_fwd(&mut self, x: &Vec<f32>, g: &Vec<f32>, b: &Vec<f32>, out: &mut Vec<f32>, mean: &mut Vec<f32>, rstd: &mut Vec<f32>, m: usize) -> Result<()> {
+    fn batchnorm_fwd(
+        &mut self,
+        x: &Vec<f32>,
+        g: &Vec<f32>,
+        b: &Vec<f32>,
+        out: &mut Vec<f32>,
+        mean: &mut Vec<f32>,
+        rstd: &mut Vec<f32>,
+        m: usize,
+    ) -> Result<()> {
         let c = g.len();
         check("batchnorm_fwd", x.len() == c * m && out.len() == x.len() && mean.len() == c && rstd.len() == c)?;
         for ch in 0..c {
@@ -325,9 +398,23 @@ impl Ops for CpuOps {
         }
         Ok(())
     }
-    fn batchnorm_bwd(&mut self, x: &Vec<f32>, g: &Vec<f32>, mean: &Vec<f32>, rstd: &Vec<f32>, dout: &Vec<f32>, dx: &mut Vec<f32>, dg: &mut Vec<f32>, db: &mut Vec<f32>, m: usize) -> Result<()> {
+    fn batchnorm_bwd(
+        &mut self,
+        x: &Vec<f32>,
+        g: &Vec<f32>,
+        mean: &Vec<f32>,
+        rstd: &Vec<f32>,
+        dout: &Vec<f32>,
+        dx: &mut Vec<f32>,
+        dg: &mut Vec<f32>,
+        db: &mut Vec<f32>,
+        m: usize,
+    ) -> Result<()> {
         let c = g.len();
-        check("batchnorm_bwd", x.len() == c * m && dout.len() == x.len() && dx.len() == x.len() && dg.len() == c && db.len() == c)?;
+        check(
+            "batchnorm_bwd",
+            x.len() == c * m && dout.len() == x.len() && dx.len() == x.len() && dg.len() == c && db.len() == c,
+        )?;
         for ch in 0..c {
             let (mu, rs) = (mean[ch], rstd[ch]);
             let (mut sdy, mut sdyx) = (0f32, 0f32);
@@ -348,7 +435,10 @@ impl Ops for CpuOps {
     }
     fn maxpool_fwd(&mut self, x: &Vec<f32>, out: &mut Vec<f32>, arg: &mut Vec<f32>, cv: Conv) -> Result<()> {
         let (oh, ow, hw) = (cv.oh(), cv.ow(), cv.h * cv.w);
-        check("maxpool_fwd", x.len() == cv.c * cv.n * hw && out.len() == cv.c * cv.col_cols() && arg.len() == out.len())?;
+        check(
+            "maxpool_fwd",
+            x.len() == cv.c * cv.n * hw && out.len() == cv.c * cv.col_cols() && arg.len() == out.len(),
+        )?;
         for cn in 0..cv.c * cv.n {
             for oy in 0..oh {
                 for ox in 0..ow {

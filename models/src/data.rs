@@ -3,8 +3,8 @@
 //! Everything here depends only on seeds, so every rank builds the same initial model and a
 //! tensor-parallel shard is cut from the same full matrix a single rank would use.
 
-use rand::{Rng, SeedableRng};
 use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 /// A seed for `name` derived from `seed` (FNV-1a of the name).
 pub fn seed_of(seed: u64, name: &str) -> u64 {

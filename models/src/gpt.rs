@@ -93,7 +93,17 @@ pub struct Gpt<B> {
 impl GptConfig {
     fn check(&self) -> Result<()> {
         let bad = |why: &str| Err(ModelError::Config(format!("gpt: {why} ({self:?})")));
-        if [self.shape.vocab, self.shape.ctx, self.shape.layers, self.shape.heads, self.shape.dim, self.shape.batch, self.tp_size].contains(&0) {
+        if [
+            self.shape.vocab,
+            self.shape.ctx,
+            self.shape.layers,
+            self.shape.heads,
+            self.shape.dim,
+            self.shape.batch,
+            self.tp_size,
+        ]
+        .contains(&0)
+        {
             return bad("every size must be positive");
         }
         if self.shape.dim % self.shape.heads != 0 {
@@ -116,7 +126,12 @@ impl GptConfig {
         self.shape.dim / self.tp_size
     }
     fn local_heads(&self) -> Heads {
-        Heads { b: self.shape.batch, t: self.shape.ctx, h: self.shape.heads / self.tp_size, d: self.shape.dim / self.shape.heads }
+        Heads {
+            b: self.shape.batch,
+            t: self.shape.ctx,
+            h: self.shape.heads / self.tp_size,
+            d: self.shape.dim / self.shape.heads,
+        }
     }
 }
 
@@ -228,7 +243,11 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
     }
 
     fn load_batch(&mut self, ops: &mut O, step: usize) -> Result<()> {
-        let (x, y) = self.task.batch(self.cfg.shape.batch, self.cfg.shape.ctx, seed_of(self.cfg.data_seed, &format!("step{step}")));
+        let (x, y) = self.task.batch(
+            self.cfg.shape.batch,
+            self.cfg.shape.ctx,
+            seed_of(self.cfg.data_seed, &format!("step{step}")),
+        );
         self.tok = ops.upload(&x)?;
         self.tgt = ops.upload(&y)?;
         Ok(())
@@ -265,7 +284,15 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             ops.fill(&mut a.x1, 0.0)?;
             ops.axpy(1.0, x, &mut a.x1)?;
             ops.axpy(1.0, &sc.z, &mut a.x1)?;
-            ops.layernorm_fwd(&a.x1, &ps[lp(i, LN2_G)].w, &ps[lp(i, LN2_B)].w, &mut a.a2, &mut a.mean2, &mut a.rstd2, c)?;
+            ops.layernorm_fwd(
+                &a.x1,
+                &ps[lp(i, LN2_G)].w,
+                &ps[lp(i, LN2_B)].w,
+                &mut a.a2,
+                &mut a.mean2,
+                &mut a.rstd2,
+                c,
+            )?;
             ops.matmul(Mm::new(n, 4 * cl, c), &a.a2, &ps[lp(i, FC_W)].w, &mut a.h)?;
             ops.add_bias(&mut a.h, &ps[lp(i, FC_B)].w, n)?;
             ops.gelu_fwd(&a.h, &mut a.gl)?;
@@ -289,7 +316,17 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
         ops.fill(&mut sc.dx, 0.0)?;
         {
             let (g, rest) = ps[fin..].split_at_mut(1);
-            ops.layernorm_bwd(&xs[l], &g[0].w, &sc.meanf, &sc.rstdf, &sc.dtmp, &mut sc.dx, &mut g[0].g, &mut rest[0].g, c)?;
+            ops.layernorm_bwd(
+                &xs[l],
+                &g[0].w,
+                &sc.meanf,
+                &sc.rstdf,
+                &sc.dtmp,
+                &mut sc.dx,
+                &mut g[0].g,
+                &mut rest[0].g,
+                c,
+            )?;
         }
         for (i, a) in acts.iter().enumerate().rev() {
             let lps = &mut ps[lp(i, 0)..lp(i, PER_LAYER)];
@@ -304,7 +341,17 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             tp.all_reduce_sum(&mut sc.dtmp)?;
             {
                 let (g, rest) = lps[LN2_G..].split_at_mut(1);
-                ops.layernorm_bwd(&a.x1, &g[0].w, &a.mean2, &a.rstd2, &sc.dtmp, &mut sc.dx, &mut g[0].g, &mut rest[0].g, c)?;
+                ops.layernorm_bwd(
+                    &a.x1,
+                    &g[0].w,
+                    &a.mean2,
+                    &a.rstd2,
+                    &sc.dtmp,
+                    &mut sc.dx,
+                    &mut g[0].g,
+                    &mut rest[0].g,
+                    c,
+                )?;
             }
             // Attention: dx is now the gradient of x1.
             ops.col_sum(&sc.dx, &mut lps[O_B].g, n)?;
@@ -324,7 +371,17 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             ops.matmul(Mm::new(n, c, 3 * cl).tb(), &sc.dqkv, &lps[QKV_W].w, &mut sc.dtmp)?;
             tp.all_reduce_sum(&mut sc.dtmp)?;
             let (g, rest) = lps[LN1_G..].split_at_mut(1);
-            ops.layernorm_bwd(&xs[i], &g[0].w, &a.mean1, &a.rstd1, &sc.dtmp, &mut sc.dx, &mut g[0].g, &mut rest[0].g, c)?;
+            ops.layernorm_bwd(
+                &xs[i],
+                &g[0].w,
+                &a.mean1,
+                &a.rstd1,
+                &sc.dtmp,
+                &mut sc.dx,
+                &mut g[0].g,
+                &mut rest[0].g,
+                c,
+            )?;
         }
         let (wte, wpe) = ps.split_at_mut(1);
         ops.fill(&mut wte[0].g, 0.0)?;

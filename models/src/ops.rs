@@ -36,7 +36,19 @@ pub struct Mm {
 impl Mm {
     /// `C = A B` with A `m x k` and B `k x n`.
     pub fn new(m: usize, n: usize, k: usize) -> Mm {
-        Mm { m, n, k, ta: false, tb: false, batch: 1, stride_a: m * k, stride_b: k * n, stride_c: m * n, alpha: 1.0, beta: 0.0 }
+        Mm {
+            m,
+            n,
+            k,
+            ta: false,
+            tb: false,
+            batch: 1,
+            stride_a: m * k,
+            stride_b: k * n,
+            stride_c: m * n,
+            alpha: 1.0,
+            beta: 0.0,
+        }
     }
     /// A is stored transposed (`k x m`).
     pub fn ta(mut self) -> Mm {
@@ -65,7 +77,11 @@ impl Mm {
     /// The number of elements each operand must hold.
     pub fn extents(&self) -> (usize, usize, usize) {
         let last = self.batch.saturating_sub(1);
-        (last * self.stride_a + self.m * self.k, last * self.stride_b + self.k * self.n, last * self.stride_c + self.m * self.n)
+        (
+            last * self.stride_a + self.m * self.k,
+            last * self.stride_b + self.k * self.n,
+            last * self.stride_c + self.m * self.n,
+        )
     }
     /// Floating-point operations of the product (2 m n k per batch).
     pub fn flops(&self) -> f64 {
@@ -151,15 +167,51 @@ pub trait Ops {
     fn col_sum(&mut self, x: &Self::Buf, out: &mut Self::Buf, rows: usize) -> Result<()>;
 
     /// `out[b t, :] = wte[tok[b t], :] + wpe[t, :]`, `c` features.
-    fn embed_fwd(&mut self, tok: &Self::Buf, wte: &Self::Buf, wpe: &Self::Buf, out: &mut Self::Buf, t: usize, c: usize) -> Result<()>;
+    fn embed_fwd(
+        &mut self,
+        tok: &Self::Buf,
+        wte: &Self::Buf,
+        wpe: &Self::Buf,
+        out: &mut Self::Buf,
+        t: usize,
+        c: usize,
+    ) -> Result<()>;
     /// acc: the gradients of [`Ops::embed_fwd`] into `dwte` and `dwpe`.
-    fn embed_bwd(&mut self, tok: &Self::Buf, dout: &Self::Buf, dwte: &mut Self::Buf, dwpe: &mut Self::Buf, t: usize, c: usize) -> Result<()>;
+    fn embed_bwd(
+        &mut self,
+        tok: &Self::Buf,
+        dout: &Self::Buf,
+        dwte: &mut Self::Buf,
+        dwpe: &mut Self::Buf,
+        t: usize,
+        c: usize,
+    ) -> Result<()>;
     /// Layer norm of each row of `c` features; saves each row's mean and 1/std.
     #[allow(clippy::too_many_arguments)]
-    fn layernorm_fwd(&mut self, x: &Self::Buf, g: &Self::Buf, b: &Self::Buf, out: &mut Self::Buf, mean: &mut Self::Buf, rstd: &mut Self::Buf, c: usize) -> Result<()>;
+    fn layernorm_fwd(
+        &mut self,
+        x: &Self::Buf,
+        g: &Self::Buf,
+        b: &Self::Buf,
+        out: &mut Self::Buf,
+        mean: &mut Self::Buf,
+        rstd: &mut Self::Buf,
+        c: usize,
+    ) -> Result<()>;
     /// `dx` acc, `dg` and `db` overwritten.
     #[allow(clippy::too_many_arguments)]
-    fn layernorm_bwd(&mut self, x: &Self::Buf, g: &Self::Buf, mean: &Self::Buf, rstd: &Self::Buf, dout: &Self::Buf, dx: &mut Self::Buf, dg: &mut Self::Buf, db: &mut Self::Buf, c: usize) -> Result<()>;
+    fn layernorm_bwd(
+        &mut self,
+        x: &Self::Buf,
+        g: &Self::Buf,
+        mean: &Self::Buf,
+        rstd: &Self::Buf,
+        dout: &Self::Buf,
+        dx: &mut Self::Buf,
+        dg: &mut Self::Buf,
+        db: &mut Self::Buf,
+        c: usize,
+    ) -> Result<()>;
     /// GELU (tanh approximation).
     fn gelu_fwd(&mut self, x: &Self::Buf, out: &mut Self::Buf) -> Result<()>;
     fn gelu_bwd(&mut self, x: &Self::Buf, dout: &Self::Buf, dx: &mut Self::Buf) -> Result<()>;
@@ -175,10 +227,24 @@ pub trait Ops {
     /// columns 0..=i; the rest of `p` is 0).
     fn softmax_causal_fwd(&mut self, s: &Self::Buf, p: &mut Self::Buf, t: usize, scale: f32) -> Result<()>;
     /// `ds = scale p (dp - sum_j p dp)`.
-    fn softmax_causal_bwd(&mut self, p: &Self::Buf, dp: &Self::Buf, ds: &mut Self::Buf, t: usize, scale: f32) -> Result<()>;
+    fn softmax_causal_bwd(
+        &mut self,
+        p: &Self::Buf,
+        dp: &Self::Buf,
+        ds: &mut Self::Buf,
+        t: usize,
+        scale: f32,
+    ) -> Result<()>;
     /// Mean cross-entropy over the rows of `logits` `[rows, v]`: `losses[r] = -log softmax[r,
     /// target_r]` and `dlogits = (softmax - onehot) / rows`.
-    fn cross_entropy(&mut self, logits: &Self::Buf, targets: &Self::Buf, dlogits: &mut Self::Buf, losses: &mut Self::Buf, v: usize) -> Result<()>;
+    fn cross_entropy(
+        &mut self,
+        logits: &Self::Buf,
+        targets: &Self::Buf,
+        dlogits: &mut Self::Buf,
+        losses: &mut Self::Buf,
+        v: usize,
+    ) -> Result<()>;
     fn adamw(&mut self, p: &mut Self::Buf, g: &Self::Buf, m: &mut Self::Buf, v: &mut Self::Buf, a: Adam) -> Result<()>;
 
     /// `x` `[c, n h w]` into `cols` `[c k k, n oh ow]` (zero padding).
@@ -187,10 +253,30 @@ pub trait Ops {
     fn col2im(&mut self, dcols: &Self::Buf, dx: &mut Self::Buf, cv: Conv) -> Result<()>;
     /// Batch norm over rows of `x` `[c, m]` with the batch's statistics.
     #[allow(clippy::too_many_arguments)]
-    fn batchnorm_fwd(&mut self, x: &Self::Buf, g: &Self::Buf, b: &Self::Buf, out: &mut Self::Buf, mean: &mut Self::Buf, rstd: &mut Self::Buf, m: usize) -> Result<()>;
+    fn batchnorm_fwd(
+        &mut self,
+        x: &Self::Buf,
+        g: &Self::Buf,
+        b: &Self::Buf,
+        out: &mut Self::Buf,
+        mean: &mut Self::Buf,
+        rstd: &mut Self::Buf,
+        m: usize,
+    ) -> Result<()>;
     /// `dx`, `dg`, `db` overwritten.
     #[allow(clippy::too_many_arguments)]
-    fn batchnorm_bwd(&mut self, x: &Self::Buf, g: &Self::Buf, mean: &Self::Buf, rstd: &Self::Buf, dout: &Self::Buf, dx: &mut Self::Buf, dg: &mut Self::Buf, db: &mut Self::Buf, m: usize) -> Result<()>;
+    fn batchnorm_bwd(
+        &mut self,
+        x: &Self::Buf,
+        g: &Self::Buf,
+        mean: &Self::Buf,
+        rstd: &Self::Buf,
+        dout: &Self::Buf,
+        dx: &mut Self::Buf,
+        dg: &mut Self::Buf,
+        db: &mut Self::Buf,
+        m: usize,
+    ) -> Result<()>;
     /// Max pooling with window `cv.k`, stride and padding of `cv`; `arg` holds each output's
     /// source place in its `h x w` plane (exact in f32 for any image size used).
     fn maxpool_fwd(&mut self, x: &Self::Buf, out: &mut Self::Buf, arg: &mut Self::Buf, cv: Conv) -> Result<()>;

@@ -46,7 +46,14 @@ struct ConvBn<B> {
 }
 
 impl<B> ConvBn<B> {
-    fn new<O: Ops<Buf = B>>(ops: &mut O, params: &mut Vec<Param<B>>, name: String, cv: Conv, co: usize, seed: u64) -> Result<ConvBn<B>> {
+    fn new<O: Ops<Buf = B>>(
+        ops: &mut O,
+        params: &mut Vec<Param<B>>,
+        name: String,
+        cv: Conv,
+        co: usize,
+        seed: u64,
+    ) -> Result<ConvBn<B>> {
         let p = params.len();
         let fan_in = cv.col_rows();
         let a = (6.0 / fan_in as f32).sqrt();
@@ -81,7 +88,15 @@ impl<B> ConvBn<B> {
             None => x,
         };
         ops.matmul(Mm::new(self.co, m, k), &ps[self.p].w, cols, &mut self.y)?;
-        ops.batchnorm_fwd(&self.y, &ps[self.p + 1].w, &ps[self.p + 2].w, &mut self.out, &mut self.mean, &mut self.rstd, m)
+        ops.batchnorm_fwd(
+            &self.y,
+            &ps[self.p + 1].w,
+            &ps[self.p + 2].w,
+            &mut self.out,
+            &mut self.mean,
+            &mut self.rstd,
+            m,
+        )
     }
 
     /// From `dout` (the gradient of `out`) into `self.dx` and the parameters' gradients.
@@ -149,12 +164,23 @@ pub struct Resnet<B> {
 
 impl<B> Resnet<B> {
     pub fn new<O: Ops<Buf = B>>(ops: &mut O, cfg: ResnetConfig) -> Result<Resnet<B>> {
-        if [cfg.image, cfg.batch, cfg.width, cfg.classes].contains(&0) || cfg.blocks.is_empty() || cfg.blocks.len() > 4 || cfg.blocks.contains(&0) {
+        if [cfg.image, cfg.batch, cfg.width, cfg.classes].contains(&0)
+            || cfg.blocks.is_empty()
+            || cfg.blocks.len() > 4
+            || cfg.blocks.contains(&0)
+        {
             return Err(ModelError::Config(format!("resnet: bad sizes {cfg:?}")));
         }
         let (n, seed) = (cfg.batch, cfg.seed);
         let mut params = Vec::new();
-        let stem = ConvBn::new(ops, &mut params, "stem".into(), Conv { c: 3, n, h: cfg.image, w: cfg.image, k: 7, stride: 2, pad: 3 }, cfg.width, seed)?;
+        let stem = ConvBn::new(
+            ops,
+            &mut params,
+            "stem".into(),
+            Conv { c: 3, n, h: cfg.image, w: cfg.image, k: 7, stride: 2, pad: 3 },
+            cfg.width,
+            seed,
+        )?;
         let stem_act = ops.zeros(O::len(&stem.out))?;
         let pool = stem.next(3, 2, 1, cfg.width);
         let pooled_len = cfg.width * pool.col_cols();
@@ -279,7 +305,26 @@ impl<O: Ops> Model<O> for Resnet<O::Buf> {
     }
 
     fn forward_backward(&mut self, ops: &mut O, _tp: &mut dyn Comm<O::Buf>) -> Result<f32> {
-        let Resnet { cfg, params: ps, stem, stem_act, pool, pooled, arg, blocks, feat, logits, dlogits, losses, dfeat, dlast, dpooled, dstem, batches, cur } = self;
+        let Resnet {
+            cfg,
+            params: ps,
+            stem,
+            stem_act,
+            pool,
+            pooled,
+            arg,
+            blocks,
+            feat,
+            logits,
+            dlogits,
+            losses,
+            dfeat,
+            dlast,
+            dpooled,
+            dstem,
+            batches,
+            cur,
+        } = self;
         let (n, classes) = (cfg.batch, cfg.classes);
         let (x, labels) = &batches[*cur];
         stem.forward(ops, ps, x)?;
@@ -318,9 +363,12 @@ impl<O: Ops> Model<O> for Resnet<O::Buf> {
     }
 
     fn flops_per_step(&self) -> f64 {
-        let convs = self.blocks.iter().flat_map(|b| [Some(&b.c1), Some(&b.c2), Some(&b.c3), b.short.as_ref()]).flatten();
+        let convs =
+            self.blocks.iter().flat_map(|b| [Some(&b.c1), Some(&b.c2), Some(&b.c3), b.short.as_ref()]).flatten();
         let c = O::len(&self.feat) / self.cfg.batch;
-        self.stem.flops() + convs.map(ConvBn::flops).sum::<f64>() + 3.0 * Mm::new(self.cfg.batch, self.cfg.classes, c).flops()
+        self.stem.flops()
+            + convs.map(ConvBn::flops).sum::<f64>()
+            + 3.0 * Mm::new(self.cfg.batch, self.cfg.classes, c).flops()
     }
 }
 

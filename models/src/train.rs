@@ -150,9 +150,16 @@ pub fn train<O: Ops, M: Model<O>>(
 pub enum LossVerdict {
     Ok,
     /// NaN or infinite at this step (0-based).
-    NotFinite { step: usize, value: f32 },
+    NotFinite {
+        step: usize,
+        value: f32,
+    },
     /// The mean of the last steps is not clearly below the mean of the first ones.
-    NotFalling { first: f32, last: f32, rising: bool },
+    NotFalling {
+        first: f32,
+        last: f32,
+        rising: bool,
+    },
 }
 
 /// Finite at every step, and the mean of the last `w` losses below `(1 - min_drop)` times the
@@ -183,7 +190,10 @@ mod tests {
         assert_eq!(judge_losses(&[4.0, 3.0, 2.0, 1.0, 0.5], 0.2), LossVerdict::Ok);
         assert!(matches!(judge_losses(&[4.0, 3.0, f32::NAN, 1.0], 0.2), LossVerdict::NotFinite { step: 2, .. }));
         assert!(matches!(judge_losses(&[4.0, f32::INFINITY], 0.2), LossVerdict::NotFinite { step: 1, .. }));
-        assert!(matches!(judge_losses(&[4.0, 4.0, 4.01, 3.99, 4.0], 0.2), LossVerdict::NotFalling { rising: false, .. }));
+        assert!(matches!(
+            judge_losses(&[4.0, 4.0, 4.01, 3.99, 4.0], 0.2),
+            LossVerdict::NotFalling { rising: false, .. }
+        ));
         assert!(matches!(judge_losses(&[1.0, 2.0, 3.0, 4.0, 5.0], 0.2), LossVerdict::NotFalling { rising: true, .. }));
     }
 }

@@ -50,7 +50,11 @@ fn valid(body: Result<Json<RuleInput>, JsonRejection>) -> Result<RuleInput, Stri
     Ok(input)
 }
 
-async fn create(State(api): State<Arc<RulesApi>>, Path(ws): Path<String>, body: Result<Json<RuleInput>, JsonRejection>) -> Response {
+async fn create(
+    State(api): State<Arc<RulesApi>>,
+    Path(ws): Path<String>,
+    body: Result<Json<RuleInput>, JsonRejection>,
+) -> Response {
     let input = match valid(body) {
         Ok(i) => i,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
@@ -76,7 +80,11 @@ async fn show(State(api): State<Arc<RulesApi>>, Path((ws, id)): Path<(String, St
     }
 }
 
-async fn update(State(api): State<Arc<RulesApi>>, Path((ws, id)): Path<(String, String)>, body: Result<Json<RuleInput>, JsonRejection>) -> Response {
+async fn update(
+    State(api): State<Arc<RulesApi>>,
+    Path((ws, id)): Path<(String, String)>,
+    body: Result<Json<RuleInput>, JsonRejection>,
+) -> Response {
     let input = match valid(body) {
         Ok(i) => i,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),

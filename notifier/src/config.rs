@@ -72,7 +72,15 @@ pub struct SmtpConfig {
 
 impl Default for SmtpConfig {
     fn default() -> Self {
-        SmtpConfig { host: String::new(), port: 587, starttls: StartTls::Required, username: None, password: None, from: String::new(), ca_file: None }
+        SmtpConfig {
+            host: String::new(),
+            port: 587,
+            starttls: StartTls::Required,
+            username: None,
+            password: None,
+            from: String::new(),
+            ca_file: None,
+        }
     }
 }
 
@@ -93,7 +101,10 @@ impl NotifierConfig {
             return Err("notifier.max_attempts, notifier.concurrency and notifier.poll_ms must be at least 1".into());
         }
         if !self.smtp.host.is_empty() {
-            self.smtp.from.parse::<lettre::message::Mailbox>().map_err(|e| format!("notifier.smtp.from `{}`: {e}", self.smtp.from))?;
+            self.smtp
+                .from
+                .parse::<lettre::message::Mailbox>()
+                .map_err(|e| format!("notifier.smtp.from `{}`: {e}", self.smtp.from))?;
             if self.smtp.username.is_some() != self.smtp.password.is_some() {
                 return Err("notifier.smtp: give both username and password, or neither".into());
             }
@@ -109,7 +120,10 @@ mod tests {
     #[test]
     fn defaults_validate_and_bad_values_do_not() {
         assert!(NotifierConfig::default().validate().is_ok());
-        let c: NotifierConfig = toml::from_str("max_attempts = 3\n[smtp]\nhost = \"mx\"\nfrom = \"g <g@x.org>\"\nstarttls = \"opportunistic\"\n").unwrap();
+        let c: NotifierConfig = toml::from_str(
+            "max_attempts = 3\n[smtp]\nhost = \"mx\"\nfrom = \"g <g@x.org>\"\nstarttls = \"opportunistic\"\n",
+        )
+        .unwrap();
         assert_eq!(c.smtp.starttls, StartTls::Opportunistic);
         assert!(c.validate().is_ok());
         assert!(toml::from_str::<NotifierConfig>("[smtp]\nstarttls = \"maybe\"\n").is_err());

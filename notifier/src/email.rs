@@ -57,7 +57,10 @@ impl Mailer {
             StartTls::Opportunistic => Tls::Opportunistic(params),
             StartTls::Required => Tls::Required(params),
         };
-        let mut b = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(c.host.as_str()).port(c.port).tls(tls).timeout(Some(timeout));
+        let mut b = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(c.host.as_str())
+            .port(c.port)
+            .tls(tls)
+            .timeout(Some(timeout));
         let password = std::env::var("GPUSANITY_SMTP_PASSWORD").ok().or_else(|| c.password.clone());
         if let (Some(u), Some(p)) = (&c.username, password) {
             b = b.credentials(Credentials::new(u.clone(), p));
@@ -84,7 +87,9 @@ impl Mailer {
 pub fn message(n: &Notice, from: &Mailbox, to: &str, message_id: &str) -> Result<Message, NotifyError> {
     let to: Mailbox = to.parse().map_err(|e| NotifyError::Message(format!("recipient `{to}`: {e}")))?;
     let title = n.title();
-    let html = EmailPage { n, title: title.clone() }.render().map_err(|e| NotifyError::Message(format!("rendering the HTML body: {e}")))?;
+    let html = EmailPage { n, title: title.clone() }
+        .render()
+        .map_err(|e| NotifyError::Message(format!("rendering the HTML body: {e}")))?;
     let text = format!("{title}\n\n{}\n", n.text_lines().join("\n"));
     Message::builder()
         .from(from.clone())

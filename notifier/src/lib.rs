@@ -45,7 +45,12 @@ impl Notifier {
     /// `output_topic`: the topic whose outbox rows are output events; `report_url`: the
     /// `coordinator.report_url` template, for events that carry no link. Fails on a bad SMTP
     /// configuration (an unreadable CA file, a malformed sender).
-    pub fn new(db: Db, config: NotifierConfig, output_topic: String, report_url: String) -> Result<Notifier, NotifyError> {
+    pub fn new(
+        db: Db,
+        config: NotifierConfig,
+        output_topic: String,
+        report_url: String,
+    ) -> Result<Notifier, NotifyError> {
         config.validate().map_err(NotifyError::Config)?;
         let mailer = email::Mailer::new(&config.smtp, Duration::from_secs_f64(config.email_timeout_s))?;
         let client = reqwest::Client::builder()

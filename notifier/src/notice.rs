@@ -26,12 +26,16 @@ impl Notice {
     pub fn from_event(ev: &OutputEvent, report_url: &str) -> Notice {
         let template_url = ev.run_id.as_ref().map(|r| report_url.replace("{run_id}", r));
         let (verdict, reason, summary, faulty, codes, url) = match &ev.body {
-            OutputBody::CheckPassed { summary, report_url } => ("passed", None, summary.clone(), vec![], vec![], Some(report_url.clone())),
+            OutputBody::CheckPassed { summary, report_url } => {
+                ("passed", None, summary.clone(), vec![], vec![], Some(report_url.clone()))
+            }
             OutputBody::CheckFailed { summary, faulty_nodes, report_url, reason } => {
                 let v = if *reason == FailReason::TimedOut { "timed out" } else { "failed" };
                 (v, Some(*reason), summary.clone(), faulty_nodes.clone(), vec![], Some(report_url.clone()))
             }
-            OutputBody::NodeIsolated { node, codes, reason } => ("node isolated", None, reason.clone(), vec![node.clone()], codes.clone(), template_url),
+            OutputBody::NodeIsolated { node, codes, reason } => {
+                ("node isolated", None, reason.clone(), vec![node.clone()], codes.clone(), template_url)
+            }
             OutputBody::SanityCheckStarted { .. } => ("started", None, String::new(), vec![], vec![], template_url),
             OutputBody::CheckSkipped { reason } => ("skipped", None, reason.clone(), vec![], vec![], None),
             OutputBody::CheckCancelled { reason } => ("cancelled", None, reason.clone(), vec![], vec![], template_url),
@@ -55,8 +59,18 @@ impl Notice {
     /// A one-line title, e.g. `gpusanity: job train-7 failed the check (workspace ws-1)`.
     pub fn title(&self) -> String {
         match self.event_type {
-            "NodeIsolated" => format!("gpusanity: node {} isolated (job {}, workspace {})", self.faulty_nodes.join(", "), self.job_id, self.workspace_id),
-            _ => format!("gpusanity: job {} {} the check (workspace {})", self.job_id, self.verdict_phrase(), self.workspace_id),
+            "NodeIsolated" => format!(
+                "gpusanity: node {} isolated (job {}, workspace {})",
+                self.faulty_nodes.join(", "),
+                self.job_id,
+                self.workspace_id
+            ),
+            _ => format!(
+                "gpusanity: job {} {} the check (workspace {})",
+                self.job_id,
+                self.verdict_phrase(),
+                self.workspace_id
+            ),
         }
     }
 

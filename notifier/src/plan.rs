@@ -56,7 +56,9 @@ impl Target {
 /// The targets of one channel: a webhook, or each recipient of an email channel.
 pub fn targets(c: &Channel) -> Vec<Target> {
     match c {
-        Channel::Webhook { url, format, secret } => vec![Target::Webhook { url: url.clone(), format: *format, secret: secret.clone() }],
+        Channel::Webhook { url, format, secret } => {
+            vec![Target::Webhook { url: url.clone(), format: *format, secret: secret.clone() }]
+        }
         Channel::Email { to } => to.iter().map(|a| Target::Email { to: a.clone() }).collect(),
     }
 }
@@ -108,7 +110,9 @@ pub async fn plan_batch(db: &Db, output_topic: &str, limit: i64) -> Result<usize
                     }
                 }
                 // The coordinator wrote it, so this is a bug elsewhere; it is skipped, not retried forever.
-                Err(e) => tracing::error!(outbox_id = row.id, "an output event in the outbox is malformed, not notified: {e}"),
+                Err(e) => {
+                    tracing::error!(outbox_id = row.id, "an output event in the outbox is malformed, not notified: {e}")
+                }
             }
         }
         store::mark_planned(&mut tx, row.id).await?;

@@ -119,7 +119,9 @@ impl RuleInput {
             return Err("`name` must be 1 to 200 characters".into());
         }
         if self.events.is_empty() {
-            return Err("`events` is empty: name at least one of CheckFailed, CheckPassed, CheckTimedOut, NodeIsolated".into());
+            return Err(
+                "`events` is empty: name at least one of CheckFailed, CheckPassed, CheckTimedOut, NodeIsolated".into(),
+            );
         }
         if self.channels.is_empty() {
             return Err("`channels` is empty: give at least one webhook or email channel".into());
@@ -129,7 +131,9 @@ impl RuleInput {
                 Channel::Webhook { url, secret, .. } => {
                     let u = reqwest::Url::parse(url).map_err(|e| format!("channels[{i}].url `{url}`: {e}"))?;
                     if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none() {
-                        return Err(format!("channels[{i}].url `{url}`: expected an http:// or https:// URL with a host"));
+                        return Err(format!(
+                            "channels[{i}].url `{url}`: expected an http:// or https:// URL with a host"
+                        ));
                     }
                     if secret.as_deref().is_some_and(str::is_empty) {
                         return Err(format!("channels[{i}].secret is empty: leave it out for unsigned requests"));
@@ -163,11 +167,20 @@ mod tests {
         let r = input(r#"{"name":"n","channels":[{"type":"webhook","url":"https://h.example/x"}]}"#).unwrap();
         assert!(r.enabled);
         assert_eq!(r.events, [EventKind::CheckFailed]);
-        assert_eq!(r.channels[0], Channel::Webhook { url: "https://h.example/x".into(), format: WebhookFormat::Generic, secret: None });
+        assert_eq!(
+            r.channels[0],
+            Channel::Webhook { url: "https://h.example/x".into(), format: WebhookFormat::Generic, secret: None }
+        );
         assert!(input(r#"{"name":"n","channels":[]}"#).unwrap_err().contains("channels"));
-        assert!(input(r#"{"name":"n","channels":[{"type":"webhook","url":"not a url"}]}"#).unwrap_err().contains("url"));
-        assert!(input(r#"{"name":"n","channels":[{"type":"webhook","url":"ftp://h/x"}]}"#).unwrap_err().contains("http"));
-        assert!(input(r#"{"name":"n","channels":[{"type":"webhook","url":"http://h/","format":"teams"}]}"#).unwrap_err().contains("teams"));
+        assert!(input(r#"{"name":"n","channels":[{"type":"webhook","url":"not a url"}]}"#)
+            .unwrap_err()
+            .contains("url"));
+        assert!(input(r#"{"name":"n","channels":[{"type":"webhook","url":"ftp://h/x"}]}"#)
+            .unwrap_err()
+            .contains("http"));
+        assert!(input(r#"{"name":"n","channels":[{"type":"webhook","url":"http://h/","format":"teams"}]}"#)
+            .unwrap_err()
+            .contains("teams"));
         assert!(input(r#"{"name":"n","channels":[{"type":"email","to":["nobody"]}]}"#).unwrap_err().contains("nobody"));
         assert!(input(r#"{"name":"n","channels":[{"type":"email","to":[]}]}"#).is_err());
         assert!(input(r#"{"name":"","channels":[{"type":"email","to":["a@b.c"]}]}"#).is_err());
@@ -176,12 +189,19 @@ mod tests {
 
     #[test]
     fn a_timeout_rule_takes_only_timed_out_failures() {
-        let failed = |reason| OutputBody::CheckFailed { summary: String::new(), faulty_nodes: vec![], report_url: String::new(), reason };
+        let failed = |reason| OutputBody::CheckFailed {
+            summary: String::new(),
+            faulty_nodes: vec![],
+            report_url: String::new(),
+            reason,
+        };
         assert!(EventKind::CheckTimedOut.matches(&failed(FailReason::TimedOut)));
         assert!(!EventKind::CheckTimedOut.matches(&failed(FailReason::CheckFailed)));
         assert!(EventKind::CheckFailed.matches(&failed(FailReason::TimedOut)));
         assert!(!EventKind::CheckPassed.matches(&failed(FailReason::CheckFailed)));
         let skipped = OutputBody::CheckSkipped { reason: String::new() };
-        assert!(![EventKind::CheckFailed, EventKind::CheckPassed, EventKind::CheckTimedOut, EventKind::NodeIsolated].iter().any(|k| k.matches(&skipped)));
+        assert!(![EventKind::CheckFailed, EventKind::CheckPassed, EventKind::CheckTimedOut, EventKind::NodeIsolated]
+            .iter()
+            .any(|k| k.matches(&skipped)));
     }
 }

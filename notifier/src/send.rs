@@ -70,7 +70,10 @@ impl Sender {
                     tokio::spawn(async move {
                         let id = d.id;
                         if let Err(e) = me.deliver(d).await {
-                            tracing::error!(delivery = id, "recording a delivery attempt failed, it will be tried again: {e}");
+                            tracing::error!(
+                                delivery = id,
+                                "recording a delivery attempt failed, it will be tried again: {e}"
+                            );
                         }
                         if let Ok(mut s) = inflight.lock() {
                             s.remove(&id);
@@ -95,7 +98,13 @@ impl Sender {
             Tried::Ok(code) => (true, code, None, "sent", now_ms()),
             Tried::Retry(code, e) if attempt < self.config.max_attempts => {
                 let wait = backoff(&self.config, attempt);
-                tracing::warn!(delivery = d.id, key = d.key, attempt, "delivery failed, retrying in {:.1} s: {e}", wait.as_secs_f64());
+                tracing::warn!(
+                    delivery = d.id,
+                    key = d.key,
+                    attempt,
+                    "delivery failed, retrying in {:.1} s: {e}",
+                    wait.as_secs_f64()
+                );
                 (false, code, Some(e), "pending", now_ms() + wait.as_millis() as i64)
             }
             Tried::Retry(code, e) => {
@@ -103,7 +112,12 @@ impl Sender {
                 (false, code, Some(e), "failed", now_ms())
             }
             Tried::GiveUp(code, e) => {
-                tracing::error!(delivery = d.id, key = d.key, attempt, "delivery failed and a retry would not help, giving up: {e}");
+                tracing::error!(
+                    delivery = d.id,
+                    key = d.key,
+                    attempt,
+                    "delivery failed and a retry would not help, giving up: {e}"
+                );
                 (false, code, Some(e), "failed", now_ms())
             }
         };
@@ -126,7 +140,11 @@ impl Sender {
                 let (url, body) = webhook::platform_signed(format, &url, secret.as_deref(), body, now_ms());
                 let limit = Duration::from_secs_f64(self.config.webhook_timeout_s);
                 // reqwest's own timeout covers the request; this one also covers a stuck DNS lookup.
-                let sent = tokio::time::timeout(limit, webhook::post(&self.client, &url, secret.as_deref(), &d.key, n.event_type, &body, limit)).await;
+                let sent = tokio::time::timeout(
+                    limit,
+                    webhook::post(&self.client, &url, secret.as_deref(), &d.key, n.event_type, &body, limit),
+                )
+                .await;
                 match sent {
                     Ok(Sent::Ok(code)) => Tried::Ok(Some(code)),
                     Ok(Sent::Retry(code, e)) => Tried::Retry(code, e),

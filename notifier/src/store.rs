@@ -51,19 +51,22 @@ pub async fn create_rule(db: &Db, workspace: &str, input: &RuleInput) -> Result<
 }
 
 pub async fn rules(db: &Db, workspace: &str) -> Result<Vec<Rule>> {
-    let rows = sqlx::query(&format!("SELECT {RULE_COLUMNS} FROM notification_rules WHERE workspace_id = $1 ORDER BY created_at, rule_id"))
-        .bind(workspace)
-        .fetch_all(&db.pool)
-        .await?;
+    let rows = sqlx::query(&format!(
+        "SELECT {RULE_COLUMNS} FROM notification_rules WHERE workspace_id = $1 ORDER BY created_at, rule_id"
+    ))
+    .bind(workspace)
+    .fetch_all(&db.pool)
+    .await?;
     rows.iter().map(rule).collect()
 }
 
 pub async fn get_rule(db: &Db, workspace: &str, id: &str) -> Result<Option<Rule>> {
-    let row = sqlx::query(&format!("SELECT {RULE_COLUMNS} FROM notification_rules WHERE workspace_id = $1 AND rule_id = $2"))
-        .bind(workspace)
-        .bind(id)
-        .fetch_optional(&db.pool)
-        .await?;
+    let row =
+        sqlx::query(&format!("SELECT {RULE_COLUMNS} FROM notification_rules WHERE workspace_id = $1 AND rule_id = $2"))
+            .bind(workspace)
+            .bind(id)
+            .fetch_optional(&db.pool)
+            .await?;
     row.as_ref().map(rule).transpose()
 }
 
@@ -89,7 +92,11 @@ pub async fn update_rule(db: &Db, workspace: &str, id: &str, input: &RuleInput) 
 }
 
 pub async fn delete_rule(db: &Db, workspace: &str, id: &str) -> Result<bool> {
-    let n = sqlx::query("DELETE FROM notification_rules WHERE workspace_id = $1 AND rule_id = $2").bind(workspace).bind(id).execute(&db.pool).await?;
+    let n = sqlx::query("DELETE FROM notification_rules WHERE workspace_id = $1 AND rule_id = $2")
+        .bind(workspace)
+        .bind(id)
+        .execute(&db.pool)
+        .await?;
     Ok(n.rows_affected() > 0)
 }
 
@@ -111,17 +118,27 @@ pub struct Unplanned {
 
 /// Whether any outbox row waits to be planned (a cheap read outside a write transaction).
 pub async fn any_unplanned(db: &Db) -> Result<bool> {
-    Ok(sqlx::query("SELECT id FROM outbox WHERE notify_planned_at IS NULL LIMIT 1").fetch_optional(&db.pool).await?.is_some())
+    Ok(sqlx::query("SELECT id FROM outbox WHERE notify_planned_at IS NULL LIMIT 1")
+        .fetch_optional(&db.pool)
+        .await?
+        .is_some())
 }
 
 pub async fn unplanned(tx: &mut Tx, limit: i64) -> Result<Vec<Unplanned>> {
     let rows =
-        sqlx::query("SELECT id, topic, payload FROM outbox WHERE notify_planned_at IS NULL ORDER BY id LIMIT $1").bind(limit).fetch_all(&mut **tx).await?;
+        sqlx::query("SELECT id, topic, payload FROM outbox WHERE notify_planned_at IS NULL ORDER BY id LIMIT $1")
+            .bind(limit)
+            .fetch_all(&mut **tx)
+            .await?;
     rows.iter().map(|r| Ok(Unplanned { id: r.try_get(0)?, topic: r.try_get(1)?, payload: r.try_get(2)? })).collect()
 }
 
 pub async fn mark_planned(tx: &mut Tx, id: i64) -> Result<()> {
-    sqlx::query("UPDATE outbox SET notify_planned_at = $1 WHERE id = $2").bind(now_ms()).bind(id).execute(&mut **tx).await?;
+    sqlx::query("UPDATE outbox SET notify_planned_at = $1 WHERE id = $2")
+        .bind(now_ms())
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
@@ -181,7 +198,14 @@ pub async fn due(db: &Db, limit: i64) -> Result<Vec<Due>> {
     .await?;
     rows.iter()
         .map(|r| {
-            Ok(Due { id: r.try_get(0)?, key: r.try_get(1)?, channel: r.try_get(2)?, target: r.try_get(3)?, event: r.try_get(4)?, attempts: r.try_get(5)? })
+            Ok(Due {
+                id: r.try_get(0)?,
+                key: r.try_get(1)?,
+                channel: r.try_get(2)?,
+                target: r.try_get(3)?,
+                event: r.try_get(4)?,
+                attempts: r.try_get(5)?,
+            })
         })
         .collect()
 }
@@ -212,15 +236,17 @@ pub async fn record(db: &Db, d: &Due, o: &Outcome) -> Result<()> {
         .bind(o.took_ms)
         .execute(&mut *tx)
         .await?;
-    sqlx::query("UPDATE deliveries SET status = $1, attempts = $2, next_at = $3, last_error = $4, sent_at = $5 WHERE id = $6")
-        .bind(o.status)
-        .bind(attempt)
-        .bind(o.next_at)
-        .bind(o.error.as_deref())
-        .bind(o.ok.then_some(now))
-        .bind(d.id)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "UPDATE deliveries SET status = $1, attempts = $2, next_at = $3, last_error = $4, sent_at = $5 WHERE id = $6",
+    )
+    .bind(o.status)
+    .bind(attempt)
+    .bind(o.next_at)
+    .bind(o.error.as_deref())
+    .bind(o.ok.then_some(now))
+    .bind(d.id)
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(())
 }
@@ -275,7 +301,9 @@ pub async fn deliveries(db: &Db, workspace: &str, status: Option<&str>, limit: i
             rule_id: r.try_get(2)?,
             event_id: r.try_get(3)?,
             event_type: r.try_get(4)?,
-            target: crate::plan::Target::from_json(&channel, &target).map(|t| t.address().to_string()).unwrap_or_default(),
+            target: crate::plan::Target::from_json(&channel, &target)
+                .map(|t| t.address().to_string())
+                .unwrap_or_default(),
             channel,
             status: r.try_get(7)?,
             attempts: r.try_get(8)?,

@@ -85,7 +85,13 @@ fn hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
 /// keyed with the secret, of "<timestamp>\n<secret>") in the URL's query; Feishu wants
 /// `timestamp` (s) and `sign` = base64(HMAC-SHA256 keyed with "<timestamp>\n<secret>", of
 /// nothing) in the body. Other formats, or no secret: unchanged.
-pub fn platform_signed(format: WebhookFormat, url: &str, secret: Option<&str>, mut body: Value, now_ms: i64) -> (String, Value) {
+pub fn platform_signed(
+    format: WebhookFormat,
+    url: &str,
+    secret: Option<&str>,
+    mut body: Value,
+    now_ms: i64,
+) -> (String, Value) {
     use base64::Engine;
     let b64 = |b: Vec<u8>| base64::engine::general_purpose::STANDARD.encode(b);
     match (format, secret) {
@@ -127,7 +133,15 @@ pub enum Sent {
     GiveUp(u16, String),
 }
 
-pub async fn post(client: &reqwest::Client, url: &str, secret: Option<&str>, key: &str, event_type: &str, body: &Value, timeout: Duration) -> Sent {
+pub async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    secret: Option<&str>,
+    key: &str,
+    event_type: &str,
+    body: &Value,
+    timeout: Duration,
+) -> Sent {
     let bytes = match serde_json::to_vec(body) {
         Ok(b) => b,
         Err(e) => return Sent::Retry(None, format!("encoding the body: {e}")),
@@ -223,16 +237,31 @@ mod tests {
     #[test]
     fn dingtalk_and_feishu_robots_get_their_own_signatures() {
         // Expected values from Python: base64(hmac.new(key, msg, sha256).digest()).
-        let (url, body) = platform_signed(WebhookFormat::Dingtalk, "https://oapi.example/robot/send?access_token=T", Some("SEC"), json!({}), 1_700_000_000_000);
+        let (url, body) = platform_signed(
+            WebhookFormat::Dingtalk,
+            "https://oapi.example/robot/send?access_token=T",
+            Some("SEC"),
+            json!({}),
+            1_700_000_000_000,
+        );
         let u = reqwest::Url::parse(&url).unwrap();
         let q: std::collections::HashMap<_, _> = u.query_pairs().into_owned().collect();
         assert_eq!(q["access_token"], "T");
         assert_eq!(q["timestamp"], "1700000000000");
         assert_eq!(q["sign"], "r+2we0q01lkZqz38LA5IPNbHN81U1leRf3Au4PSQb6Q=");
         assert_eq!(body, json!({}));
-        let (url, body) = platform_signed(WebhookFormat::Feishu, "https://open.example/hook/x", Some("SEC"), json!({"msg_type": "text"}), 1_700_000_000_999);
+        let (url, body) = platform_signed(
+            WebhookFormat::Feishu,
+            "https://open.example/hook/x",
+            Some("SEC"),
+            json!({"msg_type": "text"}),
+            1_700_000_000_999,
+        );
         assert_eq!(url, "https://open.example/hook/x");
-        assert_eq!(body, json!({"msg_type": "text", "timestamp": "1700000000", "sign": "yKzlnG5gJbbUvULgjP0QN/V99n1fNH31XG8Rrvl9pfk="}));
+        assert_eq!(
+            body,
+            json!({"msg_type": "text", "timestamp": "1700000000", "sign": "yKzlnG5gJbbUvULgjP0QN/V99n1fNH31XG8Rrvl9pfk="})
+        );
         let (url, body) = platform_signed(WebhookFormat::Slack, "https://h/x", Some("SEC"), json!({}), 1);
         assert_eq!((url.as_str(), body), ("https://h/x", json!({})));
         assert_eq!(platform_signed(WebhookFormat::Dingtalk, "https://h/x", None, json!({}), 1).0, "https://h/x");

@@ -6,35 +6,19 @@ use gpusanity_common::report::CheckStatus;
 /// The headline metrics shown per check, with their column titles.
 pub fn columns(check: &str) -> &'static [(&'static str, &'static str)] {
     match check {
-        "gemm" => &[
-            ("tflops", "TFLOP/s"),
-            ("tflops_best", "best"),
-            ("wrong_elements", "wrong"),
-        ],
-        "pair-bandwidth" => &[
-            ("rounds", "rounds"),
-            ("pairs", "pairs"),
-            ("busbw_gbps_min", "slowest GB/s"),
-        ],
-        "kernel-launch" => &[
-            ("launch_us", "launch us"),
-            ("round_trip_us", "launch+sync us"),
-            ("round_trip_best_us", "best"),
-        ],
-        "multi-all-reduce" => &[
-            ("busbw_gbps_min", "min group busbw"),
-            ("wrong_elements", "wrong"),
-        ],
+        "gemm" => &[("tflops", "TFLOP/s"), ("tflops_best", "best"), ("wrong_elements", "wrong")],
+        "pair-bandwidth" => &[("rounds", "rounds"), ("pairs", "pairs"), ("busbw_gbps_min", "slowest GB/s")],
+        "kernel-launch" => {
+            &[("launch_us", "launch us"), ("round_trip_us", "launch+sync us"), ("round_trip_best_us", "best")]
+        }
+        "multi-all-reduce" => &[("busbw_gbps_min", "min group busbw"), ("wrong_elements", "wrong")],
         "matmul-all-reduce-overlap" => &[
             ("gemm_ms_alone", "gemm ms"),
             ("allreduce_ms_alone", "allreduce ms"),
             ("overlapped_step_ms", "overlapped ms"),
             ("overlap_efficiency", "efficiency"),
         ],
-        "network-connectivity" => &[
-            ("front_failed", "front failed"),
-            ("back_failed", "back failed"),
-        ],
+        "network-connectivity" => &[("front_failed", "front failed"), ("back_failed", "back failed")],
         "all-reduce" | "all-gather" | "all-to-all" => &[
             ("busbw_gbps", "busbw GB/s @max"),
             ("busbw_gbps_peak", "peak busbw"),
@@ -68,23 +52,12 @@ pub fn charted(check: &str) -> &'static [(&'static str, &'static str)] {
         "gemm" => &[("tflops", "TFLOP/s")],
         "kernel-launch" => &[("round_trip_us", "launch+sync us")],
         "multi-all-reduce" => &[("busbw_gbps_min", "min group busbw GB/s")],
-        "matmul-all-reduce-overlap" => &[
-            ("overlapped_step_ms", "overlapped step ms"),
-            ("overlap_efficiency", "overlap efficiency"),
-        ],
-        "all-reduce" | "all-gather" | "all-to-all" => {
-            &[("busbw_gbps", "busbw GB/s at the largest message")]
+        "matmul-all-reduce-overlap" => {
+            &[("overlapped_step_ms", "overlapped step ms"), ("overlap_efficiency", "overlap efficiency")]
         }
-        "mini-gpt" | "megatron-gpt" => &[
-            ("step_ms_median", "step ms"),
-            ("tokens_per_s", "tokens/s"),
-            ("mfu", "MFU"),
-        ],
-        "resnet" => &[
-            ("step_ms_median", "step ms"),
-            ("images_per_s", "images/s"),
-            ("mfu", "MFU"),
-        ],
+        "all-reduce" | "all-gather" | "all-to-all" => &[("busbw_gbps", "busbw GB/s at the largest message")],
+        "mini-gpt" | "megatron-gpt" => &[("step_ms_median", "step ms"), ("tokens_per_s", "tokens/s"), ("mfu", "MFU")],
+        "resnet" => &[("step_ms_median", "step ms"), ("images_per_s", "images/s"), ("mfu", "MFU")],
         _ => &[],
     }
 }
@@ -108,10 +81,7 @@ mod tests {
     fn every_charted_figure_is_a_column() {
         for check in gpusanity_common::CHECKS.iter().map(|c| c.name) {
             for (key, _) in charted(check) {
-                assert!(
-                    columns(check).iter().any(|(k, _)| k == key),
-                    "{check}.{key}"
-                );
+                assert!(columns(check).iter().any(|(k, _)| k == key), "{check}.{key}");
             }
         }
     }

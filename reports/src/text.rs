@@ -15,7 +15,15 @@ pub fn summary(report: &Report) -> String {
         RunStatus::TimedOut => "CheckFailed (timed out)",
         RunStatus::Skipped => "skipped",
     };
-    let _ = writeln!(s, "gpusanity {}  run {}  backend {}  {} node(s), {} rank(s)", report.gpusanity_version, report.run_id, report.backend, report.nodes.len(), report.ranks.len());
+    let _ = writeln!(
+        s,
+        "gpusanity {}  run {}  backend {}  {} node(s), {} rank(s)",
+        report.gpusanity_version,
+        report.run_id,
+        report.backend,
+        report.nodes.len(),
+        report.ranks.len()
+    );
     let _ = writeln!(s, "verdict: {verdict}: {}", report.summary);
     for f in &report.findings {
         let place = match (f.rank, &f.host) {
@@ -50,7 +58,11 @@ fn nodes(s: &mut String, report: &Report) {
                 NodeHealth::Suspect => "SUSPECT",
                 NodeHealth::Faulty => "FAULTY",
             };
-            if v.codes.is_empty() { format!("{} ({}) {h}", v.node_rank, v.host) } else { format!("{} ({}) {h}: {}", v.node_rank, v.host, v.codes.join(", ")) }
+            if v.codes.is_empty() {
+                format!("{} ({}) {h}", v.node_rank, v.host)
+            } else {
+                format!("{} ({}) {h}: {}", v.node_rank, v.host, v.codes.join(", "))
+            }
         })
         .collect();
     let _ = writeln!(s, "nodes: {}", list.join("; "));
@@ -62,7 +74,11 @@ fn nodes(s: &mut String, report: &Report) {
         let _ = writeln!(s, "re-measured: {r}");
     }
     if !report.pair_bandwidth.is_empty() {
-        let pairs: Vec<String> = report.pair_bandwidth.iter().map(|p| format!("{}-{} {:.3}", p.nodes[0], p.nodes[1], p.busbw_gbps)).collect();
+        let pairs: Vec<String> = report
+            .pair_bandwidth
+            .iter()
+            .map(|p| format!("{}-{} {:.3}", p.nodes[0], p.nodes[1], p.busbw_gbps))
+            .collect();
         let _ = writeln!(s, "link test, GB/s per node pair: {}", pairs.join(", "));
     }
 }

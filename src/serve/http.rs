@@ -12,6 +12,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use gpusanity_common::secret::same;
 use gpusanity_common::wire::Topics;
 use gpusanity_db::Db;
 use gpusanity_executor::coordinator::finish;
@@ -19,7 +20,6 @@ use gpusanity_reports::browser::{self, Browser};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::Notify;
-use gpusanity_common::secret::same;
 
 pub struct Api {
     pub db: Db,
@@ -47,9 +47,9 @@ fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, Json(json!({ "error": msg.into() }))).into_response()
 }
 
-
 async fn auth(State(api): State<Arc<Api>>, req: Request, next: Next) -> Response {
-    let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let given =
+        req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
     match given {
         Some(t) if same(t.as_bytes(), api.token.as_bytes()) => next.run(req).await,
         _ => error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token"),
@@ -66,7 +66,10 @@ async fn health(State(api): State<Arc<Api>>) -> Response {
 async fn run(State(api): State<Arc<Api>>, Path(run_id): Path<String>) -> Response {
     match (api.db.get_run(&run_id).await, api.db.transitions(&run_id).await) {
         (Ok(Some(run)), Ok(tr)) => {
-            let transitions: Vec<_> = tr.into_iter().map(|(state, detail, at)| json!({ "state": state, "detail": detail, "at_ms": at })).collect();
+            let transitions: Vec<_> = tr
+                .into_iter()
+                .map(|(state, detail, at)| json!({ "state": state, "detail": detail, "at_ms": at }))
+                .collect();
             Json(json!({ "run": run, "transitions": transitions })).into_response()
         }
         (Ok(None), _) => error(StatusCode::NOT_FOUND, format!("no run `{run_id}`")),
@@ -91,8 +94,14 @@ struct Resolve {
     note: String,
 }
 
-async fn resolve(State(api): State<Arc<Api>>, Path(run_id): Path<String>, body: Result<Json<Resolve>, axum::extract::rejection::JsonRejection>) -> Response {
-    let Ok(Json(body)) = body else { return error(StatusCode::BAD_REQUEST, "expected JSON {\"verdict\": \"pass\"|\"fail\", \"note\": \"...\"}") };
+async fn resolve(
+    State(api): State<Arc<Api>>,
+    Path(run_id): Path<String>,
+    body: Result<Json<Resolve>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let Ok(Json(body)) = body else {
+        return error(StatusCode::BAD_REQUEST, "expected JSON {\"verdict\": \"pass\"|\"fail\", \"note\": \"...\"}");
+    };
     let pass = match body.verdict.as_str() {
         "pass" => true,
         "fail" => false,

@@ -59,7 +59,10 @@ impl Run {
         c.args(rest);
         c.env_remove("SANITY_CHECK_ARGS").env_remove("ENABLE_SANITY_CHECK").env_remove("TORCHELASTIC_RESTART_COUNT");
         c.env_remove("GPUSANITY_RESTART_COUNT").env_remove("WORLD_SIZE").env_remove("RANK").env_remove("MASTER_ADDR");
-        c.env_remove("MASTER_PORT").env_remove("SLURM_NNODES").env_remove("SLURM_NODEID").env_remove("SLURM_JOB_NODELIST");
+        c.env_remove("MASTER_PORT")
+            .env_remove("SLURM_NNODES")
+            .env_remove("SLURM_NODEID")
+            .env_remove("SLURM_JOB_NODELIST");
         c.stdin(Stdio::null());
         c
     }
@@ -68,7 +71,18 @@ impl Run {
     pub fn spawn_node(&self, extra: &[&str], nnodes: usize, node_rank: usize, port: u16) -> Child {
         let (n, r, p) = (nnodes.to_string(), node_rank.to_string(), port.to_string());
         let mut args: Vec<&str> = extra.to_vec();
-        args.extend(["--nnodes", &n, "--node-rank", &r, "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", &p]);
+        args.extend([
+            "--nnodes",
+            &n,
+            "--node-rank",
+            &r,
+            "--nproc-per-node",
+            "1",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            &p,
+        ]);
         let mut c = self.command(&args);
         c.stdout(Stdio::piped()).stderr(Stdio::piped());
         c.spawn().expect("spawn gpusanity")

@@ -52,11 +52,7 @@ fn sh(args: &[&str]) -> Result<(), String> {
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "`{}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        Err(format!("`{}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
     }
 }
 
@@ -75,10 +71,7 @@ impl Bed {
     }
 
     fn build(n: usize, host: bool) -> Result<Bed, String> {
-        let uid = Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        let uid = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
         if uid.as_deref().unwrap_or("") != "0" {
             return Err("needs root (network namespaces)".into());
         }
@@ -92,25 +85,13 @@ impl Bed {
         // Beds with a host address take the one subnet no other bed of this process gets
         // before its 250th.
         let subnet = (pid as usize * 7 + if host { 249 } else { k % 249 }) % 250 + 1;
-        let mut bed = Bed {
-            bridge: format!("{id}br"),
-            host: None,
-            id: id.clone(),
-            nodes: Vec::new(),
-            cgroups: Vec::new(),
-        };
+        let mut bed =
+            Bed { bridge: format!("{id}br"), host: None, id: id.clone(), nodes: Vec::new(), cgroups: Vec::new() };
         sh(&["ip", "link", "add", &bed.bridge, "type", "bridge"])?;
         sh(&["ip", "link", "set", &bed.bridge, "up"])?;
         if host {
             let addr = format!("10.231.{subnet}.254");
-            sh(&[
-                "ip",
-                "addr",
-                "add",
-                &format!("{addr}/24"),
-                "dev",
-                &bed.bridge,
-            ])?;
+            sh(&["ip", "addr", "add", &format!("{addr}/24"), "dev", &bed.bridge])?;
             bed.host = Some(addr);
         }
         for i in 0..n {
@@ -125,17 +106,7 @@ impl Bed {
             bed.nodes.push(node);
             let node = &bed.nodes[i];
             sh(&["ip", "netns", "add", &node.ns])?;
-            sh(&[
-                "ip",
-                "link",
-                "add",
-                &node.veth_host,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &node.veth_ns,
-            ])?;
+            sh(&["ip", "link", "add", &node.veth_host, "type", "veth", "peer", "name", &node.veth_ns])?;
             sh(&["ip", "link", "set", &node.veth_ns, "netns", &node.ns])?;
             sh(&["ip", "link", "set", &node.veth_host, "master", &bed.bridge])?;
             sh(&["ip", "link", "set", &node.veth_host, "up"])?;
@@ -144,14 +115,7 @@ impl Bed {
                 v.extend_from_slice(args);
                 sh(&v)
             };
-            exec(&[
-                "ip",
-                "addr",
-                "add",
-                &format!("{}/24", node.addr),
-                "dev",
-                &node.veth_ns,
-            ])?;
+            exec(&["ip", "addr", "add", &format!("{}/24", node.addr), "dev", &node.veth_ns])?;
             exec(&["ip", "link", "set", &node.veth_ns, "up"])?;
             exec(&["ip", "link", "set", "lo", "up"])?;
         }
@@ -163,10 +127,7 @@ impl Bed {
                 // Without a writable cgroup v1 cpu the nodes run without one (and the quota
                 // scenario skips).
                 if let Err(e) = std::fs::create_dir(&dir) {
-                    eprintln!(
-                        "test bed: no cgroup for node {i}: creating {}: {e}",
-                        dir.display()
-                    );
+                    eprintln!("test bed: no cgroup for node {i}: creating {}: {e}", dir.display());
                     break;
                 }
                 bed.cgroups.push(name.clone());
@@ -182,27 +143,14 @@ impl Bed {
     /// and its cgroup (the launcher joins it before it starts any worker): the command of
     /// [`Run::command`], run through `ip netns exec`.
     pub fn spawn(&self, run: &Run, k: usize, port: u16, extra: &[&str]) -> Child {
-        let (n, kk, p) = (
-            self.nodes.len().to_string(),
-            k.to_string(),
-            port.to_string(),
-        );
+        let (n, kk, p) = (self.nodes.len().to_string(), k.to_string(), port.to_string());
         let mut args: Vec<&str> = vec!["--nnodes", &n, "--node-rank", &kk, "--nproc-per-node", "1"];
-        args.extend([
-            "--master-addr",
-            &self.nodes[0].addr,
-            "--master-port",
-            &p,
-            "--rdzv-timeout",
-            "30",
-        ]);
+        args.extend(["--master-addr", &self.nodes[0].addr, "--master-port", &p, "--rdzv-timeout", "30"]);
         args.extend_from_slice(extra);
         let inner = run.command(&args);
         let wrap = self.wrap(k);
         let mut c = Command::new(&wrap[0]);
-        c.args(&wrap[1..])
-            .arg(inner.get_program())
-            .args(inner.get_args());
+        c.args(&wrap[1..]).arg(inner.get_program()).args(inner.get_args());
         for (key, value) in inner.get_envs() {
             match value {
                 Some(v) => c.env(key, v),
@@ -211,9 +159,7 @@ impl Bed {
         }
         // The launchers carry the tag too, so that a leftover launcher is found as well.
         c.env("GPUSANITY_TEST_TAG", &run.tag);
-        c.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         c.spawn().expect("spawn a node")
     }
 
@@ -225,11 +171,7 @@ impl Bed {
         match self.nodes[k].cgroup.as_deref() {
             Some(cg) => {
                 let join = format!("echo $$ > {CGROUP_CPU}/{cg}/cgroup.procs && exec \"$@\"");
-                ["sh", "-c", &join, "sh"]
-                    .map(String::from)
-                    .into_iter()
-                    .chain(netns)
-                    .collect()
+                ["sh", "-c", &join, "sh"].map(String::from).into_iter().chain(netns).collect()
             }
             None => netns.to_vec(),
         }
@@ -240,12 +182,7 @@ impl Bed {
         Command::new("ip")
             .args(["netns", "pids", &self.nodes[k].ns])
             .output()
-            .map(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .split_whitespace()
-                    .filter_map(|p| p.parse().ok())
-                    .collect()
-            })
+            .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect())
             .unwrap_or_default()
     }
 
@@ -257,23 +194,11 @@ impl Bed {
     /// Limits node `k`'s link to `rate` (tc syntax, e.g. `100mbit`) in both directions.
     pub fn rate_limit(&self, k: usize, rate: &str) -> Result<(), String> {
         let node = &self.nodes[k];
-        let tbf = [
-            "root", "tbf", "rate", rate, "burst", "64kb", "latency", "100ms",
-        ];
+        let tbf = ["root", "tbf", "rate", rate, "burst", "64kb", "latency", "100ms"];
         let mut host = vec!["tc", "qdisc", "add", "dev", &node.veth_host];
         host.extend_from_slice(&tbf);
         sh(&host)?;
-        let mut inside = vec![
-            "ip",
-            "netns",
-            "exec",
-            &node.ns,
-            "tc",
-            "qdisc",
-            "add",
-            "dev",
-            &node.veth_ns,
-        ];
+        let mut inside = vec!["ip", "netns", "exec", &node.ns, "tc", "qdisc", "add", "dev", &node.veth_ns];
         inside.extend_from_slice(&tbf);
         sh(&inside)
     }
@@ -285,14 +210,10 @@ impl Bed {
 
     /// Limits node `k`'s processes to `percent` of one CPU (cgroup v1 cpu quota).
     pub fn cpu_quota(&self, k: usize, percent: u32) -> Result<(), String> {
-        let cg = self.nodes[k]
-            .cgroup
-            .as_ref()
-            .ok_or_else(|| format!("needs cgroup v1 cpu at {CGROUP_CPU}"))?;
+        let cg = self.nodes[k].cgroup.as_ref().ok_or_else(|| format!("needs cgroup v1 cpu at {CGROUP_CPU}"))?;
         let dir = std::path::Path::new(CGROUP_CPU).join(cg);
         std::fs::write(dir.join("cpu.cfs_period_us"), "100000").map_err(|e| e.to_string())?;
-        std::fs::write(dir.join("cpu.cfs_quota_us"), (percent * 1000).to_string())
-            .map_err(|e| e.to_string())
+        std::fs::write(dir.join("cpu.cfs_quota_us"), (percent * 1000).to_string()).map_err(|e| e.to_string())
     }
 }
 

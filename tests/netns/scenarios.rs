@@ -19,11 +19,7 @@ pub const LIMIT: Duration = Duration::from_secs(120);
 pub const BAD: u64 = 2;
 
 /// Settings of every scenario: the default checks, a short sweep, deadlines a slow run meets.
-pub const BASE: &[&str] = &[
-    "--micro-benchmarks=gemm,all-reduce",
-    "--check-param",
-    "all-reduce.max-bytes=1048576",
-];
+pub const BASE: &[&str] = &["--micro-benchmarks=gemm,all-reduce", "--check-param", "all-reduce.max-bytes=1048576"];
 
 pub fn bed(test: &str) -> Option<Bed> {
     match Bed::new(NODES) {
@@ -36,13 +32,7 @@ pub fn bed(test: &str) -> Option<Bed> {
 }
 
 /// A finished scenario: the serial guard, the bed, the run, every node's output, the time.
-pub type Scenario = (
-    std::sync::MutexGuard<'static, ()>,
-    Bed,
-    Run,
-    Vec<Output>,
-    Duration,
-);
+pub type Scenario = (std::sync::MutexGuard<'static, ()>, Bed, Run, Vec<Output>, Duration);
 
 /// One scenario at a time (CPU figures), on a fresh bed, with a fresh run.
 pub fn setup(test: &str) -> Option<(std::sync::MutexGuard<'static, ()>, Bed, Run)> {
@@ -52,10 +42,7 @@ pub fn setup(test: &str) -> Option<(std::sync::MutexGuard<'static, ()>, Bed, Run
 }
 
 /// A scenario with a fault set up before the nodes start (skipped if it cannot be made here).
-pub fn fault_scenario(
-    test: &str,
-    fault: impl FnOnce(&Bed) -> Result<(), String>,
-) -> Option<Scenario> {
+pub fn fault_scenario(test: &str, fault: impl FnOnce(&Bed) -> Result<(), String>) -> Option<Scenario> {
     let (g, bed, run) = setup(test)?;
     if let Err(why) = fault(&bed) {
         skip(test, &why);
@@ -68,10 +55,7 @@ pub fn fault_scenario(
 
 pub fn spawn_all(bed: &Bed, run: &Run, extra: &[&str]) -> Vec<Child> {
     let mut args: Vec<&str> = BASE.to_vec();
-    if !extra
-        .iter()
-        .any(|a| a.starts_with("--sanity-check-timeout-per-test"))
-    {
+    if !extra.iter().any(|a| a.starts_with("--sanity-check-timeout-per-test")) {
         args.push("--sanity-check-timeout-per-test=0.5");
     }
     args.extend_from_slice(extra);
@@ -79,10 +63,7 @@ pub fn spawn_all(bed: &Bed, run: &Run, extra: &[&str]) -> Vec<Child> {
 }
 
 pub fn wait_all(children: Vec<Child>) -> Vec<Output> {
-    children
-        .into_iter()
-        .map(|c| wait_output(c, LIMIT))
-        .collect()
+    children.into_iter().map(|c| wait_output(c, LIMIT)).collect()
 }
 
 /// The critical findings of a report as (code, node, rank).
@@ -92,13 +73,7 @@ pub fn critical(r: &Value) -> Vec<(String, Option<u64>, Option<u64>)> {
         .map(|a| {
             a.iter()
                 .filter(|f| f["severity"] == "critical")
-                .map(|f| {
-                    (
-                        f["code"].as_str().unwrap_or("").to_string(),
-                        f["node_rank"].as_u64(),
-                        f["rank"].as_u64(),
-                    )
-                })
+                .map(|f| (f["code"].as_str().unwrap_or("").to_string(), f["node_rank"].as_u64(), f["rank"].as_u64()))
                 .collect()
         })
         .unwrap_or_default()
@@ -106,10 +81,7 @@ pub fn critical(r: &Value) -> Vec<(String, Option<u64>, Option<u64>)> {
 
 /// The report's faulty nodes.
 pub fn faulty(r: &Value) -> Vec<u64> {
-    r["faulty_nodes"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_u64).collect())
-        .unwrap_or_default()
+    r["faulty_nodes"].as_array().map(|a| a.iter().filter_map(Value::as_u64).collect()).unwrap_or_default()
 }
 
 /// The scenarios, each with the finding it must produce on the bad node.
@@ -124,14 +96,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
-        Kind::Clean,
-        Kind::RateLimit,
-        Kind::LinkDown,
-        Kind::CpuQuota,
-        Kind::Stop,
-        Kind::Kill,
-    ];
+    pub const ALL: [Kind; 6] = [Kind::Clean, Kind::RateLimit, Kind::LinkDown, Kind::CpuQuota, Kind::Stop, Kind::Kill];
 
     pub fn expected_code(self) -> Option<&'static str> {
         match self {
@@ -167,24 +132,16 @@ impl Kind {
         match self.expected_code() {
             None => (r["status"] == "passed" && all.is_empty(), all.len()),
             Some(code) => {
-                let found = critical(r)
-                    .iter()
-                    .any(|(c, n, _)| c == code && *n == Some(BAD))
-                    && faulty(r) == [BAD];
+                let found = critical(r).iter().any(|(c, n, _)| c == code && *n == Some(BAD)) && faulty(r) == [BAD];
                 let wrong = all
                     .iter()
                     .filter(|f| {
                         let node = f["node_rank"].as_u64();
-                        let pair = f["pair"]
-                            .as_array()
-                            .map(|p| p.iter().filter_map(Value::as_u64).collect::<Vec<_>>());
+                        let pair = f["pair"].as_array().map(|p| p.iter().filter_map(Value::as_u64).collect::<Vec<_>>());
                         node.is_some_and(|n| n != BAD) || pair.is_some_and(|p| !p.contains(&BAD))
                     })
                     .count();
-                (
-                    found,
-                    wrong + faulty(r).iter().filter(|n| **n != BAD).count(),
-                )
+                (found, wrong + faulty(r).iter().filter(|n| **n != BAD).count())
             }
         }
     }
@@ -207,13 +164,6 @@ pub fn during_run(test: &str, extra: &[&str], fault: impl FnOnce(&Bed, i32)) -> 
 }
 
 pub fn signal_scenario(test: &str, sig: Signal) -> Option<Scenario> {
-    const LONG_GEMM: &[&str] = &[
-        "--check-param",
-        "gemm.size=256",
-        "--check-param",
-        "gemm.iters=100000",
-    ];
-    during_run(test, LONG_GEMM, |_, pid| {
-        kill(Pid::from_raw(pid), sig).expect("signal the worker")
-    })
+    const LONG_GEMM: &[&str] = &["--check-param", "gemm.size=256", "--check-param", "gemm.iters=100000"];
+    during_run(test, LONG_GEMM, |_, pid| kill(Pid::from_raw(pid), sig).expect("signal the worker"))
 }

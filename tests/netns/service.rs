@@ -59,19 +59,10 @@ impl ServiceBed {
         w.serve();
         for k in 0..NODES {
             let addr = bed.nodes[k].addr.clone();
-            w.agent_via(
-                &node_name(k),
-                &bed.wrap(k),
-                &["--address", &addr, "--kafka", kafka],
-            );
+            w.agent_via(&node_name(k), &bed.wrap(k), &["--address", &addr, "--kafka", kafka]);
         }
         let out = w.reader("check-events");
-        Some(ServiceBed {
-            w,
-            out,
-            bed,
-            _serial: g,
-        })
+        Some(ServiceBed { w, out, bed, _serial: g })
     }
 
     /// Publishes a JobResourcesAllocated for `job` on the bed's nodes with these
@@ -87,9 +78,7 @@ impl ServiceBed {
 
     /// The job's CheckPassed or CheckFailed.
     pub fn verdict(&mut self, job: &str) -> Value {
-        let ended = |v: &Value| {
-            v["job_id"] == job && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed")
-        };
+        let ended = |v: &Value| v["job_id"] == job && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed");
         self.wait(VERDICT_LIMIT, "the verdict", ended)
     }
 
@@ -102,11 +91,7 @@ impl ServiceBed {
                 return v.clone();
             }
             if Instant::now() > deadline {
-                panic!(
-                    "no {what} within {limit:?}; seen: {:#?}\n{}",
-                    self.out.seen,
-                    self.logs()
-                );
+                panic!("no {what} within {limit:?}; seen: {:#?}\n{}", self.out.seen, self.logs());
             }
             self.out.drain(Duration::from_millis(100));
         }
@@ -115,18 +100,13 @@ impl ServiceBed {
     /// The service's and the agents' logs.
     pub fn logs(&self) -> String {
         let names = std::iter::once("serve".to_string()).chain(node_names());
-        names
-            .map(|n| format!("--- {n} log:\n{}", self.w.log(&n)))
-            .collect()
+        names.map(|n| format!("--- {n} log:\n{}", self.w.log(&n))).collect()
     }
 
     /// The run's report as the service serves it.
     pub fn report(&self, run_id: &str) -> Value {
         let path = format!("/v1/runs/{run_id}/report");
-        let (code, report) = self
-            .w
-            .http_call("GET", &path, Some(TOKEN), None)
-            .expect("the service answers");
+        let (code, report) = self.w.http_call("GET", &path, Some(TOKEN), None).expect("the service answers");
         assert_eq!(code, 200, "{report:#}");
         report
     }
@@ -139,10 +119,7 @@ impl ServiceBed {
     /// Processes in the nodes' namespaces other than the agents (launchers, workers).
     pub fn run_processes(&self) -> Vec<i32> {
         let agents = self.agents();
-        (0..NODES)
-            .flat_map(|k| self.bed.pids(k))
-            .filter(|p| !agents.contains(p))
-            .collect()
+        (0..NODES).flat_map(|k| self.bed.pids(k)).filter(|p| !agents.contains(p)).collect()
     }
 
     /// Waits until only the agents are left in the namespaces; the processes still there
@@ -165,23 +142,14 @@ impl ServiceBed {
     pub fn end(&mut self) -> (Vec<i32>, Vec<i32>) {
         let after_run = self.wait_for_run_end(Duration::from_secs(20));
         self.w.shutdown();
-        (
-            after_run,
-            (0..NODES).flat_map(|k| self.bed.pids(k)).collect(),
-        )
+        (after_run, (0..NODES).flat_map(|k| self.bed.pids(k)).collect())
     }
 
     /// [`ServiceBed::end`], asserting that nothing is left.
     pub fn assert_nothing_left(&mut self) {
         let (after_run, after_stop) = self.end();
-        assert!(
-            after_run.is_empty(),
-            "left in the namespaces after the run: {after_run:?}"
-        );
-        assert!(
-            after_stop.is_empty(),
-            "left in the namespaces: {after_stop:?}"
-        );
+        assert!(after_run.is_empty(), "left in the namespaces after the run: {after_run:?}");
+        assert!(after_stop.is_empty(), "left in the namespaces: {after_stop:?}");
     }
 
     /// `NODE:1` (healthy) or `NODE:0` per node of the run, from the service's database.
@@ -266,43 +234,26 @@ impl ServiceKind {
         // NodeIsolated events are written with the verdict: a short drain finds them all.
         s.out.drain(Duration::from_secs(1));
         let isolated = s.out.of(job, "NodeIsolated");
-        Some(ServiceScenario {
-            s,
-            run_id,
-            verdict,
-            isolated,
-            took,
-        })
+        Some(ServiceScenario { s, run_id, verdict, isolated, took })
     }
 
     /// Whether the events (and, for the clean run, the report) show this scenario's outcome,
     /// and how many findings or isolated nodes name anything else.
     pub fn score(self, sc: &ServiceScenario) -> (bool, usize) {
         let bad = node_name(BAD as usize);
-        let isolated: Vec<&str> = sc
-            .isolated
-            .iter()
-            .filter_map(|v| v["node"].as_str())
-            .collect();
+        let isolated: Vec<&str> = sc.isolated.iter().filter_map(|v| v["node"].as_str()).collect();
         let others = isolated.iter().filter(|n| **n != bad).count();
         match self {
             ServiceKind::Clean => {
-                let findings = sc.s.report(&sc.run_id)["findings"]
-                    .as_array()
-                    .map_or(0, Vec::len);
-                (
-                    sc.verdict["type"] == "CheckPassed" && findings == 0 && isolated.is_empty(),
-                    findings + isolated.len(),
-                )
+                let findings = sc.s.report(&sc.run_id)["findings"].as_array().map_or(0, Vec::len);
+                (sc.verdict["type"] == "CheckPassed" && findings == 0 && isolated.is_empty(), findings + isolated.len())
             }
             ServiceKind::Kill => {
                 let found = sc.verdict["type"] == "CheckFailed"
                     && sc.verdict["faulty_nodes"] == json!([bad])
                     && sc.isolated.iter().any(|v| {
                         v["node"] == bad.as_str()
-                            && v["codes"]
-                                .as_array()
-                                .is_some_and(|c| c.contains(&json!("WORKER_CRASHED")))
+                            && v["codes"].as_array().is_some_and(|c| c.contains(&json!("WORKER_CRASHED")))
                     });
                 (found, others)
             }

@@ -17,9 +17,9 @@ use serde_json::Value;
 
 #[path = "../common/mod.rs"]
 pub mod common;
+pub mod notify;
 mod reader;
 mod scenario;
-pub mod notify;
 
 pub use reader::Reader;
 // Each test binary uses some of them.
@@ -35,8 +35,11 @@ pub fn broker() -> &'static str {
         .get_or_init(|| {
             if let Ok(b) = std::env::var("GPUSANITY_TEST_KAFKA") {
                 let addr = b.split(',').next().unwrap_or_default().to_string();
-                std::net::TcpStream::connect_timeout(&addr.parse().expect("GPUSANITY_TEST_KAFKA: host:port"), Duration::from_secs(5))
-                    .unwrap_or_else(|e| panic!("GPUSANITY_TEST_KAFKA={b} is set but the broker does not answer: {e}"));
+                std::net::TcpStream::connect_timeout(
+                    &addr.parse().expect("GPUSANITY_TEST_KAFKA: host:port"),
+                    Duration::from_secs(5),
+                )
+                .unwrap_or_else(|e| panic!("GPUSANITY_TEST_KAFKA={b} is set but the broker does not answer: {e}"));
                 return (b, None);
             }
             (start_script("kafka.sh", "KAFKA_STATE", "KAFKA_BOOTSTRAP="), None)
@@ -55,7 +58,10 @@ static BROKER: OnceLock<(String, Option<String>)> = OnceLock::new();
 pub fn broker_listening_on(addr: &str) -> &'static str {
     let (_, external) = BROKER.get_or_init(|| {
         let external = format!("{addr}:{}", common::free_port());
-        (start_script_env("kafka.sh", "KAFKA_STATE", "KAFKA_BOOTSTRAP=", &[("KAFKA_LISTEN", &external)]), Some(external))
+        (
+            start_script_env("kafka.sh", "KAFKA_STATE", "KAFKA_BOOTSTRAP=", &[("KAFKA_LISTEN", &external)]),
+            Some(external),
+        )
     });
     match external {
         Some(e) if e.rsplit_once(':').map(|(a, _)| a) == Some(addr) => e,
@@ -76,10 +82,21 @@ fn start_script_env(script: &str, state_var: &str, key: &str, env: &[(&str, &str
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     let state = dir.join("state");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(script);
-    let out = Command::new("bash").arg(&script).arg("start").env(state_var, &state).env("TMPDIR", &dir).envs(env.iter().copied()).output().expect("running a script");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("start")
+        .env(state_var, &state)
+        .env("TMPDIR", &dir)
+        .envs(env.iter().copied())
+        .output()
+        .expect("running a script");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{} start failed: {text}{}", script.display(), String::from_utf8_lossy(&out.stderr));
-    let value = text.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_else(|| panic!("no {key} line in: {text}")).to_string();
+    let value = text
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .unwrap_or_else(|| panic!("no {key} line in: {text}"))
+        .to_string();
     let watch = format!(
         "while kill -0 {} 2>/dev/null; do sleep 0.5; done; {state_var}='{}' TMPDIR='{}' bash '{}' stop; rm -rf '{}'",
         std::process::id(),
@@ -89,7 +106,8 @@ fn start_script_env(script: &str, state_var: &str, key: &str, env: &[(&str, &str
         dir.display()
     );
     // Started in the background of a shell that exits at once, so it is nobody's zombie.
-    let status = Command::new("sh").arg("-c").arg(format!("({watch}) >/dev/null 2>&1 </dev/null &")).status().expect("watchdog");
+    let status =
+        Command::new("sh").arg("-c").arg(format!("({watch}) >/dev/null 2>&1 </dev/null &")).status().expect("watchdog");
     assert!(status.success(), "starting the watchdog failed");
     value
 }
@@ -112,7 +130,9 @@ pub fn postgres_database(name: &str) -> String {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
         sqlx::any::install_default_drivers();
-        let pool = sqlx::AnyPool::connect(admin).await.unwrap_or_else(|e| panic!("PostgreSQL at {admin} does not answer: {e}"));
+        let pool = sqlx::AnyPool::connect(admin)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL at {admin} does not answer: {e}"));
         sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&pool).await.expect("drop database");
         sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create database");
     });
@@ -220,7 +240,19 @@ impl World {
         self.nodes.push(node.to_string());
         let work = self.dir.path().join(format!("agent-{node}"));
         let work = work.to_string_lossy().into_owned();
-        let mut args = vec!["agent", "--node", node, "--device", "cpu", "--nproc-per-node", "1", "--heartbeat-s", "0.3", "--work-dir", &work];
+        let mut args = vec![
+            "agent",
+            "--node",
+            node,
+            "--device",
+            "cpu",
+            "--nproc-per-node",
+            "1",
+            "--heartbeat-s",
+            "0.3",
+            "--work-dir",
+            &work,
+        ];
         args.extend_from_slice(extra);
         self.spawn_via(node, wrap, &args);
     }
@@ -262,7 +294,13 @@ impl World {
     }
 
     /// One HTTP/1.1 request to the service; (status, JSON body).
-    pub fn http_call(&self, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> std::io::Result<(u16, Value)> {
+    pub fn http_call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> std::io::Result<(u16, Value)> {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.http))?;
         s.set_read_timeout(Some(Duration::from_secs(10)))?;
         let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
@@ -287,7 +325,8 @@ impl World {
 
     /// Publishes raw bytes on the job-events topic.
     pub fn publish(&self, payload: &[u8]) {
-        let p: ThreadedProducer<DefaultProducerContext> = ClientConfig::new().set("bootstrap.servers", broker()).create().expect("producer");
+        let p: ThreadedProducer<DefaultProducerContext> =
+            ClientConfig::new().set("bootstrap.servers", broker()).create().expect("producer");
         let topic = self.topic("job-events");
         p.send(BaseRecord::<(), [u8]>::to(&topic).payload(payload)).map_err(|(e, _)| e).expect("send");
         p.flush(Duration::from_secs(10)).expect("flush");
@@ -306,7 +345,11 @@ impl World {
             let pool = sqlx::AnyPool::connect(&self.db_url).await.expect("connect to the service's database");
             let rows = sqlx::query(query).fetch_all(&pool).await.expect("query");
             rows.iter()
-                .map(|r| r.try_get::<String, _>(0).or_else(|_| r.try_get::<i64, _>(0).map(|v| v.to_string())).unwrap_or_default())
+                .map(|r| {
+                    r.try_get::<String, _>(0)
+                        .or_else(|_| r.try_get::<i64, _>(0).map(|v| v.to_string()))
+                        .unwrap_or_default()
+                })
                 .collect()
         })
     }
@@ -314,7 +357,8 @@ impl World {
     /// SIGTERMs everything this world started and checks that nothing carrying its tag is left.
     pub fn shutdown(&mut self) {
         for (_, c) in &self.children {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
         }
         let deadline = Instant::now() + Duration::from_secs(20);
         for (name, c) in &mut self.children {
@@ -344,4 +388,3 @@ impl Drop for World {
         }
     }
 }
-

@@ -41,7 +41,8 @@ pub struct Request {
 
 impl Request {
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("webhook body is not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("webhook body is not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 
     pub fn header(&self, name: &str) -> &str {
@@ -92,7 +93,12 @@ impl Receiver {
             if r.len() >= n {
                 return r;
             }
-            assert!(Instant::now() < deadline, "receiver :{} got {} of {n} requests in {limit:?}: {r:#?}", self.port, r.len());
+            assert!(
+                Instant::now() < deadline,
+                "receiver :{} got {} of {n} requests in {limit:?}: {r:#?}",
+                self.port,
+                r.len()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -108,7 +114,10 @@ fn serve(conn: TcpStream, mode: Mode, log: &Mutex<Vec<Request>>) {
         return;
     }
     let target = line.split_whitespace().nth(1).unwrap_or("");
-    let (path, query) = target.split_once('?').map(|(p, q)| (p.to_string(), q.to_string())).unwrap_or((target.to_string(), String::new()));
+    let (path, query) = target
+        .split_once('?')
+        .map(|(p, q)| (p.to_string(), q.to_string()))
+        .unwrap_or((target.to_string(), String::new()));
     let mut headers = HashMap::new();
     loop {
         let mut h = String::new();
@@ -135,7 +144,10 @@ fn serve(conn: TcpStream, mode: Mode, log: &Mutex<Vec<Request>>) {
     drop(l);
     match status {
         Some(s) => {
-            let _ = write!(writer, "HTTP/1.1 {s} X\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+            let _ = write!(
+                writer,
+                "HTTP/1.1 {s} X\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+            );
         }
         None => std::thread::sleep(Duration::from_secs(600)),
     }
@@ -163,27 +175,41 @@ impl World {
 
     /// Creates a rule in `ws` through the API; its id.
     pub fn rule(&self, ws: &str, rule: Value) -> String {
-        let (code, body) = self.http_call("POST", &format!("/v1/workspaces/{ws}/notification-rules"), Some(TOKEN), Some(&rule.to_string())).expect("POST rule");
+        let (code, body) = self
+            .http_call("POST", &format!("/v1/workspaces/{ws}/notification-rules"), Some(TOKEN), Some(&rule.to_string()))
+            .expect("POST rule");
         assert_eq!(code, 201, "{body:#}");
         body["rule_id"].as_str().expect("rule_id").to_string()
     }
 
     /// The delivery log of `ws`.
     pub fn deliveries(&self, ws: &str) -> Vec<Value> {
-        let (code, body) = self.http_call("GET", &format!("/v1/workspaces/{ws}/deliveries?limit=1000"), Some(TOKEN), None).expect("GET deliveries");
+        let (code, body) = self
+            .http_call("GET", &format!("/v1/workspaces/{ws}/deliveries?limit=1000"), Some(TOKEN), None)
+            .expect("GET deliveries");
         assert_eq!(code, 200, "{body:#}");
         body["deliveries"].as_array().cloned().unwrap_or_default()
     }
 
     /// Waits until `pred` holds for the delivery log of `ws`.
-    pub fn wait_deliveries(&self, ws: &str, limit: Duration, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    pub fn wait_deliveries(
+        &self,
+        ws: &str,
+        limit: Duration,
+        what: &str,
+        pred: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
         let deadline = Instant::now() + limit;
         loop {
             let d = self.deliveries(ws);
             if pred(&d) {
                 return d;
             }
-            assert!(Instant::now() < deadline, "{what}: not within {limit:?}; deliveries: {d:#?}\nservice log:\n{}", self.log("serve"));
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {limit:?}; deliveries: {d:#?}\nservice log:\n{}",
+                self.log("serve")
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -260,7 +286,10 @@ impl Smtp {
 
 impl Drop for Smtp {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let _ = self.child.wait();
     }
 }
@@ -269,7 +298,11 @@ impl Drop for Smtp {
 pub fn mime(raw: &str) -> (HashMap<String, String>, String) {
     let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((raw, ""));
     let unfolded = head.replace("\r\n ", " ").replace("\r\n\t", " ");
-    let headers = unfolded.lines().filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string())).collect();
+    let headers = unfolded
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
     (headers, body.to_string())
 }
 

@@ -37,7 +37,10 @@ impl Reader {
         while Instant::now() < end {
             if let Some(Ok(m)) = self.consumer.poll(Duration::from_millis(50)) {
                 if let Some(p) = m.payload() {
-                    self.seen.push(serde_json::from_slice(p).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(p).into_owned())));
+                    self.seen.push(
+                        serde_json::from_slice(p)
+                            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(p).into_owned())),
+                    );
                 }
             }
         }

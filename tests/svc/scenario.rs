@@ -9,7 +9,8 @@ use super::{World, TOKEN};
 
 /// A JobResourcesAllocated event for nodes named `nodes` (one GPU each).
 pub fn allocated(event_id: &str, job: &str, nodes: &[&str], args: &str) -> String {
-    let nodes: Vec<Value> = nodes.iter().map(|n| serde_json::json!({ "name": n, "address": "127.0.0.1", "gpus": 1 })).collect();
+    let nodes: Vec<Value> =
+        nodes.iter().map(|n| serde_json::json!({ "name": n, "address": "127.0.0.1", "gpus": 1 })).collect();
     serde_json::json!({
         "version": 1, "type": "JobResourcesAllocated", "event_id": event_id, "job_id": job, "workspace_id": "ws-1",
         "attempt": 0, "framework": "PyTorch", "nodes": nodes,
@@ -37,7 +38,8 @@ pub fn two_node_pass(w: &mut World) {
     assert_eq!(started["job_id"], "job-1");
     assert_eq!(started["nodes"], serde_json::json!(["node-a", "node-b"]));
     let run_id = started["run_id"].as_str().expect("run_id").to_string();
-    let passed = out.wait_for(Duration::from_secs(90), "CheckPassed", |v| v["type"] == "CheckPassed" || v["type"] == "CheckFailed");
+    let passed = out
+        .wait_for(Duration::from_secs(90), "CheckPassed", |v| v["type"] == "CheckPassed" || v["type"] == "CheckFailed");
     assert_eq!(passed["type"], "CheckPassed", "{passed:#}\nserve log:\n{}", w.log("serve"));
     assert_eq!(passed["run_id"], run_id.as_str());
     assert_eq!(passed["cause_event_id"], "ev-1");
@@ -46,7 +48,8 @@ pub fn two_node_pass(w: &mut World) {
     let q = |sql: &str| w.sql(&sql.replace("RUN", &run_id));
     assert_eq!(q("SELECT state FROM runs WHERE run_id = 'RUN'"), ["CheckPassed"]);
     assert_eq!(q("SELECT state FROM transitions WHERE run_id = 'RUN' ORDER BY id"), ["Checking", "CheckPassed"]);
-    let mut checks = q("SELECT check_name || ':' || CAST(rank AS TEXT) || ':' || status FROM rank_results WHERE run_id = 'RUN'");
+    let mut checks =
+        q("SELECT check_name || ':' || CAST(rank AS TEXT) || ':' || status FROM rank_results WHERE run_id = 'RUN'");
     checks.sort();
     assert_eq!(checks, ["all-reduce:0:passed", "all-reduce:1:passed", "gemm:0:passed", "gemm:1:passed"]);
     let mut health = q("SELECT node_name || ':' || CAST(healthy AS TEXT) FROM node_health WHERE run_id = 'RUN'");
@@ -69,7 +72,12 @@ pub fn two_node_pass(w: &mut World) {
         std::thread::sleep(Duration::from_millis(100));
     }
     out.drain(Duration::from_secs(1));
-    assert_eq!(out.of("job-1", "SanityCheckStarted").len(), 1, "a duplicate event started a second run: {:#?}", out.seen);
+    assert_eq!(
+        out.of("job-1", "SanityCheckStarted").len(),
+        1,
+        "a duplicate event started a second run: {:#?}",
+        out.seen
+    );
     assert_eq!(w.sql("SELECT COUNT(*) FROM runs").first().map(String::as_str), Some("1"));
 }
 
@@ -85,16 +93,25 @@ pub fn crash_restart(w: &mut World) {
     w.kill("serve");
     // While the service is down: more job events (no check: EnableSanityCheck off).
     for i in 0..5 {
-        let mut ev: serde_json::Value = serde_json::from_str(&allocated(&format!("down-{i}"), &format!("job-down-{i}"), &["c-a"], "")).unwrap();
+        let mut ev: serde_json::Value =
+            serde_json::from_str(&allocated(&format!("down-{i}"), &format!("job-down-{i}"), &["c-a"], "")).unwrap();
         ev["settings"]["EnableSanityCheck"] = false.into();
         w.publish(ev.to_string().as_bytes());
     }
     w.serve();
-    let end = out.wait_for(Duration::from_secs(90), "the run's verdict", |v| v["job_id"] == "job-crash" && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed"));
+    let end = out.wait_for(Duration::from_secs(90), "the run's verdict", |v| {
+        v["job_id"] == "job-crash" && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed")
+    });
     assert_eq!(end["type"], "CheckPassed", "{end:#}\n{}", w.log("serve"));
-    assert!(w.log("serve").contains("resuming a run left in Checking"), "the run was not in flight at the kill:\n{}", w.log("serve"));
+    assert!(
+        w.log("serve").contains("resuming a run left in Checking"),
+        "the run was not in flight at the kill:\n{}",
+        w.log("serve")
+    );
     for i in 0..5 {
-        out.wait_for(Duration::from_secs(30), "CheckSkipped of an event sent while down", |v| v["job_id"] == format!("job-down-{i}").as_str());
+        out.wait_for(Duration::from_secs(30), "CheckSkipped of an event sent while down", |v| {
+            v["job_id"] == format!("job-down-{i}").as_str()
+        });
     }
     out.drain(Duration::from_secs(2));
     // No output event twice: unique ids, and one of each kind per job.

@@ -15,10 +15,9 @@ fn defaults_are_the_briefs() {
 
 #[test]
 fn briefs_example_string() {
-    let s = Settings::from_args_str(
-        "--sanity-check-timing=AfterJobFaultTolerant --sanity-check-timeout-ops=MarkJobFail",
-    )
-    .unwrap();
+    let s =
+        Settings::from_args_str("--sanity-check-timing=AfterJobFaultTolerant --sanity-check-timeout-ops=MarkJobFail")
+            .unwrap();
     assert_eq!(s.timing, Timing::AfterJobFaultTolerant);
     assert_eq!(s.timeout_ops, TimeoutOps::MarkJobFail);
     assert_eq!(s.micro_benchmarks, ["gemm", "all-reduce"]);

@@ -20,7 +20,12 @@ pub struct Launch;
 
 impl Launch {
     /// Starts the launcher; returns node 0's rendezvous port. Its end is sent on `exits`.
-    pub fn start(cfg: &AgentConfig, t: &Task, cancel: oneshot::Receiver<()>, exits: mpsc::UnboundedSender<NodeResult>) -> Result<Option<u16>> {
+    pub fn start(
+        cfg: &AgentConfig,
+        t: &Task,
+        cancel: oneshot::Receiver<()>,
+        exits: mpsc::UnboundedSender<NodeResult>,
+    ) -> Result<Option<u16>> {
         let dir = cfg.work_dir.join(&t.run_id);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let (addr, port, own_port) = match &t.master {
@@ -81,7 +86,9 @@ impl Launch {
             let report = if node_rank == 0 { read_report(&dir.join("report").join("report.json")) } else { None };
             let error = match &status {
                 Err(e) => Some(format!("waiting for the launcher: {e}")),
-                Ok(s) if !s.success() => last_error(&dir.join("launcher.log")).or_else(|| Some(format!("launcher ended: {s}"))),
+                Ok(s) if !s.success() => {
+                    last_error(&dir.join("launcher.log")).or_else(|| Some(format!("launcher ended: {s}")))
+                }
                 Ok(_) => None,
             };
             let _ = exits.send(NodeResult { run_id, node_rank, exit_code, report, error });

@@ -57,7 +57,13 @@ struct Sender {
 impl Sender {
     /// Queues `body` now (in order); the future resolves when the broker has it.
     fn enqueue(&self, body: &ReportBody) -> Option<impl std::future::Future<Output = Result<(), String>>> {
-        let r = AgentReport { version: WIRE_VERSION, node: self.node.clone(), agent_id: self.id.clone(), at: chrono::Utc::now(), body: body.clone() };
+        let r = AgentReport {
+            version: WIRE_VERSION,
+            node: self.node.clone(),
+            agent_id: self.id.clone(),
+            at: chrono::Utc::now(),
+            body: body.clone(),
+        };
         let payload = serde_json::to_string(&r).ok()?;
         match self.producer.send_result(FutureRecord::to(&self.topic).key(&self.node).payload(&payload)) {
             Ok(delivery) => Some(async move {
@@ -95,12 +101,22 @@ pub fn topics_error(e: gpusanity_ingest::kafka::TopicsError) -> anyhow::Error {
 /// Runs the agent until SIGTERM/SIGINT; its launchers are stopped before it returns.
 pub async fn run(cfg: AgentConfig) -> Result<()> {
     let k = &cfg.topics;
-    gpusanity_ingest::kafka::ensure_topics(&cfg.bootstrap, &[&k.agent_tasks, &k.agent_reports]).await.map_err(topics_error)?;
+    gpusanity_ingest::kafka::ensure_topics(&cfg.bootstrap, &[&k.agent_tasks, &k.agent_reports])
+        .await
+        .map_err(topics_error)?;
     let producer = gpusanity_ingest::kafka::producer(&cfg.bootstrap)?;
-    let consumer = gpusanity_ingest::kafka::tail_consumer(&cfg.bootstrap, &cfg.topics.agent_tasks).context("reading the agent-tasks topic")?;
+    let consumer = gpusanity_ingest::kafka::tail_consumer(&cfg.bootstrap, &cfg.topics.agent_tasks)
+        .context("reading the agent-tasks topic")?;
     std::fs::create_dir_all(&cfg.work_dir).with_context(|| format!("creating {}", cfg.work_dir.display()))?;
     let (exits, mut exited) = mpsc::unbounded_channel();
-    let mut agent = Agent { id: uuid::Uuid::new_v4().to_string(), cfg, producer, running: HashMap::new(), done: VecDeque::new(), exits };
+    let mut agent = Agent {
+        id: uuid::Uuid::new_v4().to_string(),
+        cfg,
+        producer,
+        running: HashMap::new(),
+        done: VecDeque::new(),
+        exits,
+    };
     tracing::info!(node = agent.cfg.node, agent_id = agent.id, "agent up");
     let mut beat = tokio::time::interval(agent.cfg.heartbeat);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -169,7 +185,12 @@ impl Agent {
     }
 
     fn clone_sender(&self) -> Sender {
-        Sender { producer: self.producer.clone(), topic: self.cfg.topics.agent_reports.clone(), node: self.cfg.node.clone(), id: self.id.clone() }
+        Sender {
+            producer: self.producer.clone(),
+            topic: self.cfg.topics.agent_reports.clone(),
+            node: self.cfg.node.clone(),
+            id: self.id.clone(),
+        }
     }
 
     fn enqueue(&self, body: &ReportBody) -> Option<impl std::future::Future<Output = Result<(), String>>> {
@@ -202,7 +223,8 @@ impl Agent {
     fn task(&mut self, t: Task) {
         // A repeated task (the service restarted): answer it again.
         if let Some(r) = self.running.get(&t.run_id) {
-            let body = ReportBody::Started { run_id: t.run_id.clone(), node_rank: r.node_rank, master_port: r.master_port };
+            let body =
+                ReportBody::Started { run_id: t.run_id.clone(), node_rank: r.node_rank, master_port: r.master_port };
             return self.send(body);
         }
         if let Some(res) = self.done.iter().find(|d| d.run_id == t.run_id).cloned() {
@@ -215,11 +237,25 @@ impl Agent {
         let (cancel_tx, cancel_rx) = oneshot::channel();
         match Launch::start(&self.cfg, &t, cancel_rx, self.exits.clone()) {
             Ok(port) => {
-                self.running.insert(t.run_id.clone(), Running { node_rank: t.node_rank, started: Instant::now(), master_port: port, cancel: Some(cancel_tx) });
+                self.running.insert(
+                    t.run_id.clone(),
+                    Running {
+                        node_rank: t.node_rank,
+                        started: Instant::now(),
+                        master_port: port,
+                        cancel: Some(cancel_tx),
+                    },
+                );
                 self.send(ReportBody::Started { run_id: t.run_id, node_rank: t.node_rank, master_port: port });
             }
             Err(e) => {
-                let res = NodeResult { run_id: t.run_id, node_rank: t.node_rank, exit_code: None, report: None, error: Some(format!("{e:#}")) };
+                let res = NodeResult {
+                    run_id: t.run_id,
+                    node_rank: t.node_rank,
+                    exit_code: None,
+                    report: None,
+                    error: Some(format!("{e:#}")),
+                };
                 self.exited(res);
             }
         }

@@ -109,9 +109,13 @@ pub struct LaunchTiming {
 /// Checks the calls of a [`Work`] list against the rules of [`Backend::run`]: distinct groups,
 /// distinct receive buffers, no buffer both sent and received, at most one GEMM; `elems` a
 /// multiple of the group size where the operation splits it.
-pub(crate) fn check_work(work: &[Work], group_size: impl Fn(GroupId) -> Result<usize, BackendError>) -> Result<(), BackendError> {
+pub(crate) fn check_work(
+    work: &[Work],
+    group_size: impl Fn(GroupId) -> Result<usize, BackendError>,
+) -> Result<(), BackendError> {
     let bad = |m: String| Err(BackendError::Device(m));
-    let calls: Vec<&CollCall> = work.iter().filter_map(|w| if let Work::Coll(c) = w { Some(c) } else { None }).collect();
+    let calls: Vec<&CollCall> =
+        work.iter().filter_map(|w| if let Work::Coll(c) = w { Some(c) } else { None }).collect();
     if work.iter().filter(|w| matches!(w, Work::Gemm)).count() > 1 {
         return bad("more than one GEMM in one run".into());
     }
@@ -286,11 +290,7 @@ pub trait Backend {
 }
 
 /// Which backend a worker opens.
-pub fn open(
-    kind: DeviceKind,
-    place: &WorkerPlace,
-    store: &mut StoreClient,
-) -> Result<Box<dyn Backend>, BackendError> {
+pub fn open(kind: DeviceKind, place: &WorkerPlace, store: &mut StoreClient) -> Result<Box<dyn Backend>, BackendError> {
     match kind {
         DeviceKind::Cpu => Ok(Box::new(cpu::CpuBackend::new(place, store)?)),
         DeviceKind::Cuda => Ok(Box::new(cuda::CudaBackend::new(place, store)?)),

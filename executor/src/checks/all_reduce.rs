@@ -21,7 +21,13 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let pattern = Pattern::new(world);
     let expected = pattern.expected_bytes(dtype);
     let cfg = ctx.configs.all_reduce.clone();
-    let sweep = Sweep { check: NAME, op: CollOp::AllReduce, collective: Collective::AllReduce, group: GroupId::WORLD, cfg: &cfg };
+    let sweep = Sweep {
+        check: NAME,
+        op: CollOp::AllReduce,
+        collective: Collective::AllReduce,
+        group: GroupId::WORLD,
+        cfg: &cfg,
+    };
     let points = run_sweep(ctx, &sweep, &pattern.input(rank), |out, _| count_wrong(out, &expected, dtype.size()))?;
     Ok(sweep_result(rank, points, dtype, "reduced"))
 }

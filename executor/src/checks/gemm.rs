@@ -67,7 +67,12 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     if check.bad > 0 {
         r.error = Some(format!(
             "{} of {} verified elements of C are wrong (first at row {}, col {}: got {}, expected {})",
-            check.bad, tile.t * tile.t, check.first.0, check.first.1, check.first.2, check.first.3
+            check.bad,
+            tile.t * tile.t,
+            check.first.0,
+            check.first.1,
+            check.first.2,
+            check.first.3
         ));
     }
     Ok(r)

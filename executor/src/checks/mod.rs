@@ -7,10 +7,10 @@ pub mod all_to_all;
 pub mod collective;
 pub mod gemm;
 pub mod kernel_launch;
+pub mod models;
 pub mod multi_all_reduce;
 pub mod network_connectivity;
 pub mod overlap;
-pub mod models;
 pub mod pair_bandwidth;
 
 use gpusanity_common::config::CheckConfigs;

@@ -37,16 +37,10 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
         }
         round += 1;
         ctx.progress.phase(NAME, "round", round as u64);
-        let mine = pairs
-            .iter()
-            .find(|p| p.contains(&place.node_rank))
-            .filter(|_| place.local_rank < rails);
+        let mine = pairs.iter().find(|p| p.contains(&place.node_rank)).filter(|_| place.local_rank < rails);
         if let Some(p) = mine {
             let rail = place.local_rank;
-            let members = [
-                place.node_ranks(p[0]).start + rail,
-                place.node_ranks(p[1]).start + rail,
-            ];
+            let members = [place.node_ranks(p[0]).start + rail, place.node_ranks(p[1]).start + rail];
             let key = format!("r{round}/{}-{}/{rail}", p[0], p[1]);
             let (gbps, bad) = measure(ctx, &key, &members)
                 .with_context(|| format!("link test between nodes {} and {}", p[0], p[1]))?;
@@ -56,39 +50,22 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
         for p in &pairs {
             let mut worst = f64::INFINITY;
             for rail in 0..rails {
-                let v = ctx.store.get(
-                    &format!("pairbw/r{round}/{}-{}/{rail}", p[0], p[1]),
-                    BARRIER_WAIT,
-                )?;
+                let v = ctx.store.get(&format!("pairbw/r{round}/{}-{}/{rail}", p[0], p[1]), BARRIER_WAIT)?;
                 worst = worst.min(v.parse::<f64>().unwrap_or(0.0));
             }
-            measured.push(PairBandwidth {
-                nodes: *p,
-                busbw_gbps: worst,
-                round,
-            });
+            measured.push(PairBandwidth { nodes: *p, busbw_gbps: worst, round });
         }
     }
-    let mut r = RankResult::new(
-        place.rank,
-        if wrong == 0 {
-            CheckStatus::Passed
-        } else {
-            CheckStatus::Failed
-        },
-    );
+    let mut r = RankResult::new(place.rank, if wrong == 0 { CheckStatus::Passed } else { CheckStatus::Failed });
     r.metrics.insert("rounds".into(), round as f64);
     r.metrics.insert("pairs".into(), measured.len() as f64);
     r.metrics.insert("wrong_elements".into(), wrong as f64);
     if let Some(min) = measured.iter().map(|p| p.busbw_gbps).reduce(f64::min) {
         r.metrics.insert("busbw_gbps_min".into(), min);
     }
-    r.notes
-        .insert("pair_matrix".into(), serde_json::to_string(&measured)?);
+    r.notes.insert("pair_matrix".into(), serde_json::to_string(&measured)?);
     if wrong > 0 {
-        r.error = Some(format!(
-            "{wrong} reduced elements are wrong in the link test"
-        ));
+        r.error = Some(format!("{wrong} reduced elements are wrong in the link test"));
     }
     Ok(r)
 }
@@ -110,14 +87,7 @@ fn measure(ctx: &mut CheckCtx<'_>, key: &str, members: &[usize; 2]) -> Result<(f
             times.push(t.elapsed().as_secs_f64());
         }
     }
-    let wrong = recv
-        .iter()
-        .enumerate()
-        .filter(|(i, v)| **v != ((i % 64) + ((i + 3) % 64)) as f32)
-        .count() as u64;
+    let wrong = recv.iter().enumerate().filter(|(i, v)| **v != ((i % 64) + ((i + 3) % 64)) as f32).count() as u64;
     let best = times.iter().copied().fold(f64::INFINITY, f64::min);
-    Ok((
-        busbw_gbps(Collective::AllReduce, 2, BYTES as u64, best),
-        wrong,
-    ))
+    Ok((busbw_gbps(Collective::AllReduce, 2, BYTES as u64, best), wrong))
 }

@@ -37,7 +37,11 @@ impl CoordinatorConfig {
         Duration::from_secs_f64(self.agent_wait_s)
     }
     pub fn validate(&self) -> Result<(), String> {
-        for (name, v) in [("agent_timeout_s", self.agent_timeout_s), ("agent_wait_s", self.agent_wait_s), ("deadline_grace_s", self.deadline_grace_s)] {
+        for (name, v) in [
+            ("agent_timeout_s", self.agent_timeout_s),
+            ("agent_wait_s", self.agent_wait_s),
+            ("deadline_grace_s", self.deadline_grace_s),
+        ] {
             if !(v.is_finite() && v > 0.0 && v < 7.0 * 86400.0) {
                 return Err(format!("coordinator.{name} must be a positive number of seconds, got {v}"));
             }

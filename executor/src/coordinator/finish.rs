@@ -28,7 +28,13 @@ pub struct Ending<'a> {
 
 /// Stores the end of `run` and queues its output events. False when the run had already ended
 /// (or was already held): nothing is written twice.
-pub async fn finish(db: &Db, topics: &Topics, report_url: &str, run: &RunRow, end: Ending<'_>) -> Result<bool, DbError> {
+pub async fn finish(
+    db: &Db,
+    topics: &Topics,
+    report_url: &str,
+    run: &RunRow,
+    end: Ending<'_>,
+) -> Result<bool, DbError> {
     let Ending { verdict, summary, report, extra } = end;
     let mut findings: Vec<Finding> = report.map(|r| r.findings.clone()).unwrap_or_default();
     findings.extend(extra.iter().cloned());
@@ -37,8 +43,12 @@ pub async fn finish(db: &Db, topics: &Topics, report_url: &str, run: &RunRow, en
     let mut tx = db.begin().await?;
     let changed = match &verdict {
         Verdict::Hold => runs::hold_run(&mut tx, &run.run_id, summary, report_json.as_deref()).await?,
-        Verdict::Passed => runs::finish_run(&mut tx, &run.run_id, RunState::CheckPassed, summary, report_json.as_deref()).await?,
-        Verdict::Failed(_) => runs::finish_run(&mut tx, &run.run_id, RunState::CheckFailed, summary, report_json.as_deref()).await?,
+        Verdict::Passed => {
+            runs::finish_run(&mut tx, &run.run_id, RunState::CheckPassed, summary, report_json.as_deref()).await?
+        }
+        Verdict::Failed(_) => {
+            runs::finish_run(&mut tx, &run.run_id, RunState::CheckFailed, summary, report_json.as_deref()).await?
+        }
     };
     if !changed {
         return Ok(false);
@@ -52,7 +62,12 @@ pub async fn finish(db: &Db, topics: &Topics, report_url: &str, run: &RunRow, en
     let body = match verdict {
         Verdict::Hold => None,
         Verdict::Passed => Some(OutputBody::CheckPassed { summary: summary.into(), report_url: url }),
-        Verdict::Failed(reason) => Some(OutputBody::CheckFailed { summary: summary.into(), faulty_nodes: faulty.clone(), report_url: url, reason }),
+        Verdict::Failed(reason) => Some(OutputBody::CheckFailed {
+            summary: summary.into(),
+            faulty_nodes: faulty.clone(),
+            report_url: url,
+            reason,
+        }),
     };
     let emit = |body| output_event(&run.job_id, &run.workspace_id, Some(&run.run_id), &run.cause_event_id, body);
     if let Some(body) = body {
@@ -64,7 +79,11 @@ pub async fn finish(db: &Db, topics: &Topics, report_url: &str, run: &RunRow, en
             .filter(|f| f.severity == Severity::Critical && finding_node(f, &run.nodes) == Some(node.as_str()))
             .map(|f| f.code.clone())
             .collect();
-        let body = OutputBody::NodeIsolated { node: node.clone(), reason: format!("critical finding(s) in run {}", run.run_id), codes };
+        let body = OutputBody::NodeIsolated {
+            node: node.clone(),
+            reason: format!("critical finding(s) in run {}", run.run_id),
+            codes,
+        };
         outbox::enqueue(&mut tx, &topics.output, &emit(body)).await?;
     }
     tx.commit().await?;
@@ -75,7 +94,11 @@ pub async fn finish(db: &Db, topics: &Topics, report_url: &str, run: &RunRow, en
 fn faulty_nodes(run: &RunRow, findings: &[Finding]) -> Vec<String> {
     run.nodes
         .iter()
-        .filter(|n| findings.iter().any(|f| f.severity == Severity::Critical && finding_node(f, &run.nodes) == Some(n.name.as_str())))
+        .filter(|n| {
+            findings
+                .iter()
+                .any(|f| f.severity == Severity::Critical && finding_node(f, &run.nodes) == Some(n.name.as_str()))
+        })
         .map(|n| n.name.clone())
         .collect()
 }
@@ -90,7 +113,14 @@ pub fn node_finding(run: &RunRow, k: usize, code: &str, message: String) -> Find
 
 /// A person's decision on a held run (KeepJobHang): pass or fail it. Errors: no such run, or
 /// not held.
-pub async fn resolve(db: &Db, topics: &Topics, report_url: &str, run_id: &str, pass: bool, note: &str) -> Result<Result<RunRow, String>, DbError> {
+pub async fn resolve(
+    db: &Db,
+    topics: &Topics,
+    report_url: &str,
+    run_id: &str,
+    pass: bool,
+    note: &str,
+) -> Result<Result<RunRow, String>, DbError> {
     let Some(run) = db.get_run(run_id).await? else { return Ok(Err(format!("no run `{run_id}`"))) };
     if run.state != RunState::Checking || !run.held {
         return Ok(Err(format!("run `{run_id}` is {} and not held by KeepJobHang", run.state.as_str())));

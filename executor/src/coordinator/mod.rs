@@ -69,7 +69,13 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    pub fn new(db: Db, topics: Topics, config: CoordinatorConfig, producer: FutureProducer, outbox_wake: Arc<Notify>) -> Self {
+    pub fn new(
+        db: Db,
+        topics: Topics,
+        config: CoordinatorConfig,
+        producer: FutureProducer,
+        outbox_wake: Arc<Notify>,
+    ) -> Self {
         Coordinator { db, topics, config, producer, outbox_wake, agents: Agents::default(), active: HashMap::new() }
     }
 
@@ -118,7 +124,15 @@ impl Coordinator {
 
     fn admit(&mut self, run: RunRow) {
         let settings: Settings = serde_json::from_value(run.settings.clone()).unwrap_or_default();
-        let a = Active { run, settings, phase: Phase::WaitAgents, since: Instant::now(), assigned: HashMap::new(), results: BTreeMap::new(), node0_done: None };
+        let a = Active {
+            run,
+            settings,
+            phase: Phase::WaitAgents,
+            since: Instant::now(),
+            assigned: HashMap::new(),
+            results: BTreeMap::new(),
+            node0_done: None,
+        };
         self.active.insert(a.run.run_id.clone(), a);
     }
 
@@ -155,10 +169,12 @@ impl Coordinator {
                     a.phase = Phase::Running;
                     a.since = Instant::now();
                     let others: Vec<usize> = (1..a.run.nodes.len()).collect();
-                    let cmds: Vec<AgentCommand> = others.iter().map(|&k| task(a, k, Some((addr.clone(), port)))).collect();
+                    let cmds: Vec<AgentCommand> =
+                        others.iter().map(|&k| task(a, k, Some((addr.clone(), port)))).collect();
                     for (k, c) in others.iter().zip(&cmds) {
                         // An agent unknown here counts as lost at the next tick.
-                        let id = self.agents.live(&c.node, Duration::MAX).map(|s| s.agent_id.clone()).unwrap_or_default();
+                        let id =
+                            self.agents.live(&c.node, Duration::MAX).map(|s| s.agent_id.clone()).unwrap_or_default();
                         a.assigned.insert(*k, id);
                     }
                     for c in cmds {
@@ -205,17 +221,43 @@ impl Coordinator {
             None => {
                 let why = res.error.clone().unwrap_or_else(|| format!("exit code {:?}", res.exit_code));
                 let mut findings = lost;
-                findings.push(node_finding(&a.run, 0, "DATA_PLANE_ERROR", format!("node 0's launcher ended without a report: {why}")));
-                self.end(run_id, Verdict::Failed(FailReason::Error), &format!("the check could not run: {why}"), None, findings).await
+                findings.push(node_finding(
+                    &a.run,
+                    0,
+                    "DATA_PLANE_ERROR",
+                    format!("node 0's launcher ended without a report: {why}"),
+                ));
+                self.end(
+                    run_id,
+                    Verdict::Failed(FailReason::Error),
+                    &format!("the check could not run: {why}"),
+                    None,
+                    findings,
+                )
+                .await
             }
         }
     }
 
     /// Ends a run (stored with its output events), stops its agents, forgets it.
-    async fn end(&mut self, run_id: &str, verdict: Verdict, summary: &str, report: Option<&Report>, extra: Vec<gpusanity_common::report::Finding>) -> Result<()> {
+    async fn end(
+        &mut self,
+        run_id: &str,
+        verdict: Verdict,
+        summary: &str,
+        report: Option<&Report>,
+        extra: Vec<gpusanity_common::report::Finding>,
+    ) -> Result<()> {
         let Some(a) = self.active.remove(run_id) else { return Ok(()) };
         tracing::info!(run_id, ?verdict, summary, "run ends");
-        finish(&self.db, &self.topics, &self.config.report_url, &a.run, Ending { verdict, summary, report, extra: &extra }).await?;
+        finish(
+            &self.db,
+            &self.topics,
+            &self.config.report_url,
+            &a.run,
+            Ending { verdict, summary, report, extra: &extra },
+        )
+        .await?;
         self.outbox_wake.notify_one();
         let pending = (0..a.run.nodes.len()).any(|k| !a.results.contains_key(&k));
         if pending {
@@ -236,16 +278,27 @@ impl Coordinator {
             let names: Vec<String> = a.run.nodes.iter().map(|n| n.name.clone()).collect();
             if now_ms > a.run.deadline_at + grace_ms {
                 let limit = a.settings.max_time_minutes;
-                let summary = format!("the run overran --sanity-check-max-time ({limit} min) and no verdict came from node 0");
-                let mut f = gpusanity_common::report::Finding::new(gpusanity_common::report::Severity::Critical, "RUN_TIMEOUT", "service", summary.clone());
+                let summary =
+                    format!("the run overran --sanity-check-max-time ({limit} min) and no verdict came from node 0");
+                let mut f = gpusanity_common::report::Finding::new(
+                    gpusanity_common::report::Severity::Critical,
+                    "RUN_TIMEOUT",
+                    "service",
+                    summary.clone(),
+                );
                 f.node_rank = None;
-                let v = if a.settings.timeout_ops == TimeoutOps::KeepJobHang { Verdict::Hold } else { Verdict::Failed(FailReason::TimedOut) };
+                let v = if a.settings.timeout_ops == TimeoutOps::KeepJobHang {
+                    Verdict::Hold
+                } else {
+                    Verdict::Failed(FailReason::TimedOut)
+                };
                 ends.push((id.clone(), v, summary, vec![f]));
                 continue;
             }
             match a.phase {
                 Phase::WaitAgents => {
-                    let missing: Vec<usize> = (0..names.len()).filter(|&k| self.agents.live(&names[k], timeout).is_none()).collect();
+                    let missing: Vec<usize> =
+                        (0..names.len()).filter(|&k| self.agents.live(&names[k], timeout).is_none()).collect();
                     if missing.is_empty() {
                         if let Some(s) = self.agents.live(&names[0], timeout) {
                             a.assigned.insert(0, s.agent_id.clone());
@@ -256,10 +309,22 @@ impl Coordinator {
                     } else if a.since.elapsed() > wait {
                         let findings = missing
                             .iter()
-                            .map(|&k| node_finding(&a.run, k, "NO_AGENT", format!("node {} has no live gpusanity agent", names[k])))
+                            .map(|&k| {
+                                node_finding(
+                                    &a.run,
+                                    k,
+                                    "NO_AGENT",
+                                    format!("node {} has no live gpusanity agent", names[k]),
+                                )
+                            })
                             .collect();
                         let list: Vec<&str> = missing.iter().map(|&k| names[k].as_str()).collect();
-                        ends.push((id.clone(), Verdict::Failed(FailReason::CheckFailed), format!("no live agent on node(s) {}", list.join(", ")), findings));
+                        ends.push((
+                            id.clone(),
+                            Verdict::Failed(FailReason::CheckFailed),
+                            format!("no live agent on node(s) {}", list.join(", ")),
+                            findings,
+                        ));
                     }
                 }
                 Phase::WaitMaster | Phase::Running => {
@@ -268,7 +333,8 @@ impl Coordinator {
                         .assigned
                         .iter()
                         .filter(|(k, agent_id)| {
-                            !a.results.contains_key(k) && self.agents.live(&names[**k], timeout).is_none_or(|s| &s.agent_id != *agent_id)
+                            !a.results.contains_key(k)
+                                && self.agents.live(&names[**k], timeout).is_none_or(|s| &s.agent_id != *agent_id)
                         })
                         .map(|(k, _)| *k)
                         .collect();
@@ -276,7 +342,14 @@ impl Coordinator {
                         let mut lost = lost;
                         lost.sort_unstable();
                         lost.iter()
-                            .map(|&k| node_finding(&a.run, k, "AGENT_LOST", format!("the agent of node {} went silent during the run", names[k])))
+                            .map(|&k| {
+                                node_finding(
+                                    &a.run,
+                                    k,
+                                    "AGENT_LOST",
+                                    format!("the agent of node {} went silent during the run", names[k]),
+                                )
+                            })
                             .collect()
                     };
                     if let Some(done) = a.node0_done {
@@ -288,8 +361,18 @@ impl Coordinator {
                         let summary = format!("lost the agent of node(s) {}", list.join(", "));
                         ends.push((id.clone(), Verdict::Failed(FailReason::CheckFailed), summary, lost_findings));
                     } else if a.phase == Phase::WaitMaster && a.since.elapsed() > wait {
-                        let f = node_finding(&a.run, 0, "AGENT_NO_START", format!("the agent of node {} did not start the run", names[0]));
-                        ends.push((id.clone(), Verdict::Failed(FailReason::CheckFailed), format!("node {} did not start the run", names[0]), vec![f]));
+                        let f = node_finding(
+                            &a.run,
+                            0,
+                            "AGENT_NO_START",
+                            format!("the agent of node {} did not start the run", names[0]),
+                        );
+                        ends.push((
+                            id.clone(),
+                            Verdict::Failed(FailReason::CheckFailed),
+                            format!("node {} did not start the run", names[0]),
+                            vec![f],
+                        ));
                     }
                 }
             }
@@ -308,7 +391,11 @@ impl Coordinator {
 
     fn cancel_agents(&self, a: &Active, reason: &str) {
         for n in &a.run.nodes {
-            let c = AgentCommand { version: WIRE_VERSION, node: n.name.clone(), body: CommandBody::Cancel { run_id: a.run.run_id.clone(), reason: reason.into() } };
+            let c = AgentCommand {
+                version: WIRE_VERSION,
+                node: n.name.clone(),
+                body: CommandBody::Cancel { run_id: a.run.run_id.clone(), reason: reason.into() },
+            };
             self.send(&c);
         }
     }
@@ -333,7 +420,8 @@ impl Coordinator {
 }
 
 fn task(a: &Active, k: usize, master: Option<(String, u16)>) -> AgentCommand {
-    let deadline = chrono::DateTime::<chrono::Utc>::from_timestamp_millis(a.run.deadline_at).unwrap_or_else(chrono::Utc::now);
+    let deadline =
+        chrono::DateTime::<chrono::Utc>::from_timestamp_millis(a.run.deadline_at).unwrap_or_else(chrono::Utc::now);
     AgentCommand {
         version: WIRE_VERSION,
         node: a.run.nodes[k].name.clone(),

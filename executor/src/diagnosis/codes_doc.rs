@@ -30,9 +30,6 @@ fn every_finding_code_is_documented() {
     }
     assert!(codes.len() >= 15, "{codes:?}");
     for code in codes {
-        assert!(
-            docs.contains(&format!("`{code}`")),
-            "{code} is not in docs/findings.md"
-        );
+        assert!(docs.contains(&format!("`{code}`")), "{code} is not in docs/findings.md");
     }
 }

@@ -12,16 +12,11 @@ pub fn attribute(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding
         .ranks
         .iter()
         .filter(|r| {
-            r.status == CheckStatus::Error
-                && !r.notes.contains_key("stopped")
-                && !r.notes.contains_key("node_lost")
+            r.status == CheckStatus::Error && !r.notes.contains_key("stopped") && !r.notes.contains_key("node_lost")
         })
         .collect();
-    let crashed: Vec<String> = errored
-        .iter()
-        .filter(|r| r.notes.contains_key("exit"))
-        .map(|r| r.rank.to_string())
-        .collect();
+    let crashed: Vec<String> =
+        errored.iter().filter(|r| r.notes.contains_key("exit")).map(|r| r.rank.to_string()).collect();
     // The rank that died first (by its exit time, when known): later deaths may be its
     // consequence (a peer gone), so they are warnings.
     let died_at = |r: &&RankResult| r.metrics.get("exit_unix_ms").copied();
@@ -35,15 +30,10 @@ pub fn attribute(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding
         // The first line is the status; the rest is the process's last output.
         let mut lines = why.lines();
         let head = lines.next().unwrap_or_default().to_string();
-        let tail: Vec<String> = lines
-            .filter(|l| !l.trim().is_empty() && *l != "last output:")
-            .map(str::to_string)
-            .collect();
-        let later =
-            first.filter(|(t, rank)| *rank != r.rank && died_at(r).is_some_and(|mine| mine > *t));
-        let (sev, code, msg, action) = if let (Some(exit), Some((t, rank))) =
-            (r.notes.get("exit"), later)
-        {
+        let tail: Vec<String> =
+            lines.filter(|l| !l.trim().is_empty() && *l != "last output:").map(str::to_string).collect();
+        let later = first.filter(|(t, rank)| *rank != r.rank && died_at(r).is_some_and(|mine| mine > *t));
+        let (sev, code, msg, action) = if let (Some(exit), Some((t, rank))) = (r.notes.get("exit"), later) {
             let after = died_at(r).unwrap_or(t) - t;
             (
                 Severity::Warning,

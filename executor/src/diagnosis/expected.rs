@@ -7,13 +7,7 @@ use gpusanity_common::report::Severity;
 /// The expected figure for `device`'s `check.metric` under `when`, and where `value` (higher
 /// is better) falls: below `critical` x expected critical, below `warn` x expected a warning.
 /// None when the table has no figure for this device and configuration (CPUs never do).
-pub fn judge(
-    device: &str,
-    check: &str,
-    metric: &str,
-    when: Conditions,
-    value: f64,
-) -> Option<(f64, Option<Severity>)> {
+pub fn judge(device: &str, check: &str, metric: &str, when: Conditions, value: f64) -> Option<(f64, Option<Severity>)> {
     let table = Expected::builtin();
     let e = table.lookup(device, check, metric, when)?.value;
     let sev = if value < table.bands.critical * e {
@@ -32,22 +26,10 @@ mod tests {
 
     #[test]
     fn bands_of_the_expected_figure() {
-        let when = Conditions {
-            size: Some(8192),
-            ..Default::default()
-        };
-        assert_eq!(
-            judge("NVIDIA H200", "gemm", "tflops", when, 770.0),
-            Some((690.0, None))
-        );
-        assert_eq!(
-            judge("NVIDIA H200", "gemm", "tflops", when, 600.0),
-            Some((690.0, Some(Severity::Warning)))
-        );
-        assert_eq!(
-            judge("NVIDIA H200", "gemm", "tflops", when, 400.0),
-            Some((690.0, Some(Severity::Critical)))
-        );
+        let when = Conditions { size: Some(8192), ..Default::default() };
+        assert_eq!(judge("NVIDIA H200", "gemm", "tflops", when, 770.0), Some((690.0, None)));
+        assert_eq!(judge("NVIDIA H200", "gemm", "tflops", when, 600.0), Some((690.0, Some(Severity::Warning))));
+        assert_eq!(judge("NVIDIA H200", "gemm", "tflops", when, 400.0), Some((690.0, Some(Severity::Critical))));
         assert_eq!(judge("Intel(R) Xeon(R)", "gemm", "tflops", when, 0.1), None);
     }
 }

@@ -27,13 +27,7 @@ pub const CHECK: &str = "pair-bandwidth";
 /// with a communication check (two nodes alone have nothing to compare their pair with). (On CPU no expected figure says whether a collective is slow, so the
 /// link test always runs there; the CUDA backend has no 2-member NCCL rail test yet.)
 pub fn with_link_test(mut checks: Vec<String>, device: DeviceKind, nnodes: usize) -> Vec<String> {
-    const COMM: &[&str] = &[
-        "all-reduce",
-        "all-to-all",
-        "all-gather",
-        "multi-all-reduce",
-        "matmul-all-reduce-overlap",
-    ];
+    const COMM: &[&str] = &["all-reduce", "all-to-all", "all-gather", "multi-all-reduce", "matmul-all-reduce-overlap"];
     let comm = checks.iter().any(|c| COMM.contains(&c.as_str()));
     if nnodes >= 3 && device == DeviceKind::Cpu && comm {
         checks.push(CHECK.into());
@@ -62,22 +56,10 @@ pub struct Links {
 pub fn classify(nnodes: usize, m: &[PairBandwidth]) -> Links {
     let best = m.iter().map(|p| p.busbw_gbps).fold(0.0, f64::max);
     let is_slow = |p: &PairBandwidth| p.busbw_gbps < SLOW_FRACTION * best;
-    let slow_pairs: Vec<[usize; 2]> = m
-        .iter()
-        .filter(|p| is_slow(p))
-        .map(|p| key(p.nodes[0], p.nodes[1]))
-        .collect();
-    let good: BTreeSet<usize> = m
-        .iter()
-        .filter(|p| !is_slow(p))
-        .flat_map(|p| p.nodes)
-        .collect();
+    let slow_pairs: Vec<[usize; 2]> = m.iter().filter(|p| is_slow(p)).map(|p| key(p.nodes[0], p.nodes[1])).collect();
+    let good: BTreeSet<usize> = m.iter().filter(|p| !is_slow(p)).flat_map(|p| p.nodes).collect();
     let partners = |n: usize| -> Vec<usize> {
-        slow_pairs
-            .iter()
-            .filter(|p| p.contains(&n))
-            .map(|p| if p[0] == n { p[1] } else { p[0] })
-            .collect()
+        slow_pairs.iter().filter(|p| p.contains(&n)).map(|p| if p[0] == n { p[1] } else { p[0] }).collect()
     };
     let mut slow_nodes = Vec::new();
     for n in (0..nnodes).filter(|n| !good.contains(n)) {
@@ -95,14 +77,7 @@ pub fn classify(nnodes: usize, m: &[PairBandwidth]) -> Links {
             unresolved.push(*p);
         }
     }
-    Links {
-        best,
-        slow_pairs,
-        good,
-        slow_nodes,
-        slow_links,
-        unresolved,
-    }
+    Links { best, slow_pairs, good, slow_nodes, slow_links, unresolved }
 }
 
 /// The pairs of the next round (empty: the test is over).
@@ -137,12 +112,7 @@ pub fn next_round(nnodes: usize, m: &[PairBandwidth]) -> Vec<[usize; 2]> {
             continue;
         }
         let free = |p: &usize| *p != s && !used.contains(p) && !measured.contains(&key(s, *p));
-        let partner = links
-            .good
-            .iter()
-            .copied()
-            .find(|p| free(p))
-            .or_else(|| (0..nnodes).find(|p| free(p)));
+        let partner = links.good.iter().copied().find(|p| free(p)).or_else(|| (0..nnodes).find(|p| free(p)));
         if let Some(p) = partner {
             used.insert(s);
             used.insert(p);
@@ -165,10 +135,7 @@ pub fn findings(
     links.slow_links.retain(|p| !explained(p));
     links.unresolved.retain(|p| !explained(p));
     let fig = |a: usize, b: usize| {
-        m.iter()
-            .find(|p| key(p.nodes[0], p.nodes[1]) == key(a, b))
-            .map(|p| p.busbw_gbps)
-            .unwrap_or(0.0)
+        m.iter().find(|p| key(p.nodes[0], p.nodes[1]) == key(a, b)).map(|p| p.busbw_gbps).unwrap_or(0.0)
     };
     let mut out = Vec::new();
     for &n in &links.slow_nodes {
@@ -200,20 +167,13 @@ pub fn findings(
     for (p, sev, why) in links
         .slow_links
         .iter()
-        .map(|p| {
-            (
-                p,
-                Severity::Critical,
-                "both nodes are fast with others: the link between them is slow",
-            )
-        })
-        .chain(links.unresolved.iter().map(|p| {
-            (
-                p,
-                Severity::Warning,
-                "no other pair tells whether a node or the link is slow",
-            )
-        }))
+        .map(|p| (p, Severity::Critical, "both nodes are fast with others: the link between them is slow"))
+        .chain(
+            links
+                .unresolved
+                .iter()
+                .map(|p| (p, Severity::Warning, "no other pair tells whether a node or the link is slow")),
+        )
     {
         let mut f = Finding::new(
             sev,
@@ -230,21 +190,15 @@ pub fn findings(
         f.pair = Some(*p);
         f.measured = Some(fig(p[0], p[1]));
         f.peers_median = Some(links.best);
-        f.action = Some(format!(
-            "inspect the path between {} and {} (cables, switch ports, routes)",
-            host(p[0]),
-            host(p[1])
-        ));
+        f.action =
+            Some(format!("inspect the path between {} and {} (cables, switch ports, routes)", host(p[0]), host(p[1])));
         out.push(f);
     }
     out
 }
 
 fn pairs_min(m: &[PairBandwidth], n: usize) -> f64 {
-    m.iter()
-        .filter(|p| p.nodes.contains(&n))
-        .map(|p| p.busbw_gbps)
-        .fold(f64::INFINITY, f64::min)
+    m.iter().filter(|p| p.nodes.contains(&n)).map(|p| p.busbw_gbps).fold(f64::INFINITY, f64::min)
 }
 
 #[cfg(test)]
@@ -262,11 +216,7 @@ mod tests {
             }
             rounds += 1;
             for p in next {
-                m.push(PairBandwidth {
-                    nodes: p,
-                    busbw_gbps: bw(p[0], p[1]),
-                    round: rounds,
-                });
+                m.push(PairBandwidth { nodes: p, busbw_gbps: bw(p[0], p[1]), round: rounds });
             }
         }
     }
@@ -276,10 +226,7 @@ mod tests {
         for n in [2, 3, 4, 7, 16] {
             let (m, rounds) = simulate(n, |a, b| 10.0 + (a + b) as f64 * 0.1);
             assert!(rounds <= 3, "{n}: {rounds}");
-            assert!(
-                findings(n, &m, |k| format!("n{k}"), &BTreeSet::new()).is_empty(),
-                "{n}"
-            );
+            assert!(findings(n, &m, |k| format!("n{k}"), &BTreeSet::new()).is_empty(), "{n}");
         }
     }
 
@@ -293,10 +240,7 @@ mod tests {
             assert!(rounds <= 4, "n {n}: {rounds} rounds");
             let f = findings(n, &m, |k| format!("n{k}"), &BTreeSet::new());
             assert_eq!(f.len(), 1);
-            assert_eq!(
-                (f[0].code.as_str(), f[0].node_rank),
-                ("NODE_COMM_SLOW", Some(bad))
-            );
+            assert_eq!((f[0].code.as_str(), f[0].node_rank), ("NODE_COMM_SLOW", Some(bad)));
         }
     }
 
@@ -307,16 +251,9 @@ mod tests {
         for (n, link) in [(4, [0, 1]), (5, [0, 2]), (8, [2, 3])] {
             let (m, _) = simulate(n, |a, b| if key(a, b) == link { 0.5 } else { 10.0 });
             let l = classify(n, &m);
-            assert_eq!(
-                (l.slow_nodes.clone(), l.slow_links.clone()),
-                (vec![], vec![link]),
-                "{l:?}"
-            );
+            assert_eq!((l.slow_nodes.clone(), l.slow_links.clone()), (vec![], vec![link]), "{l:?}");
             let f = findings(n, &m, |k| format!("n{k}"), &BTreeSet::new());
-            assert_eq!(
-                (f[0].code.as_str(), f[0].pair, f[0].severity),
-                ("LINK_SLOW", Some(link), Severity::Critical)
-            );
+            assert_eq!((f[0].code.as_str(), f[0].pair, f[0].severity), ("LINK_SLOW", Some(link), Severity::Critical));
         }
     }
 
@@ -324,31 +261,12 @@ mod tests {
     fn wrong_figures_are_not_waved_through() {
         // A node that is slow must not pass as good because its figures are merely "some".
         let m = vec![
-            PairBandwidth {
-                nodes: [0, 1],
-                busbw_gbps: 10.0,
-                round: 1,
-            },
-            PairBandwidth {
-                nodes: [0, 2],
-                busbw_gbps: 2.9,
-                round: 2,
-            },
-            PairBandwidth {
-                nodes: [1, 2],
-                busbw_gbps: 2.0,
-                round: 3,
-            },
+            PairBandwidth { nodes: [0, 1], busbw_gbps: 10.0, round: 1 },
+            PairBandwidth { nodes: [0, 2], busbw_gbps: 2.9, round: 2 },
+            PairBandwidth { nodes: [1, 2], busbw_gbps: 2.0, round: 3 },
         ];
         assert_eq!(classify(3, &m).slow_nodes, [2]);
-        let m = vec![
-            PairBandwidth {
-                nodes: [0, 2],
-                busbw_gbps: 3.1,
-                ..m[1].clone()
-            },
-            m[0].clone(),
-        ];
+        let m = vec![PairBandwidth { nodes: [0, 2], busbw_gbps: 3.1, ..m[1].clone() }, m[0].clone()];
         assert!(classify(3, &m).slow_nodes.is_empty());
     }
 }

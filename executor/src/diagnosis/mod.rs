@@ -12,6 +12,8 @@
 //!
 //! Every code is listed in docs/findings.md.
 
+#[cfg(test)]
+mod codes_doc;
 pub mod crash;
 pub mod expected;
 pub mod hang;
@@ -19,8 +21,6 @@ pub mod links;
 pub mod peers;
 pub mod remeasure;
 pub mod results;
-#[cfg(test)]
-mod codes_doc;
 #[cfg(test)]
 mod tests;
 pub mod verdict;
@@ -162,17 +162,12 @@ pub fn diagnose(
         if let Some(note) = c.ranks.iter().find_map(|r| r.notes.get("remeasured")) {
             remeasured.push(format!("{}: {note}", c.name));
         }
-        let critical = findings[before..]
-            .iter()
-            .any(|f| f.severity == Severity::Critical);
+        let critical = findings[before..].iter().any(|f| f.severity == Severity::Critical);
         c.status = if c.ranks.iter().any(|r| r.status == CheckStatus::TimedOut) {
             CheckStatus::TimedOut
         } else if c.ranks.iter().all(|r| r.status == CheckStatus::NotRun) {
             CheckStatus::NotRun
-        } else if !critical
-            && !c.ranks.is_empty()
-            && c.ranks.iter().all(|r| r.status == CheckStatus::NotApplicable)
-        {
+        } else if !critical && !c.ranks.is_empty() && c.ranks.iter().all(|r| r.status == CheckStatus::NotApplicable) {
             CheckStatus::NotApplicable
         } else if critical
             || c.ranks.iter().any(|r| !matches!(r.status, CheckStatus::Passed | CheckStatus::NotApplicable))
@@ -194,24 +189,12 @@ pub fn diagnose(
         (false, false) => RunStatus::Passed,
     };
     let summary = summarize(status, &findings, checks);
-    Diagnosis {
-        findings,
-        status,
-        summary,
-        remeasured,
-        pair_bandwidth,
-    }
+    Diagnosis { findings, status, summary, remeasured, pair_bandwidth }
 }
 
 /// Ranks below their peers or their expected figure. A rank re-measured by the workers
 /// carries both measurements as evidence.
-fn slow_ranks(
-    c: &CheckReport,
-    m: &Metric,
-    ranks: &[RankInfo],
-    bands: PeerBands,
-    findings: &mut Vec<Finding>,
-) {
+fn slow_ranks(c: &CheckReport, m: &Metric, ranks: &[RankInfo], bands: PeerBands, findings: &mut Vec<Finding>) {
     let info = |rank: usize| ranks.iter().find(|r| r.rank == rank);
     let figures: Figures = c
         .ranks
@@ -219,41 +202,23 @@ fn slow_ranks(
         .filter(|r| r.status == CheckStatus::Passed)
         .filter_map(|r| Some((r.rank, info(r.rank)?.device.clone(), *r.metrics.get(m.key)?)))
         .collect();
-    let single_node = ranks
-        .iter()
-        .all(|r| r.node_rank == ranks.first().map_or(0, |f| f.node_rank));
-    let judged = peers::judge(
-        &c.name,
-        m.key,
-        &figures,
-        bands,
-        Conditions::from_config(&c.config, single_node),
-    );
+    let single_node = ranks.iter().all(|r| r.node_rank == ranks.first().map_or(0, |f| f.node_rank));
+    let judged = peers::judge(&c.name, m.key, &figures, bands, Conditions::from_config(&c.config, single_node));
     let below: Vec<_> = judged.iter().filter(|j| j.severity().is_some()).collect();
     let first_key = format!("first_{}", m.key);
     // A collective measured alike by every rank: one finding for the job.
     if m.collective && !below.is_empty() && below.len() == judged.len() {
         let j = below[0];
-        let sev = below
-            .iter()
-            .filter_map(|j| j.severity())
-            .max()
-            .unwrap_or(Severity::Warning);
+        let sev = below.iter().filter_map(|j| j.severity()).max().unwrap_or(Severity::Warning);
         let mut f = Finding::new(
             sev,
             m.below,
             &c.name,
-            format!(
-                "{:.1} {}, below the {:.1} a healthy device reaches",
-                j.value,
-                m.unit,
-                j.expected.unwrap_or(0.0)
-            ),
+            format!("{:.1} {}, below the {:.1} a healthy device reaches", j.value, m.unit, j.expected.unwrap_or(0.0)),
         );
         f.measured = Some(j.value);
         f.expected = j.expected;
-        f.action =
-            Some("inspect the interconnect (NVLink/NIC state, topology, NCCL settings)".into());
+        f.action = Some("inspect the interconnect (NVLink/NIC state, topology, NCCL settings)".into());
         findings.push(f);
         return;
     }
@@ -287,19 +252,14 @@ fn slow_ranks(
         f.peers_mad = Some(j.stats.mad).filter(|_| figures.len() >= 2);
         f.score = Some(j.stats.score(j.value)).filter(|s| s.is_finite());
         f.expected = j.expected;
-        if let Some(first) = c
-            .ranks
-            .iter()
-            .find(|r| r.rank == j.rank)
-            .and_then(|r| r.metrics.get(&first_key))
-        {
-            f.evidence.push(format!(
-                "slow in both measurements: first {first:.2}, re-measured {:.2} {}",
-                j.value, m.unit
-            ));
+        if let Some(first) = c.ranks.iter().find(|r| r.rank == j.rank).and_then(|r| r.metrics.get(&first_key)) {
+            f.evidence
+                .push(format!("slow in both measurements: first {first:.2}, re-measured {:.2} {}", j.value, m.unit));
         }
         f.action = Some(match sev {
-            Severity::Critical => "exclude the node; check the device's clocks, temperature, power and other processes on it".into(),
+            Severity::Critical => {
+                "exclude the node; check the device's clocks, temperature, power and other processes on it".into()
+            }
             Severity::Warning => "watch the node: below its band but not far enough to exclude it".into(),
         });
         findings.push(f);
@@ -307,11 +267,7 @@ fn slow_ranks(
 }
 
 /// The link test's findings and its figures (the same on every rank: the first rank's).
-fn link_findings(
-    c: &CheckReport,
-    ranks: &[RankInfo],
-    findings: &mut Vec<Finding>,
-) -> Vec<PairBandwidth> {
+fn link_findings(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) -> Vec<PairBandwidth> {
     let Some(m) = c
         .ranks
         .iter()
@@ -321,18 +277,8 @@ fn link_findings(
         return Vec::new();
     };
     let nnodes = ranks.iter().map(|r| r.node_rank + 1).max().unwrap_or(0);
-    let host = |n: usize| {
-        ranks
-            .iter()
-            .find(|r| r.node_rank == n)
-            .map(|r| r.host.clone())
-            .unwrap_or_default()
-    };
-    let known_bad = findings
-        .iter()
-        .filter(|f| f.severity == Severity::Critical)
-        .filter_map(|f| f.node_rank)
-        .collect();
+    let host = |n: usize| ranks.iter().find(|r| r.node_rank == n).map(|r| r.host.clone()).unwrap_or_default();
+    let known_bad = findings.iter().filter(|f| f.severity == Severity::Critical).filter_map(|f| f.node_rank).collect();
     findings.extend(links::findings(nnodes, &m, host, &known_bad));
     m
 }
@@ -381,6 +327,7 @@ fn figure(x: f64) -> String {
 #[cfg(test)]
 #[test]
 fn figures_keep_their_significant_digits() {
-    let shown: Vec<String> = [690.04, 12.46, 4.56789, 0.3141, 0.008123, 0.0, f64::NAN].into_iter().map(figure).collect();
+    let shown: Vec<String> =
+        [690.04, 12.46, 4.56789, 0.3141, 0.008123, 0.0, f64::NAN].into_iter().map(figure).collect();
     assert_eq!(shown, ["690.0", "12.5", "4.57", "0.314", "0.00812", "0.0", "NaN"]);
 }

@@ -30,10 +30,7 @@ impl PeerStats {
     pub fn of(values: &[f64]) -> PeerStats {
         let mid = median(values);
         let dev: Vec<f64> = values.iter().map(|v| (v - mid).abs()).collect();
-        PeerStats {
-            median: mid,
-            mad: median(&dev),
-        }
+        PeerStats { median: mid, mad: median(&dev) }
     }
 
     /// (v - median) / (1.4826 MAD); -inf/+inf/0 when the peers do not spread at all.
@@ -91,15 +88,8 @@ impl PeerBands {
     /// `slow_fraction` is the critical band; the warning band lies halfway to the median. On
     /// CPU (`noisy`) there is no warning band: two processes sharing cores spread too much.
     pub fn new(slow_fraction: f64, noisy: bool) -> PeerBands {
-        let warn = if noisy {
-            slow_fraction
-        } else {
-            slow_fraction + (1.0 - slow_fraction) / 2.0
-        };
-        PeerBands {
-            warn,
-            critical: slow_fraction,
-        }
+        let warn = if noisy { slow_fraction } else { slow_fraction + (1.0 - slow_fraction) / 2.0 };
+        PeerBands { warn, critical: slow_fraction }
     }
 }
 
@@ -109,31 +99,17 @@ pub type Figures = Vec<(usize, String, f64)>;
 /// Judges every rank's figure (higher is better) against its peers (the other ranks of its
 /// device model: the rank itself does not pull the median) and against the expected figure
 /// for its model under `when`.
-pub fn judge(
-    check: &str,
-    metric: &str,
-    figures: &Figures,
-    bands: PeerBands,
-    when: Conditions,
-) -> Vec<Judged> {
+pub fn judge(check: &str, metric: &str, figures: &Figures, bands: PeerBands, when: Conditions) -> Vec<Judged> {
     let mut out = Vec::new();
     for (rank, device, value) in figures {
         // The rank's peers: the other ranks of its device model.
-        let group: Vec<f64> = figures
-            .iter()
-            .filter(|(r, d, _)| d == device && r != rank)
-            .map(|(_, _, v)| *v)
-            .collect();
+        let group: Vec<f64> = figures.iter().filter(|(r, d, _)| d == device && r != rank).map(|(_, _, v)| *v).collect();
         let stats = PeerStats::of(&group);
         let vs_peers = if group.is_empty() {
             None
         } else {
             let rel = stats.relative(*value);
-            let score = if group.len() >= MIN_PEERS_FOR_SCORE {
-                stats.score(*value)
-            } else {
-                f64::NEG_INFINITY
-            };
+            let score = if group.len() >= MIN_PEERS_FOR_SCORE { stats.score(*value) } else { f64::NEG_INFINITY };
             if rel < bands.critical && score < MAX_SCORE {
                 Some(Severity::Critical)
             } else if rel < bands.warn && score < MAX_SCORE {
@@ -142,31 +118,17 @@ pub fn judge(
                 None
             }
         };
-        let (expected, vs_expected) =
-            match super::expected::judge(device, check, metric, when, *value) {
-                Some((e, sev)) => (Some(e), sev),
-                None => (None, None),
-            };
-        out.push(Judged {
-            rank: *rank,
-            value: *value,
-            stats,
-            expected,
-            vs_peers,
-            vs_expected,
-        });
+        let (expected, vs_expected) = match super::expected::judge(device, check, metric, when, *value) {
+            Some((e, sev)) => (Some(e), sev),
+            None => (None, None),
+        };
+        out.push(Judged { rank: *rank, value: *value, stats, expected, vs_peers, vs_expected });
     }
     out
 }
 
 /// The ranks that a worker re-measures for: critical against peers or expected.
-pub fn critical_ranks(
-    check: &str,
-    metric: &str,
-    figures: &Figures,
-    bands: PeerBands,
-    when: Conditions,
-) -> Vec<usize> {
+pub fn critical_ranks(check: &str, metric: &str, figures: &Figures, bands: PeerBands, when: Conditions) -> Vec<usize> {
     judge(check, metric, figures, bands, when)
         .into_iter()
         .filter(|j| j.severity() == Some(Severity::Critical))
@@ -179,10 +141,7 @@ mod tests {
     use super::*;
 
     fn figs(v: &[f64]) -> Figures {
-        v.iter()
-            .enumerate()
-            .map(|(i, x)| (i, "cpu".to_string(), *x))
-            .collect()
+        v.iter().enumerate().map(|(i, x)| (i, "cpu".to_string(), *x)).collect()
     }
 
     #[test]
@@ -198,63 +157,29 @@ mod tests {
     #[test]
     fn bands_name_a_slow_rank_and_spare_a_noisy_group() {
         let b = PeerBands::new(0.5, true);
-        let j = judge(
-            "gemm",
-            "tflops",
-            &figs(&[10.0, 10.5, 3.0, 9.8]),
-            b,
-            Conditions::default(),
-        );
-        let named: Vec<_> = j
-            .iter()
-            .filter(|j| j.severity().is_some())
-            .map(|j| j.rank)
-            .collect();
+        let j = judge("gemm", "tflops", &figs(&[10.0, 10.5, 3.0, 9.8]), b, Conditions::default());
+        let named: Vec<_> = j.iter().filter(|j| j.severity().is_some()).map(|j| j.rank).collect();
         assert_eq!(named, [2]);
         // Peers that spread widely: the low one is not clear of the spread.
-        let j = judge(
-            "gemm",
-            "tflops",
-            &figs(&[10.0, 2.0, 18.0, 4.0, 16.0]),
-            b,
-            Conditions::default(),
-        );
+        let j = judge("gemm", "tflops", &figs(&[10.0, 2.0, 18.0, 4.0, 16.0]), b, Conditions::default());
         assert!(j.iter().all(|j| j.severity().is_none()), "{j:?}");
         // A warning band on GPU.
         let b = PeerBands::new(0.8, false);
         assert!((b.warn - 0.9).abs() < 1e-12);
-        let j = judge(
-            "gemm",
-            "tflops",
-            &figs(&[100.0, 101.0, 85.0, 100.0]),
-            b,
-            Conditions::default(),
-        );
+        let j = judge("gemm", "tflops", &figs(&[100.0, 101.0, 85.0, 100.0]), b, Conditions::default());
         assert_eq!(j[2].vs_peers, Some(Severity::Warning));
     }
 
     #[test]
     fn a_rank_alone_is_judged_against_its_expected_figure() {
         let f = vec![(0, "NVIDIA H200".to_string(), 500.0)];
-        let when = Conditions {
-            size: Some(8192),
-            ..Default::default()
-        };
+        let when = Conditions { size: Some(8192), ..Default::default() };
         let j = judge("gemm", "tflops", &f, PeerBands::new(0.8, false), when);
-        assert_eq!(
-            (j[0].vs_peers, j[0].vs_expected, j[0].expected),
-            (None, Some(Severity::Critical), Some(690.0))
-        );
+        assert_eq!((j[0].vs_peers, j[0].vs_expected, j[0].expected), (None, Some(Severity::Critical), Some(690.0)));
         let f = vec![(0, "NVIDIA H200".to_string(), 600.0)];
         let j = judge("gemm", "tflops", &f, PeerBands::new(0.8, false), when);
         assert_eq!(j[0].vs_expected, Some(Severity::Warning));
-        let f = vec![
-            (0, "NVIDIA H200".to_string(), 760.0),
-            (1, "NVIDIA H200".to_string(), 300.0),
-        ];
-        assert_eq!(
-            critical_ranks("gemm", "tflops", &f, PeerBands::new(0.8, false), when),
-            [1]
-        );
+        let f = vec![(0, "NVIDIA H200".to_string(), 760.0), (1, "NVIDIA H200".to_string(), 300.0)];
+        assert_eq!(critical_ranks("gemm", "tflops", &f, PeerBands::new(0.8, false), when), [1]);
     }
 }

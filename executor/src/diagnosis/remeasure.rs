@@ -22,22 +22,14 @@ struct Figure {
 pub fn run(name: &str, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
     let first_faults = ctx.faults.first_attempt();
     let first = {
-        let mut c = CheckCtx {
-            faults: &first_faults,
-            ..reborrow(ctx)
-        };
+        let mut c = CheckCtx { faults: &first_faults, ..reborrow(ctx) };
         checks::run(name, &mut c)
     };
     let Some(m) = super::metric_of(name) else {
         return first;
     };
-    let value = (first.status == CheckStatus::Passed)
-        .then(|| first.metrics.get(m.key).copied())
-        .flatten();
-    let fig = Figure {
-        device: device.to_string(),
-        value,
-    };
+    let value = (first.status == CheckStatus::Passed).then(|| first.metrics.get(m.key).copied()).flatten();
+    let fig = Figure { device: device.to_string(), value };
     let figures = match exchange(ctx, name, &fig) {
         Ok(f) => f,
         Err(e) => {
@@ -50,20 +42,14 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
         _ => serde_json::to_value(&ctx.configs.all_reduce).unwrap_or_default(),
     };
     let when = gpusanity_common::expected::Conditions::from_config(&config, ctx.place.node_sizes.len() == 1);
-    let bands = PeerBands::new(
-        ctx.configs.slow_fraction,
-        ctx.backend.kind() == gpusanity_common::report::DeviceKind::Cpu,
-    );
+    let bands =
+        PeerBands::new(ctx.configs.slow_fraction, ctx.backend.kind() == gpusanity_common::report::DeviceKind::Cpu);
     let slow = peers::critical_ranks(name, m.key, &figures, bands, when);
     if slow.is_empty() {
         return first;
     }
     let list: Vec<String> = slow.iter().map(|r| r.to_string()).collect();
-    tracing::info!(
-        check = name,
-        "re-measuring: ranks {} were slow",
-        list.join(", ")
-    );
+    tracing::info!(check = name, "re-measuring: ranks {} were slow", list.join(", "));
     ctx.progress.phase(name, "re-measure", 0);
     // Fresh store keys, so that the check's own barriers synchronize the ranks again.
     ctx.store.set_namespace(&format!("remeasure/{name}/"));
@@ -76,10 +62,7 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
         .collect();
     second.notes.insert(
         "remeasured".into(),
-        format!(
-            "re-measured on every rank after a slow first measurement ({})",
-            firsts.join(", ")
-        ),
+        format!("re-measured on every rank after a slow first measurement ({})", firsts.join(", ")),
     );
     if let Some(v) = value {
         second.metrics.insert(format!("first_{}", m.key), v);
@@ -101,12 +84,10 @@ fn reborrow<'b>(ctx: &'b mut CheckCtx<'_>) -> CheckCtx<'b> {
 /// Publishes this rank's figure and reads every rank's (the same list on every rank).
 fn exchange(ctx: &mut CheckCtx<'_>, name: &str, fig: &Figure) -> anyhow::Result<peers::Figures> {
     let (rank, world) = (ctx.place.rank, ctx.place.world);
-    ctx.store
-        .set(&format!("diag/{name}/{rank}"), &serde_json::to_string(fig)?)?;
+    ctx.store.set(&format!("diag/{name}/{rank}"), &serde_json::to_string(fig)?)?;
     let mut out = Vec::new();
     for r in 0..world {
-        let f: Figure =
-            serde_json::from_str(&ctx.store.get(&format!("diag/{name}/{r}"), BARRIER_WAIT)?)?;
+        let f: Figure = serde_json::from_str(&ctx.store.get(&format!("diag/{name}/{r}"), BARRIER_WAIT)?)?;
         if let Some(v) = f.value {
             out.push((r, f.device, v));
         }

@@ -19,16 +19,10 @@ pub fn wrong_results(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Fin
             links::CHECK => "LINK_WRONG_RESULT",
             other => crate::diagnosis_micro::wrong_code(other),
         };
-        let why = r
-            .error
-            .clone()
-            .unwrap_or_else(|| "verification failed".into());
-        let mut f = place(
-            Finding::new(Severity::Critical, code, &c.name, why),
-            ranks,
-            r.rank,
-        );
-        f.action = Some("exclude the node; the device computes or moves data wrongly (reset the GPU, then re-check)".into());
+        let why = r.error.clone().unwrap_or_else(|| "verification failed".into());
+        let mut f = place(Finding::new(Severity::Critical, code, &c.name, why), ranks, r.rank);
+        f.action =
+            Some("exclude the node; the device computes or moves data wrongly (reset the GPU, then re-check)".into());
         findings.push(f);
     }
     if c.name == "gemm" {
@@ -41,14 +35,8 @@ pub fn wrong_results(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Fin
 fn hash_disagreement(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) {
     let mut by_device: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
     for r in &c.ranks {
-        if let (Some(h), Some(i)) = (
-            r.notes.get("result_hash"),
-            ranks.iter().find(|i| i.rank == r.rank),
-        ) {
-            by_device
-                .entry(i.device.as_str())
-                .or_default()
-                .push((r.rank, h.as_str()));
+        if let (Some(h), Some(i)) = (r.notes.get("result_hash"), ranks.iter().find(|i| i.rank == r.rank)) {
+            by_device.entry(i.device.as_str()).or_default().push((r.rank, h.as_str()));
         }
     }
     for group in by_device.values() {
@@ -59,40 +47,18 @@ fn hash_disagreement(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Fin
         if counts.len() < 2 {
             continue;
         }
-        let (major, n) = counts
-            .iter()
-            .max_by_key(|(_, n)| **n)
-            .map(|(h, n)| (*h, *n))
-            .unwrap_or(("", 0));
+        let (major, n) = counts.iter().max_by_key(|(_, n)| **n).map(|(h, n)| (*h, *n)).unwrap_or(("", 0));
         if 2 * n > group.len() {
             for (rank, h) in group.iter().filter(|(_, h)| *h != major) {
                 let msg = format!("GEMM result differs from the majority of its peers (hash {h}, majority {major})");
-                let mut f = place(
-                    Finding::new(Severity::Critical, "GEMM_RESULT_MISMATCH", &c.name, msg),
-                    ranks,
-                    *rank,
-                );
-                f.action = Some(
-                    "exclude the node; the device computes wrongly (reset the GPU, then re-check)"
-                        .into(),
-                );
+                let mut f = place(Finding::new(Severity::Critical, "GEMM_RESULT_MISMATCH", &c.name, msg), ranks, *rank);
+                f.action = Some("exclude the node; the device computes wrongly (reset the GPU, then re-check)".into());
                 findings.push(f);
             }
         } else {
-            let list: Vec<String> = group
-                .iter()
-                .map(|(r, h)| format!("rank {r}: {h}"))
-                .collect();
-            let msg = format!(
-                "GEMM results differ between ranks with no majority ({})",
-                list.join(", ")
-            );
-            findings.push(Finding::new(
-                Severity::Warning,
-                "GEMM_RESULT_MISMATCH",
-                &c.name,
-                msg,
-            ));
+            let list: Vec<String> = group.iter().map(|(r, h)| format!("rank {r}: {h}")).collect();
+            let msg = format!("GEMM results differ between ranks with no majority ({})", list.join(", "));
+            findings.push(Finding::new(Severity::Warning, "GEMM_RESULT_MISMATCH", &c.name, msg));
         }
     }
 }

@@ -38,10 +38,7 @@ fn gemm_rank(rank: usize, tflops: f64, hash: &str) -> RankResult {
 }
 
 fn codes(d: &Diagnosis) -> Vec<(String, Option<usize>)> {
-    d.findings
-        .iter()
-        .map(|f| (f.code.clone(), f.rank))
-        .collect()
+    d.findings.iter().map(|f| (f.code.clone(), f.rank)).collect()
 }
 
 #[test]
@@ -63,48 +60,28 @@ fn a_slow_rank_is_named_against_peers_of_its_own_model() {
     assert_eq!(d.findings[0].peers_median, Some(765.0));
     assert_eq!(c[0].status, CheckStatus::Failed);
     assert_eq!(d.status, RunStatus::Failed);
-    assert!(
-        d.summary.contains("GEMM_SLOW in gemm (rank 2 on n1)"),
-        "{}",
-        d.summary
-    );
+    assert!(d.summary.contains("GEMM_SLOW in gemm (rank 2 on n1)"), "{}", d.summary);
     assert!(d.findings[0].score.is_some_and(|s| s < -3.0));
 }
 
 #[test]
 fn a_clean_run_passes_with_no_finding() {
     let info = ranks(&["H200", "H200"]);
-    let mut c = vec![check(
-        "gemm",
-        vec![gemm_rank(0, 760.0, "a"), gemm_rank(1, 770.0, "a")],
-    )];
+    let mut c = vec![check("gemm", vec![gemm_rank(0, 760.0, "a"), gemm_rank(1, 770.0, "a")])];
     let d = diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda);
     assert!(d.findings.is_empty());
-    assert_eq!(
-        (d.status, c[0].status),
-        (RunStatus::Passed, CheckStatus::Passed)
-    );
+    assert_eq!((d.status, c[0].status), (RunStatus::Passed, CheckStatus::Passed));
 }
 
 #[test]
 fn a_product_differing_from_the_majority_is_named_without_a_majority_warned() {
     let info = ranks(&["H200", "H200", "H200"]);
-    let mut c = vec![check(
-        "gemm",
-        vec![
-            gemm_rank(0, 760.0, "a"),
-            gemm_rank(1, 760.0, "x"),
-            gemm_rank(2, 760.0, "a"),
-        ],
-    )];
+    let mut c = vec![check("gemm", vec![gemm_rank(0, 760.0, "a"), gemm_rank(1, 760.0, "x"), gemm_rank(2, 760.0, "a")])];
     let d = diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda);
     assert_eq!(codes(&d), [("GEMM_RESULT_MISMATCH".to_string(), Some(1))]);
 
     let info = ranks(&["H200", "H200"]);
-    let mut c = vec![check(
-        "gemm",
-        vec![gemm_rank(0, 760.0, "a"), gemm_rank(1, 760.0, "x")],
-    )];
+    let mut c = vec![check("gemm", vec![gemm_rank(0, 760.0, "a"), gemm_rank(1, 760.0, "x")])];
     let d = diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda);
     assert_eq!(d.findings.len(), 1);
     assert_eq!(d.findings[0].severity, Severity::Warning);
@@ -122,41 +99,19 @@ fn hung(rank: usize, age: f64, seq: f64) -> RankResult {
 fn hang_culprits_apart_from_waiters() {
     let info = ranks(&["cpu", "cpu", "cpu"]);
     // A stopped process outranks progress counts.
-    let mut c = vec![check(
-        "all-reduce",
-        vec![hung(0, 0.1, 3.0), hung(1, 9.0, 7.0), hung(2, 0.2, 3.0)],
-    )];
+    let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 3.0), hung(1, 9.0, 7.0), hung(2, 0.2, 3.0)])];
     let d = diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu);
     assert_eq!(codes(&d), [("TEST_HANG".to_string(), Some(1))]);
-    assert!(
-        d.findings[0].message.contains("ranks 0, 2 were waiting"),
-        "{}",
-        d.findings[0].message
-    );
-    assert_eq!(
-        (d.status, c[0].status),
-        (RunStatus::TimedOut, CheckStatus::TimedOut)
-    );
+    assert!(d.findings[0].message.contains("ranks 0, 2 were waiting"), "{}", d.findings[0].message);
+    assert_eq!((d.status, c[0].status), (RunStatus::TimedOut, CheckStatus::TimedOut));
     // All alive: the rank that made the least progress.
-    let mut c = vec![check(
-        "all-reduce",
-        vec![hung(0, 0.1, 9.0), hung(1, 0.1, 2.0), hung(2, 0.2, 9.0)],
-    )];
+    let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 9.0), hung(1, 0.1, 2.0), hung(2, 0.2, 9.0)])];
     assert_eq!(
-        codes(&diagnose(
-            &mut c,
-            &info,
-            0.5,
-            Overrun::Test,
-            DeviceKind::Cpu
-        )),
+        codes(&diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu)),
         [("TEST_HANG".to_string(), Some(1))]
     );
     // Out of time overall with everyone alive: nobody is blamed.
-    let mut c = vec![check(
-        "all-reduce",
-        vec![hung(0, 0.1, 9.0), hung(1, 0.1, 2.0), hung(2, 0.2, 9.0)],
-    )];
+    let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 9.0), hung(1, 0.1, 2.0), hung(2, 0.2, 9.0)])];
     let d = diagnose(&mut c, &info, 0.5, Overrun::Run, DeviceKind::Cpu);
     assert!(d.findings.is_empty());
     assert_eq!(d.status, RunStatus::TimedOut);
@@ -167,13 +122,9 @@ fn ranks_stopped_because_of_another_are_not_blamed() {
     let info = ranks(&["cpu", "cpu"]);
     let mut crashed = RankResult::new(0, CheckStatus::Error);
     crashed.error = Some("killed by signal SIGKILL".into());
-    crashed
-        .notes
-        .insert("exit".into(), "killed by signal SIGKILL".into());
+    crashed.notes.insert("exit".into(), "killed by signal SIGKILL".into());
     let mut stopped = RankResult::new(1, CheckStatus::Error);
-    stopped
-        .notes
-        .insert("stopped".into(), "stopped after rank 0 failed".into());
+    stopped.notes.insert("stopped".into(), "stopped after rank 0 failed".into());
     let mut c = vec![check("gemm", vec![crashed, stopped])];
     let d = diagnose(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cuda);
     assert_eq!(codes(&d), [("WORKER_CRASHED".to_string(), Some(0))]);
@@ -195,38 +146,21 @@ fn a_collective_below_expected_is_one_job_finding_and_only_on_one_node() {
             r
         })
         .collect();
-    let mut c = vec![check(
-        "all-reduce",
-        vec![ar_rank(0, 150.0), ar_rank(1, 150.0)],
-    )];
+    let mut c = vec![check("all-reduce", vec![ar_rank(0, 150.0), ar_rank(1, 150.0)])];
     c[0].config = serde_json::json!({ "max_bytes": 1u64 << 30 });
     let d = diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda);
     assert_eq!(codes(&d), [("ALLREDUCE_BELOW_EXPECTED".to_string(), None)]);
     assert_eq!(d.findings[0].expected, Some(330.0));
     assert_eq!(d.status, RunStatus::Failed);
     // Healthy figures pass.
-    let mut c = vec![check(
-        "all-reduce",
-        vec![ar_rank(0, 331.0), ar_rank(1, 331.0)],
-    )];
+    let mut c = vec![check("all-reduce", vec![ar_rank(0, 331.0), ar_rank(1, 331.0)])];
     c[0].config = serde_json::json!({ "max_bytes": 1u64 << 30 });
-    assert!(
-        diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda)
-            .findings
-            .is_empty()
-    );
+    assert!(diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda).findings.is_empty());
     // Across nodes the NVLink figure does not hold: no finding.
     let info = ranks(&["NVIDIA H200", "NVIDIA H200", "NVIDIA H200"]);
-    let mut c = vec![check(
-        "all-reduce",
-        vec![ar_rank(0, 40.0), ar_rank(1, 40.0), ar_rank(2, 40.0)],
-    )];
+    let mut c = vec![check("all-reduce", vec![ar_rank(0, 40.0), ar_rank(1, 40.0), ar_rank(2, 40.0)])];
     c[0].config = serde_json::json!({ "max_bytes": 1u64 << 30 });
-    assert!(
-        diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda)
-            .findings
-            .is_empty()
-    );
+    assert!(diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda).findings.is_empty());
 }
 
 #[test]
@@ -235,23 +169,13 @@ fn a_re_measured_slow_rank_carries_both_figures_and_a_blip_is_only_reported() {
     let remeasured = |second: f64| {
         let mut r = gemm_rank(2, second, "a");
         r.metrics.insert("first_tflops".into(), 2.1);
-        r.notes.insert(
-            "remeasured".into(),
-            "rank 2 slow in the first measurement".into(),
-        );
-        vec![check(
-            "gemm",
-            vec![gemm_rank(0, 10.0, "a"), gemm_rank(1, 10.2, "a"), r],
-        )]
+        r.notes.insert("remeasured".into(), "rank 2 slow in the first measurement".into());
+        vec![check("gemm", vec![gemm_rank(0, 10.0, "a"), gemm_rank(1, 10.2, "a"), r])]
     };
     let mut c = remeasured(2.0);
     let d = diagnose(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu);
     assert_eq!(codes(&d), [("GEMM_SLOW".to_string(), Some(2))]);
-    assert!(
-        d.findings[0].evidence[0].contains("slow in both measurements"),
-        "{:?}",
-        d.findings[0].evidence
-    );
+    assert!(d.findings[0].evidence[0].contains("slow in both measurements"), "{:?}", d.findings[0].evidence);
     assert_eq!(d.remeasured, ["gemm: rank 2 slow in the first measurement"]);
     // The second measurement was fine: reported, no finding, a pass.
     let mut c = remeasured(10.1);
@@ -265,12 +189,8 @@ fn a_re_measured_slow_rank_carries_both_figures_and_a_blip_is_only_reported() {
 fn a_lost_node_makes_the_live_ranks_waiters_not_culprits() {
     let info = ranks(&["cpu", "cpu", "cpu"]);
     let mut lost = RankResult::new(2, CheckStatus::Error);
-    lost.notes
-        .insert("node_lost".into(), "its node never reported".into());
-    let mut c = vec![check(
-        "all-reduce",
-        vec![hung(0, 0.1, 3.0), hung(1, 0.1, 3.0), lost],
-    )];
+    lost.notes.insert("node_lost".into(), "its node never reported".into());
+    let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 3.0), hung(1, 0.1, 3.0), lost])];
     let d = diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu);
     assert!(d.findings.is_empty(), "{:?}", codes(&d));
     assert_eq!(d.status, RunStatus::TimedOut);
@@ -303,11 +223,7 @@ fn the_link_test_names_a_slow_node_from_the_pair_matrix() {
     let d = diagnose(&mut c, info, 0.5, Overrun::None, DeviceKind::Cpu);
     assert_eq!(d.findings.len(), 1);
     assert_eq!(
-        (
-            d.findings[0].code.as_str(),
-            d.findings[0].node_rank,
-            d.findings[0].host.as_deref()
-        ),
+        (d.findings[0].code.as_str(), d.findings[0].node_rank, d.findings[0].host.as_deref()),
         ("NODE_COMM_SLOW", Some(2), Some("n2"))
     );
     assert_eq!(d.pair_bandwidth.len(), 3);
@@ -319,47 +235,20 @@ fn the_rank_that_died_first_is_the_culprit() {
     let info = ranks(&["cpu", "cpu", "cpu"]);
     let dead = |rank: usize, at: f64| {
         let mut r = RankResult::new(rank, CheckStatus::Error);
-        r.error = Some(
-            "killed by signal SIGKILL; last output:\nCUDA error: an illegal memory access".into(),
-        );
-        r.notes
-            .insert("exit".into(), "killed by signal SIGKILL".into());
+        r.error = Some("killed by signal SIGKILL; last output:\nCUDA error: an illegal memory access".into());
+        r.notes.insert("exit".into(), "killed by signal SIGKILL".into());
         r.metrics.insert("exit_unix_ms".into(), at);
         r
     };
-    let mut c = vec![check(
-        "gemm",
-        vec![
-            dead(0, 1_000_450.0),
-            dead(1, 1_000_000.0),
-            hung(2, 0.1, 1.0),
-        ],
-    )];
+    let mut c = vec![check("gemm", vec![dead(0, 1_000_450.0), dead(1, 1_000_000.0), hung(2, 0.1, 1.0)])];
     c[0].ranks[2].status = CheckStatus::NotRun;
     let d = diagnose(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu);
-    let crit: Vec<_> = d
-        .findings
-        .iter()
-        .filter(|f| f.severity == Severity::Critical)
-        .map(|f| f.rank)
-        .collect();
+    let crit: Vec<_> = d.findings.iter().filter(|f| f.severity == Severity::Critical).map(|f| f.rank).collect();
     assert_eq!(crit, [Some(1)]);
-    let later = d
-        .findings
-        .iter()
-        .find(|f| f.rank == Some(0))
-        .expect("the later death is reported");
-    assert!(
-        later.message.contains("450 ms after rank 1 died first"),
-        "{}",
-        later.message
-    );
+    let later = d.findings.iter().find(|f| f.rank == Some(0)).expect("the later death is reported");
+    assert!(later.message.contains("450 ms after rank 1 died first"), "{}", later.message);
     assert_eq!(
-        d.findings
-            .iter()
-            .find(|f| f.rank == Some(1))
-            .unwrap()
-            .evidence,
+        d.findings.iter().find(|f| f.rank == Some(1)).unwrap().evidence,
         ["CUDA error: an illegal memory access"]
     );
 }
@@ -368,37 +257,14 @@ fn the_rank_that_died_first_is_the_culprit() {
 fn a_rank_stuck_in_one_check_is_the_culprit_for_peers_waiting_in_the_next() {
     let info = ranks(&["cpu", "cpu", "cpu"]);
     let mut not_run = RankResult::new(2, CheckStatus::NotRun);
-    not_run
-        .notes
-        .insert("reason".into(), "the run stopped before this check".into());
+    not_run.notes.insert("reason".into(), "the run stopped before this check".into());
     let mut c = vec![
-        check(
-            "gemm",
-            vec![
-                gemm_rank(0, 10.0, "a"),
-                gemm_rank(1, 10.0, "a"),
-                hung(2, 0.3, 4.0),
-            ],
-        ),
-        check(
-            "all-reduce",
-            vec![hung(0, 0.1, 30.0), hung(1, 0.1, 30.0), not_run],
-        ),
+        check("gemm", vec![gemm_rank(0, 10.0, "a"), gemm_rank(1, 10.0, "a"), hung(2, 0.3, 4.0)]),
+        check("all-reduce", vec![hung(0, 0.1, 30.0), hung(1, 0.1, 30.0), not_run]),
     ];
     let d = diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu);
     assert_eq!(codes(&d), [("TEST_HANG".to_string(), Some(2))]);
     assert_eq!(d.findings[0].check, "gemm");
-    assert!(
-        d.findings[0].message.contains("ranks 0, 1 were waiting"),
-        "{}",
-        d.findings[0].message
-    );
-    assert!(
-        d.findings[0]
-            .evidence
-            .iter()
-            .any(|e| e.contains("waiting in all-reduce")),
-        "{:?}",
-        d.findings[0].evidence
-    );
+    assert!(d.findings[0].message.contains("ranks 0, 1 were waiting"), "{}", d.findings[0].message);
+    assert!(d.findings[0].evidence.iter().any(|e| e.contains("waiting in all-reduce")), "{:?}", d.findings[0].evidence);
 }

@@ -12,8 +12,7 @@ pub fn node_verdicts(nodes: &[NodeInfo], findings: &[Finding]) -> Vec<NodeVerdic
             let mut codes = Vec::new();
             for f in findings {
                 let named = f.node_rank == Some(n.node_rank);
-                let in_pair =
-                    f.node_rank.is_none() && f.pair.is_some_and(|p| p.contains(&n.node_rank));
+                let in_pair = f.node_rank.is_none() && f.pair.is_some_and(|p| p.contains(&n.node_rank));
                 let h = match (named, in_pair, f.severity) {
                     (true, _, Severity::Critical) => NodeHealth::Faulty,
                     (true, _, Severity::Warning) | (_, true, _) => NodeHealth::Suspect,
@@ -24,22 +23,13 @@ pub fn node_verdicts(nodes: &[NodeInfo], findings: &[Finding]) -> Vec<NodeVerdic
                     codes.push(f.code.clone());
                 }
             }
-            NodeVerdict {
-                node_rank: n.node_rank,
-                host: n.hostname.clone(),
-                health,
-                codes,
-            }
+            NodeVerdict { node_rank: n.node_rank, host: n.hostname.clone(), health, codes }
         })
         .collect()
 }
 
 pub fn faulty_nodes(verdicts: &[NodeVerdict]) -> Vec<usize> {
-    verdicts
-        .iter()
-        .filter(|v| v.health == NodeHealth::Faulty)
-        .map(|v| v.node_rank)
-        .collect()
+    verdicts.iter().filter(|v| v.health == NodeHealth::Faulty).map(|v| v.node_rank).collect()
 }
 
 #[cfg(test)]
@@ -49,36 +39,18 @@ mod tests {
     #[test]
     fn verdicts_follow_the_findings_that_place_a_node() {
         let nodes: Vec<NodeInfo> = (0..4)
-            .map(|k| NodeInfo {
-                node_rank: k,
-                hostname: format!("n{k}"),
-                addr: String::new(),
-                nproc: 1,
-            })
+            .map(|k| NodeInfo { node_rank: k, hostname: format!("n{k}"), addr: String::new(), nproc: 1 })
             .collect();
         let mut crit = Finding::new(Severity::Critical, "GEMM_SLOW", "gemm", String::new());
         crit.node_rank = Some(1);
         let mut warn = Finding::new(Severity::Warning, "GEMM_SLOW", "gemm", String::new());
         warn.node_rank = Some(2);
-        let mut link = Finding::new(
-            Severity::Critical,
-            "LINK_SLOW",
-            "pair-bandwidth",
-            String::new(),
-        );
+        let mut link = Finding::new(Severity::Critical, "LINK_SLOW", "pair-bandwidth", String::new());
         link.pair = Some([2, 3]);
         let job = Finding::new(Severity::Critical, "RUN_TIMEOUT", "run", String::new());
         let v = node_verdicts(&nodes, &[crit, warn, link, job]);
         let h: Vec<NodeHealth> = v.iter().map(|v| v.health).collect();
-        assert_eq!(
-            h,
-            [
-                NodeHealth::Healthy,
-                NodeHealth::Faulty,
-                NodeHealth::Suspect,
-                NodeHealth::Suspect
-            ]
-        );
+        assert_eq!(h, [NodeHealth::Healthy, NodeHealth::Faulty, NodeHealth::Suspect, NodeHealth::Suspect]);
         assert_eq!(faulty_nodes(&v), [1]);
         assert_eq!(v[2].codes, ["GEMM_SLOW", "LINK_SLOW"]);
     }

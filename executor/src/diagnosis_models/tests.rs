@@ -17,7 +17,13 @@ fn rank(rank: usize, checksum: &str, compute_ms: f64) -> RankResult {
 }
 
 fn report(ranks: Vec<RankResult>) -> CheckReport {
-    CheckReport { name: "mini-gpt".into(), status: CheckStatus::Passed, duration_s: 1.0, config: serde_json::Value::Null, ranks }
+    CheckReport {
+        name: "mini-gpt".into(),
+        status: CheckStatus::Passed,
+        duration_s: 1.0,
+        config: serde_json::Value::Null,
+        ranks,
+    }
 }
 
 fn codes(c: &CheckReport, n: usize) -> Vec<(String, Option<usize>, Severity)> {

@@ -30,7 +30,8 @@ impl EventLog {
         let ev = StateEvent::now(state, detail);
         tracing::info!(state = ?ev.state, "{}", ev.detail);
         if let Some(p) = &self.path {
-            let mut f = std::fs::OpenOptions::new().append(true).open(p).with_context(|| format!("opening {}", p.display()))?;
+            let mut f =
+                std::fs::OpenOptions::new().append(true).open(p).with_context(|| format!("opening {}", p.display()))?;
             writeln!(f, "{}", serde_json::to_string(&ev)?)?;
         }
         self.events.push(ev);

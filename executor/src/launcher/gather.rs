@@ -2,7 +2,8 @@
 
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::report::{
-    CheckReport, CheckStatus, DeviceKind, Finding, NodeInfo, RankInfo, RankResult, Report, Severity, REPORT_SCHEMA_VERSION,
+    CheckReport, CheckStatus, DeviceKind, Finding, NodeInfo, RankInfo, RankResult, Report, Severity,
+    REPORT_SCHEMA_VERSION,
 };
 use gpusanity_common::Settings;
 
@@ -42,7 +43,9 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
                 ranks.extend(o.ranks.iter().cloned());
                 match &o.stop {
                     Some(Stop::TestTimeout { .. }) => overrun = diagnosis::Overrun::Test,
-                    Some(Stop::RunTimeout { .. }) if overrun == diagnosis::Overrun::None => overrun = diagnosis::Overrun::Run,
+                    Some(Stop::RunTimeout { .. }) if overrun == diagnosis::Overrun::None => {
+                        overrun = diagnosis::Overrun::Run
+                    }
                     _ => {}
                 }
                 if let Some(s) = &o.stop {
@@ -57,7 +60,14 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
                 lost.push(node.clone());
                 for local in 0..node.nproc {
                     let rank = offset + local;
-                    ranks.push(RankInfo { rank, node_rank: k, local_rank: local, host: node.hostname.clone(), device: String::new(), pid: 0 });
+                    ranks.push(RankInfo {
+                        rank,
+                        node_rank: k,
+                        local_rank: local,
+                        host: node.hostname.clone(),
+                        device: String::new(),
+                        pid: 0,
+                    });
                     for c in checks.iter_mut() {
                         let mut r = RankResult::new(rank, CheckStatus::Error);
                         r.notes.insert("node_lost".into(), "its node never reported".into());
@@ -76,8 +86,12 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
     // What ended the run, when no rank is to blame for it.
     for stop in stops.iter().take(1) {
         let (code, message) = match stop {
-            Stop::RunTimeout { limit_s, .. } => ("RUN_TIMEOUT", format!("the whole check overran --sanity-check-max-time ({limit_s:.0} s)")),
-            Stop::Interrupted { node_rank, signal } => ("RUN_INTERRUPTED", format!("the launcher of node {node_rank} was stopped by {signal}")),
+            Stop::RunTimeout { limit_s, .. } => {
+                ("RUN_TIMEOUT", format!("the whole check overran --sanity-check-max-time ({limit_s:.0} s)"))
+            }
+            Stop::Interrupted { node_rank, signal } => {
+                ("RUN_INTERRUPTED", format!("the launcher of node {node_rank} was stopped by {signal}"))
+            }
             _ => continue,
         };
         diag.findings.push(Finding::new(Severity::Critical, code, "run", message.clone()));

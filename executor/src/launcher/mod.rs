@@ -188,8 +188,9 @@ fn resolve_device(opts: &CheckOptions) -> Result<(DeviceKind, usize, Vec<String>
     // A GPU node whose cuBLAS or NCCL cannot be loaded is an error, not a reason to check CPUs.
     if let Ok(names) = &gpus {
         if !names.is_empty() {
-            crate::backend::cuda::check_libraries()
-                .map_err(|why| UsageError(format!("{} GPU(s) found but the CUDA libraries are incomplete: {why}", names.len())))?;
+            crate::backend::cuda::check_libraries().map_err(|why| {
+                UsageError(format!("{} GPU(s) found but the CUDA libraries are incomplete: {why}", names.len()))
+            })?;
         }
     }
     let (kind, devices) = match (opts.device, gpus) {
@@ -201,7 +202,11 @@ fn resolve_device(opts: &CheckOptions) -> Result<(DeviceKind, usize, Vec<String>
     let nproc = match (opts.nproc_per_node, kind) {
         (Some(0), _) => return Err(UsageError("--nproc-per-node must be at least 1".into()).into()),
         (Some(n), DeviceKind::Cuda) if n > devices.len() => {
-            return Err(UsageError(format!("--nproc-per-node {n} asks for more workers than this node's {} GPU(s)", devices.len())).into())
+            return Err(UsageError(format!(
+                "--nproc-per-node {n} asks for more workers than this node's {} GPU(s)",
+                devices.len()
+            ))
+            .into())
         }
         (Some(n), _) => n,
         (None, DeviceKind::Cuda) => devices.len(),

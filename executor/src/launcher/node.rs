@@ -34,7 +34,9 @@ pub struct AbortHandle(StoreClient);
 
 impl AbortHandle {
     pub fn publish(&mut self, stop: &Stop) {
-        let res = serde_json::to_string(stop).map_err(|e| StoreError::Protocol(e.to_string())).and_then(|v| self.0.set("abort", &v));
+        let res = serde_json::to_string(stop)
+            .map_err(|e| StoreError::Protocol(e.to_string()))
+            .and_then(|v| self.0.set("abort", &v));
         if let Err(e) = res {
             tracing::warn!("could not tell the other nodes to stop: {e}");
         }
@@ -68,11 +70,20 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Cluster {
-    pub async fn join(topo: &Topology, name: Option<&str>, device: DeviceKind, nproc: usize, devices: &[String], timeout: Duration) -> Result<Cluster> {
+    pub async fn join(
+        topo: &Topology,
+        name: Option<&str>,
+        device: DeviceKind,
+        nproc: usize,
+        devices: &[String],
+        timeout: Duration,
+    ) -> Result<Cluster> {
         let mut port = topo.master_port;
         if topo.node_rank == 0 {
             let listener = tokio::net::TcpListener::bind(("0.0.0.0", port)).await.map_err(|e| {
-                UsageError(format!("cannot host the rendezvous on port {port}: {e} (is another job using it? pick --master-port)"))
+                UsageError(format!(
+                    "cannot host the rendezvous on port {port}: {e} (is another job using it? pick --master-port)"
+                ))
             })?;
             port = listener.local_addr()?.port();
             tokio::spawn(store::serve(listener));
@@ -86,7 +97,9 @@ impl Cluster {
         let client = Arc::new(Mutex::new(client));
         let hostname = match name {
             Some(n) => n.to_string(),
-            None => nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| node_addr.clone()),
+            None => {
+                nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| node_addr.clone())
+            }
         };
         let me = Registration {
             info: NodeInfo { node_rank: topo.node_rank, hostname: hostname.clone(), addr: node_addr.clone(), nproc },
@@ -107,7 +120,11 @@ impl Cluster {
         .await
         .map_err(|e| UsageError(format!("rendezvous: not every node arrived: {e}")))?;
         let run_id = blocking(&client, move |c| c.get("run_id", timeout)).await?;
-        let regs: Vec<Registration> = regs.iter().map(|r| serde_json::from_str(r)).collect::<Result<_, _>>().context("malformed node registration")?;
+        let regs: Vec<Registration> = regs
+            .iter()
+            .map(|r| serde_json::from_str(r))
+            .collect::<Result<_, _>>()
+            .context("malformed node registration")?;
         if let Some(other) = regs.iter().find(|r| r.device != device) {
             return Err(UsageError(format!(
                 "node {} runs the {} backend but this node runs {}: every node must use the same --device",
@@ -119,7 +136,17 @@ impl Cluster {
         let rank_offset = nodes[..topo.node_rank].iter().map(|n| n.nproc).sum();
         let world = nodes.iter().map(|n| n.nproc).sum();
         tracing::info!(node = topo.node_rank, world, rank_offset, %store_addr, "rendezvous complete");
-        Ok(Cluster { client, store_addr, node_rank: topo.node_rank, node_addr, hostname, nodes, world, rank_offset, run_id })
+        Ok(Cluster {
+            client,
+            store_addr,
+            node_rank: topo.node_rank,
+            node_addr,
+            hostname,
+            nodes,
+            world,
+            rank_offset,
+            run_id,
+        })
     }
 
     /// Forwards a stop posted by another node to `tx`.

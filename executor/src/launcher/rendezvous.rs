@@ -94,7 +94,9 @@ fn parse_env<T: std::str::FromStr>(
     expected: &'static str,
 ) -> Result<Option<T>, TopologyError> {
     env.get(var)
-        .map(|v| v.trim().parse::<T>().map_err(|_| TopologyError::BadEnv { var: var.into(), value: v.clone(), expected }))
+        .map(|v| {
+            v.trim().parse::<T>().map_err(|_| TopologyError::BadEnv { var: var.into(), value: v.clone(), expected })
+        })
         .transpose()
 }
 
@@ -130,26 +132,55 @@ mod tests {
 
     #[test]
     fn flags_win_over_env() {
-        let flags = TopologyFlags { nnodes: Some(2), node_rank: Some(1), master_addr: Some("10.0.0.1".into()), master_port: Some(1234) };
+        let flags = TopologyFlags {
+            nnodes: Some(2),
+            node_rank: Some(1),
+            master_addr: Some("10.0.0.1".into()),
+            master_port: Some(1234),
+        };
         let t = resolve(&flags, &env(&[("WORLD_SIZE", "4"), ("RANK", "3"), ("MASTER_ADDR", "x")])).unwrap();
-        assert_eq!((t.nnodes, t.node_rank, t.master_addr.as_str(), t.master_port, t.source), (2, 1, "10.0.0.1", 1234, "flags"));
+        assert_eq!(
+            (t.nnodes, t.node_rank, t.master_addr.as_str(), t.master_port, t.source),
+            (2, 1, "10.0.0.1", 1234, "flags")
+        );
     }
 
     #[test]
     fn kubeflow_pytorchjob() {
-        let t = resolve(&TopologyFlags::default(), &env(&[("WORLD_SIZE", "3"), ("RANK", "2"), ("MASTER_ADDR", "job-master-0"), ("MASTER_PORT", "23456")])).unwrap();
-        assert_eq!((t.nnodes, t.node_rank, t.master_addr.as_str(), t.master_port, t.source), (3, 2, "job-master-0", 23456, "kubeflow"));
+        let t = resolve(
+            &TopologyFlags::default(),
+            &env(&[("WORLD_SIZE", "3"), ("RANK", "2"), ("MASTER_ADDR", "job-master-0"), ("MASTER_PORT", "23456")]),
+        )
+        .unwrap();
+        assert_eq!(
+            (t.nnodes, t.node_rank, t.master_addr.as_str(), t.master_port, t.source),
+            (3, 2, "job-master-0", 23456, "kubeflow")
+        );
     }
 
     #[test]
     fn torchrun_pet_env_wins_over_kubeflow() {
-        let t = resolve(&TopologyFlags::default(), &env(&[("PET_NNODES", "2"), ("PET_NODE_RANK", "1"), ("PET_MASTER_ADDR", "m"), ("WORLD_SIZE", "16"), ("RANK", "9")])).unwrap();
+        let t = resolve(
+            &TopologyFlags::default(),
+            &env(&[
+                ("PET_NNODES", "2"),
+                ("PET_NODE_RANK", "1"),
+                ("PET_MASTER_ADDR", "m"),
+                ("WORLD_SIZE", "16"),
+                ("RANK", "9"),
+            ]),
+        )
+        .unwrap();
         assert_eq!((t.nnodes, t.node_rank, t.master_addr.as_str(), t.master_port), (2, 1, "m", DEFAULT_PORT));
     }
 
     #[test]
     fn slurm() {
-        let t = resolve(&TopologyFlags::default(), &env(&[("SLURM_NNODES", "4"), ("SLURM_NODEID", "3"), ("SLURM_JOB_NODELIST", "gpu[07-10]")])).unwrap();
+        let t = resolve(
+            &TopologyFlags::default(),
+            &env(&[("SLURM_NNODES", "4"), ("SLURM_NODEID", "3"), ("SLURM_JOB_NODELIST", "gpu[07-10]")]),
+        )
+        .unwrap();
         assert_eq!((t.nnodes, t.node_rank, t.master_addr.as_str()), (4, 3, "gpu07"));
         assert_eq!(first_host("a1,b2"), Some("a1".into()));
         assert_eq!(first_host("n[3,5-6]"), Some("n3".into()));
@@ -157,7 +188,10 @@ mod tests {
 
     #[test]
     fn bad_input() {
-        assert_eq!(resolve(&TopologyFlags::default(), &env(&[("WORLD_SIZE", "two")])).unwrap_err().to_string(), "bad value `two` in environment variable WORLD_SIZE: expected a non-negative integer");
+        assert_eq!(
+            resolve(&TopologyFlags::default(), &env(&[("WORLD_SIZE", "two")])).unwrap_err().to_string(),
+            "bad value `two` in environment variable WORLD_SIZE: expected a non-negative integer"
+        );
         let f = TopologyFlags { nnodes: Some(2), node_rank: Some(2), ..Default::default() };
         assert_eq!(resolve(&f, &env(&[])).unwrap_err(), TopologyError::RankOutOfRange(2, 2));
         let f = TopologyFlags { nnodes: Some(2), ..Default::default() };

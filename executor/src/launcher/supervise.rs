@@ -195,10 +195,12 @@ impl Supervisor {
         let stop = match stop {
             // A rank that failed may only have seen a peer on another node go away: give a stop
             // from that node a moment to arrive, and prefer it.
-            Some(own @ Stop::RankFailed { .. }) if gave_up => match tokio::time::timeout(FAILURE_GRACE, external.recv()).await {
-                Ok(Some(theirs)) => Some(theirs),
-                _ => Some(own),
-            },
+            Some(own @ Stop::RankFailed { .. }) if gave_up => {
+                match tokio::time::timeout(FAILURE_GRACE, external.recv()).await {
+                    Ok(Some(theirs)) => Some(theirs),
+                    _ => Some(own),
+                }
+            }
             other => other,
         };
         // Tell the other nodes before any worker is killed here.
@@ -268,9 +270,7 @@ impl Supervisor {
         // which is async-signal-safe. It makes the kernel kill the worker if the launcher
         // dies, so a SIGKILLed launcher leaves no orphan.
         unsafe {
-            cmd.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
-            });
+            cmd.pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from));
         }
         let mut child = cmd.spawn().context("starting a worker process")?;
         let pid = child.id().unwrap_or(0);

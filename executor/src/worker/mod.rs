@@ -14,7 +14,6 @@ use crate::checks::{CheckCtx, Faults, Progress, BARRIER_WAIT};
 use crate::protocol::{WorkerMsg, WorkerSpec, HEARTBEAT_EVERY, SPEC_ENV};
 use crate::store::StoreClient;
 
-
 /// Writes protocol lines to stdout, one whole line at a time.
 #[derive(Clone)]
 struct Emitter(Arc<Mutex<std::io::Stdout>>);
@@ -37,7 +36,8 @@ impl Progress for Emitter {
 /// Entry point of `gpusanity worker` (hidden): the spec comes in `GPUSANITY_WORKER_SPEC`.
 pub fn main() -> Result<()> {
     let spec: WorkerSpec = serde_json::from_str(
-        &std::env::var(SPEC_ENV).with_context(|| format!("{SPEC_ENV} is not set: workers are started by `gpusanity check`"))?,
+        &std::env::var(SPEC_ENV)
+            .with_context(|| format!("{SPEC_ENV} is not set: workers are started by `gpusanity check`"))?,
     )
     .context("malformed worker spec")?;
     let out = Emitter(Arc::new(Mutex::new(std::io::stdout())));

@@ -73,7 +73,11 @@ fn matmul_backward_matches_finite_differences() {
 
 /// B as a plain `k x n` matrix.
 fn b_like(b: &[f32], tb: bool, k: usize, n: usize) -> Vec<f32> {
-    if tb { transpose(b, n, k) } else { b.to_vec() }
+    if tb {
+        transpose(b, n, k)
+    } else {
+        b.to_vec()
+    }
 }
 
 /// The transpose of a `rows x cols` matrix.
@@ -95,7 +99,14 @@ fn batched_and_accumulating_matmul() {
     CpuOps.matmul(Mm::new(m, n, k).batched(bt).acc().alpha(0.5), &a, &b, &mut c).unwrap();
     for i in 0..bt {
         let mut one = vec![0.0; m * n];
-        CpuOps.matmul(Mm::new(m, n, k), &a[i * m * k..(i + 1) * m * k].to_vec(), &b[i * k * n..(i + 1) * k * n].to_vec(), &mut one).unwrap();
+        CpuOps
+            .matmul(
+                Mm::new(m, n, k),
+                &a[i * m * k..(i + 1) * m * k].to_vec(),
+                &b[i * k * n..(i + 1) * k * n].to_vec(),
+                &mut one,
+            )
+            .unwrap();
         for j in 0..m * n {
             assert!((c[i * m * n + j] - (1.0 + 0.5 * one[j])).abs() < 1e-5);
         }

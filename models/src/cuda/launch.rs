@@ -114,15 +114,38 @@ impl Ops for CudaOps {
         let (n, tt, cc) = (int(tok.len())?, int(t)?, int(c)?);
         launch!(self, "embed_bwd", elems(dout.len()); tok, dout, dwte, dwpe, &n, &tt, &cc)
     }
-    fn layernorm_fwd(&mut self, x: &Buf, g: &Buf, b: &Buf, out: &mut Buf, mean: &mut Buf, rstd: &mut Buf, c: usize) -> Result<()> {
+    fn layernorm_fwd(
+        &mut self,
+        x: &Buf,
+        g: &Buf,
+        b: &Buf,
+        out: &mut Buf,
+        mean: &mut Buf,
+        rstd: &mut Buf,
+        c: usize,
+    ) -> Result<()> {
         let r = x.len() / c;
         check("layernorm_fwd", out.len() == x.len() && mean.len() == r && rstd.len() == r && g.len() == c)?;
         let (rr, cc) = (int(r)?, int(c)?);
         launch!(self, "ln_fwd", rows(r); x, g, b, out, mean, rstd, &rr, &cc)
     }
-    fn layernorm_bwd(&mut self, x: &Buf, g: &Buf, mean: &Buf, rstd: &Buf, dout: &Buf, dx: &mut Buf, dg: &mut Buf, db: &mut Buf, c: usize) -> Result<()> {
+    fn layernorm_bwd(
+        &mut self,
+        x: &Buf,
+        g: &Buf,
+        mean: &Buf,
+        rstd: &Buf,
+        dout: &Buf,
+        dx: &mut Buf,
+        dg: &mut Buf,
+        db: &mut Buf,
+        c: usize,
+    ) -> Result<()> {
         let r = x.len() / c;
-        check("layernorm_bwd", dout.len() == x.len() && dx.len() == x.len() && mean.len() == r && dg.len() == c && db.len() == c)?;
+        check(
+            "layernorm_bwd",
+            dout.len() == x.len() && dx.len() == x.len() && mean.len() == r && dg.len() == c && db.len() == c,
+        )?;
         let (rr, cc) = (int(r)?, int(c)?);
         launch!(self, "ln_bwd_dx", rows(r); x, g, mean, rstd, dout, dx, &rr, &cc)?;
         launch!(self, "ln_bwd_dgdb", cols(c); x, mean, rstd, dout, dg, db, &rr, &cc)
@@ -167,7 +190,14 @@ impl Ops for CudaOps {
         let (r, tt) = (int(p.len() / t)?, int(t)?);
         launch!(self, "softmax_causal_bwd", rows(p.len() / t); p, dp, ds, &r, &tt, &scale)
     }
-    fn cross_entropy(&mut self, logits: &Buf, targets: &Buf, dlogits: &mut Buf, losses: &mut Buf, v: usize) -> Result<()> {
+    fn cross_entropy(
+        &mut self,
+        logits: &Buf,
+        targets: &Buf,
+        dlogits: &mut Buf,
+        losses: &mut Buf,
+        v: usize,
+    ) -> Result<()> {
         let r = targets.len();
         check("cross_entropy", logits.len() == r * v && dlogits.len() == r * v && losses.len() == r)?;
         let (rr, vv) = (int(r)?, int(v)?);
@@ -189,20 +219,46 @@ impl Ops for CudaOps {
         let a = ConvArgs::new(cv)?;
         launch!(self, "col2im", elems(dx.len()); dcols, dx, &a.c, &a.n, &a.h, &a.w, &a.k, &a.stride, &a.pad, &a.oh, &a.ow)
     }
-    fn batchnorm_fwd(&mut self, x: &Buf, g: &Buf, b: &Buf, out: &mut Buf, mean: &mut Buf, rstd: &mut Buf, m: usize) -> Result<()> {
+    fn batchnorm_fwd(
+        &mut self,
+        x: &Buf,
+        g: &Buf,
+        b: &Buf,
+        out: &mut Buf,
+        mean: &mut Buf,
+        rstd: &mut Buf,
+        m: usize,
+    ) -> Result<()> {
         let c = g.len();
         check("batchnorm_fwd", x.len() == c * m && out.len() == x.len() && mean.len() == c && rstd.len() == c)?;
         let mm = int(m)?;
         launch!(self, "bn_fwd", channels(c); x, g, b, out, mean, rstd, &mm)
     }
-    fn batchnorm_bwd(&mut self, x: &Buf, g: &Buf, mean: &Buf, rstd: &Buf, dout: &Buf, dx: &mut Buf, dg: &mut Buf, db: &mut Buf, m: usize) -> Result<()> {
+    fn batchnorm_bwd(
+        &mut self,
+        x: &Buf,
+        g: &Buf,
+        mean: &Buf,
+        rstd: &Buf,
+        dout: &Buf,
+        dx: &mut Buf,
+        dg: &mut Buf,
+        db: &mut Buf,
+        m: usize,
+    ) -> Result<()> {
         let c = g.len();
-        check("batchnorm_bwd", x.len() == c * m && dout.len() == x.len() && dx.len() == x.len() && dg.len() == c && db.len() == c)?;
+        check(
+            "batchnorm_bwd",
+            x.len() == c * m && dout.len() == x.len() && dx.len() == x.len() && dg.len() == c && db.len() == c,
+        )?;
         let mm = int(m)?;
         launch!(self, "bn_bwd", channels(c); x, g, mean, rstd, dout, dx, dg, db, &mm)
     }
     fn maxpool_fwd(&mut self, x: &Buf, out: &mut Buf, arg: &mut Buf, cv: Conv) -> Result<()> {
-        check("maxpool_fwd", x.len() == cv.c * cv.n * cv.h * cv.w && out.len() == cv.c * cv.col_cols() && arg.len() == out.len())?;
+        check(
+            "maxpool_fwd",
+            x.len() == cv.c * cv.n * cv.h * cv.w && out.len() == cv.c * cv.col_cols() && arg.len() == out.len(),
+        )?;
         let a = ConvArgs::new(cv)?;
         let cn = int(cv.c * cv.n)?;
         launch!(self, "maxpool_fwd", elems(out.len()); x, out, arg, &cn, &a.h, &a.w, &a.k, &a.stride, &a.pad, &a.oh, &a.ow)

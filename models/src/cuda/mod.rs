@@ -20,9 +20,32 @@ use crate::{ModelError, Result};
 
 const KERNELS: &str = include_str!("kernels.cu");
 const NAMES: &[&str] = &[
-    "fill", "set1", "axpy", "add_bias", "col_sum", "embed_fwd", "embed_bwd", "ln_fwd", "ln_bwd_dx", "ln_bwd_dgdb",
-    "gelu_fwd", "gelu_bwd", "relu_fwd", "relu_bwd", "heads", "softmax_causal_fwd", "softmax_causal_bwd",
-    "cross_entropy", "adamw", "im2col", "col2im", "bn_fwd", "bn_bwd", "maxpool_fwd", "maxpool_bwd", "avgpool_fwd",
+    "fill",
+    "set1",
+    "axpy",
+    "add_bias",
+    "col_sum",
+    "embed_fwd",
+    "embed_bwd",
+    "ln_fwd",
+    "ln_bwd_dx",
+    "ln_bwd_dgdb",
+    "gelu_fwd",
+    "gelu_bwd",
+    "relu_fwd",
+    "relu_bwd",
+    "heads",
+    "softmax_causal_fwd",
+    "softmax_causal_bwd",
+    "cross_entropy",
+    "adamw",
+    "im2col",
+    "col2im",
+    "bn_fwd",
+    "bn_bwd",
+    "maxpool_fwd",
+    "maxpool_bwd",
+    "avgpool_fwd",
     "avgpool_bwd",
 ];
 
@@ -56,8 +79,9 @@ impl CudaOps {
     /// Opens device `ordinal` with a stream of its own, cuBLAS on it, and the kernels compiled
     /// for its architecture. A missing library (NVRTC, cuBLAS) is an error, not a panic.
     pub fn new(ordinal: usize) -> Result<CudaOps> {
-        panic::catch_unwind(AssertUnwindSafe(|| CudaOps::open(ordinal)))
-            .unwrap_or_else(|p| Err(ModelError::Device(format!("opening CUDA device {ordinal}: {}", panic_text(p.as_ref())))))
+        panic::catch_unwind(AssertUnwindSafe(|| CudaOps::open(ordinal))).unwrap_or_else(|p| {
+            Err(ModelError::Device(format!("opening CUDA device {ordinal}: {}", panic_text(p.as_ref()))))
+        })
     }
 
     fn open(ordinal: usize) -> Result<CudaOps> {
@@ -94,7 +118,13 @@ impl CudaOps {
 
     /// The batched product on cuBLAS. Row-major C = op(A) op(B) is column-major
     /// C^T = op(B)^T op(A)^T: B goes first.
-    fn gemm(&mut self, mm: crate::ops::Mm, a: &CudaSlice<f32>, b: &CudaSlice<f32>, c: &mut CudaSlice<f32>) -> Result<()> {
+    fn gemm(
+        &mut self,
+        mm: crate::ops::Mm,
+        a: &CudaSlice<f32>,
+        b: &CudaSlice<f32>,
+        c: &mut CudaSlice<f32>,
+    ) -> Result<()> {
         use blas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
         let (ea, eb, ec) = mm.extents();
         if a.len() < ea || b.len() < eb || c.len() < ec {

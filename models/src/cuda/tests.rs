@@ -8,8 +8,8 @@ use super::*;
 use crate::comm::Solo;
 use crate::cpu::CpuOps;
 use crate::gpt::{Gpt, GptConfig, GptShape};
-use crate::resnet::{Resnet, ResnetConfig};
 use crate::ops::{Adam, Conv, Heads, Mm, Ops};
+use crate::resnet::{Resnet, ResnetConfig};
 use crate::train::{train, TrainOpts};
 
 #[test]
@@ -47,7 +47,12 @@ fn cuda_ops_match_cpu_ops() {
     let (mut c, mut g) = (CpuOps, gpu());
     let up = |g: &mut CudaOps, x: &[f32]| g.upload(x).unwrap();
     // Products (bf16 inputs on the GPU: a relative tolerance of a few bf16 units).
-    for mm in [Mm::new(37, 29, 64), Mm::new(37, 29, 64).ta(), Mm::new(37, 29, 64).tb().acc(), Mm::new(16, 8, 32).ta().tb().batched(3)] {
+    for mm in [
+        Mm::new(37, 29, 64),
+        Mm::new(37, 29, 64).ta(),
+        Mm::new(37, 29, 64).tb().acc(),
+        Mm::new(16, 8, 32).ta().tb().batched(3),
+    ] {
         let (ea, eb, ec) = mm.extents();
         let (a, b, c0) = (rnd(ea, 1), rnd(eb, 2), rnd(ec, 3));
         let mut cc = c0.clone();
@@ -157,7 +162,8 @@ fn cuda_conv_ops_match_cpu_ops() {
     let cv = Conv { c: 3, n: 2, h: 13, w: 11, k: 3, stride: 2, pad: 1 };
     let x = rnd(cv.c * cv.n * cv.h * cv.w, 20);
     let gx = g.upload(&x).unwrap();
-    let (mut cols, mut gcols) = (vec![0.0; cv.col_rows() * cv.col_cols()], g.zeros(cv.col_rows() * cv.col_cols()).unwrap());
+    let (mut cols, mut gcols) =
+        (vec![0.0; cv.col_rows() * cv.col_cols()], g.zeros(cv.col_rows() * cv.col_cols()).unwrap());
     c.im2col(&x, &mut cols, cv).unwrap();
     g.im2col(&gx, &mut gcols, cv).unwrap();
     close("im2col", &cols, &g.download(&gcols).unwrap(), 0.0);
@@ -180,7 +186,8 @@ fn cuda_conv_ops_match_cpu_ops() {
     close("batchnorm dx", &o, &g.download(&go).unwrap(), 1e-4);
     close("batchnorm dg", &dg, &g.download(&gdg).unwrap(), 1e-4);
     let out_len = cv.c * cv.col_cols();
-    let (mut po, mut pa, mut gpo, mut gpa) = (vec![0.0; out_len], vec![0.0; out_len], g.zeros(out_len).unwrap(), g.zeros(out_len).unwrap());
+    let (mut po, mut pa, mut gpo, mut gpa) =
+        (vec![0.0; out_len], vec![0.0; out_len], g.zeros(out_len).unwrap(), g.zeros(out_len).unwrap());
     c.maxpool_fwd(&x, &mut po, &mut pa, cv).unwrap();
     g.maxpool_fwd(&gx, &mut gpo, &mut gpa, cv).unwrap();
     close("maxpool", &po, &g.download(&gpo).unwrap(), 0.0);
@@ -206,7 +213,8 @@ fn gpt_trains_alike_on_cuda_and_cpu() {
         seed: 5,
         data_seed: 1,
     };
-    let opts = TrainOpts { steps: 20, lr_warmup: 1, lr: 3e-3, weight_decay: 0.01, nan_at: None, repeat: 1, corrupt: false };
+    let opts =
+        TrainOpts { steps: 20, lr_warmup: 1, lr: 3e-3, weight_decay: 0.01, nan_at: None, repeat: 1, corrupt: false };
     let mut c = CpuOps;
     let mut m = Gpt::new(&mut c, cfg.clone()).unwrap();
     let cpu = train(&mut c, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();
@@ -223,8 +231,10 @@ fn gpt_trains_alike_on_cuda_and_cpu() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn resnet_trains_alike_on_cuda_and_cpu() {
-    let cfg = ResnetConfig { image: 32, batch: 8, width: 8, blocks: vec![1, 1, 1, 1], classes: 4, seed: 1, data_seed: 2 };
-    let opts = TrainOpts { steps: 10, lr_warmup: 1, lr: 2e-3, weight_decay: 0.01, nan_at: None, repeat: 1, corrupt: false };
+    let cfg =
+        ResnetConfig { image: 32, batch: 8, width: 8, blocks: vec![1, 1, 1, 1], classes: 4, seed: 1, data_seed: 2 };
+    let opts =
+        TrainOpts { steps: 10, lr_warmup: 1, lr: 2e-3, weight_decay: 0.01, nan_at: None, repeat: 1, corrupt: false };
     let mut c = CpuOps;
     let mut m = Resnet::new(&mut c, cfg.clone()).unwrap();
     let cpu = train(&mut c, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();

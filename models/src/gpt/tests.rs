@@ -9,7 +9,13 @@ use crate::cpu::CpuOps;
 use crate::train::{judge_losses, train, LossVerdict, TrainOpts};
 
 fn tiny(tp_size: usize, tp_rank: usize) -> GptConfig {
-    GptConfig { shape: GptShape { vocab: 11, ctx: 6, layers: 2, heads: 4, dim: 16, batch: 3 }, tp_size, tp_rank, seed: 7, data_seed: 3 }
+    GptConfig {
+        shape: GptShape { vocab: 11, ctx: 6, layers: 2, heads: 4, dim: 16, batch: 3 },
+        tp_size,
+        tp_rank,
+        seed: 7,
+        data_seed: 3,
+    }
 }
 
 #[test]
@@ -116,7 +122,13 @@ fn tensor_parallel_model_matches_the_single_rank_model() {
 #[test]
 fn loss_falls_on_the_synthetic_task_and_nan_is_caught() {
     let mut ops = CpuOps;
-    let cfg = GptConfig { shape: GptShape { vocab: 32, ctx: 16, layers: 2, heads: 2, dim: 32, batch: 4 }, tp_size: 1, tp_rank: 0, seed: 1, data_seed: 2 };
+    let cfg = GptConfig {
+        shape: GptShape { vocab: 32, ctx: 16, layers: 2, heads: 2, dim: 32, batch: 4 },
+        tp_size: 1,
+        tp_rank: 0,
+        seed: 1,
+        data_seed: 2,
+    };
     let mut m = Gpt::new(&mut ops, cfg.clone()).unwrap();
     let out = train(&mut ops, &mut m, &mut Solo, &mut Solo, &opts(30), &mut |_| {}).unwrap();
     assert_eq!(judge_losses(&out.losses, 0.3), LossVerdict::Ok, "{:?}", out.losses);

@@ -38,9 +38,11 @@ fn gradients_match_finite_differences() {
 #[test]
 fn loss_falls_on_the_image_task() {
     let mut ops = CpuOps;
-    let cfg = ResnetConfig { image: 32, batch: 8, width: 8, blocks: vec![1, 1, 1, 1], classes: 4, seed: 1, data_seed: 2 };
+    let cfg =
+        ResnetConfig { image: 32, batch: 8, width: 8, blocks: vec![1, 1, 1, 1], classes: 4, seed: 1, data_seed: 2 };
     let mut m = Resnet::new(&mut ops, cfg).unwrap();
-    let opts = TrainOpts { steps: 20, lr_warmup: 1, lr: 2e-3, weight_decay: 0.01, nan_at: None, repeat: 1, corrupt: false };
+    let opts =
+        TrainOpts { steps: 20, lr_warmup: 1, lr: 2e-3, weight_decay: 0.01, nan_at: None, repeat: 1, corrupt: false };
     let out = train(&mut ops, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();
     assert_eq!(judge_losses(&out.losses, 0.2), LossVerdict::Ok, "{:?}", out.losses);
     assert!(Model::<CpuOps>::flops_per_step(&m) > 0.0);
@@ -52,4 +54,3 @@ fn loss_falls_on_the_image_task() {
     let bad = ResnetConfig { blocks: vec![], ..tiny() };
     assert!(Resnet::new(&mut ops, bad).is_err());
 }
-

@@ -81,7 +81,9 @@ pub async fn runs(State(b): State<Arc<Browser>>, q: Result<Query<RunsQuery>, Que
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     match b.db.list_runs(&f).await {
-        Ok((runs, total)) => Json(RunList { runs, total, page: f.offset / f.limit + 1, per_page: f.limit }).into_response(),
+        Ok((runs, total)) => {
+            Json(RunList { runs, total, page: f.offset / f.limit + 1, per_page: f.limit }).into_response()
+        }
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
@@ -91,7 +93,11 @@ pub async fn runs(State(b): State<Arc<Browser>>, q: Result<Query<RunsQuery>, Que
     (status = 200, description = "One page of the node's history (empty for a node never seen)", body = NodeHistory),
     (status = 400, description = "Malformed paging", body = ApiError),
     (status = 401, description = "Missing or wrong bearer token", body = ApiError)))]
-pub async fn node_history(State(b): State<Arc<Browser>>, Path(name): Path<String>, q: Result<Query<Paging>, QueryRejection>) -> Response {
+pub async fn node_history(
+    State(b): State<Arc<Browser>>,
+    Path(name): Path<String>,
+    q: Result<Query<Paging>, QueryRejection>,
+) -> Response {
     let Ok(Query(q)) = q else { return error(StatusCode::BAD_REQUEST, "malformed query string") };
     let (page, per_page) = match q.parse() {
         Ok(v) => v,
@@ -144,7 +150,10 @@ struct Bearer;
 impl Modify for Bearer {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         let c = doc.components.get_or_insert_with(Default::default);
-        c.add_security_scheme("bearer", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+        c.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
     }
 }
 

@@ -20,7 +20,6 @@ use gpusanity_common::secret::same;
 
 const COOKIE: &str = "gpusanity_session";
 
-
 fn has_session(b: &Browser, headers: &HeaderMap) -> bool {
     headers
         .get_all(header::COOKIE)
@@ -61,10 +60,19 @@ pub struct Login {
 }
 
 fn set_cookie(value: String, max_age: cookie::time::Duration) -> String {
-    Cookie::build((COOKIE, value)).path("/ui").http_only(true).same_site(SameSite::Strict).max_age(max_age).build().to_string()
+    Cookie::build((COOKIE, value))
+        .path("/ui")
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .max_age(max_age)
+        .build()
+        .to_string()
 }
 
-pub async fn login(State(b): State<Arc<Browser>>, form: Result<Form<Login>, axum::extract::rejection::FormRejection>) -> Response {
+pub async fn login(
+    State(b): State<Arc<Browser>>,
+    form: Result<Form<Login>, axum::extract::rejection::FormRejection>,
+) -> Response {
     let token = form.map(|Form(l)| l.token).unwrap_or_default();
     if !same(token.as_bytes(), b.token.as_bytes()) {
         return login_page(StatusCode::UNAUTHORIZED, "Wrong token.");
@@ -74,5 +82,6 @@ pub async fn login(State(b): State<Arc<Browser>>, form: Result<Form<Login>, axum
 }
 
 pub async fn logout() -> Response {
-    ([(header::SET_COOKIE, set_cookie(String::new(), cookie::time::Duration::ZERO))], Redirect::to("/ui/login")).into_response()
+    ([(header::SET_COOKIE, set_cookie(String::new(), cookie::time::Duration::ZERO))], Redirect::to("/ui/login"))
+        .into_response()
 }

@@ -33,7 +33,12 @@ pub struct Browser {
 
 impl Browser {
     pub fn new(db: Db, token: String, public: bool) -> Arc<Browser> {
-        Arc::new(Browser { db, token, public, session: format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple()) })
+        Arc::new(Browser {
+            db,
+            token,
+            public,
+            session: format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple()),
+        })
     }
 }
 
@@ -169,11 +174,14 @@ fn parse_time(s: &str, name: &str) -> Result<i64, String> {
 
 /// Unix ms as people read it, in UTC.
 fn fmt_ms(ms: i64) -> String {
-    DateTime::<Utc>::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string()).unwrap_or_else(|| ms.to_string())
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_else(|| ms.to_string())
 }
 
 /// What a path segment keeps as is: RFC 3986's unreserved characters.
-const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+const SEGMENT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
 
 /// `value` percent-encoded as one path segment.
 fn segment(value: &str) -> percent_encoding::PercentEncode<'_> {

@@ -78,7 +78,10 @@ impl From<RunListRow> for Row {
             nodes: node_links(&r.nodes),
             faulty: node_links(&r.faulty_nodes),
             started: fmt_ms(r.created_at),
-            duration: r.finished_at.map(|f| format!("{:.1} s", (f - r.created_at) as f64 / 1000.0)).unwrap_or_else(|| "-".into()),
+            duration: r
+                .finished_at
+                .map(|f| format!("{:.1} s", (f - r.created_at) as f64 / 1000.0))
+                .unwrap_or_else(|| "-".into()),
             job: r.job_id,
             workspace: r.workspace_id,
             summary: r.summary,
@@ -109,7 +112,17 @@ impl RunsPage<'_> {
 
 pub async fn runs(State(b): State<Arc<Browser>>, q: Result<Query<RunsQuery>, QueryRejection>) -> Response {
     let q = q.map(|Query(q)| q).unwrap_or_default();
-    let mut p = RunsPage { q: &q, states: &STATES, error: String::new(), rows: Vec::new(), total: 0, first: 0, prev: None, next: None, public: b.public };
+    let mut p = RunsPage {
+        q: &q,
+        states: &STATES,
+        error: String::new(),
+        rows: Vec::new(),
+        total: 0,
+        first: 0,
+        prev: None,
+        next: None,
+        public: b.public,
+    };
     let f = match q.filter() {
         Ok(f) => f,
         Err(e) => {
@@ -156,7 +169,11 @@ pub async fn run(State(b): State<Arc<Browser>>, Path(run_id): Path<String>) -> R
     };
     let timeline: Vec<TimelineEntry> = transitions
         .into_iter()
-        .map(|(state, detail, at)| TimelineEntry { state, at: chrono::DateTime::from_timestamp_millis(at).unwrap_or_default(), detail })
+        .map(|(state, detail, at)| TimelineEntry {
+            state,
+            at: chrono::DateTime::from_timestamp_millis(at).unwrap_or_default(),
+            detail,
+        })
         .collect();
     let names: Vec<String> = run.nodes.iter().map(|n| n.name.clone()).collect();
     let mut links = vec![
@@ -170,9 +187,15 @@ pub async fn run(State(b): State<Arc<Browser>>, Path(run_id): Path<String>) -> R
     if let Some(text) = report {
         let report: Report = match serde_json::from_str(&text) {
             Ok(r) => r,
-            Err(e) => return error_page(StatusCode::INTERNAL_SERVER_ERROR, &format!("the stored report of run `{run_id}` is malformed: {e}")),
+            Err(e) => {
+                return error_page(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("the stored report of run `{run_id}` is malformed: {e}"),
+                )
+            }
         };
-        let ctx = RunContext { job: Some(run.job_id.clone()), workspace: Some(run.workspace_id.clone()), timeline, links };
+        let ctx =
+            RunContext { job: Some(run.job_id.clone()), workspace: Some(run.workspace_id.clone()), timeline, links };
         return match run_page(&report, &ctx) {
             Ok(html) => Html(html).into_response(),
             Err(e) => error_page(StatusCode::INTERNAL_SERVER_ERROR, &format!("rendering the report: {e}")),
@@ -221,7 +244,11 @@ struct NodePage<'a> {
     next: Option<String>,
 }
 
-pub async fn node(State(b): State<Arc<Browser>>, Path(name): Path<String>, q: Result<Query<Paging>, QueryRejection>) -> Response {
+pub async fn node(
+    State(b): State<Arc<Browser>>,
+    Path(name): Path<String>,
+    q: Result<Query<Paging>, QueryRejection>,
+) -> Response {
     let q = q.map(|Query(q)| q).unwrap_or_default();
     let (page_no, per_page) = match q.parse() {
         Ok(v) => v,
@@ -232,7 +259,12 @@ pub async fn node(State(b): State<Arc<Browser>>, Path(name): Path<String>, q: Re
         Err(e) => return db_error(e),
     };
     let href = |p: i64| format!("{}?page={p}&per_page={per_page}", node_href(&name));
-    let strip = history.iter().rev().enumerate().map(|(i, h)| (i * 14, h.healthy, format!("{} {}", fmt_ms(h.at), h.job_id))).collect();
+    let strip = history
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(i, h)| (i * 14, h.healthy, format!("{} {}", fmt_ms(h.at), h.job_id)))
+        .collect();
     let entries = history
         .into_iter()
         .map(|h: NodeHealthRow| Entry {

@@ -80,17 +80,10 @@ pub fn check_view(report: &Report, index: usize, c: &CheckReport) -> CheckView {
                 rank: r.rank,
                 host: info.map(|i| i.host.clone()).unwrap_or_else(|| "?".into()),
                 device: info.map(|i| i.device.clone()).unwrap_or_default(),
-                cells: cols
-                    .iter()
-                    .map(|(k, _)| r.metrics.get(*k).map_or("-".into(), |v| svg::fmt_num(*v)))
-                    .collect(),
+                cells: cols.iter().map(|(k, _)| r.metrics.get(*k).map_or("-".into(), |v| svg::fmt_num(*v))).collect(),
                 status: status_word(r.status),
                 status_class: status_class(r.status),
-                detail: r
-                    .error
-                    .clone()
-                    .or_else(|| r.notes.get("not_applicable").cloned())
-                    .unwrap_or_default(),
+                detail: r.error.clone().or_else(|| r.notes.get("not_applicable").cloned()).unwrap_or_default(),
                 codes: report
                     .findings
                     .iter()
@@ -119,29 +112,15 @@ pub fn check_view(report: &Report, index: usize, c: &CheckReport) -> CheckView {
 
 /// The notes of a check: once with "all" for a value every rank wrote alike, else per rank.
 fn notes(c: &CheckReport) -> Vec<(String, String, String)> {
-    let keys: std::collections::BTreeSet<&String> =
-        c.ranks.iter().flat_map(|r| r.notes.keys()).collect();
+    let keys: std::collections::BTreeSet<&String> = c.ranks.iter().flat_map(|r| r.notes.keys()).collect();
     let mut out = Vec::new();
-    for key in keys
-        .into_iter()
-        .filter(|k| !DRAWN_NOTES.contains(&k.as_str()))
-    {
-        let values: Vec<(usize, &String)> = c
-            .ranks
-            .iter()
-            .filter_map(|r| r.notes.get(key).map(|v| (r.rank, v)))
-            .collect();
-        if c.ranks.len() > 1
-            && values.len() == c.ranks.len()
-            && values.iter().all(|(_, v)| *v == values[0].1)
-        {
+    for key in keys.into_iter().filter(|k| !DRAWN_NOTES.contains(&k.as_str())) {
+        let values: Vec<(usize, &String)> =
+            c.ranks.iter().filter_map(|r| r.notes.get(key).map(|v| (r.rank, v))).collect();
+        if c.ranks.len() > 1 && values.len() == c.ranks.len() && values.iter().all(|(_, v)| *v == values[0].1) {
             out.push(("all".to_string(), key.clone(), values[0].1.clone()));
         } else {
-            out.extend(
-                values
-                    .into_iter()
-                    .map(|(r, v)| (r.to_string(), key.clone(), v.clone())),
-            );
+            out.extend(values.into_iter().map(|(r, v)| (r.to_string(), key.clone(), v.clone())));
         }
     }
     out
@@ -149,12 +128,7 @@ fn notes(c: &CheckReport) -> Vec<(String, String, String)> {
 
 /// The bar class of a rank: the severity of the worst finding of this check naming it.
 fn rank_class(report: &Report, check: &str, rank: usize) -> &'static str {
-    let worst = report
-        .findings
-        .iter()
-        .filter(|f| f.check == check && f.rank == Some(rank))
-        .map(|f| f.severity)
-        .max();
+    let worst = report.findings.iter().filter(|f| f.check == check && f.rank == Some(rank)).map(|f| f.severity).max();
     match worst {
         Some(Severity::Critical) => "critical",
         Some(Severity::Warning) => "warning",
@@ -166,31 +140,20 @@ fn rank_class(report: &Report, check: &str, rank: usize) -> &'static str {
 fn expected(report: &Report, c: &CheckReport, key: &str) -> Option<f64> {
     let when = Conditions::from_config(&c.config, report.nodes.len() == 1);
     let mut figures = c.ranks.iter().map(|r| {
-        let device = report
-            .ranks
-            .iter()
-            .find(|i| i.rank == r.rank)
-            .map(|i| i.device.as_str())?;
-        Expected::builtin()
-            .lookup(device, &c.name, key, when)
-            .map(|e| e.value)
+        let device = report.ranks.iter().find(|i| i.rank == r.rank).map(|i| i.device.as_str())?;
+        Expected::builtin().lookup(device, &c.name, key, when).map(|e| e.value)
     });
     let first = figures.next()??;
     figures.all(|f| f == Some(first)).then_some(first)
 }
 
 fn bars(report: &Report, c: &CheckReport) -> Vec<BarChart> {
-    let mut keys: Vec<(String, String)> = charted(&c.name)
-        .iter()
-        .map(|(k, t)| (k.to_string(), t.to_string()))
-        .collect();
+    let mut keys: Vec<(String, String)> =
+        charted(&c.name).iter().map(|(k, t)| (k.to_string(), t.to_string())).collect();
     // multi-all-reduce: one chart per concurrent group too.
     if let Some(r) = c.ranks.first() {
         for k in r.metrics.keys().filter(|k| k.starts_with("busbw_gbps.")) {
-            keys.push((
-                k.clone(),
-                format!("busbw GB/s in group {}", &k["busbw_gbps.".len()..]),
-            ));
+            keys.push((k.clone(), format!("busbw GB/s in group {}", &k["busbw_gbps.".len()..])));
         }
     }
     keys.iter()
@@ -207,14 +170,8 @@ fn bars(report: &Report, c: &CheckReport) -> Vec<BarChart> {
                 })
                 .collect();
             let values: Vec<f64> = input.iter().map(|b| b.value).collect();
-            let peers =
-                (values.iter().filter(|v| v.is_finite()).count() >= 2).then(|| median(&values));
-            svg::bar_chart(
-                &format!("{}: {title}", c.name),
-                &input,
-                expected(report, c, key),
-                peers,
-            )
+            let peers = (values.iter().filter(|v| v.is_finite()).count() >= 2).then(|| median(&values));
+            svg::bar_chart(&format!("{}: {title}", c.name), &input, expected(report, c, key), peers)
         })
         .collect()
 }
@@ -241,13 +198,7 @@ fn sweep_chart(c: &CheckReport) -> Option<LineChart> {
             });
         }
     }
-    svg::line_chart(
-        &format!("{}: bandwidth vs message size", c.name),
-        "message size",
-        "GB/s",
-        &series,
-        true,
-    )
+    svg::line_chart(&format!("{}: bandwidth vs message size", c.name), "message size", "GB/s", &series, true)
 }
 
 /// The training loss of every step, per rank (from the rank's `losses` note).
@@ -262,21 +213,10 @@ fn loss_chart(c: &CheckReport) -> Option<LineChart> {
                 .enumerate()
                 .filter_map(|(i, l)| l.parse::<f64>().ok().map(|v| ((i + 1) as f64, v)))
                 .collect();
-            Some(Series {
-                name: format!("rank {}", r.rank),
-                points,
-                dashed: false,
-                colour: r.rank,
-            })
+            Some(Series { name: format!("rank {}", r.rank), points, dashed: false, colour: r.rank })
         })
         .collect();
-    svg::line_chart(
-        &format!("{}: training loss", c.name),
-        "step",
-        "loss",
-        &series,
-        false,
-    )
+    svg::line_chart(&format!("{}: training loss", c.name), "step", "loss", &series, false)
 }
 
 /// The node labels of the heat maps: `node0 (host)`.
@@ -292,10 +232,7 @@ pub fn node_labels(report: &Report, n: usize) -> Vec<String> {
 /// Front-end and back-end reachability, node x node, from the check's JSON cells.
 fn connectivity_maps(report: &Report, c: &CheckReport) -> Vec<HeatMap> {
     let mut maps = Vec::new();
-    for (key, title) in [
-        ("front_end_cells", "front-end network"),
-        ("back_end_cells", "back-end network"),
-    ] {
+    for (key, title) in [("front_end_cells", "front-end network"), ("back_end_cells", "back-end network")] {
         let Some(cells) = c
             .ranks
             .iter()
@@ -305,11 +242,7 @@ fn connectivity_maps(report: &Report, c: &CheckReport) -> Vec<HeatMap> {
             continue;
         };
         let ms = |s: &str| s.strip_suffix("ms").and_then(|v| v.parse::<f64>().ok());
-        let slowest = cells
-            .iter()
-            .flatten()
-            .filter_map(|s| ms(s))
-            .fold(0.0, f64::max);
+        let slowest = cells.iter().flatten().filter_map(|s| ms(s)).fold(0.0, f64::max);
         let grid: Vec<Vec<HeatInput>> = cells
             .iter()
             .map(|row| {
@@ -321,24 +254,14 @@ fn connectivity_maps(report: &Report, c: &CheckReport) -> Vec<HeatMap> {
                             Some(1.0)
                         } else {
                             // Reachable: green, towards yellow for the slowest probe.
-                            ms(s).map(|v| {
-                                if slowest > 0.0 {
-                                    1.0 - 0.4 * v / slowest
-                                } else {
-                                    1.0
-                                }
-                            })
+                            ms(s).map(|v| if slowest > 0.0 { 1.0 - 0.4 * v / slowest } else { 1.0 })
                         };
                         HeatInput { t, text: s.clone() }
                     })
                     .collect()
             })
             .collect();
-        maps.extend(svg::heat_map(
-            &format!("{}: {title}", c.name),
-            &node_labels(report, cells.len()),
-            &grid,
-        ));
+        maps.extend(svg::heat_map(&format!("{}: {title}", c.name), &node_labels(report, cells.len()), &grid));
     }
     maps
 }

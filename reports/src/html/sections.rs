@@ -50,23 +50,14 @@ pub fn finding_view(f: &Finding) -> FindingView<'_> {
     FindingView {
         finding: f,
         severity: severity_class(f.severity),
-        place: if place.is_empty() {
-            "the whole job".into()
-        } else {
-            place.join(" · ")
-        },
+        place: if place.is_empty() { "the whole job".into() } else { place.join(" · ") },
         figures,
     }
 }
 
 /// The nodes whose verdict is `health`.
 pub fn with_health(report: &Report, health: NodeHealth) -> Vec<NodeVerdict> {
-    report
-        .node_verdicts
-        .iter()
-        .filter(|v| v.health == health)
-        .cloned()
-        .collect()
+    report.node_verdicts.iter().filter(|v| v.health == health).cloned().collect()
 }
 
 /// The nodes to isolate (`report.faulty_nodes`), with their hosts and the codes behind their
@@ -76,21 +67,12 @@ pub fn faulty_nodes(report: &Report) -> Vec<NodeVerdict> {
         .faulty_nodes
         .iter()
         .map(|&n| {
-            report
-                .node_verdicts
-                .iter()
-                .find(|v| v.node_rank == n)
-                .cloned()
-                .unwrap_or_else(|| NodeVerdict {
-                    node_rank: n,
-                    host: report
-                        .nodes
-                        .iter()
-                        .find(|x| x.node_rank == n)
-                        .map_or_else(|| "?".into(), |x| x.hostname.clone()),
-                    health: NodeHealth::Faulty,
-                    codes: Vec::new(),
-                })
+            report.node_verdicts.iter().find(|v| v.node_rank == n).cloned().unwrap_or_else(|| NodeVerdict {
+                node_rank: n,
+                host: report.nodes.iter().find(|x| x.node_rank == n).map_or_else(|| "?".into(), |x| x.hostname.clone()),
+                health: NodeHealth::Faulty,
+                codes: Vec::new(),
+            })
         })
         .collect()
 }
@@ -99,37 +81,17 @@ pub fn faulty_nodes(report: &Report) -> Vec<NodeVerdict> {
 pub fn pair_map(report: &Report) -> Option<HeatMap> {
     let n = report.pair_bandwidth.iter().flat_map(|p| p.nodes).max()? + 1;
     let n = n.max(report.nodes.len());
-    let best = report
-        .pair_bandwidth
-        .iter()
-        .map(|p| p.busbw_gbps)
-        .filter(|v| v.is_finite())
-        .fold(0.0, f64::max);
-    let mut grid: Vec<Vec<HeatInput>> = (0..n)
-        .map(|_| {
-            (0..n)
-                .map(|_| HeatInput {
-                    t: None,
-                    text: "-".into(),
-                })
-                .collect()
-        })
-        .collect();
+    let best = report.pair_bandwidth.iter().map(|p| p.busbw_gbps).filter(|v| v.is_finite()).fold(0.0, f64::max);
+    let mut grid: Vec<Vec<HeatInput>> =
+        (0..n).map(|_| (0..n).map(|_| HeatInput { t: None, text: "-".into() }).collect()).collect();
     for p in &report.pair_bandwidth {
         let [a, b] = p.nodes;
         let t = (best > 0.0 && p.busbw_gbps.is_finite()).then(|| p.busbw_gbps / best);
         let text = format!("{} GB/s", svg::fmt_num(p.busbw_gbps));
-        grid[a][b] = HeatInput {
-            t,
-            text: text.clone(),
-        };
+        grid[a][b] = HeatInput { t, text: text.clone() };
         grid[b][a] = HeatInput { t, text };
     }
-    svg::heat_map(
-        "link test: busbw GB/s per node pair",
-        &node_labels(report, n),
-        &grid,
-    )
+    svg::heat_map("link test: busbw GB/s per node pair", &node_labels(report, n), &grid)
 }
 
 /// One timeline: its name, its rows and its strip.
@@ -156,15 +118,8 @@ pub fn timelines(report: &Report, ctx: &RunContext) -> Vec<TimelineView> {
         .into_iter()
         .filter(|(_, rows)| !rows.is_empty())
         .map(|(name, rows)| {
-            let states: Vec<_> = rows
-                .iter()
-                .map(|r| (r.state.clone(), r.at, r.detail.clone()))
-                .collect();
-            TimelineView {
-                name,
-                strip: svg::strip(&states),
-                rows,
-            }
+            let states: Vec<_> = rows.iter().map(|r| (r.state.clone(), r.at, r.detail.clone())).collect();
+            TimelineView { name, strip: svg::strip(&states), rows }
         })
         .collect()
 }
@@ -185,27 +140,17 @@ mod tests {
         f.score = Some(-12.5);
         let v = finding_view(&f);
         assert_eq!(v.place, "node 1 · host gpu-b · rank 3");
-        assert_eq!(
-            v.figures,
-            [
-                ("measured", "400".to_string()),
-                ("score", "-12.5".to_string())
-            ]
-        );
+        assert_eq!(v.figures, [("measured", "400".to_string()), ("score", "-12.5".to_string())]);
         assert_eq!(v.severity, "critical");
     }
 
     #[test]
     fn faulty_nodes_come_from_the_nodes_to_isolate() {
         let r: Report =
-            serde_json::from_str(include_str!("../../../docs/examples/report-cpu.json"))
-                .expect("example report");
+            serde_json::from_str(include_str!("../../../docs/examples/report-cpu.json")).expect("example report");
         let faulty = faulty_nodes(&r);
         assert!(!faulty.is_empty(), "the example has a faulty node");
-        assert_eq!(
-            faulty.iter().map(|v| v.node_rank).collect::<Vec<_>>(),
-            r.faulty_nodes
-        );
+        assert_eq!(faulty.iter().map(|v| v.node_rank).collect::<Vec<_>>(), r.faulty_nodes);
         let mut old = r.clone();
         old.node_verdicts.clear();
         let faulty = faulty_nodes(&old);

@@ -7,9 +7,7 @@ use gpusanity_common::report::*;
 use super::{run_page, Link, RunContext, TimelineEntry};
 
 fn at(s: &str) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339(s)
-        .expect("time")
-        .with_timezone(&Utc)
+    DateTime::parse_from_rfc3339(s).expect("time").with_timezone(&Utc)
 }
 
 fn rank(rank: usize, metrics: &[(&str, f64)]) -> RankResult {
@@ -18,19 +16,8 @@ fn rank(rank: usize, metrics: &[(&str, f64)]) -> RankResult {
     r
 }
 
-fn check(
-    name: &str,
-    status: CheckStatus,
-    config: serde_json::Value,
-    ranks: Vec<RankResult>,
-) -> CheckReport {
-    CheckReport {
-        name: name.into(),
-        status,
-        duration_s: 1.5,
-        config,
-        ranks,
-    }
+fn check(name: &str, status: CheckStatus, config: serde_json::Value, ranks: Vec<RankResult>) -> CheckReport {
+    CheckReport { name: name.into(), status, duration_s: 1.5, config, ranks }
 }
 
 fn sweep(scale: f64) -> Vec<SweepPoint> {
@@ -70,52 +57,22 @@ fn report(host_b: &str) -> Report {
             rank(3, &[("tflops", 401.5)]),
         ],
     );
-    let mut ar = check(
-        "all-reduce",
-        CheckStatus::Passed,
-        serde_json::json!({"max_bytes": 65536}),
-        vec![],
-    );
+    let mut ar = check("all-reduce", CheckStatus::Passed, serde_json::json!({"max_bytes": 65536}), vec![]);
     for r in 0..4 {
         let mut x = rank(r, &[("busbw_gbps", 3.0)]);
         x.sweep = sweep(1.0 + r as f64);
         ar.ranks.push(x);
     }
-    let mut gpt = check(
-        "mini-gpt",
-        CheckStatus::Passed,
-        serde_json::Value::Null,
-        vec![],
-    );
+    let mut gpt = check("mini-gpt", CheckStatus::Passed, serde_json::Value::Null, vec![]);
     for r in 0..2 {
-        let mut x = rank(
-            r,
-            &[
-                ("step_ms_median", 12.0),
-                ("tokens_per_s", 5000.0),
-                ("mfu", 0.41),
-            ],
-        );
-        x.notes
-            .insert("losses".into(), "4.15 3.80 NaN 2.10 1.05".into());
+        let mut x = rank(r, &[("step_ms_median", 12.0), ("tokens_per_s", 5000.0), ("mfu", 0.41)]);
+        x.notes.insert("losses".into(), "4.15 3.80 NaN 2.10 1.05".into());
         gpt.ranks.push(x);
     }
-    let mut conn = check(
-        "network-connectivity",
-        CheckStatus::Failed,
-        serde_json::Value::Null,
-        vec![rank(0, &[])],
-    );
-    conn.ranks[0].notes.insert(
-        "front_end_cells".into(),
-        r#"[["-","FAIL"],["0.30ms","-"]]"#.into(),
-    );
-    let mut f = Finding::new(
-        Severity::Critical,
-        "GEMM_SLOW",
-        "gemm",
-        "401.5 TFLOP/s, 53% of the peers' median 759".into(),
-    );
+    let mut conn = check("network-connectivity", CheckStatus::Failed, serde_json::Value::Null, vec![rank(0, &[])]);
+    conn.ranks[0].notes.insert("front_end_cells".into(), r#"[["-","FAIL"],["0.30ms","-"]]"#.into());
+    let mut f =
+        Finding::new(Severity::Critical, "GEMM_SLOW", "gemm", "401.5 TFLOP/s, 53% of the peers' median 759".into());
     f.node_rank = Some(1);
     f.host = Some(host_b.into());
     f.rank = Some(3);
@@ -124,10 +81,7 @@ fn report(host_b: &str) -> Report {
     f.expected = Some(769.0);
     f.peers_mad = Some(1.0);
     f.score = Some(-241.1);
-    f.evidence = vec![
-        "slow in both measurements".into(),
-        format!("host said {host_b}"),
-    ];
+    f.evidence = vec!["slow in both measurements".into(), format!("host said {host_b}")];
     f.action = Some("exclude the node".into());
     Report {
         schema_version: REPORT_SCHEMA_VERSION,
@@ -142,11 +96,7 @@ fn report(host_b: &str) -> Report {
         nodes: (0..2)
             .map(|n| NodeInfo {
                 node_rank: n,
-                hostname: if n == 0 {
-                    "gpu-a".into()
-                } else {
-                    host_b.into()
-                },
+                hostname: if n == 0 { "gpu-a".into() } else { host_b.into() },
                 addr: "10.0.0.1".into(),
                 nproc: 2,
             })
@@ -160,19 +110,10 @@ fn report(host_b: &str) -> Report {
                 at: at("2026-11-30T10:00:00Z"),
                 detail: "cuda on 4 rank(s)".into(),
             },
-            StateEvent {
-                state: RunState::CheckFailed,
-                at: at("2026-11-30T10:00:12Z"),
-                detail: "GEMM_SLOW".into(),
-            },
+            StateEvent { state: RunState::CheckFailed, at: at("2026-11-30T10:00:12Z"), detail: "GEMM_SLOW".into() },
         ],
         node_verdicts: vec![
-            NodeVerdict {
-                node_rank: 0,
-                host: "gpu-a".into(),
-                health: NodeHealth::Healthy,
-                codes: vec![],
-            },
+            NodeVerdict { node_rank: 0, host: "gpu-a".into(), health: NodeHealth::Healthy, codes: vec![] },
             NodeVerdict {
                 node_rank: 1,
                 host: host_b.into(),
@@ -182,11 +123,7 @@ fn report(host_b: &str) -> Report {
         ],
         faulty_nodes: vec![1],
         remeasured: vec![],
-        pair_bandwidth: vec![PairBandwidth {
-            nodes: [0, 1],
-            busbw_gbps: 41.5,
-            round: 1,
-        }],
+        pair_bandwidth: vec![PairBandwidth { nodes: [0, 1], busbw_gbps: 41.5, round: 1 }],
     }
 }
 
@@ -198,9 +135,7 @@ fn page(r: &Report, ctx: &RunContext) -> String {
 fn verdict_faulty_node_and_findings_come_first() {
     let html = page(&report("gpu-b"), &RunContext::default());
     let verdict = html.find("id=\"verdict\"").expect("verdict");
-    let faulty = html
-        .find("Faulty nodes — isolate: node 1 (gpu-b)")
-        .expect("faulty node named");
+    let faulty = html.find("Faulty nodes — isolate: node 1 (gpu-b)").expect("faulty node named");
     let finding = html.find("GEMM_SLOW</span> in gemm").expect("finding");
     let checks = html.find("id=\"checks\"").expect("checks");
     assert!(verdict < faulty && faulty < finding && finding < checks);
@@ -224,18 +159,13 @@ fn charts_mark_the_slow_rank_the_expected_value_and_the_median() {
     let html = page(&report("gpu-b"), &RunContext::default());
     // gemm bars, all-reduce bars + sweep, three mini-gpt bars + loss curve, connectivity and
     // pair heat maps, one timeline strip.
-    assert_eq!(
-        html.matches("<svg").count(),
-        1 + 2 + 4 + 1 + 1 + 1,
-        "{html}"
-    );
+    assert_eq!(html.matches("<svg").count(), 1 + 2 + 4 + 1 + 1 + 1, "{html}");
     // Rank 3's bar is critical; rank 2 (NaN) has no bar; 3 gemm bars.
     let gemm = &html[html.find("gemm: TFLOP/s").expect("gemm chart")..];
     let gemm = &gemm[..gemm.find("</svg>").expect("end")];
     assert_eq!(gemm.matches("<rect class=\"bar\"").count(), 3);
     assert!(
-        gemm.contains("<g class=\"bar-critical\"><rect class=\"bar\"")
-            && gemm.contains("<title>rank 3: 402</title>")
+        gemm.contains("<g class=\"bar-critical\"><rect class=\"bar\"") && gemm.contains("<title>rank 3: 402</title>")
     );
     assert!(!gemm.contains("rank 2:"));
     assert!(gemm.contains("expected 690") && gemm.contains("median 758"));
@@ -248,14 +178,9 @@ fn charts_mark_the_slow_rank_the_expected_value_and_the_median() {
     for x in &mut r.checks[0].ranks {
         x.notes.insert("dtype".into(), "bf16".into());
     }
-    r.checks[0].ranks[3]
-        .notes
-        .insert("hash".into(), "abc".into());
+    r.checks[0].ranks[3].notes.insert("hash".into(), "abc".into());
     let html = page(&r, &RunContext::default());
-    assert!(
-        html.contains("<tr><td class=\"num\">all</td><td>dtype</td><td>bf16</td></tr>"),
-        "{html}"
-    );
+    assert!(html.contains("<tr><td class=\"num\">all</td><td>dtype</td><td>bf16</td></tr>"), "{html}");
     assert!(html.contains("<tr><td class=\"num\">3</td><td>hash</td><td>abc</td></tr>"));
     // The sweep: busbw and (differing) algbw per rank, log2 axis labels.
     assert!(html.contains("all-reduce: bandwidth vs message size"));
@@ -263,11 +188,7 @@ fn charts_mark_the_slow_rank_the_expected_value_and_the_median() {
     assert!(html.contains(">4 KiB<") && html.contains(">64 KiB<"));
     // Loss curves skip the NaN step.
     let loss = &html[html.find("mini-gpt: training loss").expect("loss chart")..];
-    let points = loss[loss.find("points=\"").expect("points") + 8..]
-        .split('"')
-        .next()
-        .expect("attr")
-        .to_string();
+    let points = loss[loss.find("points=\"").expect("points") + 8..].split('"').next().expect("attr").to_string();
     assert_eq!(points.split(' ').count(), 4);
     // Heat maps: a failed probe is red, the pair figure is there.
     assert!(html.contains("node0 (gpu-a) → node1 (gpu-b): FAIL"));
@@ -284,20 +205,13 @@ fn sections_timeline_settings_and_facts() {
             at: at("2026-11-30T09:59:58Z"),
             detail: "queued".into(),
         }],
-        links: vec![Link {
-            label: "all runs".into(),
-            href: "/runs".into(),
-        }],
+        links: vec![Link { label: "all runs".into(), href: "/runs".into() }],
     };
     let html = page(&report("gpu-b"), &ctx);
-    for id in [
-        "findings", "nodes", "checks", "pairs", "timeline", "settings", "facts",
-    ] {
+    for id in ["findings", "nodes", "checks", "pairs", "timeline", "settings", "facts"] {
         assert!(html.contains(&format!("<section id=\"{id}\"")), "{id}");
     }
-    assert!(
-        html.contains("<h1>gpusanity report: train-7b</h1>") && html.contains("workspace research")
-    );
+    assert!(html.contains("<h1>gpusanity report: train-7b</h1>") && html.contains("workspace research"));
     assert!(html.contains("service state <b id=\"service-state\">Pending</b>"));
     assert!(html.contains("<h3>service</h3>") && html.contains("<h3>check run</h3>"));
     assert!(html.contains("<td>CheckFailed</td><td class=\"at\">2026-11-30 10:00:12.000</td>"));
@@ -317,23 +231,13 @@ fn hostile_strings_render_as_text() {
     let ctx = RunContext {
         job: Some(evil.into()),
         workspace: Some(evil.into()),
-        timeline: vec![TimelineEntry {
-            state: evil.into(),
-            at: at("2026-11-30T09:59:58Z"),
-            detail: evil.into(),
-        }],
-        links: vec![Link {
-            label: evil.into(),
-            href: evil.into(),
-        }],
+        timeline: vec![TimelineEntry { state: evil.into(), at: at("2026-11-30T09:59:58Z"), detail: evil.into() }],
+        links: vec![Link { label: evil.into(), href: evil.into() }],
     };
     let html = page(&r, &ctx);
     assert!(!html.contains("<script"), "a raw script tag");
     assert!(!html.contains("<img"), "a raw img tag");
-    assert!(
-        !html.contains("onerror=alert(2)>"),
-        "an attribute broken out of"
-    );
+    assert!(!html.contains("onerror=alert(2)>"), "an attribute broken out of");
     assert!(
         html.contains("&#60;script&#62;alert(1)&#60;/script&#62;")
             || html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
@@ -353,9 +257,5 @@ fn an_empty_report_renders_without_charts() {
     r.status = RunStatus::Passed;
     let html = page(&r, &RunContext::default());
     assert_eq!(html.matches("<svg").count(), 0);
-    assert!(
-        html.contains("No findings.")
-            && html.contains("No state changes recorded.")
-            && html.contains(">PASSED<")
-    );
+    assert!(html.contains("No findings.") && html.contains("No state changes recorded.") && html.contains(">PASSED<"));
 }

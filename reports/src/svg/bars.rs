@@ -55,37 +55,20 @@ const LABEL_GAP: f64 = 13.0;
 
 /// Bars from zero for every finite figure (others are left out), scaled to the largest of the
 /// figures and the reference values. None when no figure is finite.
-pub fn bar_chart(
-    title: &str,
-    input: &[BarInput],
-    expected: Option<f64>,
-    median: Option<f64>,
-) -> Option<BarChart> {
+pub fn bar_chart(title: &str, input: &[BarInput], expected: Option<f64>, median: Option<f64>) -> Option<BarChart> {
     let bars: Vec<&BarInput> = input.iter().filter(|b| b.value.is_finite()).collect();
     if bars.is_empty() {
         return None;
     }
-    let refs = [expected, median]
-        .into_iter()
-        .flatten()
-        .filter(|v| v.is_finite());
+    let refs = [expected, median].into_iter().flatten().filter(|v| v.is_finite());
     let top = bars.iter().map(|b| b.value).chain(refs).fold(0.0, f64::max);
     let bottom = bars.iter().map(|b| b.value).fold(0.0, f64::min);
-    let top = if top == bottom {
-        bottom + 1.0
-    } else {
-        top * 1.08
-    };
+    let top = if top == bottom { bottom + 1.0 } else { top * 1.08 };
     // Many ranks: narrower slots (the chart stays under ~800 units wide), labels thinned.
     let slot = (720.0 / bars.len() as f64).clamp(2.0, 90.0);
     let every = (28.0 / slot).ceil() as usize;
     let fill = if slot < 8.0 { 0.9 } else { 0.64 };
-    let plot = Plot {
-        left: 56.0,
-        top: 26.0,
-        right: 56.0 + slot * bars.len() as f64,
-        bottom: HEIGHT - 34.0,
-    };
+    let plot = Plot { left: 56.0, top: 26.0, right: 56.0 + slot * bars.len() as f64, bottom: HEIGHT - 34.0 };
     let y = Scale::linear(bottom, top, plot.bottom, plot.top);
     let y_ticks = ticks(nice_ticks(bottom, top, 4), &y, fmt_num);
     let zero = y.map(0.0);
@@ -157,11 +140,7 @@ mod tests {
         values
             .iter()
             .enumerate()
-            .map(|(i, v)| BarInput {
-                label: format!("rank {i}"),
-                value: *v,
-                class: "ok",
-            })
+            .map(|(i, v)| BarInput { label: format!("rank {i}"), value: *v, class: "ok" })
             .collect()
     }
 
@@ -173,11 +152,7 @@ mod tests {
         let full = c.plot.bottom - c.plot.top;
         let expected_y = c.lines[0].y;
         assert!((c.plot.bottom - expected_y - full / 1.08).abs() < 0.2);
-        assert!(
-            (c.bars[0].h - full / 1.08 / 2.0).abs() < 0.2,
-            "{:?}",
-            c.bars[0]
-        );
+        assert!((c.bars[0].h - full / 1.08 / 2.0).abs() < 0.2, "{:?}", c.bars[0]);
         assert!((c.bars[1].h * 2.0 - c.bars[0].h).abs() < 0.3);
         assert_eq!(c.bars[0].y + c.bars[0].h, c.plot.bottom);
         assert_eq!(c.lines[0].label, "expected 20");

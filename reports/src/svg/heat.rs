@@ -54,11 +54,7 @@ pub fn heat_map(title: &str, labels: &[String], cells: &[Vec<HeatInput>]) -> Opt
                 y: round(top + size * i as f64),
                 size: round(size - 2.0),
                 fill: heat_colour(c.t),
-                text: if size >= 40.0 {
-                    c.text.clone()
-                } else {
-                    String::new()
-                },
+                text: if size >= 40.0 { c.text.clone() } else { String::new() },
                 title: format!("{} → {}: {}", label(i), label(j), c.text),
             });
         }
@@ -66,10 +62,7 @@ pub fn heat_map(title: &str, labels: &[String], cells: &[Vec<HeatInput>]) -> Opt
     let ticks = |origin: f64| {
         (0..n)
             .step_by(every.max(1))
-            .map(|i| Tick {
-                pos: round(origin + size * (i as f64 + 0.5)),
-                label: label(i),
-            })
+            .map(|i| Tick { pos: round(origin + size * (i as f64 + 0.5)), label: label(i) })
             .collect()
     };
     Some(HeatMap {
@@ -115,11 +108,8 @@ pub fn strip(states: &[(String, DateTime<Utc>, String)]) -> Option<Strip> {
         .iter()
         .enumerate()
         .map(|(i, (state, at, detail))| {
-            let x0 = if total == 0.0 {
-                left + (right - left) * i as f64 / states.len() as f64
-            } else {
-                x.map(secs(*at))
-            };
+            let x0 =
+                if total == 0.0 { left + (right - left) * i as f64 / states.len() as f64 } else { x.map(secs(*at)) };
             let x1 = match states.get(i + 1) {
                 Some(next) if total > 0.0 => x.map(secs(next.1)),
                 Some(_) => left + (right - left) * (i + 1) as f64 / states.len() as f64,
@@ -130,27 +120,17 @@ pub fn strip(states: &[(String, DateTime<Utc>, String)]) -> Option<Strip> {
                 x: x0,
                 w,
                 class: state.chars().filter(char::is_ascii_alphanumeric).collect(),
-                label: if w >= 8.0 * state.len() as f64 {
-                    state.clone()
-                } else {
-                    String::new()
-                },
+                label: if w >= 8.0 * state.len() as f64 { state.clone() } else { String::new() },
                 title: format!("{state} at {}: {detail}", at.format("%H:%M:%S%.3f")),
             }
         })
         .collect();
     let ticks = if total > 0.0 {
-        super::ticks(super::nice_ticks(0.0, total, 6), &x, |s| {
-            format!("{}s", super::fmt_num(s))
-        })
+        super::ticks(super::nice_ticks(0.0, total, 6), &x, |s| format!("{}s", super::fmt_num(s)))
     } else {
         Vec::new()
     };
-    Some(Strip {
-        width: right + end + 10.0,
-        segments,
-        ticks,
-    })
+    Some(Strip { width: right + end + 10.0, segments, ticks })
 }
 
 #[cfg(test)]
@@ -163,10 +143,7 @@ mod tests {
         let m = heat_map(
             "pairs",
             &["node0".into(), "node1".into()],
-            &[
-                vec![cell(None, "-"), cell(Some(0.0), "FAIL")],
-                vec![cell(Some(1.0), "2.10"), cell(None, "-")],
-            ],
+            &[vec![cell(None, "-"), cell(Some(0.0), "FAIL")], vec![cell(Some(1.0), "2.10"), cell(None, "-")]],
         )
         .expect("map");
         assert_eq!(m.cells.len(), 4);
@@ -178,9 +155,7 @@ mod tests {
         assert_eq!(m.rows.len(), 2);
         assert!(heat_map("x", &[], &[]).is_none());
         // 200 nodes: small cells, every k-th node labelled.
-        let grid: Vec<Vec<HeatInput>> = (0..200)
-            .map(|_| (0..200).map(|_| cell(Some(1.0), "1")).collect())
-            .collect();
+        let grid: Vec<Vec<HeatInput>> = (0..200).map(|_| (0..200).map(|_| cell(Some(1.0), "1")).collect()).collect();
         let big = heat_map("pairs", &[], &grid).expect("map");
         assert_eq!(big.cells.len(), 40_000);
         assert!(big.width < 1400.0 && big.cells.iter().all(|c| c.text.is_empty()));
@@ -189,16 +164,8 @@ mod tests {
 
     #[test]
     fn strip_segments_span_until_the_next_state() {
-        let t0 = DateTime::parse_from_rfc3339("2026-11-30T10:00:00Z")
-            .expect("time")
-            .with_timezone(&Utc);
-        let s = |name: &str, secs: i64| {
-            (
-                name.to_string(),
-                t0 + chrono::Duration::seconds(secs),
-                String::new(),
-            )
-        };
+        let t0 = DateTime::parse_from_rfc3339("2026-11-30T10:00:00Z").expect("time").with_timezone(&Utc);
+        let s = |name: &str, secs: i64| (name.to_string(), t0 + chrono::Duration::seconds(secs), String::new());
         let st = strip(&[s("Checking", 0), s("CheckPassed", 10), s("Running", 20)]).expect("strip");
         assert_eq!(st.segments.len(), 3);
         assert_eq!(st.segments[0].x, 10.0);

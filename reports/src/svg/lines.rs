@@ -1,8 +1,6 @@
 //! Line charts: bandwidth against message size (log2 x axis) and loss against step.
 
-use super::{
-    bytes_label, fmt_num, log2_ticks, nice_ticks, round, series_colour, ticks, Plot, Scale, Tick,
-};
+use super::{bytes_label, fmt_num, log2_ticks, nice_ticks, round, series_colour, ticks, Plot, Scale, Tick};
 
 /// One line before layout.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,13 +48,7 @@ pub struct LineChart {
 
 /// Lines through each series' finite points (on a log2 x axis of byte sizes when `log2_x`,
 /// where points at or below zero are left out too). None when no point is left.
-pub fn line_chart(
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[Series],
-    log2_x: bool,
-) -> Option<LineChart> {
+pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series], log2_x: bool) -> Option<LineChart> {
     let keep = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite() && (!log2_x || x > 0.0);
     let series: Vec<(&Series, Vec<(f64, f64)>)> = series
         .iter()
@@ -67,31 +59,16 @@ pub fn line_chart(
     if all.is_empty() {
         return None;
     }
-    let (x0, x1) = all
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
-            (a.min(p.0), b.max(p.0))
-        });
+    let (x0, x1) = all.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| (a.min(p.0), b.max(p.0)));
     let y1 = all.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
     let y0 = all.iter().map(|p| p.1).fold(0.0, f64::min);
     let y1 = if y1 <= y0 { y0 + 1.0 } else { y1 * 1.08 };
-    let plot = Plot {
-        left: 60.0,
-        top: 26.0,
-        right: 520.0,
-        bottom: 230.0,
-    };
-    let x = if log2_x {
-        Scale::log2(x0, x1, plot.left, plot.right)
-    } else {
-        Scale::linear(x0, x1, plot.left, plot.right)
-    };
+    let plot = Plot { left: 60.0, top: 26.0, right: 520.0, bottom: 230.0 };
+    let x =
+        if log2_x { Scale::log2(x0, x1, plot.left, plot.right) } else { Scale::linear(x0, x1, plot.left, plot.right) };
     let y = Scale::linear(y0, y1, plot.bottom, plot.top);
-    let x_ticks = if log2_x {
-        ticks(log2_ticks(x0, x1, 8), &x, bytes_label)
-    } else {
-        ticks(nice_ticks(x0, x1, 6), &x, fmt_num)
-    };
+    let x_ticks =
+        if log2_x { ticks(log2_ticks(x0, x1, 8), &x, bytes_label) } else { ticks(nice_ticks(x0, x1, 6), &x, fmt_num) };
     let y_ticks = ticks(nice_ticks(y0, y1, 4), &y, fmt_num);
     let paths = series
         .iter()
@@ -100,17 +77,9 @@ pub fn line_chart(
             let dots: Vec<(f64, f64)> = pts.iter().map(|&(a, b)| (x.map(a), y.map(b))).collect();
             Path {
                 name: s.name.clone(),
-                points: dots
-                    .iter()
-                    .map(|(a, b)| format!("{a},{b}"))
-                    .collect::<Vec<_>>()
-                    .join(" "),
+                points: dots.iter().map(|(a, b)| format!("{a},{b}")).collect::<Vec<_>>().join(" "),
                 // Dots only where they stay readable.
-                dots: if pts.len() <= 24 && series.len() <= LEGEND {
-                    dots
-                } else {
-                    Vec::new()
-                },
+                dots: if pts.len() <= 24 && series.len() <= LEGEND { dots } else { Vec::new() },
                 colour: series_colour(s.colour),
                 dashed: s.dashed,
                 legend_y: round(plot.top + 6.0 + 15.0 * i as f64),
@@ -140,24 +109,13 @@ mod tests {
     use super::*;
 
     fn series(points: Vec<(f64, f64)>) -> Series {
-        Series {
-            name: "rank 0 busbw".into(),
-            points,
-            dashed: false,
-            colour: 0,
-        }
+        Series { name: "rank 0 busbw".into(), points, dashed: false, colour: 0 }
     }
 
     #[test]
     fn log2_axis_spaces_doubling_sizes_evenly() {
-        let c = line_chart(
-            "t",
-            "bytes",
-            "GB/s",
-            &[series(vec![(1024.0, 1.0), (4096.0, 2.0), (16384.0, 4.0)])],
-            true,
-        )
-        .expect("chart");
+        let c = line_chart("t", "bytes", "GB/s", &[series(vec![(1024.0, 1.0), (4096.0, 2.0), (16384.0, 4.0)])], true)
+            .expect("chart");
         let d = &c.paths[0].dots;
         assert_eq!(d[0].0, c.plot.left);
         assert_eq!(d[2].0, c.plot.right);
@@ -170,12 +128,7 @@ mod tests {
 
     #[test]
     fn the_legend_stops_at_twelve_series() {
-        let many: Vec<Series> = (0..40)
-            .map(|i| Series {
-                colour: i,
-                ..series(vec![(1.0, i as f64)])
-            })
-            .collect();
+        let many: Vec<Series> = (0..40).map(|i| Series { colour: i, ..series(vec![(1.0, i as f64)]) }).collect();
         let c = line_chart("t", "x", "y", &many, false).expect("chart");
         assert_eq!(c.paths.len(), 40);
         assert_eq!(c.paths.iter().filter(|p| p.legend).count(), LEGEND);
@@ -185,12 +138,7 @@ mod tests {
 
     #[test]
     fn non_finite_and_non_positive_points_are_skipped() {
-        let pts = vec![
-            (0.0, 1.0),
-            (1024.0, f64::NAN),
-            (2048.0, f64::INFINITY),
-            (4096.0, 3.0),
-        ];
+        let pts = vec![(0.0, 1.0), (1024.0, f64::NAN), (2048.0, f64::INFINITY), (4096.0, 3.0)];
         let c = line_chart("t", "bytes", "GB/s", &[series(pts.clone())], true).expect("chart");
         assert_eq!(c.paths[0].dots.len(), 1);
         // On a linear axis zero is a valid x.

@@ -30,13 +30,7 @@ pub struct Tick {
 
 /// Marks at `values` placed by `scale`, labelled by `label`.
 pub fn ticks(values: Vec<f64>, scale: &Scale, label: impl Fn(f64) -> String) -> Vec<Tick> {
-    values
-        .into_iter()
-        .map(|v| Tick {
-            pos: scale.map(v),
-            label: label(v),
-        })
-        .collect()
+    values.into_iter().map(|v| Tick { pos: scale.map(v), label: label(v) }).collect()
 }
 
 /// Maps a data interval onto a pixel interval, linearly or on a log2 scale.
@@ -51,24 +45,12 @@ pub struct Scale {
 
 impl Scale {
     pub fn linear(d0: f64, d1: f64, r0: f64, r1: f64) -> Scale {
-        Scale {
-            d0,
-            d1,
-            r0,
-            r1,
-            log2: false,
-        }
+        Scale { d0, d1, r0, r1, log2: false }
     }
 
     /// A log2 scale; the domain must be positive (callers drop points at or below zero).
     pub fn log2(d0: f64, d1: f64, r0: f64, r1: f64) -> Scale {
-        Scale {
-            d0: d0.log2(),
-            d1: d1.log2(),
-            r0,
-            r1,
-            log2: true,
-        }
+        Scale { d0: d0.log2(), d1: d1.log2(), r0, r1, log2: true }
     }
 
     /// The pixel position of `v`; the middle of the range for an empty domain.
@@ -175,9 +157,7 @@ pub fn heat_colour(t: Option<f64>) -> String {
 
 /// Distinct line colours, one per rank (repeating after eight).
 pub fn series_colour(i: usize) -> &'static str {
-    const PALETTE: [&str; 8] = [
-        "#0969da", "#bc4c00", "#1a7f37", "#8250df", "#cf222e", "#1b7c83", "#9a6700", "#57606a",
-    ];
+    const PALETTE: [&str; 8] = ["#0969da", "#bc4c00", "#1a7f37", "#8250df", "#cf222e", "#1b7c83", "#9a6700", "#57606a"];
     PALETTE[i % PALETTE.len()]
 }
 
@@ -190,20 +170,14 @@ mod tests {
         let s = Scale::linear(0.0, 10.0, 100.0, 0.0);
         assert_eq!((s.map(0.0), s.map(5.0), s.map(10.0)), (100.0, 50.0, 0.0));
         let l = Scale::log2(1024.0, 1048576.0, 0.0, 100.0);
-        assert_eq!(
-            (l.map(1024.0), l.map(32768.0), l.map(1048576.0)),
-            (0.0, 50.0, 100.0)
-        );
+        assert_eq!((l.map(1024.0), l.map(32768.0), l.map(1048576.0)), (0.0, 50.0, 100.0));
         // One value: the middle, not a division by zero.
         assert_eq!(Scale::linear(3.0, 3.0, 0.0, 10.0).map(3.0), 5.0);
     }
 
     #[test]
     fn ticks_are_round_and_cover_the_range() {
-        assert_eq!(
-            nice_ticks(0.0, 10.0, 5),
-            vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
-        );
+        assert_eq!(nice_ticks(0.0, 10.0, 5), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
         let labels: Vec<String> = nice_ticks(0.0, 0.9, 4).into_iter().map(fmt_num).collect();
         assert_eq!(labels, ["0", "0.2", "0.4", "0.6", "0.8"]);
         assert_eq!(nice_ticks(2.0, 2.0, 4), vec![2.0]);

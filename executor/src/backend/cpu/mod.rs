@@ -32,7 +32,12 @@ struct CpuGroup {
 }
 
 impl CpuGroup {
-    fn connect(place: &WorkerPlace, store: &mut StoreClient, key: &str, members: &[usize]) -> Result<CpuGroup, BackendError> {
+    fn connect(
+        place: &WorkerPlace,
+        store: &mut StoreClient,
+        key: &str,
+        members: &[usize],
+    ) -> Result<CpuGroup, BackendError> {
         let ring = Ring::connect_group(place, store, key, members)?;
         let mesh = Mesh::connect_group(place, store, key, members)?;
         Ok(CpuGroup { ring, mesh })
@@ -55,13 +60,24 @@ impl GemmBufs {
         // alias a or b.
         unsafe {
             gemm::gemm(
-                n, n, n,
-                self.c.as_mut_ptr(), 1, n as isize,
+                n,
+                n,
+                n,
+                self.c.as_mut_ptr(),
+                1,
+                n as isize,
                 false,
-                self.a.as_ptr(), 1, n as isize,
-                self.b.as_ptr(), 1, n as isize,
-                0.0f32, 1.0f32,
-                false, false, false,
+                self.a.as_ptr(),
+                1,
+                n as isize,
+                self.b.as_ptr(),
+                1,
+                n as isize,
+                0.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
                 gemm::Parallelism::None,
             );
         }
@@ -72,7 +88,13 @@ impl CpuBackend {
     pub fn new(place: &WorkerPlace, store: &mut StoreClient) -> Result<Self, BackendError> {
         let all: Vec<usize> = (0..place.world).collect();
         let world = CpuGroup::connect(place, store, "world", &all)?;
-        Ok(CpuBackend { name: cpu_model_name(), place: place.clone(), groups: vec![Some(world)], bufs: Vec::new(), gemm: None })
+        Ok(CpuBackend {
+            name: cpu_model_name(),
+            place: place.clone(),
+            groups: vec![Some(world)],
+            bufs: Vec::new(),
+            gemm: None,
+        })
     }
 
     fn buf_mut(&mut self, buf: BufId) -> Result<&mut Vec<f32>, BackendError> {

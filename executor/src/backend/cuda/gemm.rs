@@ -18,15 +18,8 @@ pub(super) struct GemmBufs {
 }
 
 /// Uploads A and B (row-major f32 holding bf16-representable values) and allocates C.
-pub(super) fn load(
-    stream: &Arc<CudaStream>,
-    n: usize,
-    a: &[f32],
-    b: &[f32],
-) -> Result<GemmBufs, BackendError> {
-    let len = n
-        .checked_mul(n)
-        .filter(|_| i32::try_from(n).is_ok() && n > 0);
+pub(super) fn load(stream: &Arc<CudaStream>, n: usize, a: &[f32], b: &[f32]) -> Result<GemmBufs, BackendError> {
+    let len = n.checked_mul(n).filter(|_| i32::try_from(n).is_ok() && n > 0);
     let len = len.ok_or_else(|| BackendError::Device(format!("unsupported GEMM size {n}")))?;
     if a.len() != len || b.len() != len {
         return Err(BackendError::Device(format!(
@@ -37,15 +30,11 @@ pub(super) fn load(
     }
     let upload = |x: &[f32], what: &str| {
         let host: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
-        stream
-            .clone_htod(&host)
-            .map_err(|e| dev_err(&format!("uploading {what}"), &e))
+        stream.clone_htod(&host).map_err(|e| dev_err(&format!("uploading {what}"), &e))
     };
     let a = upload(a, "A")?;
     let b = upload(b, "B")?;
-    let c = stream
-        .alloc_zeros::<bf16>(len)
-        .map_err(|e| dev_err("allocating C", &e))?;
+    let c = stream.alloc_zeros::<bf16>(len).map_err(|e| dev_err("allocating C", &e))?;
     stream.synchronize().map_err(|e| dev_err("GEMM load", &e))?;
     Ok(GemmBufs { n, a, b, c })
 }
@@ -83,10 +72,7 @@ pub(super) fn run(
     iters: usize,
 ) -> Result<Vec<f64>, BackendError> {
     let ctx = stream.context();
-    let event = || {
-        ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(|e| dev_err("cuEventCreate", &e))
-    };
+    let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| dev_err("cuEventCreate", &e));
     // One event before the first product and one after each: product i takes the time from
     // event i to event i + 1. Back to back, so time the GPU gives to another process between
     // two products (a co-runner, time-sliced) counts against this device, as it would against
@@ -100,26 +86,16 @@ pub(super) fn run(
         launch(blas, g)?;
         record(end)?;
     }
-    stream
-        .synchronize()
-        .map_err(|e| dev_err("waiting for the GEMMs", &e))?;
+    stream.synchronize().map_err(|e| dev_err("waiting for the GEMMs", &e))?;
     events
         .windows(2)
-        .map(|w| {
-            w[0].elapsed_ms(&w[1])
-                .map(|ms| f64::from(ms) / 1e3)
-                .map_err(|e| dev_err("cuEventElapsedTime", &e))
-        })
+        .map(|w| w[0].elapsed_ms(&w[1]).map(|ms| f64::from(ms) / 1e3).map_err(|e| dev_err("cuEventElapsedTime", &e)))
         .collect()
 }
 
 /// C, row-major, as little-endian bf16 bytes.
 pub(super) fn output(stream: &Arc<CudaStream>, g: &GemmBufs) -> Result<Vec<u8>, BackendError> {
-    let host = stream
-        .clone_dtoh(&g.c)
-        .map_err(|e| dev_err("downloading C", &e))?;
-    stream
-        .synchronize()
-        .map_err(|e| dev_err("downloading C", &e))?;
+    let host = stream.clone_dtoh(&g.c).map_err(|e| dev_err("downloading C", &e))?;
+    stream.synchronize().map_err(|e| dev_err("downloading C", &e))?;
     Ok(super::bf16_bytes(&host))
 }

@@ -56,10 +56,7 @@ fn bf16_bytes(v: &[bf16]) -> Vec<u8> {
 /// unexpected state) into an error. The default hook still prints it.
 fn guarded<R>(what: &str, f: impl FnOnce() -> Result<R, BackendError>) -> Result<R, BackendError> {
     panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        Err(BackendError::Device(format!(
-            "{what}: panicked: {}",
-            probe::panic_message(p.as_ref())
-        )))
+        Err(BackendError::Device(format!("{what}: panicked: {}", probe::panic_message(p.as_ref()))))
     })
 }
 
@@ -85,8 +82,7 @@ impl CudaBackend {
         check_libraries().map_err(BackendError::Unavailable)?;
         guarded("opening the CUDA backend", || {
             let ordinal = place.local_rank;
-            let ctx = CudaContext::new(ordinal)
-                .map_err(|e| dev_err(&format!("opening CUDA device {ordinal}"), &e))?;
+            let ctx = CudaContext::new(ordinal).map_err(|e| dev_err(&format!("opening CUDA device {ordinal}"), &e))?;
             // SAFETY: with tracking off, cudarc stops recording an event on every buffer use;
             // it is then up to us to order uses across streams. Buffers are allocated, filled
             // and read on the main stream with a synchronize after each step; a run on group
@@ -95,9 +91,7 @@ impl CudaBackend {
             // stream. Called before any buffer exists, as required.
             unsafe { ctx.disable_event_tracking() };
             let name = ctx.name().map_err(|e| dev_err("cuDeviceGetName", &e))?;
-            let stream = ctx
-                .new_stream()
-                .map_err(|e| dev_err("cuStreamCreate", &e))?;
+            let stream = ctx.new_stream().map_err(|e| dev_err("cuStreamCreate", &e))?;
             let blas = CudaBlas::new(stream.clone()).map_err(|e| blas_err("cublasCreate", &e))?;
             let comm = nccl::connect(&stream, place, store)?;
             Ok(CudaBackend {

@@ -20,12 +20,8 @@ const ID_TIMEOUT: Duration = Duration::from_secs(120);
 pub(super) fn comm_err(what: &str, e: &NcclError) -> BackendError {
     // SAFETY: both return pointers to static (or thread-local) NUL-terminated strings owned by
     // NCCL, or null; we copy them out at once. `ncclGetLastError` ignores its comm argument.
-    let (desc, last) = unsafe {
-        (
-            cstr(nccl_sys::ncclGetErrorString(e.0)),
-            cstr(nccl_sys::ncclGetLastError(std::ptr::null_mut())),
-        )
-    };
+    let (desc, last) =
+        unsafe { (cstr(nccl_sys::ncclGetErrorString(e.0)), cstr(nccl_sys::ncclGetLastError(std::ptr::null_mut()))) };
     let mut msg = format!("{what}: {:?}", e.0);
     if !desc.is_empty() {
         msg.push_str(&format!(" ({desc})"));
@@ -45,29 +41,20 @@ unsafe fn cstr(p: *const c_char) -> String {
         String::new()
     } else {
         // SAFETY: non-null and NUL-terminated per this function's contract.
-        unsafe { CStr::from_ptr(p) }
-            .to_string_lossy()
-            .trim()
-            .to_string()
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().trim().to_string()
     }
 }
 
 /// Hex of the id's 128 bytes.
 pub(super) fn encode_id(internal: &[c_char; 128]) -> String {
-    internal
-        .iter()
-        .map(|&c| format!("{:02x}", c as u8))
-        .collect()
+    internal.iter().map(|&c| format!("{:02x}", c as u8)).collect()
 }
 
 /// The 128 bytes of an id from [`encode_id`]'s hex.
 pub(super) fn decode_id(hex: &str) -> Result<[c_char; 128], String> {
     let hex = hex.trim();
     if hex.len() != 256 || !hex.is_ascii() {
-        return Err(format!(
-            "malformed NCCL id in the store ({} characters, expected 256 hex)",
-            hex.len()
-        ));
+        return Err(format!("malformed NCCL id in the store ({} characters, expected 256 hex)", hex.len()));
     }
     let mut out = [0 as c_char; 128];
     for (i, o) in out.iter_mut().enumerate() {
@@ -101,10 +88,7 @@ pub fn connect_group(
 ) -> Result<Comm, BackendError> {
     let size = members.len();
     let Some(rank) = members.iter().position(|&r| r == place.rank) else {
-        return Err(BackendError::Comm(format!(
-            "rank {} is not a member of group `{key}` {members:?}",
-            place.rank
-        )));
+        return Err(BackendError::Comm(format!("rank {} is not a member of group `{key}` {members:?}", place.rank)));
     };
     if i32::try_from(size).is_err() {
         return Err(BackendError::Comm(format!("group `{key}` is too large ({size})")));
@@ -119,14 +103,7 @@ pub fn connect_group(
         Id::uninit(decode_id(&hex).map_err(BackendError::Comm)?)
     };
     // ncclCommInitRank works on the calling thread's current device.
-    stream
-        .context()
-        .bind_to_thread()
-        .map_err(|e| dev_err("binding the CUDA context", &e))?;
-    Comm::from_rank(stream.clone(), rank, size, id).map_err(|e| {
-        comm_err(
-            &format!("ncclCommInitRank (group `{key}`: rank {rank} of {size})"),
-            &e,
-        )
-    })
+    stream.context().bind_to_thread().map_err(|e| dev_err("binding the CUDA context", &e))?;
+    Comm::from_rank(stream.clone(), rank, size, id)
+        .map_err(|e| comm_err(&format!("ncclCommInitRank (group `{key}`: rank {rank} of {size})"), &e))
 }

@@ -65,12 +65,7 @@ const DRIVER: Lib = Lib {
 const CUBLAS: Lib = Lib {
     what: "cuBLAS",
     stems: &["cublas"],
-    symbols: &[
-        "cublasCreate_v2",
-        "cublasSetStream_v2",
-        "cublasGemmEx",
-        "cublasDestroy_v2",
-    ],
+    symbols: &["cublasCreate_v2", "cublasSetStream_v2", "cublasGemmEx", "cublasDestroy_v2"],
 };
 
 const NCCL: Lib = Lib {
@@ -93,10 +88,7 @@ const NCCL: Lib = Lib {
 
 /// The file names cudarc tries for `lib`, in cudarc's order.
 fn candidates(lib: &Lib) -> Vec<String> {
-    lib.stems
-        .iter()
-        .flat_map(|s| cudarc::get_lib_name_candidates(s))
-        .collect()
+    lib.stems.iter().flat_map(|s| cudarc::get_lib_name_candidates(s)).collect()
 }
 
 /// Opens `lib` the way cudarc will and checks its symbols. The handle is kept open for the
@@ -126,19 +118,14 @@ fn check(lib: &Lib) -> Result<(), String> {
             // missing dependency, a wrong architecture) is worth showing.
             Err(e) => {
                 let msg = e.to_string();
-                if odd_error.is_none()
-                    && !msg.contains(&format!("{name}: cannot open shared object"))
-                {
+                if odd_error.is_none() && !msg.contains(&format!("{name}: cannot open shared object")) {
                     odd_error = Some(msg);
                 }
             }
         }
     }
-    let shown: Vec<&str> = names
-        .iter()
-        .map(String::as_str)
-        .filter(|n| n.starts_with(&format!("lib{}.so", lib.stems[0])))
-        .collect();
+    let shown: Vec<&str> =
+        names.iter().map(String::as_str).filter(|n| n.starts_with(&format!("lib{}.so", lib.stems[0]))).collect();
     let mut msg = format!(
         "{} library not found: none of {} (and {} other names) could be opened from \
          LD_LIBRARY_PATH or the ldconfig cache",
@@ -174,10 +161,8 @@ pub fn check_libraries() -> Result<(), String> {
 pub fn probe() -> Result<Vec<String>, String> {
     check(&DRIVER)?;
     catch_silently(|| {
-        drv::init()
-            .map_err(|e| format!("CUDA driver initialisation failed: {}", driver_error(&e)))?;
-        let count = drv::device::get_count()
-            .map_err(|e| format!("cuDeviceGetCount: {}", driver_error(&e)))?;
+        drv::init().map_err(|e| format!("CUDA driver initialisation failed: {}", driver_error(&e)))?;
+        let count = drv::device::get_count().map_err(|e| format!("cuDeviceGetCount: {}", driver_error(&e)))?;
         if count <= 0 {
             return Err("the CUDA driver reports no devices".to_string());
         }

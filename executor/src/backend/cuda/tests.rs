@@ -43,10 +43,7 @@ fn nccl_id_round_trips_through_hex() {
 
 #[test]
 fn bf16_bytes_are_little_endian() {
-    assert_eq!(
-        bf16_bytes(&[bf16::from_f32(1.0), bf16::from_bits(0x1234)]),
-        vec![0x80, 0x3f, 0x34, 0x12]
-    );
+    assert_eq!(bf16_bytes(&[bf16::from_f32(1.0), bf16::from_bits(0x1234)]), vec![0x80, 0x3f, 0x34, 0x12]);
 }
 
 /// One rank on GPU 0: GEMM against an f64 host reference and an all-reduce of one rank
@@ -56,9 +53,7 @@ fn bf16_bytes_are_little_endian() {
 #[ignore = "needs a CUDA GPU, cuBLAS and NCCL"]
 fn gpu_smoke_one_rank() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     rt.spawn(crate::store::serve(listener));
     let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
@@ -69,12 +64,8 @@ fn gpu_smoke_one_rank() {
 
     // GEMM with small integers: exact in bf16 inputs; sums <= 8*8*n stay exact in fp32.
     let n = 512;
-    let a: Vec<f32> = (0..n * n)
-        .map(|i| ((i * 7 + 3) % 17) as f32 - 8.0)
-        .collect();
-    let b: Vec<f32> = (0..n * n)
-        .map(|i| ((i * 5 + 1) % 13) as f32 - 6.0)
-        .collect();
+    let a: Vec<f32> = (0..n * n).map(|i| ((i * 7 + 3) % 17) as f32 - 8.0).collect();
+    let b: Vec<f32> = (0..n * n).map(|i| ((i * 5 + 1) % 13) as f32 - 6.0).collect();
     be.gemm_load(n, &a, &b).unwrap();
     let times = be.gemm_run(5).unwrap();
     println!("gemm {n}: {times:?}");
@@ -83,9 +74,7 @@ fn gpu_smoke_one_rank() {
     assert_eq!(c.len(), n * n * 2);
     let mut bad = 0;
     for (r, col) in [(0, 0), (1, 2), (n - 1, n - 1), (17, 300), (400, 3)] {
-        let want: f64 = (0..n)
-            .map(|k| a[r * n + k] as f64 * b[k * n + col] as f64)
-            .sum();
+        let want: f64 = (0..n).map(|k| a[r * n + k] as f64 * b[k * n + col] as f64).sum();
         let got = Dtype::Bf16.decode(&c, r * n + col) as f64;
         if (got - Dtype::Bf16.round(want as f32) as f64).abs() > 0.0 {
             println!("C[{r}][{col}] = {got}, want {want}");
@@ -136,9 +125,7 @@ fn gpu_two_ranks() {
         return;
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     rt.spawn(crate::store::serve(listener));
     std::thread::scope(|s| {
@@ -149,9 +136,8 @@ fn gpu_two_ranks() {
                 let place = WorkerPlace::single_node(rank, 2);
                 let mut be = CudaBackend::new(&place, &mut store).unwrap();
                 let n = 8192;
-                let a: Vec<f32> = (0..n * n)
-                    .map(|i| Dtype::Bf16.round(((i * 7 + 3) % 101) as f32 / 50.0 - 1.0))
-                    .collect();
+                let a: Vec<f32> =
+                    (0..n * n).map(|i| Dtype::Bf16.round(((i * 7 + 3) % 101) as f32 / 50.0 - 1.0)).collect();
                 be.gemm_load(n, &a, &a).unwrap();
                 be.gemm_run(3).unwrap();
                 let t = be.gemm_run(10).unwrap();
@@ -182,7 +168,11 @@ fn gpu_two_ranks() {
                     be.buf_poison(recv, elems).unwrap();
                     let call = CollCall::new(op, GroupId::WORLD, send, recv, elems);
                     let t = be.run(&[Work::Coll(call)], 5, 20).unwrap().total;
-                    println!("rank {rank}: {op:?} 1 GiB: {:.3} ms, busbw {:.0} GB/s", t * 1e3, 0.5 * (elems * 2) as f64 / t / 1e9);
+                    println!(
+                        "rank {rank}: {op:?} 1 GiB: {:.3} ms, busbw {:.0} GB/s",
+                        t * 1e3,
+                        0.5 * (elems * 2) as f64 / t / 1e9
+                    );
                     let out = be.buf_read(recv, elems).unwrap();
                     let half = elems / 2;
                     for i in (0..elems).step_by(9973).chain([elems - 1]) {

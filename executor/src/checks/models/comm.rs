@@ -15,7 +15,13 @@ use crate::store::StoreClient;
 pub trait Groups: gpusanity_models::ops::Ops {
     /// The group `members` (global ranks, this one among them); every member calls this with
     /// the same `key`, unique per group in the run.
-    fn group(&mut self, place: &WorkerPlace, store: &mut StoreClient, key: &str, members: &[usize]) -> Result<Box<dyn Comm<Self::Buf>>>;
+    fn group(
+        &mut self,
+        place: &WorkerPlace,
+        store: &mut StoreClient,
+        key: &str,
+        members: &[usize],
+    ) -> Result<Box<dyn Comm<Self::Buf>>>;
 }
 
 fn comm_err(e: impl std::fmt::Display) -> ModelError {
@@ -38,14 +44,19 @@ impl Comm<Vec<f32>> for RingComm {
 }
 
 impl Groups for CpuOps {
-    fn group(&mut self, place: &WorkerPlace, store: &mut StoreClient, key: &str, members: &[usize]) -> Result<Box<dyn Comm<Vec<f32>>>> {
+    fn group(
+        &mut self,
+        place: &WorkerPlace,
+        store: &mut StoreClient,
+        key: &str,
+        members: &[usize],
+    ) -> Result<Box<dyn Comm<Vec<f32>>>> {
         if members.len() == 1 {
             return Ok(Box::new(Solo));
         }
         Ok(Box::new(RingComm(Ring::connect_group(place, store, key, members).map_err(comm_err)?)))
     }
 }
-
 
 struct NcclComm {
     comm: cudarc::nccl::Comm,
@@ -69,7 +80,13 @@ impl Comm<cudarc::driver::CudaSlice<f32>> for NcclComm {
 }
 
 impl Groups for CudaOps {
-    fn group(&mut self, place: &WorkerPlace, store: &mut StoreClient, key: &str, members: &[usize]) -> Result<Box<dyn Comm<cudarc::driver::CudaSlice<f32>>>> {
+    fn group(
+        &mut self,
+        place: &WorkerPlace,
+        store: &mut StoreClient,
+        key: &str,
+        members: &[usize],
+    ) -> Result<Box<dyn Comm<cudarc::driver::CudaSlice<f32>>>> {
         if members.len() == 1 {
             return Ok(Box::new(Solo));
         }

@@ -13,7 +13,13 @@ use crate::checks::CheckCtx;
 /// Initial weights: the same on every rank.
 const WEIGHT_SEED: u64 = 0x0067_7074;
 
-pub fn run<O: Groups>(ops: &mut O, name: &str, cfg: &GptCheckConfig, megatron: bool, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
+pub fn run<O: Groups>(
+    ops: &mut O,
+    name: &str,
+    cfg: &GptCheckConfig,
+    megatron: bool,
+    ctx: &mut CheckCtx<'_>,
+) -> Result<RankResult> {
     let place = ctx.place;
     let layout = if megatron { Layout::new(place, cfg.tp)? } else { Layout::data_parallel(place) };
     let (tp_index, dp_index) = (layout.tp_index(place.rank), layout.dp_index(place.rank));

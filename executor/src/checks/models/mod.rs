@@ -147,7 +147,12 @@ pub struct Plan<'a> {
 }
 
 /// Joins this rank's tensor- and data-parallel groups, trains `model` and judges the run.
-pub fn train_check<O: Groups, M: Model<O>>(ops: &mut O, model: &mut M, ctx: &mut CheckCtx<'_>, plan: Plan<'_>) -> Result<RankResult> {
+pub fn train_check<O: Groups, M: Model<O>>(
+    ops: &mut O,
+    model: &mut M,
+    ctx: &mut CheckCtx<'_>,
+    plan: Plan<'_>,
+) -> Result<RankResult> {
     let (place, name, layout) = (ctx.place, plan.name, &plan.layout);
     ctx.progress.phase(name, "connect", 0);
     let tp_index = layout.tp_index(place.rank);
@@ -157,7 +162,10 @@ pub fn train_check<O: Groups, M: Model<O>>(ops: &mut O, model: &mut M, ctx: &mut
     let progress = ctx.progress;
     let out = train(ops, model, dp.as_mut(), tp.as_mut(), &opts, &mut |s| progress.phase(name, "train", s as u64))?;
     let flops_per_step = model.flops_per_step();
-    Ok(rank_result(place.rank, Measured { out, flops_per_step, plan: &plan, device: ctx.backend.device_name(), ops: ops.describe() }))
+    Ok(rank_result(
+        place.rank,
+        Measured { out, flops_per_step, plan: &plan, device: ctx.backend.device_name(), ops: ops.describe() },
+    ))
 }
 
 /// What one model run measured.

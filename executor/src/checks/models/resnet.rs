@@ -40,6 +40,9 @@ pub fn run<O: Groups>(ops: &mut O, name: &str, cfg: &ResnetCheckConfig, ctx: &mu
     let mut r = train_check(ops, &mut model, ctx, plan)?;
     r.notes.insert("convolution".into(), "im2col + GEMM (no cuDNN)".into());
     let blocks: Vec<String> = cfg.blocks.iter().map(|b| b.to_string()).collect();
-    r.notes.insert("shape".into(), format!("{}x{} images, width {}, bottleneck blocks {}", cfg.image, cfg.image, cfg.width, blocks.join("-")));
+    r.notes.insert(
+        "shape".into(),
+        format!("{}x{} images, width {}, bottleneck blocks {}", cfg.image, cfg.image, cfg.width, blocks.join("-")),
+    );
     Ok(r)
 }
