@@ -2,7 +2,7 @@
 //! service_faults.rs): the 2-node pass, the service killed mid-run and restarted, and a node
 //! without an agent.
 
-mod svc;
+use gpusanity_testkit::svc;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The micro-benchmarks beyond gemm and all-reduce, end to end on CPU workers through the real
 //! binary: real figures and statuses, injected faults named, nothing left running.
 
-mod common;
+use gpusanity_testkit::common;
 
 use std::time::Duration;
 
