@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Repeatability of the multi-node test bed (tests/testbed.rs, three network namespaces, needs
+# Repeatability of the multi-node test bed (tests/testbed/, three network namespaces, needs
 # root): the clean scenario 20 times and each fault 5 times, then the two scenarios through the
 # service (serve on the host, an agent per namespace; needs Java for Kafka) 5 times each;
 # prints per scenario the runs, found, missed, false findings (findings naming another node;

@@ -2,7 +2,7 @@
 //! local HTTP receivers: every format, the signature, retries, and dead receivers that slow
 //! nobody else.
 
-mod svc;
+use gpusanity_testkit::svc;
 
 use std::time::{Duration, Instant};
 

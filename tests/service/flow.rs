@@ -1,7 +1,7 @@
 //! The service end to end on SQLite: a real Kafka broker, `gpusanity serve`, and one
 //! `gpusanity agent` process per node running the CPU data plane.
 
-mod svc;
+use gpusanity_testkit::svc;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! (saying why) where root, iproute2, tc or cgroup v1 cpu are missing.
 
 mod netns;
-mod svc;
+use gpusanity_testkit::svc;
 
 use std::time::Duration;
 

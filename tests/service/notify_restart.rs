@@ -2,7 +2,7 @@
 //! right after CheckFailed was written and before it was planned, and restarted; each receiver
 //! gets each notification once.
 
-mod svc;
+use gpusanity_testkit::svc;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

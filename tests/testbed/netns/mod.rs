@@ -9,8 +9,6 @@
 //! so that other load does not mask (or fake) a node's slowness. A quota is set on that cgroup. Needs root, iproute2 and (for quotas) /sys/fs/cgroup/cpu; [`Bed::new`]
 //! says why when something is missing, and the tests skip.
 
-#![allow(dead_code)]
-
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -35,7 +33,6 @@ pub struct Node {
 }
 
 pub struct Bed {
-    pub id: String,
     bridge: String,
     /// The bridge's own address on the host side ([`Bed::with_host`]), if it has one.
     pub host: Option<String>,
@@ -85,8 +82,7 @@ impl Bed {
         // Beds with a host address take the one subnet no other bed of this process gets
         // before its 250th.
         let subnet = (pid as usize * 7 + if host { 249 } else { k % 249 }) % 250 + 1;
-        let mut bed =
-            Bed { bridge: format!("{id}br"), host: None, id: id.clone(), nodes: Vec::new(), cgroups: Vec::new() };
+        let mut bed = Bed { bridge: format!("{id}br"), host: None, nodes: Vec::new(), cgroups: Vec::new() };
         sh(&["ip", "link", "add", &bed.bridge, "type", "bridge"])?;
         sh(&["ip", "link", "set", &bed.bridge, "up"])?;
         if host {

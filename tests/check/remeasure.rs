@@ -2,7 +2,7 @@
 //! measurement passes (and the report says a re-measure ran); a rank slow twice is named with
 //! both figures.
 
-mod common;
+use gpusanity_testkit::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The model checks through the real binary with two CPU workers: real training, data- and
 //! tensor-parallel groups over TCP, and the findings of injected faults.
 
-mod common;
+use gpusanity_testkit::common;
 
 use std::time::Duration;
 

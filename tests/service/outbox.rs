@@ -1,7 +1,7 @@
 //! The outbox's guarantee against a crash between Kafka's acknowledgement and the `sent` mark:
 //! at start-up the publisher finds the event already on the topic and does not send it again.
 
-mod svc;
+use gpusanity_testkit::svc;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! Chromium (Debian's `chromium`; skipped, saying why, where it is missing), the login cookie,
 //! and the JSON API with its OpenAPI document.
 
-mod svc;
+use gpusanity_testkit::svc;
 
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;

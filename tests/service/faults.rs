@@ -1,6 +1,6 @@
 //! The service under faults: an agent killed mid-run, the service itself SIGKILLed mid-run.
 
-mod svc;
+use gpusanity_testkit::svc;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! renders the same page again, bad input is one line and exit code 2, and a run of every
 //! check renders every section.
 
-mod common;
+use gpusanity_testkit::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The micro-benchmarks beyond gemm and all-reduce, end to end on CPU workers through the real
 //! binary: real figures and statuses, injected faults named, nothing left running.
 
-mod common;
+use gpusanity_testkit::common;
 
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ const LIMIT: Duration = Duration::from_secs(90);
 
 /// These tests are about statuses, exact results and figures. On a shared two-core machine
 /// under load, a rank's speed against its peers is noise, so the slow-rank threshold is lowered
-/// (slowness is tested by the diagnosis unit tests and in tests/faults.rs).
+/// (slowness is tested by the diagnosis unit tests and in tests/check/faults.rs).
 const CALM: &str = "--check-param=diagnosis.slow-fraction=0.05";
 
 fn check<'a>(r: &'a Value, name: &str) -> &'a Value {

@@ -1,8 +1,8 @@
-//! The service end to end on PostgreSQL (the SQLite runs are in service_flow.rs and
-//! service_faults.rs): the 2-node pass, the service killed mid-run and restarted, and a node
+//! The service end to end on PostgreSQL (the SQLite runs are in flow.rs and
+//! faults.rs): the 2-node pass, the service killed mid-run and restarted, and a node
 //! without an agent.
 
-mod svc;
+use gpusanity_testkit::svc;
 
 use std::time::Duration;
 

@@ -1,11 +1,9 @@
 //! Helpers for the integration tests: run the real `gpusanity` binary with a deadline, read its
 //! report, and make sure nothing it started is left running.
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -17,14 +15,36 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The `gpusanity` binary that cargo built for the integration tests: the one cargo names in
+/// CARGO_BIN_EXE_gpusanity while it runs them, else the one beside the running test binary's
+/// `deps/` folder (`target/PROFILE/gpusanity`, with `--release` too).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_gpusanity")
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(b) = std::env::var_os("CARGO_BIN_EXE_gpusanity") {
+            return b.to_string_lossy().into_owned();
+        }
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let mut dir = exe.parent().expect("the test binary's folder");
+        if dir.file_name().is_some_and(|n| n == "deps") {
+            dir = dir.parent().expect("the folder above deps/");
+        }
+        let bin = dir.join("gpusanity");
+        assert!(bin.is_file(), "no gpusanity binary at {} (cargo test builds it)", bin.display());
+        bin.to_string_lossy().into_owned()
+    })
 }
 
 /// A fresh report directory and a tag that marks every process of this test.
 pub struct Run {
     pub dir: tempfile::TempDir,
     pub tag: String,
+}
+
+impl Default for Run {
+    fn default() -> Run {
+        Run::new()
+    }
 }
 
 impl Run {

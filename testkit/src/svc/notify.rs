@@ -230,7 +230,7 @@ impl Smtp {
 
     /// On `port`; a second server on the same `dir` keeps the first one's certificate.
     pub fn start_on(port: u16, dir: &Path, user: &str, password: &str) -> Smtp {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/smtp_sink.py");
+        let script = crate::repo().join("scripts/smtp_sink.py");
         std::fs::create_dir_all(dir).expect("SMTP dir");
         let log = std::fs::File::create(dir.join("smtp.log")).expect("SMTP log");
         let mut child = Command::new("python3")

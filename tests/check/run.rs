@@ -1,6 +1,6 @@
 //! `gpusanity check` end to end on CPU workers: the report, the hand-over and multi-node runs.
 
-mod common;
+use gpusanity_testkit::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Email notifications to a real SMTP server (aiosmtpd, scripts/smtp_sink.py) over STARTTLS
 //! with a login: headers, the plain-text and HTML bodies, a hostile job name escaped.
 
-mod svc;
+use gpusanity_testkit::svc;
 
 use std::time::Duration;
 

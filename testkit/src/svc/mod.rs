@@ -3,10 +3,8 @@
 //! their own per test, a reader of the output topics, raw HTTP and SQL on the service's
 //! database.
 
-#![allow(dead_code)]
-
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -15,15 +13,12 @@ use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use serde_json::Value;
 
-#[path = "../common/mod.rs"]
-pub mod common;
+pub use crate::common;
 pub mod notify;
 mod reader;
 mod scenario;
 
 pub use reader::Reader;
-// Each test binary uses some of them.
-#[allow(unused_imports)]
 pub use scenario::{allocated, crash_restart, restarted, stopped, two_node_pass};
 
 pub const TOKEN: &str = "test-token-0123456789";
@@ -81,7 +76,7 @@ fn start_script_env(script: &str, state_var: &str, key: &str, env: &[(&str, &str
     // Readable by the `postgres` user the database server runs as under root.
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     let state = dir.join("state");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(script);
+    let script = crate::repo().join("scripts").join(script);
     let out = Command::new("bash")
         .arg(&script)
         .arg("start")

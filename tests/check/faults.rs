@@ -1,7 +1,7 @@
 //! Faults and bad input through the real binary: each names the rank and the check, ends with
 //! the documented exit code, and leaves no process behind.
 
-mod common;
+use gpusanity_testkit::common;
 
 use std::time::{Duration, Instant};
 

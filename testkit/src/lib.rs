@@ -1,0 +1,16 @@
+//! Support for the gpusanity integration tests, shared by the test binaries of the root
+//! package (tests/check, tests/service, tests/testbed): [`common`] runs the real `gpusanity`
+//! binary with a deadline, reads its report and finds the processes it left; [`svc`] is one
+//! test's world of the service (a Kafka broker, topics of its own, a database, `gpusanity
+//! serve` and `gpusanity agent` processes) with notification receivers and an SMTP server.
+
+use std::path::Path;
+
+pub mod common;
+pub mod svc;
+
+/// The repository's root (this crate lies in `testkit/` of it): its `scripts/` start the
+/// services the tests use.
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("testkit/ lies in the repository")
+}

@@ -1,0 +1,10 @@
+//! The data plane through the real binary: `gpusanity check` on CPU workers end to end, its
+//! faults and bad input, the micro-benchmarks, the model checks, re-measure, and the HTML
+//! run page.
+
+mod faults;
+mod micro_checks;
+mod models;
+mod remeasure;
+mod report_page;
+mod run;

@@ -1,0 +1,12 @@
+//! The control plane through real processes: `gpusanity serve` and `gpusanity agent` over a
+//! real Kafka broker, on SQLite and PostgreSQL, under faults; the outbox; notifications to
+//! webhook receivers and an SMTP server; the report browser.
+
+mod browser;
+mod faults;
+mod flow;
+mod notify_email;
+mod notify_restart;
+mod notify_webhook;
+mod outbox;
+mod postgres;
