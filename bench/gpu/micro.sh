@@ -5,7 +5,8 @@
 # with wall times, PyTorch references for all-gather and all-to-all, two launchers on loopback
 # (cross-node probes and rails through NCCL) and injected faults.
 # Usage (binaries built on any x86-64 Linux machine):
-#   BIN=path/gpusanity TESTS=path/executor-unit-tests OUT=/tmp/out bash bench/gpu/micro.sh
+#   BIN=path/gpusanity TESTS=path/executor-unit-tests [CUDA_TESTS=path/gpusanity-cuda-unit-tests] \
+#     OUT=/tmp/out bash bench/gpu/micro.sh
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=${BIN:-target/release/gpusanity}
@@ -73,6 +74,11 @@ if [ -n "$TESTS" ]; then
   echo "== GPU unit tests of the CUDA backend"
   wall unit-tests to "$OUT/unit.txt" timeout -k 5 75 "$TESTS" --ignored --test-threads=1 --nocapture cuda
   grep -E "^(test |rank|device|gemm|all-reduce|kernel|probe)|test result|panicked|silent|GiB|concurrent|at once|timeout" "$OUT/unit.txt" | head -60
+fi
+if [ -n "${CUDA_TESTS:-}" ]; then
+  echo "== GPU unit tests of the shared CUDA device (gpusanity-cuda)"
+  wall cuda-unit-tests to "$OUT/cuda-unit.txt" timeout -k 5 60 "$CUDA_TESTS" --ignored --test-threads=1 --nocapture
+  grep -E "^(test |device)|test result|panicked" "$OUT/cuda-unit.txt"
 fi
 
 echo "== PyTorch references in the same run"

@@ -3,7 +3,8 @@
 //! - [`ops::Ops`]: the operations the three models need, forward and backward, on f32 buffers;
 //!   two backends: [`cpu::CpuOps`] (the `gemm` crate and plain loops, one thread) and
 //!   [`cuda::CudaOps`] (cuBLAS with bf16 tensor-core math, our own kernels compiled at run time
-//!   by NVRTC).
+//!   by NVRTC), built on a [`gpusanity_cuda::CudaDevice`] that the caller opened once and shares
+//!   (the executor passes its backend's: one context, stream and cuBLAS handle per worker).
 //! - [`comm::Comm`]: the one collective the models need (sum all-reduce in place over a group),
 //!   implemented by the caller over its transport.
 //! - [`gpt`]: a GPT-2-style decoder with optional Megatron tensor parallelism; [`resnet`]: a

@@ -3,12 +3,16 @@
 //!
 //! - `cpu`: fp32 GEMM through the `gemm` crate; collectives between worker processes over TCP
 //!   with NCCL's semantics (ring all-reduce, exact results).
-//! - `cuda`: cudarc with dynamic loading: cuBLAS(Lt) bf16 GEMM, CUDA events, NCCL.
+//! - `cuda`: cudarc with dynamic loading: cuBLAS bf16 GEMM, CUDA events, NCCL, on the worker's
+//!   one [`CudaDevice`] (context, stream, cuBLAS handle), which the model checks share.
 
 pub mod cpu;
 pub mod cuda;
 
+use std::sync::Arc;
+
 use gpusanity_common::report::DeviceKind;
+use gpusanity_cuda::CudaDevice;
 use thiserror::Error;
 
 use crate::store::{StoreClient, StoreError};
@@ -242,6 +246,11 @@ pub trait Backend {
     fn kind(&self) -> DeviceKind;
     /// The device model, e.g. `NVIDIA H200` or the CPU's model name.
     fn device_name(&self) -> String;
+    /// The GPU this backend drives (context, main stream, cuBLAS handle), for other users in
+    /// the worker (the model checks) to share instead of opening their own; `None` off CUDA.
+    fn cuda_device(&self) -> Option<Arc<CudaDevice>> {
+        None
+    }
 
     // ---- GEMM ----
     /// Element type of GEMM inputs and output.

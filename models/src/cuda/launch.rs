@@ -44,7 +44,7 @@ macro_rules! launch {
     ($self:ident, $name:literal, $cfg:expr; $($arg:expr),+ $(,)?) => {{
         let cfg = $cfg;
         let f = $self.func($name)?;
-        let mut b = $self.stream.launch_builder(f);
+        let mut b = $self.stream().launch_builder(f);
         $( b.arg($arg); )+
         // SAFETY: every argument matches the kernel's parameter list in kernels.cu in order and
         // type (device pointers to f32 buffers, int and float scalars); the caller checked that
@@ -58,16 +58,16 @@ impl Ops for CudaOps {
     type Buf = Buf;
 
     fn describe(&self) -> String {
-        format!("cuda ({}; cuBLAS bf16 tensor-core products on fp32 tensors, NVRTC kernels)", self.name)
+        format!("cuda ({}; cuBLAS bf16 tensor-core products on fp32 tensors, NVRTC kernels)", self.device.name())
     }
     fn upload(&mut self, x: &[f32]) -> Result<Buf> {
-        self.stream.clone_htod(x).map_err(|e| dev("upload", e))
+        self.stream().clone_htod(x).map_err(|e| dev("upload", e))
     }
     fn zeros(&mut self, n: usize) -> Result<Buf> {
-        self.stream.alloc_zeros(n.max(1)).map_err(|e| dev(&format!("allocating {n} f32"), e))
+        self.stream().alloc_zeros(n.max(1)).map_err(|e| dev(&format!("allocating {n} f32"), e))
     }
     fn download(&mut self, b: &Buf) -> Result<Vec<f32>> {
-        let v = self.stream.clone_dtoh(b).map_err(|e| dev("download", e))?;
+        let v = self.stream().clone_dtoh(b).map_err(|e| dev("download", e))?;
         self.sync()?;
         Ok(v)
     }
@@ -75,7 +75,7 @@ impl Ops for CudaOps {
         b.len()
     }
     fn sync(&mut self) -> Result<()> {
-        self.stream.synchronize().map_err(|e| dev("synchronize", e))
+        self.stream().synchronize().map_err(|e| dev("synchronize", e))
     }
     fn fill(&mut self, b: &mut Buf, v: f32) -> Result<()> {
         let n = int(b.len())?;

@@ -1,4 +1,5 @@
-//! The CUDA backend of [`Ops`]: one stream on one GPU; matrix products through cuBLAS
+//! The CUDA backend of [`Ops`]: the main stream of the worker's one [`CudaDevice`] (shared with
+//! the executor's backend: same context, stream and cuBLAS handle); matrix products through cuBLAS
 //! (`cublasGemmStridedBatchedEx` on f32 tensors with `CUBLAS_COMPUTE_32F_FAST_16BF`: bf16
 //! tensor-core products with fp32 accumulation, the f32 weights staying the master copy); every
 //! other op is a kernel of `kernels.cu`, compiled at run time by NVRTC (a library, so the node
@@ -12,9 +13,10 @@ use std::collections::HashMap;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
-use cudarc::cublas::{result as blas, sys as blas_sys, CudaBlas};
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::cublas::{result as blas, sys as blas_sys};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use gpusanity_cuda::{CudaDevice, CudaError};
 
 use crate::{ModelError, Result};
 
@@ -68,48 +70,52 @@ pub fn compile_kernels(major: i32, minor: i32) -> Result<cudarc::nvrtc::Ptx> {
         .map_err(|e| dev("NVRTC compiling the model kernels", e))
 }
 
+impl From<CudaError> for ModelError {
+    fn from(e: CudaError) -> ModelError {
+        ModelError::Device(e.to_string())
+    }
+}
+
 pub struct CudaOps {
-    stream: Arc<CudaStream>,
-    blas: CudaBlas,
     funcs: HashMap<&'static str, CudaFunction>,
-    name: String,
+    /// Its stream runs every op; its cuBLAS handle every product.
+    device: Arc<CudaDevice>,
 }
 
 impl CudaOps {
-    /// Opens device `ordinal` with a stream of its own, cuBLAS on it, and the kernels compiled
-    /// for its architecture. A missing library (NVRTC, cuBLAS) is an error, not a panic.
-    pub fn new(ordinal: usize) -> Result<CudaOps> {
-        panic::catch_unwind(AssertUnwindSafe(|| CudaOps::open(ordinal))).unwrap_or_else(|p| {
-            Err(ModelError::Device(format!("opening CUDA device {ordinal}: {}", panic_text(p.as_ref()))))
-        })
+    /// The ops on `device` (the one the worker's backend opened): the kernels compiled for its
+    /// architecture and loaded into its context. A missing library (NVRTC) is an error, not a
+    /// panic.
+    pub fn new(device: Arc<CudaDevice>) -> Result<CudaOps> {
+        let what = format!("loading the model kernels on CUDA device {}", device.ordinal());
+        panic::catch_unwind(AssertUnwindSafe(|| CudaOps::load(device)))
+            .unwrap_or_else(|p| Err(ModelError::Device(format!("{what}: {}", panic_text(p.as_ref())))))
     }
 
-    fn open(ordinal: usize) -> Result<CudaOps> {
-        let ctx = CudaContext::new(ordinal).map_err(|e| dev("cuCtx", e))?;
-        // SAFETY: with tracking off cudarc records no event per buffer use; ordering is then
-        // ours to keep. Every buffer of this layer is allocated, used and freed on the one
-        // stream below (NCCL included), so stream order suffices. Called before any buffer.
-        unsafe { ctx.disable_event_tracking() };
-        let (major, minor) = ctx.compute_capability().map_err(|e| dev("compute capability", e))?;
-        let name = ctx.name().map_err(|e| dev("device name", e))?;
-        let stream = ctx.new_stream().map_err(|e| dev("cuStreamCreate", e))?;
-        let blas = CudaBlas::new(stream.clone()).map_err(|e| dev("cublasCreate", e))?;
+    fn load(device: Arc<CudaDevice>) -> Result<CudaOps> {
+        let (major, minor) = device.compute_capability()?;
         let ptx = compile_kernels(major, minor)?;
-        let module = ctx.load_module(ptx).map_err(|e| dev("loading the model kernels", e))?;
+        let module = device.context().load_module(ptx).map_err(|e| dev("loading the model kernels", e))?;
         let mut funcs = HashMap::new();
         for n in NAMES {
             funcs.insert(*n, module.load_function(n).map_err(|e| dev(&format!("kernel {n}"), e))?);
         }
-        Ok(CudaOps { stream, blas, funcs, name })
+        Ok(CudaOps { funcs, device })
     }
 
-    /// The stream every op runs on (NCCL groups of the model must use it too).
+    /// The stream every op runs on (NCCL groups of the model must use it too): the device's
+    /// main stream.
     pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
+        self.device.stream()
+    }
+
+    /// The device the ops run on.
+    pub fn device(&self) -> &Arc<CudaDevice> {
+        &self.device
     }
 
     pub fn device_name(&self) -> &str {
-        &self.name
+        self.device.name()
     }
 
     fn func(&self, name: &str) -> Result<&CudaFunction> {
@@ -135,16 +141,17 @@ impl CudaOps {
         let (op_b, ldb) = if mm.tb { (CUBLAS_OP_T, k) } else { (CUBLAS_OP_N, n) };
         let (op_a, lda) = if mm.ta { (CUBLAS_OP_T, m) } else { (CUBLAS_OP_N, k) };
         let (alpha, beta) = (mm.alpha, mm.beta);
-        let (pa, _ra) = a.device_ptr(&self.stream);
-        let (pb, _rb) = b.device_ptr(&self.stream);
-        let (pc, _rc) = c.device_ptr_mut(&self.stream);
+        let stream = self.device.stream();
+        let (pa, _ra) = a.device_ptr(stream);
+        let (pb, _rb) = b.device_ptr(stream);
+        let (pc, _rc) = c.device_ptr_mut(stream);
         // SAFETY: the extents check above keeps every batch's operands inside a, b and c; the
         // leading dimensions and strides describe exactly those row-major matrices; alpha and
         // beta are host f32 values alive for the call (cuBLAS's default host pointer mode);
-        // the handle runs on self.stream, where the buffers live.
+        // the handle runs on the device's stream, where the buffers live.
         unsafe {
             blas::gemm_strided_batched_ex(
-                *self.blas.handle(),
+                *self.device.blas().handle(),
                 op_b,
                 op_a,
                 n,

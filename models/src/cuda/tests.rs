@@ -38,7 +38,30 @@ fn close(name: &str, cpu: &[f32], gpu: &[f32], tol: f32) {
 }
 
 fn gpu() -> CudaOps {
-    CudaOps::new(0).expect("a CUDA device")
+    CudaOps::new(CudaDevice::open(0).expect("a CUDA device")).expect("the model kernels")
+}
+
+/// Two sets of ops over one device, one after the other as a worker's model checks run: the
+/// same context, stream and cuBLAS handle, and the same products.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn ops_share_one_device() {
+    let dev = CudaDevice::open(0).expect("a CUDA device");
+    let mm = Mm::new(37, 29, 64).tb();
+    let (ea, eb, ec) = mm.extents();
+    let (a, b) = (rnd(ea, 1), rnd(eb, 2));
+    let product = || {
+        let mut g = CudaOps::new(Arc::clone(&dev)).unwrap();
+        assert!(Arc::ptr_eq(g.stream(), dev.stream()));
+        assert!(Arc::ptr_eq(g.device(), &dev));
+        let (ga, gb, mut gc) = (g.upload(&a).unwrap(), g.upload(&b).unwrap(), g.zeros(ec).unwrap());
+        g.matmul(mm, &ga, &gb, &mut gc).unwrap();
+        g.download(&gc).unwrap()
+    };
+    let first = product();
+    let second = product();
+    assert_eq!(first, second);
+    assert_eq!(Arc::strong_count(&dev), 1, "the ops hold the device only while they live");
 }
 
 #[test]

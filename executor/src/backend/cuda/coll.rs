@@ -135,7 +135,7 @@ pub(super) fn run(be: &mut CudaBackend, work: &[Work], warmup: usize, iters: usi
     let mut streams: Vec<Arc<CudaStream>> = Vec::with_capacity(work.len());
     for w in work {
         let s = match w {
-            Work::Gemm => be.stream.clone(),
+            Work::Gemm => be.device.stream().clone(),
             Work::Coll(c) => {
                 let g = be.group_ref(c.group)?;
                 if let Some(why) = &g.abandoned {
@@ -183,7 +183,8 @@ fn timed(
     warmup: usize,
     iters: usize,
 ) -> Result<Timing, BackendError> {
-    let CudaBackend { gemm: gemm_bufs, bufs, groups, blas, stream: main, .. } = be;
+    let CudaBackend { gemm: gemm_bufs, bufs, groups, device, .. } = be;
+    let (blas, main) = (device.blas(), device.stream());
     let deadline = |w: &Work| match w {
         Work::Coll(c) => c.timeout.map(|t| Instant::now() + t),
         Work::Gemm => None,

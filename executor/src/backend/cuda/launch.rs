@@ -6,10 +6,10 @@ use std::time::Instant;
 
 use cudarc::driver::{CudaFunction, CudaStream};
 use cudarc::nvrtc::Ptx;
+use gpusanity_common::stats::median;
 
 use super::dev_err;
 use crate::backend::{BackendError, LaunchTiming};
-use crate::checks::median;
 
 /// An entry point with no parameters that returns at once. PTX ISA 7.0 / sm_70: every driver
 /// since CUDA 11 JIT-compiles it for newer devices.

@@ -3,10 +3,11 @@
 //! all ranks.
 //!
 //! Nothing CUDA is linked at build time: libcuda, libcublas and libnccl are opened at run time
-//! (see `docs/cuda.md`). [`probe`] and [`check_libraries`] look for them first, so a machine
-//! without them gets an error message rather than cudarc's panic.
+//! (see `docs/cuda.md`). [`probe`] and [`check_libraries`] (of the `gpusanity-cuda` crate) look
+//! for them first, so a machine without them gets an error message rather than cudarc's panic.
+//! The context, the main stream and the cuBLAS handle are one [`CudaDevice`], which the model
+//! checks share through [`Backend::cuda_device`].
 //!
-//! - `probe`: library and device discovery, panic-free.
 //! - `gemm`: cuBLAS GEMM and its timing.
 //! - `nccl`: communicator set-up through the rendezvous store.
 //! - `coll`: buffers, collective operations and their concurrent timing.
@@ -16,26 +17,26 @@ mod coll;
 mod gemm;
 mod launch;
 pub mod nccl;
-mod probe;
 #[cfg(test)]
 mod tests;
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
-use cudarc::cublas::{result::CublasError, CudaBlas};
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError};
+use cudarc::cublas::result::CublasError;
+use cudarc::driver::{CudaFunction, CudaSlice, DriverError};
 use gpusanity_common::report::DeviceKind;
+use gpusanity_cuda::{driver_error, panic_message, CudaDevice, CudaError};
 use half::bf16;
 
 use super::{Backend, BackendError, BufId, Dtype, GroupId, LaunchTiming, Timing, Work, WorkerPlace};
 use crate::store::StoreClient;
 
-pub use probe::{check_libraries, probe};
+pub use gpusanity_cuda::{check_libraries, probe};
 
 /// A driver error as a [`BackendError::Device`] naming the failed step.
 fn dev_err(what: &str, e: &DriverError) -> BackendError {
-    BackendError::Device(format!("{what}: {}", probe::driver_error(e)))
+    BackendError::Device(format!("{what}: {}", driver_error(e)))
 }
 
 /// A cuBLAS error as a [`BackendError::Device`] naming the failed step.
@@ -55,12 +56,18 @@ fn bf16_bytes(v: &[bf16]) -> Vec<u8> {
 /// Runs `f`, turning a panic inside cudarc (a symbol missing after all, an `expect` on an
 /// unexpected state) into an error. The default hook still prints it.
 fn guarded<R>(what: &str, f: impl FnOnce() -> Result<R, BackendError>) -> Result<R, BackendError> {
-    panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        Err(BackendError::Device(format!("{what}: panicked: {}", probe::panic_message(p.as_ref()))))
-    })
+    panic::catch_unwind(AssertUnwindSafe(f))
+        .unwrap_or_else(|p| Err(BackendError::Device(format!("{what}: panicked: {}", panic_message(p.as_ref())))))
 }
 
-/// One GPU of one worker. Fields drop in order: buffers, communicators, kernel, cuBLAS, stream.
+impl From<CudaError> for BackendError {
+    fn from(e: CudaError) -> BackendError {
+        BackendError::Device(e.to_string())
+    }
+}
+
+/// One GPU of one worker. Fields drop in order: buffers, communicators, kernel, then this
+/// backend's hold on the device (cuBLAS, stream and context go with the last holder).
 pub struct CudaBackend {
     gemm: Option<gemm::GemmBufs>,
     /// By [`BufId`]; empty once freed, or while a run receives into it.
@@ -69,10 +76,9 @@ pub struct CudaBackend {
     /// on a stream of its own.
     groups: Vec<Option<coll::Group>>,
     empty_kernel: Option<CudaFunction>,
-    blas: CudaBlas,
+    /// The context, the main stream and cuBLAS on it: the worker's only ones.
+    device: Arc<CudaDevice>,
     place: WorkerPlace,
-    stream: Arc<CudaStream>,
-    name: String,
 }
 
 impl CudaBackend {
@@ -81,28 +87,15 @@ impl CudaBackend {
     pub fn new(place: &WorkerPlace, store: &mut StoreClient) -> Result<Self, BackendError> {
         check_libraries().map_err(BackendError::Unavailable)?;
         guarded("opening the CUDA backend", || {
-            let ordinal = place.local_rank;
-            let ctx = CudaContext::new(ordinal).map_err(|e| dev_err(&format!("opening CUDA device {ordinal}"), &e))?;
-            // SAFETY: with tracking off, cudarc stops recording an event on every buffer use;
-            // it is then up to us to order uses across streams. Buffers are allocated, filled
-            // and read on the main stream with a synchronize after each step; a run on group
-            // streams starts after its inputs are complete (they were synchronized) and its
-            // streams wait for an event of the main stream; it ends by waiting for every
-            // stream. Called before any buffer exists, as required.
-            unsafe { ctx.disable_event_tracking() };
-            let name = ctx.name().map_err(|e| dev_err("cuDeviceGetName", &e))?;
-            let stream = ctx.new_stream().map_err(|e| dev_err("cuStreamCreate", &e))?;
-            let blas = CudaBlas::new(stream.clone()).map_err(|e| blas_err("cublasCreate", &e))?;
-            let comm = nccl::connect(&stream, place, store)?;
+            let device = CudaDevice::open(place.local_rank)?;
+            let comm = nccl::connect(device.stream(), place, store)?;
             Ok(CudaBackend {
                 gemm: None,
                 bufs: Vec::new(),
                 groups: vec![Some(coll::Group::new(comm))],
                 empty_kernel: None,
-                blas,
+                device,
                 place: place.clone(),
-                stream,
-                name,
             })
         })
     }
@@ -113,7 +106,7 @@ impl Drop for CudaBackend {
         // Let queued work finish before the fields (buffers, comm, handle) are torn down;
         // not after a timed-out operation, which may still hold the stream.
         if !self.groups.iter().flatten().any(|g| g.abandoned.is_some()) {
-            let _ = self.stream.synchronize();
+            let _ = self.device.stream().synchronize();
         }
     }
 }
@@ -137,7 +130,11 @@ impl Backend for CudaBackend {
     }
 
     fn device_name(&self) -> String {
-        self.name.clone()
+        self.device.name().to_string()
+    }
+
+    fn cuda_device(&self) -> Option<Arc<CudaDevice>> {
+        Some(Arc::clone(&self.device))
     }
 
     fn gemm_dtype(&self) -> Dtype {
@@ -146,18 +143,18 @@ impl Backend for CudaBackend {
 
     fn gemm_load(&mut self, n: usize, a: &[f32], b: &[f32]) -> Result<(), BackendError> {
         self.gemm = None;
-        self.gemm = Some(guarded("gemm_load", || gemm::load(&self.stream, n, a, b))?);
+        self.gemm = Some(guarded("gemm_load", || gemm::load(self.device.stream(), n, a, b))?);
         Ok(())
     }
 
     fn gemm_run(&mut self, iters: usize) -> Result<Vec<f64>, BackendError> {
         let g = self.gemm.as_mut().ok_or_else(|| not_prepared("GEMM"))?;
-        guarded("gemm_run", || gemm::run(&self.blas, &self.stream, g, iters))
+        guarded("gemm_run", || gemm::run(self.device.blas(), self.device.stream(), g, iters))
     }
 
     fn gemm_output(&mut self) -> Result<Vec<u8>, BackendError> {
         let g = self.gemm.as_ref().ok_or_else(|| not_prepared("GEMM"))?;
-        guarded("gemm_output", || gemm::output(&self.stream, g))
+        guarded("gemm_output", || gemm::output(self.device.stream(), g))
     }
 
     fn gemm_free(&mut self) {
@@ -170,7 +167,7 @@ impl Backend for CudaBackend {
 
     fn group(&mut self, store: &mut StoreClient, key: &str, members: &[usize]) -> Result<GroupId, BackendError> {
         let g = guarded("creating a communicator", || {
-            let stream = self.stream.context().new_stream().map_err(|e| dev_err("cuStreamCreate", &e))?;
+            let stream = self.device.context().new_stream().map_err(|e| dev_err("cuStreamCreate", &e))?;
             let comm = nccl::connect_group(&stream, &self.place, store, key, members)?;
             Ok(coll::Group::new(comm))
         })?;
@@ -186,7 +183,7 @@ impl Backend for CudaBackend {
         // SAFETY: the contents are undefined until filled, which the trait's contract says;
         // they are plain bf16 values with no validity requirement.
         let b = guarded("buf_alloc", || {
-            unsafe { self.stream.alloc::<bf16>(elems.max(1)) }
+            unsafe { self.device.stream().alloc::<bf16>(elems.max(1)) }
                 .map_err(|e| dev_err(&format!("allocating {elems} bf16 elements"), &e))
         })?;
         self.bufs.push(Some(b));
@@ -194,19 +191,19 @@ impl Backend for CudaBackend {
     }
 
     fn buf_fill(&mut self, buf: BufId, period: &[u8]) -> Result<(), BackendError> {
-        let stream = self.stream.clone();
+        let stream = self.device.stream().clone();
         let b = self.buf_mut(buf)?;
         guarded("buf_fill", || coll::fill(&stream, b, period))
     }
 
     fn buf_poison(&mut self, buf: BufId, elems: usize) -> Result<(), BackendError> {
-        let stream = self.stream.clone();
+        let stream = self.device.stream().clone();
         let b = self.buf_mut(buf)?;
         guarded("buf_poison", || coll::poison(&stream, b, elems))
     }
 
     fn buf_read(&mut self, buf: BufId, elems: usize) -> Result<Vec<u8>, BackendError> {
-        let stream = self.stream.clone();
+        let stream = self.device.stream().clone();
         let b = self.buf_mut(buf)?;
         guarded("buf_read", || coll::read(&stream, b, elems))
     }
@@ -224,10 +221,10 @@ impl Backend for CudaBackend {
     fn kernel_launch(&mut self, iters: usize) -> Result<LaunchTiming, BackendError> {
         guarded("kernel_launch", || {
             if self.empty_kernel.is_none() {
-                self.empty_kernel = Some(launch::load(&self.stream)?);
+                self.empty_kernel = Some(launch::load(self.device.stream())?);
             }
             let f = self.empty_kernel.as_ref().ok_or_else(|| BackendError::Device("empty kernel not loaded".into()))?;
-            launch::measure(&self.stream, f, iters)
+            launch::measure(self.device.stream(), f, iters)
         })
     }
 }

@@ -1,32 +1,11 @@
-//! Tests that run anywhere (probing must not panic without CUDA) and, with `--ignored`, a
-//! one-rank smoke test on a real GPU.
+//! Tests that run anywhere and, with `--ignored`, a one-rank smoke test on a real GPU (the
+//! probing tests are with the `gpusanity-cuda` crate).
 
 use std::ffi::c_char;
 use std::time::Duration;
 
 use super::*;
 use crate::backend::{CollCall, CollOp};
-
-#[test]
-fn probe_without_cuda_is_an_error_not_a_panic() {
-    let r = std::panic::catch_unwind(probe);
-    let r = r.expect("probe() must never panic");
-    println!("probe: {r:?}");
-    if !probe::driver_present() {
-        let e = r.expect_err("no libcuda here, so no devices");
-        assert!(e.contains("CUDA driver library not found"), "{e}");
-        assert!(!e.contains('\n'), "one line: {e}");
-    }
-}
-
-#[test]
-fn check_libraries_never_panics() {
-    let r = std::panic::catch_unwind(check_libraries).expect("check_libraries() must never panic");
-    println!("check_libraries: {r:?}");
-    if !probe::driver_present() {
-        assert!(r.is_err());
-    }
-}
 
 #[test]
 fn nccl_id_round_trips_through_hex() {
@@ -111,6 +90,53 @@ fn gpu_smoke_one_rank() {
     assert!(l.launch_us > 0.0 && l.round_trip_us >= l.round_trip_best_us);
     be.buf_free(recv);
     assert!(matches!(be.buf_read(recv, 1), Err(BackendError::Device(_))));
+}
+
+/// The model ops on the backend's device: one context, stream and cuBLAS handle for both,
+/// and the backend's GEMM and all-reduce still right after a model product. Run with the
+/// smoke test above.
+#[test]
+#[ignore = "needs a CUDA GPU, cuBLAS, NCCL and NVRTC"]
+fn gpu_model_ops_share_the_backend_device() {
+    use gpusanity_models::cuda::CudaOps;
+    use gpusanity_models::ops::{Mm, Ops};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    rt.spawn(crate::store::serve(listener));
+    let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+    let mut be = CudaBackend::new(&WorkerPlace::single_node(0, 1), &mut store).unwrap();
+    let device = be.cuda_device().expect("a CUDA backend shares its device");
+    assert!(Arc::ptr_eq(&device, &be.device));
+    let n = 64;
+    let a: Vec<f32> = (0..n * n).map(|i| ((i * 7 + 3) % 17) as f32 - 8.0).collect();
+    let b: Vec<f32> = (0..n * n).map(|i| ((i * 5 + 1) % 13) as f32 - 6.0).collect();
+    let want: Vec<f32> = (0..n * n)
+        .map(|i| (0..n).map(|k| a[i / n * n + k] as f64 * b[k * n + i % n] as f64).sum::<f64>() as f32)
+        .collect();
+    {
+        let mut ops = CudaOps::new(device).unwrap();
+        assert!(Arc::ptr_eq(ops.stream(), be.device.stream()));
+        println!("ops: {}", ops.describe());
+        let (ga, gb, mut gc) = (ops.upload(&a).unwrap(), ops.upload(&b).unwrap(), ops.zeros(n * n).unwrap());
+        ops.matmul(Mm::new(n, n, n), &ga, &gb, &mut gc).unwrap();
+        // Small integers: exact in bf16 inputs with fp32 accumulation.
+        assert_eq!(ops.download(&gc).unwrap(), want, "model product on the shared handle");
+    }
+    assert_eq!(Arc::strong_count(&be.device), 1, "the ops let go of the device");
+    be.gemm_load(n, &a, &b).unwrap();
+    assert_eq!(be.gemm_run(2).unwrap().len(), 2);
+    let c = be.gemm_output().unwrap();
+    for i in (0..n * n).step_by(37) {
+        assert_eq!(Dtype::Bf16.decode(&c, i), Dtype::Bf16.round(want[i]), "backend GEMM element {i}");
+    }
+    let period: Vec<u8> = (0..61u8).collect();
+    let (send, recv) = (be.buf_alloc(1 << 16).unwrap(), be.buf_alloc(1 << 16).unwrap());
+    be.buf_fill(send, &period).unwrap();
+    be.buf_poison(recv, 1 << 16).unwrap();
+    be.run(&[Work::Coll(CollCall::new(CollOp::AllReduce, GroupId::WORLD, send, recv, 1 << 16))], 1, 2).unwrap();
+    let out = be.buf_read(recv, 1 << 16).unwrap();
+    assert_eq!(Dtype::Bf16.decode(&out, 100), period[100 % period.len()] as f32);
 }
 
 /// Two ranks on GPUs 0 and 1, one thread each (one process): NCCL id exchange through the

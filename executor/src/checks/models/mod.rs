@@ -34,7 +34,8 @@ fn run_here(name: &str, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     match ctx.backend.kind() {
         DeviceKind::Cpu => run_on(&mut CpuOps, name, ctx),
         DeviceKind::Cuda => {
-            let mut ops = CudaOps::new(ctx.place.local_rank).context("opening the model layer on the GPU")?;
+            let device = ctx.backend.cuda_device().context("the CUDA backend shares no device")?;
+            let mut ops = CudaOps::new(device).context("opening the model layer on the GPU")?;
             run_on(&mut ops, name, ctx)
         }
     }

@@ -177,7 +177,7 @@ pub fn probe() -> Result<Vec<String>, String> {
 }
 
 /// `DriverError` as `CUDA_ERROR_X (description)`.
-pub(super) fn driver_error(e: &DriverError) -> String {
+pub fn driver_error(e: &DriverError) -> String {
     match e.error_string() {
         Ok(s) => format!("{:?} ({})", e.0, s.to_string_lossy()),
         Err(_) => format!("{:?}", e.0),
@@ -186,7 +186,7 @@ pub(super) fn driver_error(e: &DriverError) -> String {
 
 /// Runs `f`, turning a panic into `Err` with its message, with the panic hook silenced so
 /// nothing is printed. The hook is process-wide: meant for start-up probing, not hot paths.
-pub(super) fn catch_silently<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+pub(crate) fn catch_silently<R>(f: impl FnOnce() -> R) -> Result<R, String> {
     let hook = panic::take_hook();
     panic::set_hook(Box::new(|_| {}));
     let r = panic::catch_unwind(AssertUnwindSafe(f));
@@ -195,7 +195,7 @@ pub(super) fn catch_silently<R>(f: impl FnOnce() -> R) -> Result<R, String> {
 }
 
 /// The first line of a panic payload.
-pub(super) fn panic_message(p: &(dyn Any + Send)) -> String {
+pub fn panic_message(p: &(dyn Any + Send)) -> String {
     let s = if let Some(s) = p.downcast_ref::<&str>() {
         s
     } else if let Some(s) = p.downcast_ref::<String>() {
@@ -206,8 +206,7 @@ pub(super) fn panic_message(p: &(dyn Any + Send)) -> String {
     s.lines().next().unwrap_or_default().to_string()
 }
 
-/// Whether the driver library can be opened (for tests).
-#[cfg(test)]
-pub(super) fn driver_present() -> bool {
+/// Whether the driver library can be opened (tests use it to tell "no CUDA here" apart).
+pub fn driver_present() -> bool {
     check(&DRIVER).is_ok()
 }
