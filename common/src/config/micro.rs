@@ -1,13 +1,49 @@
-//! Typed configurations of the micro-benchmarks beyond `gemm` and `all-reduce`, their
-//! defaults per backend and their `--check-param` keys.
+//! Typed configurations of the micro-benchmarks other than the collective sweeps, their
+//! defaults per backend and their `--check-param` fields.
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{AllReduceConfig, ParamError};
+use super::sweep::SweepConfig;
+use super::{Param, ParamError};
 use crate::report::DeviceKind;
 
-/// Every collective sweep (all-reduce, all-gather, all-to-all) has this shape.
-pub type SweepConfig = AllReduceConfig;
+/// `gemm`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GemmConfig {
+    /// m = n = k of the square product.
+    pub size: usize,
+    pub warmup: usize,
+    pub iters: usize,
+    /// Side of the square tile of C verified against an f64 reference on the host.
+    pub verify_tile: usize,
+}
+
+impl GemmConfig {
+    pub const KEYS: &'static [&'static str] = &["size", "warmup", "iters", "verify-tile"];
+
+    pub fn defaults(device: DeviceKind) -> Self {
+        match device {
+            DeviceKind::Cuda => GemmConfig { size: 8192, warmup: 50, iters: 50, verify_tile: 32 },
+            DeviceKind::Cpu => GemmConfig { size: 1024, warmup: 2, iters: 10, verify_tile: 16 },
+        }
+    }
+
+    pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
+        match p.field {
+            "size" => self.size = p.count()?,
+            "warmup" => self.warmup = p.count()?,
+            "iters" => self.iters = p.count()?,
+            "verify-tile" => self.verify_tile = p.count()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Once every override is applied: the verified tile fits in the product.
+    pub fn settle(&mut self) {
+        self.verify_tile = self.verify_tile.min(self.size);
+    }
+}
 
 /// `multi-all-reduce`: one size, every group at once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,6 +59,21 @@ pub struct MultiAllReduceConfig {
     pub compare_groups: bool,
 }
 
+impl MultiAllReduceConfig {
+    pub const KEYS: &'static [&'static str] = &["bytes", "world-streams", "warmup", "iters"];
+
+    pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
+        match p.field {
+            "bytes" => self.bytes = p.int()?,
+            "world-streams" => self.world_streams = p.count()?,
+            "warmup" => self.warmup = p.count()?,
+            "iters" => self.iters = p.count()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
 /// `network-connectivity`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConnectivityConfig {
@@ -30,6 +81,19 @@ pub struct ConnectivityConfig {
     pub timeout_ms: u64,
     /// Bytes each back-end probe exchanges.
     pub bytes: u64,
+}
+
+impl ConnectivityConfig {
+    pub const KEYS: &'static [&'static str] = &["timeout-ms", "bytes"];
+
+    pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
+        match p.field {
+            "timeout-ms" => self.timeout_ms = p.int()?,
+            "bytes" => self.bytes = p.int()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
 }
 
 /// `matmul-all-reduce-overlap`.
@@ -43,6 +107,21 @@ pub struct OverlapConfig {
     pub iters: usize,
 }
 
+impl OverlapConfig {
+    pub const KEYS: &'static [&'static str] = &["gemm-size", "bytes", "warmup", "iters"];
+
+    pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
+        match p.field {
+            "gemm-size" => self.gemm_size = p.count()?,
+            "bytes" => self.bytes = p.int()?,
+            "warmup" => self.warmup = p.count()?,
+            "iters" => self.iters = p.count()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
 /// `kernel-launch`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KernelLaunchConfig {
@@ -50,7 +129,20 @@ pub struct KernelLaunchConfig {
     pub iters: usize,
 }
 
-/// The micro-benchmark part of [`crate::config::CheckConfigs`].
+impl KernelLaunchConfig {
+    pub const KEYS: &'static [&'static str] = &["iters"];
+
+    pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
+        match p.field {
+            "iters" => self.iters = p.count()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// The micro-benchmarks of [`super::CheckConfigs`] beyond gemm and all-reduce (flattened
+/// into it in the report).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MicroConfigs {
     pub all_gather: SweepConfig,
@@ -63,176 +155,36 @@ pub struct MicroConfigs {
 
 impl MicroConfigs {
     pub fn defaults(device: DeviceKind) -> Self {
+        let sweep = SweepConfig::defaults(device);
         match device {
-            DeviceKind::Cuda => {
-                let sweep =
-                    SweepConfig { min_bytes: 1 << 10, max_bytes: 1 << 30, step_factor: 4, warmup: 5, iters: 20 };
-                MicroConfigs {
-                    all_gather: sweep.clone(),
-                    all_to_all: sweep,
-                    multi_all_reduce: MultiAllReduceConfig {
-                        bytes: 256 << 20,
-                        world_streams: 2,
-                        warmup: 3,
-                        iters: 10,
-                        compare_groups: true,
-                    },
-                    network_connectivity: ConnectivityConfig { timeout_ms: 5000, bytes: 1 << 20 },
-                    overlap: OverlapConfig { gemm_size: 8192, bytes: 256 << 20, warmup: 3, iters: 20 },
-                    kernel_launch: KernelLaunchConfig { iters: 10_000 },
-                }
-            }
-            DeviceKind::Cpu => {
-                let sweep = SweepConfig { min_bytes: 4 << 10, max_bytes: 4 << 20, step_factor: 4, warmup: 2, iters: 5 };
-                MicroConfigs {
-                    all_gather: sweep.clone(),
-                    all_to_all: sweep,
-                    multi_all_reduce: MultiAllReduceConfig {
-                        bytes: 1 << 20,
-                        world_streams: 2,
-                        warmup: 2,
-                        iters: 5,
-                        compare_groups: false,
-                    },
-                    network_connectivity: ConnectivityConfig { timeout_ms: 2000, bytes: 64 << 10 },
-                    overlap: OverlapConfig { gemm_size: 384, bytes: 1 << 20, warmup: 2, iters: 10 },
-                    kernel_launch: KernelLaunchConfig { iters: 1000 },
-                }
-            }
-        }
-    }
-
-    /// Applies one `CHECK.KEY` override with the positive integer `int()`; `Ok(false)` for a
-    /// key that is not a micro-benchmark's.
-    pub fn apply(&mut self, key: &str, int: impl Fn() -> Result<u64, ParamError>) -> Result<bool, ParamError> {
-        let sweep = |c: &mut SweepConfig, k: &str| -> Result<bool, ParamError> {
-            match k {
-                "min-bytes" => c.min_bytes = int()?,
-                "max-bytes" => c.max_bytes = int()?,
-                "step-factor" => c.step_factor = int()?.max(2),
-                "warmup" => c.warmup = int()? as usize,
-                "iters" => c.iters = int()? as usize,
-                _ => return Ok(false),
-            }
-            Ok(true)
-        };
-        let Some((check, k)) = key.split_once('.') else { return Ok(false) };
-        let done = match check {
-            "all-gather" => sweep(&mut self.all_gather, k)?,
-            "all-to-all" => sweep(&mut self.all_to_all, k)?,
-            "multi-all-reduce" => {
-                let c = &mut self.multi_all_reduce;
-                match k {
-                    "bytes" => c.bytes = int()?,
-                    "world-streams" => c.world_streams = int()? as usize,
-                    "warmup" => c.warmup = int()? as usize,
-                    "iters" => c.iters = int()? as usize,
-                    _ => return Ok(false),
-                }
-                true
-            }
-            "network-connectivity" => {
-                let c = &mut self.network_connectivity;
-                match k {
-                    "timeout-ms" => c.timeout_ms = int()?,
-                    "bytes" => c.bytes = int()?,
-                    _ => return Ok(false),
-                }
-                true
-            }
-            "matmul-all-reduce-overlap" => {
-                let c = &mut self.overlap;
-                match k {
-                    "gemm-size" => c.gemm_size = int()? as usize,
-                    "bytes" => c.bytes = int()?,
-                    "warmup" => c.warmup = int()? as usize,
-                    "iters" => c.iters = int()? as usize,
-                    _ => return Ok(false),
-                }
-                true
-            }
-            "kernel-launch" => match k {
-                "iters" => {
-                    self.kernel_launch.iters = int()? as usize;
-                    true
-                }
-                _ => false,
+            DeviceKind::Cuda => MicroConfigs {
+                all_gather: sweep.clone(),
+                all_to_all: sweep,
+                multi_all_reduce: MultiAllReduceConfig {
+                    bytes: 256 << 20,
+                    world_streams: 2,
+                    warmup: 3,
+                    iters: 10,
+                    compare_groups: true,
+                },
+                network_connectivity: ConnectivityConfig { timeout_ms: 5000, bytes: 1 << 20 },
+                overlap: OverlapConfig { gemm_size: 8192, bytes: 256 << 20, warmup: 3, iters: 20 },
+                kernel_launch: KernelLaunchConfig { iters: 10_000 },
             },
-            _ => false,
-        };
-        if done {
-            for (name, c) in [("all-gather", &self.all_gather), ("all-to-all", &self.all_to_all)] {
-                if c.min_bytes > c.max_bytes {
-                    return Err(ParamError::BadValue {
-                        key: format!("{name}.min-bytes"),
-                        value: c.min_bytes.to_string(),
-                        why: format!("must not exceed {name}.max-bytes"),
-                    });
-                }
-            }
+            DeviceKind::Cpu => MicroConfigs {
+                all_gather: sweep.clone(),
+                all_to_all: sweep,
+                multi_all_reduce: MultiAllReduceConfig {
+                    bytes: 1 << 20,
+                    world_streams: 2,
+                    warmup: 2,
+                    iters: 5,
+                    compare_groups: false,
+                },
+                network_connectivity: ConnectivityConfig { timeout_ms: 2000, bytes: 64 << 10 },
+                overlap: OverlapConfig { gemm_size: 384, bytes: 1 << 20, warmup: 2, iters: 10 },
+                kernel_launch: KernelLaunchConfig { iters: 1000 },
+            },
         }
-        Ok(done)
-    }
-}
-
-/// The message sizes of a sweep: from `min_bytes`, times `step_factor`, up to `max_bytes`.
-pub fn sweep_sizes(c: &SweepConfig) -> Vec<u64> {
-    let mut sizes = Vec::new();
-    let mut b = c.min_bytes;
-    while b < c.max_bytes {
-        sizes.push(b);
-        b = b.saturating_mul(c.step_factor.max(2));
-    }
-    sizes.push(c.max_bytes);
-    sizes
-}
-
-pub const MICRO_PARAM_KEYS: &[&str] = &[
-    "all-gather.min-bytes",
-    "all-gather.max-bytes",
-    "all-gather.step-factor",
-    "all-gather.warmup",
-    "all-gather.iters",
-    "all-to-all.min-bytes",
-    "all-to-all.max-bytes",
-    "all-to-all.step-factor",
-    "all-to-all.warmup",
-    "all-to-all.iters",
-    "multi-all-reduce.bytes",
-    "multi-all-reduce.world-streams",
-    "multi-all-reduce.warmup",
-    "multi-all-reduce.iters",
-    "network-connectivity.timeout-ms",
-    "network-connectivity.bytes",
-    "matmul-all-reduce-overlap.gemm-size",
-    "matmul-all-reduce-overlap.bytes",
-    "matmul-all-reduce-overlap.warmup",
-    "matmul-all-reduce-overlap.iters",
-    "kernel-launch.iters",
-];
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::CheckConfigs;
-
-    #[test]
-    fn micro_params_override_and_reject() {
-        let mut c = CheckConfigs::defaults(DeviceKind::Cpu);
-        c.apply_params(&["all-gather.max-bytes=65536".into(), "network-connectivity.timeout-ms=300".into()]).unwrap();
-        assert_eq!(sweep_sizes(&c.micro.all_gather), [4096, 16384, 65536]);
-        assert_eq!(c.micro.network_connectivity.timeout_ms, 300);
-        c.apply_params(&["multi-all-reduce.world-streams=3".into(), "kernel-launch.iters=7".into()]).unwrap();
-        assert_eq!((c.micro.multi_all_reduce.world_streams, c.micro.kernel_launch.iters), (3, 7));
-        assert!(c.apply_params(&["all-to-all.colour=1".into()]).is_err());
-        assert!(c.apply_params(&["all-to-all.min-bytes=999999999".into()]).is_err());
-        assert!(c.apply_params(&["matmul-all-reduce-overlap.iters=0".into()]).is_err());
-    }
-
-    #[test]
-    fn gpu_sweeps_reach_one_gib() {
-        let c = MicroConfigs::defaults(DeviceKind::Cuda);
-        assert_eq!(*sweep_sizes(&c.all_gather).last().unwrap(), 1 << 30);
-        assert_eq!(*sweep_sizes(&c.all_to_all).last().unwrap(), 1 << 30);
     }
 }

@@ -9,7 +9,7 @@ use cudarc::nvrtc::Ptx;
 
 use super::dev_err;
 use crate::backend::{BackendError, LaunchTiming};
-use crate::checks::median;
+use gpusanity_common::stats::median;
 
 /// An entry point with no parameters that returns at once. PTX ISA 7.0 / sm_70: every driver
 /// since CUDA 11 JIT-compiles it for newer devices.
