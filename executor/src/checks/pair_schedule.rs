@@ -11,8 +11,8 @@
 //!
 //! "Fast" is relative to the best pair measured (what this fabric can do): a pair below
 //! [`SLOW_FRACTION`] of it is slow. With two nodes there is nothing to compare with, so two
-//! nodes alone are never called slow here. The findings from these figures are
-//! `diagnosis::links`'s.
+//! nodes alone are never called slow here. The diagnosis reads the same classification to name
+//! a slow node or a slow link.
 
 use std::collections::BTreeSet;
 

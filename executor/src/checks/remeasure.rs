@@ -27,7 +27,7 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
         let mut c = CheckCtx { faults: &first_faults, ..reborrow(ctx) };
         super::run(name, &mut c)
     };
-    let Some(id) = name.parse::<CheckId>().ok() else {
+    let Ok(id) = name.parse::<CheckId>() else {
         return first;
     };
     let Some(m) = id.metric() else {
