@@ -32,7 +32,9 @@ pub use crate::registry::{CheckGroup, CheckId, UnknownCheck};
 /// A report column: the metric key and its title.
 pub type Column = (&'static str, &'static str);
 
-/// Which side of a headline figure is bad.
+/// Which side of a headline figure is bad. Every headline figure today is a throughput, and
+/// the peer and expected-figure judging ([`crate::peers`]) is written for `Low`; a check whose
+/// high figures are bad needs a `High` variant and that judging for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Bad {
