@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::report::DeviceKind;
-use gpusanity_common::{ExitCode, Settings, CHECKS};
+use gpusanity_common::{Descriptor, ExitCode, Settings};
 use gpusanity_executor::launcher::{self, rendezvous::TopologyFlags, CheckOptions, DeviceChoice, Handover, UsageError};
 
 #[derive(Debug, Parser)]
@@ -253,36 +253,38 @@ fn exec(cmd: &[String]) -> ExitCode {
 }
 
 fn list(json: bool) -> ExitCode {
+    let checks: Vec<&Descriptor> = gpusanity_common::checks::listed().collect();
     if json {
         let v = serde_json::json!({
-            "checks": CHECKS,
+            "checks": checks,
             "defaults": {
                 "cpu": CheckConfigs::defaults(DeviceKind::Cpu),
                 "cuda": CheckConfigs::defaults(DeviceKind::Cuda),
             },
-            "check_params": gpusanity_common::config::PARAM_KEYS.iter().chain(gpusanity_common::config_micro::MICRO_PARAM_KEYS).collect::<Vec<_>>(),
+            "check_params": gpusanity_common::checks::param_keys(),
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return ExitCode::Passed;
     }
-    println!("{:<27} {:<6} {:<10} {:>9} {:>8}  finds", "check", "group", "status", "brief est", "our est");
-    for c in CHECKS {
+    println!("{:<27} {:<6} {:<10} {:>13} {:>8}  finds", "check", "group", "status", "reference est", "our est");
+    for c in &checks {
         let status = if c.available { "available" } else { "planned" };
         println!(
-            "{:<27} {:<6} {:<10} {:>8}s {:>7}s  {}",
-            c.name, c.group, status, c.brief_estimate_s, c.estimate_s, c.description
+            "{:<27} {:<6} {:<10} {:>12}s {:>7}s  {}",
+            c.id, c.group, status, c.reference_estimate_s, c.estimate_s, c.description
         );
     }
     println!("\ndefault configuration (override with --check-param CHECK.KEY=VALUE):");
     for (name, kind) in [("cuda", DeviceKind::Cuda), ("cpu", DeviceKind::Cpu)] {
         let c = CheckConfigs::defaults(kind);
-        println!("  {name}: gemm {:?}", c.gemm);
-        println!("  {name}: all-reduce {:?}, sizes {:?}", c.all_reduce, c.all_reduce_sizes());
-        println!("  {name}: {:?}", c.micro);
-        println!(
-            "  {name}: mini-gpt {:?}\n  {name}: megatron-gpt {:?}\n  {name}: resnet {:?}",
-            c.models.mini_gpt, c.models.megatron_gpt, c.models.resnet
-        );
+        for d in &checks {
+            println!("  {name}: {} {}", d.id, d.id.config_value(&c));
+        }
+        println!("  {name}: diagnosis slow-fraction {}", c.slow_fraction);
+    }
+    println!("\n--check-param keys:");
+    for k in gpusanity_common::checks::param_keys() {
+        println!("  {k}");
     }
     ExitCode::Passed
 }

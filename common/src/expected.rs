@@ -1,7 +1,9 @@
 //! Expected figures of healthy devices per model (common/data/expected.toml, embedded at build
-//! time), each with its source, and the warn and critical bands.
+//! time), each with its source, the warn and critical bands, and where a figure falls in them.
 
 use serde::Deserialize;
+
+use crate::report::Severity;
 
 const DATA: &str = include_str!("../data/expected.toml");
 
@@ -87,6 +89,22 @@ impl Expected {
     }
 }
 
+/// The expected figure for `device`'s `check.metric` under `when`, and where `value` (higher
+/// is better) falls: below `critical` x expected critical, below `warn` x expected a warning.
+/// None when the table has no figure for this device and configuration (CPUs never do).
+pub fn judge(device: &str, check: &str, metric: &str, when: Conditions, value: f64) -> Option<(f64, Option<Severity>)> {
+    let table = Expected::builtin();
+    let e = table.lookup(device, check, metric, when)?.value;
+    let sev = if value < table.bands.critical * e {
+        Some(Severity::Critical)
+    } else if value < table.bands.warn * e {
+        Some(Severity::Warning)
+    } else {
+        None
+    };
+    Some((e, sev))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +137,14 @@ mod tests {
         let ar = Conditions { single_node: true, ..ar };
         assert_eq!(t.lookup("NVIDIA A100-SXM4-80GB", "all-reduce", "busbw_gbps", ar).map(|e| e.value), Some(220.0));
         assert!(Expected::parse("[bands]\nwarn = 0.9\n").is_err());
+    }
+
+    #[test]
+    fn bands_of_the_expected_figure() {
+        let when = Conditions { size: Some(8192), ..Default::default() };
+        assert_eq!(judge("NVIDIA H200", "gemm", "tflops", when, 770.0), Some((690.0, None)));
+        assert_eq!(judge("NVIDIA H200", "gemm", "tflops", when, 600.0), Some((690.0, Some(Severity::Warning))));
+        assert_eq!(judge("NVIDIA H200", "gemm", "tflops", when, 400.0), Some((690.0, Some(Severity::Critical))));
+        assert_eq!(judge("Intel(R) Xeon(R)", "gemm", "tflops", when, 0.1), None);
     }
 }

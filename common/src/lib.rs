@@ -1,14 +1,14 @@
 //! Domain types shared by every part of gpusanity: the seven check settings and their
-//! `SanityCheckArgs` parser, the registry of check items, the versioned report schema, run
+//! `SanityCheckArgs` parser, the check items' names and descriptors, the versioned report schema, run
 //! state events, exit codes and the collective bandwidth formulas.
 
 pub mod bandwidth;
+pub mod checks;
 pub mod config;
-pub mod config_micro;
-pub mod config_models;
 pub mod events;
 pub mod exit;
 pub mod expected;
+pub mod peers;
 pub mod registry;
 pub mod report;
 pub mod secret;
@@ -16,6 +16,7 @@ pub mod settings;
 pub mod stats;
 pub mod wire;
 
+pub use checks::Descriptor;
 pub use exit::ExitCode;
-pub use registry::{CheckGroup, CheckInfo, CHECKS};
+pub use registry::{CheckGroup, CheckId};
 pub use settings::{Settings, SettingsError, TimeoutOps, Timing};

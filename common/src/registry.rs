@@ -1,9 +1,11 @@
-//! The registry of check items: every item of the specification, whether this build runs it,
-//! its group, what it finds and the brief's own duration estimate for two machines.
+//! The names of the check items: [`CheckId`], spelled as in `--micro-benchmarks`,
+//! `--model-benchmarks`, `--check-param` and report.json, and the group each is selected in.
+//! Everything else about a check is in its descriptor ([`crate::checks`]).
 
 use std::fmt;
+use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -16,73 +18,133 @@ pub enum CheckGroup {
 
 impl fmt::Display for CheckGroup {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+        f.pad(match self {
             CheckGroup::Micro => "micro",
             CheckGroup::Model => "model",
         })
     }
 }
 
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct CheckInfo {
-    pub name: &'static str,
-    pub group: CheckGroup,
-    /// What a failure of this check finds.
-    pub description: &'static str,
-    /// Whether this build of gpusanity runs it.
-    pub available: bool,
-    /// The brief's estimate for 2 machines, in seconds.
-    pub brief_estimate_s: u32,
-    /// Our own estimate on 2 H200 GPUs with the default configuration, in seconds.
-    pub estimate_s: u32,
+/// Every check item, in run order; `PairBandwidth` last (the launcher adds it, nobody selects it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CheckId {
+    Gemm,
+    KernelLaunch,
+    AllReduce,
+    AllToAll,
+    AllGather,
+    MultiAllReduce,
+    NetworkConnectivity,
+    MatmulAllReduceOverlap,
+    MiniGpt,
+    MegatronGpt,
+    Resnet,
+    PairBandwidth,
 }
 
-const fn check(
-    name: &'static str,
-    group: CheckGroup,
-    description: &'static str,
-    available: bool,
-    brief_estimate_s: u32,
-    estimate_s: u32,
-) -> CheckInfo {
-    CheckInfo { name, group, description, available, brief_estimate_s, estimate_s }
+impl CheckId {
+    pub const ALL: [CheckId; 12] = [
+        CheckId::Gemm,
+        CheckId::KernelLaunch,
+        CheckId::AllReduce,
+        CheckId::AllToAll,
+        CheckId::AllGather,
+        CheckId::MultiAllReduce,
+        CheckId::NetworkConnectivity,
+        CheckId::MatmulAllReduceOverlap,
+        CheckId::MiniGpt,
+        CheckId::MegatronGpt,
+        CheckId::Resnet,
+        CheckId::PairBandwidth,
+    ];
+
+    /// The check's name, as users and report.json spell it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CheckId::Gemm => "gemm",
+            CheckId::KernelLaunch => "kernel-launch",
+            CheckId::AllReduce => "all-reduce",
+            CheckId::AllToAll => "all-to-all",
+            CheckId::AllGather => "all-gather",
+            CheckId::MultiAllReduce => "multi-all-reduce",
+            CheckId::NetworkConnectivity => "network-connectivity",
+            CheckId::MatmulAllReduceOverlap => "matmul-all-reduce-overlap",
+            CheckId::MiniGpt => "mini-gpt",
+            CheckId::MegatronGpt => "megatron-gpt",
+            CheckId::Resnet => "resnet",
+            CheckId::PairBandwidth => "pair-bandwidth",
+        }
+    }
 }
 
-use CheckGroup::{Micro, Model};
+/// A name that is no check's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown check `{0}`")]
+pub struct UnknownCheck(pub String);
 
-/// Every check item of the specification, in run order.
-pub const CHECKS: &[CheckInfo] = &[
-    check("gemm", Micro, "faulty GPU (error, hang, wrong result); slow GPU (low TFLOPS)", true, 60, 1),
-    check("kernel-launch", Micro, "launch errors/hangs; slow launch latency", true, 60, 1),
-    check("all-reduce", Micro, "communication errors/hangs; low bus bandwidth", true, 300, 5),
-    check("all-to-all", Micro, "communication errors/hangs; low bus bandwidth (all-to-all)", true, 300, 5),
-    check("all-gather", Micro, "communication errors/hangs; low bus bandwidth (all-gather)", true, 300, 5),
-    check("multi-all-reduce", Micro, "concurrent all-reduces per rail and per node: a bad rail or NIC", true, 300, 4),
-    check(
-        "network-connectivity",
-        Micro,
-        "front-end and back-end reachability between every pair of nodes",
-        true,
-        120,
-        1,
-    ),
-    check(
-        "matmul-all-reduce-overlap",
-        Micro,
-        "errors/hangs or slow steps with GEMM and all-reduce at once",
-        true,
-        60,
-        2,
-    ),
-    check("mini-gpt", Model, "training loss abnormal, hang, error; slow step", true, 60, 7),
-    check("megatron-gpt", Model, "the same for a tensor+data-parallel GPT", true, 300, 14),
-    check("resnet", Model, "the same for ResNet training", true, 120, 4),
-];
+impl FromStr for CheckId {
+    type Err = UnknownCheck;
 
-pub fn find(name: &str) -> Option<&'static CheckInfo> {
-    CHECKS.iter().find(|c| c.name == name)
+    fn from_str(s: &str) -> Result<CheckId, UnknownCheck> {
+        CheckId::ALL.into_iter().find(|c| c.as_str() == s).ok_or_else(|| UnknownCheck(s.to_string()))
+    }
 }
 
-pub fn names(group: CheckGroup) -> Vec<&'static str> {
-    CHECKS.iter().filter(|c| c.group == group).map(|c| c.name).collect()
+impl fmt::Display for CheckId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl From<CheckId> for String {
+    fn from(id: CheckId) -> String {
+        id.as_str().to_string()
+    }
+}
+
+impl PartialEq<str> for CheckId {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<CheckId> for str {
+    fn eq(&self, other: &CheckId) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialEq<CheckId> for String {
+    fn eq(&self, other: &CheckId) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl Serialize for CheckId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for CheckId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<CheckId, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_as_strings() {
+        for id in CheckId::ALL {
+            assert_eq!(id.as_str().parse::<CheckId>(), Ok(id));
+            assert_eq!(serde_json::to_string(&id).unwrap(), format!("\"{id}\""));
+            assert_eq!(serde_json::from_str::<CheckId>(&format!("\"{id}\"")).unwrap(), id);
+        }
+        assert_eq!(serde_json::to_string(&CheckId::MatmulAllReduceOverlap).unwrap(), "\"matmul-all-reduce-overlap\"");
+        assert!("gemmm".parse::<CheckId>().is_err());
+    }
 }

@@ -1,4 +1,4 @@
-//! The seven check settings of the product brief, with their exact names and defaults, and the
+//! The seven check settings of a job, with their exact names and defaults, and the
 //! one parser that reads them from a `SanityCheckArgs` string or from individual flags.
 //!
 //! A job carries them as `EnableSanityCheck` and one `SanityCheckArgs` string, for example
@@ -12,7 +12,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::registry::{self, CheckGroup};
+use crate::checks;
+use crate::registry::{CheckGroup, CheckId};
 
 /// When the check runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -77,7 +78,7 @@ pub enum SettingsError {
     Malformed(String),
 }
 
-/// The names of the seven options, as the brief spells them.
+/// The names of the seven options, spelled as jobs give them.
 pub const OPTIONS: [&str; 7] = [
     "--sanity-check-timing",
     "--sanity-check-max-time",
@@ -111,7 +112,7 @@ impl Default for Settings {
             timeout_ops: TimeoutOps::MarkJobFail,
             envs: Vec::new(),
             timeout_per_test_minutes: 6.0,
-            micro_benchmarks: vec!["gemm".into(), "all-reduce".into()],
+            micro_benchmarks: vec![CheckId::Gemm.into(), CheckId::AllReduce.into()],
             model_benchmarks: Vec::new(),
         }
     }
@@ -174,7 +175,7 @@ impl Settings {
             ("--model-benchmarks", CheckGroup::Model, &self.model_benchmarks),
         ] {
             for name in names {
-                match registry::find(name) {
+                match checks::find(name) {
                     Some(info) if info.group == group => {
                         if !info.available {
                             return Err(SettingsError::NotAvailable(name.clone()));
@@ -185,7 +186,7 @@ impl Settings {
                             option: option.into(),
                             name: name.clone(),
                             group,
-                            known: registry::names(group).join(", "),
+                            known: checks::names(group).join(", "),
                         })
                     }
                 }

@@ -7,8 +7,6 @@ pub mod backend;
 pub mod checks;
 pub mod coordinator;
 pub mod diagnosis;
-pub mod diagnosis_micro;
-pub mod diagnosis_models;
 pub mod launcher;
 pub mod protocol;
 pub mod store;

@@ -12,7 +12,7 @@ use crate::ops::{Heads, Mm, Ops};
 use crate::train::{Model, Param};
 use crate::{ModelError, Result};
 
-pub use gpusanity_common::config_models::GptShape;
+pub use gpusanity_common::config::models::GptShape;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GptConfig {

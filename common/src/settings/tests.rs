@@ -1,7 +1,7 @@
 use super::*;
 
 #[test]
-fn defaults_are_the_briefs() {
+fn defaults_are_the_specified_ones() {
     let s = Settings::default();
     assert_eq!(s.timing, Timing::BeforeJobRunning);
     assert_eq!(s.max_time_minutes, 30.0);
@@ -14,7 +14,7 @@ fn defaults_are_the_briefs() {
 }
 
 #[test]
-fn briefs_example_string() {
+fn a_jobs_example_string() {
     let s =
         Settings::from_args_str("--sanity-check-timing=AfterJobFaultTolerant --sanity-check-timeout-ops=MarkJobFail")
             .unwrap();
@@ -72,12 +72,12 @@ fn bad_inputs_give_clear_errors() {
 
 #[test]
 fn checks_not_built_yet_are_rejected_not_skipped() {
-    for info in crate::registry::CHECKS.iter().filter(|c| !c.available) {
+    for info in crate::checks::listed().filter(|c| !c.available) {
         let opt = match info.group {
             CheckGroup::Micro => "--micro-benchmarks",
             CheckGroup::Model => "--model-benchmarks",
         };
-        let err = Settings::from_args_str(&format!("{opt}={}", info.name)).unwrap_err();
-        assert_eq!(err, SettingsError::NotAvailable(info.name.into()));
+        let err = Settings::from_args_str(&format!("{opt}={}", info.id)).unwrap_err();
+        assert_eq!(err, SettingsError::NotAvailable(info.id.into()));
     }
 }

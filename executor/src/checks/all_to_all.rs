@@ -12,7 +12,7 @@ use super::collective::{exchange_expected, exchange_period, run_sweep, sweep_res
 use super::CheckCtx;
 use crate::backend::{CollOp, Dtype, GroupId};
 
-pub const NAME: &str = "all-to-all";
+pub const NAME: &str = gpusanity_common::CheckId::AllToAll.as_str();
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let (rank, world) = (ctx.place.rank, ctx.place.world);

@@ -8,7 +8,7 @@
 
 use anyhow::{Context, Result};
 use gpusanity_common::bandwidth::{algbw_gbps, busbw_gbps, Collective};
-use gpusanity_common::config_micro::{sweep_sizes, SweepConfig};
+use gpusanity_common::config::sweep::SweepConfig;
 use gpusanity_common::report::{CheckStatus, RankResult, SweepPoint};
 
 use super::CheckCtx;
@@ -77,7 +77,7 @@ pub fn run_sweep(
             e
         }
     };
-    let sizes = sweep_sizes(s.cfg);
+    let sizes = s.cfg.sizes();
     let max = sizes.iter().map(|b| elems_of(*b)).max().unwrap_or(0);
     let send_elems = if s.op == CollOp::AllGather { max / n } else { max };
     ctx.progress.phase(s.check, "prepare", 0);

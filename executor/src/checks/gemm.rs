@@ -11,10 +11,12 @@ use gpusanity_common::bandwidth::gemm_tflops;
 use gpusanity_common::report::{CheckStatus, RankResult};
 use rand::{Rng, SeedableRng};
 
-use super::{median, CheckCtx};
+use gpusanity_common::stats::median;
+
+use super::CheckCtx;
 use crate::backend::Dtype;
 
-pub const NAME: &str = "gemm";
+pub const NAME: &str = gpusanity_common::CheckId::Gemm.as_str();
 
 /// The same on every rank, so that every rank computes the same C.
 const INPUT_SEED: u64 = 0x6765_6d6d;

@@ -9,7 +9,7 @@ use gpusanity_common::report::{CheckStatus, RankResult};
 use super::CheckCtx;
 use crate::backend::BackendError;
 
-pub const NAME: &str = "kernel-launch";
+pub const NAME: &str = gpusanity_common::CheckId::KernelLaunch.as_str();
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let rank = ctx.place.rank;

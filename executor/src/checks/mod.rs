@@ -1,5 +1,8 @@
 //! The check items, one module each, run by a worker over its [`Backend`], and the helpers they
-//! share: progress reporting, fault injection for tests, fill patterns and statistics.
+//! share: progress reporting, fault injection for tests, fill patterns; [`remeasure`] runs a
+//! check and re-runs it before a slow rank is named, [`pair_schedule`] orders the link test.
+//! What each check is (its configuration, metric, codes) is its descriptor in
+//! [`gpusanity_common::checks`].
 
 pub mod all_gather;
 pub mod all_reduce;
@@ -12,8 +15,11 @@ pub mod multi_all_reduce;
 pub mod network_connectivity;
 pub mod overlap;
 pub mod pair_bandwidth;
+pub mod pair_schedule;
+pub mod remeasure;
 
 use gpusanity_common::config::CheckConfigs;
+use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckStatus, RankResult};
 
 use crate::backend::{Backend, WorkerPlace};
@@ -41,24 +47,30 @@ pub struct CheckCtx<'a> {
 /// Runs the check `name` on this rank. Errors become a rank result with status `Error`.
 pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
     let rank = ctx.place.rank;
-    let outcome = match name {
-        "gemm" => gemm::run(ctx),
-        "all-reduce" => all_reduce::run(ctx),
-        all_gather::NAME => all_gather::run(ctx),
-        all_to_all::NAME => all_to_all::run(ctx),
-        network_connectivity::NAME => network_connectivity::run(ctx),
-        multi_all_reduce::NAME => multi_all_reduce::run(ctx),
-        overlap::NAME => overlap::run(ctx),
-        kernel_launch::NAME => kernel_launch::run(ctx),
-        "mini-gpt" | "megatron-gpt" | "resnet" => models::run(name, ctx),
-        pair_bandwidth::NAME => pair_bandwidth::run(ctx),
-        other => Err(anyhow::anyhow!("check `{other}` is not implemented by this worker")),
+    let outcome = match name.parse::<CheckId>() {
+        Ok(id) => run_check(id, ctx),
+        Err(_) => Err(anyhow::anyhow!("check `{name}` is not implemented by this worker")),
     };
     outcome.unwrap_or_else(|e| {
         let mut r = RankResult::new(rank, CheckStatus::Error);
         r.error = Some(format!("{e:#}"));
         r
     })
+}
+
+fn run_check(id: CheckId, ctx: &mut CheckCtx<'_>) -> anyhow::Result<RankResult> {
+    match id {
+        CheckId::Gemm => gemm::run(ctx),
+        CheckId::AllReduce => all_reduce::run(ctx),
+        CheckId::AllGather => all_gather::run(ctx),
+        CheckId::AllToAll => all_to_all::run(ctx),
+        CheckId::NetworkConnectivity => network_connectivity::run(ctx),
+        CheckId::MultiAllReduce => multi_all_reduce::run(ctx),
+        CheckId::MatmulAllReduceOverlap => overlap::run(ctx),
+        CheckId::KernelLaunch => kernel_launch::run(ctx),
+        CheckId::MiniGpt | CheckId::MegatronGpt | CheckId::Resnet => models::run(id.as_str(), ctx),
+        CheckId::PairBandwidth => pair_bandwidth::run(ctx),
+    }
 }
 
 /// Injected faults, from `GPUSANITY_FAULT=KIND@RANK,...`. Each makes the rank misbehave for
@@ -106,27 +118,5 @@ impl Faults {
 
     pub fn has(&self, kind: &str, rank: usize) -> bool {
         self.0.iter().any(|(k, r)| k == kind && *r == rank)
-    }
-}
-
-pub use gpusanity_common::stats::median;
-
-/// The configuration a micro-benchmark beyond gemm and all-reduce ran with, for the report.
-pub fn micro_config(configs: &CheckConfigs, name: &str) -> serde_json::Value {
-    use gpusanity_common::config_micro::sweep_sizes;
-    let m = &configs.micro;
-    let sweep = |c: &gpusanity_common::config_micro::SweepConfig| {
-        let mut v = serde_json::to_value(c).unwrap_or_default();
-        v["sizes"] = serde_json::to_value(sweep_sizes(c)).unwrap_or_default();
-        v
-    };
-    match name {
-        all_gather::NAME => sweep(&m.all_gather),
-        all_to_all::NAME => sweep(&m.all_to_all),
-        network_connectivity::NAME => serde_json::to_value(&m.network_connectivity).unwrap_or_default(),
-        multi_all_reduce::NAME => serde_json::to_value(&m.multi_all_reduce).unwrap_or_default(),
-        overlap::NAME => serde_json::to_value(&m.overlap).unwrap_or_default(),
-        kernel_launch::NAME => serde_json::to_value(&m.kernel_launch).unwrap_or_default(),
-        _ => serde_json::Value::Null,
     }
 }

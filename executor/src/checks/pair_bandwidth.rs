@@ -1,5 +1,5 @@
 //! `pair-bandwidth` (hidden, added by the launcher on multi-node CPU runs): the pairwise link
-//! test. In rounds of disjoint node pairs (schedule: [`crate::diagnosis::links`]), every rail
+//! test. In rounds of disjoint node pairs (schedule: [`super::pair_schedule`]), every rail
 //! of a pair (local rank i of both nodes) runs a 2-member all-reduce over its own ring; a
 //! pair's figure is its slowest rail's bus bandwidth. Every rank publishes its rail's figure in
 //! the store and reads all of the round's, so every rank computes the same next round. The
@@ -11,11 +11,11 @@ use anyhow::{Context, Result};
 use gpusanity_common::bandwidth::{busbw_gbps, Collective};
 use gpusanity_common::report::{CheckStatus, PairBandwidth, RankResult};
 
+use super::pair_schedule;
 use super::{CheckCtx, BARRIER_WAIT};
 use crate::backend::cpu::ring::Ring;
-use crate::diagnosis::links;
 
-pub const NAME: &str = links::CHECK;
+pub const NAME: &str = gpusanity_common::CheckId::PairBandwidth.as_str();
 
 /// Bytes of one all-reduce: large enough that a healthy link's figure is not a scheduler
 /// hiccup, small enough that a throttled one still ends in seconds.
@@ -31,7 +31,7 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let mut wrong = 0u64;
     let mut round = 0;
     loop {
-        let pairs = links::next_round(nnodes, &measured);
+        let pairs = pair_schedule::next_round(nnodes, &measured);
         if pairs.is_empty() {
             break;
         }

@@ -1,5 +1,5 @@
-//! The finding codes' documentation: every code the diagnosis, the micro and model checks and
-//! the service can emit is listed in docs/findings.md.
+//! The finding codes' documentation: every code the diagnosis, the check descriptors, the micro
+//! and model checks and the service can emit is listed in docs/findings.md.
 
 /// Every code the diagnosis can emit is listed in docs/findings.md.
 #[test]
@@ -12,8 +12,17 @@ fn every_finding_code_is_documented() {
         include_str!("links.rs"),
         include_str!("results.rs"),
         include_str!("../launcher/gather.rs"),
-        include_str!("../diagnosis_micro.rs"),
-        include_str!("../diagnosis_models.rs"),
+        include_str!("micro.rs"),
+        include_str!("models.rs"),
+        include_str!("../../../common/src/checks/gemm.rs"),
+        include_str!("../../../common/src/checks/kernel_launch.rs"),
+        include_str!("../../../common/src/checks/all_reduce.rs"),
+        include_str!("../../../common/src/checks/all_to_all.rs"),
+        include_str!("../../../common/src/checks/all_gather.rs"),
+        include_str!("../../../common/src/checks/multi_all_reduce.rs"),
+        include_str!("../../../common/src/checks/network_connectivity.rs"),
+        include_str!("../../../common/src/checks/overlap.rs"),
+        include_str!("../../../common/src/checks/pair_bandwidth.rs"),
         include_str!("../checks/models/mod.rs"),
         include_str!("../coordinator/mod.rs"),
     ];

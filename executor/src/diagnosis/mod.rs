@@ -4,33 +4,37 @@
 //! - [`crash`]: a worker that died (exit status or signal, last output lines) or errored;
 //! - [`hang`]: for an overrun test, the ranks that never arrived apart from those waiting;
 //! - [`results`]: wrong results (the checks' own verifiers, GEMM hashes against the majority);
-//! - [`peers`]: each rank against its peers (median, MAD, robust score), and [`expected`]:
-//!   against the expected figure of its device model (common/data/expected.toml), with warn
-//!   and critical bands; [`remeasure`]: the workers re-measure a check before a slow rank is named;
+//! - the headline metric of each check (from its descriptor) against the peers and the expected
+//!   figure of the device model ([`gpusanity_common::peers`], which the workers also use to
+//!   decide a re-measure);
+//! - [`micro`] and [`models`]: what the micro-benchmarks and the model checks find beyond a
+//!   rank's status and figure (failed probes, slow groups, losses, parameter checksums);
 //! - [`links`]: the pairwise link test, slow node or slow link;
 //! - [`verdict`]: healthy / suspect / faulty per node.
+//!
+//! Diagnosis reads results; nothing that runs checks depends on it.
 //!
 //! Every code is listed in docs/findings.md.
 
 #[cfg(test)]
 mod codes_doc;
 pub mod crash;
-pub mod expected;
 pub mod hang;
 pub mod links;
-pub mod peers;
-pub mod remeasure;
+pub mod micro;
+pub mod models;
 pub mod results;
 #[cfg(test)]
 mod tests;
 pub mod verdict;
 
+use gpusanity_common::checks::Metric;
 use gpusanity_common::expected::Conditions;
+use gpusanity_common::peers::{self, Figures, PeerBands};
+use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{
     CheckReport, CheckStatus, DeviceKind, Finding, PairBandwidth, RankInfo, RunStatus, Severity,
 };
-
-use peers::{Figures, PeerBands};
 
 /// Which deadline, if any, ended the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,75 +54,6 @@ pub struct Diagnosis {
     pub remeasured: Vec<String>,
     /// The link test's figures, when it ran.
     pub pair_bandwidth: Vec<PairBandwidth>,
-}
-
-/// A headline figure that the peers and the expected values judge (higher is better).
-#[derive(Debug, Clone, Copy)]
-pub struct Metric {
-    pub check: &'static str,
-    pub key: &'static str,
-    pub unit: &'static str,
-    /// Code for a rank below its peers.
-    pub slow: &'static str,
-    /// Code for a figure below the expected value of the device model.
-    pub below: &'static str,
-    /// Every rank measures the same collective operation: one figure for the job.
-    pub collective: bool,
-}
-
-pub const METRICS: &[Metric] = &[
-    Metric {
-        check: "gemm",
-        key: "tflops",
-        unit: "TFLOP/s",
-        slow: "GEMM_SLOW",
-        below: "GEMM_BELOW_EXPECTED",
-        collective: false,
-    },
-    Metric {
-        check: "all-reduce",
-        key: "busbw_gbps",
-        unit: "GB/s busbw",
-        slow: "ALLREDUCE_SLOW",
-        below: "ALLREDUCE_BELOW_EXPECTED",
-        collective: true,
-    },
-    Metric {
-        check: "all-gather",
-        key: "busbw_gbps",
-        unit: "GB/s busbw",
-        slow: "ALLGATHER_SLOW",
-        below: "ALLGATHER_BELOW_EXPECTED",
-        collective: true,
-    },
-    Metric {
-        check: "all-to-all",
-        key: "busbw_gbps",
-        unit: "GB/s busbw",
-        slow: "ALLTOALL_SLOW",
-        below: "ALLTOALL_BELOW_EXPECTED",
-        collective: true,
-    },
-    Metric {
-        check: "matmul-all-reduce-overlap",
-        key: "overlapped_steps_per_s",
-        unit: "overlapped steps/s",
-        slow: "OVERLAP_SLOW",
-        below: "OVERLAP_BELOW_EXPECTED",
-        collective: false,
-    },
-    Metric {
-        check: "kernel-launch",
-        key: "launches_per_s",
-        unit: "round trips/s",
-        slow: "KERNEL_LAUNCH_SLOW",
-        below: "KERNEL_LAUNCH_BELOW_EXPECTED",
-        collective: false,
-    },
-];
-
-pub fn metric_of(check: &str) -> Option<&'static Metric> {
-    METRICS.iter().find(|m| m.check == check)
 }
 
 /// Places a finding on `rank` (its node and host).
@@ -150,15 +85,16 @@ pub fn diagnose(
         let before = findings.len();
         crash::attribute(c, ranks, &mut findings);
         results::wrong_results(c, ranks, &mut findings);
-        if let Some(m) = metric_of(&c.name) {
+        let id = c.name.parse::<CheckId>().ok();
+        if let Some(m) = id.and_then(CheckId::metric) {
             slow_ranks(c, m, ranks, bands, &mut findings);
         }
-        if c.name == links::CHECK {
+        if id == Some(CheckId::PairBandwidth) {
             pair_bandwidth = link_findings(c, ranks, &mut findings);
         }
         // Hooks of other check families: one line each.
-        crate::diagnosis_micro::diagnose(c, ranks, slow_fraction, &mut findings);
-        crate::diagnosis_models::findings(c, ranks, slow_fraction, &mut findings);
+        micro::diagnose(c, ranks, slow_fraction, &mut findings);
+        models::findings(c, ranks, slow_fraction, &mut findings);
         if let Some(note) = c.ranks.iter().find_map(|r| r.notes.get("remeasured")) {
             remeasured.push(format!("{}: {note}", c.name));
         }

@@ -3,29 +3,30 @@
 
 use std::collections::BTreeMap;
 
+use gpusanity_common::checks::WrongResult;
+use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckReport, CheckStatus, Finding, RankInfo, Severity};
 
-use super::{links, place};
+use super::place;
 
 /// Wrong results found by the checks' own verifiers, and GEMM products that differ.
 pub fn wrong_results(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) {
-    // These checks name their own failures (a failed probe or a diverging loss is not a wrong
-    // product).
-    let own = crate::diagnosis_micro::own_findings(&c.name) || crate::diagnosis_models::is_model(&c.name);
-    for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Failed && !own) {
-        let code = match c.name.as_str() {
-            "gemm" => "GEMM_WRONG_RESULT",
-            "all-reduce" => "ALLREDUCE_WRONG_RESULT",
-            links::CHECK => "LINK_WRONG_RESULT",
-            other => crate::diagnosis_micro::wrong_code(other),
-        };
+    // Some checks name their own failures (a failed probe or a diverging loss is not a wrong
+    // product); a check this build does not know has a generic code.
+    let id = c.name.parse::<CheckId>().ok();
+    let code = match id.map(|id| id.descriptor().wrong_result) {
+        Some(WrongResult::Own) => return,
+        Some(WrongResult::Code(code)) => code,
+        None => "WRONG_RESULT",
+    };
+    for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Failed) {
         let why = r.error.clone().unwrap_or_else(|| "verification failed".into());
         let mut f = place(Finding::new(Severity::Critical, code, &c.name, why), ranks, r.rank);
         f.action =
             Some("exclude the node; the device computes or moves data wrongly (reset the GPU, then re-check)".into());
         findings.push(f);
     }
-    if c.name == "gemm" {
+    if id == Some(CheckId::Gemm) {
         hash_disagreement(c, ranks, findings);
     }
 }

@@ -1,6 +1,7 @@
 //! Node 0 merges the nodes' outcomes into one report and diagnoses it.
 
 use gpusanity_common::config::CheckConfigs;
+use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{
     CheckReport, CheckStatus, DeviceKind, Finding, NodeInfo, RankInfo, RankResult, Report, Severity,
     REPORT_SCHEMA_VERSION,
@@ -145,14 +146,7 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
     }
 }
 
+/// The configuration check `name` ran with, from its descriptor.
 fn check_config(configs: &CheckConfigs, name: &str) -> serde_json::Value {
-    match name {
-        "gemm" => serde_json::to_value(&configs.gemm).unwrap_or_default(),
-        "all-reduce" => {
-            let mut v = serde_json::to_value(&configs.all_reduce).unwrap_or_default();
-            v["sizes"] = serde_json::to_value(configs.all_reduce_sizes()).unwrap_or_default();
-            v
-        }
-        other => configs.models.to_value(other).unwrap_or_else(|| crate::checks::micro_config(configs, other)),
-    }
+    name.parse::<CheckId>().map_or(serde_json::Value::Null, |id| id.config_value(configs))
 }

@@ -82,7 +82,8 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
     configs.apply_params(&opts.check_params).map_err(|e| UsageError(e.to_string()))?;
     let cluster = Cluster::join(&topo, opts.node_name.as_deref(), device, nproc, &devices, opts.rdzv_timeout).await?;
     let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
-    let checks = crate::diagnosis::links::with_link_test(opts.settings.selected_checks(), device, cluster.nodes.len());
+    let checks =
+        crate::checks::pair_schedule::with_link_test(opts.settings.selected_checks(), device, cluster.nodes.len());
     log.push(RunState::Checking, format!("{} on {} rank(s): {}", device, cluster.world, checks.join(", ")))?;
     let meta = gather::RunMeta {
         run_id: cluster.run_id.clone(),

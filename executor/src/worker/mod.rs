@@ -93,7 +93,7 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
             progress: out,
             faults: &faults,
         };
-        let result = crate::diagnosis::remeasure::run(name, &mut ctx, &device);
+        let result = crate::checks::remeasure::run(name, &mut ctx, &device);
         out.send(&WorkerMsg::CheckDone { check: name.clone(), duration_s: start.elapsed().as_secs_f64(), result });
     }
     Ok(())

@@ -2,7 +2,7 @@
 //! node, data parallel across): the models crate's GPT on the synthetic next-token task.
 
 use anyhow::Result;
-use gpusanity_common::config_models::GptCheckConfig;
+use gpusanity_common::config::models::GptCheckConfig;
 use gpusanity_common::report::RankResult;
 use gpusanity_models::gpt::{Gpt, GptConfig};
 

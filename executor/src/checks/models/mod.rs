@@ -17,7 +17,10 @@ use gpusanity_models::cpu::CpuOps;
 use gpusanity_models::cuda::CudaOps;
 use gpusanity_models::train::{judge_losses, train, LossVerdict, Model, TrainOpts, TrainOutcome};
 
-use super::{median, CheckCtx};
+use gpusanity_common::registry::CheckId;
+use gpusanity_common::stats::median;
+
+use super::CheckCtx;
 use crate::backend::WorkerPlace;
 use comm::Groups;
 
@@ -43,11 +46,11 @@ fn run_here(name: &str, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
 
 fn run_on<O: Groups>(ops: &mut O, name: &str, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let models = &ctx.configs.models;
-    match name {
-        "mini-gpt" => gpt::run(ops, name, &models.mini_gpt.clone(), false, ctx),
-        "megatron-gpt" => gpt::run(ops, name, &models.megatron_gpt.clone(), true, ctx),
-        "resnet" => resnet::run(ops, name, &models.resnet.clone(), ctx),
-        other => anyhow::bail!("model check `{other}` is not implemented"),
+    match name.parse() {
+        Ok(CheckId::MiniGpt) => gpt::run(ops, name, &models.mini_gpt.clone(), false, ctx),
+        Ok(CheckId::MegatronGpt) => gpt::run(ops, name, &models.megatron_gpt.clone(), true, ctx),
+        Ok(CheckId::Resnet) => resnet::run(ops, name, &models.resnet.clone(), ctx),
+        _ => anyhow::bail!("model check `{name}` is not implemented"),
     }
 }
 

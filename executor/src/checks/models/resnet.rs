@@ -3,7 +3,7 @@
 //! on both backends (no cuDNN).
 
 use anyhow::Result;
-use gpusanity_common::config_models::ResnetCheckConfig;
+use gpusanity_common::config::models::ResnetCheckConfig;
 use gpusanity_common::report::RankResult;
 use gpusanity_models::resnet::{Resnet, ResnetConfig};
 

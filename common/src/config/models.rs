@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::ParamError;
+use super::{Param, ParamError};
 use crate::report::DeviceKind;
 
 /// The shape of a GPT and its batch.
@@ -63,12 +63,6 @@ pub struct ModelConfigs {
     pub megatron_gpt: GptCheckConfig,
     pub resnet: ResnetCheckConfig,
 }
-
-pub const MODEL_PARAM_KEYS: &[&str] = &[
-    "mini-gpt.{vocab,ctx,layers,heads,dim,batch,steps,warmup,lr,min-loss-drop}",
-    "megatron-gpt.{the same keys,tp}",
-    "resnet.{image,batch,width,blocks (e.g. 3:4:6:3),classes,steps,warmup,lr,min-loss-drop}",
-];
 
 impl ModelConfigs {
     pub fn defaults(device: DeviceKind) -> Self {
@@ -130,79 +124,70 @@ impl ModelConfigs {
             }
         }
     }
+}
 
-    /// Whether `key` belongs to a model check.
-    pub fn owns(key: &str) -> bool {
-        ["mini-gpt.", "megatron-gpt.", "resnet."].iter().any(|p| key.starts_with(p))
-    }
+impl GptCheckConfig {
+    /// The `--check-param` fields of a GPT check; the tensor-parallel one adds `tp`.
+    pub const KEYS: &'static [&'static str] =
+        &["vocab", "ctx", "layers", "heads", "dim", "batch", "steps", "warmup", "lr", "min-loss-drop"];
+    pub const TENSOR_PARALLEL_KEYS: &'static [&'static str] =
+        &["vocab", "ctx", "layers", "heads", "dim", "batch", "steps", "warmup", "lr", "min-loss-drop", "tp"];
 
-    /// Applies one `CHECK.KEY=VALUE` override of a model check.
-    pub fn apply(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
-        let bad = |why: &str| ParamError::BadValue { key: key.into(), value: value.into(), why: why.into() };
-        let int = || value.parse::<usize>().ok().filter(|v| *v > 0).ok_or_else(|| bad("a positive integer"));
-        let frac = || {
-            value.parse::<f64>().ok().filter(|v| *v > 0.0 && *v < 1.0).ok_or_else(|| bad("a number between 0 and 1"))
-        };
-        let unknown = || ParamError::UnknownKey(key.into(), MODEL_PARAM_KEYS.join(", "));
-        let (check, field) = key.split_once('.').ok_or_else(unknown)?;
-        if check == "resnet" {
-            let r = &mut self.resnet;
-            match field {
-                "image" => r.image = int()?,
-                "batch" => r.batch = int()?,
-                "width" => r.width = int()?,
-                "classes" => r.classes = int()?,
-                "steps" => r.steps = int()?,
-                "warmup" => r.warmup = value.parse().map_err(|_| bad("an integer"))?,
-                "lr" => r.lr = frac()?,
-                "min-loss-drop" => r.min_loss_drop = frac()?,
-                "blocks" => {
-                    r.blocks = value
-                        .split(':')
-                        .map(|b| b.parse::<usize>().ok().filter(|v| *v > 0))
-                        .collect::<Option<Vec<_>>>()
-                        .filter(|b| (1..=4).contains(&b.len()))
-                        .ok_or_else(|| bad("1 to 4 positive block counts separated by ':'"))?
-                }
-                _ => return Err(unknown()),
+    /// Applies one field; `tp` only where `tensor_parallel`. `Ok(false)` for a field that is
+    /// not this check's.
+    pub fn apply(&mut self, p: &Param<'_>, tensor_parallel: bool) -> Result<bool, ParamError> {
+        let frac = || p.fraction("a number between 0 and 1");
+        match p.field {
+            "vocab" => self.shape.vocab = p.count()?,
+            "ctx" => self.shape.ctx = p.count()?,
+            "layers" => self.shape.layers = p.count()?,
+            "heads" => self.shape.heads = p.count()?,
+            "dim" => self.shape.dim = p.count()?,
+            "batch" => self.shape.batch = p.count()?,
+            "steps" => self.steps = p.count()?,
+            "warmup" => self.warmup = p.value.parse().map_err(|_| p.bad("an integer"))?,
+            "lr" => self.lr = frac()?,
+            "min-loss-drop" => self.min_loss_drop = frac()?,
+            "tp" if tensor_parallel => {
+                self.tp = p.value.parse().map_err(|_| p.bad("an integer (0 = the node's workers)"))?
             }
-            return Ok(());
+            _ => return Ok(false),
         }
-        let g = match check {
-            "mini-gpt" => &mut self.mini_gpt,
-            "megatron-gpt" => &mut self.megatron_gpt,
-            _ => return Err(unknown()),
-        };
-        match field {
-            "vocab" => g.shape.vocab = int()?,
-            "ctx" => g.shape.ctx = int()?,
-            "layers" => g.shape.layers = int()?,
-            "heads" => g.shape.heads = int()?,
-            "dim" => g.shape.dim = int()?,
-            "batch" => g.shape.batch = int()?,
-            "steps" => g.steps = int()?,
-            "warmup" => g.warmup = value.parse().map_err(|_| bad("an integer"))?,
-            "lr" => g.lr = frac()?,
-            "min-loss-drop" => g.min_loss_drop = frac()?,
-            "tp" if check == "megatron-gpt" => {
-                g.tp = value.parse().map_err(|_| bad("an integer (0 = the node's workers)"))?
-            }
-            _ => return Err(unknown()),
+        if !self.shape.dim.is_multiple_of(self.shape.heads) {
+            return Err(p.bad("dim must be a multiple of heads"));
         }
-        if g.shape.dim % g.shape.heads != 0 {
-            return Err(bad("dim must be a multiple of heads"));
-        }
-        Ok(())
+        Ok(true)
     }
+}
 
-    /// The configuration of model check `name`, for the report.
-    pub fn to_value(&self, name: &str) -> Option<serde_json::Value> {
-        match name {
-            "mini-gpt" => serde_json::to_value(&self.mini_gpt).ok(),
-            "megatron-gpt" => serde_json::to_value(&self.megatron_gpt).ok(),
-            "resnet" => serde_json::to_value(&self.resnet).ok(),
-            _ => None,
+impl ResnetCheckConfig {
+    pub const KEYS: &'static [&'static str] =
+        &["image", "batch", "width", "blocks", "classes", "steps", "warmup", "lr", "min-loss-drop"];
+
+    /// Applies one field (`blocks` as `3:4:6:3`); `Ok(false)` for a field that is not a ResNet's.
+    pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
+        let frac = || p.fraction("a number between 0 and 1");
+        match p.field {
+            "image" => self.image = p.count()?,
+            "batch" => self.batch = p.count()?,
+            "width" => self.width = p.count()?,
+            "classes" => self.classes = p.count()?,
+            "steps" => self.steps = p.count()?,
+            "warmup" => self.warmup = p.value.parse().map_err(|_| p.bad("an integer"))?,
+            "lr" => self.lr = frac()?,
+            "min-loss-drop" => self.min_loss_drop = frac()?,
+            "blocks" => {
+                self.blocks = p
+                    .value
+                    .split(':')
+                    .map(|b| b.parse::<usize>().ok().filter(|v| *v > 0))
+                    .collect::<Option<Vec<_>>>()
+                    .filter(|b| (1..=4).contains(&b.len()))
+                    .ok_or_else(|| p.bad("1 to 4 positive block counts separated by ':'"))?
+            }
+            _ => return Ok(false),
         }
+        Ok(true)
     }
 }
 
@@ -226,15 +211,17 @@ mod tests {
 
     #[test]
     fn model_params_override_and_reject() {
-        let mut m = ModelConfigs::defaults(DeviceKind::Cpu);
-        m.apply("mini-gpt.layers", "3").unwrap();
-        m.apply("resnet.blocks", "3:4:6:3").unwrap();
-        m.apply("megatron-gpt.tp", "2").unwrap();
+        let mut c = crate::config::CheckConfigs::defaults(DeviceKind::Cpu);
+        let mut apply = |kv: &str| c.apply_params(&[kv.to_string()]);
+        apply("mini-gpt.layers=3").unwrap();
+        apply("resnet.blocks=3:4:6:3").unwrap();
+        apply("megatron-gpt.tp=2").unwrap();
+        assert!(apply("mini-gpt.tp=2").is_err());
+        assert!(apply("mini-gpt.heads=5").is_err());
+        assert!(apply("resnet.blocks=3:x").is_err());
+        assert!(apply("resnet.lr=2").is_err());
+        assert!(apply("mini-gpt.colour=1").is_err());
+        let m = &c.models;
         assert_eq!((m.mini_gpt.shape.layers, m.resnet.blocks.len(), m.megatron_gpt.tp), (3, 4, 2));
-        assert!(m.apply("mini-gpt.tp", "2").is_err());
-        assert!(m.apply("mini-gpt.heads", "5").is_err());
-        assert!(m.apply("resnet.blocks", "3:x").is_err());
-        assert!(m.apply("resnet.lr", "2").is_err());
-        assert!(m.apply("mini-gpt.colour", "1").is_err());
     }
 }

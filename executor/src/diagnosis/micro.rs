@@ -1,46 +1,30 @@
-//! Diagnosis of the micro-benchmarks beyond gemm and all-reduce: their finding codes, the
-//! figure by which a slow rank is named, and the findings that need more than one rank's
-//! status (a failed connectivity pair, a slow group of concurrent all-reduces).
+//! Diagnosis of the micro-benchmarks: the findings that need more than one rank's status (a
+//! failed connectivity pair, a slow group of concurrent all-reduces). Their wrong-result codes
+//! and headline figures are in their descriptors.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckReport, Finding, RankInfo, Severity};
+use gpusanity_common::stats::median;
 
-use crate::checks::median;
+use super::place;
 use crate::checks::network_connectivity::Probe;
-
-/// The code of a wrong result found by `check`'s own verifier (gemm has its own).
-pub fn wrong_code(check: &str) -> &'static str {
-    match check {
-        "all-gather" => "ALLGATHER_WRONG_RESULT",
-        "all-to-all" => "ALLTOALL_WRONG_RESULT",
-        "multi-all-reduce" => "MULTI_ALLREDUCE_WRONG_RESULT",
-        "matmul-all-reduce-overlap" => "OVERLAP_WRONG_RESULT",
-        "kernel-launch" => "KERNEL_LAUNCH_FAILED",
-        _ => "WRONG_RESULT",
-    }
-}
-
-/// Whether `check` names its failures itself in [`diagnose`] (a failed rank is not a wrong
-/// result there).
-pub fn own_findings(check: &str) -> bool {
-    check == "network-connectivity"
-}
 
 /// Findings of `c` beyond per-rank statuses and figures.
 pub fn diagnose(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, findings: &mut Vec<Finding>) {
-    match c.name.as_str() {
-        "network-connectivity" => connectivity(c, ranks, findings),
-        "multi-all-reduce" => multi_all_reduce(c, ranks, slow_fraction, findings),
+    match c.name.parse() {
+        Ok(CheckId::NetworkConnectivity) => connectivity(c, ranks, findings),
+        Ok(CheckId::MultiAllReduce) => multi_all_reduce(c, ranks, slow_fraction, findings),
         _ => {}
     }
 }
 
-fn place(f: &mut Finding, info: Option<&RankInfo>) {
-    if let Some(i) = info {
-        f.node_rank = Some(i.node_rank);
-        f.host = Some(i.host.clone());
-        f.rank = Some(i.rank);
+/// Places `f` on the rank of `info`, if any.
+fn place_on(f: Finding, ranks: &[RankInfo], info: Option<&RankInfo>) -> Finding {
+    match info {
+        Some(i) => place(f, ranks, i.rank),
+        None => f,
     }
 }
 
@@ -71,9 +55,8 @@ fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
             let why: Vec<String> = front.iter().filter(|p| p.to == target).filter_map(|p| p.error.clone()).collect();
             let msg =
                 format!("{} is unreachable on the front end from every other node: {}", host(target), why.join("; "));
-            let mut f = Finding::new(Severity::Critical, "NET_FRONTEND_UNREACHABLE", name, msg);
-            place(&mut f, first_of_node(target));
-            findings.push(f);
+            let f = Finding::new(Severity::Critical, "NET_FRONTEND_UNREACHABLE", name, msg);
+            findings.push(place_on(f, ranks, first_of_node(target)));
             named.insert(target);
         }
     }
@@ -111,9 +94,8 @@ fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
                 r.rank,
                 peers.len()
             );
-            let mut f = Finding::new(Severity::Critical, "NET_BACKEND_RANK_UNREACHABLE", name, msg);
-            place(&mut f, Some(r));
-            findings.push(f);
+            let f = Finding::new(Severity::Critical, "NET_BACKEND_RANK_UNREACHABLE", name, msg);
+            findings.push(place(f, ranks, r.rank));
             blamed.insert(r.rank);
         }
     }
@@ -125,14 +107,13 @@ fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
     }
     for r in &c.ranks {
         if let Some(down) = r.notes.get("ib_ports_not_active") {
-            let mut f = Finding::new(
+            let f = Finding::new(
                 Severity::Warning,
                 "NET_IB_PORT_NOT_ACTIVE",
                 name,
                 format!("RDMA ports not ACTIVE: {down}"),
             );
-            place(&mut f, info(r.rank));
-            findings.push(f);
+            findings.push(place_on(f, ranks, info(r.rank)));
         }
     }
 }

@@ -1,12 +1,12 @@
 //! Each rank against its peers of the same device model: median, median absolute deviation
 //! (MAD), the relative figure (measured / median) and a robust score; and (through
-//! [`super::expected`]) against the expected figure of its device model. Used by node 0's diagnosis and by the workers, which
+//! [`crate::expected`]) against the expected figure of its device model. Used by node 0's diagnosis and by the workers, which
 //! decide from the same figures whether to re-measure a check before a verdict.
 
-use gpusanity_common::expected::Conditions;
-use gpusanity_common::report::Severity;
+use crate::expected::Conditions;
+use crate::report::Severity;
 
-use crate::checks::median;
+use crate::stats::median;
 
 /// MAD x this estimates a standard deviation for normally distributed figures.
 const MAD_SCALE: f64 = 1.4826;
@@ -118,7 +118,7 @@ pub fn judge(check: &str, metric: &str, figures: &Figures, bands: PeerBands, whe
                 None
             }
         };
-        let (expected, vs_expected) = match super::expected::judge(device, check, metric, when, *value) {
+        let (expected, vs_expected) = match crate::expected::judge(device, check, metric, when, *value) {
             Some((e, sev)) => (Some(e), sev),
             None => (None, None),
         };

@@ -1,15 +1,17 @@
 //! Re-measure before a verdict, on the workers' side. After a check with a headline figure,
 //! every rank publishes its figure in the store and reads everyone's; all ranks then judge the
-//! same figures with [`peers::critical_ranks`] and so agree, without a coordinator, whether to
+//! same figures with [`peers::critical_ranks`] (the diagnosis's own judging) and so agree, without a coordinator, whether to
 //! run the check again. A check is re-run once, on every rank (collectives need everyone), and
 //! only the second measurement counts: a transient blip does not fail a job, a slow device is
 //! slow twice. The re-measure runs inside the same test, under the same per-test deadline.
 
-use gpusanity_common::report::{CheckStatus, RankResult};
+use gpusanity_common::expected::Conditions;
+use gpusanity_common::peers::{self, PeerBands};
+use gpusanity_common::registry::CheckId;
+use gpusanity_common::report::{CheckStatus, DeviceKind, RankResult};
 use serde::{Deserialize, Serialize};
 
-use super::peers::{self, PeerBands};
-use crate::checks::{self, CheckCtx, BARRIER_WAIT};
+use super::{CheckCtx, BARRIER_WAIT};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Figure {
@@ -23,9 +25,12 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
     let first_faults = ctx.faults.first_attempt();
     let first = {
         let mut c = CheckCtx { faults: &first_faults, ..reborrow(ctx) };
-        checks::run(name, &mut c)
+        super::run(name, &mut c)
     };
-    let Some(m) = super::metric_of(name) else {
+    let Ok(id) = name.parse::<CheckId>() else {
+        return first;
+    };
+    let Some(m) = id.metric() else {
         return first;
     };
     let value = (first.status == CheckStatus::Passed).then(|| first.metrics.get(m.key).copied()).flatten();
@@ -37,13 +42,9 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
             return first;
         }
     };
-    let config = match name {
-        "gemm" => serde_json::to_value(&ctx.configs.gemm).unwrap_or_default(),
-        _ => serde_json::to_value(&ctx.configs.all_reduce).unwrap_or_default(),
-    };
-    let when = gpusanity_common::expected::Conditions::from_config(&config, ctx.place.node_sizes.len() == 1);
-    let bands =
-        PeerBands::new(ctx.configs.slow_fraction, ctx.backend.kind() == gpusanity_common::report::DeviceKind::Cpu);
+    // The check's own configuration, as the report will show it to node 0's diagnosis.
+    let when = Conditions::from_config(&id.config_value(ctx.configs), ctx.place.node_sizes.len() == 1);
+    let bands = PeerBands::new(ctx.configs.slow_fraction, ctx.backend.kind() == DeviceKind::Cpu);
     let slow = peers::critical_ranks(name, m.key, &figures, bands, when);
     if slow.is_empty() {
         return first;
@@ -53,7 +54,7 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
     ctx.progress.phase(name, "re-measure", 0);
     // Fresh store keys, so that the check's own barriers synchronize the ranks again.
     ctx.store.set_namespace(&format!("remeasure/{name}/"));
-    let mut second = checks::run(name, ctx);
+    let mut second = super::run(name, ctx);
     ctx.store.set_namespace("");
     let firsts: Vec<String> = figures
         .iter()

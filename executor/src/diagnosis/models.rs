@@ -1,5 +1,5 @@
 //! Diagnosis of the model checks (`mini-gpt`, `megatron-gpt`, `resnet`), called from
-//! [`crate::diagnosis::diagnose`] for each of them:
+//! [`super::diagnose`] for each of them:
 //!
 //! - a rank whose loss went NaN/inf first is named (ranks that got it later through the shared
 //!   gradients are warnings), as is a rank whose loss did not fall;
@@ -11,23 +11,16 @@
 
 use std::collections::BTreeMap;
 
-use gpusanity_common::registry::{self, CheckGroup};
+use gpusanity_common::registry::{CheckGroup, CheckId};
 use gpusanity_common::report::{CheckReport, CheckStatus, Finding, RankInfo, RankResult, Severity};
 
-use crate::checks::median;
+use gpusanity_common::stats::median;
+
+use super::place;
 
 /// Whether `check` is a model check.
 pub fn is_model(check: &str) -> bool {
-    registry::find(check).is_some_and(|c| c.group == CheckGroup::Model)
-}
-
-fn placed(mut f: Finding, rank: usize, ranks: &[RankInfo]) -> Finding {
-    if let Some(r) = ranks.iter().find(|r| r.rank == rank) {
-        f.node_rank = Some(r.node_rank);
-        f.host = Some(r.host.clone());
-        f.rank = Some(rank);
-    }
-    f
+    check.parse::<CheckId>().is_ok_and(|id| id.group() == CheckGroup::Model)
 }
 
 /// Adds the findings of model check `c` (a no-op for other checks).
@@ -53,7 +46,7 @@ pub fn findings(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, out: &m
             // Only the parameter self-check failed: reported below with the checksums.
             (None, _) => continue,
         };
-        out.push(placed(Finding::new(sev, code, name, msg), r.rank, ranks));
+        out.push(place(Finding::new(sev, code, name, msg), ranks, r.rank));
     }
     checksums(c, ranks, out);
     slow(c, ranks, slow_fraction, out);
@@ -93,7 +86,7 @@ fn checksums(c: &CheckReport, ranks: &[RankInfo], out: &mut Vec<Finding>) {
             if rest {
                 why.push_str("; they changed in memory after the last optimizer update");
             }
-            out.push(placed(Finding::new(Severity::Critical, CODE, &c.name, why), r.rank, ranks));
+            out.push(place(Finding::new(Severity::Critical, CODE, &c.name, why), ranks, r.rank));
             named.push(r.rank);
         }
         if named.is_empty() {
@@ -122,7 +115,7 @@ fn slow(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, out: &mut Vec<F
                 "{ms:.1} ms of compute per training step ({rate:.1} steps/s), below {:.0}% of the peers' median {med:.1} steps/s",
                 slow_fraction * 100.0
             );
-            let mut f = placed(Finding::new(Severity::Critical, "MODEL_SLOW_STEP", &c.name, msg), *rank, ranks);
+            let mut f = place(Finding::new(Severity::Critical, "MODEL_SLOW_STEP", &c.name, msg), ranks, *rank);
             f.measured = Some(*rate);
             f.peers_median = Some(med);
             out.push(f);

@@ -1,0 +1,34 @@
+//! `gemm`: a square product per rank, verified, timed and hashed.
+
+use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, WrongResult};
+use crate::config::micro::GemmConfig;
+
+pub const DESCRIPTOR: Descriptor = Descriptor {
+    id: CheckId::Gemm,
+    group: CheckGroup::Micro,
+    description: "faulty GPU (error, hang, wrong result); slow GPU (low TFLOPS)",
+    available: true,
+    listed: true,
+    reference_estimate_s: 60,
+    estimate_s: 1,
+    params: GemmConfig::KEYS,
+    config: ConfigAccess {
+        apply: |c, p| c.gemm.apply(p),
+        settle: |c| {
+            c.gemm.settle();
+            Ok(())
+        },
+        to_value: |c| serde_json::to_value(&c.gemm).unwrap_or_default(),
+    },
+    metric: Some(Metric {
+        key: "tflops",
+        unit: "TFLOP/s",
+        slow: "GEMM_SLOW",
+        below: "GEMM_BELOW_EXPECTED",
+        bad: Bad::Low,
+        collective: false,
+    }),
+    wrong_result: WrongResult::Code("GEMM_WRONG_RESULT"),
+    columns: &[("tflops", "TFLOP/s"), ("tflops_best", "best"), ("wrong_elements", "wrong")],
+    charted: &[("tflops", "TFLOP/s")],
+};

@@ -1,0 +1,31 @@
+//! `kernel-launch`: launch latency and launch-and-synchronize round trips.
+
+use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, WrongResult};
+use crate::config::micro::KernelLaunchConfig;
+
+pub const DESCRIPTOR: Descriptor = Descriptor {
+    id: CheckId::KernelLaunch,
+    group: CheckGroup::Micro,
+    description: "launch errors/hangs; slow launch latency",
+    available: true,
+    listed: true,
+    reference_estimate_s: 60,
+    estimate_s: 1,
+    params: KernelLaunchConfig::KEYS,
+    config: ConfigAccess {
+        apply: |c, p| c.micro.kernel_launch.apply(p),
+        settle: no_settling,
+        to_value: |c| serde_json::to_value(&c.micro.kernel_launch).unwrap_or_default(),
+    },
+    metric: Some(Metric {
+        key: "launches_per_s",
+        unit: "round trips/s",
+        slow: "KERNEL_LAUNCH_SLOW",
+        below: "KERNEL_LAUNCH_BELOW_EXPECTED",
+        bad: Bad::Low,
+        collective: false,
+    }),
+    wrong_result: WrongResult::Code("KERNEL_LAUNCH_FAILED"),
+    columns: &[("launch_us", "launch us"), ("round_trip_us", "launch+sync us"), ("round_trip_best_us", "best")],
+    charted: &[("round_trip_us", "launch+sync us")],
+};

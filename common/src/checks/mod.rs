@@ -1,0 +1,210 @@
+//! One descriptor per check: everything the rest of gpusanity knows about a check item,
+//! in one place per check (one file each), looked up by [`CheckId`]:
+//!
+//! - what it finds, its group, whether this build runs it, its estimated durations;
+//! - its `--check-param` fields and how they apply to its typed configuration (the types and
+//!   their per-backend defaults are in [`crate::config`]), and its configuration as reported;
+//! - its headline metric (judged against the peers and the expected figures), its
+//!   wrong-result code, its report columns.
+//!
+//! `gpusanity list`, `--check-param` parsing, the report's configuration per check, the
+//! workers' re-measure, the diagnosis and the report tables all read these descriptors.
+
+mod all_gather;
+mod all_reduce;
+mod all_to_all;
+mod gemm;
+mod kernel_launch;
+mod megatron_gpt;
+mod mini_gpt;
+mod multi_all_reduce;
+mod network_connectivity;
+mod overlap;
+mod pair_bandwidth;
+mod params;
+mod resnet;
+
+use serde::Serialize;
+
+use crate::config::{CheckConfigs, Param, ParamError};
+pub use crate::registry::{CheckGroup, CheckId, UnknownCheck};
+
+/// A report column: the metric key and its title.
+pub type Column = (&'static str, &'static str);
+
+/// Which side of a headline figure is bad. Every headline figure today is a throughput, and
+/// the peer and expected-figure judging ([`crate::peers`]) is written for `Low`; a check whose
+/// high figures are bad needs a `High` variant and that judging for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bad {
+    /// A low figure is bad (a throughput: TFLOP/s, GB/s, steps per second).
+    Low,
+}
+
+/// A headline figure that the peers and the expected values judge.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Metric {
+    pub key: &'static str,
+    pub unit: &'static str,
+    /// Code for a rank below its peers.
+    pub slow: &'static str,
+    /// Code for a figure below the expected value of the device model.
+    pub below: &'static str,
+    pub bad: Bad,
+    /// Every rank measures the same collective operation: one figure for the job.
+    pub collective: bool,
+}
+
+/// What a rank that failed the check's own verification means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WrongResult {
+    /// A wrong result, under this code.
+    Code(&'static str),
+    /// The check names its own failures (a failed probe or a diverging loss is not a wrong
+    /// product); the diagnosis of its family reports them.
+    Own,
+}
+
+/// How a check's configuration is read and overridden, inside [`CheckConfigs`].
+#[derive(Clone, Copy)]
+pub struct ConfigAccess {
+    /// Applies one `--check-param` of this check (`param.field` is the part after `NAME.`);
+    /// `Ok(false)` for a field it does not have.
+    pub apply: fn(&mut CheckConfigs, &Param<'_>) -> Result<bool, ParamError>,
+    /// Checks the configuration once every override is applied, and settles derived values.
+    pub settle: fn(&mut CheckConfigs) -> Result<(), ParamError>,
+    /// The configuration the check runs with, as the report shows it.
+    pub to_value: fn(&CheckConfigs) -> serde_json::Value,
+}
+
+fn no_settling(_: &mut CheckConfigs) -> Result<(), ParamError> {
+    Ok(())
+}
+
+/// Everything about one check item.
+#[derive(Clone, Copy, Serialize)]
+pub struct Descriptor {
+    #[serde(rename = "name")]
+    pub id: CheckId,
+    pub group: CheckGroup,
+    /// What a failure of this check finds.
+    pub description: &'static str,
+    /// Whether this build of gpusanity runs it.
+    pub available: bool,
+    /// Whether users select it (`gpusanity list` shows it); the link test is added by the
+    /// launcher instead.
+    #[serde(skip)]
+    pub listed: bool,
+    /// The reference estimate for 2 machines, in seconds.
+    pub reference_estimate_s: u32,
+    /// Our own estimate on 2 H200 GPUs with the default configuration, in seconds.
+    pub estimate_s: u32,
+    /// The `--check-param` fields (`NAME.FIELD=VALUE`).
+    pub params: &'static [&'static str],
+    #[serde(skip)]
+    pub config: ConfigAccess,
+    /// The headline figure, if the check has one.
+    pub metric: Option<Metric>,
+    pub wrong_result: WrongResult,
+    /// The headline metrics shown in the report's tables, with their column titles.
+    pub columns: &'static [Column],
+    /// The per-rank figures drawn as bar charts, a subset of `columns` (counts and losses are
+    /// left to the tables).
+    pub charted: &'static [Column],
+}
+
+impl CheckId {
+    /// This check's descriptor.
+    pub fn descriptor(self) -> &'static Descriptor {
+        match self {
+            CheckId::Gemm => &gemm::DESCRIPTOR,
+            CheckId::KernelLaunch => &kernel_launch::DESCRIPTOR,
+            CheckId::AllReduce => &all_reduce::DESCRIPTOR,
+            CheckId::AllToAll => &all_to_all::DESCRIPTOR,
+            CheckId::AllGather => &all_gather::DESCRIPTOR,
+            CheckId::MultiAllReduce => &multi_all_reduce::DESCRIPTOR,
+            CheckId::NetworkConnectivity => &network_connectivity::DESCRIPTOR,
+            CheckId::MatmulAllReduceOverlap => &overlap::DESCRIPTOR,
+            CheckId::MiniGpt => &mini_gpt::DESCRIPTOR,
+            CheckId::MegatronGpt => &megatron_gpt::DESCRIPTOR,
+            CheckId::Resnet => &resnet::DESCRIPTOR,
+            CheckId::PairBandwidth => &pair_bandwidth::DESCRIPTOR,
+        }
+    }
+
+    /// The configuration this check runs with, as the report shows it.
+    pub fn config_value(self, configs: &CheckConfigs) -> serde_json::Value {
+        (self.descriptor().config.to_value)(configs)
+    }
+
+    pub fn metric(self) -> Option<&'static Metric> {
+        self.descriptor().metric.as_ref()
+    }
+
+    pub fn group(self) -> CheckGroup {
+        self.descriptor().group
+    }
+}
+
+/// Every descriptor, in run order.
+pub fn all() -> impl Iterator<Item = &'static Descriptor> {
+    CheckId::ALL.into_iter().map(CheckId::descriptor)
+}
+
+/// The checks users select, in run order (what `gpusanity list` shows).
+pub fn listed() -> impl Iterator<Item = &'static Descriptor> {
+    all().filter(|d| d.listed)
+}
+
+/// The selectable check called `name`.
+pub fn find(name: &str) -> Option<&'static Descriptor> {
+    listed().find(|d| d.id == *name)
+}
+
+/// The names of the selectable checks of `group`.
+pub fn names(group: CheckGroup) -> Vec<&'static str> {
+    listed().filter(|d| d.group == group).map(|d| d.id.as_str()).collect()
+}
+
+/// Every `--check-param` key, in run order of the checks, then the diagnosis's.
+pub fn param_keys() -> Vec<String> {
+    params::keys()
+}
+
+/// The columns of the collective sweeps.
+const SWEEP_COLUMNS: &[Column] = &[
+    ("busbw_gbps", "busbw GB/s @max"),
+    ("busbw_gbps_peak", "peak busbw"),
+    ("small_time_us", "small msg us"),
+    ("wrong_elements", "wrong"),
+];
+
+/// The columns of the GPT checks.
+const GPT_COLUMNS: &[Column] = &[
+    ("step_ms_median", "step ms"),
+    ("tokens_per_s", "tokens/s"),
+    ("tflops", "TFLOP/s"),
+    ("mfu", "MFU"),
+    ("loss_first", "first loss"),
+    ("loss_final", "final loss"),
+];
+const GPT_CHARTED: &[Column] = &[("step_ms_median", "step ms"), ("tokens_per_s", "tokens/s"), ("mfu", "MFU")];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_descriptor_is_its_own_and_every_charted_figure_a_column() {
+        for id in CheckId::ALL {
+            let d = id.descriptor();
+            assert_eq!(d.id, id);
+            for (key, _) in d.charted {
+                assert!(d.columns.iter().any(|(k, _)| k == key), "{id}.{key}");
+            }
+        }
+        assert_eq!(listed().count(), 11);
+    }
+}

@@ -1,0 +1,21 @@
+//! `pair-bandwidth`: the pairwise link test, slow node or slow link. Nobody selects it: the
+//! launcher adds it to CPU runs of three nodes or more with a communication check.
+
+use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, WrongResult};
+
+pub const DESCRIPTOR: Descriptor = Descriptor {
+    id: CheckId::PairBandwidth,
+    group: CheckGroup::Micro,
+    description: "the bandwidth of node pairs: a slow node or a slow link",
+    available: true,
+    listed: false,
+    reference_estimate_s: 0,
+    estimate_s: 1,
+    params: &[],
+    config: ConfigAccess { apply: |_, _| Ok(false), settle: no_settling, to_value: |_| serde_json::Value::Null },
+    // Judged by the link diagnosis from the pairs' figures, not per rank.
+    metric: None,
+    wrong_result: WrongResult::Code("LINK_WRONG_RESULT"),
+    columns: &[("rounds", "rounds"), ("pairs", "pairs"), ("busbw_gbps_min", "slowest GB/s")],
+    charted: &[],
+};

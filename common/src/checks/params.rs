@@ -1,0 +1,80 @@
+//! `--check-param CHECK.KEY=VALUE` overrides (`gemm.size=4096`), dispatched to each check's
+//! own fields through its descriptor.
+
+use super::{all, CheckId};
+use crate::config::{CheckConfigs, Param, ParamError, DIAGNOSIS_PARAM_KEYS};
+
+/// Every key: each check's fields in run order, then the diagnosis's.
+pub(super) fn keys() -> Vec<String> {
+    all()
+        .flat_map(|d| d.params.iter().map(move |f| format!("{}.{f}", d.id)))
+        .chain(DIAGNOSIS_PARAM_KEYS.iter().map(|k| k.to_string()))
+        .collect()
+}
+
+impl CheckConfigs {
+    /// Applies `CHECK.KEY=VALUE` overrides, e.g. `gemm.size=4096`, `all-reduce.max-bytes=1048576`,
+    /// `diagnosis.slow-fraction=0.7`, then checks what depends on several of them.
+    pub fn apply_params(&mut self, params: &[String]) -> Result<(), ParamError> {
+        for p in params {
+            let (key, value) = p.split_once('=').ok_or_else(|| ParamError::Syntax(p.clone()))?;
+            let (check, field) = key.split_once('.').unwrap_or((key, ""));
+            let param = Param { key, field, value };
+            let applied = match check.parse::<CheckId>() {
+                Ok(id) => (id.descriptor().config.apply)(self, &param)?,
+                Err(_) => self.apply_diagnosis(&param)?,
+            };
+            if !applied {
+                return Err(ParamError::UnknownKey(key.into(), keys().join(", ")));
+            }
+        }
+        for d in all() {
+            (d.config.settle)(self)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::CheckConfigs;
+    use crate::report::DeviceKind;
+
+    #[test]
+    fn params_override_and_reject() {
+        let mut c = CheckConfigs::defaults(DeviceKind::Cpu);
+        c.apply_params(&["gemm.size=64".into(), "all-reduce.max-bytes=65536".into()]).unwrap();
+        assert_eq!(c.gemm.size, 64);
+        assert_eq!(c.gemm.verify_tile, 16);
+        assert_eq!(c.all_reduce.sizes(), [4096, 16384, 65536]);
+        assert!(c.apply_params(&["gemm.size=0".into()]).is_err());
+        assert!(c.apply_params(&["gemm.colour=3".into()]).is_err());
+        assert!(c.apply_params(&["nonsense".into()]).is_err());
+        assert!(c.apply_params(&["diagnosis.slow-fraction=1.5".into()]).is_err());
+        c.apply_params(&["gemm.size=8".into()]).unwrap();
+        assert_eq!(c.gemm.verify_tile, 8);
+    }
+
+    #[test]
+    fn micro_params_override_and_reject() {
+        let mut c = CheckConfigs::defaults(DeviceKind::Cpu);
+        c.apply_params(&["all-gather.max-bytes=65536".into(), "network-connectivity.timeout-ms=300".into()]).unwrap();
+        assert_eq!(c.micro.all_gather.sizes(), [4096, 16384, 65536]);
+        assert_eq!(c.micro.network_connectivity.timeout_ms, 300);
+        c.apply_params(&["multi-all-reduce.world-streams=3".into(), "kernel-launch.iters=7".into()]).unwrap();
+        assert_eq!((c.micro.multi_all_reduce.world_streams, c.micro.kernel_launch.iters), (3, 7));
+        assert!(c.apply_params(&["all-to-all.colour=1".into()]).is_err());
+        assert!(c.apply_params(&["all-to-all.min-bytes=999999999".into()]).is_err());
+        assert!(c.apply_params(&["matmul-all-reduce-overlap.iters=0".into()]).is_err());
+    }
+
+    #[test]
+    fn an_unknown_key_lists_every_key() {
+        let mut c = CheckConfigs::defaults(DeviceKind::Cpu);
+        let err = c.apply_params(&["gemm.colour=3".into()]).unwrap_err().to_string();
+        for k in ["gemm.size", "all-gather.iters", "megatron-gpt.tp", "resnet.blocks", "diagnosis.slow-fraction"] {
+            assert!(err.contains(k), "{k}: {err}");
+        }
+        assert!(!err.contains("mini-gpt.tp"), "{err}");
+    }
+}

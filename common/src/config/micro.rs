@@ -1,0 +1,190 @@
+//! Typed configurations of the micro-benchmarks other than the collective sweeps, their
+//! defaults per backend and their `--check-param` fields.
+
+use serde::{Deserialize, Serialize};
+
+use super::sweep::SweepConfig;
+use super::{Param, ParamError};
+use crate::report::DeviceKind;
+
+/// `gemm`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GemmConfig {
+    /// m = n = k of the square product.
+    pub size: usize,
+    pub warmup: usize,
+    pub iters: usize,
+    /// Side of the square tile of C verified against an f64 reference on the host.
+    pub verify_tile: usize,
+}
+
+impl GemmConfig {
+    pub const KEYS: &'static [&'static str] = &["size", "warmup", "iters", "verify-tile"];
+
+    pub fn defaults(device: DeviceKind) -> Self {
+        match device {
+            DeviceKind::Cuda => GemmConfig { size: 8192, warmup: 50, iters: 50, verify_tile: 32 },
+            DeviceKind::Cpu => GemmConfig { size: 1024, warmup: 2, iters: 10, verify_tile: 16 },
+        }
+    }
+
+    pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
+        match p.field {
+            "size" => self.size = p.count()?,
+            "warmup" => self.warmup = p.count()?,
+            "iters" => self.iters = p.count()?,
+            "verify-tile" => self.verify_tile = p.count()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Once every override is applied: the verified tile fits in the product.
+    pub fn settle(&mut self) {
+        self.verify_tile = self.verify_tile.min(self.size);
+    }
+}
+
+/// `multi-all-reduce`: one size, every group at once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MultiAllReduceConfig {
+    /// Bytes of each all-reduce.
+    pub bytes: u64,
+    /// Concurrent all-reduces on the world group, each on a communicator and stream of its own.
+    pub world_streams: usize,
+    pub warmup: usize,
+    pub iters: usize,
+    /// Whether the diagnosis compares groups of one kind. Off on CPU workers: the threads of
+    /// one worker share the host's cores unfairly, so concurrent groups' figures are noise.
+    pub compare_groups: bool,
+}
+
+impl MultiAllReduceConfig {
+    pub const KEYS: &'static [&'static str] = &["bytes", "world-streams", "warmup", "iters"];
+
+    pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
+        match p.field {
+            "bytes" => self.bytes = p.int()?,
+            "world-streams" => self.world_streams = p.count()?,
+            "warmup" => self.warmup = p.count()?,
+            "iters" => self.iters = p.count()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// `network-connectivity`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConnectivityConfig {
+    /// Each probe (a TCP connection, a back-end exchange) fails after this wait.
+    pub timeout_ms: u64,
+    /// Bytes each back-end probe exchanges.
+    pub bytes: u64,
+}
+
+impl ConnectivityConfig {
+    pub const KEYS: &'static [&'static str] = &["timeout-ms", "bytes"];
+
+    pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
+        match p.field {
+            "timeout-ms" => self.timeout_ms = p.int()?,
+            "bytes" => self.bytes = p.int()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// `matmul-all-reduce-overlap`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OverlapConfig {
+    /// m = n = k of the GEMM.
+    pub gemm_size: usize,
+    /// Bytes of the all-reduce.
+    pub bytes: u64,
+    pub warmup: usize,
+    pub iters: usize,
+}
+
+impl OverlapConfig {
+    pub const KEYS: &'static [&'static str] = &["gemm-size", "bytes", "warmup", "iters"];
+
+    pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
+        match p.field {
+            "gemm-size" => self.gemm_size = p.count()?,
+            "bytes" => self.bytes = p.int()?,
+            "warmup" => self.warmup = p.count()?,
+            "iters" => self.iters = p.count()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// `kernel-launch`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelLaunchConfig {
+    /// Launches per measurement.
+    pub iters: usize,
+}
+
+impl KernelLaunchConfig {
+    pub const KEYS: &'static [&'static str] = &["iters"];
+
+    pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
+        match p.field {
+            "iters" => self.iters = p.count()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// The micro-benchmarks of [`super::CheckConfigs`] beyond gemm and all-reduce (flattened
+/// into it in the report).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MicroConfigs {
+    pub all_gather: SweepConfig,
+    pub all_to_all: SweepConfig,
+    pub multi_all_reduce: MultiAllReduceConfig,
+    pub network_connectivity: ConnectivityConfig,
+    pub overlap: OverlapConfig,
+    pub kernel_launch: KernelLaunchConfig,
+}
+
+impl MicroConfigs {
+    pub fn defaults(device: DeviceKind) -> Self {
+        let sweep = SweepConfig::defaults(device);
+        match device {
+            DeviceKind::Cuda => MicroConfigs {
+                all_gather: sweep.clone(),
+                all_to_all: sweep,
+                multi_all_reduce: MultiAllReduceConfig {
+                    bytes: 256 << 20,
+                    world_streams: 2,
+                    warmup: 3,
+                    iters: 10,
+                    compare_groups: true,
+                },
+                network_connectivity: ConnectivityConfig { timeout_ms: 5000, bytes: 1 << 20 },
+                overlap: OverlapConfig { gemm_size: 8192, bytes: 256 << 20, warmup: 3, iters: 20 },
+                kernel_launch: KernelLaunchConfig { iters: 10_000 },
+            },
+            DeviceKind::Cpu => MicroConfigs {
+                all_gather: sweep.clone(),
+                all_to_all: sweep,
+                multi_all_reduce: MultiAllReduceConfig {
+                    bytes: 1 << 20,
+                    world_streams: 2,
+                    warmup: 2,
+                    iters: 5,
+                    compare_groups: false,
+                },
+                network_connectivity: ConnectivityConfig { timeout_ms: 2000, bytes: 64 << 10 },
+                overlap: OverlapConfig { gemm_size: 384, bytes: 1 << 20, warmup: 2, iters: 10 },
+                kernel_launch: KernelLaunchConfig { iters: 1000 },
+            },
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! Typed configurations of the check items and their defaults per backend, one type per
+//! check family: [`sweep`] (the collective sweeps), [`micro`] (gemm and the other
+//! micro-benchmarks), [`models`] (the model checks). Each type parses its own `--check-param`
+//! fields; which check owns which fields, and the one `CheckConfigs::apply_params`, are in
+//! [`crate::checks`].
+
+pub mod micro;
+pub mod models;
+pub mod sweep;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::report::DeviceKind;
+use micro::{GemmConfig, MicroConfigs};
+use models::ModelConfigs;
+use sweep::SweepConfig;
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ParamError {
+    #[error("bad --check-param `{0}`: expected CHECK.KEY=VALUE")]
+    Syntax(String),
+    #[error("unknown --check-param key `{0}` (known: {1})")]
+    UnknownKey(String, String),
+    #[error("bad value `{value}` for --check-param {key}: {why}")]
+    BadValue { key: String, value: String, why: String },
+}
+
+/// One `--check-param CHECK.KEY=VALUE`: the whole key, the field after the check's name, and
+/// the value, with the parsers the configurations share.
+#[derive(Debug, Clone, Copy)]
+pub struct Param<'a> {
+    /// `CHECK.KEY`, for error messages.
+    pub key: &'a str,
+    /// `KEY`.
+    pub field: &'a str,
+    pub value: &'a str,
+}
+
+impl Param<'_> {
+    pub fn bad(&self, why: &str) -> ParamError {
+        ParamError::BadValue { key: self.key.into(), value: self.value.into(), why: why.into() }
+    }
+
+    /// A positive integer.
+    pub fn int(&self) -> Result<u64, ParamError> {
+        self.value.parse::<u64>().ok().filter(|v| *v > 0).ok_or_else(|| self.bad("a positive integer"))
+    }
+
+    /// A positive integer, as a count.
+    pub fn count(&self) -> Result<usize, ParamError> {
+        self.int().map(|v| v as usize)
+    }
+
+    /// A number strictly between 0 and 1, `what` naming it in the error.
+    pub fn fraction(&self, what: &str) -> Result<f64, ParamError> {
+        self.value.parse::<f64>().ok().filter(|v| *v > 0.0 && *v < 1.0).ok_or_else(|| self.bad(what))
+    }
+}
+
+/// The configuration of every check, for one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckConfigs {
+    pub gemm: GemmConfig,
+    pub all_reduce: SweepConfig,
+    /// A rank whose figure is below this fraction of its peers' median is named slow.
+    pub slow_fraction: f64,
+    /// The other micro-benchmarks.
+    #[serde(flatten)]
+    pub micro: MicroConfigs,
+    /// The model checks.
+    pub models: ModelConfigs,
+}
+
+/// The `--check-param` keys that belong to no check.
+pub const DIAGNOSIS_PARAM_KEYS: &[&str] = &["diagnosis.slow-fraction"];
+
+impl CheckConfigs {
+    pub fn defaults(device: DeviceKind) -> Self {
+        CheckConfigs {
+            gemm: GemmConfig::defaults(device),
+            all_reduce: SweepConfig::defaults(device),
+            slow_fraction: match device {
+                DeviceKind::Cuda => 0.8,
+                DeviceKind::Cpu => 0.5,
+            },
+            micro: MicroConfigs::defaults(device),
+            models: ModelConfigs::defaults(device),
+        }
+    }
+
+    /// Applies a `diagnosis.KEY=VALUE` override; `Ok(false)` for a key that is not one.
+    pub fn apply_diagnosis(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
+        match p.key {
+            "diagnosis.slow-fraction" => self.slow_fraction = p.fraction("a fraction between 0 and 1")?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
