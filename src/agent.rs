@@ -1,14 +1,14 @@
-//! `gpusanity agent --node NAME`: one per node; see executor/src/agent.
+//! `gpusanity agent --node NAME`: one per node; see service/src/agent.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
 use gpusanity_common::ExitCode;
-use gpusanity_executor::agent::{self, AgentConfig};
-use gpusanity_executor::launcher::UsageError;
+use gpusanity_service::agent::{self, AgentConfig};
+use gpusanity_service::UsageError;
 
-use crate::serve::ServiceConfig;
+use gpusanity_service::ServiceConfig;
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {

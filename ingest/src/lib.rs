@@ -5,7 +5,6 @@
 pub mod consume;
 pub mod kafka;
 pub mod policy;
-pub mod publisher;
 pub mod validate;
 
 /// What the consumer tells the coordinator once a transaction is committed.

@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use super::browser::{self, Browser};
+use crate::coordinator::finish;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
@@ -15,8 +17,6 @@ use axum::{Json, Router};
 use gpusanity_common::secret::same;
 use gpusanity_common::wire::Topics;
 use gpusanity_db::Db;
-use gpusanity_executor::coordinator::finish;
-use gpusanity_reports::browser::{self, Browser};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::Notify;
@@ -37,7 +37,7 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/v1/runs/{run_id}", get(run))
         .route("/v1/runs/{run_id}/report", get(report))
         .route("/v1/runs/{run_id}/resolve", post(resolve))
-        .merge(gpusanity_notifier::api::router(api.db.clone()))
+        .merge(super::rules::router(api.db.clone()))
         .merge(browser::api(browser.clone()))
         .route_layer(middleware::from_fn_with_state(api.clone(), auth));
     Router::new().route("/health", get(health)).merge(v1).with_state(api).merge(browser::router(browser))

@@ -93,7 +93,7 @@ struct Agent {
 /// An unreachable broker is bad input (exit 2), like an unreachable master for `check`.
 pub fn topics_error(e: gpusanity_ingest::kafka::TopicsError) -> anyhow::Error {
     match e {
-        gpusanity_ingest::kafka::TopicsError::Unreachable(..) => crate::launcher::UsageError(e.to_string()).into(),
+        gpusanity_ingest::kafka::TopicsError::Unreachable(..) => crate::UsageError(e.to_string()).into(),
         e => anyhow::Error::from(e).context("creating the Kafka topics"),
     }
 }

@@ -15,8 +15,8 @@ use gpusanity_db::Db;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::rules::RuleInput;
-use crate::store;
+use gpusanity_notifier::rules::RuleInput;
+use gpusanity_notifier::store;
 
 struct RulesApi {
     db: Db,
