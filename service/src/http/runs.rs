@@ -1,119 +1,109 @@
-//! The service's HTTP API (axum): `GET /health` (open), and behind a bearer token
-//! `GET /v1/runs/{run_id}`, `GET /v1/runs/{run_id}/report` and
-//! `POST /v1/runs/{run_id}/resolve` (pass or fail a run held by KeepJobHang); the report
-//! browser's pages (`/ui`) and JSON routes (`/v1/runs`, `/v1/nodes/{name}/history`,
-//! `/v1/openapi.json`) from `gpusanity_reports::browser`.
+//! The run routes: a run with its transitions, its stored report, and the resolution of a run
+//! held by KeepJobHang.
 
 use std::sync::Arc;
 
-use super::browser::{self, Browser};
-use crate::coordinator::finish;
-use axum::extract::{Path, Request, State};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use gpusanity_common::secret::same;
-use gpusanity_common::wire::Topics;
-use gpusanity_db::Db;
-use serde::Deserialize;
-use serde_json::json;
-use tokio::sync::Notify;
+use axum::Json;
+use gpusanity_db::RunRow;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-pub struct Api {
-    pub db: Db,
-    pub topics: Topics,
-    pub token: String,
-    pub report_url: String,
-    pub outbox_wake: Arc<Notify>,
-    /// The report browser's pages open without a login.
-    pub browser_public: bool,
+use super::error::{ApiError, ErrorBody};
+use super::Api;
+use crate::coordinator::finish::{self, ResolveError};
+
+/// A run and its state transitions (`GET /v1/runs/{run_id}`).
+#[derive(Serialize, ToSchema)]
+pub struct RunDetail {
+    run: RunRow,
+    transitions: Vec<Transition>,
 }
 
-pub fn router(api: Arc<Api>) -> Router {
-    let browser = Browser::new(api.db.clone(), api.token.clone(), api.browser_public);
-    let v1 = Router::new()
-        .route("/v1/runs/{run_id}", get(run))
-        .route("/v1/runs/{run_id}/report", get(report))
-        .route("/v1/runs/{run_id}/resolve", post(resolve))
-        .merge(super::rules::router(api.db.clone()))
-        .merge(browser::api(browser.clone()))
-        .route_layer(middleware::from_fn_with_state(api.clone(), auth));
-    Router::new().route("/health", get(health)).merge(v1).with_state(api).merge(browser::router(browser))
+#[derive(Serialize, ToSchema)]
+pub struct Transition {
+    state: String,
+    detail: String,
+    /// Unix milliseconds.
+    at_ms: i64,
 }
 
-fn error(status: StatusCode, msg: impl Into<String>) -> Response {
-    (status, Json(json!({ "error": msg.into() }))).into_response()
-}
-
-async fn auth(State(api): State<Arc<Api>>, req: Request, next: Next) -> Response {
-    let given =
-        req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(t) if same(t.as_bytes(), api.token.as_bytes()) => next.run(req).await,
-        _ => error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token"),
-    }
-}
-
-async fn health(State(api): State<Arc<Api>>) -> Response {
-    match api.db.ping().await {
-        Ok(_) => Json(json!({ "status": "ok", "database": "ok" })).into_response(),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("database: {e}")),
-    }
-}
-
-async fn run(State(api): State<Arc<Api>>, Path(run_id): Path<String>) -> Response {
-    match (api.db.get_run(&run_id).await, api.db.transitions(&run_id).await) {
-        (Ok(Some(run)), Ok(tr)) => {
-            let transitions: Vec<_> = tr
-                .into_iter()
-                .map(|(state, detail, at)| json!({ "state": state, "detail": detail, "at_ms": at }))
-                .collect();
-            Json(json!({ "run": run, "transitions": transitions })).into_response()
-        }
-        (Ok(None), _) => error(StatusCode::NOT_FOUND, format!("no run `{run_id}`")),
-        (Err(e), _) | (_, Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
-}
-
-async fn report(State(api): State<Arc<Api>>, Path(run_id): Path<String>) -> Response {
-    match api.db.run_report(&run_id).await {
-        Ok(Some(r)) => ([(header::CONTENT_TYPE, "application/json")], r).into_response(),
-        Ok(None) => error(StatusCode::NOT_FOUND, format!("no report for run `{run_id}`")),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
-}
-
-#[derive(Debug, Deserialize)]
+/// The body of `POST /v1/runs/{run_id}/resolve`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Resolve {
+pub struct ResolveBody {
     /// `pass` or `fail`.
     verdict: String,
     #[serde(default)]
+    #[schema(default = "")]
     note: String,
 }
 
-async fn resolve(
+/// The answer of `POST /v1/runs/{run_id}/resolve`.
+#[derive(Serialize, ToSchema)]
+pub struct Resolved {
+    run: RunRow,
+}
+
+impl From<ResolveError> for ApiError {
+    fn from(e: ResolveError) -> ApiError {
+        let status = match &e {
+            ResolveError::NoRun(_) => StatusCode::NOT_FOUND,
+            ResolveError::NotHeld { .. } | ResolveError::ResolvedMeanwhile(_) => StatusCode::CONFLICT,
+            ResolveError::Db(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, e.to_string())
+    }
+}
+
+/// A run and its state transitions.
+#[utoipa::path(get, path = "/v1/runs/{run_id}", params(("run_id" = String, Path)), responses(
+    (status = 200, description = "The run", body = RunDetail),
+    (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    (status = 404, description = "No such run", body = ErrorBody)))]
+pub async fn run(State(api): State<Arc<Api>>, Path(run_id): Path<String>) -> Result<Json<RunDetail>, ApiError> {
+    let (run, transitions) = (api.db.get_run(&run_id).await, api.db.transitions(&run_id).await);
+    let run = run?.ok_or_else(|| ApiError::not_found(format!("no run `{run_id}`")))?;
+    let transitions =
+        transitions?.into_iter().map(|(state, detail, at_ms)| Transition { state, detail, at_ms }).collect();
+    Ok(Json(RunDetail { run, transitions }))
+}
+
+/// The run's report.json as stored.
+#[utoipa::path(get, path = "/v1/runs/{run_id}/report", params(("run_id" = String, Path)), responses(
+    (status = 200, description = "report.json as stored", body = Object),
+    (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    (status = 404, description = "No such run, or no report yet", body = ErrorBody)))]
+pub async fn report(State(api): State<Arc<Api>>, Path(run_id): Path<String>) -> Result<Response, ApiError> {
+    let r = api.db.run_report(&run_id).await?;
+    let r = r.ok_or_else(|| ApiError::not_found(format!("no report for run `{run_id}`")))?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], r).into_response())
+}
+
+/// Passes or fails a run held by KeepJobHang.
+#[utoipa::path(post, path = "/v1/runs/{run_id}/resolve", params(("run_id" = String, Path)), request_body = ResolveBody, responses(
+    (status = 200, description = "The resolved run", body = Resolved),
+    (status = 400, description = "A malformed body", body = ErrorBody),
+    (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    (status = 404, description = "No such run", body = ErrorBody),
+    (status = 409, description = "The run is not held", body = ErrorBody)))]
+pub async fn resolve(
     State(api): State<Arc<Api>>,
     Path(run_id): Path<String>,
-    body: Result<Json<Resolve>, axum::extract::rejection::JsonRejection>,
-) -> Response {
+    body: Result<Json<ResolveBody>, JsonRejection>,
+) -> Result<Json<Resolved>, ApiError> {
     let Ok(Json(body)) = body else {
-        return error(StatusCode::BAD_REQUEST, "expected JSON {\"verdict\": \"pass\"|\"fail\", \"note\": \"...\"}");
+        return Err(ApiError::bad_request("expected JSON {\"verdict\": \"pass\"|\"fail\", \"note\": \"...\"}"));
     };
     let pass = match body.verdict.as_str() {
         "pass" => true,
         "fail" => false,
-        other => return error(StatusCode::BAD_REQUEST, format!("verdict `{other}`: expected pass or fail")),
+        other => return Err(ApiError::bad_request(format!("verdict `{other}`: expected pass or fail"))),
     };
-    match finish::resolve(&api.db, &api.topics, &api.report_url, &run_id, pass, &body.note).await {
-        Ok(Ok(run)) => {
-            api.outbox_wake.notify_one();
-            Json(json!({ "run": run })).into_response()
-        }
-        Ok(Err(why)) if why.starts_with("no run") => error(StatusCode::NOT_FOUND, why),
-        Ok(Err(why)) => error(StatusCode::CONFLICT, why),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
+    let run = finish::resolve(&api.db, &api.topics, &api.report_url, &run_id, pass, &body.note).await?;
+    api.outbox_wake.notify_one();
+    Ok(Json(Resolved { run }))
 }
