@@ -6,6 +6,7 @@ pub mod bandwidth;
 pub mod config;
 pub mod config_micro;
 pub mod config_models;
+pub mod device;
 pub mod events;
 pub mod exit;
 pub mod expected;

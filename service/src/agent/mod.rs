@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use gpusanity_common::device::DeviceChoice;
 use gpusanity_common::wire::agent::{AgentCommand, AgentReport, CommandBody, NodeResult, ReportBody, Task};
 use gpusanity_common::wire::{Topics, WIRE_VERSION};
 use rdkafka::message::Message;
@@ -31,8 +32,8 @@ pub struct AgentConfig {
     pub topics: Topics,
     /// The address the other nodes reach this node at (node 0 hosts the rendezvous on it).
     pub address: String,
-    /// `auto`, `cuda` or `cpu`, passed to the launcher.
-    pub device: String,
+    /// Passed to the launcher as `--device`.
+    pub device: DeviceChoice,
     pub nproc_per_node: Option<usize>,
     /// Each run's report and launcher log go under `work_dir/RUN_ID/`.
     pub work_dir: PathBuf,

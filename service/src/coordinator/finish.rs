@@ -4,7 +4,7 @@ use gpusanity_common::report::{Finding, Report, Severity};
 use gpusanity_common::wire::output::{FailReason, OutputBody};
 use gpusanity_common::wire::Topics;
 use gpusanity_db::results::{finding_node, store_results};
-use gpusanity_db::runs::{self, RunRow, RunState};
+use gpusanity_db::runs::{self, RunRow, ServiceRunState};
 use gpusanity_db::{outbox, Db, DbError};
 use gpusanity_ingest::consume::output_event;
 use thiserror::Error;
@@ -45,10 +45,12 @@ pub async fn finish(
     let changed = match &verdict {
         Verdict::Hold => runs::hold_run(&mut tx, &run.run_id, summary, report_json.as_deref()).await?,
         Verdict::Passed => {
-            runs::finish_run(&mut tx, &run.run_id, RunState::CheckPassed, summary, report_json.as_deref()).await?
+            runs::finish_run(&mut tx, &run.run_id, ServiceRunState::CheckPassed, summary, report_json.as_deref())
+                .await?
         }
         Verdict::Failed(_) => {
-            runs::finish_run(&mut tx, &run.run_id, RunState::CheckFailed, summary, report_json.as_deref()).await?
+            runs::finish_run(&mut tx, &run.run_id, ServiceRunState::CheckFailed, summary, report_json.as_deref())
+                .await?
         }
     };
     if !changed {
@@ -138,7 +140,7 @@ pub async fn resolve(
 ) -> Result<RunRow, ResolveError> {
     let no_run = || ResolveError::NoRun(run_id.to_string());
     let run = db.get_run(run_id).await?.ok_or_else(no_run)?;
-    if run.state != RunState::Checking || !run.held {
+    if run.state != ServiceRunState::Checking || !run.held {
         return Err(ResolveError::NotHeld { run_id: run_id.to_string(), state: run.state.as_str() });
     }
     let summary = format!("resolved by an operator as {}: {note}", if pass { "passed" } else { "failed" });
