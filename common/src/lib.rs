@@ -15,6 +15,7 @@ pub mod report;
 pub mod secret;
 pub mod settings;
 pub mod stats;
+pub mod timing;
 pub mod wire;
 
 pub use exit::ExitCode;

@@ -15,7 +15,8 @@ use gpusanity_common::config::CheckConfigs;
 pub use gpusanity_common::device::DeviceChoice;
 use gpusanity_common::events::CheckState;
 use gpusanity_common::report::{DeviceKind, RunStatus};
-use gpusanity_common::{ExitCode, Settings, TimeoutOps, Timing};
+use gpusanity_common::timing;
+use gpusanity_common::{ExitCode, Settings, TimeoutOps};
 use thiserror::Error;
 use tokio::sync::mpsc;
 
@@ -160,10 +161,10 @@ fn skip_reason(opts: &CheckOptions) -> Option<String> {
     if !opts.enabled {
         return Some("EnableSanityCheck is off".into());
     }
-    if opts.settings.timing == Timing::AfterJobFaultTolerant && opts.restart_count == 0 {
-        return Some("AfterJobFaultTolerant: this is the job's first start, not a fault-tolerant restart".into());
+    match timing::decide(opts.settings.timing, &timing::Start::from_restart_count(opts.restart_count)) {
+        timing::Decision::Run => None,
+        timing::Decision::Skip(reason) => Some(reason),
     }
-    None
 }
 
 /// A pass (or a skip): CheckPassed was logged by the caller; now Running and COMMAND.
