@@ -1,14 +1,15 @@
-//! `gpusanity agent --node NAME`: one per node; see executor/src/agent.
+//! `gpusanity agent --node NAME`: one per node; see service/src/agent.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use gpusanity_common::device::DeviceChoice;
 use gpusanity_common::ExitCode;
-use gpusanity_executor::agent::{self, AgentConfig};
-use gpusanity_executor::launcher::UsageError;
+use gpusanity_service::agent::{self, AgentConfig};
+use gpusanity_service::UsageError;
 
-use crate::serve::ServiceConfig;
+use gpusanity_service::ServiceConfig;
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
@@ -25,8 +26,8 @@ pub struct AgentArgs {
     #[arg(long, default_value = "127.0.0.1")]
     address: String,
     /// Backend for the checks: auto, cuda or cpu.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "cpu"])]
-    device: String,
+    #[arg(long, default_value_t = DeviceChoice::Auto, value_parser = crate::cli::device_parser())]
+    device: DeviceChoice,
     /// Worker processes on this node [default: the number of GPUs, or 2 CPU workers].
     #[arg(long)]
     nproc_per_node: Option<usize>,
@@ -55,7 +56,7 @@ pub fn agent(args: &AgentArgs) -> ExitCode {
             bootstrap: cfg.kafka.bootstrap,
             topics: cfg.topics,
             address: args.address.clone(),
-            device: args.device.clone(),
+            device: args.device,
             nproc_per_node: args.nproc_per_node,
             work_dir: args.work_dir.clone(),
             heartbeat: Duration::from_secs_f64(args.heartbeat_s),

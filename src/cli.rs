@@ -4,11 +4,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use gpusanity_common::config::CheckConfigs;
+use gpusanity_common::device::DeviceChoice;
 use gpusanity_common::report::DeviceKind;
 use gpusanity_common::{Descriptor, ExitCode, Settings};
-use gpusanity_executor::launcher::{self, rendezvous::TopologyFlags, CheckOptions, DeviceChoice, Handover, UsageError};
+use gpusanity_executor::launcher::{self, rendezvous::TopologyFlags, CheckOptions, Handover, UsageError};
 
 #[derive(Debug, Parser)]
 #[command(name = "gpusanity", version, about = "Compute health check for distributed GPU training")]
@@ -50,13 +51,6 @@ pub struct ReportArgs {
     out: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Device {
-    Auto,
-    Cuda,
-    Cpu,
-}
-
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// Number of nodes in the job [env: PET_NNODES, WORLD_SIZE (Kubeflow), SLURM_NNODES; default 1].
@@ -78,8 +72,8 @@ pub struct CheckArgs {
     #[arg(long, default_value_t = 300.0)]
     rdzv_timeout: f64,
     /// Backend: CUDA when a GPU is usable (auto), or force one.
-    #[arg(long, value_enum, default_value_t = Device::Auto)]
-    device: Device,
+    #[arg(long, default_value_t = DeviceChoice::Auto, value_parser = device_parser())]
+    device: DeviceChoice,
 
     /// EnableSanityCheck: run the check at all (false: straight to COMMAND).
     #[arg(long, env = "ENABLE_SANITY_CHECK", default_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
@@ -179,11 +173,7 @@ impl CheckArgs {
                 master_port: self.master_port,
             },
             nproc_per_node: self.nproc_per_node,
-            device: match self.device {
-                Device::Auto => DeviceChoice::Auto,
-                Device::Cuda => DeviceChoice::Cuda,
-                Device::Cpu => DeviceChoice::Cpu,
-            },
+            device: self.device,
             settings: self.settings()?,
             enabled: self.enable_sanity_check,
             restart_count: self.restart_count()?,
@@ -287,4 +277,10 @@ fn list(json: bool) -> ExitCode {
         println!("  {k}");
     }
     ExitCode::Passed
+}
+
+/// `--device`: one of [`DeviceChoice::NAMES`], listed in the help and in the error.
+pub fn device_parser() -> impl clap::builder::TypedValueParser<Value = DeviceChoice> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(DeviceChoice::NAMES).try_map(|s| s.parse::<DeviceChoice>())
 }

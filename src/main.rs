@@ -26,6 +26,7 @@ fn main() -> ProcessExit {
 pub fn report_error(e: &anyhow::Error) -> ExitCode {
     let usage = e.chain().any(|c| {
         c.is::<gpusanity_executor::launcher::UsageError>()
+            || c.is::<gpusanity_service::UsageError>()
             || c.is::<gpusanity_common::SettingsError>()
             || c.is::<gpusanity_common::config::ParamError>()
     });

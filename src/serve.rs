@@ -1,25 +1,11 @@
-//! `gpusanity serve`: the control plane. Wires the database, the job-event consumer, the
-//! coordinator, the outbox publisher and the HTTP API, and runs them until SIGTERM/SIGINT or
-//! until one of them fails (then the process exits 4 and a restart resumes from the database).
-
-mod config;
-mod http;
+//! `gpusanity serve`: its flags, laid over the configuration file; the service itself is
+//! `gpusanity_service::serve`.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use anyhow::{Context, Result};
 use clap::Args;
 use gpusanity_common::ExitCode;
-use gpusanity_db::Db;
-use gpusanity_executor::coordinator::{self, Coordinator};
-use gpusanity_executor::launcher::UsageError;
-use gpusanity_ingest::consume::{self, Ingest};
-use gpusanity_ingest::kafka;
-use gpusanity_ingest::publisher::Publisher;
-use tokio::sync::{mpsc, Notify};
-
-pub use config::ServiceConfig;
+use gpusanity_service::{ServiceConfig, UsageError};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -63,67 +49,10 @@ impl ServeArgs {
 pub fn serve(args: &ServeArgs) -> ExitCode {
     let result = args.config().map_err(anyhow::Error::from).and_then(|cfg| {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-        rt.block_on(run(cfg))
+        rt.block_on(gpusanity_service::serve::run(cfg))
     });
     match result {
         Ok(()) => ExitCode::Passed,
         Err(e) => crate::report_error(&e),
-    }
-}
-
-async fn run(cfg: ServiceConfig) -> Result<()> {
-    let db = Db::connect(&cfg.database.url).await.map_err(|e| match e {
-        gpusanity_db::DbError::BadUrl(_) => anyhow::Error::from(UsageError(e.to_string())),
-        e => anyhow::Error::from(e).context("opening the database"),
-    })?;
-    let boot = cfg.kafka.bootstrap.clone();
-    kafka::ensure_topics(&boot, &cfg.topics.all()).await.map_err(gpusanity_executor::agent::topics_error)?;
-    let listener = tokio::net::TcpListener::bind(&cfg.http.listen)
-        .await
-        .map_err(|e| UsageError(format!("cannot listen on {}: {e}", cfg.http.listen)))?;
-    let wake = Arc::new(Notify::new());
-    let publisher =
-        Publisher { db: db.clone(), producer: kafka::producer(&boot)?, bootstrap: boot.clone(), wake: wake.clone() };
-    publisher.recover().await.context("recovering the outbox")?;
-    let (notices_tx, notices_rx) = mpsc::unbounded_channel();
-    let mut coord = Coordinator::new(
-        db.clone(),
-        cfg.topics.clone(),
-        cfg.coordinator.clone(),
-        kafka::producer(&boot)?,
-        wake.clone(),
-    );
-    coord.resume().await?;
-    let reports = coordinator::subscribe(&boot, &format!("{}-agents", cfg.kafka.group), &cfg.topics.agent_reports)?;
-    let ingest = Ingest { db: db.clone(), topics: cfg.topics.clone(), notices: notices_tx, outbox_wake: wake.clone() };
-    let events = consume::subscribe(&boot, &cfg.kafka.group, &cfg.topics.job_events)?;
-    let api = Arc::new(http::Api {
-        db: db.clone(),
-        topics: cfg.topics.clone(),
-        token: cfg.http.token.clone().unwrap_or_default(),
-        report_url: cfg.coordinator.report_url.clone(),
-        outbox_wake: wake.clone(),
-        browser_public: cfg.http.browser_public,
-    });
-    let app = http::router(api);
-    // Beside the publisher; it never stops the service (its errors are logged and it goes on).
-    let notifier = gpusanity_notifier::Notifier::new(
-        db.clone(),
-        cfg.notifier.clone(),
-        cfg.topics.output.clone(),
-        cfg.coordinator.report_url.clone(),
-    )
-    .map_err(|e| UsageError(e.to_string()))?;
-    tokio::spawn(notifier.run());
-    tracing::info!(kafka = boot, database = %cfg.database.url.split('@').next_back().unwrap_or_default(), listen = cfg.http.listen, "serving");
-    eprintln!("gpusanity serve: listening on {}", listener.local_addr()?);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        r = publisher.run() => r.context("outbox publisher"),
-        r = ingest.run(events) => r.context("job-event consumer"),
-        r = coord.run(notices_rx, reports) => r.context("coordinator"),
-        r = axum::serve(listener, app) => r.context("HTTP server"),
-        _ = term.recv() => Ok(()),
-        _ = tokio::signal::ctrl_c() => Ok(()),
     }
 }

@@ -1,11 +1,13 @@
-//! Run state transitions: every transition is an event with a timestamp.
+//! A check run's state transitions (`events.jsonl`): every transition is an event with a
+//! timestamp.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-/// The states of a check run, as the brief names them.
+/// The states of one `gpusanity check` run as its `events.jsonl` records them: the checks, their
+/// verdict or the skip, then the job's command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RunState {
+pub enum CheckState {
     /// Checks are running (or a KeepJobHang overrun waits for a person).
     Checking,
     CheckPassed,
@@ -19,7 +21,7 @@ pub enum RunState {
 /// One line of `events.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StateEvent {
-    pub state: RunState,
+    pub state: CheckState,
     pub at: DateTime<Utc>,
     /// Why: the verdict's summary, the skip reason, the command started...
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -27,7 +29,7 @@ pub struct StateEvent {
 }
 
 impl StateEvent {
-    pub fn now(state: RunState, detail: impl Into<String>) -> Self {
+    pub fn now(state: CheckState, detail: impl Into<String>) -> Self {
         StateEvent { state, at: Utc::now(), detail: detail.into() }
     }
 }

@@ -5,6 +5,7 @@
 pub mod bandwidth;
 pub mod checks;
 pub mod config;
+pub mod device;
 pub mod events;
 pub mod exit;
 pub mod expected;
@@ -14,6 +15,7 @@ pub mod report;
 pub mod secret;
 pub mod settings;
 pub mod stats;
+pub mod timing;
 pub mod wire;
 
 pub use checks::Descriptor;

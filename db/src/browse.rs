@@ -246,7 +246,7 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runs::{insert_run, RunRow, RunState};
+    use crate::runs::{insert_run, RunRow, ServiceRunState};
     use gpusanity_common::wire::job::JobNode;
 
     fn run(id: &str, job: &str, ws: &str, nodes: &[&str], at: i64) -> RunRow {
@@ -262,7 +262,7 @@ mod tests {
                 .collect(),
             check_args: String::new(),
             settings: serde_json::json!({}),
-            state: RunState::Checking,
+            state: ServiceRunState::Checking,
             held: false,
             created_at: at,
             deadline_at: at + 1000,

@@ -18,7 +18,7 @@ use thiserror::Error;
 
 pub use browse::{FindingRow, NodeHealthRow, RunFilter, RunListRow};
 pub use outbox::OutboxRow;
-pub use runs::{JobRow, RunRow, RunState};
+pub use runs::{JobRow, RunRow, ServiceRunState};
 
 pub type Tx = sqlx::Transaction<'static, sqlx::Any>;
 

@@ -7,31 +7,33 @@ use sqlx::Row;
 
 use crate::{now_ms, Db, Result, Tx};
 
-/// A run's state, as DESIGN §2.3 names them.
+/// The state of a run the service stores (`runs.state`): checking (or held by KeepJobHang), then
+/// passed or failed, or cancelled when its job stopped or was reallocated. The launcher's own
+/// states are `gpusanity_common::events::CheckState`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub enum RunState {
+pub enum ServiceRunState {
     Checking,
     CheckPassed,
     CheckFailed,
     CheckCancelled,
 }
 
-impl RunState {
+impl ServiceRunState {
     pub fn as_str(self) -> &'static str {
         match self {
-            RunState::Checking => "Checking",
-            RunState::CheckPassed => "CheckPassed",
-            RunState::CheckFailed => "CheckFailed",
-            RunState::CheckCancelled => "CheckCancelled",
+            ServiceRunState::Checking => "Checking",
+            ServiceRunState::CheckPassed => "CheckPassed",
+            ServiceRunState::CheckFailed => "CheckFailed",
+            ServiceRunState::CheckCancelled => "CheckCancelled",
         }
     }
 
-    fn parse(s: &str) -> RunState {
+    fn parse(s: &str) -> ServiceRunState {
         match s {
-            "CheckPassed" => RunState::CheckPassed,
-            "CheckFailed" => RunState::CheckFailed,
-            "CheckCancelled" => RunState::CheckCancelled,
-            _ => RunState::Checking,
+            "CheckPassed" => ServiceRunState::CheckPassed,
+            "CheckFailed" => ServiceRunState::CheckFailed,
+            "CheckCancelled" => ServiceRunState::CheckCancelled,
+            _ => ServiceRunState::Checking,
         }
     }
 }
@@ -62,7 +64,7 @@ pub struct RunRow {
     /// The validated settings, as JSON.
     #[schema(value_type = Object)]
     pub settings: serde_json::Value,
-    pub state: RunState,
+    pub state: ServiceRunState,
     /// A KeepJobHang overrun waiting for a person.
     pub held: bool,
     pub created_at: i64,
@@ -84,7 +86,7 @@ fn run_from_row(r: &AnyRow) -> Result<RunRow> {
         nodes: serde_json::from_str(&r.try_get::<String, _>(5)?)?,
         check_args: r.try_get(6)?,
         settings: serde_json::from_str(&r.try_get::<String, _>(7)?)?,
-        state: RunState::parse(&r.try_get::<String, _>(8)?),
+        state: ServiceRunState::parse(&r.try_get::<String, _>(8)?),
         held: r.try_get::<i64, _>(9)? != 0,
         created_at: r.try_get(10)?,
         deadline_at: r.try_get(11)?,
@@ -214,7 +216,7 @@ pub async fn add_transition(tx: &mut Tx, run_id: &str, state: &str, detail: &str
 pub async fn finish_run(
     tx: &mut Tx,
     run_id: &str,
-    state: RunState,
+    state: ServiceRunState,
     summary: &str,
     report: Option<&str>,
 ) -> Result<bool> {

@@ -2,10 +2,8 @@
 //! one worker process per device, enforces deadlines from outside, gathers results, diagnoses
 //! and hands over to the job; the workers run the checks over a CPU or CUDA backend.
 
-pub mod agent;
 pub mod backend;
 pub mod checks;
-pub mod coordinator;
 pub mod diagnosis;
 pub mod launcher;
 pub mod protocol;

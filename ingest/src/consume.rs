@@ -11,7 +11,7 @@ use gpusanity_common::wire::job::{Allocation, DeadLetter, JobEvent, JobEventBody
 use gpusanity_common::wire::output::{OutputBody, OutputEvent};
 use gpusanity_common::wire::{Topics, WIRE_VERSION};
 use gpusanity_common::Settings;
-use gpusanity_db::runs::{self, JobRow, RunRow, RunState};
+use gpusanity_db::runs::{self, JobRow, RunRow, ServiceRunState};
 use gpusanity_db::{now_ms, outbox, Db, Tx};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Message, OwnedMessage};
@@ -250,7 +250,7 @@ impl Ingest {
         notices: &mut Vec<Notice>,
     ) -> Result<Option<String>> {
         let Some(run) = runs::active_run_of_job(tx, &ev.job_id).await? else { return Ok(None) };
-        if runs::finish_run(tx, &run.run_id, RunState::CheckCancelled, reason, None).await? {
+        if runs::finish_run(tx, &run.run_id, ServiceRunState::CheckCancelled, reason, None).await? {
             let out = output_event(
                 &run.job_id,
                 &run.workspace_id,
@@ -296,7 +296,7 @@ impl Ingest {
                     nodes: job.nodes.clone(),
                     check_args: job.check_args.clone(),
                     settings: serde_json::to_value(settings)?,
-                    state: RunState::Checking,
+                    state: ServiceRunState::Checking,
                     held: false,
                     created_at: now,
                     deadline_at: now + (settings.max_time_minutes * 60_000.0) as i64,

@@ -1,11 +1,11 @@
 //! The Kafka side of the service: the job-event consumer (validation, dead letters, idempotency
-//! by event id, the timing policy, runs stored before offsets are committed) and the outbox
-//! publisher that sends output events and marks them sent.
+//! by event id, the scope rule and the timing policy, runs stored before offsets are committed)
+//! and the Kafka helpers (topics, producers, consumers) the rest of the service uses. The outbox
+//! publisher is `gpusanity_service::outbox`.
 
 pub mod consume;
 pub mod kafka;
 pub mod policy;
-pub mod publisher;
 pub mod validate;
 
 /// What the consumer tells the coordinator once a transaction is committed.

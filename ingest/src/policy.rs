@@ -1,25 +1,13 @@
-//! The timing policy and the scope rule: does this job event start a check run?
+//! The scope rule of the service (PyTorch jobs with GPUs, EnableSanityCheck) and then the timing
+//! policy of `gpusanity_common::timing`: does this job event start a check run?
 
-use gpusanity_common::wire::job::{JobNode, RestartReason};
-use gpusanity_common::{Settings, Timing};
+use gpusanity_common::timing;
+pub use gpusanity_common::timing::{Decision, Start};
+use gpusanity_common::wire::job::JobNode;
+use gpusanity_common::Settings;
 
-/// Why a job event starts a run, or why it does not.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
-    Run,
-    Skip(String),
-}
-
-/// What kind of start the event announces.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Start<'a> {
-    /// JobResourcesAllocated: the job's start (attempt 0) or a new allocation.
-    Allocated,
-    Restarted(&'a RestartReason),
-}
-
-/// DESIGN §2.3 scope (PyTorch jobs with at least one GPU), EnableSanityCheck, then the timing:
-/// `BeforeJobRunning` checks every start; `AfterJobFaultTolerant` only a fault-tolerant restart.
+/// The scope (PyTorch jobs with at least one GPU), EnableSanityCheck, then the timing policy of
+/// [`timing::decide`].
 pub fn decide(
     framework: Option<&str>,
     nodes: &[JobNode],
@@ -38,21 +26,13 @@ pub fn decide(
     if !enabled {
         return Decision::Skip("EnableSanityCheck is off".into());
     }
-    match (settings.timing, start) {
-        (Timing::BeforeJobRunning, _) => Decision::Run,
-        (Timing::AfterJobFaultTolerant, Start::Restarted(RestartReason::FaultTolerant)) => Decision::Run,
-        (Timing::AfterJobFaultTolerant, Start::Allocated) => {
-            Decision::Skip("AfterJobFaultTolerant: this is the job's start, not a fault-tolerant restart".into())
-        }
-        (Timing::AfterJobFaultTolerant, Start::Restarted(r)) => {
-            Decision::Skip(format!("AfterJobFaultTolerant: the restart's reason is {r:?}, not FaultTolerant"))
-        }
-    }
+    timing::decide(settings.timing, start)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpusanity_common::wire::job::RestartReason;
 
     fn node(gpus: u32) -> JobNode {
         JobNode { name: "a".into(), address: "x".into(), gpus }

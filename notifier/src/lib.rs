@@ -6,7 +6,6 @@
 //! and logs every attempt. Neither the coordinator nor the publisher waits on any of it.
 //! docs/notifications.md describes the API, the formats, the signature and the guarantee.
 
-pub mod api;
 pub mod config;
 pub mod email;
 pub mod notice;

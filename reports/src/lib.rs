@@ -1,7 +1,6 @@
-//! Renders a [`Report`](gpusanity_common::report::Report) for people: the terminal summary, the
-//! HTML page, and the service's report browser.
+//! Renders a [`Report`](gpusanity_common::report::Report) for people: the terminal summary and the
+//! HTML page (the service's report browser serves the page from `gpusanity-service`).
 
-pub mod browser;
 pub mod columns;
 pub mod html;
 pub mod svg;

@@ -10,7 +10,7 @@ use gpusanity_common::wire::output::OutputBody;
 use gpusanity_db::{outbox, Db};
 use gpusanity_ingest::consume::output_event;
 use gpusanity_ingest::kafka;
-use gpusanity_ingest::publisher::Publisher;
+use gpusanity_service::outbox::Publisher;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use gpusanity_common::events::{RunState, StateEvent};
+use gpusanity_common::events::{CheckState, StateEvent};
 
 pub struct EventLog {
     path: Option<PathBuf>,
@@ -26,7 +26,7 @@ impl EventLog {
         Ok(EventLog { path, events: Vec::new() })
     }
 
-    pub fn push(&mut self, state: RunState, detail: impl Into<String>) -> Result<()> {
+    pub fn push(&mut self, state: CheckState, detail: impl Into<String>) -> Result<()> {
         let ev = StateEvent::now(state, detail);
         tracing::info!(state = ?ev.state, "{}", ev.detail);
         if let Some(p) = &self.path {

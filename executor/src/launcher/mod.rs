@@ -12,9 +12,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use gpusanity_common::config::CheckConfigs;
-use gpusanity_common::events::RunState;
+pub use gpusanity_common::device::DeviceChoice;
+use gpusanity_common::events::CheckState;
 use gpusanity_common::report::{DeviceKind, RunStatus};
-use gpusanity_common::{ExitCode, Settings, TimeoutOps, Timing};
+use gpusanity_common::timing;
+use gpusanity_common::{ExitCode, Settings, TimeoutOps};
 use thiserror::Error;
 use tokio::sync::mpsc;
 
@@ -28,13 +30,6 @@ use supervise::{Stop, Supervisor};
 #[derive(Debug, Error)]
 #[error("{0}")]
 pub struct UsageError(pub String);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeviceChoice {
-    Auto,
-    Cuda,
-    Cpu,
-}
 
 /// Everything `gpusanity check` was asked to do.
 #[derive(Debug, Clone)]
@@ -73,7 +68,7 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
 
     if let Some(reason) = skip_reason(&opts) {
         let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
-        log.push(RunState::CheckSkipped, reason)?;
+        log.push(CheckState::CheckSkipped, reason)?;
         return finish_pass(&opts, &mut log);
     }
 
@@ -84,7 +79,7 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
     let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
     let checks =
         crate::checks::pair_schedule::with_link_test(opts.settings.selected_checks(), device, cluster.nodes.len());
-    log.push(RunState::Checking, format!("{} on {} rank(s): {}", device, cluster.world, checks.join(", ")))?;
+    log.push(CheckState::Checking, format!("{} on {} rank(s): {}", device, cluster.world, checks.join(", ")))?;
     let meta = gather::RunMeta {
         run_id: cluster.run_id.clone(),
         started_at: chrono::Utc::now(),
@@ -133,7 +128,8 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
         let mut report = gather::build_report(&meta, &cluster.nodes, &outcomes);
         let hold = report.status == RunStatus::TimedOut && opts.settings.timeout_ops == TimeoutOps::KeepJobHang;
         if !hold {
-            let state = if report.status == RunStatus::Passed { RunState::CheckPassed } else { RunState::CheckFailed };
+            let state =
+                if report.status == RunStatus::Passed { CheckState::CheckPassed } else { CheckState::CheckFailed };
             log.push(state, report.summary.clone())?;
         }
         report.events = log.events.clone();
@@ -152,7 +148,7 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
         RunStatus::TimedOut if verdict.hold => {
             eprintln!("gpusanity: a test overran and --sanity-check-timeout-ops=KeepJobHang: staying in Checking until SIGTERM (report written)");
             wait_for_sigterm().await;
-            log.push(RunState::CheckFailed, "KeepJobHang hold ended by SIGTERM")?;
+            log.push(CheckState::CheckFailed, "KeepJobHang hold ended by SIGTERM")?;
             if is_master {
                 rewrite_events(&opts.report_dir, &log)?;
             }
@@ -166,10 +162,10 @@ fn skip_reason(opts: &CheckOptions) -> Option<String> {
     if !opts.enabled {
         return Some("EnableSanityCheck is off".into());
     }
-    if opts.settings.timing == Timing::AfterJobFaultTolerant && opts.restart_count == 0 {
-        return Some("AfterJobFaultTolerant: this is the job's first start, not a fault-tolerant restart".into());
+    match timing::decide(opts.settings.timing, &timing::Start::from_restart_count(opts.restart_count)) {
+        timing::Decision::Run => None,
+        timing::Decision::Skip(reason) => Some(reason),
     }
-    None
 }
 
 /// A pass (or a skip): CheckPassed was logged by the caller; now Running and COMMAND.
@@ -177,7 +173,7 @@ fn finish_pass(opts: &CheckOptions, log: &mut EventLog) -> Result<Handover> {
     if opts.command.is_empty() {
         return Ok(Handover::Exit(ExitCode::Passed));
     }
-    log.push(RunState::Running, opts.command.join(" "))?;
+    log.push(CheckState::Running, opts.command.join(" "))?;
     Ok(Handover::Exec(opts.command.clone()))
 }
 

@@ -1,7 +1,7 @@
 //! The run page from synthetic reports: what it shows, its charts, and hostile strings.
 
 use chrono::{DateTime, Utc};
-use gpusanity_common::events::{RunState, StateEvent};
+use gpusanity_common::events::{CheckState, StateEvent};
 use gpusanity_common::report::*;
 
 use super::{run_page, Link, RunContext, TimelineEntry};
@@ -106,11 +106,11 @@ fn report(host_b: &str) -> Report {
         findings: vec![f],
         events: vec![
             StateEvent {
-                state: RunState::Checking,
+                state: CheckState::Checking,
                 at: at("2026-11-30T10:00:00Z"),
                 detail: "cuda on 4 rank(s)".into(),
             },
-            StateEvent { state: RunState::CheckFailed, at: at("2026-11-30T10:00:12Z"), detail: "GEMM_SLOW".into() },
+            StateEvent { state: CheckState::CheckFailed, at: at("2026-11-30T10:00:12Z"), detail: "GEMM_SLOW".into() },
         ],
         node_verdicts: vec![
             NodeVerdict { node_rank: 0, host: "gpu-a".into(), health: NodeHealth::Healthy, codes: vec![] },

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use gpusanity_common::device::DeviceChoice;
 use gpusanity_common::wire::agent::{AgentCommand, AgentReport, CommandBody, NodeResult, ReportBody, Task};
 use gpusanity_common::wire::{Topics, WIRE_VERSION};
 use rdkafka::message::Message;
@@ -31,8 +32,8 @@ pub struct AgentConfig {
     pub topics: Topics,
     /// The address the other nodes reach this node at (node 0 hosts the rendezvous on it).
     pub address: String,
-    /// `auto`, `cuda` or `cpu`, passed to the launcher.
-    pub device: String,
+    /// Passed to the launcher as `--device`.
+    pub device: DeviceChoice,
     pub nproc_per_node: Option<usize>,
     /// Each run's report and launcher log go under `work_dir/RUN_ID/`.
     pub work_dir: PathBuf,
@@ -93,7 +94,7 @@ struct Agent {
 /// An unreachable broker is bad input (exit 2), like an unreachable master for `check`.
 pub fn topics_error(e: gpusanity_ingest::kafka::TopicsError) -> anyhow::Error {
     match e {
-        gpusanity_ingest::kafka::TopicsError::Unreachable(..) => crate::launcher::UsageError(e.to_string()).into(),
+        gpusanity_ingest::kafka::TopicsError::Unreachable(..) => crate::UsageError(e.to_string()).into(),
         e => anyhow::Error::from(e).context("creating the Kafka topics"),
     }
 }

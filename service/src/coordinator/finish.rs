@@ -4,9 +4,10 @@ use gpusanity_common::report::{Finding, Report, Severity};
 use gpusanity_common::wire::output::{FailReason, OutputBody};
 use gpusanity_common::wire::Topics;
 use gpusanity_db::results::{finding_node, store_results};
-use gpusanity_db::runs::{self, RunRow, RunState};
+use gpusanity_db::runs::{self, RunRow, ServiceRunState};
 use gpusanity_db::{outbox, Db, DbError};
 use gpusanity_ingest::consume::output_event;
+use thiserror::Error;
 
 /// How a run ends.
 #[derive(Debug, Clone)]
@@ -44,10 +45,12 @@ pub async fn finish(
     let changed = match &verdict {
         Verdict::Hold => runs::hold_run(&mut tx, &run.run_id, summary, report_json.as_deref()).await?,
         Verdict::Passed => {
-            runs::finish_run(&mut tx, &run.run_id, RunState::CheckPassed, summary, report_json.as_deref()).await?
+            runs::finish_run(&mut tx, &run.run_id, ServiceRunState::CheckPassed, summary, report_json.as_deref())
+                .await?
         }
         Verdict::Failed(_) => {
-            runs::finish_run(&mut tx, &run.run_id, RunState::CheckFailed, summary, report_json.as_deref()).await?
+            runs::finish_run(&mut tx, &run.run_id, ServiceRunState::CheckFailed, summary, report_json.as_deref())
+                .await?
         }
     };
     if !changed {
@@ -111,8 +114,22 @@ pub fn node_finding(run: &RunRow, k: usize, code: &str, message: String) -> Find
     f
 }
 
-/// A person's decision on a held run (KeepJobHang): pass or fail it. Errors: no such run, or
-/// not held.
+/// Why a held run could not be resolved.
+#[derive(Debug, Error)]
+pub enum ResolveError {
+    #[error("no run `{0}`")]
+    NoRun(String),
+    /// The run has ended, or is checking and not held.
+    #[error("run `{run_id}` is {state} and not held by KeepJobHang")]
+    NotHeld { run_id: String, state: &'static str },
+    /// Another resolution, or the run's end, came first.
+    #[error("run `{0}` was resolved meanwhile")]
+    ResolvedMeanwhile(String),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+/// A person's decision on a held run (KeepJobHang): pass or fail it.
 pub async fn resolve(
     db: &Db,
     topics: &Topics,
@@ -120,17 +137,18 @@ pub async fn resolve(
     run_id: &str,
     pass: bool,
     note: &str,
-) -> Result<Result<RunRow, String>, DbError> {
-    let Some(run) = db.get_run(run_id).await? else { return Ok(Err(format!("no run `{run_id}`"))) };
-    if run.state != RunState::Checking || !run.held {
-        return Ok(Err(format!("run `{run_id}` is {} and not held by KeepJobHang", run.state.as_str())));
+) -> Result<RunRow, ResolveError> {
+    let no_run = || ResolveError::NoRun(run_id.to_string());
+    let run = db.get_run(run_id).await?.ok_or_else(no_run)?;
+    if run.state != ServiceRunState::Checking || !run.held {
+        return Err(ResolveError::NotHeld { run_id: run_id.to_string(), state: run.state.as_str() });
     }
     let summary = format!("resolved by an operator as {}: {note}", if pass { "passed" } else { "failed" });
     let verdict = if pass { Verdict::Passed } else { Verdict::Failed(FailReason::ResolvedByOperator) };
     let report: Option<Report> = db.run_report(run_id).await?.and_then(|r| serde_json::from_str(&r).ok());
     let end = Ending { verdict, summary: &summary, report: report.as_ref(), extra: &[] };
     if !finish(db, topics, report_url, &run, end).await? {
-        return Ok(Err(format!("run `{run_id}` was resolved meanwhile")));
+        return Err(ResolveError::ResolvedMeanwhile(run_id.to_string()));
     }
-    Ok(db.get_run(run_id).await?.ok_or_else(|| format!("no run `{run_id}`")))
+    db.get_run(run_id).await?.ok_or_else(no_run)
 }

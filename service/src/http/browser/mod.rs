@@ -1,12 +1,12 @@
 //! The report browser of `gpusanity serve`: HTML pages under `/ui` (the runs with filters, a
-//! run's report, a node's history; askama templates `templates/browser_*.html`, no scripts, no
-//! external assets) and their JSON twins under `/v1` with an OpenAPI document.
+//! run's report rendered by `gpusanity-reports`, a node's history; askama templates
+//! `templates/browser_*.html`, no scripts, no external assets) and their JSON twins under `/v1`.
 //!
 //! [`router`] serves the pages with their own authentication (a session cookie set by a login
 //! form posting the API token, or none when `browser_public`); [`api`] gives the `/v1` routes,
 //! which the caller mounts behind its bearer-token layer.
 
-mod api;
+pub mod api;
 mod auth;
 mod pages;
 
@@ -17,8 +17,6 @@ use axum::Router;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use gpusanity_db::{Db, RunFilter};
 use serde::{Deserialize, Serialize};
-
-pub use api::openapi;
 
 /// What the browser needs from the service.
 pub struct Browser {
@@ -58,13 +56,12 @@ pub fn router(b: Arc<Browser>) -> Router {
         .with_state(b)
 }
 
-/// The JSON routes `GET /v1/runs`, `GET /v1/nodes/{name}/history`, `GET /v1/openapi.json`,
-/// for the caller to put behind its bearer-token layer.
+/// The JSON routes `GET /v1/runs` and `GET /v1/nodes/{name}/history`, for the caller to put
+/// behind its bearer-token layer.
 pub fn api<S: Clone + Send + Sync + 'static>(b: Arc<Browser>) -> Router<S> {
     Router::new()
         .route("/v1/runs", get(api::runs))
         .route("/v1/nodes/{name}/history", get(api::node_history))
-        .route("/v1/openapi.json", get(api::openapi_json))
         .with_state(b)
 }
 

@@ -19,7 +19,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::Notify;
 
-use crate::kafka;
+use gpusanity_ingest::kafka;
 
 /// How far back [`Publisher::recover`] reads each partition.
 const RECOVERY_WINDOW: i64 = 100_000;

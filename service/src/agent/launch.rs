@@ -40,7 +40,7 @@ impl Launch {
         let log = std::fs::File::create(dir.join("launcher.log"))?;
         let mut cmd = Command::new(std::env::current_exe().context("finding the gpusanity binary")?);
         cmd.arg("check")
-            .args(["--device", &cfg.device, "--node-name", &cfg.node])
+            .args(["--device", cfg.device.as_str(), "--node-name", &cfg.node])
             .args(["--nnodes", &t.nnodes.to_string(), "--node-rank", &t.node_rank.to_string()])
             .args(["--master-addr", &addr, "--master-port", &port.to_string()])
             .arg("--report-dir")

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
+use crate::coordinator::CoordinatorConfig;
 use gpusanity_common::wire::Topics;
-use gpusanity_executor::coordinator::CoordinatorConfig;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]

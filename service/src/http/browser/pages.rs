@@ -11,7 +11,7 @@ use gpusanity_common::report::Report;
 use gpusanity_db::{FindingRow, NodeHealthRow, RunListRow, RunRow};
 
 use super::{fmt_ms, node_href, run_href, Browser, Paging, RunsQuery, STATES};
-use crate::html::{run_page, Link, RunContext, TimelineEntry};
+use gpusanity_reports::html::{run_page, Link, RunContext, TimelineEntry};
 
 /// `t` rendered, or an error page.
 pub(super) fn page(status: StatusCode, t: &impl Template) -> Response {

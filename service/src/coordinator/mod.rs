@@ -8,6 +8,8 @@
 //! again, so re-dispatching after a crash is harmless.
 
 mod agents;
+#[cfg(test)]
+mod codes_doc;
 pub mod config;
 pub mod finish;
 
