@@ -12,6 +12,7 @@ mod agents;
 mod codes_doc;
 pub mod config;
 pub mod finish;
+mod tick;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -264,129 +265,6 @@ impl Coordinator {
         let pending = (0..a.run.nodes.len()).any(|k| !a.results.contains_key(&k));
         if pending {
             self.cancel_agents(&a, summary);
-        }
-        Ok(())
-    }
-
-    async fn tick(&mut self) -> Result<()> {
-        let timeout = self.config.agent_timeout();
-        let wait = self.config.agent_wait();
-        let now_ms = gpusanity_db::now_ms();
-        let grace_ms = (self.config.deadline_grace_s * 1000.0) as i64;
-        let mut ends: Vec<(String, Verdict, String, Vec<gpusanity_common::report::Finding>)> = Vec::new();
-        let mut sends = Vec::new();
-        let mut concludes = Vec::new();
-        for (id, a) in self.active.iter_mut() {
-            let names: Vec<String> = a.run.nodes.iter().map(|n| n.name.clone()).collect();
-            if now_ms > a.run.deadline_at + grace_ms {
-                let limit = a.settings.max_time_minutes;
-                let summary =
-                    format!("the run overran --sanity-check-max-time ({limit} min) and no verdict came from node 0");
-                let mut f = gpusanity_common::report::Finding::new(
-                    gpusanity_common::report::Severity::Critical,
-                    "RUN_TIMEOUT",
-                    "service",
-                    summary.clone(),
-                );
-                f.node_rank = None;
-                let v = if a.settings.timeout_ops == TimeoutOps::KeepJobHang {
-                    Verdict::Hold
-                } else {
-                    Verdict::Failed(FailReason::TimedOut)
-                };
-                ends.push((id.clone(), v, summary, vec![f]));
-                continue;
-            }
-            match a.phase {
-                Phase::WaitAgents => {
-                    let missing: Vec<usize> =
-                        (0..names.len()).filter(|&k| self.agents.live(&names[k], timeout).is_none()).collect();
-                    if missing.is_empty() {
-                        if let Some(s) = self.agents.live(&names[0], timeout) {
-                            a.assigned.insert(0, s.agent_id.clone());
-                        }
-                        sends.push(task(a, 0, None));
-                        a.phase = Phase::WaitMaster;
-                        a.since = Instant::now();
-                    } else if a.since.elapsed() > wait {
-                        let findings = missing
-                            .iter()
-                            .map(|&k| {
-                                node_finding(
-                                    &a.run,
-                                    k,
-                                    "NO_AGENT",
-                                    format!("node {} has no live gpusanity agent", names[k]),
-                                )
-                            })
-                            .collect();
-                        let list: Vec<&str> = missing.iter().map(|&k| names[k].as_str()).collect();
-                        ends.push((
-                            id.clone(),
-                            Verdict::Failed(FailReason::CheckFailed),
-                            format!("no live agent on node(s) {}", list.join(", ")),
-                            findings,
-                        ));
-                    }
-                }
-                Phase::WaitMaster | Phase::Running => {
-                    // A node whose agent went silent, or was replaced, before its launcher ended.
-                    let lost: Vec<usize> = a
-                        .assigned
-                        .iter()
-                        .filter(|(k, agent_id)| {
-                            !a.results.contains_key(k)
-                                && self.agents.live(&names[**k], timeout).is_none_or(|s| &s.agent_id != *agent_id)
-                        })
-                        .map(|(k, _)| *k)
-                        .collect();
-                    let lost_findings: Vec<gpusanity_common::report::Finding> = {
-                        let mut lost = lost;
-                        lost.sort_unstable();
-                        lost.iter()
-                            .map(|&k| {
-                                node_finding(
-                                    &a.run,
-                                    k,
-                                    "AGENT_LOST",
-                                    format!("the agent of node {} went silent during the run", names[k]),
-                                )
-                            })
-                            .collect()
-                    };
-                    if let Some(done) = a.node0_done {
-                        if !lost_findings.is_empty() || done.elapsed() > timeout {
-                            concludes.push((id.clone(), lost_findings));
-                        }
-                    } else if !lost_findings.is_empty() {
-                        let list: Vec<&str> = lost_findings.iter().filter_map(|f| f.host.as_deref()).collect();
-                        let summary = format!("lost the agent of node(s) {}", list.join(", "));
-                        ends.push((id.clone(), Verdict::Failed(FailReason::CheckFailed), summary, lost_findings));
-                    } else if a.phase == Phase::WaitMaster && a.since.elapsed() > wait {
-                        let f = node_finding(
-                            &a.run,
-                            0,
-                            "AGENT_NO_START",
-                            format!("the agent of node {} did not start the run", names[0]),
-                        );
-                        ends.push((
-                            id.clone(),
-                            Verdict::Failed(FailReason::CheckFailed),
-                            format!("node {} did not start the run", names[0]),
-                            vec![f],
-                        ));
-                    }
-                }
-            }
-        }
-        for c in sends {
-            self.send(&c);
-        }
-        for (id, v, summary, findings) in ends {
-            self.end(&id, v, &summary, None, findings).await?;
-        }
-        for (id, lost) in concludes {
-            self.conclude(&id, lost).await?;
         }
         Ok(())
     }
