@@ -11,6 +11,9 @@ use gpusanity_common::report::DeviceKind;
 use gpusanity_common::{Descriptor, ExitCode, Settings};
 use gpusanity_executor::launcher::{self, rendezvous::TopologyFlags, CheckOptions, Handover, UsageError};
 
+/// The longest rendezvous wait `--rdzv-timeout` takes, in seconds.
+const MAX_RDZV_TIMEOUT_S: f64 = 86_400.0;
+
 #[derive(Debug, Parser)]
 #[command(name = "gpusanity", version, about = "Compute health check for distributed GPU training")]
 pub struct Cli {
@@ -162,8 +165,11 @@ impl CheckArgs {
         if self.node_name.as_deref().is_some_and(|n| n.trim().is_empty()) {
             return Err(UsageError("--node-name must not be empty".into()).into());
         }
-        if !(self.rdzv_timeout.is_finite() && self.rdzv_timeout > 0.0) {
-            return Err(UsageError("--rdzv-timeout must be a positive number of seconds".into()).into());
+        if !(self.rdzv_timeout.is_finite() && self.rdzv_timeout > 0.0 && self.rdzv_timeout <= MAX_RDZV_TIMEOUT_S) {
+            return Err(UsageError(format!(
+                "--rdzv-timeout must be a positive number of seconds, at most {MAX_RDZV_TIMEOUT_S} (one day)"
+            ))
+            .into());
         }
         Ok(CheckOptions {
             topology: TopologyFlags {

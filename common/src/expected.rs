@@ -34,6 +34,10 @@ pub struct Entry {
     /// Holds only when every rank sits on one node.
     #[serde(default)]
     pub single_node: bool,
+    /// Holds only with this many ranks (GPUs) on every node: a collective's bus bandwidth
+    /// depends on how many GPUs share the links.
+    #[serde(default)]
+    pub ranks_per_node: Option<usize>,
     pub source: String,
 }
 
@@ -44,20 +48,34 @@ pub struct Expected {
     pub entries: Vec<Entry>,
 }
 
-/// What a run's configuration looks like, to pick the entries that hold for it.
+/// What a run's configuration and topology look like, to pick the entries that hold for it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Conditions {
     pub size: Option<u64>,
     pub max_bytes: Option<u64>,
-    pub single_node: bool,
+    /// How many nodes the run has (0: unknown).
+    pub nodes: usize,
+    /// How many ranks every node has, when every node has the same number.
+    pub ranks_per_node: Option<usize>,
 }
 
 impl Conditions {
-    /// The configuration facts an expected figure depends on, from a check's config as
-    /// reported (`size`, `max_bytes`).
-    pub fn from_config(config: &serde_json::Value, single_node: bool) -> Conditions {
+    /// The facts an expected figure depends on: from a check's config as reported (`size`,
+    /// `max_bytes`) and from the topology, `node_sizes[k]` being node k's number of ranks.
+    pub fn from_config(config: &serde_json::Value, node_sizes: &[usize]) -> Conditions {
         let u = |k: &str| config.get(k).and_then(serde_json::Value::as_u64);
-        Conditions { size: u("size"), max_bytes: u("max_bytes"), single_node }
+        let ranks_per_node = node_sizes.first().copied().filter(|n| node_sizes.iter().all(|m| m == n));
+        Conditions { size: u("size"), max_bytes: u("max_bytes"), nodes: node_sizes.len(), ranks_per_node }
+    }
+
+    /// The topology in words, for the report: "1 node of 2 ranks".
+    pub fn topology(&self) -> String {
+        let nodes = if self.nodes == 1 { "1 node".to_string() } else { format!("{} nodes", self.nodes) };
+        match self.ranks_per_node {
+            Some(1) => format!("{nodes} of 1 rank"),
+            Some(k) => format!("{nodes} of {k} ranks"),
+            None => format!("{nodes} of unequal sizes"),
+        }
     }
 }
 
@@ -84,7 +102,8 @@ impl Expected {
                 && e.metric == metric
                 && (e.size.is_none() || e.size == when.size)
                 && (e.max_bytes.is_none() || e.max_bytes == when.max_bytes)
-                && (!e.single_node || when.single_node)
+                && (!e.single_node || when.nodes == 1)
+                && (e.ranks_per_node.is_none() || e.ranks_per_node == when.ranks_per_node)
         })
     }
 }
@@ -134,8 +153,16 @@ mod tests {
         assert!(t.lookup("NVIDIA H100 80GB HBM3", "gemm", "tflops", gemm).is_some());
         let ar = Conditions { max_bytes: Some(1 << 30), ..Default::default() };
         assert!(t.lookup("NVIDIA H200", "all-reduce", "busbw_gbps", ar).is_none(), "multi-node: no NVLink figure");
-        let ar = Conditions { single_node: true, ..ar };
+        let ar = Conditions { nodes: 1, ranks_per_node: Some(2), ..ar };
         assert_eq!(t.lookup("NVIDIA A100-SXM4-80GB", "all-reduce", "busbw_gbps", ar).map(|e| e.value), Some(220.0));
+        // A two-GPU NVLink figure holds neither for one GPU nor for eight.
+        for k in [1, 8] {
+            let other = Conditions { ranks_per_node: Some(k), ..ar };
+            assert!(t.lookup("NVIDIA H200", "all-reduce", "busbw_gbps", other).is_none(), "{k} GPUs");
+        }
+        let one = Conditions::from_config(&serde_json::json!({"max_bytes": 1u64 << 30}), &[1]);
+        assert_eq!((one.nodes, one.ranks_per_node, one.topology().as_str()), (1, Some(1), "1 node of 1 rank"));
+        assert_eq!(Conditions::from_config(&serde_json::Value::Null, &[2, 1]).ranks_per_node, None);
         assert!(Expected::parse("[bands]\nwarn = 0.9\n").is_err());
     }
 

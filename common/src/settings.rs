@@ -72,6 +72,8 @@ pub enum SettingsError {
     UnknownCheck { option: String, name: String, group: CheckGroup, known: String },
     #[error("check `{0}` is specified but not available in this build of gpusanity yet")]
     NotAvailable(String),
+    #[error("check `{name}` is listed twice in {option}: each check runs once")]
+    DuplicateCheck { option: String, name: String },
     #[error("no check selected: --micro-benchmarks and --model-benchmarks are both empty")]
     NothingSelected,
     #[error("malformed SanityCheckArgs: {0}")]
@@ -167,14 +169,17 @@ impl Settings {
         Ok(())
     }
 
-    /// Checks that every selected check exists in its group and is available, and that at
-    /// least one is selected.
+    /// Checks that every selected check exists in its group, is available and is listed once,
+    /// and that at least one is selected.
     pub fn validate(&self) -> Result<(), SettingsError> {
         for (option, group, names) in [
             ("--micro-benchmarks", CheckGroup::Micro, &self.micro_benchmarks),
             ("--model-benchmarks", CheckGroup::Model, &self.model_benchmarks),
         ] {
-            for name in names {
+            for (i, name) in names.iter().enumerate() {
+                if names[..i].contains(name) {
+                    return Err(SettingsError::DuplicateCheck { option: option.into(), name: name.clone() });
+                }
                 match checks::find(name) {
                     Some(info) if info.group == group => {
                         if !info.available {

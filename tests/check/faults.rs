@@ -182,6 +182,11 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
     usage_error(&[], &[("SANITY_CHECK_ARGS", "--no-such-option=1")], "unknown option");
     usage_error(&["--check-param", "gemm.size=-1"], &[], "gemm.size");
     usage_error(&["--nproc-per-node=0"], &[], "at least 1");
+    usage_error(&["--micro-benchmarks=gemm,gemm"], &[], "check `gemm` is listed twice in --micro-benchmarks");
+    usage_error(&["--check-param", "gemm.size=4294967296"], &[], "gemm.size: a positive integer up to 65536");
+    usage_error(&["--check-param", "all-reduce.max-bytes=18446744073709551615"], &[], "up to 1099511627776");
+    usage_error(&["--rdzv-timeout=1e20"], &[], "at most 86400");
+    usage_error(&["--nproc-per-node=1000"], &[], "more CPU workers than this node can run");
     usage_error(&["--nnodes=2", "--node-rank=3"], &[], "not below");
     let port = free_port().to_string();
     usage_error(

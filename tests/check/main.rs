@@ -5,6 +5,7 @@
 mod faults;
 mod micro_checks;
 mod models;
+mod one_rank;
 mod remeasure;
 mod report_page;
 mod run;

@@ -1,6 +1,6 @@
 //! `all-to-all`: a sweep of message sizes, verified, with the bus bandwidth of each.
 
-use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, WrongResult, SWEEP_COLUMNS};
+use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult, SWEEP_COLUMNS};
 use crate::config::sweep::SweepConfig;
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -9,6 +9,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     description: "communication errors/hangs; low bus bandwidth (all-to-all)",
     available: true,
     listed: true,
+    needs: Needs::TwoRanks,
     reference_estimate_s: 300,
     estimate_s: 5,
     params: SweepConfig::KEYS,

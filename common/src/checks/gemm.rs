@@ -1,6 +1,6 @@
 //! `gemm`: a square product per rank, verified, timed and hashed.
 
-use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, WrongResult};
+use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::micro::GemmConfig;
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -9,6 +9,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     description: "faulty GPU (error, hang, wrong result); slow GPU (low TFLOPS)",
     available: true,
     listed: true,
+    needs: Needs::Nothing,
     reference_estimate_s: 60,
     estimate_s: 1,
     params: GemmConfig::KEYS,

@@ -1,6 +1,6 @@
 //! `kernel-launch`: launch latency and launch-and-synchronize round trips.
 
-use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, WrongResult};
+use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::micro::KernelLaunchConfig;
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -9,6 +9,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     description: "launch errors/hangs; slow launch latency",
     available: true,
     listed: true,
+    needs: Needs::Nothing,
     reference_estimate_s: 60,
     estimate_s: 1,
     params: KernelLaunchConfig::KEYS,

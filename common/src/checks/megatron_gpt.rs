@@ -1,6 +1,6 @@
 //! `megatron-gpt`: a GPT trained tensor- and data-parallel.
 
-use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, WrongResult, GPT_CHARTED, GPT_COLUMNS};
+use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult, GPT_CHARTED, GPT_COLUMNS};
 use crate::config::models::GptCheckConfig;
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -9,6 +9,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     description: "the same for a tensor+data-parallel GPT",
     available: true,
     listed: true,
+    needs: Needs::Nothing,
     reference_estimate_s: 300,
     estimate_s: 14,
     params: GptCheckConfig::TENSOR_PARALLEL_KEYS,

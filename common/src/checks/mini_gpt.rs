@@ -1,6 +1,6 @@
 //! `mini-gpt`: a small GPT trained data-parallel for a few dozen steps.
 
-use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, WrongResult, GPT_CHARTED, GPT_COLUMNS};
+use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult, GPT_CHARTED, GPT_COLUMNS};
 use crate::config::models::GptCheckConfig;
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -9,6 +9,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     description: "training loss abnormal, hang, error; slow step",
     available: true,
     listed: true,
+    needs: Needs::Nothing,
     reference_estimate_s: 60,
     estimate_s: 7,
     params: GptCheckConfig::KEYS,

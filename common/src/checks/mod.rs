@@ -56,6 +56,37 @@ pub struct Metric {
     pub collective: bool,
 }
 
+/// The topology a check needs to measure anything. Where it is not met the check reports
+/// `not_applicable` with the reason, at no cost, rather than a figure that means nothing (the
+/// bus bandwidth of one rank is 0 by definition) or a "passed" that measured nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Needs {
+    /// Any topology, one rank included.
+    Nothing,
+    /// Two ranks or more: a collective among one rank moves no data.
+    TwoRanks,
+    /// Two nodes or more: it probes between nodes.
+    TwoNodes,
+}
+
+impl Needs {
+    /// Why a run of `world` ranks on `nodes` nodes cannot run the check, if it cannot.
+    pub fn unmet(self, world: usize, nodes: usize) -> Option<String> {
+        match self {
+            Needs::Nothing => None,
+            Needs::TwoRanks if world < 2 => {
+                Some("one rank: a collective needs two or more ranks to move any data".into())
+            }
+            Needs::TwoNodes if nodes < 2 => Some(format!(
+                "one node ({world} rank{}): nothing to probe between nodes",
+                if world == 1 { "" } else { "s" }
+            )),
+            Needs::TwoRanks | Needs::TwoNodes => None,
+        }
+    }
+}
+
 /// What a rank that failed the check's own verification means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -97,6 +128,8 @@ pub struct Descriptor {
     /// launcher instead.
     #[serde(skip)]
     pub listed: bool,
+    /// The topology it needs to measure anything.
+    pub needs: Needs,
     /// The reference estimate for 2 machines, in seconds.
     pub reference_estimate_s: u32,
     /// Our own estimate on 2 H200 GPUs with the default configuration, in seconds.
@@ -206,5 +239,18 @@ mod tests {
             }
         }
         assert_eq!(listed().count(), 11);
+    }
+
+    #[test]
+    fn checks_that_need_peers_say_why_on_one_rank() {
+        assert_eq!(CheckId::Gemm.descriptor().needs.unmet(1, 1), None);
+        for id in [CheckId::AllReduce, CheckId::AllGather, CheckId::AllToAll, CheckId::MultiAllReduce] {
+            assert!(id.descriptor().needs.unmet(1, 1).is_some_and(|why| why.starts_with("one rank")), "{id}");
+            assert_eq!(id.descriptor().needs.unmet(2, 1), None, "{id}");
+        }
+        assert!(CheckId::MatmulAllReduceOverlap.descriptor().needs.unmet(1, 1).is_some());
+        let net = CheckId::NetworkConnectivity.descriptor().needs;
+        assert_eq!(net.unmet(8, 1).as_deref(), Some("one node (8 ranks): nothing to probe between nodes"));
+        assert_eq!(net.unmet(2, 2), None);
     }
 }

@@ -1,6 +1,6 @@
 //! `multi-all-reduce`: concurrent all-reduces per rail, per node and on the world group.
 
-use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, WrongResult};
+use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
 use crate::config::micro::MultiAllReduceConfig;
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -9,6 +9,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     description: "concurrent all-reduces per rail and per node: a bad rail or NIC",
     available: true,
     listed: true,
+    needs: Needs::TwoRanks,
     reference_estimate_s: 300,
     estimate_s: 4,
     params: MultiAllReduceConfig::KEYS,

@@ -1,6 +1,6 @@
 //! `network-connectivity`: front-end and back-end probes between every pair of nodes.
 
-use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, WrongResult};
+use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
 use crate::config::micro::ConnectivityConfig;
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -9,6 +9,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     description: "front-end and back-end reachability between every pair of nodes",
     available: true,
     listed: true,
+    needs: Needs::TwoNodes,
     reference_estimate_s: 120,
     estimate_s: 1,
     params: ConnectivityConfig::KEYS,

@@ -1,6 +1,6 @@
 //! `matmul-all-reduce-overlap`: a GEMM and an all-reduce at once, against each alone.
 
-use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, WrongResult};
+use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::micro::OverlapConfig;
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -9,6 +9,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     description: "errors/hangs or slow steps with GEMM and all-reduce at once",
     available: true,
     listed: true,
+    needs: Needs::TwoRanks,
     reference_estimate_s: 60,
     estimate_s: 2,
     params: OverlapConfig::KEYS,

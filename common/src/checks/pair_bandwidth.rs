@@ -1,7 +1,7 @@
 //! `pair-bandwidth`: the pairwise link test, slow node or slow link. Nobody selects it: the
 //! launcher adds it to CPU runs of three nodes or more with a communication check.
 
-use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, WrongResult};
+use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::PairBandwidth,
@@ -9,6 +9,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     description: "the bandwidth of node pairs: a slow node or a slow link",
     available: true,
     listed: false,
+    needs: Needs::TwoNodes,
     reference_estimate_s: 0,
     estimate_s: 1,
     params: &[],

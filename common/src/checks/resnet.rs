@@ -1,6 +1,6 @@
 //! `resnet`: a ResNet with bottleneck blocks trained data-parallel on synthetic images.
 
-use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, WrongResult};
+use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
 use crate::config::models::ResnetCheckConfig;
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -9,6 +9,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     description: "the same for ResNet training",
     available: true,
     listed: true,
+    needs: Needs::Nothing,
     reference_estimate_s: 120,
     estimate_s: 4,
     params: ResnetCheckConfig::KEYS,

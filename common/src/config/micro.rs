@@ -30,10 +30,10 @@ impl GemmConfig {
 
     pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
         match p.field {
-            "size" => self.size = p.count()?,
+            "size" => self.size = p.dim()?,
             "warmup" => self.warmup = p.count()?,
             "iters" => self.iters = p.count()?,
-            "verify-tile" => self.verify_tile = p.count()?,
+            "verify-tile" => self.verify_tile = p.dim()?,
             _ => return Ok(false),
         }
         Ok(true)
@@ -112,7 +112,7 @@ impl OverlapConfig {
 
     pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
         match p.field {
-            "gemm-size" => self.gemm_size = p.count()?,
+            "gemm-size" => self.gemm_size = p.dim()?,
             "bytes" => self.bytes = p.int()?,
             "warmup" => self.warmup = p.count()?,
             "iters" => self.iters = p.count()?,

@@ -138,12 +138,12 @@ impl GptCheckConfig {
     pub fn apply(&mut self, p: &Param<'_>, tensor_parallel: bool) -> Result<bool, ParamError> {
         let frac = || p.fraction("a number between 0 and 1");
         match p.field {
-            "vocab" => self.shape.vocab = p.count()?,
-            "ctx" => self.shape.ctx = p.count()?,
+            "vocab" => self.shape.vocab = p.dim()?,
+            "ctx" => self.shape.ctx = p.dim()?,
             "layers" => self.shape.layers = p.count()?,
-            "heads" => self.shape.heads = p.count()?,
-            "dim" => self.shape.dim = p.count()?,
-            "batch" => self.shape.batch = p.count()?,
+            "heads" => self.shape.heads = p.dim()?,
+            "dim" => self.shape.dim = p.dim()?,
+            "batch" => self.shape.batch = p.dim()?,
             "steps" => self.steps = p.count()?,
             "warmup" => self.warmup = p.value.parse().map_err(|_| p.bad("an integer"))?,
             "lr" => self.lr = frac()?,
@@ -168,10 +168,10 @@ impl ResnetCheckConfig {
     pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
         let frac = || p.fraction("a number between 0 and 1");
         match p.field {
-            "image" => self.image = p.count()?,
-            "batch" => self.batch = p.count()?,
-            "width" => self.width = p.count()?,
-            "classes" => self.classes = p.count()?,
+            "image" => self.image = p.dim()?,
+            "batch" => self.batch = p.dim()?,
+            "width" => self.width = p.dim()?,
+            "classes" => self.classes = p.dim()?,
             "steps" => self.steps = p.count()?,
             "warmup" => self.warmup = p.value.parse().map_err(|_| p.bad("an integer"))?,
             "lr" => self.lr = frac()?,

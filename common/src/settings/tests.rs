@@ -58,6 +58,8 @@ fn bad_inputs_give_clear_errors() {
         ("--sanity-check-envs=1A=2", "KEY=VALUE"),
         ("--micro-benchmarks=gemm,warp-drive", "unknown check `warp-drive`"),
         ("--model-benchmarks=gemm", "unknown check `gemm` in --model-benchmarks"),
+        ("--micro-benchmarks=gemm,gemm", "check `gemm` is listed twice in --micro-benchmarks"),
+        ("--model-benchmarks=resnet,mini-gpt,resnet", "check `resnet` is listed twice"),
         ("--micro-benchmarks= --model-benchmarks=", "no check selected"),
         ("--sanity-check-colour=red", "unknown option `--sanity-check-colour`"),
         ("--sanity-check-timing", "needs a value"),

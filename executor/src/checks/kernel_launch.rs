@@ -26,11 +26,7 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
             r.notes.insert("kernel".into(), "empty PTX kernel, 1 block of 1 thread, driver API".into());
             Ok(r)
         }
-        Err(BackendError::NotApplicable(why)) => {
-            let mut r = RankResult::new(rank, CheckStatus::NotApplicable);
-            r.notes.insert("not_applicable".into(), why);
-            Ok(r)
-        }
+        Err(BackendError::NotApplicable(why)) => Ok(super::not_applicable(rank, why)),
         Err(e) => Err(anyhow::Error::from(e).context("empty kernel launches")),
     }
 }

@@ -59,6 +59,9 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
 }
 
 fn run_check(id: CheckId, ctx: &mut CheckCtx<'_>) -> anyhow::Result<RankResult> {
+    if let Some(why) = id.descriptor().needs.unmet(ctx.place.world, ctx.place.node_sizes.len()) {
+        return Ok(not_applicable(ctx.place.rank, why));
+    }
     match id {
         CheckId::Gemm => gemm::run(ctx),
         CheckId::AllReduce => all_reduce::run(ctx),
@@ -71,6 +74,13 @@ fn run_check(id: CheckId, ctx: &mut CheckCtx<'_>) -> anyhow::Result<RankResult> 
         CheckId::MiniGpt | CheckId::MegatronGpt | CheckId::Resnet => models::run(id.as_str(), ctx),
         CheckId::PairBandwidth => pair_bandwidth::run(ctx),
     }
+}
+
+/// A rank result that says why the check does not apply here.
+pub fn not_applicable(rank: usize, why: String) -> RankResult {
+    let mut r = RankResult::new(rank, CheckStatus::NotApplicable);
+    r.notes.insert("not_applicable".into(), why);
+    r
 }
 
 /// Injected faults, from `GPUSANITY_FAULT=KIND@RANK,...`. Each makes the rank misbehave for

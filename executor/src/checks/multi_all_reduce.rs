@@ -55,7 +55,8 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     r.notes.insert("groups".into(), listing.join("; "));
     r.notes.insert("dtype".into(), dtype.name().into());
     if mine.is_empty() {
-        r.notes.insert("skipped".into(), "this rank is in no group of two or more ranks".into());
+        let mut r = super::not_applicable(rank, "this rank is in no group of two or more ranks".into());
+        r.notes.insert("groups".into(), listing.join("; "));
         return Ok(r);
     }
 

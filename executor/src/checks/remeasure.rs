@@ -43,7 +43,7 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
         }
     };
     // The check's own configuration, as the report will show it to node 0's diagnosis.
-    let when = Conditions::from_config(&id.config_value(ctx.configs), ctx.place.node_sizes.len() == 1);
+    let when = Conditions::from_config(&id.config_value(ctx.configs), &ctx.place.node_sizes);
     let bands = PeerBands::new(ctx.configs.slow_fraction, ctx.backend.kind() == DeviceKind::Cpu);
     let slow = peers::critical_ranks(name, m.key, &figures, bands, when);
     if slow.is_empty() {

@@ -29,7 +29,7 @@ mod tests;
 pub mod verdict;
 
 use gpusanity_common::checks::Metric;
-use gpusanity_common::expected::Conditions;
+use gpusanity_common::expected::{Conditions, Expected};
 use gpusanity_common::peers::{self, Figures, PeerBands};
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{
@@ -87,6 +87,7 @@ pub fn diagnose(
         results::wrong_results(c, ranks, &mut findings);
         let id = c.name.parse::<CheckId>().ok();
         if let Some(m) = id.and_then(CheckId::metric) {
+            note_comparison(c, m, ranks);
             slow_ranks(c, m, ranks, bands, &mut findings);
         }
         if id == Some(CheckId::PairBandwidth) {
@@ -128,6 +129,49 @@ pub fn diagnose(
     Diagnosis { findings, status, summary, remeasured, pair_bandwidth }
 }
 
+/// Ranks per node, by node rank, as the rank list has them.
+fn node_sizes(ranks: &[RankInfo]) -> Vec<usize> {
+    let nodes = ranks.iter().map(|r| r.node_rank + 1).max().unwrap_or(0);
+    let mut sizes = vec![0; nodes];
+    for r in ranks {
+        sizes[r.node_rank] += 1;
+    }
+    sizes
+}
+
+/// Says on every rank with a headline figure what it was compared with: its peers of the same
+/// device model, the expected figure of that model on this topology, both, or neither. An
+/// expected figure holds only for the topology it was measured on (common/data/expected.toml).
+fn note_comparison(c: &mut CheckReport, m: &Metric, ranks: &[RankInfo]) {
+    let when = Conditions::from_config(&c.config, &node_sizes(ranks));
+    let device = |rank: usize| ranks.iter().find(|r| r.rank == rank).map(|r| r.device.clone()).unwrap_or_default();
+    let measured: Vec<(usize, String)> = c
+        .ranks
+        .iter()
+        .filter(|r| r.status == CheckStatus::Passed && r.metrics.contains_key(m.key))
+        .map(|r| (r.rank, device(r.rank)))
+        .collect();
+    for r in c.ranks.iter_mut() {
+        let Some((_, model)) = measured.iter().find(|(rank, _)| *rank == r.rank) else { continue };
+        let peers = measured.iter().filter(|(rank, d)| d == model && *rank != r.rank).count();
+        let expected = Expected::builtin().lookup(model, &c.name, m.key, when);
+        let peers_text = format!("{peers} peer{} of its model", if peers == 1 { "" } else { "s" });
+        let text = match (peers > 0, expected) {
+            (true, Some(e)) => {
+                format!("{peers_text} and the expected {} {} on {}", figure(e.value), m.unit, when.topology())
+            }
+            (true, None) => format!("{peers_text} only: no expected figure for this device on {}", when.topology()),
+            (false, Some(e)) => {
+                format!("the expected {} {} on {} only: no peer of its model", figure(e.value), m.unit, when.topology())
+            }
+            (false, None) => {
+                format!("nothing: no peer of its model and no expected figure for this device on {}", when.topology())
+            }
+        };
+        r.notes.insert("compared_with".into(), text);
+    }
+}
+
 /// Ranks below their peers or their expected figure. A rank re-measured by the workers
 /// carries both measurements as evidence.
 fn slow_ranks(c: &CheckReport, m: &Metric, ranks: &[RankInfo], bands: PeerBands, findings: &mut Vec<Finding>) {
@@ -138,8 +182,7 @@ fn slow_ranks(c: &CheckReport, m: &Metric, ranks: &[RankInfo], bands: PeerBands,
         .filter(|r| r.status == CheckStatus::Passed)
         .filter_map(|r| Some((r.rank, info(r.rank)?.device.clone(), *r.metrics.get(m.key)?)))
         .collect();
-    let single_node = ranks.iter().all(|r| r.node_rank == ranks.first().map_or(0, |f| f.node_rank));
-    let judged = peers::judge(&c.name, m.key, &figures, bands, Conditions::from_config(&c.config, single_node));
+    let judged = peers::judge(&c.name, m.key, &figures, bands, Conditions::from_config(&c.config, &node_sizes(ranks)));
     let below: Vec<_> = judged.iter().filter(|j| j.severity().is_some()).collect();
     let first_key = format!("first_{}", m.key);
     // A collective measured alike by every rank: one finding for the job.

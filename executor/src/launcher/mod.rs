@@ -205,11 +205,27 @@ fn resolve_device(opts: &CheckOptions) -> Result<(DeviceKind, usize, Vec<String>
             ))
             .into())
         }
+        (Some(n), DeviceKind::Cpu) if n > max_cpu_workers() => {
+            return Err(UsageError(format!(
+                "--nproc-per-node {n} asks for more CPU workers than this node can run ({} at most: {} per core)",
+                max_cpu_workers(),
+                CPU_WORKERS_PER_CORE
+            ))
+            .into())
+        }
         (Some(n), _) => n,
         (None, DeviceKind::Cuda) => devices.len(),
         (None, DeviceKind::Cpu) => 2,
     };
     Ok((kind, nproc, devices))
+}
+
+/// CPU workers share the host's cores; beyond a few per core every check only waits for its
+/// turn and the deadlines, not the node, decide the verdict.
+const CPU_WORKERS_PER_CORE: usize = 4;
+
+fn max_cpu_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from).saturating_mul(CPU_WORKERS_PER_CORE)
 }
 
 fn watch_signals(node_rank: usize, tx: mpsc::Sender<Stop>) {

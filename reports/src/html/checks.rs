@@ -138,7 +138,7 @@ fn rank_class(report: &Report, check: &str, rank: usize) -> &'static str {
 
 /// The expected figure for every rank's device, when they agree on one.
 fn expected(report: &Report, c: &CheckReport, key: &str) -> Option<f64> {
-    let when = Conditions::from_config(&c.config, report.nodes.len() == 1);
+    let when = Conditions::from_config(&c.config, &report.nodes.iter().map(|n| n.nproc).collect::<Vec<_>>());
     let mut figures = c.ranks.iter().map(|r| {
         let device = report.ranks.iter().find(|i| i.rank == r.rank).map(|i| i.device.as_str())?;
         Expected::builtin().lookup(device, &c.name, key, when).map(|e| e.value)
