@@ -155,3 +155,34 @@ fn list_shows_every_check_of_the_specification() {
     }
     assert_eq!(v["defaults"]["cuda"]["gemm"]["size"], 8192);
 }
+
+#[test]
+fn a_node_that_never_arrives_is_named_and_the_others_fail_with_it() {
+    let _g = serial();
+    let run = Run::new();
+    let port = free_port();
+    // Three nodes, the third never started; the run's own limit (0.2 min) is shorter than the
+    // rendezvous timeout, so it decides how long node 0 waits.
+    let extra = ["--rdzv-timeout=300", "--sanity-check-max-time=0.2"];
+    let started = std::time::Instant::now();
+    let n1 = run.spawn_node(&extra, 3, 1, port);
+    let n0 = run.spawn_node(&extra, 3, 0, port);
+    let o0 = wait_output(n0, LIMIT);
+    let o1 = wait_output(n1, LIMIT);
+    let waited = started.elapsed();
+    assert_eq!(code(&o0), 1, "{}", stderr(&o0));
+    assert_eq!(code(&o1), 1, "{}", stderr(&o1));
+    assert!(stderr(&o1).contains("node(s) 2 never arrived"), "{}", stderr(&o1));
+    assert!(waited < Duration::from_secs(40), "named within the run's limit: {waited:?}");
+    let r = run.report();
+    assert_eq!(r["status"], "failed");
+    let f = &r["findings"][0];
+    assert_eq!(f["code"], "NODE_MISSING");
+    assert_eq!(f["node_rank"], 2);
+    assert!(f["evidence"][0].as_str().unwrap().contains("0 ("), "{f}");
+    assert_eq!(r["faulty_nodes"].as_array().map(|v| v.len()), Some(1), "{}", r["faulty_nodes"]);
+    assert!(r["checks"].as_array().unwrap().iter().all(|c| c["status"] == "not_run"));
+    assert_eq!(run.events(), ["Checking", "CheckFailed"]);
+    assert!(run.report_dir().join("report.html").exists());
+    run.assert_nothing_left();
+}

@@ -150,3 +150,71 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
 fn check_config(configs: &CheckConfigs, name: &str) -> serde_json::Value {
     name.parse::<CheckId>().map_or(serde_json::Value::Null, |id| id.config_value(configs))
 }
+
+/// The report of a run some of whose nodes never arrived at the rendezvous: no check ran, each
+/// missing node is named (rank and what is known of it), and the run fails.
+pub fn missing_report(meta: &RunMeta, nodes: &[NodeInfo], missing: &[usize], waited: std::time::Duration) -> Report {
+    let checks: Vec<CheckReport> = meta
+        .checks
+        .iter()
+        .map(|name| CheckReport {
+            name: name.clone(),
+            status: CheckStatus::NotRun,
+            duration_s: 0.0,
+            config: name.parse::<CheckId>().map(|id| id.config_value(&meta.configs)).unwrap_or_default(),
+            ranks: Vec::new(),
+        })
+        .collect();
+    let mut findings = Vec::new();
+    for &k in missing {
+        let mut f = Finding::new(
+            Severity::Critical,
+            "NODE_MISSING",
+            "rendezvous",
+            format!(
+                "node {k} of {} never arrived at the rendezvous within {:.0} s: not started, unreachable, or dead",
+                nodes.len(),
+                waited.as_secs_f64()
+            ),
+        );
+        f.node_rank = Some(k);
+        f.host = nodes.get(k).map(|n| n.hostname.clone());
+        f.evidence.push(format!("nodes that arrived: {}", arrived(nodes, missing)));
+        f.action =
+            Some("exclude the node or start its launcher; check that it reaches node 0's address and port".into());
+        findings.push(f);
+    }
+    let list: Vec<String> = missing.iter().map(|k| k.to_string()).collect();
+    let summary = format!("NODE_MISSING: node(s) {} never arrived at the rendezvous", list.join(", "));
+    let node_verdicts = diagnosis::verdict::node_verdicts(nodes, &findings);
+    let faulty_nodes = diagnosis::verdict::faulty_nodes(&node_verdicts);
+    Report {
+        node_verdicts,
+        faulty_nodes,
+        remeasured: Vec::new(),
+        pair_bandwidth: Vec::new(),
+        schema_version: REPORT_SCHEMA_VERSION,
+        gpusanity_version: env!("CARGO_PKG_VERSION").into(),
+        run_id: meta.run_id.clone(),
+        started_at: meta.started_at,
+        finished_at: chrono::Utc::now(),
+        status: gpusanity_common::report::RunStatus::Failed,
+        summary,
+        settings: meta.settings.clone(),
+        backend: meta.backend,
+        nodes: nodes.to_vec(),
+        ranks: Vec::new(),
+        checks,
+        findings,
+        events: Vec::new(),
+    }
+}
+
+fn arrived(nodes: &[NodeInfo], missing: &[usize]) -> String {
+    let v: Vec<String> = nodes
+        .iter()
+        .filter(|n| !missing.contains(&n.node_rank))
+        .map(|n| format!("{} ({}, {})", n.node_rank, n.hostname, n.addr))
+        .collect();
+    v.join(", ")
+}

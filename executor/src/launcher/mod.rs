@@ -1,6 +1,7 @@
 //! The node launcher of `gpusanity check`: timing policy, device and topology resolution,
 //! rendezvous, workers under supervision, node 0's report and verdict, and the hand-over.
 
+mod arrival;
 mod events;
 mod gather;
 mod node;
@@ -22,7 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::protocol::WorkerSpec;
 use events::EventLog;
-use node::{Cluster, Verdict};
+use node::{Cluster, Joined, Verdict};
 use rendezvous::TopologyFlags;
 use supervise::{Stop, Supervisor};
 
@@ -75,8 +76,14 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
     let (device, nproc, devices) = resolve_device(&opts)?;
     let mut configs = CheckConfigs::defaults(device);
     configs.apply_params(&opts.check_params).map_err(|e| UsageError(e.to_string()))?;
-    let cluster = Cluster::join(&topo, opts.node_name.as_deref(), device, nproc, &devices, opts.rdzv_timeout).await?;
+    // A node that never arrives is named within the run's own limit, not after a longer wait.
+    let rdzv_wait = opts.rdzv_timeout.min(opts.settings.max_time().saturating_sub(started.elapsed()));
+    let joined = Cluster::join(&topo, opts.node_name.as_deref(), device, nproc, &devices, rdzv_wait).await?;
     let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
+    let cluster = match joined {
+        Joined::All(cluster) => cluster,
+        Joined::Missing(m) => return missing_nodes(&opts, is_master, device, &configs, &mut log, m),
+    };
     let checks =
         crate::checks::pair_schedule::with_link_test(opts.settings.selected_checks(), device, cluster.nodes.len());
     log.push(CheckState::Checking, format!("{} on {} rank(s): {}", device, cluster.world, checks.join(", ")))?;
@@ -156,6 +163,42 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
         }
         RunStatus::TimedOut => Ok(Handover::Exit(ExitCode::TimedOut)),
     }
+}
+
+/// Some nodes never arrived: node 0 writes a report naming them and fails the run; every node
+/// that did arrive shares that verdict (exit 1), and none of them starts a check.
+fn missing_nodes(
+    opts: &CheckOptions,
+    is_master: bool,
+    device: DeviceKind,
+    configs: &CheckConfigs,
+    log: &mut EventLog,
+    m: node::MissingNodes,
+) -> Result<Handover> {
+    let names: Vec<String> = m.missing.iter().map(|k| k.to_string()).collect();
+    if !is_master {
+        eprintln!(
+            "gpusanity: node(s) {} never arrived at the rendezvous; node 0 fails the run (CheckFailed)",
+            names.join(", ")
+        );
+        return Ok(Handover::Exit(ExitCode::CheckFailed));
+    }
+    let checks = opts.settings.selected_checks();
+    log.push(CheckState::Checking, format!("{device}: waiting for {} node(s)", m.nodes.len()))?;
+    let meta = gather::RunMeta {
+        run_id: m.run_id.clone(),
+        started_at: chrono::Utc::now(),
+        settings: opts.settings.clone(),
+        backend: device,
+        configs: configs.clone(),
+        checks,
+    };
+    let mut report = gather::missing_report(&meta, &m.nodes, &m.missing, m.waited);
+    log.push(CheckState::CheckFailed, report.summary.clone())?;
+    report.events = log.events.clone();
+    write_report(&opts.report_dir, &report)?;
+    print!("{}", gpusanity_reports::text::summary(&report));
+    Ok(Handover::Exit(ExitCode::CheckFailed))
 }
 
 fn skip_reason(opts: &CheckOptions) -> Option<String> {

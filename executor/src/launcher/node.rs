@@ -9,6 +9,7 @@ use gpusanity_common::report::{DeviceKind, NodeInfo, RunStatus};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use super::arrival::{self, Arrival};
 use super::rendezvous::Topology;
 use super::supervise::{NodeOutcome, Stop};
 use super::UsageError;
@@ -55,6 +56,24 @@ pub struct Cluster {
     pub run_id: String,
 }
 
+/// The end of the rendezvous.
+pub enum Joined {
+    All(Cluster),
+    /// Some nodes never arrived within the wait.
+    Missing(MissingNodes),
+}
+
+/// The nodes of a run some of which never arrived at the rendezvous.
+pub struct MissingNodes {
+    /// Every node by rank; a missing one with what is known of it (its rank).
+    pub nodes: Vec<NodeInfo>,
+    /// The node ranks that never arrived.
+    pub missing: Vec<usize>,
+    /// How long node 0 waited for them.
+    pub waited: Duration,
+    pub run_id: String,
+}
+
 /// Runs a blocking store call off the async runtime.
 async fn blocking<T: Send + 'static>(
     client: &Arc<Mutex<StoreClient>>,
@@ -77,7 +96,7 @@ impl Cluster {
         nproc: usize,
         devices: &[String],
         timeout: Duration,
-    ) -> Result<Cluster> {
+    ) -> Result<Joined> {
         let mut port = topo.master_port;
         if topo.node_rank == 0 {
             let listener = tokio::net::TcpListener::bind(("0.0.0.0", port)).await.map_err(|e| {
@@ -113,18 +132,36 @@ impl Cluster {
             let id = format!("{}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ"), std::process::id());
             blocking(&client, move |c| c.set("run_id", &id)).await?;
         }
-        let regs: Vec<String> = blocking(&client, move |c| {
+        let me = topo.node_rank;
+        // The run id first: once node 0 has declared nodes missing, its store may go away.
+        let (run_id, arrival) = blocking(&client, move |c| {
             c.set(&key, &value)?;
-            (0..nnodes).map(|k| c.get(&format!("node/{k}"), timeout)).collect()
+            let run_id = c.get("run_id", timeout)?;
+            Ok((run_id, arrival::wait_all(c, nnodes, timeout, me)?))
         })
         .await
         .map_err(|e| UsageError(format!("rendezvous: not every node arrived: {e}")))?;
-        let run_id = blocking(&client, move |c| c.get("run_id", timeout)).await?;
-        let regs: Vec<Registration> = regs
-            .iter()
-            .map(|r| serde_json::from_str(r))
-            .collect::<Result<_, _>>()
-            .context("malformed node registration")?;
+        let parse = |r: &String| serde_json::from_str::<Registration>(r).context("malformed node registration");
+        let regs: Vec<Registration> = match arrival {
+            Arrival::All(regs) => regs.iter().map(parse).collect::<Result<_>>()?,
+            Arrival::Missing { present, missing } => {
+                let present = present.iter().map(|r| r.as_ref().map(parse).transpose()).collect::<Result<Vec<_>>>()?;
+                let nodes = present
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, r)| match r {
+                        Some(r) => r.info,
+                        None => NodeInfo {
+                            node_rank: k,
+                            hostname: format!("node {k}"),
+                            addr: "unknown: it never registered".into(),
+                            nproc: 0,
+                        },
+                    })
+                    .collect();
+                return Ok(Joined::Missing(MissingNodes { nodes, missing, waited: timeout, run_id }));
+            }
+        };
         if let Some(other) = regs.iter().find(|r| r.device != device) {
             return Err(UsageError(format!(
                 "node {} runs the {} backend but this node runs {}: every node must use the same --device",
@@ -136,7 +173,7 @@ impl Cluster {
         let rank_offset = nodes[..topo.node_rank].iter().map(|n| n.nproc).sum();
         let world = nodes.iter().map(|n| n.nproc).sum();
         tracing::info!(node = topo.node_rank, world, rank_offset, %store_addr, "rendezvous complete");
-        Ok(Cluster {
+        Ok(Joined::All(Cluster {
             client,
             store_addr,
             node_rank: topo.node_rank,
@@ -146,7 +183,7 @@ impl Cluster {
             world,
             rank_offset,
             run_id,
-        })
+        }))
     }
 
     /// Forwards a stop posted by another node to `tx`.
