@@ -4,7 +4,7 @@
 //! Nothing else waits on it: a dead endpoint holds one task (at most `concurrency` in flight)
 //! while the others go on, and the coordinator and the publisher never wait on the notifier.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,8 +27,9 @@ pub struct Sender {
     pub client: reqwest::Client,
     pub mailer: Option<Mailer>,
     pub wake: Arc<Notify>,
-    /// Deliveries being sent now; kept across a restart of [`Sender::run`] so none is sent twice at once.
-    pub inflight: Arc<Mutex<HashSet<i64>>>,
+    /// Deliveries being sent now, and those just recorded; kept across a restart of
+    /// [`Sender::run`] so none is sent twice at once.
+    pub inflight: Arc<Mutex<Claims>>,
     pub slots: Arc<Semaphore>,
 }
 
@@ -41,6 +42,45 @@ pub fn backoff(c: &NotifierConfig, attempt: u32) -> Duration {
 }
 
 /// What one try came to, before it is logged.
+/// Which deliveries this process is sending, and the attempt counts it recorded last.
+///
+/// A query for due deliveries can read a row as it was before an attempt that ended while the
+/// query ran (still pending, its old `next_at`): by the time the row comes back the attempt is
+/// no longer in flight. `recorded` tells such a stale row (fewer attempts than recorded) from a
+/// retry that is really due, so a failed attempt is never repeated at once, without its backoff.
+#[derive(Debug, Default)]
+pub struct Claims {
+    inflight: HashSet<i64>,
+    recorded: HashMap<i64, (i64, Instant)>,
+}
+
+/// A stale row can only come from a query that started before the attempt was recorded; a
+/// record older than this cannot be raced any more.
+const RECORD_KEPT: Duration = Duration::from_secs(60);
+
+impl Claims {
+    /// Claims `d` for one attempt: false if it is in flight or the row is stale.
+    fn claim(&mut self, d: &Due) -> bool {
+        if self.recorded.get(&d.id).is_some_and(|(attempts, _)| d.attempts < *attempts) {
+            return false;
+        }
+        self.inflight.insert(d.id)
+    }
+
+    /// The attempt ended with `attempts` recorded (or failed to record: `None`).
+    fn release(&mut self, id: i64, attempts: Option<i64>) {
+        self.inflight.remove(&id);
+        if let Some(a) = attempts {
+            self.recorded.insert(id, (a, Instant::now()));
+        }
+        self.recorded.retain(|_, (_, at)| at.elapsed() < RECORD_KEPT);
+    }
+
+    fn busy(&self) -> usize {
+        self.inflight.len()
+    }
+}
+
 enum Tried {
     Ok(Option<u16>),
     Retry(Option<u16>, String),
@@ -54,29 +94,33 @@ impl Sender {
         loop {
             let free = slots.available_permits() as i64;
             if free > 0 {
-                let busy = inflight.lock().map(|s| s.len()).unwrap_or(0) as i64;
+                let busy = inflight.lock().map(|s| s.busy()).unwrap_or(0) as i64;
                 for d in store::due(&self.db, free + busy).await? {
-                    let fresh = inflight.lock().map(|mut s| s.insert(d.id)).unwrap_or(false);
+                    let fresh = inflight.lock().map(|mut s| s.claim(&d)).unwrap_or(false);
                     if !fresh {
                         continue;
                     }
                     let Ok(permit) = slots.clone().try_acquire_owned() else {
                         if let Ok(mut s) = inflight.lock() {
-                            s.remove(&d.id);
+                            s.release(d.id, None);
                         }
                         break;
                     };
                     let (me, inflight) = (self.clone(), inflight.clone());
                     tokio::spawn(async move {
-                        let id = d.id;
-                        if let Err(e) = me.deliver(d).await {
-                            tracing::error!(
-                                delivery = id,
-                                "recording a delivery attempt failed, it will be tried again: {e}"
-                            );
-                        }
+                        let (id, attempts) = (d.id, d.attempts + 1);
+                        let recorded = match me.deliver(d).await {
+                            Ok(()) => Some(attempts),
+                            Err(e) => {
+                                tracing::error!(
+                                    delivery = id,
+                                    "recording a delivery attempt failed, it will be tried again: {e}"
+                                );
+                                None
+                            }
+                        };
                         if let Ok(mut s) = inflight.lock() {
-                            s.remove(&id);
+                            s.release(id, recorded);
                         }
                         drop(permit);
                         me.wake.notify_one();
@@ -171,6 +215,26 @@ impl Sender {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_row_read_before_its_attempt_was_recorded_is_not_sent_again() {
+        let due = |attempts| Due {
+            id: 7,
+            key: "k".into(),
+            channel: "webhook".into(),
+            target: "{}".into(),
+            event: "{}".into(),
+            attempts,
+        };
+        let mut c = Claims::default();
+        assert!(c.claim(&due(0)));
+        assert!(!c.claim(&due(0)), "in flight");
+        c.release(7, Some(1));
+        assert!(!c.claim(&due(0)), "a stale row of the first attempt");
+        assert!(c.claim(&due(1)), "the retry, once due");
+        c.release(7, None);
+        assert!(c.claim(&due(1)), "an attempt that was not recorded is tried again");
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_cap_with_jitter() {
