@@ -13,6 +13,7 @@ pub mod coordinator;
 pub mod http;
 pub mod outbox;
 pub mod serve;
+pub mod shutdown;
 
 pub use config::ServiceConfig;
 

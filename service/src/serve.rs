@@ -68,7 +68,20 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         r = ingest.run(events) => r.context("job-event consumer"),
         r = coord.run(notices_rx, reports) => r.context("coordinator"),
         r = axum::serve(listener, app) => r.context("HTTP server"),
-        _ = term.recv() => Ok(()),
-        _ = tokio::signal::ctrl_c() => Ok(()),
+        _ = stop_signal(&mut term) => Ok(()),
     }
 }
+
+/// Waits for SIGTERM or SIGINT and starts the exit watchdog before the other parts are dropped
+/// (the select drops them before its branch runs).
+async fn stop_signal(term: &mut tokio::signal::unix::Signal) {
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("stop signal: stopping");
+    crate::shutdown::exit_after(SHUTDOWN_GRACE, "serve");
+}
+
+/// How long `serve` may take to stop after a signal.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);

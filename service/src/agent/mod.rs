@@ -145,7 +145,9 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
             _ = int.recv() => break,
         }
     }
-    // Stop every launcher and report how each ended before leaving.
+    // Stop every launcher and report how each ended before leaving (15 s at most), then leave
+    // the broker (bounded too).
+    crate::shutdown::exit_after(Duration::from_secs(18), "agent");
     for r in agent.running.values_mut() {
         if let Some(c) = r.cancel.take() {
             let _ = c.send(());
