@@ -3,6 +3,7 @@
 //! run page.
 
 mod faults;
+mod job_settings;
 mod micro_checks;
 mod models;
 mod one_rank;

@@ -50,6 +50,8 @@ pub struct CheckOptions {
     pub command: Vec<String>,
     /// This node's name in the report (the agent passes the job's node name); else the hostname.
     pub node_name: Option<String>,
+    /// Which variables `--sanity-check-envs` may set, and whether test faults pass.
+    pub env_policy: gpusanity_common::envs::EnvPolicy,
 }
 
 /// What the process does once the check is over.
@@ -66,6 +68,7 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
     let env: std::collections::HashMap<String, String> = std::env::vars().collect();
     let topo = rendezvous::resolve(&opts.topology, &env).map_err(|e| UsageError(e.to_string()))?;
     let is_master = topo.node_rank == 0;
+    opts.env_policy.check(&opts.settings.envs).map_err(|e| UsageError(e.to_string()))?;
 
     if let Some(reason) = skip_reason(&opts) {
         let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
@@ -118,6 +121,7 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
         hostname: cluster.hostname.clone(),
         specs,
         check_envs: opts.settings.envs.clone(),
+        test_faults: opts.env_policy.test_faults,
         per_test: opts.settings.timeout_per_test(),
         run_deadline: started + opts.settings.max_time(),
         run_limit: opts.settings.max_time(),

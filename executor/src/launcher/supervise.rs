@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 mod unfinished;
 
 use super::node::AbortHandle;
-use crate::protocol::{WorkerMsg, WorkerSpec, SPEC_ENV};
+use crate::protocol::{WorkerMsg, WorkerSpec, FAULT_ENV, SPEC_ENV};
 use unfinished::{describe_exit, unfinished};
 
 /// How long a node whose rank failed waits for a stop decided elsewhere.
@@ -74,6 +74,9 @@ pub struct Supervisor {
     pub hostname: String,
     pub specs: Vec<WorkerSpec>,
     pub check_envs: Vec<(String, String)>,
+    /// Whether the workers may see `GPUSANITY_FAULT` (from the launcher's environment or the
+    /// job's envs); off, it is removed from theirs.
+    pub test_faults: bool,
     pub per_test: Duration,
     /// When the whole run must be over.
     pub run_deadline: Instant,
@@ -259,8 +262,11 @@ impl Supervisor {
     async fn spawn(&self, i: usize, spec: &WorkerSpec, tx: mpsc::Sender<Event>) -> Result<Rank> {
         let exe = std::env::current_exe().context("locating the gpusanity binary")?;
         let mut cmd = Command::new(exe);
-        cmd.arg("worker")
-            .env(SPEC_ENV, serde_json::to_string(spec)?)
+        cmd.arg("worker");
+        if !self.test_faults {
+            cmd.env_remove(FAULT_ENV);
+        }
+        cmd.env(SPEC_ENV, serde_json::to_string(spec)?)
             .envs(self.check_envs.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
