@@ -10,3 +10,4 @@ mod one_rank;
 mod remeasure;
 mod report_page;
 mod run;
+mod stall;

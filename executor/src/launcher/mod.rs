@@ -123,6 +123,7 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
         check_envs: opts.settings.envs.clone(),
         test_faults: opts.env_policy.test_faults,
         per_test: opts.settings.timeout_per_test(),
+        stall: Duration::from_secs(configs.stall_s),
         run_deadline: started + opts.settings.max_time(),
         run_limit: opts.settings.max_time(),
     };
