@@ -1,6 +1,6 @@
 //! What a job's settings may ask of `gpusanity check`: environment variables through the
 //! operator's allowlist only, never the loader's or gpusanity's own, and test faults only when
-//! the operator's command line enables them.
+//! the operator's command line enables them; sizes that cannot fit in memory.
 
 use gpusanity_testkit::common;
 
@@ -66,4 +66,20 @@ fn a_fault_in_the_launchers_environment_reaches_the_workers_only_with_test_fault
     c.env("GPUSANITY_FAULT", "gemm-wrong@0");
     let out = run_with_timeout(c, LIMIT);
     assert_eq!(code(&out), 1, "{}", stderr(&out));
+}
+
+#[test]
+fn sizes_that_do_not_fit_in_memory_are_refused_up_front_with_what_they_need() {
+    let _g = serial();
+    for (param, check) in
+        [("gemm.size=65536", "gemm needs"), ("all-reduce.max-bytes=1099511627776", "all-reduce needs")]
+    {
+        let run = Run::new();
+        let out = run_with_timeout(run.command(&["--micro-benchmarks=gemm,all-reduce", "--check-param", param]), LIMIT);
+        assert_eq!(code(&out), 2, "{param}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(check) && err.contains("GiB of host memory") && err.contains("available"), "{err}");
+        assert!(!run.report_dir().join("report.json").exists(), "{param}: a check ran");
+        run.assert_nothing_left();
+    }
 }

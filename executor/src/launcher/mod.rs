@@ -3,6 +3,7 @@
 
 mod arrival;
 mod events;
+mod fit;
 mod gather;
 mod node;
 pub mod rendezvous;
@@ -79,6 +80,7 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
     let (device, nproc, devices) = resolve_device(&opts)?;
     let mut configs = CheckConfigs::defaults(device);
     configs.apply_params(&opts.check_params).map_err(|e| UsageError(e.to_string()))?;
+    fit::check_fits(&configs, &opts.settings.selected_checks(), device, nproc)?;
     // A node that never arrives is named within the run's own limit, not after a longer wait.
     let rdzv_wait = opts.rdzv_timeout.min(opts.settings.max_time().saturating_sub(started.elapsed()));
     let joined = Cluster::join(&topo, opts.node_name.as_deref(), device, nproc, &devices, rdzv_wait).await?;
