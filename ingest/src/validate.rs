@@ -2,7 +2,7 @@
 //! the dead letter). Names and ids are one short printable line; no string anywhere holds a
 //! NUL (PostgreSQL cannot store one in text); lengths are bounded.
 
-use crate::text::{check_name, check_text, first_nul, TextError, MAX_NAME, MAX_TEXT};
+use crate::text::{check_name, check_text, first_nul, TextError, MAX_TEXT};
 use gpusanity_common::wire::agent::{AgentReport, ReportBody};
 use gpusanity_common::wire::job::{JobEvent, JobEventBody, JobNode, RestartReason, JOB_EVENT_TYPES};
 use gpusanity_common::wire::WIRE_VERSION;
@@ -163,6 +163,7 @@ fn check_nodes(nodes: &[JobNode]) -> Result<(), Reject> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text::MAX_NAME;
 
     fn alloc(args: &str) -> String {
         format!(
