@@ -52,15 +52,18 @@ fn a_pair_index_of_u64_max_is_an_error_not_a_panic() {
     assert_eq!(m.cells.len(), 64);
 }
 
+/// Makes one index of a report point past its nodes.
+type Forge = fn(&mut Report);
+
 #[test]
 fn every_node_index_is_checked() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Report)>)> = vec![
-        ("faulty_nodes[0]", Box::new(|r| r.faulty_nodes = vec![3])),
-        ("findings[0].node_rank", Box::new(|r| r.findings[0].node_rank = Some(usize::MAX))),
-        ("findings[0].pair[1]", Box::new(|r| r.findings[0].pair = Some([0, 9]))),
-        ("node_verdicts[0].node_rank", Box::new(|r| r.node_verdicts[0].node_rank = 3)),
-        ("ranks[0].node_rank", Box::new(|r| r.ranks[0].node_rank = 42)),
-        ("nodes[0].node_rank", Box::new(|r| r.nodes[0].node_rank = 3)),
+    let cases: [(&str, Forge); 6] = [
+        ("faulty_nodes[0]", |r| r.faulty_nodes = vec![3]),
+        ("findings[0].node_rank", |r| r.findings[0].node_rank = Some(usize::MAX)),
+        ("findings[0].pair[1]", |r| r.findings[0].pair = Some([0, 9])),
+        ("node_verdicts[0].node_rank", |r| r.node_verdicts[0].node_rank = 3),
+        ("ranks[0].node_rank", |r| r.ranks[0].node_rank = 42),
+        ("nodes[0].node_rank", |r| r.nodes[0].node_rank = 3),
     ];
     for (what, forge) in cases {
         let mut r = example();
