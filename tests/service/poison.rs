@@ -9,6 +9,7 @@ use gpusanity_testkit::svc;
 use std::io::{Read, Write};
 use std::time::Duration;
 
+use gpusanity_service::auth::{envelope, Direction, Keyring};
 use serde_json::{json, Value};
 use svc::{allocated, Reader, World};
 
@@ -79,14 +80,33 @@ fn poison_job_events_become_dead_letters_on_postgresql() {
     w.shutdown();
 }
 
-/// A node 0 result without a report (its launcher failed) for `run_id`.
-fn result(node: &str, run_id: &str, error: &str) -> Vec<u8> {
-    json!({
-        "version": 1, "node": node, "agent_id": "agent-1", "at": "2026-12-01T00:00:00Z",
+/// `report` signed with the world's agent key, as an agent sends it.
+fn sealed(w: &World, report: Value) -> Vec<u8> {
+    let ring = Keyring::load(&w.agent_keys()).expect("the world's agent keys");
+    envelope::seal(ring.first(), Direction::Report, report.to_string()).into_bytes()
+}
+
+/// A node 0 result without a report (its launcher failed) for `run_id`, from `agent-1`.
+fn result(w: &World, node: &str, run_id: &str, error: &str) -> Vec<u8> {
+    let r = json!({
+        "version": 1, "node": node, "agent_id": "agent-1", "at": chrono::Utc::now(),
         "type": "Result", "run_id": run_id, "node_rank": 0, "exit_code": 4, "error": error,
-    })
-    .to_string()
-    .into_bytes()
+    });
+    sealed(w, r)
+}
+
+/// A run of `job` on node `pg-a`, whose agent `agent-1` (its heartbeat sent by the test) got
+/// node 0's task: its results are accepted.
+fn held_run(w: &World, out: &mut Reader, tasks: &mut Reader, event: &str, job: &str) -> String {
+    let beat = json!({
+        "version": 1, "node": "pg-a", "agent_id": "agent-1", "at": chrono::Utc::now(),
+        "type": "Heartbeat", "address": "127.0.0.1",
+    });
+    w.publish_on("agent-reports", &sealed(w, beat));
+    w.publish(allocated(event, job, &["pg-a"], "").as_bytes());
+    let run = started_run(out, job);
+    tasks.wait_for(WAIT, "node 0's task", |v| v["payload"].as_str().is_some_and(|p| p.contains(&run)));
+    run
 }
 
 fn failed(out: &mut Reader, job: &str) -> Value {
@@ -96,15 +116,15 @@ fn failed(out: &mut Reader, job: &str) -> Value {
 #[test]
 fn poison_agent_reports_become_dead_letters_on_postgresql() {
     let _g = svc::common::serial();
-    let mut w = pg_world("gpusanity_poison_reports", "agent_wait_s = 60.0");
+    let mut w = pg_world("gpusanity_poison_reports", "agent_timeout_s = 60.0\nagent_wait_s = 60.0");
     let mut out = w.reader("check-events");
     let mut dead = w.reader("dead-letter");
+    let mut tasks = w.reader("agent-tasks");
     refuse_rows(&w, "findings", "message", "refuse-me", "23514");
 
     // A NUL in the launcher's error line, which the findings and the summary would store.
-    w.publish(allocated("r-1", "job-r1", &["pg-a"], "").as_bytes());
-    let run1 = started_run(&mut out, "job-r1");
-    w.publish_on("agent-reports", &result("pg-a", &run1, "bad\u{0}line"));
+    let run1 = held_run(&w, &mut out, &mut tasks, "r-1", "job-r1");
+    w.publish_on("agent-reports", &result(&w, "pg-a", &run1, "bad\u{0}line"));
     let dl = dead.wait_for(WAIT, "the NUL's dead letter", |v| v["topic"] == w.topic("agent-reports"));
     assert_eq!(dl["reason"], "bad `error`: holds a NUL character (byte 3)", "{dl:#}");
     let f = failed(&mut out, "job-r1");
@@ -112,9 +132,8 @@ fn poison_agent_reports_become_dead_letters_on_postgresql() {
     assert_eq!(w.sql(&format!("SELECT code FROM findings WHERE run_id = '{run1}'")), ["DATA_PLANE_ERROR"]);
 
     // Refused by the database: the finding the result makes is refused by the trigger.
-    w.publish(allocated("r-2", "job-r2", &["pg-a"], "").as_bytes());
-    let run2 = started_run(&mut out, "job-r2");
-    w.publish_on("agent-reports", &result("pg-a", &run2, "please refuse-me"));
+    let run2 = held_run(&w, &mut out, &mut tasks, "r-2", "job-r2");
+    w.publish_on("agent-reports", &result(&w, "pg-a", &run2, "please refuse-me"));
     let dl = dead.wait_for(WAIT, "the database's dead letter", |v| {
         v["reason"].as_str().is_some_and(|r| r.starts_with("refused by the database"))
     });
@@ -122,9 +141,8 @@ fn poison_agent_reports_become_dead_letters_on_postgresql() {
     assert_eq!(failed(&mut out, "job-r2")["reason"], "error");
 
     // A later good report is handled: the run ends with the launcher's error.
-    w.publish(allocated("r-3", "job-r3", &["pg-a"], "").as_bytes());
-    let run3 = started_run(&mut out, "job-r3");
-    w.publish_on("agent-reports", &result("pg-a", &run3, "the launcher failed"));
+    let run3 = held_run(&w, &mut out, &mut tasks, "r-3", "job-r3");
+    w.publish_on("agent-reports", &result(&w, "pg-a", &run3, "the launcher failed"));
     let f = failed(&mut out, "job-r3");
     assert!(f["summary"].as_str().is_some_and(|s| s.contains("the launcher failed")), "{f:#}");
     dead.drain(Duration::from_millis(300));

@@ -1,8 +1,8 @@
 //! Agent reports that cannot be handled. A report whose names or text are malformed (a NUL, a
 //! control character in a name, a name too long), or whose handling the database refuses (a
 //! poison message: [`DbError::is_poison`]), goes to the dead-letter topic with the reason and
-//! its offset is committed; a run it was the result of ends failed (`DATA_PLANE_ERROR`) rather
-//! than waiting for its deadline. While the database is away (an outage) the same report is
+//! its offset is committed; a run it was the result of (sent by the agent holding that node of
+//! the run) ends failed (`DATA_PLANE_ERROR`) rather than waiting for its deadline. While the database is away (an outage) the same report is
 //! handled again after a backoff, and nothing is dead-lettered.
 
 use anyhow::Result;
@@ -77,8 +77,11 @@ impl Coordinator {
         }
         self.outbox_wake.notify_one();
         let ReportBody::Result(res) = &r.body else { return Ok(()) };
-        let Some(a) = self.active.get(&res.run_id) else { return Ok(()) };
         let k = res.node_rank;
+        let Some(a) = self.active.get(&res.run_id) else { return Ok(()) };
+        if !Self::holds(a, &r.node, &r.agent_id, k) {
+            return Ok(());
+        }
         let message = format!("the result of node {k} was refused: {reason}");
         let f = node_finding(&a.run, k, "DATA_PLANE_ERROR", message.clone());
         let run_id = res.run_id.clone();
