@@ -27,7 +27,13 @@ fn message(offset: i64, payload: &str) -> OwnedMessage {
 async fn ingest(dir: &tempfile::TempDir) -> Ingest {
     let db = Db::connect(&format!("sqlite://{}", dir.path().join("t.db").display())).await.expect("db");
     let (notices, _) = mpsc::unbounded_channel();
-    Ingest { db, topics: Topics::default(), notices, outbox_wake: Arc::new(Notify::new()) }
+    Ingest {
+        db,
+        topics: Topics::default(),
+        notices,
+        outbox_wake: Arc::new(Notify::new()),
+        env_policy: Default::default(),
+    }
 }
 
 async fn column(db: &Db, q: &str) -> Vec<String> {
