@@ -239,6 +239,11 @@ fn report(args: &ReportArgs) -> ExitCode {
             serde_json::from_slice(&bytes)
                 .map_err(|e| UsageError(format!("{} is not a gpusanity report: {e}", args.report.display())))
         })
+        .and_then(|r| {
+            gpusanity_reports::validate::validate(&r)
+                .map(|()| r)
+                .map_err(|e| UsageError(format!("{} is not a valid gpusanity report: {e}", args.report.display())))
+        })
         .map_err(anyhow::Error::from)
         .and_then(|r| launcher::write_html(&out, &r));
     match result {

@@ -6,6 +6,7 @@
 //! together take a [`Tx`] so the caller commits them as one transaction.
 
 pub mod browse;
+mod fault;
 pub mod outbox;
 pub mod results;
 pub mod runs;
@@ -17,6 +18,7 @@ use sqlx::{AnyPool, ConnectOptions, Executor};
 use thiserror::Error;
 
 pub use browse::{FindingRow, NodeHealthRow, RunFilter, RunListRow};
+pub use fault::Fault;
 pub use outbox::OutboxRow;
 pub use runs::{JobRow, RunRow, ServiceRunState};
 

@@ -2,6 +2,11 @@
 //! (idempotent by event id; malformed ones become dead letters in the outbox), commits it, and
 //! only then stores the batch's offsets for commit. A crash before the commit redelivers the
 //! batch, and the event ids already stored make the redelivery a no-op.
+//!
+//! A poison event, one the database refuses ([`DbError::is_poison`]: a data exception, an
+//! integrity violation), becomes a dead letter with the database's reason and consumption goes
+//! on. While the database is away (an outage) nothing is dead-lettered or committed: the batch
+//! is applied again after a backoff.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,17 +17,41 @@ use gpusanity_common::wire::output::{OutputBody, OutputEvent};
 use gpusanity_common::wire::{Topics, WIRE_VERSION};
 use gpusanity_common::Settings;
 use gpusanity_db::runs::{self, JobRow, RunRow, ServiceRunState};
+use gpusanity_db::DbError;
 use gpusanity_db::{now_ms, outbox, Db, Tx};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Message, OwnedMessage};
+use thiserror::Error;
 use tokio::sync::{mpsc, Notify};
 
 use crate::policy::{self, Decision, Start};
+use crate::retry::Backoff;
 use crate::validate::{self, Reject};
 use crate::Notice;
 
 /// The most events applied in one transaction.
 const BATCH: usize = 1000;
+
+/// Why applying events failed.
+#[derive(Debug, Error)]
+pub enum ApplyError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("encoding JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl ApplyError {
+    /// The event's data is at fault (the database refused it): applying it again fails again.
+    pub fn is_poison(&self) -> bool {
+        match self {
+            ApplyError::Db(e) => e.is_poison(),
+            ApplyError::Json(_) => true,
+        }
+    }
+}
+
+type Applied<T> = std::result::Result<T, ApplyError>;
 
 pub struct Ingest {
     pub db: Db,
@@ -78,7 +107,7 @@ impl Ingest {
                     Err(_) => break,
                 }
             }
-            let notices = self.apply_batch(&batch).await?;
+            let notices = self.apply_until_done(&batch).await;
             for m in &batch {
                 consumer.store_offset(m.topic(), m.partition(), m.offset()).context("storing a consumed offset")?;
             }
@@ -89,8 +118,48 @@ impl Ingest {
         }
     }
 
-    /// Applies a batch in one transaction; returns the notices for the coordinator.
-    pub async fn apply_batch(&self, batch: &[OwnedMessage]) -> Result<Vec<Notice>> {
+    /// Applies a batch, again and again while the database is away (nothing is committed
+    /// meanwhile, so a good event is never dead-lettered for an outage).
+    async fn apply_until_done(&self, batch: &[OwnedMessage]) -> Vec<Notice> {
+        let mut backoff = Backoff::default();
+        loop {
+            match self.apply_batch(batch).await {
+                Ok(notices) => return notices,
+                Err(e) => {
+                    let wait = backoff.step();
+                    tracing::warn!(events = batch.len(), "applying job events failed, retrying in {wait:?}: {e}");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    /// Applies a batch in one transaction; returns the notices for the coordinator. When the
+    /// database refuses an event of the batch, the batch is rolled back and its events applied
+    /// one transaction each, and the refused one becomes a dead letter with the reason.
+    pub async fn apply_batch(&self, batch: &[OwnedMessage]) -> Applied<Vec<Notice>> {
+        match self.apply_together(batch).await {
+            Err(e) if e.is_poison() => {
+                let mut notices = Vec::new();
+                for m in batch {
+                    match self.apply_together(std::slice::from_ref(m)).await {
+                        Ok(n) => notices.extend(n),
+                        Err(e) if e.is_poison() => {
+                            let mut tx = self.db.begin().await?;
+                            self.dead_letter(&mut tx, m, &format!("refused by the database: {e}")).await?;
+                            tx.commit().await.map_err(DbError::from)?;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(notices)
+            }
+            r => r,
+        }
+    }
+
+    /// Applies the events in one transaction.
+    async fn apply_together(&self, batch: &[OwnedMessage]) -> Applied<Vec<Notice>> {
         let mut tx = self.db.begin().await?;
         let mut notices = Vec::new();
         for m in batch {
@@ -100,34 +169,20 @@ impl Ingest {
                 Err(r) => Err(r),
             };
             if let Err(reject) = res {
-                tracing::warn!(
-                    topic = m.topic(),
-                    partition = m.partition(),
-                    offset = m.offset(),
-                    "dead letter: {reject}"
-                );
-                let dl = DeadLetter {
-                    version: WIRE_VERSION,
-                    event_id: format!("dead-letter/{}/{}/{}", m.topic(), m.partition(), m.offset()),
-                    reason: reject.to_string(),
-                    topic: m.topic().into(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    payload: String::from_utf8_lossy(bytes).into_owned(),
-                    at: chrono::Utc::now(),
-                };
-                outbox::enqueue_raw(
-                    &mut tx,
-                    &self.topics.dead_letter,
-                    "dead-letter",
-                    &dl.event_id,
-                    &serde_json::to_string(&dl)?,
-                )
-                .await?;
+                self.dead_letter(&mut tx, m, &reject.to_string()).await?;
             }
         }
-        tx.commit().await?;
+        tx.commit().await.map_err(DbError::from)?;
         Ok(notices)
+    }
+
+    /// Queues `m` with `reason` for the dead-letter topic.
+    async fn dead_letter(&self, tx: &mut Tx, m: &OwnedMessage, reason: &str) -> Applied<()> {
+        tracing::warn!(topic = m.topic(), partition = m.partition(), offset = m.offset(), "dead letter: {reason}");
+        let dl = dead_letter(m.topic(), m.partition(), m.offset(), m.payload().unwrap_or_default(), reason);
+        outbox::enqueue_raw(tx, &self.topics.dead_letter, "dead-letter", &dl.event_id, &serde_json::to_string(&dl)?)
+            .await?;
+        Ok(())
     }
 
     /// Applies one well-formed event. The outer error is the database's; the inner one rejects
@@ -138,7 +193,7 @@ impl Ingest {
         ev: &JobEvent,
         raw: &[u8],
         notices: &mut Vec<Notice>,
-    ) -> Result<Result<(), Reject>> {
+    ) -> Applied<Result<(), Reject>> {
         if runs::job_event_seen(tx, &ev.event_id).await? {
             tracing::debug!(event_id = ev.event_id, "duplicate job event ignored");
             return Ok(Ok(()));
@@ -166,7 +221,7 @@ impl Ingest {
         ev: &JobEvent,
         a: &Allocation,
         notices: &mut Vec<Notice>,
-    ) -> Result<Result<String, Reject>> {
+    ) -> Applied<Result<String, Reject>> {
         let settings = if a.settings.enable_sanity_check {
             match validate::settings(&a.settings.sanity_check_args) {
                 Ok(s) => match self.env_policy.check(&s.envs) {
@@ -207,7 +262,7 @@ impl Ingest {
         reason: &RestartReason,
         nodes: Option<&[JobNode]>,
         notices: &mut Vec<Notice>,
-    ) -> Result<Result<String, Reject>> {
+    ) -> Applied<Result<String, Reject>> {
         let Some(mut job) = runs::get_job(tx, &ev.job_id).await? else {
             return Ok(Err(Reject::UnknownJob(ev.job_id.clone())));
         };
@@ -233,7 +288,7 @@ impl Ingest {
         Ok(Ok(self.start_or_skip(tx, ev, &job, &settings, d, notices).await?))
     }
 
-    async fn stopped(&self, tx: &mut Tx, ev: &JobEvent, reason: &str, notices: &mut Vec<Notice>) -> Result<String> {
+    async fn stopped(&self, tx: &mut Tx, ev: &JobEvent, reason: &str, notices: &mut Vec<Notice>) -> Applied<String> {
         runs::mark_job_stopped(tx, &ev.job_id).await?;
         let why = if reason.is_empty() {
             "the job was stopped".to_string()
@@ -253,7 +308,7 @@ impl Ingest {
         ev: &JobEvent,
         reason: &str,
         notices: &mut Vec<Notice>,
-    ) -> Result<Option<String>> {
+    ) -> Applied<Option<String>> {
         let Some(run) = runs::active_run_of_job(tx, &ev.job_id).await? else { return Ok(None) };
         if runs::finish_run(tx, &run.run_id, ServiceRunState::CheckCancelled, reason, None).await? {
             let out = output_event(
@@ -277,7 +332,7 @@ impl Ingest {
         settings: &Settings,
         d: Decision,
         notices: &mut Vec<Notice>,
-    ) -> Result<String> {
+    ) -> Applied<String> {
         match d {
             Decision::Skip(reason) => {
                 let out = output_event(
@@ -324,6 +379,21 @@ impl Ingest {
                 Ok(format!("run {}", run.run_id))
             }
         }
+    }
+}
+
+/// A dead letter for the message read at `topic`/`partition`/`offset`; its id is derived from
+/// where it was read, so a redelivery of the same message gets the same one.
+pub fn dead_letter(topic: &str, partition: i32, offset: i64, payload: &[u8], reason: &str) -> DeadLetter {
+    DeadLetter {
+        version: WIRE_VERSION,
+        event_id: format!("dead-letter/{topic}/{partition}/{offset}"),
+        reason: reason.into(),
+        topic: topic.into(),
+        partition,
+        offset,
+        payload: String::from_utf8_lossy(payload).into_owned(),
+        at: chrono::Utc::now(),
     }
 }
 

@@ -6,6 +6,8 @@
 pub mod consume;
 pub mod kafka;
 pub mod policy;
+pub mod retry;
+pub mod text;
 pub mod validate;
 
 /// What the consumer tells the coordinator once a transaction is committed.

@@ -1,9 +1,16 @@
-//! Validation of job events: anything malformed gets one clear reason (for the dead letter).
+//! Validation of job events and agent reports: anything malformed gets one clear reason (for
+//! the dead letter). Names and ids are one short printable line; no string anywhere holds a
+//! NUL (PostgreSQL cannot store one in text); lengths are bounded.
 
-use gpusanity_common::wire::job::{JobEvent, JobEventBody, JobNode, JOB_EVENT_TYPES};
+use crate::text::{check_name, check_text, first_nul, TextError, MAX_TEXT};
+use gpusanity_common::wire::agent::{AgentReport, ReportBody};
+use gpusanity_common::wire::job::{JobEvent, JobEventBody, JobNode, RestartReason, JOB_EVENT_TYPES};
 use gpusanity_common::wire::WIRE_VERSION;
 use gpusanity_common::Settings;
 use thiserror::Error;
+
+/// The most nodes one job event may list.
+pub const MAX_NODES: usize = 4096;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum Reject {
@@ -23,6 +30,10 @@ pub enum Reject {
     BadSettings(String),
     #[error("bad nodes: {0}")]
     BadNodes(String),
+    #[error("`{0}` holds a NUL character")]
+    Nul(String),
+    #[error("bad `{field}`: {why}")]
+    BadText { field: String, why: TextError },
     #[error("JobRestarted for job `{0}`, which the service has never seen allocated (its settings are unknown)")]
     UnknownJob(String),
 }
@@ -44,6 +55,9 @@ pub fn parse(bytes: &[u8]) -> Result<JobEvent, Reject> {
         Some(n) => return Err(Reject::Version(n)),
         None => return Err(Reject::Malformed { kind, why: "missing or non-integer `version`".into() }),
     }
+    if let Some(path) = first_nul(&v) {
+        return Err(Reject::Nul(path.trim_start_matches('.').to_string()));
+    }
     let ev: JobEvent =
         serde_json::from_value(v).map_err(|e| Reject::Malformed { kind: kind.clone(), why: e.to_string() })?;
     for (name, value) in [("event_id", &ev.event_id), ("job_id", &ev.job_id)] {
@@ -51,12 +65,76 @@ pub fn parse(bytes: &[u8]) -> Result<JobEvent, Reject> {
             return Err(Reject::Malformed { kind: kind.clone(), why: format!("empty `{name}`") });
         }
     }
+    name("event_id", &ev.event_id)?;
+    name("job_id", &ev.job_id)?;
+    line("workspace_id", &ev.workspace_id)?;
     match &ev.body {
-        JobEventBody::JobResourcesAllocated(a) => check_nodes(&a.nodes)?,
-        JobEventBody::JobRestarted { nodes: Some(n), .. } => check_nodes(n)?,
-        _ => {}
+        JobEventBody::JobResourcesAllocated(a) => {
+            if let Some(f) = &a.framework {
+                line("framework", f)?;
+            }
+            text("settings.SanityCheckArgs", &a.settings.sanity_check_args)?;
+            check_nodes(&a.nodes)?;
+        }
+        JobEventBody::JobRestarted { reason, nodes, .. } => {
+            if let RestartReason::Other(r) = reason {
+                line("reason", r)?;
+            }
+            if let Some(n) = nodes {
+                check_nodes(n)?;
+            }
+        }
+        JobEventBody::JobStopped { reason } => text("reason", reason)?,
     }
     Ok(ev)
+}
+
+/// A name or id (not blank, one printable line, at most [`MAX_NAME`] bytes).
+fn name(field: &str, value: &str) -> Result<(), Reject> {
+    check_name(value).map_err(|why| Reject::BadText { field: field.into(), why })
+}
+
+/// Like [`name`], but it may be empty.
+fn line(field: &str, value: &str) -> Result<(), Reject> {
+    if value.is_empty() {
+        return Ok(());
+    }
+    name(field, value)
+}
+
+/// Free text: no NUL, at most [`MAX_TEXT`] bytes.
+fn text(field: &str, value: &str) -> Result<(), Reject> {
+    check_text(value, MAX_TEXT).map_err(|why| Reject::BadText { field: field.into(), why })
+}
+
+/// Checks the names, ids and text of an agent report before it is handled; a refused report
+/// becomes a dead letter. The report.json node 0 sends may hold any text but no NUL.
+pub fn agent_report(r: &AgentReport) -> Result<(), Reject> {
+    name("node", &r.node)?;
+    name("agent_id", &r.agent_id)?;
+    match &r.body {
+        ReportBody::Heartbeat { address, run_id, .. } => {
+            line("address", address)?;
+            if let Some(id) = run_id {
+                name("run_id", id)?;
+            }
+        }
+        ReportBody::Started { run_id, .. } => name("run_id", run_id)?,
+        ReportBody::Result(res) => {
+            name("run_id", &res.run_id)?;
+            if let Some(e) = &res.error {
+                text("error", e)?;
+            }
+            if let Some(report) = &res.report {
+                let v = serde_json::to_value(report)
+                    .map_err(|e| Reject::Malformed { kind: "Result".into(), why: e.to_string() })?;
+                if let Some(path) = first_nul(&v) {
+                    return Err(Reject::Nul(format!("report{path}")));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The settings of an allocation, validated with the same parser as `gpusanity check`.
@@ -65,11 +143,16 @@ pub fn settings(args: &str) -> Result<Settings, Reject> {
 }
 
 fn check_nodes(nodes: &[JobNode]) -> Result<(), Reject> {
+    if nodes.len() > MAX_NODES {
+        return Err(Reject::BadNodes(format!("{} nodes (at most {MAX_NODES})", nodes.len())));
+    }
     let mut seen = std::collections::HashSet::new();
-    for n in nodes {
+    for (i, n) in nodes.iter().enumerate() {
         if n.name.trim().is_empty() {
             return Err(Reject::BadNodes("a node with an empty name".into()));
         }
+        name(&format!("nodes[{i}].name"), &n.name)?;
+        line(&format!("nodes[{i}].address"), &n.address)?;
         if !seen.insert(n.name.as_str()) {
             return Err(Reject::BadNodes(format!("node `{}` listed twice", n.name)));
         }
@@ -80,6 +163,7 @@ fn check_nodes(nodes: &[JobNode]) -> Result<(), Reject> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text::MAX_NAME;
 
     fn alloc(args: &str) -> String {
         format!(
@@ -107,6 +191,59 @@ mod tests {
         assert_eq!(parse(v2.as_bytes()), Err(Reject::Version(2)));
         let twice = alloc("").replace(r#"}],"settings""#, r#"},{"name":"a","address":"x","gpus":1}],"settings""#);
         assert!(matches!(parse(twice.as_bytes()), Err(Reject::BadNodes(_))));
+    }
+
+    #[test]
+    fn rejects_nul_control_characters_and_long_names() {
+        let nul = alloc("").replace(r#""job_id":"j1""#, r#""job_id":"j\u00001""#);
+        let r = parse(nul.as_bytes()).expect_err("a NUL");
+        assert_eq!(r, Reject::Nul("job_id".into()));
+        assert_eq!(r.to_string(), "`job_id` holds a NUL character");
+        let node = alloc("").replace(r#""name":"a""#, r#""name":"a\u0000""#);
+        assert_eq!(parse(node.as_bytes()), Err(Reject::Nul("nodes[0].name".into())));
+        let args = alloc("--sanity-check-max-time=1\\u0000");
+        assert_eq!(parse(args.as_bytes()), Err(Reject::Nul("settings.SanityCheckArgs".into())));
+        let nl = alloc("").replace(r#""job_id":"j1""#, r#""job_id":"j\n1""#);
+        let r = parse(nl.as_bytes()).expect_err("a line break");
+        assert_eq!(r.to_string(), "bad `job_id`: holds the control character U+000A (byte 1)");
+        let ws = alloc("").replace(r#""workspace_id":"w""#, r#""workspace_id":"w\u001b[31m""#);
+        assert!(matches!(parse(ws.as_bytes()), Err(Reject::BadText { field, .. }) if field == "workspace_id"));
+        let long = alloc("").replace(r#""job_id":"j1""#, &format!(r#""job_id":"{}""#, "j".repeat(MAX_NAME + 1)));
+        assert!(matches!(parse(long.as_bytes()), Err(Reject::BadText { why: TextError::TooLong { .. }, .. })));
+        let stop =
+            r#"{"version":1,"type":"JobStopped","event_id":"e","job_id":"j","workspace_id":"w","reason":"x\u0000"}"#;
+        assert_eq!(parse(stop.as_bytes()), Err(Reject::Nul("reason".into())));
+    }
+
+    #[test]
+    fn agent_reports_are_checked_too() {
+        let beat = |node: &str, run: Option<&str>| AgentReport {
+            version: 1,
+            node: node.into(),
+            agent_id: "a1".into(),
+            at: chrono::Utc::now(),
+            body: ReportBody::Heartbeat {
+                address: "10.0.0.1".into(),
+                run_id: run.map(str::to_string),
+                elapsed_s: None,
+            },
+        };
+        assert_eq!(agent_report(&beat("node-a", Some("r1"))), Ok(()));
+        assert!(matches!(agent_report(&beat("node\0a", None)), Err(Reject::BadText { field, .. }) if field == "node"));
+        assert!(agent_report(&beat("node-a", Some("r\u{1}"))).is_err());
+        let result = |error: &str| AgentReport {
+            body: ReportBody::Result(gpusanity_common::wire::agent::NodeResult {
+                run_id: "r1".into(),
+                node_rank: 0,
+                exit_code: Some(4),
+                report: None,
+                error: Some(error.into()),
+            }),
+            ..beat("node-a", None)
+        };
+        assert_eq!(agent_report(&result("two\nlines")), Ok(()));
+        let r = agent_report(&result("bad\0")).expect_err("a NUL");
+        assert_eq!(r.to_string(), "bad `error`: holds a NUL character (byte 3)");
     }
 
     #[test]

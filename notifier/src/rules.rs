@@ -118,6 +118,12 @@ impl RuleInput {
         if self.name.trim().is_empty() || self.name.len() > 200 {
             return Err("`name` must be 1 to 200 characters".into());
         }
+        if let Some((at, c)) = self.name.char_indices().find(|(_, c)| c.is_control()) {
+            return Err(match c {
+                '\0' => format!("`name` holds a NUL character (byte {at})"),
+                c => format!("`name` holds the control character U+{:04X} (byte {at})", u32::from(c)),
+            });
+        }
         if self.events.is_empty() {
             return Err(
                 "`events` is empty: name at least one of CheckFailed, CheckPassed, CheckTimedOut, NodeIsolated".into(),
@@ -137,6 +143,9 @@ impl RuleInput {
                     }
                     if secret.as_deref().is_some_and(str::is_empty) {
                         return Err(format!("channels[{i}].secret is empty: leave it out for unsigned requests"));
+                    }
+                    if secret.as_deref().is_some_and(|s| s.contains('\0') || s.len() > 1024) {
+                        return Err(format!("channels[{i}].secret holds a NUL character or is over 1024 bytes"));
                     }
                 }
                 Channel::Email { to } => {
@@ -172,6 +181,10 @@ mod tests {
             Channel::Webhook { url: "https://h.example/x".into(), format: WebhookFormat::Generic, secret: None }
         );
         assert!(input(r#"{"name":"n","channels":[]}"#).unwrap_err().contains("channels"));
+        let hook = r#""channels":[{"type":"webhook","url":"https://h.example/x"}]"#;
+        let nul = input(&format!(r#"{{"name":"a\u0000b",{hook}}}"#)).unwrap_err();
+        assert_eq!(nul, "`name` holds a NUL character (byte 1)");
+        assert!(input(&format!(r#"{{"name":"a\nb",{hook}}}"#)).unwrap_err().contains("control character"));
         assert!(input(r#"{"name":"n","channels":[{"type":"webhook","url":"not a url"}]}"#)
             .unwrap_err()
             .contains("url"));

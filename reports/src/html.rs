@@ -4,8 +4,13 @@
 
 use askama::Template;
 use gpusanity_common::report::{NodeHealth, NodeVerdict, Report, RunStatus};
+use thiserror::Error;
+
+use crate::validate::{validate, InvalidReport};
 
 mod checks;
+#[cfg(test)]
+mod forged;
 mod sections;
 #[cfg(test)]
 mod tests;
@@ -63,12 +68,23 @@ struct RunPage<'a> {
 /// How the page writes times (UTC).
 const TIME: &str = "%Y-%m-%d %H:%M:%S%.3f UTC";
 
-/// The run's page.
-pub fn run_page(report: &Report, ctx: &RunContext) -> Result<String, askama::Error> {
+/// Why a report's page could not be rendered.
+#[derive(Debug, Error)]
+pub enum RenderError {
+    /// The report is not one the page can show (an index out of range, a bound passed...).
+    #[error("invalid report: {0}")]
+    Invalid(#[from] InvalidReport),
+    #[error("rendering the page: {0}")]
+    Template(#[from] askama::Error),
+}
+
+/// The run's page; the report is validated first ([`validate`]).
+pub fn run_page(report: &Report, ctx: &RunContext) -> Result<String, RenderError> {
+    validate(report)?;
     let (verdict, verdict_text) = verdict(report.status);
     let settings = serde_json::to_value(&report.settings).map(|v| checks::pairs(&v)).unwrap_or_default();
-    let secs = (report.finished_at - report.started_at).num_milliseconds() as f64 / 1e3;
-    RunPage {
+    let secs = report.finished_at.signed_duration_since(report.started_at).num_milliseconds() as f64 / 1e3;
+    Ok(RunPage {
         report,
         title: ctx.job.clone().unwrap_or_else(|| report.run_id.clone()),
         workspace: ctx.workspace.as_deref(),
@@ -87,7 +103,7 @@ pub fn run_page(report: &Report, ctx: &RunContext) -> Result<String, askama::Err
         started: report.started_at.format(TIME).to_string(),
         finished: report.finished_at.format(TIME).to_string(),
     }
-    .render()
+    .render()?)
 }
 
 /// The CSS class and the words of a run's verdict.

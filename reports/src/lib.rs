@@ -5,3 +5,4 @@ pub mod columns;
 pub mod html;
 pub mod svg;
 pub mod text;
+pub mod validate;

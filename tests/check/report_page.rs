@@ -1,6 +1,6 @@
 //! The HTML run page through the real binary: a CPU `gpusanity check` with a slow gemm rank
 //! writes report.html naming the faulty node and rank with its charts, `gpusanity report`
-//! renders the same page again, bad input is one line and exit code 2, and a run of every
+//! renders the same page again, bad or forged input is one line and exit code 2, and a run of every
 //! check renders every section.
 
 use gpusanity_testkit::common;
@@ -96,10 +96,15 @@ fn a_slow_gemm_rank_is_named_on_the_page_and_report_renders_the_same_page() {
             || page.contains("&lt;script&gt;alert(1)&lt;/script&gt;")
     );
 
-    // A malformed or missing file: one line, exit 2, no page written.
+    // A malformed, forged (a node pair index of u64::MAX) or missing file: one line, exit 2,
+    // no page written.
     let bad = run.dir.path().join("bad.json");
     std::fs::write(&bad, "{\"schema_version\": 1, \"run_id\": ").expect("write");
-    for input in [bad.clone(), run.dir.path().join("missing.json")] {
+    let mut forged = run.report();
+    forged["pair_bandwidth"] = serde_json::json!([{ "nodes": [u64::MAX, 0], "busbw_gbps": 1.0, "round": 1 }]);
+    let forged_file = run.dir.path().join("forged.json");
+    std::fs::write(&forged_file, forged.to_string()).expect("write");
+    for input in [bad.clone(), forged_file, run.dir.path().join("missing.json")] {
         let out_html = run.dir.path().join("bad.html");
         let out = run_with_timeout(report_cmd(&input, &out_html), LIMIT);
         assert_eq!(code(&out), 2, "{}", stderr(&out));

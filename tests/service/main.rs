@@ -10,4 +10,5 @@ mod notify_email;
 mod notify_restart;
 mod notify_webhook;
 mod outbox;
+mod poison;
 mod postgres;

@@ -117,10 +117,13 @@ fn notes(c: &CheckReport) -> Vec<(String, String, String)> {
     for key in keys.into_iter().filter(|k| !DRAWN_NOTES.contains(&k.as_str())) {
         let values: Vec<(usize, &String)> =
             c.ranks.iter().filter_map(|r| r.notes.get(key).map(|v| (r.rank, v))).collect();
-        if c.ranks.len() > 1 && values.len() == c.ranks.len() && values.iter().all(|(_, v)| *v == values[0].1) {
-            out.push(("all".to_string(), key.clone(), values[0].1.clone()));
-        } else {
-            out.extend(values.into_iter().map(|(r, v)| (r.to_string(), key.clone(), v.clone())));
+        match values.first().map(|(_, v)| *v) {
+            Some(first)
+                if c.ranks.len() > 1 && values.len() == c.ranks.len() && values.iter().all(|(_, v)| *v == first) =>
+            {
+                out.push(("all".to_string(), key.clone(), first.clone()));
+            }
+            _ => out.extend(values.into_iter().map(|(r, v)| (r.to_string(), key.clone(), v.clone()))),
         }
     }
     out
@@ -152,8 +155,8 @@ fn bars(report: &Report, c: &CheckReport) -> Vec<BarChart> {
         charted(&c.name).iter().map(|(k, t)| (k.to_string(), t.to_string())).collect();
     // multi-all-reduce: one chart per concurrent group too.
     if let Some(r) = c.ranks.first() {
-        for k in r.metrics.keys().filter(|k| k.starts_with("busbw_gbps.")) {
-            keys.push((k.clone(), format!("busbw GB/s in group {}", &k["busbw_gbps.".len()..])));
+        for (k, group) in r.metrics.keys().filter_map(|k| k.strip_prefix("busbw_gbps.").map(|g| (k, g))) {
+            keys.push((k.clone(), format!("busbw GB/s in group {group}")));
         }
     }
     keys.iter()

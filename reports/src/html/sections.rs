@@ -77,10 +77,17 @@ pub fn faulty_nodes(report: &Report) -> Vec<NodeVerdict> {
         .collect()
 }
 
-/// Node x node bus bandwidth of the link test, coloured against the best pair.
+/// The most nodes of the pair map (a grid of n x n cells).
+const MAX_MAP_NODES: usize = 512;
+
+/// Node x node bus bandwidth of the link test, coloured against the best pair. None without
+/// pairs, or with more than [`MAX_MAP_NODES`] nodes.
 pub fn pair_map(report: &Report) -> Option<HeatMap> {
-    let n = report.pair_bandwidth.iter().flat_map(|p| p.nodes).max()? + 1;
+    let n = report.pair_bandwidth.iter().flat_map(|p| p.nodes).max()?.checked_add(1)?;
     let n = n.max(report.nodes.len());
+    if n > MAX_MAP_NODES {
+        return None;
+    }
     let best = report.pair_bandwidth.iter().map(|p| p.busbw_gbps).filter(|v| v.is_finite()).fold(0.0, f64::max);
     let mut grid: Vec<Vec<HeatInput>> =
         (0..n).map(|_| (0..n).map(|_| HeatInput { t: None, text: "-".into() }).collect()).collect();
@@ -88,8 +95,11 @@ pub fn pair_map(report: &Report) -> Option<HeatMap> {
         let [a, b] = p.nodes;
         let t = (best > 0.0 && p.busbw_gbps.is_finite()).then(|| p.busbw_gbps / best);
         let text = format!("{} GB/s", svg::fmt_num(p.busbw_gbps));
-        grid[a][b] = HeatInput { t, text: text.clone() };
-        grid[b][a] = HeatInput { t, text };
+        for (row, col) in [(a, b), (b, a)] {
+            if let Some(cell) = grid.get_mut(row).and_then(|r| r.get_mut(col)) {
+                *cell = HeatInput { t, text: text.clone() };
+            }
+        }
     }
     svg::heat_map("link test: busbw GB/s per node pair", &node_labels(report, n), &grid)
 }

@@ -12,6 +12,7 @@ mod agents;
 mod codes_doc;
 pub mod config;
 pub mod finish;
+mod poison;
 mod tick;
 
 use std::collections::{BTreeMap, HashMap};
@@ -35,7 +36,7 @@ use tokio::sync::{mpsc, Notify};
 use crate::auth::{envelope, rdzv, Direction, Verifier};
 use agents::Agents;
 pub use config::CoordinatorConfig;
-use finish::{finish, node_finding, Ending, Verdict};
+use finish::{node_finding, Ending, Verdict};
 
 /// Where a run is.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,7 +127,7 @@ impl Coordinator {
                         }
                     };
                     if let Some(r) = m.payload().and_then(|p| self.authentic(p)) {
-                        self.report(r).await?;
+                        self.report_or_dead_letter(&m, r).await?;
                     }
                     reports.store_offset(m.topic(), m.partition(), m.offset())?;
                 }
@@ -315,16 +316,11 @@ impl Coordinator {
         report: Option<&Report>,
         extra: Vec<gpusanity_common::report::Finding>,
     ) -> Result<()> {
-        let Some(a) = self.active.remove(run_id) else { return Ok(()) };
+        let Some(a) = self.active.get(run_id) else { return Ok(()) };
         tracing::info!(run_id, ?verdict, summary, "run ends");
-        finish(
-            &self.db,
-            &self.topics,
-            &self.config.report_url,
-            &a.run,
-            Ending { verdict, summary, report, extra: &extra },
-        )
-        .await?;
+        // The run stays active until it is stored: a retry after a database outage finds it.
+        self.finish_checked(&a.run, Ending { verdict, summary, report, extra: &extra }).await?;
+        let Some(a) = self.active.remove(run_id) else { return Ok(()) };
         self.outbox_wake.notify_one();
         let pending = (0..a.run.nodes.len()).any(|k| !a.results.contains_key(&k));
         if pending {

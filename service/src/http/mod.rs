@@ -48,7 +48,25 @@ pub fn router(api: Arc<Api>) -> Router {
         .merge(rules::router(api.db.clone()))
         .merge(browser::api(browser.clone()))
         .route_layer(middleware::from_fn_with_state(api.clone(), auth));
-    Router::new().route("/health", get(health)).merge(v1).with_state(api).merge(browser::router(browser))
+    Router::new()
+        .route("/health", get(health))
+        .merge(v1)
+        .with_state(api)
+        .merge(browser::router(browser))
+        .layer(middleware::from_fn(isolate))
+}
+
+/// Runs the request in a task of its own: a handler that panics fails its request with a 500
+/// and the service goes on.
+async fn isolate(req: Request, next: Next) -> Response {
+    match tokio::spawn(next.run(req)).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("an HTTP handler failed: {e}");
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error while handling the request")
+                .into_response()
+        }
+    }
 }
 
 async fn auth(State(api): State<Arc<Api>>, req: Request, next: Next) -> Response {

@@ -37,8 +37,9 @@ fn not_found(ws: &str, id: &str) -> ApiError {
     ApiError::not_found(format!("workspace `{ws}` has no notification rule `{id}`"))
 }
 
-/// The body as a valid rule, or what is wrong with it (a 400).
-fn valid(body: Result<Json<RuleInput>, JsonRejection>) -> Result<RuleInput, ApiError> {
+/// The body as a valid rule for a valid workspace id, or what is wrong with them (a 400).
+fn valid(ws: &str, body: Result<Json<RuleInput>, JsonRejection>) -> Result<RuleInput, ApiError> {
+    gpusanity_ingest::text::check_name(ws).map_err(|e| ApiError::bad_request(format!("workspace id {e}")))?;
     let Json(input) = body.map_err(|e| ApiError::bad_request(format!("malformed rule: {}", e.body_text())))?;
     input.validate().map_err(ApiError::bad_request)?;
     Ok(input)
@@ -55,7 +56,7 @@ pub async fn create(
     Path(ws): Path<String>,
     body: Result<Json<RuleInput>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let input = valid(body)?;
+    let input = valid(&ws, body)?;
     let rule = store::create_rule(&api.db, &ws, &input).await.map_err(ApiError::internal)?;
     Ok((StatusCode::CREATED, Json(rule.public())).into_response())
 }
@@ -95,7 +96,7 @@ pub async fn update(
     Path((ws, id)): Path<(String, String)>,
     body: Result<Json<RuleInput>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let input = valid(body)?;
+    let input = valid(&ws, body)?;
     let rule = store::update_rule(&api.db, &ws, &id, &input).await.map_err(ApiError::internal)?;
     Ok(Json(rule.ok_or_else(|| not_found(&ws, &id))?.public()).into_response())
 }

@@ -11,7 +11,7 @@ use gpusanity_common::report::Report;
 use gpusanity_db::{FindingRow, NodeHealthRow, RunListRow, RunRow};
 
 use super::{fmt_ms, node_href, run_href, Browser, Paging, RunsQuery, STATES};
-use gpusanity_reports::html::{run_page, Link, RunContext, TimelineEntry};
+use gpusanity_reports::html::{run_page, Link, RenderError, RunContext, TimelineEntry};
 
 /// `t` rendered, or an error page.
 pub(super) fn page(status: StatusCode, t: &impl Template) -> Response {
@@ -196,10 +196,7 @@ pub async fn run(State(b): State<Arc<Browser>>, Path(run_id): Path<String>) -> R
         };
         let ctx =
             RunContext { job: Some(run.job_id.clone()), workspace: Some(run.workspace_id.clone()), timeline, links };
-        return match run_page(&report, &ctx) {
-            Ok(html) => Html(html).into_response(),
-            Err(e) => error_page(StatusCode::INTERNAL_SERVER_ERROR, &format!("rendering the report: {e}")),
-        };
+        return report_page(&run_id, report, ctx).await;
     }
     let findings = match b.db.run_findings(&run_id).await {
         Ok(f) => f,
@@ -217,6 +214,26 @@ pub async fn run(State(b): State<Arc<Browser>>, Path(run_id): Path<String>) -> R
         started: fmt_ms(run.created_at),
     };
     page(StatusCode::OK, &p)
+}
+
+/// The page of a stored report, rendered on a blocking thread: an invalid report is a 422 with
+/// the reason, and a panic while rendering (caught by the task) a 500; the service goes on.
+async fn report_page(run_id: &str, report: Report, ctx: RunContext) -> Response {
+    match tokio::task::spawn_blocking(move || run_page(&report, &ctx)).await {
+        Ok(Ok(html)) => Html(html).into_response(),
+        Ok(Err(RenderError::Invalid(e))) => {
+            tracing::warn!(run_id, "browser: the stored report is invalid: {e}");
+            error_page(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &format!("The stored report of run `{run_id}` cannot be shown: {e}."),
+            )
+        }
+        Ok(Err(e)) => error_page(StatusCode::INTERNAL_SERVER_ERROR, &format!("rendering the report: {e}")),
+        Err(e) => {
+            tracing::error!(run_id, "browser: rendering the report failed: {e}");
+            error_page(StatusCode::INTERNAL_SERVER_ERROR, &format!("rendering the report of run `{run_id}` failed"))
+        }
+    }
 }
 
 /// One entry of a node's history as shown.

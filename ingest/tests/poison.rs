@@ -1,0 +1,97 @@
+//! The consumer's batches against a real SQLite database: an event validation refuses, one the
+//! database refuses (a trigger) and good ones in one batch; and a database that is gone.
+
+use std::sync::Arc;
+
+use gpusanity_common::wire::Topics;
+use gpusanity_db::Db;
+use gpusanity_ingest::consume::Ingest;
+use rdkafka::message::{OwnedMessage, Timestamp};
+use sqlx::Row;
+use tokio::sync::{mpsc, Notify};
+
+fn event(event_id: &str, job: &str) -> String {
+    serde_json::json!({
+        "version": 1, "type": "JobResourcesAllocated", "event_id": event_id, "job_id": job, "workspace_id": "ws",
+        "attempt": 0, "nodes": [{"name": "n1", "address": "127.0.0.1", "gpus": 1}],
+        "settings": {"EnableSanityCheck": true, "SanityCheckArgs": ""}
+    })
+    .to_string()
+}
+
+fn message(offset: i64, payload: &str) -> OwnedMessage {
+    let payload = Some(payload.as_bytes().to_vec());
+    OwnedMessage::new(payload, None, "job-events".into(), Timestamp::NotAvailable, 0, offset, None)
+}
+
+async fn ingest(dir: &tempfile::TempDir) -> Ingest {
+    let db = Db::connect(&format!("sqlite://{}", dir.path().join("t.db").display())).await.expect("db");
+    let (notices, _) = mpsc::unbounded_channel();
+    Ingest {
+        db,
+        topics: Topics::default(),
+        notices,
+        outbox_wake: Arc::new(Notify::new()),
+        env_policy: Default::default(),
+    }
+}
+
+async fn column(db: &Db, q: &str) -> Vec<String> {
+    let rows = sqlx::query(q).fetch_all(&db.pool).await.expect("query");
+    rows.iter().map(|r| r.try_get::<String, _>(0).expect("text")).collect()
+}
+
+#[tokio::test]
+async fn only_the_refused_events_of_a_batch_become_dead_letters() {
+    let dir = tempfile::tempdir().expect("dir");
+    let ing = ingest(&dir).await;
+    sqlx::query(
+        "CREATE TRIGGER refuse BEFORE INSERT ON jobs WHEN NEW.job_id LIKE '%refuse-me%' \
+         BEGIN SELECT RAISE(ABORT, 'a test trigger refused the row'); END",
+    )
+    .execute(&ing.db.pool)
+    .await
+    .expect("trigger");
+    let batch = [
+        message(0, &event("e0", "job-a")),
+        message(1, &event("e1", "job\u{0}b")),
+        message(2, &event("e2", "job-refuse-me")),
+        message(3, &event("e3", "job-c")),
+    ];
+    let notices = ing.apply_batch(&batch).await.expect("applied");
+    assert_eq!(notices.len(), 2, "{notices:?}");
+    assert_eq!(column(&ing.db, "SELECT job_id FROM jobs ORDER BY job_id").await, ["job-a", "job-c"]);
+    let letters: Vec<serde_json::Value> =
+        column(&ing.db, "SELECT payload FROM outbox WHERE msg_key = 'dead-letter' ORDER BY id")
+            .await
+            .iter()
+            .map(|p| serde_json::from_str(p).expect("JSON"))
+            .collect();
+    assert_eq!(letters.len(), 2, "{letters:#?}");
+    assert_eq!(
+        (letters[0]["offset"].as_i64(), letters[0]["reason"].as_str()),
+        (Some(1), Some("`job_id` holds a NUL character"))
+    );
+    let reason = letters[1]["reason"].as_str().unwrap_or_default();
+    assert_eq!(letters[1]["offset"], 2);
+    assert!(reason.starts_with("refused by the database: ") && reason.contains("a test trigger"), "{reason}");
+    // Applied again (a redelivery): nothing new.
+    assert!(ing.apply_batch(&batch).await.expect("applied").is_empty());
+    assert_eq!(column(&ing.db, "SELECT event_id FROM outbox WHERE msg_key = 'dead-letter'").await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_database_that_is_gone_is_an_outage_not_poison() {
+    let dir = tempfile::tempdir().expect("dir");
+    let ing = ingest(&dir).await;
+    ing.db.pool.close().await;
+    let e = ing.apply_batch(&[message(0, &event("e0", "job-a"))]).await.expect_err("no database");
+    assert!(!e.is_poison(), "{e}");
+    assert_eq!(
+        match &e {
+            gpusanity_ingest::consume::ApplyError::Db(d) => d.fault(),
+            other => panic!("{other}"),
+        },
+        gpusanity_db::Fault::Outage
+    );
+}
