@@ -262,7 +262,8 @@ fn report(args: &ReportArgs) -> ExitCode {
 fn exec(cmd: &[String]) -> ExitCode {
     use std::os::unix::process::CommandExt;
     let Some((prog, rest)) = cmd.split_first() else { return ExitCode::Passed };
-    let err = std::process::Command::new(prog).args(rest).exec();
+    // The rendezvous secret is the check's, not the job's.
+    let err = std::process::Command::new(prog).args(rest).env_remove(SECRET_ENV).exec();
     eprintln!("gpusanity: error: cannot start `{prog}`: {err}");
     ExitCode::ExecFailed
 }

@@ -19,9 +19,10 @@ const QUICK: &str = "--micro-benchmarks=gemm";
 /// One node of a loopback job with `extra` flags and `env`, one worker, output piped.
 fn node(run: &Run, extra: &[&str], env: &[(&str, &str)], nnodes: usize, rank: usize, port: u16) -> Child {
     let (n, r, p) = (nnodes.to_string(), rank.to_string(), port.to_string());
-    let mut args: Vec<&str> = extra.to_vec();
-    args.extend(["--nnodes", &n, "--node-rank", &r, "--nproc-per-node", "1"]);
+    // The topology first: `extra` may end with `-- COMMAND`.
+    let mut args = vec!["--nnodes", &n, "--node-rank", &r, "--nproc-per-node", "1"];
     args.extend(["--master-addr", "127.0.0.1", "--master-port", &p]);
+    args.extend(extra);
     let mut c = run.command(&args);
     for (k, v) in env {
         c.env(k, v);
@@ -108,11 +109,13 @@ fn two_nodes_with_a_secret_from_a_file_and_from_the_environment_pass() {
     let run = Run::new();
     let port = free_port();
     let file = secret_file(&run);
-    let n1 = node(&run, &[QUICK], &[("GPUSANITY_RDZV_SECRET", SECRET)], 2, 1, port);
-    let n0 = node(&run, &[QUICK, "--rdzv-secret-file", &file], &[], 2, 0, port);
+    // COMMAND does not inherit the secret.
+    let cmd = ["--", "sh", "-c", "test -z \"$GPUSANITY_RDZV_SECRET\" && exit 42"];
+    let n1 = node(&run, &[&[QUICK][..], &cmd].concat(), &[("GPUSANITY_RDZV_SECRET", SECRET)], 2, 1, port);
+    let n0 = node(&run, &[&[QUICK, "--rdzv-secret-file", &file][..], &cmd].concat(), &[], 2, 0, port);
     let (o0, o1) = (wait_output(n0, LIMIT), wait_output(n1, LIMIT));
-    assert_eq!(code(&o0), 0, "{}", stderr(&o0));
-    assert_eq!(code(&o1), 0, "{}", stderr(&o1));
+    assert_eq!(code(&o0), 42, "{}", stderr(&o0));
+    assert_eq!(code(&o1), 42, "{}", stderr(&o1));
     assert!(!stderr(&o0).contains("unauthenticated"), "{}", stderr(&o0));
     assert_eq!(run.report()["status"], "passed");
     run.assert_nothing_left();

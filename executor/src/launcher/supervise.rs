@@ -261,6 +261,8 @@ impl Supervisor {
         let mut cmd = Command::new(exe);
         cmd.arg("worker")
             .env(SPEC_ENV, serde_json::to_string(spec)?)
+            // The worker has the secret in its spec; nothing it starts needs it.
+            .env_remove(crate::store::auth::SECRET_ENV)
             .envs(self.check_envs.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
