@@ -284,7 +284,9 @@ async fn host(topo: &Topology) -> Result<tokio::net::TcpListener> {
     use std::net::{IpAddr, Ipv4Addr};
     let port = topo.master_port;
     let in_use = |e: std::io::Error| {
-        UsageError(format!("cannot host the rendezvous on port {port}: {e} (is another job using it? pick --master-port)"))
+        UsageError(format!(
+            "cannot host the rendezvous on port {port}: {e} (is another job using it? pick --master-port)"
+        ))
     };
     if topo.nnodes == 1 {
         return Ok(tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await.map_err(in_use)?);

@@ -60,6 +60,7 @@ impl Secret {
         use std::os::unix::fs::PermissionsExt;
         let err = |err| SecretError::Read { path: path.display().to_string(), err };
         let bytes = std::fs::read(path).map_err(err)?;
+        let secret = Secret::new(&bytes, &path.display().to_string())?;
         if let Ok(meta) = std::fs::metadata(path) {
             if meta.permissions().mode() & 0o077 != 0 {
                 tracing::warn!(
@@ -69,7 +70,7 @@ impl Secret {
                 );
             }
         }
-        Secret::new(&bytes, &path.display().to_string())
+        Ok(secret)
     }
 
     /// A random secret, for tests.

@@ -43,7 +43,9 @@ impl State {
     fn refuse(&self, peer: SocketAddr, why: &str) {
         let first = self.refused.lock().map(|mut s| s.len() < REFUSED_PEERS && s.insert(peer.ip())).unwrap_or(false);
         if first {
-            tracing::warn!("rendezvous store: closed a connection from {peer}: {why} (not logged again for this address)");
+            tracing::warn!(
+                "rendezvous store: closed a connection from {peer}: {why} (not logged again for this address)"
+            );
         } else {
             tracing::debug!("rendezvous store: closed a connection from {peer}: {why}");
         }

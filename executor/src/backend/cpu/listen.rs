@@ -13,7 +13,8 @@ use crate::store::auth::{self, Secret};
 /// interfaces.
 pub fn bind(place: &WorkerPlace, what: &str) -> Result<TcpListener, BackendError> {
     let ip = place.node_addr.parse::<IpAddr>().unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-    TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| BackendError::Comm(format!("bind {what} listener on {ip}: {e}")))
+    TcpListener::bind(SocketAddr::new(ip, 0))
+        .map_err(|e| BackendError::Comm(format!("bind {what} listener on {ip}: {e}")))
 }
 
 /// Accepts the next peer that proves it belongs to this run, by `deadline`; returns its
@@ -45,7 +46,11 @@ pub fn accept(
             // Nobody yet (or out of file descriptors): wait a little, up to the deadline.
             Err(e) => {
                 if Instant::now() >= deadline {
-                    let why = if e.kind() == std::io::ErrorKind::WouldBlock { "no peer connected".into() } else { e.to_string() };
+                    let why = if e.kind() == std::io::ErrorKind::WouldBlock {
+                        "no peer connected".into()
+                    } else {
+                        e.to_string()
+                    };
                     return Err(BackendError::Timeout(format!("{ctx}: {why} by the set-up deadline")));
                 }
                 std::thread::sleep(Duration::from_millis(10));

@@ -262,6 +262,44 @@ mod tests {
         }
     }
 
+    /// With a secret, a stranger that connects to a rank's listener first is refused (it
+    /// cannot prove the secret) and the ring forms with the real peer after it.
+    #[test]
+    fn a_stranger_is_refused_and_the_ring_still_forms() {
+        let secret = crate::store::Secret::random();
+        let (_rt, addr) = crate::store::test_store_with(Some(secret.clone()));
+        let wait = Duration::from_secs(20);
+        std::thread::scope(|s| {
+            let ring = |rank: usize| {
+                let (addr, secret) = (addr.clone(), secret.clone());
+                move || {
+                    let mut store = StoreClient::connect(&addr, wait, Some(secret)).unwrap();
+                    let mut ring = Ring::connect(&WorkerPlace::single_node(rank, 2), &mut store).unwrap();
+                    let mut recv = vec![0f32; 3];
+                    ring.all_reduce_sum(&[1.0, 2.0, 3.0], &mut recv).unwrap();
+                    recv
+                }
+            };
+            let r0 = s.spawn(ring(0));
+            // The test reads rank 0's address from the store; a stranger would scan for it.
+            let mut store = StoreClient::connect(&addr, wait, Some(secret.clone())).unwrap();
+            let target = store.get("cpu/ring/world/0", wait).unwrap();
+            let mut stranger = TcpStream::connect(&target).unwrap();
+            stranger.set_read_timeout(Some(wait)).unwrap();
+            let r1 = s.spawn(ring(1));
+            let mut nonce = [0u8; 32];
+            stranger.read_exact(&mut nonce).unwrap();
+            // Index 1 and a made-up nonce and proof.
+            let mut hello = vec![0u8; 72];
+            hello[0] = 1;
+            stranger.write_all(&hello).unwrap();
+            let mut b = [0u8; 1];
+            assert!(matches!(stranger.read(&mut b), Ok(0) | Err(_)), "the stranger got an answer");
+            assert_eq!(r0.join().unwrap(), [2.0, 4.0, 6.0]);
+            assert_eq!(r1.join().unwrap(), [2.0, 4.0, 6.0]);
+        });
+    }
+
     #[test]
     fn a_rank_outside_the_group_is_refused() {
         let (_rt, addr) = crate::store::test_store();
