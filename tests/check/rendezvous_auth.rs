@@ -316,14 +316,15 @@ fn a_short_secret_or_a_missing_file_is_one_line_and_exit_2() {
     let short = run.dir.path().join("short.secret");
     std::fs::write(&short, "too-short\n").unwrap();
     let missing = run.dir.path().join("nowhere.secret");
-    let cases: [(Vec<String>, Vec<(&str, &str)>, &str); 3] = [
-        (vec![], vec![("GPUSANITY_RDZV_SECRET", "short")], "at least 16 bytes"),
-        (vec!["--rdzv-secret-file".into(), short.to_string_lossy().into()], vec![], "at least 16 bytes"),
-        (vec!["--rdzv-secret-file".into(), missing.to_string_lossy().into()], vec![], "cannot read"),
+    let (short, missing) = (short.to_string_lossy().into_owned(), missing.to_string_lossy().into_owned());
+    let env: &[(&str, &str)] = &[("GPUSANITY_RDZV_SECRET", "short")];
+    let cases = [
+        (&[][..], env, "at least 16 bytes"),
+        (&["--rdzv-secret-file", short.as_str()][..], &[][..], "at least 16 bytes"),
+        (&["--rdzv-secret-file", missing.as_str()][..], &[][..], "cannot read"),
     ];
     for (args, env, want) in cases {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut c = run.command(&args);
+        let mut c = run.command(args);
         for (k, v) in env {
             c.env(k, v);
         }
