@@ -16,7 +16,7 @@ for node in 2 1 0; do
   "$BIN" check --device cpu --report-dir "$work/report" \
     --micro-benchmarks=gemm,kernel-launch,all-reduce,all-to-all,all-gather,multi-all-reduce,network-connectivity,matmul-all-reduce-overlap \
     --model-benchmarks=mini-gpt,megatron-gpt,resnet \
-    --sanity-check-envs=GPUSANITY_FAULT=gemm-slow@1 --check-param diagnosis.slow-fraction=0.8 \
+    --test-faults --sanity-check-envs=GPUSANITY_FAULT=gemm-slow@1 --check-param diagnosis.slow-fraction=0.8 \
     --nnodes 3 --node-rank "$node" --nproc-per-node 1 --master-addr 127.0.0.1 --master-port "$port" \
     > "$work/node$node.log" 2>&1 &
   pids+=($!)

@@ -37,6 +37,16 @@ pub struct AgentArgs {
     /// Seconds between heartbeats.
     #[arg(long, default_value_t = 1.0)]
     heartbeat_s: f64,
+    /// The agent key file, the service's (overrides agent_auth.keys_file; docs/security.md).
+    #[arg(long, env = "GPUSANITY_AGENT_KEYS")]
+    agent_keys: Option<PathBuf>,
+    /// A variable pattern the jobs' --sanity-check-envs may set on this node (repeatable;
+    /// replaces the defaults; passed to each launcher as --allow-env).
+    #[arg(long = "allow-env", value_name = "PATTERN", env = "GPUSANITY_ALLOW_ENVS", value_delimiter = ',')]
+    allow_envs: Vec<String>,
+    /// Test rigs only: let the jobs' GPUSANITY_FAULT through to the workers.
+    #[arg(long)]
+    test_faults: bool,
 }
 
 pub fn agent(args: &AgentArgs) -> ExitCode {
@@ -51,6 +61,16 @@ pub fn agent(args: &AgentArgs) -> ExitCode {
         if !(args.heartbeat_s.is_finite() && args.heartbeat_s > 0.0 && args.heartbeat_s <= 3600.0) {
             return Err(UsageError("--heartbeat-s must be a positive number of seconds".into()).into());
         }
+        if let Some(k) = &args.agent_keys {
+            cfg.agent_auth.keys_file = Some(k.clone());
+        }
+        cfg.agent_auth.validate().map_err(UsageError)?;
+        let ring = cfg.agent_auth.keyring().map_err(|e| UsageError(e.to_string()))?;
+        if ring.signer_for(&args.node).is_none() {
+            return Err(UsageError(format!("no agent key covers node `{}`", args.node)).into());
+        }
+        let env_policy = gpusanity_common::envs::EnvPolicy::new(&args.allow_envs, args.test_faults)
+            .map_err(|e| UsageError(e.to_string()))?;
         let acfg = AgentConfig {
             node: args.node.clone(),
             bootstrap: cfg.kafka.bootstrap,
@@ -60,6 +80,9 @@ pub fn agent(args: &AgentArgs) -> ExitCode {
             nproc_per_node: args.nproc_per_node,
             work_dir: args.work_dir.clone(),
             heartbeat: Duration::from_secs_f64(args.heartbeat_s),
+            ring,
+            max_age: Duration::from_secs(cfg.agent_auth.max_age_s),
+            env_policy,
         };
         // One thread: each launcher is tied to it by PR_SET_PDEATHSIG.
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

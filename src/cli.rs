@@ -7,6 +7,7 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::device::DeviceChoice;
+use gpusanity_common::envs::EnvPolicy;
 use gpusanity_common::report::DeviceKind;
 use gpusanity_common::{Descriptor, ExitCode, Settings};
 use gpusanity_executor::launcher::{self, rendezvous::TopologyFlags, CheckOptions, Handover, UsageError};
@@ -124,6 +125,15 @@ pub struct CheckArgs {
     /// The name this node goes by in the report and its findings [default: the hostname].
     #[arg(long)]
     node_name: Option<String>,
+    /// An environment-variable pattern `--sanity-check-envs` may set (`NCCL_*`, `UCX_TLS`;
+    /// repeatable; replaces the defaults, see docs/security.md). Loader, file, path, plugin
+    /// and gpusanity variables stay refused whatever is allowed.
+    #[arg(long = "allow-env", value_name = "PATTERN", env = "GPUSANITY_ALLOW_ENVS", value_delimiter = ',')]
+    allow_envs: Vec<String>,
+    /// Test rigs only: let GPUSANITY_FAULT (fault injection) reach the workers, from
+    /// --sanity-check-envs or this process's environment. Off, it is refused (exit 2) or removed.
+    #[arg(long)]
+    test_faults: bool,
     /// Where node 0 writes report.json and events.jsonl.
     #[arg(long, default_value = "gpusanity-report")]
     report_dir: PathBuf,
@@ -207,6 +217,7 @@ impl CheckArgs {
             rdzv_timeout: Duration::from_secs_f64(self.rdzv_timeout),
             rdzv_secret: self.rdzv_secret()?,
             command: self.command.clone(),
+            env_policy: EnvPolicy::new(&self.allow_envs, self.test_faults).map_err(|e| UsageError(e.to_string()))?,
         })
     }
 }

@@ -24,6 +24,9 @@ pub struct ServeArgs {
     /// Bearer token of the HTTP API (overrides http.token).
     #[arg(long, env = "GPUSANITY_API_TOKEN", hide_env_values = true)]
     api_token: Option<String>,
+    /// The agent key file (overrides agent_auth.keys_file; docs/security.md).
+    #[arg(long, env = "GPUSANITY_AGENT_KEYS")]
+    agent_keys: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -40,6 +43,9 @@ impl ServeArgs {
         }
         if let Some(v) = &self.api_token {
             c.http.token = Some(v.clone());
+        }
+        if let Some(v) = &self.agent_keys {
+            c.agent_auth.keys_file = Some(v.clone());
         }
         c.validate().map_err(UsageError)?;
         Ok(c)

@@ -39,13 +39,13 @@ python3 bench/gpu/torch_baseline.py "$NGPU"
 
 echo "== injected faults on the GPU (each must fail and name the rank)"
 last=$((NGPU - 1))
-wall gemm-wrong "$BIN" check --micro-benchmarks gemm --sanity-check-envs "GPUSANITY_FAULT=gemm-wrong@$last" --report-dir "$OUT/f1" > "$OUT/f1.txt" 2>&1
+wall gemm-wrong "$BIN" check --micro-benchmarks gemm --test-faults --sanity-check-envs "GPUSANITY_FAULT=gemm-wrong@$last" --report-dir "$OUT/f1" > "$OUT/f1.txt" 2>&1
 grep -h "GEMM_WRONG\|verdict" "$OUT/f1.txt"
-wall all-reduce-wrong "$BIN" check --micro-benchmarks all-reduce --sanity-check-envs "GPUSANITY_FAULT=all-reduce-wrong@0" --report-dir "$OUT/f2" > "$OUT/f2.txt" 2>&1
+wall all-reduce-wrong "$BIN" check --micro-benchmarks all-reduce --test-faults --sanity-check-envs "GPUSANITY_FAULT=all-reduce-wrong@0" --report-dir "$OUT/f2" > "$OUT/f2.txt" 2>&1
 grep -h "ALLREDUCE_WRONG\|verdict" "$OUT/f2.txt"
-wall hang-timeout "$BIN" check --sanity-check-timeout-per-test 0.15 --sanity-check-envs "GPUSANITY_FAULT=hang@$last" --report-dir "$OUT/f3" > "$OUT/f3.txt" 2>&1
+wall hang-timeout "$BIN" check --sanity-check-timeout-per-test 0.15 --test-faults --sanity-check-envs "GPUSANITY_FAULT=hang@$last" --report-dir "$OUT/f3" > "$OUT/f3.txt" 2>&1
 grep -h "TEST_HANG\|verdict" "$OUT/f3.txt"
-wall crash "$BIN" check --sanity-check-envs "GPUSANITY_FAULT=exit@0" --report-dir "$OUT/f4" > "$OUT/f4.txt" 2>&1
+wall crash "$BIN" check --test-faults --sanity-check-envs "GPUSANITY_FAULT=exit@0" --report-dir "$OUT/f4" > "$OUT/f4.txt" 2>&1
 grep -h "WORKER_CRASHED\|verdict" "$OUT/f4.txt"
 if [ "$NGPU" -ge 2 ]; then
   echo "== a GPU worker stopped with SIGSTOP during gemm: the per-test timeout (9 s) names it"

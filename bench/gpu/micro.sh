@@ -97,12 +97,12 @@ if [ "$NGPU" -ge 2 ]; then
   two two-nodes 29711 --micro-benchmarks network-connectivity,multi-all-reduce,all-to-all
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); [print(k['notes'].get('front_end_matrix'), k['notes'].get('back_end_matrix'), sep='\n') for c in r['checks'] for k in c['ranks'] if c['name']=='network-connectivity' and k['rank']==0]" "$OUT/two-nodes-0/report.json"
   echo "== fault: rank 1's back end silent, probe timeout 2 s (the NCCL probe times out, its communicator is aborted)"
-  two backend-down 29712 --micro-benchmarks network-connectivity --check-param network-connectivity.timeout-ms=2000 --sanity-check-envs GPUSANITY_FAULT=net-backend-down@1
+  two backend-down 29712 --micro-benchmarks network-connectivity --check-param network-connectivity.timeout-ms=2000 --test-faults --sanity-check-envs GPUSANITY_FAULT=net-backend-down@1
 fi
 echo "== fault: a wrong all-gather element on rank 1, a wrong all-to-all element on rank 0"
-wall all-gather-wrong to "$OUT/f1.txt" timeout -k 5 30 "$BIN" check --micro-benchmarks all-gather --check-param all-gather.max-bytes=16777216 --sanity-check-envs "GPUSANITY_FAULT=all-gather-wrong@1" --report-dir "$OUT/f1"
+wall all-gather-wrong to "$OUT/f1.txt" timeout -k 5 30 "$BIN" check --micro-benchmarks all-gather --check-param all-gather.max-bytes=16777216 --test-faults --sanity-check-envs "GPUSANITY_FAULT=all-gather-wrong@1" --report-dir "$OUT/f1"
 grep -h "WRONG\|verdict" "$OUT/f1.txt"
-wall all-to-all-wrong to "$OUT/f2.txt" timeout -k 5 30 "$BIN" check --micro-benchmarks all-to-all --check-param all-to-all.max-bytes=16777216 --sanity-check-envs "GPUSANITY_FAULT=all-to-all-wrong@0" --report-dir "$OUT/f2"
+wall all-to-all-wrong to "$OUT/f2.txt" timeout -k 5 30 "$BIN" check --micro-benchmarks all-to-all --check-param all-to-all.max-bytes=16777216 --test-faults --sanity-check-envs "GPUSANITY_FAULT=all-to-all-wrong@0" --report-dir "$OUT/f2"
 grep -h "WRONG\|verdict" "$OUT/f2.txt"
 echo "== processes left:"; pgrep -fa "gpusanity (check|worker)" || echo none
 tar -C "$OUT" -czf "$OUT/reports.tgz" $(cd "$OUT" && ls -d */ 2>/dev/null)

@@ -74,10 +74,10 @@ summary "$OUT/all/report.json" | grep -v "^  rank"
 
 echo "== injected faults on the GPU (each must fail and name the rank)"
 wall model-corrupt "$OUT/f1.txt" "$BIN" check --device cuda --micro-benchmarks= --model-benchmarks mini-gpt --check-param mini-gpt.steps=12 \
-  --sanity-check-envs GPUSANITY_FAULT=model-corrupt@1 --report-dir "$OUT/f1"
+  --test-faults --sanity-check-envs GPUSANITY_FAULT=model-corrupt@1 --report-dir "$OUT/f1"
 summary "$OUT/f1/report.json" | grep -E "finding|^status"
 wall model-nan "$OUT/f2.txt" "$BIN" check --device cuda --micro-benchmarks= --model-benchmarks resnet --check-param resnet.steps=9 \
-  --sanity-check-envs GPUSANITY_FAULT=model-nan@0 --report-dir "$OUT/f2"
+  --test-faults --sanity-check-envs GPUSANITY_FAULT=model-nan@0 --report-dir "$OUT/f2"
 summary "$OUT/f2/report.json" | grep -E "finding|^status"
 echo "== processes left:"; pgrep -fa "gpusanity (check|worker)" || echo none
 tar -C "$OUT" -czf "$OUT/reports.tgz" $(cd "$OUT" && ls -d */ 2>/dev/null)

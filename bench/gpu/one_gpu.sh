@@ -49,11 +49,11 @@ wall micro-suite to "$OUT/suite.txt" "$BIN" check \
   --report-dir "$OUT/suite"
 summary "$OUT/suite/report.json"
 echo "== injected faults on one GPU (each must fail and name rank 0)"
-wall gemm-slow to "$OUT/f1.txt" "$BIN" check --sanity-check-envs GPUSANITY_FAULT=gemm-slow@0 --report-dir "$OUT/f1"
+wall gemm-slow to "$OUT/f1.txt" "$BIN" check --test-faults --sanity-check-envs GPUSANITY_FAULT=gemm-slow@0 --report-dir "$OUT/f1"
 summary "$OUT/f1/report.json" | grep -E "^status|finding"
-wall gemm-wrong to "$OUT/f2.txt" "$BIN" check --sanity-check-envs GPUSANITY_FAULT=gemm-wrong@0 --report-dir "$OUT/f2"
+wall gemm-wrong to "$OUT/f2.txt" "$BIN" check --test-faults --sanity-check-envs GPUSANITY_FAULT=gemm-wrong@0 --report-dir "$OUT/f2"
 summary "$OUT/f2/report.json" | grep -E "^status|finding"
-wall hang to "$OUT/f3.txt" "$BIN" check --sanity-check-timeout-per-test 0.15 --sanity-check-envs GPUSANITY_FAULT=hang@0 \
+wall hang to "$OUT/f3.txt" "$BIN" check --sanity-check-timeout-per-test 0.15 --test-faults --sanity-check-envs GPUSANITY_FAULT=hang@0 \
   --report-dir "$OUT/f3"
 summary "$OUT/f3/report.json" | grep -E "^status|finding"
 echo "== processes left:"; pgrep -fa "gpusanity (check|worker)" || echo none

@@ -70,11 +70,11 @@ wall suite "$BIN" check --device cuda \
   --model-benchmarks mini-gpt,megatron-gpt,resnet --report-dir "$OUT/suite" > "$OUT/suite.txt" 2>&1
 summary "$OUT/suite/report.json"
 echo "== injected faults (each must fail and name the rank)"
-wall gemm-wrong "$BIN" check --micro-benchmarks gemm --sanity-check-envs GPUSANITY_FAULT=gemm-wrong@0 \
+wall gemm-wrong "$BIN" check --micro-benchmarks gemm --test-faults --sanity-check-envs GPUSANITY_FAULT=gemm-wrong@0 \
   --report-dir "$OUT/f1" > "$OUT/f1.txt" 2>&1
 summary "$OUT/f1/report.json" | grep -E "^status|finding"
 wall model-nan "$BIN" check --device cuda --micro-benchmarks= --model-benchmarks resnet \
-  --check-param resnet.steps=9 --sanity-check-envs GPUSANITY_FAULT=model-nan@0 \
+  --check-param resnet.steps=9 --test-faults --sanity-check-envs GPUSANITY_FAULT=model-nan@0 \
   --report-dir "$OUT/f2" > "$OUT/f2.txt" 2>&1
 summary "$OUT/f2/report.json" | grep -E "^status|finding"
 echo "== processes left:"; pgrep -fa "gpusanity (check|worker)" || echo none

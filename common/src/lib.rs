@@ -6,6 +6,7 @@ pub mod bandwidth;
 pub mod checks;
 pub mod config;
 pub mod device;
+pub mod envs;
 pub mod events;
 pub mod exit;
 pub mod expected;

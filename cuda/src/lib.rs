@@ -21,7 +21,7 @@ use cudarc::cublas::{result::CublasError, CudaBlas};
 use cudarc::driver::{CudaContext, CudaStream, DriverError};
 use thiserror::Error;
 
-pub use probe::{check_libraries, driver_error, driver_present, panic_message, probe};
+pub use probe::{check_libraries, driver_error, driver_present, panic_message, probe, probe_memory};
 
 #[derive(Debug, Error)]
 pub enum CudaError {

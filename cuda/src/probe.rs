@@ -176,6 +176,26 @@ pub fn probe() -> Result<Vec<String>, String> {
     })?
 }
 
+/// Total memory of each usable CUDA device, in bytes (in the order of [`probe`]). Never
+/// panics and prints nothing.
+pub fn probe_memory() -> Result<Vec<u64>, String> {
+    check(&DRIVER)?;
+    catch_silently(|| {
+        drv::init().map_err(|e| format!("CUDA driver initialisation failed: {}", driver_error(&e)))?;
+        let count = drv::device::get_count().map_err(|e| format!("cuDeviceGetCount: {}", driver_error(&e)))?;
+        (0..count)
+            .map(|i| {
+                let dev = drv::device::get(i).map_err(|e| format!("CUDA device {i}: {}", driver_error(&e)))?;
+                // SAFETY: `dev` is a device handle the initialised driver just returned;
+                // cuDeviceTotalMem only reads that device's attribute.
+                unsafe { drv::device::total_mem(dev) }
+                    .map(|b| b as u64)
+                    .map_err(|e| format!("CUDA device {i}: {}", driver_error(&e)))
+            })
+            .collect()
+    })?
+}
+
 /// `DriverError` as `CUDA_ERROR_X (description)`.
 pub fn driver_error(e: &DriverError) -> String {
     match e.error_string() {

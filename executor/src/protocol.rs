@@ -13,7 +13,8 @@ pub const SPEC_ENV: &str = "GPUSANITY_WORKER_SPEC";
 
 /// Fault injection for tests of the checks themselves: `KIND@RANK[,KIND@RANK...]` in this
 /// environment variable makes that rank misbehave for real (see [`crate::checks::Faults`]).
-pub const FAULT_ENV: &str = "GPUSANITY_FAULT";
+/// Workers see it only when the launcher runs with `--test-faults`.
+pub use gpusanity_common::envs::FAULT_ENV;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerSpec {

@@ -30,6 +30,8 @@ pub struct Ingest {
     pub notices: mpsc::UnboundedSender<Notice>,
     /// Woken after every commit that queued output events.
     pub outbox_wake: Arc<Notify>,
+    /// What a job's `--sanity-check-envs` may set.
+    pub env_policy: gpusanity_common::envs::EnvPolicy,
 }
 
 /// A fresh output event about a job.
@@ -167,7 +169,10 @@ impl Ingest {
     ) -> Result<Result<String, Reject>> {
         let settings = if a.settings.enable_sanity_check {
             match validate::settings(&a.settings.sanity_check_args) {
-                Ok(s) => s,
+                Ok(s) => match self.env_policy.check(&s.envs) {
+                    Ok(()) => s,
+                    Err(e) => return Ok(Err(Reject::BadSettings(e.to_string()))),
+                },
                 Err(r) => return Ok(Err(r)),
             }
         } else {

@@ -16,6 +16,27 @@ pub struct ServiceConfig {
     pub http: HttpConfig,
     pub coordinator: CoordinatorConfig,
     pub notifier: gpusanity_notifier::NotifierConfig,
+    pub agent_auth: crate::auth::AgentAuthConfig,
+    pub jobs: JobsConfig,
+}
+
+/// `[jobs]`: what a job's settings may ask of the check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct JobsConfig {
+    /// Patterns of the variables `--sanity-check-envs` may set (empty: the documented defaults,
+    /// gpusanity_common::envs::DEFAULT_ALLOW); loader, file, path, plugin and gpusanity
+    /// variables are refused whatever is listed.
+    pub allowed_envs: Vec<String>,
+    /// Test rigs only: let jobs inject faults (GPUSANITY_FAULT). The agents need --test-faults too.
+    pub test_faults: bool,
+}
+
+impl JobsConfig {
+    pub fn env_policy(&self) -> Result<gpusanity_common::envs::EnvPolicy, String> {
+        gpusanity_common::envs::EnvPolicy::new(&self.allowed_envs, self.test_faults)
+            .map_err(|e| format!("jobs.allowed_envs: {e}"))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,6 +93,8 @@ impl ServiceConfig {
 
     pub fn validate(&self) -> Result<(), String> {
         self.coordinator.validate()?;
+        self.agent_auth.validate()?;
+        self.jobs.env_policy()?;
         self.notifier.validate()?;
         match &self.http.token {
             Some(t) if t.len() >= 16 => {}

@@ -8,6 +8,7 @@
 //! reports are rendered by `gpusanity-reports`.
 
 pub mod agent;
+pub mod auth;
 pub mod config;
 pub mod coordinator;
 pub mod http;

@@ -56,7 +56,8 @@ impl Publisher {
         Ok(n)
     }
 
-    /// Sends until the process ends; Kafka errors are retried, database errors end it.
+    /// Sends until the process ends; Kafka errors (a broker down) are retried with backoff,
+    /// database errors end it.
     pub async fn run(&self) -> Result<()> {
         loop {
             let rows = self.db.unsent(2000).await?;
@@ -94,8 +95,14 @@ impl Publisher {
             self.db.mark_sent(&sent).await.context("marking output events sent")?;
             if failed {
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                // Some of the failed batch may have reached the topic after all.
-                self.recover().await?;
+                // Some of the failed batch may have reached the topic after all: find out
+                // before sending again (a broker still down is waited out, not died of).
+                let mut backoff = Duration::from_millis(500);
+                while let Err(e) = self.recover().await {
+                    tracing::warn!("reading back the output topics failed, will retry in {backoff:?}: {e:#}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
             }
         }
     }

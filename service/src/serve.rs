@@ -11,6 +11,7 @@ use gpusanity_ingest::consume::{self, Ingest};
 use gpusanity_ingest::kafka;
 use tokio::sync::{mpsc, Notify};
 
+use crate::auth::Verifier;
 use crate::coordinator::{self, Coordinator};
 use crate::outbox::Publisher;
 use crate::{http, ServiceConfig, UsageError};
@@ -21,6 +22,8 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         gpusanity_db::DbError::BadUrl(_) => anyhow::Error::from(UsageError(e.to_string())),
         e => anyhow::Error::from(e).context("opening the database"),
     })?;
+    let ring = cfg.agent_auth.keyring().map_err(|e| UsageError(e.to_string()))?;
+    let env_policy = cfg.jobs.env_policy().map_err(UsageError)?;
     let boot = cfg.kafka.bootstrap.clone();
     kafka::ensure_topics(&boot, &cfg.topics.all()).await.map_err(crate::agent::topics_error)?;
     let listener = tokio::net::TcpListener::bind(&cfg.http.listen)
@@ -37,10 +40,17 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         cfg.coordinator.clone(),
         kafka::producer(&boot)?,
         wake.clone(),
+        Verifier::new(ring, std::time::Duration::from_secs(cfg.agent_auth.max_age_s)),
     );
     coord.resume().await?;
     let reports = coordinator::subscribe(&boot, &format!("{}-agents", cfg.kafka.group), &cfg.topics.agent_reports)?;
-    let ingest = Ingest { db: db.clone(), topics: cfg.topics.clone(), notices: notices_tx, outbox_wake: wake.clone() };
+    let ingest = Ingest {
+        db: db.clone(),
+        topics: cfg.topics.clone(),
+        notices: notices_tx,
+        outbox_wake: wake.clone(),
+        env_policy,
+    };
     let events = consume::subscribe(&boot, &cfg.kafka.group, &cfg.topics.job_events)?;
     let api = Arc::new(http::Api {
         db: db.clone(),

@@ -58,25 +58,12 @@ impl Run {
         self.dir.path().join("report")
     }
 
-    /// `gpusanity check` on CPU with this run's report dir and tag (through
-    /// --sanity-check-envs unless `envs` is given, in which case the tag is appended).
+    /// `gpusanity check` on CPU with this run's report dir; the launcher's environment carries
+    /// the run's tag, and its workers inherit it.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(bin());
         c.arg("check").arg("--device").arg("cpu").arg("--report-dir").arg(self.report_dir());
-        let mut envs_given = false;
-        let mut rest: Vec<String> = Vec::new();
-        for a in args {
-            if let Some(v) = a.strip_prefix("--sanity-check-envs=") {
-                envs_given = true;
-                rest.push(format!("--sanity-check-envs={v},GPUSANITY_TEST_TAG={}", self.tag));
-            } else {
-                rest.push(a.to_string());
-            }
-        }
-        if !envs_given {
-            c.arg(format!("--sanity-check-envs=GPUSANITY_TEST_TAG={}", self.tag));
-        }
-        c.args(rest);
+        c.args(args).env("GPUSANITY_TEST_TAG", &self.tag);
         c.env_remove("SANITY_CHECK_ARGS").env_remove("ENABLE_SANITY_CHECK").env_remove("TORCHELASTIC_RESTART_COUNT");
         c.env_remove("GPUSANITY_RESTART_COUNT").env_remove("WORLD_SIZE").env_remove("RANK").env_remove("MASTER_ADDR");
         c.env_remove("MASTER_PORT")

@@ -51,6 +51,7 @@ fn mark_job_fail_ends_an_overrun_with_the_timeout_exit_code() {
     let run = Run::new();
     let out = run_with_timeout(
         run.command(&[
+            "--test-faults",
             "--sanity-check-envs=GPUSANITY_FAULT=hang@0",
             "--sanity-check-timeout-per-test=0.05",
             "--",
@@ -73,6 +74,7 @@ fn keep_job_hang_stays_in_checking_until_sigterm() {
     let _g = serial();
     let run = Run::new();
     let mut cmd = run.command(&[
+        "--test-faults",
         "--sanity-check-envs=GPUSANITY_FAULT=hang@1",
         "--sanity-check-timeout-per-test=0.05",
         "--sanity-check-timeout-ops=KeepJobHang",
@@ -107,8 +109,10 @@ fn keep_job_hang_stays_in_checking_until_sigterm() {
 fn a_crashed_worker_is_named_with_its_exit_status() {
     let _g = serial();
     let run = Run::new();
-    let out =
-        run_with_timeout(run.command(&["--sanity-check-envs=GPUSANITY_FAULT=exit@1", "--", "touch", "started"]), LIMIT);
+    let out = run_with_timeout(
+        run.command(&["--test-faults", "--sanity-check-envs=GPUSANITY_FAULT=exit@1", "--", "touch", "started"]),
+        LIMIT,
+    );
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     let r = run.report();
     let crash =
@@ -124,7 +128,11 @@ fn wrong_all_reduce_results_are_counted_and_named() {
     let _g = serial();
     let run = Run::new();
     let out = run_with_timeout(
-        run.command(&["--sanity-check-envs=GPUSANITY_FAULT=all-reduce-wrong@0", "--micro-benchmarks=all-reduce"]),
+        run.command(&[
+            "--test-faults",
+            "--sanity-check-envs=GPUSANITY_FAULT=all-reduce-wrong@0",
+            "--micro-benchmarks=all-reduce",
+        ]),
         LIMIT,
     );
     assert_eq!(code(&out), 1, "{}", stderr(&out));
@@ -141,6 +149,7 @@ fn a_slow_rank_is_named_in_gemm() {
     let run = Run::new();
     let out = run_with_timeout(
         run.command(&[
+            "--test-faults",
             "--sanity-check-envs=GPUSANITY_FAULT=gemm-slow@1",
             "--micro-benchmarks=gemm",
             "--check-param",
@@ -273,7 +282,7 @@ fn a_crash_on_one_node_stops_the_other_at_once_and_only_the_crashed_rank_is_name
     let _g = serial();
     let run = Run::new();
     let port = free_port();
-    let extra = ["--sanity-check-envs=GPUSANITY_FAULT=exit@1", "--micro-benchmarks=all-reduce,gemm"];
+    let extra = ["--test-faults", "--sanity-check-envs=GPUSANITY_FAULT=exit@1", "--micro-benchmarks=all-reduce,gemm"];
     let start = Instant::now();
     let n1 = run.spawn_node(&extra, 2, 1, port);
     let n0 = run.spawn_node(&extra, 2, 0, port);

@@ -3,6 +3,7 @@
 //! run page.
 
 mod faults;
+mod job_settings;
 mod micro_checks;
 mod models;
 mod one_rank;
@@ -10,3 +11,4 @@ mod remeasure;
 mod rendezvous_auth;
 mod report_page;
 mod run;
+mod stall;

@@ -64,7 +64,10 @@ fn all_gather_and_all_to_all_pass_on_three_cpu_workers_and_name_a_wrong_rank() {
     {
         let run = Run::new();
         let envs = format!("--sanity-check-envs=GPUSANITY_FAULT={fault}");
-        let out = run_with_timeout(run.command(&["--micro-benchmarks=all-gather,all-to-all", &envs, CALM]), LIMIT);
+        let out = run_with_timeout(
+            run.command(&["--micro-benchmarks=all-gather,all-to-all", "--test-faults", &envs, CALM]),
+            LIMIT,
+        );
         assert_eq!(code(&out), 1, "{}", stderr(&out));
         let f = findings(&run.report());
         assert_eq!(f, [(code_name.to_string(), Some(rank))], "{fault}");
@@ -112,6 +115,7 @@ fn connectivity_names_a_node_whose_port_is_closed_within_the_probe_timeout() {
     let start = std::time::Instant::now();
     let args = [
         "--micro-benchmarks=network-connectivity",
+        "--test-faults",
         "--sanity-check-envs=GPUSANITY_FAULT=net-closed@1",
         "--check-param=network-connectivity.timeout-ms=1000",
         CALM,
@@ -143,6 +147,7 @@ fn connectivity_names_a_rank_whose_back_end_is_silent_and_the_probes_time_out() 
     let start = std::time::Instant::now();
     let args = [
         "--micro-benchmarks=network-connectivity",
+        "--test-faults",
         "--sanity-check-envs=GPUSANITY_FAULT=net-backend-down@3",
         "--check-param=network-connectivity.timeout-ms=1000",
         CALM,
@@ -195,7 +200,7 @@ fn multi_all_reduce_runs_every_rail_node_and_world_group_at_once_on_two_nodes() 
     let run = Run::new();
     let envs = "--sanity-check-envs=GPUSANITY_FAULT=multi-all-reduce-wrong@2";
     let out = run_with_timeout(
-        run.command(&["--micro-benchmarks=multi-all-reduce", "--nproc-per-node=3", envs, CALM]),
+        run.command(&["--micro-benchmarks=multi-all-reduce", "--nproc-per-node=3", "--test-faults", envs, CALM]),
         LIMIT,
     );
     assert_eq!(code(&out), 1, "{}", stderr(&out));
@@ -245,7 +250,10 @@ fn the_whole_micro_suite_passes_on_two_nodes_with_overlap_figures_and_kernel_lau
 
     let run = Run::new();
     let envs = "--sanity-check-envs=GPUSANITY_FAULT=overlap-wrong@1";
-    let out = run_with_timeout(run.command(&["--micro-benchmarks=matmul-all-reduce-overlap", envs, CALM]), LIMIT);
+    let out = run_with_timeout(
+        run.command(&["--micro-benchmarks=matmul-all-reduce-overlap", "--test-faults", envs, CALM]),
+        LIMIT,
+    );
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     assert_eq!(findings(&run.report()), [("OVERLAP_WRONG_RESULT".to_string(), Some(1))]);
     run.assert_nothing_left();

@@ -66,6 +66,7 @@ fn a_parameter_corrupted_on_one_rank_is_silent_data_corruption_of_that_rank() {
         run.command(&[
             "--micro-benchmarks=",
             "--model-benchmarks=mini-gpt",
+            "--test-faults",
             "--sanity-check-envs=GPUSANITY_FAULT=model-corrupt@1",
         ]),
         LIMIT,
@@ -90,6 +91,7 @@ fn a_forced_nan_fails_the_check_naming_the_rank_and_the_step() {
             "--model-benchmarks=mini-gpt",
             "--check-param",
             "mini-gpt.steps=12",
+            "--test-faults",
             "--sanity-check-envs=GPUSANITY_FAULT=model-nan@0",
         ]),
         LIMIT,
@@ -140,6 +142,7 @@ fn a_rank_with_slow_compute_is_named() {
         run.command(&[
             "--micro-benchmarks=",
             "--model-benchmarks=mini-gpt",
+            "--test-faults",
             "--sanity-check-envs=GPUSANITY_FAULT=model-slow@1",
         ]),
         LIMIT,

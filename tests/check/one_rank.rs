@@ -88,6 +88,7 @@ fn a_wrong_product_on_one_rank_is_still_named() {
         run.command(&[
             "--nproc-per-node=1",
             "--micro-benchmarks=gemm",
+            "--test-faults",
             "--sanity-check-envs=GPUSANITY_FAULT=gemm-wrong@0",
         ]),
         LIMIT,

@@ -14,7 +14,13 @@ fn gemm_with_fault(fault: &str) -> (std::process::Output, serde_json::Value, Run
     let run = Run::new();
     let envs = format!("--sanity-check-envs=GPUSANITY_FAULT={fault}");
     let out = run_with_timeout(
-        run.command(&[&envs, "--micro-benchmarks=gemm", "--check-param", "diagnosis.slow-fraction=0.5"]),
+        run.command(&[
+            "--test-faults",
+            &envs,
+            "--micro-benchmarks=gemm",
+            "--check-param",
+            "diagnosis.slow-fraction=0.5",
+        ]),
         LIMIT,
     );
     let r = run.report();

@@ -140,7 +140,8 @@ fn a_forged_verdict_does_not_make_a_faulty_node_run_command() {
     let _g = serial();
     let run = Run::new();
     let port = free_port();
-    let extra = [QUICK, "--sanity-check-envs=GPUSANITY_FAULT=gemm-wrong@1", "--", "sh", "-c", "exit 42"];
+    let extra =
+        [QUICK, "--test-faults", "--sanity-check-envs=GPUSANITY_FAULT=gemm-wrong@1", "--", "sh", "-c", "exit 42"];
     let env = [("GPUSANITY_RDZV_SECRET", SECRET)];
     let n0 = node(&run, &extra, &env, 2, 0, port);
     // Before node 1 even arrives, and again while the run goes on.
@@ -271,6 +272,7 @@ fn a_single_node_listens_on_loopback_only() {
     // The delayed start keeps the run (and its ring) up a moment.
     let mut c = run.command(&[
         "--micro-benchmarks=all-reduce",
+        "--test-faults",
         "--sanity-check-envs=GPUSANITY_FAULT=delay-start@0",
         "--master-port",
         &p,

@@ -33,6 +33,7 @@ fn a_slow_gemm_rank_is_named_on_the_page_and_report_renders_the_same_page() {
     let run = Run::new();
     let out = run_with_timeout(
         run.command(&[
+            "--test-faults",
             "--sanity-check-envs=GPUSANITY_FAULT=gemm-slow@1",
             "--micro-benchmarks=gemm,all-reduce",
             "--check-param",

@@ -89,7 +89,7 @@ fn check_envs_reach_the_workers() {
     let run = Run::new();
     // The fault switch travels only through --sanity-check-envs, so a failure proves delivery.
     let out = run_with_timeout(
-        run.command(&["--sanity-check-envs=GPUSANITY_FAULT=gemm-wrong@1", "--micro-benchmarks=gemm"]),
+        run.command(&["--test-faults", "--sanity-check-envs=GPUSANITY_FAULT=gemm-wrong@1", "--micro-benchmarks=gemm"]),
         LIMIT,
     );
     assert_eq!(code(&out), 1, "{}", stderr(&out));

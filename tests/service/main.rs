@@ -5,6 +5,7 @@
 mod browser;
 mod faults;
 mod flow;
+mod forgery;
 mod notify_email;
 mod notify_restart;
 mod notify_webhook;

@@ -4,6 +4,7 @@
 //! fields; which check owns which fields, and the one `CheckConfigs::apply_params`, are in
 //! [`crate::checks`].
 
+pub mod memory;
 pub mod micro;
 pub mod models;
 pub mod sweep;
@@ -50,7 +51,7 @@ impl Param<'_> {
     }
 
     /// A positive integer up to `max`.
-    fn bounded(&self, max: u64) -> Result<u64, ParamError> {
+    pub fn bounded(&self, max: u64) -> Result<u64, ParamError> {
         self.value
             .parse::<u64>()
             .ok()
@@ -87,6 +88,10 @@ pub struct CheckConfigs {
     pub all_reduce: SweepConfig,
     /// A rank whose figure is below this fraction of its peers' median is named slow.
     pub slow_fraction: f64,
+    /// Seconds without progress on any rank of a node (or without a heartbeat from one) after
+    /// which the running test is stopped as hung, well before its per-test limit.
+    #[serde(default = "default_stall_s")]
+    pub stall_s: u64,
     /// The other micro-benchmarks.
     #[serde(flatten)]
     pub micro: MicroConfigs,
@@ -95,7 +100,17 @@ pub struct CheckConfigs {
 }
 
 /// The `--check-param` keys that belong to no check.
-pub const DIAGNOSIS_PARAM_KEYS: &[&str] = &["diagnosis.slow-fraction"];
+pub const DIAGNOSIS_PARAM_KEYS: &[&str] = &["diagnosis.slow-fraction", "diagnosis.stall-s"];
+
+/// The default stall time: far above any single operation of the checks, far below the
+/// default per-test limit (6 min).
+pub const DEFAULT_STALL_S: u64 = 30;
+/// The longest stall time accepted (a day).
+const MAX_STALL_S: u64 = 86_400;
+
+fn default_stall_s() -> u64 {
+    DEFAULT_STALL_S
+}
 
 impl CheckConfigs {
     pub fn defaults(device: DeviceKind) -> Self {
@@ -106,6 +121,7 @@ impl CheckConfigs {
                 DeviceKind::Cuda => 0.8,
                 DeviceKind::Cpu => 0.5,
             },
+            stall_s: DEFAULT_STALL_S,
             micro: MicroConfigs::defaults(device),
             models: ModelConfigs::defaults(device),
         }
@@ -115,6 +131,7 @@ impl CheckConfigs {
     pub fn apply_diagnosis(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
         match p.key {
             "diagnosis.slow-fraction" => self.slow_fraction = p.fraction("a fraction between 0 and 1")?,
+            "diagnosis.stall-s" => self.stall_s = p.bounded(MAX_STALL_S)?,
             _ => return Ok(false),
         }
         Ok(true)

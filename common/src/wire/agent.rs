@@ -38,6 +38,9 @@ pub struct Task {
     pub sanity_check_args: String,
     /// The agent gives up on the task after this instant (a stale task is ignored).
     pub deadline: DateTime<Utc>,
+    /// The run's rendezvous secret, sealed under the key that signs this task (hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdzv_secret: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -43,7 +43,7 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
             Some(o) => {
                 ranks.extend(o.ranks.iter().cloned());
                 match &o.stop {
-                    Some(Stop::TestTimeout { .. }) => overrun = diagnosis::Overrun::Test,
+                    Some(Stop::TestTimeout { .. } | Stop::Stalled { .. }) => overrun = diagnosis::Overrun::Test,
                     Some(Stop::RunTimeout { .. }) if overrun == diagnosis::Overrun::None => {
                         overrun = diagnosis::Overrun::Run
                     }
@@ -84,6 +84,21 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
         c.ranks.sort_by_key(|r| r.rank);
     }
     let mut diag = diagnosis::diagnose(&mut checks, &ranks, meta.configs.slow_fraction, overrun, meta.backend);
+    // A stall stopped the test before its limit: say so beside the hang it names.
+    if let Some(Stop::Stalled { node_rank, check, stall_s, silent_rank }) =
+        stops.iter().find(|s| matches!(s, Stop::Stalled { .. }))
+    {
+        let why = match silent_rank {
+            Some(r) => format!("rank {r} sent no heartbeat"),
+            None => "no rank progressed".to_string(),
+        };
+        let line = format!(
+            "{check} stopped by node {node_rank} after {stall_s:.0} s in which {why} (diagnosis.stall-s), before the per-test limit"
+        );
+        for f in diag.findings.iter_mut().filter(|f| f.code == "TEST_HANG") {
+            f.evidence.push(line.clone());
+        }
+    }
     // What ended the run, when no rank is to blame for it.
     for stop in stops.iter().take(1) {
         let (code, message) = match stop {

@@ -3,6 +3,7 @@
 
 mod arrival;
 mod events;
+mod fit;
 mod gather;
 mod node;
 pub mod rendezvous;
@@ -52,6 +53,8 @@ pub struct CheckOptions {
     pub node_name: Option<String>,
     /// The run's rendezvous secret (`--rdzv-secret-file` or `GPUSANITY_RDZV_SECRET`).
     pub rdzv_secret: Option<crate::store::Secret>,
+    /// Which variables `--sanity-check-envs` may set, and whether test faults pass.
+    pub env_policy: gpusanity_common::envs::EnvPolicy,
 }
 
 /// What the process does once the check is over.
@@ -68,6 +71,7 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
     let env: std::collections::HashMap<String, String> = std::env::vars().collect();
     let topo = rendezvous::resolve(&opts.topology, &env).map_err(|e| UsageError(e.to_string()))?;
     let is_master = topo.node_rank == 0;
+    opts.env_policy.check(&opts.settings.envs).map_err(|e| UsageError(e.to_string()))?;
 
     if let Some(reason) = skip_reason(&opts) {
         let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
@@ -78,6 +82,7 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
     let (device, nproc, devices) = resolve_device(&opts)?;
     let mut configs = CheckConfigs::defaults(device);
     configs.apply_params(&opts.check_params).map_err(|e| UsageError(e.to_string()))?;
+    fit::check_fits(&configs, &opts.settings.selected_checks(), device, nproc)?;
     // A node that never arrives is named within the run's own limit, not after a longer wait.
     let rdzv_wait = opts.rdzv_timeout.min(opts.settings.max_time().saturating_sub(started.elapsed()));
     if topo.nnodes > 1 && opts.rdzv_secret.is_none() {
@@ -130,7 +135,9 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
         hostname: cluster.hostname.clone(),
         specs,
         check_envs: opts.settings.envs.clone(),
+        test_faults: opts.env_policy.test_faults,
         per_test: opts.settings.timeout_per_test(),
+        stall: Duration::from_secs(configs.stall_s),
         run_deadline: started + opts.settings.max_time(),
         run_limit: opts.settings.max_time(),
     };

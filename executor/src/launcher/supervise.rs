@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 mod unfinished;
 
 use super::node::AbortHandle;
-use crate::protocol::{WorkerMsg, WorkerSpec, SPEC_ENV};
+use crate::protocol::{WorkerMsg, WorkerSpec, FAULT_ENV, SPEC_ENV};
 use unfinished::{describe_exit, unfinished};
 
 /// How long a node whose rank failed waits for a stop decided elsewhere.
@@ -41,6 +41,8 @@ pub enum Stop {
     RankFailed { node_rank: usize, rank: usize, reason: String },
     /// The launcher of `node_rank` was told to stop (SIGTERM/SIGINT).
     Interrupted { node_rank: usize, signal: String },
+    /// No rank of `node_rank` progressed, or one stopped beating, for `stall_s` in `check`.
+    Stalled { node_rank: usize, check: String, stall_s: f64, silent_rank: Option<usize> },
 }
 
 impl Stop {
@@ -50,12 +52,13 @@ impl Stop {
             Stop::TestTimeout { node_rank, .. }
             | Stop::RunTimeout { node_rank, .. }
             | Stop::RankFailed { node_rank, .. }
-            | Stop::Interrupted { node_rank, .. } => *node_rank,
+            | Stop::Interrupted { node_rank, .. }
+            | Stop::Stalled { node_rank, .. } => *node_rank,
         }
     }
 
     pub fn is_timeout(&self) -> bool {
-        matches!(self, Stop::TestTimeout { .. } | Stop::RunTimeout { .. })
+        matches!(self, Stop::TestTimeout { .. } | Stop::RunTimeout { .. } | Stop::Stalled { .. })
     }
 }
 
@@ -74,7 +77,13 @@ pub struct Supervisor {
     pub hostname: String,
     pub specs: Vec<WorkerSpec>,
     pub check_envs: Vec<(String, String)>,
+    /// Whether the workers may see `GPUSANITY_FAULT` (from the launcher's environment or the
+    /// job's envs); off, it is removed from theirs.
+    pub test_faults: bool,
     pub per_test: Duration,
+    /// How long a node may go without progress (or a rank without a heartbeat) before the
+    /// running test is stopped as hung.
+    pub stall: Duration,
     /// When the whole run must be over.
     pub run_deadline: Instant,
     pub run_limit: Duration,
@@ -114,6 +123,8 @@ impl Supervisor {
         // Stage 0 is set-up (backends opening); stage i+1 is check i.
         let mut stage = 0usize;
         let mut stage_start = Instant::now();
+        // The last sign of progress from any rank of this node (heartbeats do not count).
+        let mut last_move = Instant::now();
         let mut check_start = vec![None::<Instant>; nchecks];
         let mut check_end = vec![None::<Instant>; nchecks];
         let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -129,6 +140,7 @@ impl Supervisor {
                 }
                 stage += 1;
                 stage_start = Instant::now();
+                last_move = stage_start;
                 if stage <= nchecks {
                     check_start[stage - 1] = Some(stage_start);
                 }
@@ -141,6 +153,9 @@ impl Supervisor {
                     Some(Event::Msg(i, msg)) => {
                         let r = &mut ranks[i];
                         r.last_beat = Instant::now();
+                        if !matches!(msg, WorkerMsg::Heartbeat) {
+                            last_move = r.last_beat;
+                        }
                         match msg {
                             WorkerMsg::Heartbeat => {}
                             WorkerMsg::Ready { device } => r.device = device,
@@ -183,6 +198,9 @@ impl Supervisor {
                     let now = Instant::now();
                     if now >= self.run_deadline {
                         break Some(Stop::RunTimeout { node_rank: self.node_rank, limit_s: self.run_limit.as_secs_f64() });
+                    }
+                    if let Some(stop) = self.stalled(&ranks, stage, now, last_move) {
+                        break Some(stop);
                     }
                     if now.duration_since(stage_start) >= self.per_test {
                         let check = if stage == 0 { "set-up".to_string() } else { self.specs[0].checks[stage - 1].clone() };
@@ -256,11 +274,34 @@ impl Supervisor {
         Ok(NodeOutcome { node_rank: self.node_rank, ranks: infos, checks, stop })
     }
 
+    /// A stall: a live rank silent (no heartbeat) for the stall time, in any stage; or, once
+    /// the checks run, no rank of this node progressing for the stall time (every rank waits,
+    /// for one of them or for a rank elsewhere). The diagnosis then names the rank that stopped
+    /// beating or made the least progress, as after a per-test overrun; a slow rank that still
+    /// progresses keeps the node moving and is never stopped here.
+    fn stalled(&self, ranks: &[Rank], stage: usize, now: Instant, last_move: Instant) -> Option<Stop> {
+        let check = if stage == 0 { "set-up".to_string() } else { self.specs[0].checks[stage - 1].clone() };
+        let stall_s = self.stall.as_secs_f64();
+        let silent = ranks.iter().find(|r| r.exited.is_none() && now.duration_since(r.last_beat) >= self.stall);
+        if let Some(r) = silent {
+            return Some(Stop::Stalled { node_rank: self.node_rank, check, stall_s, silent_rank: Some(r.spec.rank) });
+        }
+        (stage > 0 && now.duration_since(last_move) >= self.stall).then_some(Stop::Stalled {
+            node_rank: self.node_rank,
+            check,
+            stall_s,
+            silent_rank: None,
+        })
+    }
+
     async fn spawn(&self, i: usize, spec: &WorkerSpec, tx: mpsc::Sender<Event>) -> Result<Rank> {
         let exe = std::env::current_exe().context("locating the gpusanity binary")?;
         let mut cmd = Command::new(exe);
-        cmd.arg("worker")
-            .env(SPEC_ENV, serde_json::to_string(spec)?)
+        cmd.arg("worker");
+        if !self.test_faults {
+            cmd.env_remove(FAULT_ENV);
+        }
+        cmd.env(SPEC_ENV, serde_json::to_string(spec)?)
             // The worker has the secret in its spec; nothing it starts needs it.
             .env_remove(crate::store::auth::SECRET_ENV)
             .envs(self.check_envs.iter().cloned())

@@ -12,6 +12,7 @@ use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot};
 
 use super::AgentConfig;
+use crate::auth::rdzv;
 
 /// How long a cancelled launcher gets to stop its workers and tell the other nodes.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -23,6 +24,7 @@ impl Launch {
     pub fn start(
         cfg: &AgentConfig,
         t: &Task,
+        secret: Option<[u8; rdzv::SECRET_LEN]>,
         cancel: oneshot::Receiver<()>,
         exits: mpsc::UnboundedSender<NodeResult>,
     ) -> Result<Option<u16>> {
@@ -51,6 +53,17 @@ impl Launch {
             .args(["--sanity-check-timing=BeforeJobRunning", "--sanity-check-timeout-ops=MarkJobFail"]);
         if let Some(n) = cfg.nproc_per_node {
             cmd.args(["--nproc-per-node", &n.to_string()]);
+        }
+        // This node's policy for the job's environment, enforced by the launcher too.
+        cmd.arg(format!("--allow-env={}", cfg.env_policy.allowed_patterns().join(",")));
+        if cfg.env_policy.test_faults {
+            cmd.arg("--test-faults");
+        }
+        if let Some(secret) = secret {
+            let path = dir.join("rdzv.secret");
+            write_private(&path, hex::encode(secret).as_bytes())
+                .with_context(|| format!("writing {}", path.display()))?;
+            cmd.arg("--rdzv-secret-file").arg(&path);
         }
         // The service decided to check: no setting of the agent's own environment may skip it.
         for v in ["ENABLE_SANITY_CHECK", "SANITY_CHECK_ARGS", "GPUSANITY_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"] {
@@ -95,6 +108,15 @@ impl Launch {
         });
         Ok(own_port)
     }
+}
+
+/// Writes `bytes` to a new file only its owner can read.
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    f.write_all(bytes)
 }
 
 fn read_report(path: &std::path::Path) -> Option<Box<Report>> {

@@ -14,12 +14,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use gpusanity_common::device::DeviceChoice;
+use gpusanity_common::envs::EnvPolicy;
 use gpusanity_common::wire::agent::{AgentCommand, AgentReport, CommandBody, NodeResult, ReportBody, Task};
 use gpusanity_common::wire::{Topics, WIRE_VERSION};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::auth::envelope;
+use crate::auth::keyring::Key;
+use crate::auth::{rdzv, Direction, Keyring, Verifier};
 use launch::Launch;
 
 /// Results kept to answer a repeated task (after a service restart).
@@ -38,6 +42,12 @@ pub struct AgentConfig {
     /// Each run's report and launcher log go under `work_dir/RUN_ID/`.
     pub work_dir: PathBuf,
     pub heartbeat: Duration,
+    /// Signs the reports, opens the tasks.
+    pub ring: Keyring,
+    /// How old a task may be.
+    pub max_age: Duration,
+    /// Passed to each launcher (--allow-env, --test-faults).
+    pub env_policy: EnvPolicy,
 }
 
 struct Running {
@@ -53,6 +63,7 @@ struct Sender {
     topic: String,
     node: String,
     id: String,
+    key: Key,
 }
 
 impl Sender {
@@ -65,7 +76,7 @@ impl Sender {
             at: chrono::Utc::now(),
             body: body.clone(),
         };
-        let payload = serde_json::to_string(&r).ok()?;
+        let payload = envelope::seal(&self.key, Direction::Report, serde_json::to_string(&r).ok()?);
         match self.producer.send_result(FutureRecord::to(&self.topic).key(&self.node).payload(&payload)) {
             Ok(delivery) => Some(async move {
                 match delivery.await {
@@ -85,6 +96,10 @@ impl Sender {
 struct Agent {
     cfg: AgentConfig,
     id: String,
+    /// The key that signs this node's reports.
+    key: Key,
+    /// Opens the tasks: signature, freshness, replay.
+    verifier: Verifier,
     producer: FutureProducer,
     running: HashMap<String, Running>,
     done: VecDeque<NodeResult>,
@@ -110,8 +125,12 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         .context("reading the agent-tasks topic")?;
     std::fs::create_dir_all(&cfg.work_dir).with_context(|| format!("creating {}", cfg.work_dir.display()))?;
     let (exits, mut exited) = mpsc::unbounded_channel();
+    let key = cfg.ring.signer_for(&cfg.node).cloned().context("no agent key covers this node")?;
+    let verifier = Verifier::new(cfg.ring.clone(), cfg.max_age);
     let mut agent = Agent {
         id: uuid::Uuid::new_v4().to_string(),
+        key,
+        verifier,
         cfg,
         producer,
         running: HashMap::new(),
@@ -133,11 +152,8 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
                         continue;
                     }
                 };
-                match m.payload().map(serde_json::from_slice::<AgentCommand>) {
-                    Some(Ok(c)) if c.node == agent.cfg.node && c.version == WIRE_VERSION => agent.command(c.body),
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => tracing::warn!("malformed agent command ignored: {e}"),
-                    None => {}
+                if let Some((c, key)) = m.payload().and_then(|p| agent.authentic(p)) {
+                    agent.command(c.body, &key);
                 }
             }
             Some(res) = exited.recv() => agent.exited(res),
@@ -193,6 +209,7 @@ impl Agent {
             topic: self.cfg.topics.agent_reports.clone(),
             node: self.cfg.node.clone(),
             id: self.id.clone(),
+            key: self.key.clone(),
         }
     }
 
@@ -209,9 +226,39 @@ impl Agent {
         });
     }
 
-    fn command(&mut self, c: CommandBody) {
+    /// The command in `bytes` if it is for this node, authentic, fresh and of this version,
+    /// with the key that signed it. Commands for other nodes are dropped silently (every agent
+    /// reads the whole topic); a forgery or a replay for this node is logged.
+    fn authentic(&mut self, bytes: &[u8]) -> Option<(AgentCommand, Key)> {
+        let (payload, key) = match self.verifier.open(Direction::Task, bytes) {
+            Ok(opened) => opened,
+            Err(e) => {
+                // Another node's commands may be signed with a key this node does not hold:
+                // only a message naming this node is worth a warning.
+                if String::from_utf8_lossy(bytes).contains(self.cfg.node.as_str()) {
+                    tracing::warn!("agent command refused: {e}");
+                }
+                return None;
+            }
+        };
+        match serde_json::from_str::<AgentCommand>(&payload) {
+            Ok(c) if c.node != self.cfg.node => None,
+            Ok(c) if !key.covers(&c.node) => {
+                tracing::warn!(key = key.id, "agent command refused: its key may not speak for this node");
+                None
+            }
+            Ok(c) if c.version == WIRE_VERSION => Some((c, key)),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!("malformed agent command ignored: {e}");
+                None
+            }
+        }
+    }
+
+    fn command(&mut self, c: CommandBody, key: &Key) {
         match c {
-            CommandBody::Task(t) => self.task(t),
+            CommandBody::Task(t) => self.task(t, key),
             CommandBody::Cancel { run_id, reason } => {
                 if let Some(r) = self.running.get_mut(&run_id) {
                     tracing::info!(run_id, reason, "cancelling this node's part of the run");
@@ -223,7 +270,12 @@ impl Agent {
         }
     }
 
-    fn task(&mut self, t: Task) {
+    fn task(&mut self, t: Task, key: &Key) {
+        // The run id names a folder under the work dir: a UUID and nothing else.
+        if uuid::Uuid::parse_str(&t.run_id).map(|u| u.hyphenated().to_string() != t.run_id).unwrap_or(true) {
+            tracing::warn!(run_id = t.run_id.escape_debug().to_string(), "task refused: its run id is not a UUID");
+            return;
+        }
         // A repeated task (the service restarted): answer it again.
         if let Some(r) = self.running.get(&t.run_id) {
             let body =
@@ -238,7 +290,14 @@ impl Agent {
             return;
         }
         let (cancel_tx, cancel_rx) = oneshot::channel();
-        match Launch::start(&self.cfg, &t, cancel_rx, self.exits.clone()) {
+        let secret = t.rdzv_secret.as_deref().and_then(|s| rdzv::unseal(key, &t.run_id, &self.cfg.node, s));
+        if t.rdzv_secret.is_some() && secret.is_none() {
+            tracing::warn!(
+                run_id = t.run_id,
+                "the task's rendezvous secret does not open: the run goes unauthenticated"
+            );
+        }
+        match Launch::start(&self.cfg, &t, secret, cancel_rx, self.exits.clone()) {
             Ok(port) => {
                 self.running.insert(
                     t.run_id.clone(),

@@ -3,11 +3,15 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
+
 #[derive(Debug, Clone)]
 pub struct AgentSeen {
     pub agent_id: String,
     pub address: String,
     pub last_seen: Instant,
+    /// The newest `at` of the node's reports.
+    pub last_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Default)]
@@ -16,18 +20,26 @@ pub struct Agents {
 }
 
 impl Agents {
-    /// Any message from an agent proves it alive.
-    pub fn seen(&mut self, node: &str, agent_id: &str, address: Option<&str>) {
+    /// Any message from an agent proves it alive; false (and nothing recorded) for a message
+    /// older than one already seen from the node, so that an old agent instance's messages
+    /// replayed within the freshness window cannot pass for a replacement of the live one.
+    pub fn seen(&mut self, node: &str, agent_id: &str, address: Option<&str>, at: DateTime<Utc>) -> bool {
         let e = self.by_node.entry(node.to_string()).or_insert_with(|| AgentSeen {
             agent_id: agent_id.into(),
             address: address.unwrap_or_default().into(),
             last_seen: Instant::now(),
+            last_at: at,
         });
+        if at < e.last_at && e.agent_id != agent_id {
+            return false;
+        }
+        e.last_at = e.last_at.max(at);
         e.agent_id = agent_id.into();
         if let Some(a) = address {
             e.address = a.into();
         }
         e.last_seen = Instant::now();
+        true
     }
 
     /// The node's agent if it was heard from within `timeout`.

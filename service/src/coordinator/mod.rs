@@ -32,6 +32,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio::sync::{mpsc, Notify};
 
+use crate::auth::{envelope, rdzv, Direction, Verifier};
 use agents::Agents;
 pub use config::CoordinatorConfig;
 use finish::{finish, node_finding, Ending, Verdict};
@@ -69,6 +70,8 @@ pub struct Coordinator {
     pub outbox_wake: Arc<Notify>,
     agents: Agents,
     active: HashMap<String, Active>,
+    /// Opens the agents' reports and signs the tasks.
+    auth: Verifier,
 }
 
 impl Coordinator {
@@ -78,8 +81,18 @@ impl Coordinator {
         config: CoordinatorConfig,
         producer: FutureProducer,
         outbox_wake: Arc<Notify>,
+        auth: Verifier,
     ) -> Self {
-        Coordinator { db, topics, config, producer, outbox_wake, agents: Agents::default(), active: HashMap::new() }
+        Coordinator {
+            db,
+            topics,
+            config,
+            producer,
+            outbox_wake,
+            agents: Agents::default(),
+            active: HashMap::new(),
+            auth,
+        }
     }
 
     /// Takes up every run left in Checking (not held) by an earlier process.
@@ -112,11 +125,8 @@ impl Coordinator {
                             continue;
                         }
                     };
-                    match m.payload().map(serde_json::from_slice::<AgentReport>) {
-                        Some(Ok(r)) if r.version == WIRE_VERSION => self.report(r).await?,
-                        Some(Ok(r)) => tracing::warn!(node = r.node, version = r.version, "agent report of another version ignored"),
-                        Some(Err(e)) => tracing::warn!("malformed agent report ignored: {e}"),
-                        None => {}
+                    if let Some(r) = m.payload().and_then(|p| self.authentic(p)) {
+                        self.report(r).await?;
                     }
                     reports.store_offset(m.topic(), m.partition(), m.offset())?;
                 }
@@ -156,16 +166,67 @@ impl Coordinator {
         Ok(())
     }
 
+    /// The report in `bytes` if it is authentic, fresh, of this version and signed by a key
+    /// that may speak for its node; anything else is refused with a warning.
+    fn authentic(&mut self, bytes: &[u8]) -> Option<AgentReport> {
+        let (payload, key) = match self.auth.open(Direction::Report, bytes) {
+            Ok(opened) => opened,
+            Err(e) => {
+                tracing::warn!("agent report refused: {e}");
+                return None;
+            }
+        };
+        match serde_json::from_str::<AgentReport>(&payload) {
+            Ok(r) if !key.covers(&r.node) => {
+                tracing::warn!(node = r.node, key = key.id, "agent report refused: the key may not speak for its node");
+                None
+            }
+            Ok(r) if r.version == WIRE_VERSION => Some(r),
+            Ok(r) => {
+                tracing::warn!(node = r.node, version = r.version, "agent report of another version ignored");
+                None
+            }
+            Err(e) => {
+                tracing::warn!("malformed agent report ignored: {e}");
+                None
+            }
+        }
+    }
+
+    /// Whether a report about `node_rank` of run `a` comes from that node, from the agent its
+    /// task went to: a report about another node's part, or from another agent, is refused.
+    fn holds(a: &Active, node: &str, agent_id: &str, node_rank: usize) -> bool {
+        let ok = a.run.nodes.get(node_rank).is_some_and(|n| n.name == node)
+            && a.assigned.get(&node_rank).is_some_and(|id| id == agent_id);
+        if !ok {
+            tracing::warn!(
+                run_id = a.run.run_id,
+                node,
+                node_rank,
+                agent_id,
+                "agent report refused: not from the agent that holds that node of the run"
+            );
+        }
+        ok
+    }
+
     async fn report(&mut self, r: AgentReport) -> Result<()> {
         let address = match &r.body {
             ReportBody::Heartbeat { address, .. } => Some(address.as_str()),
             _ => None,
         };
-        self.agents.seen(&r.node, &r.agent_id, address);
+        if !self.agents.seen(&r.node, &r.agent_id, address, r.at) {
+            tracing::warn!(node = r.node, "agent report older than one already seen from that node ignored");
+            return Ok(());
+        }
+        let (node, agent_id) = (r.node.clone(), r.agent_id.clone());
         match r.body {
             ReportBody::Heartbeat { .. } => {}
             ReportBody::Started { run_id, node_rank, master_port } => {
                 let Some(a) = self.active.get_mut(&run_id) else { return Ok(()) };
+                if !Self::holds(a, &node, &agent_id, node_rank) {
+                    return Ok(());
+                }
                 if node_rank == 0 && a.phase == Phase::WaitMaster {
                     let Some(port) = master_port else { return Ok(()) };
                     let addr = self.agents.live(&r.node, Duration::MAX).map(|s| s.address.clone()).unwrap_or_default();
@@ -188,6 +249,9 @@ impl Coordinator {
             ReportBody::Result(res) => {
                 let run_id = res.run_id.clone();
                 let Some(a) = self.active.get_mut(&run_id) else { return Ok(()) };
+                if !Self::holds(a, &node, &agent_id, res.node_rank) || a.results.contains_key(&res.node_rank) {
+                    return Ok(());
+                }
                 if res.node_rank == 0 {
                     a.node0_done = Some(Instant::now());
                 }
@@ -282,8 +346,21 @@ impl Coordinator {
 
     /// Queues a command for its node's agent and returns at once (the loop must not wait on
     /// the broker); a failed delivery is logged (the agent then times out).
+    /// Tasks carry the run's rendezvous secret, sealed for their node; every command is signed
+    /// with the key that covers its node (none: not sent, and the node's agent times out).
     fn send(&self, c: &AgentCommand) {
-        let Ok(payload) = serde_json::to_string(c) else { return };
+        let ring = &self.auth.ring;
+        let Some(key) = ring.signer_for(&c.node) else {
+            tracing::warn!(node = c.node, "no agent key covers this node: its command is not sent");
+            return;
+        };
+        let mut c = c.clone();
+        if let CommandBody::Task(t) = &mut c.body {
+            let secret = rdzv::run_secret(ring.first(), &t.run_id);
+            t.rdzv_secret = Some(rdzv::seal(key, &t.run_id, &c.node, &secret));
+        }
+        let Ok(payload) = serde_json::to_string(&c) else { return };
+        let payload = envelope::seal(key, Direction::Task, payload);
         let rec = FutureRecord::to(&self.topics.agent_tasks).key(&c.node).payload(&payload);
         match self.producer.send_result(rec) {
             Ok(delivery) => {
@@ -312,6 +389,7 @@ fn task(a: &Active, k: usize, master: Option<(String, u16)>) -> AgentCommand {
             master,
             sanity_check_args: a.run.check_args.clone(),
             deadline,
+            rdzv_secret: None,
         }),
     }
 }

@@ -148,7 +148,29 @@ pub struct World {
     children: Vec<(String, Child)>,
 }
 
+/// Publishes raw bytes on `topic` of the test broker.
+pub fn publish_to(topic: &str, payload: &[u8]) {
+    let p: ThreadedProducer<DefaultProducerContext> =
+        ClientConfig::new().set("bootstrap.servers", broker()).create().expect("producer");
+    p.send(BaseRecord::<(), [u8]>::to(topic).payload(payload)).map_err(|(e, _)| e).expect("send");
+    p.flush(Duration::from_secs(10)).expect("flush");
+}
+
+/// Writes an agent key file (one cluster key, random, mode 0600) at `path`.
+pub fn write_agent_keys(path: &std::path::Path) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let secret: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).expect("key file");
+    writeln!(f, "[[key]]\nid = \"test\"\nsecret = \"{secret}\"").expect("key file");
+}
+
 impl World {
+    /// The agent key file of this world.
+    pub fn agent_keys(&self) -> PathBuf {
+        self.dir.path().join("agent-keys.toml")
+    }
+
     /// `db_url`: None for a SQLite file in the test's folder. `coordinator`: extra TOML lines
     /// for the [coordinator] table.
     pub fn new(db_url: Option<String>, coordinator: &str) -> World {
@@ -158,12 +180,16 @@ impl World {
         let db_url = db_url.unwrap_or_else(|| format!("sqlite://{}", dir.path().join("gpusanity.db").display()));
         let http = common::free_port();
         let config = dir.path().join("gpusanity.toml");
+        let keys = dir.path().join("agent-keys.toml");
+        write_agent_keys(&keys);
         let p = &prefix;
         let text = format!(
             "[kafka]\nbootstrap = \"{b}\"\ngroup = \"{p}service\"\n\n[topics]\njob_events = \"{p}job-events\"\noutput = \"{p}check-events\"\n\
              dead_letter = \"{p}dead-letter\"\nagent_tasks = \"{p}agent-tasks\"\nagent_reports = \"{p}agent-reports\"\n\n\
-             [database]\nurl = \"{db_url}\"\n\n[http]\nlisten = \"127.0.0.1:{http}\"\n\n[coordinator]\nreport_url = \"http://127.0.0.1:{http}/v1/runs/{{run_id}}/report\"\n{coordinator}\n",
-            b = broker()
+             [database]\nurl = \"{db_url}\"\n\n[http]\nlisten = \"127.0.0.1:{http}\"\n\n[coordinator]\nreport_url = \"http://127.0.0.1:{http}/v1/runs/{{run_id}}/report\"\n{coordinator}\n\n\
+             [agent_auth]\nkeys_file = \"{keys}\"\n\n[jobs]\ntest_faults = true\n",
+            b = broker(),
+            keys = keys.display()
         );
         std::fs::write(&config, text).expect("config");
         World { dir, tag, prefix, db_url, http, config, nodes: Vec::new(), children: Vec::new() }
@@ -247,6 +273,7 @@ impl World {
             "0.3",
             "--work-dir",
             &work,
+            "--test-faults",
         ];
         args.extend_from_slice(extra);
         self.spawn_via(node, wrap, &args);
@@ -320,11 +347,12 @@ impl World {
 
     /// Publishes raw bytes on the job-events topic.
     pub fn publish(&self, payload: &[u8]) {
-        let p: ThreadedProducer<DefaultProducerContext> =
-            ClientConfig::new().set("bootstrap.servers", broker()).create().expect("producer");
-        let topic = self.topic("job-events");
-        p.send(BaseRecord::<(), [u8]>::to(&topic).payload(payload)).map_err(|(e, _)| e).expect("send");
-        p.flush(Duration::from_secs(10)).expect("flush");
+        self.publish_on("job-events", payload);
+    }
+
+    /// Publishes raw bytes on this world's topic `name` (as anyone who can reach the broker can).
+    pub fn publish_on(&self, name: &str, payload: &[u8]) {
+        publish_to(&self.topic(name), payload);
     }
 
     pub fn reader(&self, topic: &str) -> Reader {

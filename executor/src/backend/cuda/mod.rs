@@ -32,7 +32,7 @@ use half::bf16;
 use super::{Backend, BackendError, BufId, Dtype, GroupId, LaunchTiming, Timing, Work, WorkerPlace};
 use crate::store::StoreClient;
 
-pub use gpusanity_cuda::{check_libraries, probe};
+pub use gpusanity_cuda::{check_libraries, probe, probe_memory};
 
 /// A driver error as a [`BackendError::Device`] naming the failed step.
 fn dev_err(what: &str, e: &DriverError) -> BackendError {

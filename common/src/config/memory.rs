@@ -1,0 +1,113 @@
+//! What the micro-benchmarks' buffers take, per rank, from their sizes: so that a size that
+//! cannot fit is refused before any worker starts, saying how much it needs, instead of ending
+//! as an out-of-memory crash that would read as a node fault.
+//!
+//! The figures are lower bounds of what each check allocates at its largest size (its buffers
+//! and the host copy it verifies), in checked arithmetic: a product that overflows counts as
+//! `u64::MAX`. The model checks' memory depends on their activations and is not estimated.
+
+use super::CheckConfigs;
+use crate::registry::CheckId;
+use crate::report::DeviceKind;
+
+/// Bytes one rank needs for one check: on its device (GPU memory; 0 on CPU workers, whose
+/// buffers are in host memory) and in host memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Need {
+    pub device: u64,
+    pub host: u64,
+}
+
+fn mul(parts: &[u64]) -> u64 {
+    parts.iter().try_fold(1u64, |acc, p| acc.checked_mul(*p)).unwrap_or(u64::MAX)
+}
+
+fn add(parts: &[u64]) -> u64 {
+    parts.iter().try_fold(0u64, |acc, p| acc.checked_add(*p)).unwrap_or(u64::MAX)
+}
+
+/// Element sizes: GEMM in bf16 on GPU, fp32 on CPU; collectives the same.
+fn elem(device: DeviceKind) -> u64 {
+    match device {
+        DeviceKind::Cuda => 2,
+        DeviceKind::Cpu => 4,
+    }
+}
+
+/// A square product of side `n`: A, B and C on the device; the f32 inputs made on the host and
+/// C read back.
+fn gemm(n: usize, device: DeviceKind) -> Need {
+    let n2 = mul(&[n as u64, n as u64]);
+    let on_device = mul(&[3, n2, elem(device)]);
+    let host = add(&[mul(&[2, n2, 4]), mul(&[n2, elem(device)])]);
+    match device {
+        DeviceKind::Cuda => Need { device: on_device, host },
+        DeviceKind::Cpu => Need { device: 0, host: add(&[on_device, host]) },
+    }
+}
+
+/// A collective of `bytes`: send and receive buffers, and the result read back.
+fn collective(bytes: u64, device: DeviceKind) -> Need {
+    let on_device = mul(&[2, bytes]);
+    match device {
+        DeviceKind::Cuda => Need { device: on_device, host: bytes },
+        DeviceKind::Cpu => Need { device: 0, host: add(&[on_device, bytes]) },
+    }
+}
+
+/// What `check` needs per rank under `configs` (None: not estimated).
+pub fn need(configs: &CheckConfigs, check: CheckId, device: DeviceKind) -> Option<Need> {
+    let m = &configs.micro;
+    Some(match check {
+        CheckId::Gemm => gemm(configs.gemm.size, device),
+        CheckId::AllReduce => collective(configs.all_reduce.max_bytes, device),
+        CheckId::AllGather => collective(m.all_gather.max_bytes, device),
+        CheckId::AllToAll => collective(m.all_to_all.max_bytes, device),
+        CheckId::MultiAllReduce => {
+            // Every group at once: the world's streams and the two group kinds beside them.
+            let streams = (m.multi_all_reduce.world_streams as u64).saturating_add(2);
+            let one = collective(m.multi_all_reduce.bytes, device);
+            Need { device: mul(&[streams, one.device]), host: mul(&[streams, one.host]) }
+        }
+        CheckId::MatmulAllReduceOverlap => {
+            let (g, c) = (gemm(m.overlap.gemm_size, device), collective(m.overlap.bytes, device));
+            Need { device: add(&[g.device, c.device]), host: add(&[g.host, c.host]) }
+        }
+        _ => return None,
+    })
+}
+
+/// The largest need of any of `checks` (they run one after the other).
+pub fn largest(configs: &CheckConfigs, checks: &[CheckId], device: DeviceKind) -> Option<(CheckId, Need)> {
+    checks.iter().filter_map(|c| need(configs, *c, device).map(|n| (*c, n))).max_by_key(|(_, n)| n.device.max(n.host))
+}
+
+/// `bytes` for people: GiB with one decimal, or "more than 16 EiB" for an overflow.
+pub fn gib(bytes: u64) -> String {
+    if bytes == u64::MAX {
+        "more than 16 EiB".into()
+    } else {
+        format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn needs_grow_with_the_sizes_and_overflow_saturates() {
+        let mut c = CheckConfigs::defaults(DeviceKind::Cuda);
+        let g = need(&c, CheckId::Gemm, DeviceKind::Cuda).unwrap();
+        assert_eq!(g.device, 3 * 8192 * 8192 * 2);
+        c.gemm.size = 65_536;
+        assert_eq!(need(&c, CheckId::Gemm, DeviceKind::Cuda).unwrap().device, 3 * (1u64 << 32) * 2);
+        c.all_reduce.max_bytes = u64::MAX / 2 + 1;
+        let ar = need(&c, CheckId::AllReduce, DeviceKind::Cuda).unwrap();
+        assert_eq!(ar.device, u64::MAX);
+        assert_eq!(largest(&c, &[CheckId::Gemm, CheckId::AllReduce], DeviceKind::Cuda).unwrap().0, CheckId::AllReduce);
+        assert_eq!(need(&c, CheckId::MiniGpt, DeviceKind::Cuda), None);
+        assert_eq!(gib(u64::MAX), "more than 16 EiB");
+        assert_eq!(gib(3 << 30), "3.0 GiB");
+    }
+}

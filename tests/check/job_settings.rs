@@ -1,0 +1,85 @@
+//! What a job's settings may ask of `gpusanity check`: environment variables through the
+//! operator's allowlist only, never the loader's or gpusanity's own, and test faults only when
+//! the operator's command line enables them; sizes that cannot fit in memory.
+
+use gpusanity_testkit::common;
+
+use std::time::Duration;
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(60);
+const QUICK: [&str; 3] = ["--micro-benchmarks=gemm", "--check-param", "gemm.size=128"];
+
+fn check(extra: &[&str]) -> (std::process::Output, Run) {
+    let run = Run::new();
+    let mut args = QUICK.to_vec();
+    args.extend_from_slice(extra);
+    let out = run_with_timeout(run.command(&args), LIMIT);
+    (out, run)
+}
+
+#[test]
+fn loader_plugin_and_own_variables_are_refused_with_exit_2() {
+    let _g = serial();
+    for (env, why) in [
+        ("LD_PRELOAD=./evil.so", "may not set LD_PRELOAD"),
+        ("NCCL_NET_PLUGIN=/tmp/x.so", "may not set NCCL_NET_PLUGIN"),
+        ("NCCL_DEBUG_FILE=/etc/passwd", "may not set NCCL_DEBUG_FILE"),
+        ("GPUSANITY_WORKER_SPEC={}", "may not set GPUSANITY_WORKER_SPEC"),
+        ("HTTP_PROXY=http://x", "not in the operator's allowlist"),
+        ("GPUSANITY_FAULT=gemm-wrong@0", "fault injection is off"),
+    ] {
+        let (out, run) = check(&[&format!("--sanity-check-envs={env}")]);
+        assert_eq!(code(&out), 2, "{env}: {}", stderr(&out));
+        assert!(stderr(&out).contains(why), "{env}: {}", stderr(&out));
+        assert!(!run.report_dir().join("report.json").exists(), "{env}: a check ran");
+    }
+    // Even an allowlist of everything keeps the denylist.
+    let (out, _) = check(&["--allow-env=*", "--sanity-check-envs=LD_AUDIT=./evil.so"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+}
+
+#[test]
+fn the_operator_allowlist_replaces_the_defaults() {
+    let _g = serial();
+    let (out, _) = check(&["--sanity-check-envs=NCCL_ALGO=Ring,OMP_NUM_THREADS=1"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (out, _) = check(&["--allow-env=UCX_TLS", "--sanity-check-envs=UCX_TLS=rc"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (out, _) = check(&["--allow-env=UCX_TLS", "--sanity-check-envs=NCCL_ALGO=Ring"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+}
+
+#[test]
+fn a_fault_in_the_launchers_environment_reaches_the_workers_only_with_test_faults() {
+    let _g = serial();
+    let run = Run::new();
+    let mut c = run.command(&QUICK);
+    c.env("GPUSANITY_FAULT", "gemm-wrong@0");
+    let out = run_with_timeout(c, LIMIT);
+    assert_eq!(code(&out), 0, "the fault was not removed: {}", stderr(&out));
+    let run = Run::new();
+    let mut args = QUICK.to_vec();
+    args.push("--test-faults");
+    let mut c = run.command(&args);
+    c.env("GPUSANITY_FAULT", "gemm-wrong@0");
+    let out = run_with_timeout(c, LIMIT);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+}
+
+#[test]
+fn sizes_that_do_not_fit_in_memory_are_refused_up_front_with_what_they_need() {
+    let _g = serial();
+    for (param, check) in
+        [("gemm.size=65536", "gemm needs"), ("all-reduce.max-bytes=1099511627776", "all-reduce needs")]
+    {
+        let run = Run::new();
+        let out = run_with_timeout(run.command(&["--micro-benchmarks=gemm,all-reduce", "--check-param", param]), LIMIT);
+        assert_eq!(code(&out), 2, "{param}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(check) && err.contains("GiB of host memory") && err.contains("available"), "{err}");
+        assert!(!run.report_dir().join("report.json").exists(), "{param}: a check ran");
+        run.assert_nothing_left();
+    }
+}
