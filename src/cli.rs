@@ -11,6 +11,8 @@ use gpusanity_common::envs::EnvPolicy;
 use gpusanity_common::report::DeviceKind;
 use gpusanity_common::{Descriptor, ExitCode, Settings};
 use gpusanity_executor::launcher::{self, rendezvous::TopologyFlags, CheckOptions, Handover, UsageError};
+use gpusanity_executor::store::auth::SECRET_ENV;
+use gpusanity_executor::store::Secret;
 
 /// The longest rendezvous wait `--rdzv-timeout` takes, in seconds.
 const MAX_RDZV_TIMEOUT_S: f64 = 86_400.0;
@@ -75,6 +77,12 @@ pub struct CheckArgs {
     /// Seconds to wait for the other nodes at the rendezvous.
     #[arg(long, default_value_t = 300.0)]
     rdzv_timeout: f64,
+    /// File holding the run's rendezvous secret (at least 16 bytes, trailing whitespace trimmed;
+    /// mode 0600), the same on every node: it authenticates every connection to the rendezvous
+    /// store and between CPU workers [env: GPUSANITY_RDZV_SECRET, the secret itself]. Without
+    /// one a single node listens on loopback only and a multi-node rendezvous is unauthenticated.
+    #[arg(long, value_name = "PATH")]
+    rdzv_secret_file: Option<PathBuf>,
     /// Backend: CUDA when a GPU is usable (auto), or force one.
     #[arg(long, default_value_t = DeviceChoice::Auto, value_parser = device_parser())]
     device: DeviceChoice,
@@ -171,6 +179,16 @@ impl CheckArgs {
         }
     }
 
+    /// `--rdzv-secret-file`, else `GPUSANITY_RDZV_SECRET`, else none.
+    fn rdzv_secret(&self) -> Result<Option<Secret>, UsageError> {
+        let secret = match (&self.rdzv_secret_file, std::env::var_os(SECRET_ENV)) {
+            (Some(path), _) => Secret::from_file(path),
+            (None, Some(v)) => Secret::new(v.as_encoded_bytes(), SECRET_ENV),
+            (None, None) => return Ok(None),
+        };
+        secret.map(Some).map_err(|e| UsageError(e.to_string()))
+    }
+
     fn options(&self) -> Result<CheckOptions> {
         if self.node_name.as_deref().is_some_and(|n| n.trim().is_empty()) {
             return Err(UsageError("--node-name must not be empty".into()).into());
@@ -197,6 +215,7 @@ impl CheckArgs {
             report_dir: self.report_dir.clone(),
             node_name: self.node_name.clone(),
             rdzv_timeout: Duration::from_secs_f64(self.rdzv_timeout),
+            rdzv_secret: self.rdzv_secret()?,
             command: self.command.clone(),
             env_policy: EnvPolicy::new(&self.allow_envs, self.test_faults).map_err(|e| UsageError(e.to_string()))?,
         })
@@ -259,7 +278,8 @@ fn report(args: &ReportArgs) -> ExitCode {
 fn exec(cmd: &[String]) -> ExitCode {
     use std::os::unix::process::CommandExt;
     let Some((prog, rest)) = cmd.split_first() else { return ExitCode::Passed };
-    let err = std::process::Command::new(prog).args(rest).exec();
+    // The rendezvous secret is the check's, not the job's.
+    let err = std::process::Command::new(prog).args(rest).env_remove(SECRET_ENV).exec();
     eprintln!("gpusanity: error: cannot start `{prog}`: {err}");
     ExitCode::ExecFailed
 }

@@ -7,6 +7,8 @@ use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::report::{DeviceKind, RankResult};
 use serde::{Deserialize, Serialize};
 
+use crate::store::Secret;
+
 pub const SPEC_ENV: &str = "GPUSANITY_WORKER_SPEC";
 
 /// Fault injection for tests of the checks themselves: `KIND@RANK[,KIND@RANK...]` in this
@@ -24,6 +26,10 @@ pub struct WorkerSpec {
     /// Workers per node, by node rank.
     pub node_sizes: Vec<usize>,
     pub store_addr: String,
+    /// The run's rendezvous secret, for the store's handshake and the CPU transport's hellos
+    /// (hex in the JSON; here rather than on a command line, which every user can read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdzv_secret: Option<Secret>,
     pub device: DeviceKind,
     pub checks: Vec<String>,
     pub configs: CheckConfigs,

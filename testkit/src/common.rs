@@ -69,7 +69,8 @@ impl Run {
         c.env_remove("MASTER_PORT")
             .env_remove("SLURM_NNODES")
             .env_remove("SLURM_NODEID")
-            .env_remove("SLURM_JOB_NODELIST");
+            .env_remove("SLURM_JOB_NODELIST")
+            .env_remove("GPUSANITY_RDZV_SECRET");
         c.stdin(Stdio::null());
         c
     }

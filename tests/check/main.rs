@@ -8,6 +8,7 @@ mod micro_checks;
 mod models;
 mod one_rank;
 mod remeasure;
+mod rendezvous_auth;
 mod report_page;
 mod run;
 mod stall;

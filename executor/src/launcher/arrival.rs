@@ -6,10 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::store::{StoreClient, StoreError};
+use crate::store::{StoreClient, StoreError, MISSING_KEY};
 
-/// The store key under which node 0 lists the nodes that never arrived.
-const MISSING_KEY: &str = "rdzv/missing";
 /// Where each node that arrived acknowledges node 0's list.
 const ACK_KEY: &str = "rdzv/missing-ack";
 /// How long node 0 waits for those acknowledgements.

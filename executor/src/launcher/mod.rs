@@ -51,6 +51,8 @@ pub struct CheckOptions {
     pub command: Vec<String>,
     /// This node's name in the report (the agent passes the job's node name); else the hostname.
     pub node_name: Option<String>,
+    /// The run's rendezvous secret (`--rdzv-secret-file` or `GPUSANITY_RDZV_SECRET`).
+    pub rdzv_secret: Option<crate::store::Secret>,
     /// Which variables `--sanity-check-envs` may set, and whether test faults pass.
     pub env_policy: gpusanity_common::envs::EnvPolicy,
 }
@@ -83,7 +85,16 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
     fit::check_fits(&configs, &opts.settings.selected_checks(), device, nproc)?;
     // A node that never arrives is named within the run's own limit, not after a longer wait.
     let rdzv_wait = opts.rdzv_timeout.min(opts.settings.max_time().saturating_sub(started.elapsed()));
-    let joined = Cluster::join(&topo, opts.node_name.as_deref(), device, nproc, &devices, rdzv_wait).await?;
+    if topo.nnodes > 1 && opts.rdzv_secret.is_none() {
+        tracing::warn!(
+            "the rendezvous of this {}-node run is unauthenticated: anyone who reaches node 0's port can forge \
+             results or verdicts; give every node the same --rdzv-secret-file or {} (docs/security.md)",
+            topo.nnodes,
+            crate::store::auth::SECRET_ENV
+        );
+    }
+    let secret = opts.rdzv_secret.clone();
+    let joined = Cluster::join(&topo, opts.node_name.as_deref(), device, nproc, &devices, rdzv_wait, secret).await?;
     let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
     let cluster = match joined {
         Joined::All(cluster) => cluster,
@@ -110,13 +121,14 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
             node_addr: cluster.node_addr.clone(),
             node_sizes: cluster.nodes.iter().map(|n| n.nproc).collect(),
             store_addr: cluster.store_addr.clone(),
+            rdzv_secret: cluster.secret.clone(),
             device,
             checks: checks.clone(),
             configs: configs.clone(),
         })
         .collect();
     let (stop_tx, stop_rx) = mpsc::channel::<Stop>(8);
-    cluster.watch_abort(stop_tx.clone())?;
+    cluster.watch_abort(stop_tx.clone()).await?;
     watch_signals(topo.node_rank, stop_tx.clone());
     let sup = Supervisor {
         node_rank: topo.node_rank,
@@ -129,7 +141,7 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
         run_deadline: started + opts.settings.max_time(),
         run_limit: opts.settings.max_time(),
     };
-    let outcome = sup.run(stop_rx, cluster.abort_handle()?).await?;
+    let outcome = sup.run(stop_rx, cluster.abort_handle().await?).await?;
     if let Err(e) = cluster.post_outcome(&outcome).await {
         // Cut off from node 0 (its link is down, or node 0 is gone): nobody will hear us.
         eprintln!("gpusanity: node {} cannot reach the rendezvous store: {e:#}; its results are lost", topo.node_rank);

@@ -13,7 +13,7 @@ use super::arrival::{self, Arrival};
 use super::rendezvous::Topology;
 use super::supervise::{NodeOutcome, Stop};
 use super::UsageError;
-use crate::store::{self, StoreClient, StoreError};
+use crate::store::{self, Secret, StoreClient, StoreError, ABORT_KEY, VERDICT_KEY};
 
 /// What node 0 decides and every node acts on.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -37,9 +37,12 @@ impl AbortHandle {
     pub fn publish(&mut self, stop: &Stop) {
         let res = serde_json::to_string(stop)
             .map_err(|e| StoreError::Protocol(e.to_string()))
-            .and_then(|v| self.0.set("abort", &v));
-        if let Err(e) = res {
-            tracing::warn!("could not tell the other nodes to stop: {e}");
+            .and_then(|v| self.0.set(ABORT_KEY, &v));
+        match res {
+            Ok(()) => {}
+            // Another node stopped first and told everyone: its word stands.
+            Err(StoreError::AlreadySet(_)) => tracing::info!("another node had already told the nodes to stop"),
+            Err(e) => tracing::warn!("could not tell the other nodes to stop: {e}"),
         }
     }
 }
@@ -47,6 +50,8 @@ impl AbortHandle {
 pub struct Cluster {
     client: Arc<Mutex<StoreClient>>,
     pub store_addr: String,
+    /// The run's rendezvous secret, which the workers get too.
+    pub secret: Option<Secret>,
     pub node_rank: usize,
     pub node_addr: String,
     pub hostname: String,
@@ -96,20 +101,23 @@ impl Cluster {
         nproc: usize,
         devices: &[String],
         timeout: Duration,
+        secret: Option<Secret>,
     ) -> Result<Joined> {
-        let mut port = topo.master_port;
-        if topo.node_rank == 0 {
-            let listener = tokio::net::TcpListener::bind(("0.0.0.0", port)).await.map_err(|e| {
-                UsageError(format!(
-                    "cannot host the rendezvous on port {port}: {e} (is another job using it? pick --master-port)"
-                ))
-            })?;
-            port = listener.local_addr()?.port();
-            tokio::spawn(store::serve(listener));
-        }
-        let store_addr = format!("{}:{port}", topo.master_addr);
+        let store_addr = if topo.node_rank == 0 {
+            let listener = host(topo).await?;
+            let port = listener.local_addr()?.port();
+            tokio::spawn(store::serve(listener, secret.clone()));
+            if topo.nnodes == 1 {
+                format!("127.0.0.1:{port}")
+            } else {
+                format!("{}:{port}", topo.master_addr)
+            }
+        } else {
+            format!("{}:{}", topo.master_addr, topo.master_port)
+        };
         let addr = store_addr.clone();
-        let client = tokio::task::spawn_blocking(move || StoreClient::connect(&addr, timeout))
+        let s = secret.clone();
+        let client = tokio::task::spawn_blocking(move || StoreClient::connect(&addr, timeout, s))
             .await?
             .map_err(|e| UsageError(e.to_string()))?;
         let node_addr = client.local_ip()?.to_string();
@@ -176,6 +184,7 @@ impl Cluster {
         Ok(Joined::All(Cluster {
             client,
             store_addr,
+            secret,
             node_rank: topo.node_rank,
             node_addr,
             hostname,
@@ -186,11 +195,18 @@ impl Cluster {
         }))
     }
 
+    /// A second connection to the store. Off the runtime's thread: the handshake needs node 0's
+    /// store, which this same runtime serves.
+    async fn connect_again(&self) -> Result<StoreClient> {
+        let (addr, secret) = (self.store_addr.clone(), self.secret.clone());
+        Ok(tokio::task::spawn_blocking(move || StoreClient::connect(&addr, Duration::from_secs(10), secret)).await??)
+    }
+
     /// Forwards a stop posted by another node to `tx`.
-    pub fn watch_abort(&self, tx: mpsc::Sender<Stop>) -> Result<()> {
-        let mut c = StoreClient::connect(&self.store_addr, Duration::from_secs(10))?;
+    pub async fn watch_abort(&self, tx: mpsc::Sender<Stop>) -> Result<()> {
+        let mut c = self.connect_again().await?;
         std::thread::spawn(move || {
-            if let Ok(v) = c.get("abort", Duration::from_secs(30 * 24 * 3600)) {
+            if let Ok(v) = c.get(ABORT_KEY, Duration::from_secs(30 * 24 * 3600)) {
                 if let Ok(stop) = serde_json::from_str::<Stop>(&v) {
                     let _ = tx.blocking_send(stop);
                 }
@@ -201,8 +217,8 @@ impl Cluster {
 
     /// A way for the supervisor to tell the other nodes to stop, on a connection of its own,
     /// before it kills its workers (so theirs see the stop before they see broken links).
-    pub fn abort_handle(&self) -> Result<AbortHandle> {
-        Ok(AbortHandle(StoreClient::connect(&self.store_addr, Duration::from_secs(10))?))
+    pub async fn abort_handle(&self) -> Result<AbortHandle> {
+        Ok(AbortHandle(self.connect_again().await?))
     }
 
     pub async fn post_outcome(&self, outcome: &NodeOutcome) -> Result<()> {
@@ -235,7 +251,7 @@ impl Cluster {
         let Ok(value) = serde_json::to_string(v) else { return };
         let n = self.nodes.len();
         let res = blocking(&self.client, move |c| {
-            c.set("verdict", &value)?;
+            c.set(VERDICT_KEY, &value)?;
             for k in 1..n {
                 c.get(&format!("ack/{k}"), Duration::from_secs(10))?;
             }
@@ -250,7 +266,7 @@ impl Cluster {
     pub async fn await_verdict(&self, wait: Duration) -> Result<Verdict> {
         let key = format!("ack/{}", self.node_rank);
         let v = blocking(&self.client, move |c| {
-            let v = c.get("verdict", wait)?;
+            let v = c.get(VERDICT_KEY, wait)?;
             c.set(&key, "1")?;
             Ok(v)
         })
@@ -258,4 +274,40 @@ impl Cluster {
         .context("no verdict from node 0")?;
         Ok(serde_json::from_str(&v)?)
     }
+}
+
+/// Node 0's store listener. A single node listens on loopback only: nothing outside the machine
+/// needs it. Else on the master address when it is one of this node's (a host name's loopback
+/// addresses are passed over: other nodes would resolve it otherwise), else on every interface,
+/// with a warning.
+async fn host(topo: &Topology) -> Result<tokio::net::TcpListener> {
+    use std::net::{IpAddr, Ipv4Addr};
+    let port = topo.master_port;
+    let in_use = |e: std::io::Error| {
+        UsageError(format!(
+            "cannot host the rendezvous on port {port}: {e} (is another job using it? pick --master-port)"
+        ))
+    };
+    if topo.nnodes == 1 {
+        return Ok(tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await.map_err(in_use)?);
+    }
+    let ips: Vec<IpAddr> = match topo.master_addr.parse::<IpAddr>() {
+        Ok(ip) => vec![ip],
+        Err(_) => tokio::net::lookup_host((topo.master_addr.as_str(), port))
+            .await
+            .map(|addrs| addrs.map(|a| a.ip()).filter(|ip| !ip.is_loopback()).collect())
+            .unwrap_or_default(),
+    };
+    for ip in ips {
+        match tokio::net::TcpListener::bind((ip, port)).await {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {}
+            Err(e) => return Err(in_use(e).into()),
+        }
+    }
+    tracing::warn!(
+        "--master-addr {} is not an address of this node: hosting the rendezvous on every interface",
+        topo.master_addr
+    );
+    Ok(tokio::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).await.map_err(in_use)?)
 }

@@ -302,6 +302,8 @@ impl Supervisor {
             cmd.env_remove(FAULT_ENV);
         }
         cmd.env(SPEC_ENV, serde_json::to_string(spec)?)
+            // The worker has the secret in its spec; nothing it starts needs it.
+            .env_remove(crate::store::auth::SECRET_ENV)
             .envs(self.check_envs.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

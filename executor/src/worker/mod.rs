@@ -54,7 +54,7 @@ pub fn main() -> Result<()> {
 }
 
 fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
-    let mut store = StoreClient::connect(&spec.store_addr, Duration::from_secs(60))?;
+    let mut store = StoreClient::connect(&spec.store_addr, Duration::from_secs(60), spec.rdzv_secret.clone())?;
     let place = WorkerPlace {
         rank: spec.rank,
         world: spec.world,

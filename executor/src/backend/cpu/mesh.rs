@@ -4,15 +4,19 @@
 //! dead peer cannot block the others) and no maintained crate offers collectives over TCP.
 //!
 //! Set-up: every member publishes its listening address under `cpu/mesh/KEY/INDEX`; the member
-//! of lower index connects to the higher one (the kernel completes the handshake before the
-//! peer calls accept, so the order cannot deadlock) and says hello with its index.
+//! of lower index connects to the higher one and answers its challenge with its index and the
+//! run's proof ([`crate::store::auth::hello_connect`]). The highest member only accepts, so
+//! every member reaches its accepting phase once those above it have, and no order deadlocks;
+//! the connecting side waits for the challenge up to the set-up deadline.
 
+use std::collections::HashSet;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use super::listen;
 use crate::backend::{BackendError, WorkerPlace};
-use crate::store::StoreClient;
+use crate::store::{auth, StoreClient};
 
 /// How long set-up waits for peers.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -50,29 +54,32 @@ impl Mesh {
         if n <= 1 {
             return Ok(Mesh { index, peers });
         }
-        let listener = TcpListener::bind("0.0.0.0:0").map_err(|e| comm("bind mesh listener", e))?;
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        let listener = listen::bind(place, "mesh")?;
         let port = listener.local_addr().map_err(|e| comm("mesh listener", e))?.port();
         store.set(&format!("cpu/mesh/{key}/{index}"), &format!("{}:{port}", place.node_addr))?;
+        let ctx = format!("cpu mesh `{key}`");
         for (j, slot) in peers.iter_mut().enumerate().skip(index + 1) {
             let addr = store.get(&format!("cpu/mesh/{key}/{j}"), CONNECT_TIMEOUT)?;
-            let start = Instant::now();
             let mut s = loop {
                 match TcpStream::connect(&addr) {
                     Ok(s) => break s,
-                    Err(e) if start.elapsed() > CONNECT_TIMEOUT => {
+                    Err(e) if Instant::now() > deadline => {
                         return Err(comm(&format!("connect to group rank {j} at {addr}"), e))
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(50)),
                 }
             };
-            s.write_all(&(index as u64).to_le_bytes()).map_err(|e| comm("mesh hello", e))?;
+            // The peer answers once it has connected to those above it: up to the deadline.
+            let wait = deadline.saturating_duration_since(Instant::now());
+            auth::hello_connect(&mut s, store.secret(), &ctx, index as u64, wait)
+                .map_err(|e| comm(&format!("mesh hello to group rank {j} at {addr}"), e))?;
             *slot = Some(s);
         }
+        let mut refused = HashSet::new();
         for _ in 0..index {
-            let (mut s, _) = listener.accept().map_err(|e| comm("accept mesh peer", e))?;
-            let mut hello = [0u8; 8];
-            s.read_exact(&mut hello).map_err(|e| comm("mesh hello", e))?;
-            let j = u64::from_le_bytes(hello) as usize;
+            let (s, j) = listen::accept(&listener, store.secret(), &ctx, deadline, &mut refused)?;
+            let j = usize::try_from(j).unwrap_or(usize::MAX);
             if j >= index || peers[j].is_some() {
                 return Err(BackendError::Comm(format!("unexpected mesh hello from index {j}")));
             }
@@ -230,7 +237,7 @@ mod tests {
                 .map(|rank| {
                     let addr = addr.clone();
                     s.spawn(move || {
-                        let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+                        let mut store = StoreClient::connect(&addr, Duration::from_secs(5), None).unwrap();
                         let place = WorkerPlace::single_node(rank, n);
                         let all: Vec<usize> = (0..n).collect();
                         let mut mesh = Mesh::connect_group(&place, &mut store, "w", &all).unwrap();
@@ -258,12 +265,12 @@ mod tests {
         std::thread::scope(|s| {
             let a = addr.clone();
             let silent = s.spawn(move || {
-                let mut store = StoreClient::connect(&a, Duration::from_secs(5)).unwrap();
+                let mut store = StoreClient::connect(&a, Duration::from_secs(5), None).unwrap();
                 let mesh = Mesh::connect_group(&WorkerPlace::single_node(1, 2), &mut store, "p", &[0, 1]).unwrap();
                 std::thread::sleep(Duration::from_millis(600));
                 drop(mesh);
             });
-            let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+            let mut store = StoreClient::connect(&addr, Duration::from_secs(5), None).unwrap();
             let mut mesh = Mesh::connect_group(&WorkerPlace::single_node(0, 2), &mut store, "p", &[0, 1]).unwrap();
             let (out, mut inp) = ([1u8; 16], [0u8; 16]);
             let start = Instant::now();

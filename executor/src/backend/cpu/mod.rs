@@ -2,6 +2,7 @@
 //! host's cores), and collectives over TCP between worker processes with NCCL's semantics.
 
 mod coll;
+mod listen;
 pub mod mesh;
 pub mod ring;
 

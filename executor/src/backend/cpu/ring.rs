@@ -3,14 +3,16 @@
 //!
 //! Sums are taken in a fixed order per chunk, so integer-valued inputs give exact results.
 
+use std::collections::HashSet;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use super::listen;
 use crate::backend::{BackendError, WorkerPlace};
-use crate::store::StoreClient;
+use crate::store::{auth, StoreClient};
 
-/// How long ring set-up waits for peers.
+/// How long ring set-up waits for peers (to publish, connect and say hello).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub struct Ring {
@@ -49,22 +51,27 @@ impl Ring {
         if world <= 1 {
             return Ok(Ring { rank, world, next: None, prev: None });
         }
-        let listener = TcpListener::bind("0.0.0.0:0").map_err(|e| comm("bind ring listener", e))?;
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        let listener = listen::bind(place, "ring")?;
         let port = listener.local_addr().map_err(|e| comm("ring listener", e))?.port();
         store.set(&format!("cpu/ring/{key}/{rank}"), &format!("{}:{port}", place.node_addr))?;
         let next_rank = (rank + 1) % world;
         let next_addr = store.get(&format!("cpu/ring/{key}/{next_rank}"), CONNECT_TIMEOUT)?;
+        let secret = store.secret().cloned();
+        let ctx = format!("cpu ring `{key}`");
 
         // Connect forward on a thread while accepting from behind, so no order can deadlock.
+        let c_ctx = ctx.clone();
         let connector = std::thread::spawn(move || -> Result<TcpStream, BackendError> {
-            let start = Instant::now();
             loop {
                 match TcpStream::connect(&next_addr) {
                     Ok(mut s) => {
-                        s.write_all(&(rank as u64).to_le_bytes()).map_err(|e| comm("ring hello", e))?;
+                        let wait = deadline.saturating_duration_since(Instant::now());
+                        auth::hello_connect(&mut s, secret.as_ref(), &c_ctx, rank as u64, wait)
+                            .map_err(|e| comm(&format!("ring hello to rank {next_rank} at {next_addr}"), e))?;
                         return Ok(s);
                     }
-                    Err(e) if start.elapsed() > CONNECT_TIMEOUT => {
+                    Err(e) if Instant::now() > deadline => {
                         return Err(comm(&format!("connect to rank {next_rank} at {next_addr}"), e))
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(50)),
@@ -72,14 +79,9 @@ impl Ring {
             }
         });
         let prev_rank = (rank + world - 1) % world;
-        let (mut prev, _) = listener.accept().map_err(|e| comm("accept ring peer", e))?;
-        let mut hello = [0u8; 8];
-        prev.read_exact(&mut hello).map_err(|e| comm("ring hello", e))?;
-        if u64::from_le_bytes(hello) != prev_rank as u64 {
-            return Err(BackendError::Comm(format!(
-                "ring peer says rank {}, expected {prev_rank}",
-                u64::from_le_bytes(hello)
-            )));
+        let (prev, said) = listen::accept(&listener, store.secret(), &ctx, deadline, &mut HashSet::new())?;
+        if said != prev_rank as u64 {
+            return Err(BackendError::Comm(format!("ring peer says rank {said}, expected {prev_rank}")));
         }
         let next = connector.join().map_err(|_| BackendError::Comm("ring connector panicked".into()))??;
         for s in [&next, &prev] {
@@ -204,16 +206,13 @@ mod tests {
     /// Four ranks form two disjoint rings at once ({0, 2} and {1, 3}) and each sums exactly.
     #[test]
     fn disjoint_groups_sum_within_themselves() {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        rt.spawn(crate::store::serve(listener));
+        let (_rt, addr) = crate::store::test_store();
         let sums: Vec<Vec<f32>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..4)
                 .map(|rank| {
                     let addr = addr.clone();
                     s.spawn(move || {
-                        let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+                        let mut store = StoreClient::connect(&addr, Duration::from_secs(5), None).unwrap();
                         let place = WorkerPlace::single_node(rank, 4);
                         let members = if rank % 2 == 0 { [0, 2] } else { [1, 3] };
                         let key = format!("pair{}", rank % 2);
@@ -246,7 +245,7 @@ mod tests {
                 .map(|rank| {
                     let addr = addr.clone();
                     s.spawn(move || {
-                        let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+                        let mut store = StoreClient::connect(&addr, Duration::from_secs(5), None).unwrap();
                         let mut ring = Ring::connect(&WorkerPlace::single_node(rank, 3), &mut store).unwrap();
                         let send: Vec<f32> = (0..777).map(|i| (rank * 1000 + i) as f32).collect();
                         let mut recv = vec![f32::NAN; 3 * 777];
@@ -263,13 +262,48 @@ mod tests {
         }
     }
 
+    /// With a secret, a stranger that connects to a rank's listener first is refused (it
+    /// cannot prove the secret) and the ring forms with the real peer after it.
+    #[test]
+    fn a_stranger_is_refused_and_the_ring_still_forms() {
+        let secret = crate::store::Secret::random();
+        let (_rt, addr) = crate::store::test_store_with(Some(secret.clone()));
+        let wait = Duration::from_secs(20);
+        std::thread::scope(|s| {
+            let ring = |rank: usize| {
+                let (addr, secret) = (addr.clone(), secret.clone());
+                move || {
+                    let mut store = StoreClient::connect(&addr, wait, Some(secret)).unwrap();
+                    let mut ring = Ring::connect(&WorkerPlace::single_node(rank, 2), &mut store).unwrap();
+                    let mut recv = vec![0f32; 3];
+                    ring.all_reduce_sum(&[1.0, 2.0, 3.0], &mut recv).unwrap();
+                    recv
+                }
+            };
+            let r0 = s.spawn(ring(0));
+            // The test reads rank 0's address from the store; a stranger would scan for it.
+            let mut store = StoreClient::connect(&addr, wait, Some(secret.clone())).unwrap();
+            let target = store.get("cpu/ring/world/0", wait).unwrap();
+            let mut stranger = TcpStream::connect(&target).unwrap();
+            stranger.set_read_timeout(Some(wait)).unwrap();
+            let r1 = s.spawn(ring(1));
+            let mut nonce = [0u8; 32];
+            stranger.read_exact(&mut nonce).unwrap();
+            // Index 1 and a made-up nonce and proof.
+            let mut hello = vec![0u8; 72];
+            hello[0] = 1;
+            stranger.write_all(&hello).unwrap();
+            let mut b = [0u8; 1];
+            assert!(matches!(stranger.read(&mut b), Ok(0) | Err(_)), "the stranger got an answer");
+            assert_eq!(r0.join().unwrap(), [2.0, 4.0, 6.0]);
+            assert_eq!(r1.join().unwrap(), [2.0, 4.0, 6.0]);
+        });
+    }
+
     #[test]
     fn a_rank_outside_the_group_is_refused() {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        rt.spawn(crate::store::serve(listener));
-        let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+        let (_rt, addr) = crate::store::test_store();
+        let mut store = StoreClient::connect(&addr, Duration::from_secs(5), None).unwrap();
         let place = WorkerPlace::single_node(1, 4);
         let err = Ring::connect_group(&place, &mut store, "g", &[0, 2]).err().unwrap();
         assert!(err.to_string().contains("not a member"), "{err}");

@@ -34,8 +34,8 @@ fn gpu_smoke_one_rank() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    rt.spawn(crate::store::serve(listener));
-    let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+    rt.spawn(crate::store::serve(listener, None));
+    let mut store = StoreClient::connect(&addr, Duration::from_secs(5), None).unwrap();
     let place = WorkerPlace::single_node(0, 1);
     println!("probe: {:?}", probe());
     let mut be = CudaBackend::new(&place, &mut store).unwrap();
@@ -103,8 +103,8 @@ fn gpu_model_ops_share_the_backend_device() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    rt.spawn(crate::store::serve(listener));
-    let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+    rt.spawn(crate::store::serve(listener, None));
+    let mut store = StoreClient::connect(&addr, Duration::from_secs(5), None).unwrap();
     let mut be = CudaBackend::new(&WorkerPlace::single_node(0, 1), &mut store).unwrap();
     let device = be.cuda_device().expect("a CUDA backend shares its device");
     assert!(Arc::ptr_eq(&device, &be.device));
@@ -153,12 +153,12 @@ fn gpu_two_ranks() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    rt.spawn(crate::store::serve(listener));
+    rt.spawn(crate::store::serve(listener, None));
     std::thread::scope(|s| {
         for rank in 0..2 {
             let addr = addr.clone();
             s.spawn(move || {
-                let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+                let mut store = StoreClient::connect(&addr, Duration::from_secs(5), None).unwrap();
                 let place = WorkerPlace::single_node(rank, 2);
                 let mut be = CudaBackend::new(&place, &mut store).unwrap();
                 let n = 8192;

@@ -1,0 +1,184 @@
+//! The store's blocking client: one connection, one request at a time.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use super::auth::{self, Secret, HANDSHAKE_TIMEOUT, NONCE_LEN, SECRET_ENV, STORE_LABEL};
+use super::{Hello, Reply, Request, StoreError, ALREADY_SET, HANDSHAKE_LINE, MAX_LINE};
+
+/// How long past a request's own wait its reply may take before the master counts as gone.
+const REPLY_MARGIN: Duration = Duration::from_secs(10);
+
+pub struct StoreClient {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    /// Put before every key (see [`StoreClient::set_namespace`]).
+    namespace: String,
+    /// The run's secret, which the CPU transport's hellos use too.
+    secret: Option<Secret>,
+}
+
+impl StoreClient {
+    /// Connects to `addr`, retrying until `timeout` (the master may start after us), and
+    /// completes the handshake with `secret`. A refused handshake is not retried.
+    pub fn connect(addr: &str, timeout: Duration, secret: Option<Secret>) -> Result<StoreClient, StoreError> {
+        let start = Instant::now();
+        let mut last = String::from("no attempt");
+        while start.elapsed() < timeout {
+            let attempt = addr
+                .to_socket_addrs()
+                .map_err(|e| e.to_string())
+                .and_then(|mut a| a.next().ok_or_else(|| "address resolves to nothing".to_string()))
+                .and_then(|sa| {
+                    let left = timeout.saturating_sub(start.elapsed()).max(Duration::from_millis(50));
+                    TcpStream::connect_timeout(&sa, left.min(Duration::from_secs(2))).map_err(|e| e.to_string())
+                });
+            match attempt {
+                Ok(stream) => {
+                    stream.set_nodelay(true)?;
+                    let writer = stream.try_clone()?;
+                    let mut c =
+                        StoreClient { reader: BufReader::new(stream), writer, namespace: String::new(), secret };
+                    c.handshake(addr)?;
+                    return Ok(c);
+                }
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(StoreError::Unreachable { addr: addr.into(), secs: timeout.as_secs_f64(), last })
+    }
+
+    fn handshake(&mut self, addr: &str) -> Result<(), StoreError> {
+        let refused = |why: String| StoreError::Auth { addr: addr.into(), why };
+        self.writer.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        self.reader.get_ref().set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        let line = self.read_line(HANDSHAKE_LINE)?;
+        let hello: Hello = serde_json::from_str(&line)
+            .ok()
+            .filter(|h: &Hello| h.hello.as_bytes() == STORE_LABEL)
+            .ok_or_else(|| refused("it does not speak the gpusanity rendezvous protocol".into()))?;
+        let secret = self.secret.clone();
+        match (hello.auth, secret.is_some()) {
+            (true, false) => {
+                return Err(refused(format!(
+                    "it needs the run's secret: give every node the same --rdzv-secret-file or {SECRET_ENV}"
+                )))
+            }
+            (false, true) => {
+                return Err(refused(format!(
+                    "it has no secret but this node has one: give node 0 the same --rdzv-secret-file or {SECRET_ENV}"
+                )))
+            }
+            _ => {}
+        }
+        let theirs = hex::decode(&hello.nonce)
+            .ok()
+            .filter(|n| n.len() == NONCE_LEN)
+            .ok_or_else(|| refused("a malformed challenge".into()))?;
+        let ours = auth::nonce();
+        let proof = match &secret {
+            Some(_) => hex::encode(auth::prove(secret.as_ref(), &[STORE_LABEL, b"client", &theirs, &ours])),
+            None => String::new(),
+        };
+        let reply = self.send(&Request::Auth { nonce: hex::encode(ours), proof }, HANDSHAKE_LINE)?;
+        if !reply.ok {
+            return Err(refused(reply.error));
+        }
+        if secret.is_some() {
+            let back = hex::decode(&reply.value).unwrap_or_default();
+            if !auth::verify(secret.as_ref(), &[STORE_LABEL, b"server", &theirs, &ours], &back) {
+                return Err(refused("its proof is wrong: it does not hold the run's secret".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The run's secret this client authenticated with.
+    pub fn secret(&self) -> Option<&Secret> {
+        self.secret.as_ref()
+    }
+
+    /// The local address of this connection: the address the master's network reaches us at.
+    pub fn local_ip(&self) -> Result<std::net::IpAddr, StoreError> {
+        Ok(self.writer.local_addr()?.ip())
+    }
+
+    /// One reply line, at most `max` bytes.
+    fn read_line(&mut self, max: usize) -> Result<String, StoreError> {
+        let mut buf = Vec::new();
+        let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+        let n = (&mut self.reader).take(limit).read_until(b'\n', &mut buf)?;
+        if n == 0 {
+            return Err(StoreError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        if buf.last() != Some(&b'\n') {
+            return Err(StoreError::Protocol(format!("a reply line over {max} bytes or cut short")));
+        }
+        String::from_utf8(buf).map_err(|e| StoreError::Protocol(e.to_string()))
+    }
+
+    fn send(&mut self, req: &Request, max: usize) -> Result<Reply, StoreError> {
+        let mut line = serde_json::to_string(req).map_err(|e| StoreError::Protocol(e.to_string()))?;
+        if line.len() > max {
+            return Err(StoreError::Protocol(format!("a request of {} bytes, over the store's {max}", line.len())));
+        }
+        line.push('\n');
+        self.writer.write_all(line.as_bytes())?;
+        // A reply holds at most a value the server accepted, escaped as the request was.
+        let reply = self.read_line(MAX_LINE.saturating_mul(4))?;
+        serde_json::from_str(&reply).map_err(|e| StoreError::Protocol(e.to_string()))
+    }
+
+    fn call(&mut self, req: &Request) -> Result<Reply, StoreError> {
+        // A master cut off by the network must not hold us for TCP's retransmission timeout
+        // (many minutes): a reply is due within the request's own wait plus a margin.
+        let wait = match req {
+            Request::Get { timeout_ms, .. } => Duration::from_millis(*timeout_ms),
+            _ => Duration::ZERO,
+        };
+        let due = wait.saturating_add(REPLY_MARGIN);
+        self.writer.set_write_timeout(Some(REPLY_MARGIN))?;
+        self.reader.get_ref().set_read_timeout(Some(due))?;
+        self.send(req, MAX_LINE)
+    }
+
+    /// Prefixes every key of later calls with `namespace` ("" for none): a check run a second
+    /// time gets fresh keys (its barriers synchronize again) without knowing it.
+    pub fn set_namespace(&mut self, namespace: &str) {
+        self.namespace = namespace.to_string();
+    }
+
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
+        let key = format!("{}{key}", self.namespace);
+        let r = self.call(&Request::Set { key: key.clone(), value: value.into() })?;
+        match (r.ok, r.error.as_str()) {
+            (true, _) => Ok(()),
+            (false, ALREADY_SET) => Err(StoreError::AlreadySet(key)),
+            (false, e) => Err(StoreError::Protocol(e.into())),
+        }
+    }
+
+    /// Waits up to `timeout` for `key` to be set and returns its value.
+    pub fn get(&mut self, key: &str, timeout: Duration) -> Result<String, StoreError> {
+        let timeout_ms = timeout.as_millis().min(u64::MAX as u128) as u64;
+        let r = self.call(&Request::Get { key: format!("{}{key}", self.namespace), timeout_ms })?;
+        match (r.ok, r.error.as_str()) {
+            (true, _) => Ok(r.value),
+            (false, "timeout") => Err(StoreError::Timeout(timeout.as_secs_f64(), key.into())),
+            (false, e) => Err(StoreError::Protocol(e.into())),
+        }
+    }
+
+    /// All `n` participants set `{name}/{me}` and wait for the others'.
+    pub fn barrier(&mut self, name: &str, me: usize, n: usize, timeout: Duration) -> Result<(), StoreError> {
+        self.set(&format!("barrier/{name}/{me}"), "1")?;
+        let start = Instant::now();
+        for i in 0..n {
+            let left = timeout.saturating_sub(start.elapsed());
+            self.get(&format!("barrier/{name}/{i}"), left)?;
+        }
+        Ok(())
+    }
+}

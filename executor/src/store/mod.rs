@@ -1,0 +1,137 @@
+//! The rendezvous store: a tiny key-value server hosted by node 0's launcher, in the spirit of
+//! torch.distributed's TCPStore. Launchers register their nodes and exchange results through
+//! it; workers use it to exchange what their backend needs (NCCL unique id, ring addresses) and
+//! for barriers.
+//!
+//! Written here rather than taken from a crate: it is small, has to speak the same protocol
+//! from blocking workers and the async launcher, and no maintained crate offers a TCPStore.
+//!
+//! Wire: one JSON object per line each way. On connect the server sends
+//! `{"hello":"gpusanity-store-v1","nonce":N,"auth":A}` (N: 32 fresh random bytes in hex; A:
+//! whether the run has a secret). The client answers `{"op":"auth","nonce":C,"proof":P}` with
+//! its own fresh nonce C and P = HMAC-SHA256(secret, "gpusanity-store-v1", "client", N, C); the
+//! server replies `{"ok":true,"value":Q}` with Q = HMAC-SHA256(secret, ..., "server", N, C), which
+//! the client checks (see [`auth`]). Every later request on that connection is trusted: a
+//! connection is authenticated once, and a captured handshake is worthless on a new connection,
+//! whose server nonce is new. A wrong or missing proof closes the connection. Without a secret
+//! the same exchange runs with empty proofs.
+//!
+//! Then requests `{"op":"set","key":K,"value":V}` and `{"op":"get","key":K,"timeout_ms":T}`
+//! (waits until K exists); replies `{"ok":true,"value":V}` or `{"ok":false,"error":E}`.
+//!
+//! Bounds (the server is reachable by anything that reaches node 0): a handshake line of at
+//! most [`HANDSHAKE_LINE`] bytes within [`auth::HANDSHAKE_TIMEOUT`], a request line of at most
+//! [`MAX_LINE`] (a longer one closes its connection), a key of [`MAX_KEY`], a value of
+//! [`MAX_VALUE`], [`MAX_KEYS`] keys and [`MAX_BYTES`] in all, [`MAX_CONNECTIONS`] connections at
+//! once. The keys in [`WRITE_ONCE`] (the verdict, the abort, the missing nodes) may be set once:
+//! a second set is refused, so no one overwrites a verdict.
+//!
+//! The secret authenticates the peers; it does not encrypt or sign the bytes that follow, so
+//! an attacker who can rewrite packets on the path between nodes is out of its reach.
+
+pub mod auth;
+mod client;
+mod server;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+pub use auth::{Secret, SecretError};
+pub use client::StoreClient;
+pub use server::serve;
+
+/// The longest handshake line, in bytes.
+pub const HANDSHAKE_LINE: usize = 1024;
+/// The longest request line, in bytes.
+pub const MAX_LINE: usize = MAX_VALUE + MAX_VALUE / 2;
+/// The longest key, in bytes.
+pub const MAX_KEY: usize = 4096;
+/// The longest value, in bytes.
+pub const MAX_VALUE: usize = 1 << 20;
+/// The most keys the store holds.
+pub const MAX_KEYS: usize = 100_000;
+/// The most bytes of keys and values the store holds.
+pub const MAX_BYTES: usize = 256 << 20;
+/// The most connections served at once; more wait in the listen queue.
+pub const MAX_CONNECTIONS: usize = 4096;
+
+/// The key under which node 0 publishes the run's verdict.
+pub const VERDICT_KEY: &str = "verdict";
+/// The key under which the first node that stops tells the others.
+pub const ABORT_KEY: &str = "abort";
+/// The key under which node 0 lists the nodes that never arrived.
+pub const MISSING_KEY: &str = "rdzv/missing";
+/// Keys set once: a second set is refused.
+pub const WRITE_ONCE: [&str; 3] = [VERDICT_KEY, ABORT_KEY, MISSING_KEY];
+
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error("cannot reach the rendezvous at {addr} within {secs:.0} s: {last}")]
+    Unreachable { addr: String, secs: f64, last: String },
+    #[error("timed out after {0:.1} s waiting for `{1}` in the rendezvous store")]
+    Timeout(f64, String),
+    #[error("rendezvous connection lost: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("rendezvous protocol error: {0}")]
+    Protocol(String),
+    #[error("rendezvous at {addr} refused: {why}")]
+    Auth { addr: String, why: String },
+    #[error("`{0}` is already set in the rendezvous store and may be set only once")]
+    AlreadySet(String),
+}
+
+/// The error text of a refused second set of a [`WRITE_ONCE`] key.
+const ALREADY_SET: &str = "already set";
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+enum Request {
+    Auth { nonce: String, proof: String },
+    Set { key: String, value: String },
+    Get { key: String, timeout_ms: u64 },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Hello {
+    hello: String,
+    nonce: String,
+    auth: bool,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Reply {
+    ok: bool,
+    #[serde(default)]
+    value: String,
+    #[serde(default)]
+    error: String,
+}
+
+impl Reply {
+    fn ok(value: String) -> Reply {
+        Reply { ok: true, value, error: String::new() }
+    }
+
+    fn err(error: impl Into<String>) -> Reply {
+        Reply { ok: false, value: String::new(), error: error.into() }
+    }
+}
+
+/// A store served on a runtime of its own, for unit tests: keep the runtime alive while the
+/// address is in use.
+#[cfg(test)]
+pub(crate) fn test_store() -> (tokio::runtime::Runtime, String) {
+    test_store_with(None)
+}
+
+#[cfg(test)]
+pub(crate) fn test_store_with(secret: Option<Secret>) -> (tokio::runtime::Runtime, String) {
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind a test store");
+    let addr = listener.local_addr().expect("test store address").to_string();
+    rt.spawn(serve(listener, secret));
+    (rt, addr)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,273 @@
+//! The store's server side, on the launcher's tokio runtime: the handshake, the bounds, the
+//! write-once keys.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, Semaphore};
+
+use super::auth::{self, Secret, HANDSHAKE_TIMEOUT, NONCE_LEN, STORE_LABEL};
+use super::{
+    Hello, Reply, Request, ALREADY_SET, HANDSHAKE_LINE, MAX_BYTES, MAX_CONNECTIONS, MAX_KEY, MAX_KEYS, MAX_LINE,
+    MAX_VALUE, WRITE_ONCE,
+};
+
+/// How long the accept loop pauses after an accept error (out of file descriptors...).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest wait a `get` may ask for.
+const MAX_WAIT: Duration = Duration::from_secs(366 * 24 * 3600);
+/// How many peers' refusals are remembered (each logged once).
+const REFUSED_PEERS: usize = 1024;
+
+#[derive(Default)]
+struct Data {
+    map: HashMap<String, String>,
+    /// Bytes of keys and values in `map`.
+    bytes: usize,
+}
+
+struct State {
+    secret: Option<Secret>,
+    data: Mutex<Data>,
+    changed: Notify,
+    refused: Mutex<HashSet<IpAddr>>,
+}
+
+impl State {
+    /// Logs a refused connection, once per peer address.
+    fn refuse(&self, peer: SocketAddr, why: &str) {
+        let first = self.refused.lock().map(|mut s| s.len() < REFUSED_PEERS && s.insert(peer.ip())).unwrap_or(false);
+        if first {
+            tracing::warn!(
+                "rendezvous store: closed a connection from {peer}: {why} (not logged again for this address)"
+            );
+        } else {
+            tracing::debug!("rendezvous store: closed a connection from {peer}: {why}");
+        }
+    }
+}
+
+/// Serves the store on `listener` until the task is dropped. With a secret, only peers that
+/// prove they hold it are served.
+pub async fn serve(listener: TcpListener, secret: Option<Secret>) {
+    let state = Arc::new(State { secret, data: Mutex::default(), changed: Notify::new(), refused: Mutex::default() });
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut last_error: Option<Instant> = None;
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        let (sock, peer) = match listener.accept().await {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors (EMFILE) and the like: pause rather than spin.
+                if last_error.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    tracing::warn!("rendezvous store: accept failed: {e}; retrying");
+                    last_error = Some(Instant::now());
+                }
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let _ = sock.set_nodelay(true);
+        let state = state.clone();
+        tokio::spawn(async move {
+            if let Err(why) = connection(&state, sock).await {
+                state.refuse(peer, &why);
+            }
+            drop(slot);
+        });
+    }
+}
+
+enum Line {
+    Got,
+    End,
+    TooLong,
+}
+
+/// Reads one line of at most `max` bytes into `buf` (without its newline).
+async fn read_line<R: AsyncBufRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, max: usize) -> Line {
+    buf.clear();
+    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+    match (&mut *r).take(limit).read_until(b'\n', buf).await {
+        Ok(0) | Err(_) => Line::End,
+        Ok(_) if buf.last() == Some(&b'\n') => {
+            buf.pop();
+            Line::Got
+        }
+        Ok(_) if buf.len() > max => Line::TooLong,
+        // The last line, without a newline.
+        Ok(_) => Line::Got,
+    }
+}
+
+async fn send<W: AsyncWrite + Unpin, T: Serialize>(w: &mut W, msg: &T) -> std::io::Result<()> {
+    let mut out = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
+    out.push(b'\n');
+    w.write_all(&out).await
+}
+
+/// Serves one connection; an error is why it was closed on the peer (to be logged).
+async fn connection(state: &State, sock: TcpStream) -> Result<(), String> {
+    let (r, mut w) = sock.into_split();
+    let mut r = BufReader::new(r);
+    let mut buf = Vec::new();
+    let handshake = handshake(state, &mut r, &mut w, &mut buf);
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+        Err(_) => return Err(format!("no handshake within {} s", HANDSHAKE_TIMEOUT.as_secs())),
+        Ok(res) => res?,
+    }
+    loop {
+        match read_line(&mut r, &mut buf, MAX_LINE).await {
+            Line::Got => {}
+            Line::End => return Ok(()),
+            Line::TooLong => return Err(format!("a request line over {MAX_LINE} bytes")),
+        }
+        let reply = match serde_json::from_slice::<Request>(&buf) {
+            Ok(Request::Auth { .. }) => Reply::err("already authenticated"),
+            Ok(req) => handle(state, req).await,
+            Err(e) => Reply::err(format!("bad request: {e}")),
+        };
+        if send(&mut w, &reply).await.is_err() {
+            return Ok(());
+        }
+    }
+}
+
+/// The challenge and its answer (see the module doc of [`super`]).
+async fn handshake<R, W>(state: &State, r: &mut R, w: &mut W, buf: &mut Vec<u8>) -> Result<(), String>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let ours = auth::nonce();
+    let hello = Hello {
+        hello: String::from_utf8_lossy(STORE_LABEL).into_owned(),
+        nonce: hex::encode(ours),
+        auth: state.secret.is_some(),
+    };
+    send(w, &hello).await.map_err(|e| format!("sending the challenge: {e}"))?;
+    match read_line(r, buf, HANDSHAKE_LINE).await {
+        Line::Got => {}
+        Line::End => return Err("closed before the handshake".into()),
+        Line::TooLong => return Err(format!("a handshake line over {HANDSHAKE_LINE} bytes")),
+    }
+    let (theirs, proof) = match serde_json::from_slice::<Request>(buf) {
+        Ok(Request::Auth { nonce, proof }) => (nonce, proof),
+        _ => {
+            let _ = send(w, &Reply::err("expected the handshake (op auth) first")).await;
+            return Err("a request before the handshake".into());
+        }
+    };
+    let theirs = hex::decode(theirs).ok().filter(|n| n.len() == NONCE_LEN);
+    let proof = hex::decode(proof).unwrap_or_default();
+    let Some(theirs) = theirs else {
+        let _ = send(w, &Reply::err("malformed handshake nonce")).await;
+        return Err("a malformed handshake".into());
+    };
+    let secret = state.secret.as_ref();
+    if secret.is_some() && !auth::verify(secret, &[STORE_LABEL, b"client", &ours, &theirs], &proof) {
+        let _ = send(w, &Reply::err("wrong proof: this rendezvous needs the run's secret")).await;
+        return Err("a wrong proof of the run's secret".into());
+    }
+    let back = match secret {
+        Some(_) => hex::encode(auth::prove(secret, &[STORE_LABEL, b"server", &ours, &theirs])),
+        None => String::new(),
+    };
+    send(w, &Reply::ok(back)).await.map_err(|e| format!("answering the handshake: {e}"))
+}
+
+async fn handle(state: &State, req: Request) -> Reply {
+    match req {
+        Request::Auth { .. } => Reply::err("already authenticated"),
+        Request::Set { key, value } => {
+            let reply = set(state, key, value);
+            if reply.ok {
+                state.changed.notify_waiters();
+            }
+            reply
+        }
+        Request::Get { key, timeout_ms } => {
+            if key.len() > MAX_KEY {
+                return Reply::err(format!("key over {MAX_KEY} bytes"));
+            }
+            let wait = Duration::from_millis(timeout_ms).min(MAX_WAIT);
+            let deadline = tokio::time::Instant::now() + wait;
+            loop {
+                // Register interest before looking, so a set between the look and the wait
+                // is not missed.
+                let notified = state.changed.notified();
+                if let Some(v) = state.data.lock().ok().and_then(|d| d.map.get(&key).cloned()) {
+                    return Reply::ok(v);
+                }
+                if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                    return Reply::err("timeout");
+                }
+            }
+        }
+    }
+}
+
+fn set(state: &State, key: String, value: String) -> Reply {
+    if key.len() > MAX_KEY {
+        return Reply::err(format!("key over {MAX_KEY} bytes"));
+    }
+    if value.len() > MAX_VALUE {
+        return Reply::err(format!("value of `{key}` is {} bytes, over {MAX_VALUE}", value.len()));
+    }
+    let Ok(mut d) = state.data.lock() else { return Reply::err("store poisoned") };
+    let old = d.map.get(&key).map(|v| key.len() + v.len());
+    if old.is_some() && WRITE_ONCE.contains(&key.as_str()) {
+        return Reply::err(ALREADY_SET);
+    }
+    if old.is_none() && d.map.len() >= MAX_KEYS {
+        return Reply::err(format!("the store is full ({MAX_KEYS} keys)"));
+    }
+    let bytes = d.bytes.saturating_sub(old.unwrap_or(0)).saturating_add(key.len() + value.len());
+    if bytes > MAX_BYTES {
+        return Reply::err(format!("the store is full ({MAX_BYTES} bytes)"));
+    }
+    d.bytes = bytes;
+    d.map.insert(key, value);
+    Reply::ok(String::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> State {
+        State { secret: None, data: Mutex::default(), changed: Notify::new(), refused: Mutex::default() }
+    }
+
+    #[test]
+    fn the_store_holds_at_most_max_keys() {
+        let s = state();
+        for i in 0..MAX_KEYS {
+            assert!(set(&s, format!("k{i}"), String::new()).ok);
+        }
+        let r = set(&s, "one-more".into(), String::new());
+        assert!(!r.ok && r.error.contains("full"), "{}", r.error);
+        // An existing key may still change.
+        assert!(set(&s, "k7".into(), "v".into()).ok);
+    }
+
+    #[test]
+    fn the_store_holds_at_most_max_bytes() {
+        let s = state();
+        let v = "x".repeat(MAX_VALUE);
+        let fit = MAX_BYTES / (MAX_VALUE + 8);
+        for i in 0..fit {
+            assert!(set(&s, format!("v{i:06}"), v.clone()).ok);
+        }
+        let r = set(&s, "over".into(), v.clone());
+        assert!(!r.ok && r.error.contains("bytes"), "{}", r.error);
+        // Replacing a value frees what it held.
+        assert!(set(&s, "v000000".into(), String::new()).ok);
+        assert!(set(&s, "over".into(), v).ok);
+    }
+}

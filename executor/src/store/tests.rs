@@ -1,0 +1,185 @@
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use super::auth::{self, STORE_LABEL};
+use super::*;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+#[test]
+fn set_get_wait_and_timeout() {
+    let (_rt, addr) = test_store();
+    let mut a = StoreClient::connect(&addr, WAIT, None).unwrap();
+    let addr2 = addr.clone();
+    let setter = std::thread::spawn(move || {
+        let mut b = StoreClient::connect(&addr2, WAIT, None).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        b.set("k", "v\nwith newline").unwrap();
+    });
+    assert_eq!(a.get("k", WAIT).unwrap(), "v\nwith newline");
+    setter.join().unwrap();
+    let err = a.get("missing", Duration::from_millis(100)).unwrap_err();
+    assert!(matches!(err, StoreError::Timeout(..)), "{err}");
+}
+
+#[test]
+fn unreachable_master_is_a_clear_error() {
+    // Bind then drop to find a closed port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let err = StoreClient::connect(&format!("127.0.0.1:{port}"), Duration::from_millis(300), None).err().unwrap();
+    assert!(err.to_string().contains("cannot reach the rendezvous"), "{err}");
+}
+
+/// A hand-written client: the raw lines of the protocol.
+struct Raw {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+impl Raw {
+    fn connect(addr: &str) -> (Raw, Vec<u8>) {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut raw = Raw { r: BufReader::new(s.try_clone().unwrap()), w: s };
+        let hello: serde_json::Value = serde_json::from_str(&raw.line().unwrap()).unwrap();
+        assert_eq!(hello["hello"], "gpusanity-store-v1");
+        (raw, hex::decode(hello["nonce"].as_str().unwrap()).unwrap())
+    }
+
+    fn send(&mut self, line: &str) {
+        self.w.write_all(format!("{line}\n").as_bytes()).unwrap();
+    }
+
+    /// The next line, or None once the server closed the connection.
+    fn line(&mut self) -> Option<String> {
+        let mut l = String::new();
+        match self.r.read_line(&mut l) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(l),
+        }
+    }
+
+    fn auth(&mut self, nonce: &[u8], proof: &[u8]) -> Option<serde_json::Value> {
+        let req = serde_json::json!({"op": "auth", "nonce": hex::encode(nonce), "proof": hex::encode(proof)});
+        self.send(&req.to_string());
+        self.line().map(|l| serde_json::from_str(&l).unwrap())
+    }
+
+    /// Whether the server closed the connection (rather than leaving it silent).
+    fn closed(&mut self) -> bool {
+        use std::io::ErrorKind::{TimedOut, WouldBlock};
+        let mut b = [0u8; 1];
+        match self.r.read(&mut b) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(e.kind(), WouldBlock | TimedOut),
+        }
+    }
+}
+
+#[test]
+fn a_client_with_the_secret_is_served_and_one_without_it_is_not() {
+    let secret = Secret::random();
+    let (_rt, addr) = test_store_with(Some(secret.clone()));
+    let mut good = StoreClient::connect(&addr, WAIT, Some(secret)).unwrap();
+    good.set("k", "v").unwrap();
+    assert_eq!(good.get("k", WAIT).unwrap(), "v");
+
+    let err = StoreClient::connect(&addr, WAIT, Some(Secret::random())).err().unwrap().to_string();
+    assert!(err.contains("refused") && err.contains("wrong proof"), "{err}");
+    let err = StoreClient::connect(&addr, WAIT, None).err().unwrap().to_string();
+    assert!(err.contains("needs the run's secret") && err.contains("GPUSANITY_RDZV_SECRET"), "{err}");
+
+    // A store without a secret is refused by a client that has one (it may be an impostor).
+    let (_rt2, open) = test_store();
+    let err = StoreClient::connect(&open, WAIT, Some(Secret::random())).err().unwrap().to_string();
+    assert!(err.contains("has no secret"), "{err}");
+}
+
+#[test]
+fn a_bad_proof_a_replayed_proof_and_a_request_before_the_handshake_close_the_connection() {
+    let secret = Secret::random();
+    let (_rt, addr) = test_store_with(Some(secret.clone()));
+    let ours = auth::nonce();
+
+    // A good proof, by hand.
+    let (mut a, theirs) = Raw::connect(&addr);
+    let proof = auth::prove(Some(&secret), &[STORE_LABEL, b"client", &theirs, &ours]);
+    let reply = a.auth(&ours, &proof).unwrap();
+    assert_eq!(reply["ok"], true, "{reply}");
+    a.send(r#"{"op":"set","key":"k","value":"v"}"#);
+    assert!(a.line().unwrap().contains("\"ok\":true"));
+
+    // The same handshake replayed on a new connection: its challenge is new, the proof fails.
+    let (mut b, theirs2) = Raw::connect(&addr);
+    assert_ne!(theirs, theirs2);
+    let reply = b.auth(&ours, &proof).unwrap();
+    assert_eq!(reply["ok"], false, "{reply}");
+    assert!(b.closed());
+
+    // A proof made with another secret.
+    let (mut c, theirs3) = Raw::connect(&addr);
+    let wrong = auth::prove(Some(&Secret::random()), &[STORE_LABEL, b"client", &theirs3, &ours]);
+    assert_eq!(c.auth(&ours, &wrong).unwrap()["ok"], false);
+    assert!(c.closed());
+
+    // A forged verdict with no handshake at all.
+    let (mut d, _) = Raw::connect(&addr);
+    d.send(r#"{"op":"set","key":"verdict","value":"{\"status\":\"passed\"}"}"#);
+    assert!(d.line().unwrap().contains("\"ok\":false"));
+    assert!(d.closed());
+    let mut good = StoreClient::connect(&addr, WAIT, Some(secret)).unwrap();
+    assert!(matches!(good.get("verdict", Duration::from_millis(50)), Err(StoreError::Timeout(..))));
+}
+
+#[test]
+fn a_silent_peer_is_closed_after_the_handshake_deadline() {
+    let (_rt, addr) = test_store_with(Some(Secret::random()));
+    let (mut a, _) = Raw::connect(&addr);
+    let start = Instant::now();
+    assert!(a.closed());
+    let took = start.elapsed();
+    assert!(took >= auth::HANDSHAKE_TIMEOUT - Duration::from_millis(500) && took < Duration::from_secs(15), "{took:?}");
+}
+
+#[test]
+fn a_line_over_the_limit_closes_its_connection_and_a_big_value_is_refused() {
+    let (_rt, addr) = test_store();
+    let mut c = StoreClient::connect(&addr, WAIT, None).unwrap();
+    let err = c.set("big", &"x".repeat(MAX_VALUE + 1)).unwrap_err().to_string();
+    assert!(err.contains("over"), "{err}");
+    c.set("fits", &"x".repeat(MAX_VALUE - 100)).unwrap();
+    assert_eq!(c.get("fits", WAIT).unwrap().len(), MAX_VALUE - 100);
+
+    let (mut raw, _) = Raw::connect(&addr);
+    assert_eq!(raw.auth(&auth::nonce(), b"").unwrap()["ok"], true);
+    // No newline: the server stops reading at the limit and closes.
+    let chunk = vec![b'a'; 64 << 10];
+    let mut sent = 0;
+    while sent < 2 * MAX_LINE {
+        if raw.w.write_all(&chunk).is_err() {
+            break;
+        }
+        sent += chunk.len();
+    }
+    assert!(raw.closed());
+    // The store still serves everyone else.
+    c.set("after", "1").unwrap();
+}
+
+#[test]
+fn verdict_abort_and_missing_keys_are_set_once() {
+    let (_rt, addr) = test_store();
+    let mut c = StoreClient::connect(&addr, WAIT, None).unwrap();
+    for key in WRITE_ONCE {
+        c.set(key, "first").unwrap();
+        let err = c.set(key, "second").unwrap_err();
+        assert!(matches!(&err, StoreError::AlreadySet(k) if k == key), "{err}");
+        assert_eq!(c.get(key, WAIT).unwrap(), "first");
+    }
+    // Other keys may change.
+    c.set("node/1", "a").unwrap();
+    c.set("node/1", "b").unwrap();
+    assert_eq!(c.get("node/1", WAIT).unwrap(), "b");
+}
