@@ -49,6 +49,7 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         report_url: cfg.coordinator.report_url.clone(),
         outbox_wake: wake.clone(),
         browser_public: cfg.http.browser_public,
+        webhook_policy: cfg.notifier.policy(),
     });
     let app = http::router(api);
     // Beside the publisher; it never stops the service (its errors are logged and it goes on).

@@ -36,6 +36,8 @@ pub struct Api {
     pub outbox_wake: Arc<Notify>,
     /// The report browser's pages open without a login.
     pub browser_public: bool,
+    /// Where webhooks may go (`notifier.webhook_allow`).
+    pub webhook_policy: gpusanity_notifier::guard::Policy,
 }
 
 pub fn router(api: Arc<Api>) -> Router {
@@ -45,7 +47,7 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/v1/runs/{run_id}/report", get(runs::report))
         .route("/v1/runs/{run_id}/resolve", post(runs::resolve))
         .route("/v1/openapi.json", get(openapi::openapi_json))
-        .merge(rules::router(api.db.clone()))
+        .merge(rules::router(api.db.clone(), api.webhook_policy.clone()))
         .merge(browser::api(browser.clone()))
         .route_layer(middleware::from_fn_with_state(api.clone(), auth));
     Router::new().route("/health", get(health)).merge(v1).with_state(api).merge(browser::router(browser))

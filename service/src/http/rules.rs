@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use gpusanity_db::Db;
+use gpusanity_notifier::guard::Policy;
 use gpusanity_notifier::rules::RuleInput;
 use gpusanity_notifier::store;
 use serde::Deserialize;
@@ -22,15 +23,17 @@ use super::error::{ApiError, ErrorBody};
 
 pub struct RulesApi {
     db: Db,
+    /// Where webhooks may go: a literal address that is refused is a 400 at once.
+    policy: Policy,
 }
 
 /// The routes, with their own state, ready to merge into a router of any state.
-pub fn router<S: Clone + Send + Sync + 'static>(db: Db) -> Router<S> {
+pub fn router<S: Clone + Send + Sync + 'static>(db: Db, policy: Policy) -> Router<S> {
     Router::new()
         .route("/v1/workspaces/{ws}/notification-rules", get(list).post(create))
         .route("/v1/workspaces/{ws}/notification-rules/{id}", get(show).put(update).delete(remove))
         .route("/v1/workspaces/{ws}/deliveries", get(deliveries))
-        .with_state(Arc::new(RulesApi { db }))
+        .with_state(Arc::new(RulesApi { db, policy }))
 }
 
 fn not_found(ws: &str, id: &str) -> ApiError {
@@ -38,9 +41,10 @@ fn not_found(ws: &str, id: &str) -> ApiError {
 }
 
 /// The body as a valid rule, or what is wrong with it (a 400).
-fn valid(body: Result<Json<RuleInput>, JsonRejection>) -> Result<RuleInput, ApiError> {
+fn valid(api: &RulesApi, body: Result<Json<RuleInput>, JsonRejection>) -> Result<RuleInput, ApiError> {
     let Json(input) = body.map_err(|e| ApiError::bad_request(format!("malformed rule: {}", e.body_text())))?;
     input.validate().map_err(ApiError::bad_request)?;
+    input.check_targets(&api.policy).map_err(ApiError::bad_request)?;
     Ok(input)
 }
 
@@ -55,7 +59,7 @@ pub async fn create(
     Path(ws): Path<String>,
     body: Result<Json<RuleInput>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let input = valid(body)?;
+    let input = valid(&api, body)?;
     let rule = store::create_rule(&api.db, &ws, &input).await.map_err(ApiError::internal)?;
     Ok((StatusCode::CREATED, Json(rule.public())).into_response())
 }
@@ -95,7 +99,7 @@ pub async fn update(
     Path((ws, id)): Path<(String, String)>,
     body: Result<Json<RuleInput>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let input = valid(body)?;
+    let input = valid(&api, body)?;
     let rule = store::update_rule(&api.db, &ws, &id, &input).await.map_err(ApiError::internal)?;
     Ok(Json(rule.ok_or_else(|| not_found(&ws, &id))?.public()).into_response())
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{World, TOKEN};
+use super::{World, LOOPBACK_ALLOW, TOKEN};
 
 #[derive(Debug, Clone, Copy)]
 pub enum Mode {
@@ -159,10 +159,16 @@ pub fn refused_port() -> u16 {
 }
 
 impl World {
-    /// Appends a [notifier] section (TOML lines) to the configuration; call before `serve`.
+    /// Adds TOML lines to the [notifier] section of the configuration (which allows loopback
+    /// webhooks unless `toml` sets `webhook_allow` itself); call before `serve`.
     pub fn notifier(&self, toml: &str) {
         let mut text = std::fs::read_to_string(&self.config).expect("config");
-        text.push_str(&format!("\n[notifier]\n{toml}\n"));
+        assert!(text.ends_with(&format!("[notifier]\n{LOOPBACK_ALLOW}\n")), "[notifier] is not last:\n{text}");
+        if toml.contains("webhook_allow") {
+            text = text.replace(&format!("{LOOPBACK_ALLOW}\n"), "");
+        }
+        // World::new writes [notifier] last: lines appended belong to it.
+        text.push_str(&format!("{toml}\n"));
         std::fs::write(&self.config, text).expect("config");
     }
 
