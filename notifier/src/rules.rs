@@ -113,7 +113,7 @@ impl Rule {
 }
 
 impl RuleInput {
-    /// Refuses a webhook URL whose host is a literal address (or `localhost`) that `policy`
+    /// Refuses a webhook URL whose host is a literal address that `policy`
     /// does not allow; names are checked when a delivery connects.
     pub fn check_targets(&self, policy: &crate::guard::Policy) -> Result<(), String> {
         for (i, c) in self.channels.iter().enumerate() {

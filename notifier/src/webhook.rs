@@ -183,7 +183,14 @@ pub async fn post(
         }
         Err(e) => match guard::blocked_in(&e) {
             Some(b) => Sent::GiveUp(None, b.to_string()),
-            None => Sent::Retry(None, failure(&e, timeout)),
+            // A layer between the resolver and here that kept only the message.
+            None => match error_chain(&e).split_once("blocked: ") {
+                Some((_, rest)) => {
+                    let class = rest.split(" (").next().unwrap_or("address");
+                    Sent::GiveUp(None, format!("blocked: {class} (not in notifier.webhook_allow)"))
+                }
+                None => Sent::Retry(None, failure(&e, timeout)),
+            },
         },
     }
 }

@@ -11,7 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use gpusanity_db::Db;
 use gpusanity_notifier::guard::Policy;
 use gpusanity_notifier::rules::RuleInput;
@@ -20,6 +20,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::error::{ApiError, ErrorBody};
+use super::scope::Scope;
 
 pub struct RulesApi {
     db: Db,
@@ -34,6 +35,14 @@ pub fn router<S: Clone + Send + Sync + 'static>(db: Db, policy: Policy) -> Route
         .route("/v1/workspaces/{ws}/notification-rules/{id}", get(show).put(update).delete(remove))
         .route("/v1/workspaces/{ws}/deliveries", get(deliveries))
         .with_state(Arc::new(RulesApi { db, policy }))
+}
+
+/// A workspace token reaches only its own workspace; any other is a 404.
+fn visible(scope: &Scope, ws: &str) -> Result<(), ApiError> {
+    match scope.sees(ws) {
+        true => Ok(()),
+        false => Err(ApiError::not_found(format!("no workspace `{ws}`"))),
+    }
 }
 
 fn not_found(ws: &str, id: &str) -> ApiError {
@@ -56,9 +65,11 @@ fn valid(api: &RulesApi, body: Result<Json<RuleInput>, JsonRejection>) -> Result
     (status = 401, description = "Missing or wrong bearer token", body = ErrorBody)))]
 pub async fn create(
     State(api): State<Arc<RulesApi>>,
+    Extension(scope): Extension<Scope>,
     Path(ws): Path<String>,
     body: Result<Json<RuleInput>, JsonRejection>,
 ) -> Result<Response, ApiError> {
+    visible(&scope, &ws)?;
     let input = valid(&api, body)?;
     let rule = store::create_rule(&api.db, &ws, &input).await.map_err(ApiError::internal)?;
     Ok((StatusCode::CREATED, Json(rule.public())).into_response())
@@ -68,7 +79,12 @@ pub async fn create(
 #[utoipa::path(get, path = "/v1/workspaces/{ws}/notification-rules", params(("ws" = String, Path)), responses(
     (status = 200, description = "The rules", body = Object),
     (status = 401, description = "Missing or wrong bearer token", body = ErrorBody)))]
-pub async fn list(State(api): State<Arc<RulesApi>>, Path(ws): Path<String>) -> Result<Response, ApiError> {
+pub async fn list(
+    State(api): State<Arc<RulesApi>>,
+    Extension(scope): Extension<Scope>,
+    Path(ws): Path<String>,
+) -> Result<Response, ApiError> {
+    visible(&scope, &ws)?;
     let rules = store::rules(&api.db, &ws).await.map_err(ApiError::internal)?;
     Ok(Json(json!({ "rules": rules.iter().map(|r| r.public()).collect::<Vec<_>>() })).into_response())
 }
@@ -81,8 +97,12 @@ pub async fn list(State(api): State<Arc<RulesApi>>, Path(ws): Path<String>) -> R
     (status = 404, description = "No such rule in the workspace", body = ErrorBody)))]
 pub async fn show(
     State(api): State<Arc<RulesApi>>,
+    Extension(scope): Extension<Scope>,
     Path((ws, id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
+    if !scope.sees(&ws) {
+        return Err(not_found(&ws, &id));
+    }
     let rule = store::get_rule(&api.db, &ws, &id).await.map_err(ApiError::internal)?;
     Ok(Json(rule.ok_or_else(|| not_found(&ws, &id))?.public()).into_response())
 }
@@ -96,9 +116,13 @@ pub async fn show(
     (status = 404, description = "No such rule in the workspace", body = ErrorBody)))]
 pub async fn update(
     State(api): State<Arc<RulesApi>>,
+    Extension(scope): Extension<Scope>,
     Path((ws, id)): Path<(String, String)>,
     body: Result<Json<RuleInput>, JsonRejection>,
 ) -> Result<Response, ApiError> {
+    if !scope.sees(&ws) {
+        return Err(not_found(&ws, &id));
+    }
     let input = valid(&api, body)?;
     let rule = store::update_rule(&api.db, &ws, &id, &input).await.map_err(ApiError::internal)?;
     Ok(Json(rule.ok_or_else(|| not_found(&ws, &id))?.public()).into_response())
@@ -112,8 +136,12 @@ pub async fn update(
     (status = 404, description = "No such rule in the workspace", body = ErrorBody)))]
 pub async fn remove(
     State(api): State<Arc<RulesApi>>,
+    Extension(scope): Extension<Scope>,
     Path((ws, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
+    if !scope.sees(&ws) {
+        return Err(not_found(&ws, &id));
+    }
     match store::delete_rule(&api.db, &ws, &id).await.map_err(ApiError::internal)? {
         true => Ok(StatusCode::NO_CONTENT),
         false => Err(not_found(&ws, &id)),
@@ -136,9 +164,11 @@ pub struct DeliveryQuery {
     (status = 401, description = "Missing or wrong bearer token", body = ErrorBody)))]
 pub async fn deliveries(
     State(api): State<Arc<RulesApi>>,
+    Extension(scope): Extension<Scope>,
     Path(ws): Path<String>,
     q: Result<Query<DeliveryQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    visible(&scope, &ws)?;
     let Ok(Query(q)) = q else {
         return Err(ApiError::bad_request("query: expected ?status=pending|sent|failed&limit=1..1000"));
     };

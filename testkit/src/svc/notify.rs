@@ -24,6 +24,8 @@ pub enum Mode {
     Status(u16),
     /// Reads the request and never answers.
     Hang,
+    /// Always this status with this body.
+    Body(u16, &'static str),
 }
 
 #[derive(Debug, Clone)]
@@ -139,14 +141,20 @@ fn serve(conn: TcpStream, mode: Mode, log: &Mutex<Vec<Request>>) {
         Mode::FailFirst(n) => Some(if l.len() < n { 500 } else { 200 }),
         Mode::Status(s) => Some(s),
         Mode::Hang => None,
+        Mode::Body(s, _) => Some(s),
     };
     l.push(Request { path, query, headers, body, answered: status, at: Instant::now() });
     drop(l);
+    let answer = match mode {
+        Mode::Body(_, b) => b,
+        _ => "ok",
+    };
     match status {
         Some(s) => {
             let _ = write!(
                 writer,
-                "HTTP/1.1 {s} X\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+                "HTTP/1.1 {s} X\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
             );
         }
         None => std::thread::sleep(Duration::from_secs(600)),
