@@ -86,7 +86,9 @@ fn classify_v4(ip: Ipv4Addr) -> Option<Class> {
 
 fn classify_v6(ip: Ipv6Addr) -> Option<Class> {
     let first = ip.segments()[0];
-    if ip.is_loopback() {
+    if ip == Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254) {
+        Some(Class::Metadata)
+    } else if ip.is_loopback() {
         Some(Class::Loopback)
     } else if ip.is_unspecified() {
         Some(Class::Unspecified)
@@ -96,8 +98,6 @@ fn classify_v6(ip: Ipv6Addr) -> Option<Class> {
         Some(Class::LinkLocal)
     } else if ip.is_multicast() {
         Some(Class::Multicast)
-    } else if ip == Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254) {
-        Some(Class::Metadata)
     } else {
         None
     }
@@ -204,6 +204,7 @@ mod tests {
             ("192.168.1.1", Class::Private),
             ("fd00::1", Class::Private),
             ("169.254.169.254", Class::Metadata),
+            ("fd00:ec2::254", Class::Metadata),
             ("169.254.1.1", Class::LinkLocal),
             ("fe80::1", Class::LinkLocal),
             ("0.0.0.0", Class::Unspecified),
