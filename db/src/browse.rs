@@ -207,19 +207,34 @@ impl Db {
             .collect()
     }
 
-    /// A node's entries, newest first, one page of them, and how many there are in all.
-    pub async fn node_history(&self, node: &str, limit: i64, offset: i64) -> Result<(Vec<NodeHealthRow>, i64)> {
-        let total: i64 = sqlx::query("SELECT COUNT(*) FROM node_health WHERE node_name = $1")
-            .bind(node)
-            .fetch_one(&self.pool)
-            .await?
-            .try_get(0)?;
-        let rows = sqlx::query(
-            "SELECT h.run_id, h.job_id, COALESCE(r.workspace_id, ''), COALESCE(r.state, ''), h.healthy, h.codes, h.at \
-             FROM node_health h LEFT JOIN runs r ON r.run_id = h.run_id WHERE h.node_name = $1 \
-             ORDER BY h.at DESC, h.id DESC LIMIT $2 OFFSET $3",
+    /// A node's entries, newest first, one page of them, and how many there are in all;
+    /// `workspace`: only the entries of that workspace's runs.
+    pub async fn node_history(
+        &self,
+        node: &str,
+        workspace: Option<&str>,
+        limit: i64,
+        offset: i64,
+    ) -> Result<(Vec<NodeHealthRow>, i64)> {
+        // An empty workspace is no filter (no run has an empty workspace id).
+        let ws = workspace.unwrap_or("");
+        let total: i64 = sqlx::query(
+            "SELECT COUNT(*) FROM node_health h LEFT JOIN runs r ON r.run_id = h.run_id \
+             WHERE h.node_name = $1 AND ($2 = '' OR r.workspace_id = $2)",
         )
         .bind(node)
+        .bind(ws)
+        .fetch_one(&self.pool)
+        .await?
+        .try_get(0)?;
+        let rows = sqlx::query(
+            "SELECT h.run_id, h.job_id, COALESCE(r.workspace_id, ''), COALESCE(r.state, ''), h.healthy, h.codes, h.at \
+             FROM node_health h LEFT JOIN runs r ON r.run_id = h.run_id \
+             WHERE h.node_name = $1 AND ($2 = '' OR r.workspace_id = $2) \
+             ORDER BY h.at DESC, h.id DESC LIMIT $3 OFFSET $4",
+        )
+        .bind(node)
+        .bind(ws)
         .bind(limit)
         .bind(offset)
         .fetch_all(&self.pool)
@@ -314,7 +329,10 @@ mod tests {
         assert_eq!(db.list_runs(&f).await.unwrap().1, 0);
         let f = RunFilter { state: Some("CheckPassed".into()), node: Some("n2".into()), ..all };
         assert_eq!(ids(db.list_runs(&f).await.unwrap().0), ["r2"]);
-        let (history, total) = db.node_history("n2", 10, 0).await.unwrap();
+        let (history, total) = db.node_history("n2", None, 10, 0).await.unwrap();
         assert_eq!((history.len(), total, history[1].healthy, history[1].workspace_id.as_str()), (2, 2, false, "ws-a"));
+        let (mine, n) = db.node_history("n2", Some("ws-a"), 10, 0).await.unwrap();
+        assert!(n >= 1 && mine.iter().all(|h| h.workspace_id == "ws-a"), "{mine:?}");
+        assert_eq!(db.node_history("n2", Some("ws-none"), 10, 0).await.unwrap().1, 0);
     }
 }

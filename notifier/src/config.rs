@@ -2,7 +2,10 @@
 
 use std::path::PathBuf;
 
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
+
+use crate::guard::Policy;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -23,6 +26,9 @@ pub struct NotifierConfig {
     pub email_timeout_s: f64,
     /// Deliveries in flight at once.
     pub concurrency: usize,
+    /// Networks webhooks may reach although they are loopback, private, link-local, CGNAT or
+    /// the metadata address (refused by default), as CIDR, e.g. `["10.0.0.0/8"]`.
+    pub webhook_allow: Vec<IpNet>,
     pub smtp: SmtpConfig,
 }
 
@@ -37,6 +43,7 @@ impl Default for NotifierConfig {
             webhook_timeout_s: 10.0,
             email_timeout_s: 30.0,
             concurrency: 32,
+            webhook_allow: Vec::new(),
             smtp: SmtpConfig::default(),
         }
     }
@@ -85,6 +92,11 @@ impl Default for SmtpConfig {
 }
 
 impl NotifierConfig {
+    /// Where webhooks may go.
+    pub fn policy(&self) -> Policy {
+        Policy::new(self.webhook_allow.clone())
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         let positive = [
             ("backoff_base_s", self.backoff_base_s),
@@ -125,6 +137,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.smtp.starttls, StartTls::Opportunistic);
+        let a: NotifierConfig =
+            toml::from_str("webhook_allow = [\"127.0.0.1/32\", \"10.0.0.0/8\", \"::1/128\"]\n").unwrap();
+        assert_eq!(a.webhook_allow.len(), 3);
+        assert!(toml::from_str::<NotifierConfig>("webhook_allow = [\"10.0.0.0/33\"]\n").is_err());
         assert!(c.validate().is_ok());
         assert!(toml::from_str::<NotifierConfig>("[smtp]\nstarttls = \"maybe\"\n").is_err());
         let mut bad = c.clone();

@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod email;
+pub mod guard;
 pub mod notice;
 pub mod plan;
 pub mod rules;
@@ -52,9 +53,14 @@ impl Notifier {
     ) -> Result<Notifier, NotifyError> {
         config.validate().map_err(NotifyError::Config)?;
         let mailer = email::Mailer::new(&config.smtp, Duration::from_secs_f64(config.email_timeout_s))?;
+        let policy = Arc::new(config.policy());
+        // No redirects (a 3xx is logged as such) and no proxy from the environment: every
+        // connection goes to an address the guard checked.
         let client = reqwest::Client::builder()
             .user_agent(concat!("gpusanity/", env!("CARGO_PKG_VERSION")))
             .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .dns_resolver(Arc::new(guard::GuardedResolver { policy: policy.clone() }))
             .connect_timeout(Duration::from_secs_f64(config.webhook_timeout_s))
             .build()
             .map_err(|e| NotifyError::Config(format!("HTTP client: {e}")))?;
@@ -63,6 +69,7 @@ impl Notifier {
             config: config.clone(),
             report_url,
             client,
+            policy,
             mailer,
             wake: Arc::new(Notify::new()),
             inflight: Arc::default(),

@@ -113,6 +113,17 @@ impl Rule {
 }
 
 impl RuleInput {
+    /// Refuses a webhook URL whose host is a literal address that `policy`
+    /// does not allow; names are checked when a delivery connects.
+    pub fn check_targets(&self, policy: &crate::guard::Policy) -> Result<(), String> {
+        for (i, c) in self.channels.iter().enumerate() {
+            if let Channel::Webhook { url, .. } = c {
+                policy.check_url(url).map_err(|b| format!("channels[{i}].url `{url}`: {b}"))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Checks what serde cannot: names, URLs, addresses, non-empty lists.
     pub fn validate(&self) -> Result<(), String> {
         if self.name.trim().is_empty() || self.name.len() > 200 {

@@ -15,6 +15,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use crate::config::NotifierConfig;
 use crate::email::{Mailed, Mailer};
+use crate::guard::Policy;
 use crate::notice::Notice;
 use crate::plan::Target;
 use crate::store::{self, Due, Outcome};
@@ -25,6 +26,8 @@ pub struct Sender {
     pub config: NotifierConfig,
     pub report_url: String,
     pub client: reqwest::Client,
+    /// Where webhooks may go (checked again on every attempt: the allowlist may have changed).
+    pub policy: Arc<Policy>,
     pub mailer: Option<Mailer>,
     pub wake: Arc<Notify>,
     /// Deliveries being sent now, and those just recorded; kept across a restart of
@@ -186,13 +189,22 @@ impl Sender {
                 // reqwest's own timeout covers the request; this one also covers a stuck DNS lookup.
                 let sent = tokio::time::timeout(
                     limit,
-                    webhook::post(&self.client, &url, secret.as_deref(), &d.key, n.event_type, &body, limit),
+                    webhook::post(
+                        &self.client,
+                        &self.policy,
+                        &url,
+                        secret.as_deref(),
+                        &d.key,
+                        n.event_type,
+                        &body,
+                        limit,
+                    ),
                 )
                 .await;
                 match sent {
                     Ok(Sent::Ok(code)) => Tried::Ok(Some(code)),
                     Ok(Sent::Retry(code, e)) => Tried::Retry(code, e),
-                    Ok(Sent::GiveUp(code, e)) => Tried::GiveUp(Some(code), e),
+                    Ok(Sent::GiveUp(code, e)) => Tried::GiveUp(code, e),
                     Err(_) => Tried::Retry(None, format!("no answer within {:.1} s", limit.as_secs_f64())),
                 }
             }

@@ -8,6 +8,7 @@ use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 use sha2::Sha256;
 
+use crate::guard::{self, Policy};
 use crate::notice::Notice;
 use crate::rules::WebhookFormat;
 
@@ -124,17 +125,21 @@ pub fn signature(secret: &str, t: u64, body: &[u8]) -> String {
     format!("t={t},v1={}", hex::encode(hmac_sha256(secret.as_bytes(), &msg)))
 }
 
-/// How a POST ended.
+/// How a POST ended. The messages are fixed classifications (`HTTP 500`, `connection
+/// refused`, `blocked: loopback address ...`): nothing of the target's answer is kept, so the
+/// delivery log cannot be used to read what an internal address answers.
 pub enum Sent {
     Ok(u16),
     /// Worth another try: a network error, a timeout, 408, 429 or 5xx.
     Retry(Option<u16>, String),
-    /// Another try would fail the same way (other 4xx, redirects).
-    GiveUp(u16, String),
+    /// Another try would fail the same way (other 4xx, redirects, a refused address).
+    GiveUp(Option<u16>, String),
 }
 
+#[allow(clippy::too_many_arguments)]
 pub async fn post(
     client: &reqwest::Client,
+    policy: &Policy,
     url: &str,
     secret: Option<&str>,
     key: &str,
@@ -142,6 +147,9 @@ pub async fn post(
     body: &Value,
     timeout: Duration,
 ) -> Sent {
+    if let Err(b) = policy.check_url(url) {
+        return Sent::GiveUp(None, b.to_string());
+    }
     let bytes = match serde_json::to_vec(body) {
         Ok(b) => b,
         Err(e) => return Sent::Retry(None, format!("encoding the body: {e}")),
@@ -162,16 +170,56 @@ pub async fn post(
             if resp.status().is_success() {
                 return Sent::Ok(code);
             }
-            let text: String = resp.text().await.unwrap_or_default().chars().take(200).collect();
-            let why = format!("HTTP {code}: {text}");
+            // The answer's body is dropped unread: only its status is kept.
+            let why = match code {
+                300..=399 => format!("HTTP {code} (redirects are not followed)"),
+                _ => format!("HTTP {code}"),
+            };
             if code == 408 || code == 429 || code >= 500 {
                 Sent::Retry(Some(code), why)
             } else {
-                Sent::GiveUp(code, why)
+                Sent::GiveUp(Some(code), why)
             }
         }
-        Err(e) if e.is_timeout() => Sent::Retry(None, format!("no answer within {:.1} s", timeout.as_secs_f64())),
-        Err(e) => Sent::Retry(None, error_chain(&e)),
+        Err(e) => match guard::blocked_in(&e) {
+            Some(b) => Sent::GiveUp(None, b.to_string()),
+            // A layer between the resolver and here that kept only the message.
+            None => match error_chain(&e).split_once("blocked: ") {
+                Some((_, rest)) => {
+                    let class = rest.split(" (").next().unwrap_or("address");
+                    Sent::GiveUp(None, format!("blocked: {class} (not in notifier.webhook_allow)"))
+                }
+                None => Sent::Retry(None, failure(&e, timeout)),
+            },
+        },
+    }
+}
+
+/// A fixed description of a request that got no answer.
+pub fn failure(e: &reqwest::Error, timeout: Duration) -> String {
+    if e.is_timeout() {
+        return format!("no answer within {:.1} s", timeout.as_secs_f64());
+    }
+    let chain = error_chain(e).to_ascii_lowercase();
+    let io_kind = {
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        let mut kind = None;
+        while let Some(c) = cur {
+            if let Some(io) = c.downcast_ref::<std::io::Error>() {
+                kind = Some(io.kind());
+            }
+            cur = c.source();
+        }
+        kind
+    };
+    match io_kind {
+        Some(std::io::ErrorKind::ConnectionRefused) => "connection refused".into(),
+        Some(std::io::ErrorKind::ConnectionReset) => "connection reset".into(),
+        _ if chain.contains("dns error") || chain.contains("failed to lookup") => "DNS lookup failed".into(),
+        _ if chain.contains("certificate") || chain.contains("tls") => "TLS handshake failed".into(),
+        _ if e.is_connect() => "connect failed".into(),
+        _ if e.is_body() || e.is_decode() => "the answer was cut off".into(),
+        _ => "request failed".into(),
     }
 }
 

@@ -1,9 +1,13 @@
 //! The service's configuration: a TOML file, then environment variables and flags on top
 //! (flag > environment > file > default).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::coordinator::CoordinatorConfig;
+use crate::http::browser::session::SessionConfig;
+use crate::http::browser::BrowserConfig;
+use crate::http::scope::{read_token_file, Tokens};
 use gpusanity_common::wire::Topics;
 use serde::{Deserialize, Serialize};
 
@@ -71,15 +75,89 @@ impl Default for DatabaseConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct HttpConfig {
     pub listen: String,
-    /// Bearer token of the API (better from GPUSANITY_API_TOKEN than from the file).
+    /// The admin token: sees every workspace (better from GPUSANITY_API_TOKEN than from the file).
     pub token: Option<String>,
+    /// Tokens limited to one workspace each.
+    pub workspace_tokens: Vec<WorkspaceToken>,
     /// Open the report browser's read-only pages (`/ui`) without a login; `/v1` keeps its token.
     pub browser_public: bool,
+    /// Cookies always get `Secure` (set it when the service is reached over HTTPS).
+    pub secure_cookies: bool,
+    /// A browser session ends this long after its login.
+    pub session_ttl_s: u64,
+    /// And this long after its last page (0: no idle expiry).
+    pub session_idle_s: u64,
+    /// At most this many browser sessions at once (a login beyond it ends the least recently used).
+    pub max_sessions: usize,
+    /// Failed logins per client address per minute, then 429 until the minute is over.
+    pub login_failures_per_client: u32,
+    /// Failed logins per minute from all clients together.
+    pub login_failures_global: u32,
+}
+
+/// `[[http.workspace_tokens]]`: a token for one workspace, inline or (better) in a file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceToken {
+    pub workspace: String,
+    pub token: Option<String>,
+    /// A file whose first line is the token.
+    pub token_file: Option<PathBuf>,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        HttpConfig { listen: "127.0.0.1:8088".into(), token: None, browser_public: false }
+        HttpConfig {
+            listen: "127.0.0.1:8088".into(),
+            token: None,
+            workspace_tokens: Vec::new(),
+            browser_public: false,
+            secure_cookies: false,
+            session_ttl_s: 12 * 3600,
+            session_idle_s: 3600,
+            max_sessions: 10_000,
+            login_failures_per_client: 5,
+            login_failures_global: 100,
+        }
+    }
+}
+
+impl HttpConfig {
+    /// The tokens with their scopes: files read, lengths and repeats checked.
+    pub fn tokens(&self) -> Result<Tokens, String> {
+        let Some(admin) = &self.token else {
+            return Err("no API token: set GPUSANITY_API_TOKEN (or http.token in the config file)".into());
+        };
+        let mut ws = Vec::with_capacity(self.workspace_tokens.len());
+        for t in &self.workspace_tokens {
+            let token = match (&t.token, &t.token_file) {
+                (Some(v), None) => v.clone(),
+                (None, Some(f)) => read_token_file(f)?,
+                _ => {
+                    return Err(format!(
+                        "http.workspace_tokens: workspace `{}` needs exactly one of token and token_file",
+                        t.workspace
+                    ))
+                }
+            };
+            ws.push((t.workspace.clone(), token));
+        }
+        Tokens::new(admin, &ws)
+    }
+
+    /// The browser's settings.
+    pub fn browser(&self) -> BrowserConfig {
+        BrowserConfig {
+            public: self.browser_public,
+            secure_cookies: self.secure_cookies,
+            sessions: SessionConfig {
+                ttl: Duration::from_secs(self.session_ttl_s),
+                idle: (self.session_idle_s > 0).then(|| Duration::from_secs(self.session_idle_s)),
+                max: self.max_sessions,
+            },
+            login_failures_per_client: self.login_failures_per_client,
+            login_failures_global: self.login_failures_global,
+        }
     }
 }
 
@@ -96,10 +174,14 @@ impl ServiceConfig {
         self.agent_auth.validate()?;
         self.jobs.env_policy()?;
         self.notifier.validate()?;
-        match &self.http.token {
-            Some(t) if t.len() >= 16 => {}
-            Some(_) => return Err("the API token must be at least 16 characters".into()),
-            None => return Err("no API token: set GPUSANITY_API_TOKEN (or http.token in the config file)".into()),
+        self.http.tokens()?;
+        let h = &self.http;
+        if h.session_ttl_s == 0
+            || h.max_sessions == 0
+            || h.login_failures_per_client == 0
+            || h.login_failures_global == 0
+        {
+            return Err("http.session_ttl_s, max_sessions, login_failures_per_client and login_failures_global must be at least 1".into());
         }
         if self.kafka.bootstrap.trim().is_empty() {
             return Err("no Kafka bootstrap servers".into());
@@ -127,8 +209,30 @@ mod tests {
         let mut bad = c.clone();
         bad.coordinator.agent_wait_s = -1.0;
         assert!(bad.validate().is_err());
-        bad = c;
+        bad = c.clone();
         bad.http.token = None;
         assert!(bad.validate().is_err());
+        let ws: ServiceConfig = toml::from_str(
+            "[http]\ntoken = \"0123456789abcdef\"\nsession_ttl_s = 1\nsecure_cookies = true\n\
+             [[http.workspace_tokens]]\nworkspace = \"ws-a\"\ntoken = \"ws-a-token-0123456789\"\n",
+        )
+        .unwrap();
+        assert!(ws.validate().is_ok());
+        assert_eq!(ws.http.browser().sessions.ttl, Duration::from_secs(1));
+        let t = ws.http.tokens().unwrap();
+        assert_eq!(t.scope("ws-a-token-0123456789"), Some(crate::http::scope::Scope::Workspace("ws-a".into())));
+        let mut both = ws.clone();
+        both.http.workspace_tokens[0].token_file = Some("/nonexistent".into());
+        assert!(both.validate().is_err());
+        let mut file = ws.clone();
+        let dir = std::env::temp_dir().join(format!("gpusanity-token-{}", std::process::id()));
+        std::fs::write(&dir, "from-a-file-0123456789\n").unwrap();
+        file.http.workspace_tokens[0] =
+            WorkspaceToken { workspace: "ws-b".into(), token: None, token_file: Some(dir.clone()) };
+        assert!(file.http.tokens().unwrap().scope("from-a-file-0123456789").is_some());
+        let _ = std::fs::remove_file(dir);
+        let mut short = ws;
+        short.http.workspace_tokens[0].token = Some("short".into());
+        assert!(short.validate().is_err());
     }
 }

@@ -55,10 +55,11 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
     let api = Arc::new(http::Api {
         db: db.clone(),
         topics: cfg.topics.clone(),
-        token: cfg.http.token.clone().unwrap_or_default(),
+        tokens: Arc::new(cfg.http.tokens().map_err(UsageError)?),
         report_url: cfg.coordinator.report_url.clone(),
         outbox_wake: wake.clone(),
-        browser_public: cfg.http.browser_public,
+        browser: cfg.http.browser(),
+        webhook_policy: cfg.notifier.policy(),
     });
     let app = http::router(api);
     // Beside the publisher; it never stops the service (its errors are logged and it goes on).
@@ -77,7 +78,8 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         r = publisher.run() => r.context("outbox publisher"),
         r = ingest.run(events) => r.context("job-event consumer"),
         r = coord.run(notices_rx, reports) => r.context("coordinator"),
-        r = axum::serve(listener, app) => r.context("HTTP server"),
+        // The peer address is the login limiter's client key.
+        r = axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()) => r.context("HTTP server"),
         _ = stop_signal(&mut term) => Ok(()),
     }
 }

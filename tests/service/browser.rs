@@ -19,7 +19,7 @@ const HOSTILE: &str = "<script>alert(1)</script>\"'&";
 const HOSTILE_TEXT: &str = "&lt;script&gt;alert(1)&lt;/script&gt;\"'&amp;";
 
 /// One HTTP/1.1 request; (status, head, body).
-fn http(port: u16, method: &str, path: &str, extra_headers: &str, body: &str) -> (u16, String, String) {
+pub(crate) fn http(port: u16, method: &str, path: &str, extra_headers: &str, body: &str) -> (u16, String, String) {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
     write!(
@@ -35,8 +35,29 @@ fn http(port: u16, method: &str, path: &str, extra_headers: &str, body: &str) ->
     (status, head.to_string(), body.to_string())
 }
 
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     head.lines().find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim()))
+}
+
+/// The value of a form's hidden `csrf` field in a page.
+pub(crate) fn csrf_field(body: &str) -> String {
+    let at = body.find("name=\"csrf\" value=\"").map(|i| i + "name=\"csrf\" value=\"".len());
+    at.and_then(|i| body[i..].split('"').next()).unwrap_or_default().to_string()
+}
+
+/// Opens the login form: the `Cookie:` header line of its CSRF cookie, and its CSRF field.
+pub(crate) fn login_form(port: u16) -> (String, String) {
+    let (code, head, body) = http(port, "GET", "/ui/login", "", "");
+    assert_eq!(code, 200, "{head}");
+    let cookie = header(&head, "set-cookie").expect("the login form's cookie");
+    let pair = cookie.split(';').next().expect("name=value");
+    (format!("Cookie: {pair}\r\n"), csrf_field(&body))
+}
+
+/// Posts the login form with `token`; (status, head, body).
+pub(crate) fn login(port: u16, token: &str) -> (u16, String, String) {
+    let (cookie, csrf) = login_form(port);
+    http(port, "POST", "/ui/login", &cookie, &format!("token={token}&csrf={csrf}"))
 }
 
 fn api(w: &World, path: &str) -> (u16, Value) {
@@ -307,10 +328,10 @@ fn browser_login_sets_a_strict_http_only_session_cookie() {
     assert_eq!(header(&http(port, "GET", "/", "", "").1, "location"), Some("/ui/runs"));
     let (code, _, body) = http(port, "GET", "/ui/login", "", "");
     assert!(code == 200 && body.contains("name=\"token\""), "{body}");
-    let (code, head, body) = http(port, "POST", "/ui/login", "", "token=wrong-token-0123456789");
+    let (code, head, body) = login(port, "wrong-token-0123456789");
     assert_eq!(code, 401, "{head}");
     assert!(body.contains("Wrong token") && header(&head, "set-cookie").is_none(), "{head}{body}");
-    let (code, head, _) = http(port, "POST", "/ui/login", "", &format!("token={TOKEN}"));
+    let (code, head, _) = login(port, TOKEN);
     assert_eq!((code, header(&head, "location")), (303, Some("/ui/runs")), "{head}");
     let cookie = header(&head, "set-cookie").expect("a session cookie").to_string();
     for attr in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
@@ -333,7 +354,8 @@ fn browser_login_sets_a_strict_http_only_session_cookie() {
     assert!(!body.contains("<script>"), "{body}");
     // The cookie opens the pages, not the API.
     assert_eq!(http(port, "GET", "/v1/runs", &with, "").0, 401);
-    let (_, head, _) = http(port, "POST", "/ui/logout", &with, "");
+    let csrf = csrf_field(&http(port, "GET", "/ui/runs", &with, "").2);
+    let (_, head, _) = http(port, "POST", "/ui/logout", &with, &format!("csrf={csrf}"));
     assert!(header(&head, "set-cookie").is_some_and(|c| c.contains("Max-Age=0")), "{head}");
     w.shutdown();
 }

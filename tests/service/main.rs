@@ -2,6 +2,7 @@
 //! real Kafka broker, on SQLite and PostgreSQL, under faults; the outbox; notifications to
 //! webhook receivers and an SMTP server; the report browser.
 
+mod api_security;
 mod browser;
 mod faults;
 mod flow;

@@ -21,6 +21,8 @@ const NOTIFIER: &str =
 fn rules_api_round_trip_needs_the_token_and_rejects_bad_rules() {
     let _g = svc::common::serial();
     let mut w = World::new(None, FAST);
+    // The rule below is changed to a webhook on 10.0.0.1, a private address.
+    w.notifier("webhook_allow = [\"127.0.0.0/8\", \"10.0.0.0/8\"]");
     w.serve();
     let base = "/v1/workspaces/ws-a/notification-rules";
     let rule = json!({ "name": "oncall", "channels": [

@@ -3,13 +3,15 @@
 //! `POST /v1/runs/{run_id}/resolve`), the notification rules and delivery log ([`rules`]), the
 //! report browser's JSON routes (`GET /v1/runs`, `GET /v1/nodes/{name}/history`) and the
 //! OpenAPI document `GET /v1/openapi.json` ([`openapi`]); and the browser's pages under `/ui`
-//! with their own login ([`browser`]). Every JSON error is an [`ApiError`].
+//! with their own login ([`browser`]). A token is the admin's or a workspace's ([`scope`]):
+//! a workspace token sees only its workspace. Every JSON error is an [`ApiError`].
 
 pub mod browser;
 pub mod error;
 pub mod openapi;
 pub mod rules;
 pub mod runs;
+pub mod scope;
 
 use std::sync::Arc;
 
@@ -19,7 +21,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use gpusanity_common::secret::same;
 use gpusanity_common::wire::Topics;
 use gpusanity_db::Db;
 use serde_json::json;
@@ -31,21 +32,24 @@ pub use error::ApiError;
 pub struct Api {
     pub db: Db,
     pub topics: Topics,
-    pub token: String,
+    /// The admin token and the workspace tokens.
+    pub tokens: Arc<scope::Tokens>,
     pub report_url: String,
     pub outbox_wake: Arc<Notify>,
-    /// The report browser's pages open without a login.
-    pub browser_public: bool,
+    /// The report browser's pages, their login and sessions.
+    pub browser: browser::BrowserConfig,
+    /// Where webhooks may go (`notifier.webhook_allow`).
+    pub webhook_policy: gpusanity_notifier::guard::Policy,
 }
 
 pub fn router(api: Arc<Api>) -> Router {
-    let browser = Browser::new(api.db.clone(), api.token.clone(), api.browser_public);
+    let browser = Browser::new(api.db.clone(), api.tokens.clone(), api.browser.clone());
     let v1 = Router::new()
         .route("/v1/runs/{run_id}", get(runs::run))
         .route("/v1/runs/{run_id}/report", get(runs::report))
         .route("/v1/runs/{run_id}/resolve", post(runs::resolve))
         .route("/v1/openapi.json", get(openapi::openapi_json))
-        .merge(rules::router(api.db.clone()))
+        .merge(rules::router(api.db.clone(), api.webhook_policy.clone()))
         .merge(browser::api(browser.clone()))
         .route_layer(middleware::from_fn_with_state(api.clone(), auth));
     Router::new()
@@ -69,12 +73,17 @@ async fn isolate(req: Request, next: Next) -> Response {
     }
 }
 
-async fn auth(State(api): State<Arc<Api>>, req: Request, next: Next) -> Response {
+/// The bearer layer: the token's [`scope::Scope`] goes into the request's extensions, where
+/// every route takes it from.
+async fn auth(State(api): State<Arc<Api>>, mut req: Request, next: Next) -> Response {
     let given =
         req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(t) if same(t.as_bytes(), api.token.as_bytes()) => next.run(req).await,
-        _ => ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response(),
+    match given.and_then(|t| api.tokens.scope(t)) {
+        Some(scope) => {
+            req.extensions_mut().insert(scope);
+            next.run(req).await
+        }
+        None => ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response(),
     }
 }
 

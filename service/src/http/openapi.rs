@@ -23,7 +23,7 @@ impl Modify for Bearer {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "gpusanity service API", description = "Runs, reports, node history and notification rules of `gpusanity serve`. Every route needs `Authorization: Bearer TOKEN`."),
+    info(title = "gpusanity service API", description = "Runs, reports, node history and notification rules of `gpusanity serve`. Every route needs `Authorization: Bearer TOKEN`: the admin token sees every workspace, a workspace token only its own (a run or rule of another workspace answers 404, as a missing one does)."),
     paths(
         browser::api::runs,
         runs::run,

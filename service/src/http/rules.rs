@@ -11,26 +11,38 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use gpusanity_db::Db;
+use gpusanity_notifier::guard::Policy;
 use gpusanity_notifier::rules::RuleInput;
 use gpusanity_notifier::store;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::error::{ApiError, ErrorBody};
+use super::scope::Scope;
 
 pub struct RulesApi {
     db: Db,
+    /// Where webhooks may go: a literal address that is refused is a 400 at once.
+    policy: Policy,
 }
 
 /// The routes, with their own state, ready to merge into a router of any state.
-pub fn router<S: Clone + Send + Sync + 'static>(db: Db) -> Router<S> {
+pub fn router<S: Clone + Send + Sync + 'static>(db: Db, policy: Policy) -> Router<S> {
     Router::new()
         .route("/v1/workspaces/{ws}/notification-rules", get(list).post(create))
         .route("/v1/workspaces/{ws}/notification-rules/{id}", get(show).put(update).delete(remove))
         .route("/v1/workspaces/{ws}/deliveries", get(deliveries))
-        .with_state(Arc::new(RulesApi { db }))
+        .with_state(Arc::new(RulesApi { db, policy }))
+}
+
+/// A workspace token reaches only its own workspace; any other is a 404.
+fn visible(scope: &Scope, ws: &str) -> Result<(), ApiError> {
+    match scope.sees(ws) {
+        true => Ok(()),
+        false => Err(ApiError::not_found(format!("no workspace `{ws}`"))),
+    }
 }
 
 fn not_found(ws: &str, id: &str) -> ApiError {
@@ -38,10 +50,11 @@ fn not_found(ws: &str, id: &str) -> ApiError {
 }
 
 /// The body as a valid rule for a valid workspace id, or what is wrong with them (a 400).
-fn valid(ws: &str, body: Result<Json<RuleInput>, JsonRejection>) -> Result<RuleInput, ApiError> {
+fn valid(api: &RulesApi, ws: &str, body: Result<Json<RuleInput>, JsonRejection>) -> Result<RuleInput, ApiError> {
     gpusanity_ingest::text::check_name(ws).map_err(|e| ApiError::bad_request(format!("workspace id {e}")))?;
     let Json(input) = body.map_err(|e| ApiError::bad_request(format!("malformed rule: {}", e.body_text())))?;
     input.validate().map_err(ApiError::bad_request)?;
+    input.check_targets(&api.policy).map_err(ApiError::bad_request)?;
     Ok(input)
 }
 
@@ -53,10 +66,12 @@ fn valid(ws: &str, body: Result<Json<RuleInput>, JsonRejection>) -> Result<RuleI
     (status = 401, description = "Missing or wrong bearer token", body = ErrorBody)))]
 pub async fn create(
     State(api): State<Arc<RulesApi>>,
+    Extension(scope): Extension<Scope>,
     Path(ws): Path<String>,
     body: Result<Json<RuleInput>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let input = valid(&ws, body)?;
+    visible(&scope, &ws)?;
+    let input = valid(&api, &ws, body)?;
     let rule = store::create_rule(&api.db, &ws, &input).await.map_err(ApiError::internal)?;
     Ok((StatusCode::CREATED, Json(rule.public())).into_response())
 }
@@ -65,7 +80,12 @@ pub async fn create(
 #[utoipa::path(get, path = "/v1/workspaces/{ws}/notification-rules", params(("ws" = String, Path)), responses(
     (status = 200, description = "The rules", body = Object),
     (status = 401, description = "Missing or wrong bearer token", body = ErrorBody)))]
-pub async fn list(State(api): State<Arc<RulesApi>>, Path(ws): Path<String>) -> Result<Response, ApiError> {
+pub async fn list(
+    State(api): State<Arc<RulesApi>>,
+    Extension(scope): Extension<Scope>,
+    Path(ws): Path<String>,
+) -> Result<Response, ApiError> {
+    visible(&scope, &ws)?;
     let rules = store::rules(&api.db, &ws).await.map_err(ApiError::internal)?;
     Ok(Json(json!({ "rules": rules.iter().map(|r| r.public()).collect::<Vec<_>>() })).into_response())
 }
@@ -78,8 +98,12 @@ pub async fn list(State(api): State<Arc<RulesApi>>, Path(ws): Path<String>) -> R
     (status = 404, description = "No such rule in the workspace", body = ErrorBody)))]
 pub async fn show(
     State(api): State<Arc<RulesApi>>,
+    Extension(scope): Extension<Scope>,
     Path((ws, id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
+    if !scope.sees(&ws) {
+        return Err(not_found(&ws, &id));
+    }
     let rule = store::get_rule(&api.db, &ws, &id).await.map_err(ApiError::internal)?;
     Ok(Json(rule.ok_or_else(|| not_found(&ws, &id))?.public()).into_response())
 }
@@ -93,10 +117,14 @@ pub async fn show(
     (status = 404, description = "No such rule in the workspace", body = ErrorBody)))]
 pub async fn update(
     State(api): State<Arc<RulesApi>>,
+    Extension(scope): Extension<Scope>,
     Path((ws, id)): Path<(String, String)>,
     body: Result<Json<RuleInput>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let input = valid(&ws, body)?;
+    if !scope.sees(&ws) {
+        return Err(not_found(&ws, &id));
+    }
+    let input = valid(&api, &ws, body)?;
     let rule = store::update_rule(&api.db, &ws, &id, &input).await.map_err(ApiError::internal)?;
     Ok(Json(rule.ok_or_else(|| not_found(&ws, &id))?.public()).into_response())
 }
@@ -109,8 +137,12 @@ pub async fn update(
     (status = 404, description = "No such rule in the workspace", body = ErrorBody)))]
 pub async fn remove(
     State(api): State<Arc<RulesApi>>,
+    Extension(scope): Extension<Scope>,
     Path((ws, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
+    if !scope.sees(&ws) {
+        return Err(not_found(&ws, &id));
+    }
     match store::delete_rule(&api.db, &ws, &id).await.map_err(ApiError::internal)? {
         true => Ok(StatusCode::NO_CONTENT),
         false => Err(not_found(&ws, &id)),
@@ -133,9 +165,11 @@ pub struct DeliveryQuery {
     (status = 401, description = "Missing or wrong bearer token", body = ErrorBody)))]
 pub async fn deliveries(
     State(api): State<Arc<RulesApi>>,
+    Extension(scope): Extension<Scope>,
     Path(ws): Path<String>,
     q: Result<Query<DeliveryQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    visible(&scope, &ws)?;
     let Ok(Query(q)) = q else {
         return Err(ApiError::bad_request("query: expected ?status=pending|sent|failed&limit=1..1000"));
     };

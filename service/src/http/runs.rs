@@ -7,12 +7,13 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use gpusanity_db::RunRow;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
+use super::scope::Scope;
 use super::Api;
 use crate::coordinator::finish::{self, ResolveError};
 
@@ -59,16 +60,28 @@ impl From<ResolveError> for ApiError {
     }
 }
 
+/// The run, if the scope sees its workspace; another workspace's run is a 404 like a missing one.
+async fn visible_run(api: &Api, scope: &Scope, run_id: &str) -> Result<RunRow, ApiError> {
+    match api.db.get_run(run_id).await? {
+        Some(run) if scope.sees(&run.workspace_id) => Ok(run),
+        _ => Err(ApiError::not_found(format!("no run `{run_id}`"))),
+    }
+}
+
 /// A run and its state transitions.
 #[utoipa::path(get, path = "/v1/runs/{run_id}", params(("run_id" = String, Path)), responses(
     (status = 200, description = "The run", body = RunDetail),
     (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
     (status = 404, description = "No such run", body = ErrorBody)))]
-pub async fn run(State(api): State<Arc<Api>>, Path(run_id): Path<String>) -> Result<Json<RunDetail>, ApiError> {
-    let (run, transitions) = (api.db.get_run(&run_id).await, api.db.transitions(&run_id).await);
-    let run = run?.ok_or_else(|| ApiError::not_found(format!("no run `{run_id}`")))?;
+pub async fn run(
+    State(api): State<Arc<Api>>,
+    Extension(scope): Extension<Scope>,
+    Path(run_id): Path<String>,
+) -> Result<Json<RunDetail>, ApiError> {
+    let run = visible_run(&api, &scope, &run_id).await?;
+    let transitions = api.db.transitions(&run_id).await?;
     let transitions =
-        transitions?.into_iter().map(|(state, detail, at_ms)| Transition { state, detail, at_ms }).collect();
+        transitions.into_iter().map(|(state, detail, at_ms)| Transition { state, detail, at_ms }).collect();
     Ok(Json(RunDetail { run, transitions }))
 }
 
@@ -77,7 +90,12 @@ pub async fn run(State(api): State<Arc<Api>>, Path(run_id): Path<String>) -> Res
     (status = 200, description = "report.json as stored", body = Object),
     (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
     (status = 404, description = "No such run, or no report yet", body = ErrorBody)))]
-pub async fn report(State(api): State<Arc<Api>>, Path(run_id): Path<String>) -> Result<Response, ApiError> {
+pub async fn report(
+    State(api): State<Arc<Api>>,
+    Extension(scope): Extension<Scope>,
+    Path(run_id): Path<String>,
+) -> Result<Response, ApiError> {
+    visible_run(&api, &scope, &run_id).await?;
     let r = api.db.run_report(&run_id).await?;
     let r = r.ok_or_else(|| ApiError::not_found(format!("no report for run `{run_id}`")))?;
     Ok(([(header::CONTENT_TYPE, "application/json")], r).into_response())
@@ -92,9 +110,11 @@ pub async fn report(State(api): State<Arc<Api>>, Path(run_id): Path<String>) -> 
     (status = 409, description = "The run is not held", body = ErrorBody)))]
 pub async fn resolve(
     State(api): State<Arc<Api>>,
+    Extension(scope): Extension<Scope>,
     Path(run_id): Path<String>,
     body: Result<Json<ResolveBody>, JsonRejection>,
 ) -> Result<Json<Resolved>, ApiError> {
+    visible_run(&api, &scope, &run_id).await?;
     let Ok(Json(body)) = body else {
         return Err(ApiError::bad_request("expected JSON {\"verdict\": \"pass\"|\"fail\", \"note\": \"...\"}"));
     };

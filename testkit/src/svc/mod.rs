@@ -21,6 +21,9 @@ mod scenario;
 pub use reader::Reader;
 pub use scenario::{allocated, crash_restart, restarted, stopped, two_node_pass};
 
+/// The test receivers listen on loopback, which webhooks may not reach by default.
+pub const LOOPBACK_ALLOW: &str = "webhook_allow = [\"127.0.0.0/8\", \"::1/128\"]";
+
 pub const TOKEN: &str = "test-token-0123456789";
 
 /// The broker's bootstrap address: GPUSANITY_TEST_KAFKA when set (it must answer), else a
@@ -187,7 +190,7 @@ impl World {
             "[kafka]\nbootstrap = \"{b}\"\ngroup = \"{p}service\"\n\n[topics]\njob_events = \"{p}job-events\"\noutput = \"{p}check-events\"\n\
              dead_letter = \"{p}dead-letter\"\nagent_tasks = \"{p}agent-tasks\"\nagent_reports = \"{p}agent-reports\"\n\n\
              [database]\nurl = \"{db_url}\"\n\n[http]\nlisten = \"127.0.0.1:{http}\"\n\n[coordinator]\nreport_url = \"http://127.0.0.1:{http}/v1/runs/{{run_id}}/report\"\n{coordinator}\n\n\
-             [agent_auth]\nkeys_file = \"{keys}\"\n\n[jobs]\ntest_faults = true\n",
+             [agent_auth]\nkeys_file = \"{keys}\"\n\n[jobs]\ntest_faults = true\n\n[notifier]\n{LOOPBACK_ALLOW}\n",
             b = broker(),
             keys = keys.display()
         );

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{World, TOKEN};
+use super::{World, LOOPBACK_ALLOW, TOKEN};
 
 #[derive(Debug, Clone, Copy)]
 pub enum Mode {
@@ -24,6 +24,8 @@ pub enum Mode {
     Status(u16),
     /// Reads the request and never answers.
     Hang,
+    /// Always this status with this body.
+    Body(u16, &'static str),
 }
 
 #[derive(Debug, Clone)]
@@ -139,14 +141,20 @@ fn serve(conn: TcpStream, mode: Mode, log: &Mutex<Vec<Request>>) {
         Mode::FailFirst(n) => Some(if l.len() < n { 500 } else { 200 }),
         Mode::Status(s) => Some(s),
         Mode::Hang => None,
+        Mode::Body(s, _) => Some(s),
     };
     l.push(Request { path, query, headers, body, answered: status, at: Instant::now() });
     drop(l);
+    let answer = match mode {
+        Mode::Body(_, b) => b,
+        _ => "ok",
+    };
     match status {
         Some(s) => {
             let _ = write!(
                 writer,
-                "HTTP/1.1 {s} X\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+                "HTTP/1.1 {s} X\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
             );
         }
         None => std::thread::sleep(Duration::from_secs(600)),
@@ -159,10 +167,16 @@ pub fn refused_port() -> u16 {
 }
 
 impl World {
-    /// Appends a [notifier] section (TOML lines) to the configuration; call before `serve`.
+    /// Adds TOML lines to the [notifier] section of the configuration (which allows loopback
+    /// webhooks unless `toml` sets `webhook_allow` itself); call before `serve`.
     pub fn notifier(&self, toml: &str) {
         let mut text = std::fs::read_to_string(&self.config).expect("config");
-        text.push_str(&format!("\n[notifier]\n{toml}\n"));
+        assert!(text.ends_with(&format!("[notifier]\n{LOOPBACK_ALLOW}\n")), "[notifier] is not last:\n{text}");
+        if toml.contains("webhook_allow") {
+            text = text.replace(&format!("{LOOPBACK_ALLOW}\n"), "");
+        }
+        // World::new writes [notifier] last: lines appended belong to it.
+        text.push_str(&format!("{toml}\n"));
         std::fs::write(&self.config, text).expect("config");
     }
 

@@ -4,13 +4,14 @@ use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::Json;
+use axum::{Extension, Json};
 use gpusanity_db::{NodeHealthRow, RunListRow};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::{Browser, Paging, RunsQuery};
 use crate::http::error::{ApiError, ErrorBody};
+use crate::http::scope::Scope;
 
 /// One page of runs.
 #[derive(Serialize, ToSchema)]
@@ -39,11 +40,12 @@ pub struct NodeHistory {
     (status = 401, description = "Missing or wrong bearer token", body = ErrorBody)))]
 pub async fn runs(
     State(b): State<Arc<Browser>>,
+    Extension(scope): Extension<Scope>,
     q: Result<Query<RunsQuery>, QueryRejection>,
 ) -> Result<Json<RunList>, ApiError> {
     let Ok(Query(q)) = q else { return Err(ApiError::bad_request("malformed query string")) };
-    let f = q.filter().map_err(ApiError::bad_request)?;
-    let (runs, total) = b.db.list_runs(&f).await?;
+    let mut f = q.filter().map_err(ApiError::bad_request)?;
+    let (runs, total) = if scope.restrict(&mut f) { b.db.list_runs(&f).await? } else { (Vec::new(), 0) };
     Ok(Json(RunList { runs, total, page: f.offset / f.limit + 1, per_page: f.limit }))
 }
 
@@ -54,11 +56,12 @@ pub async fn runs(
     (status = 401, description = "Missing or wrong bearer token", body = ErrorBody)))]
 pub async fn node_history(
     State(b): State<Arc<Browser>>,
+    Extension(scope): Extension<Scope>,
     Path(name): Path<String>,
     q: Result<Query<Paging>, QueryRejection>,
 ) -> Result<Json<NodeHistory>, ApiError> {
     let Ok(Query(q)) = q else { return Err(ApiError::bad_request("malformed query string")) };
     let (page, per_page) = q.parse().map_err(ApiError::bad_request)?;
-    let (history, total) = b.db.node_history(&name, per_page, (page - 1) * per_page).await?;
+    let (history, total) = b.db.node_history(&name, scope.workspace(), per_page, (page - 1) * per_page).await?;
     Ok(Json(NodeHistory { node: name, history, total, page, per_page }))
 }

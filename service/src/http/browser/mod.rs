@@ -3,12 +3,13 @@
 //! `templates/browser_*.html`, no scripts, no external assets) and their JSON twins under `/v1`.
 //!
 //! [`router`] serves the pages with their own authentication (a session cookie set by a login
-//! form posting the API token, or none when `browser_public`); [`api`] gives the `/v1` routes,
+//! form posting a token, or none when `browser_public`); [`api`] gives the `/v1` routes,
 //! which the caller mounts behind its bearer-token layer.
 
 pub mod api;
 mod auth;
 mod pages;
+pub mod session;
 
 use std::sync::Arc;
 
@@ -16,26 +17,51 @@ use axum::routing::{get, post};
 use axum::Router;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use gpusanity_db::{Db, RunFilter};
+
+use crate::http::scope::Tokens;
 use serde::{Deserialize, Serialize};
+use session::{LoginLimiter, SessionConfig, Sessions};
 
 /// What the browser needs from the service.
 pub struct Browser {
     pub db: Db,
-    /// The API token: the login form's password.
-    pub token: String,
+    /// The tokens the login form takes, each with its scope.
+    pub tokens: Arc<Tokens>,
     /// Serve the read-only pages without a login.
     pub public: bool,
-    /// The session cookie's value, random per process (a restart logs everyone out).
-    session: String,
+    /// Cookies always get `Secure` (the service is reached over HTTPS only).
+    pub secure_cookies: bool,
+    /// The session cookie's Max-Age.
+    session_ttl_s: i64,
+    sessions: Sessions,
+    limiter: LoginLimiter,
+}
+
+/// The browser's settings, from `[http]`.
+#[derive(Debug, Clone)]
+pub struct BrowserConfig {
+    pub public: bool,
+    pub secure_cookies: bool,
+    pub sessions: SessionConfig,
+    /// Failed logins per client address, and in all, per minute.
+    pub login_failures_per_client: u32,
+    pub login_failures_global: u32,
 }
 
 impl Browser {
-    pub fn new(db: Db, token: String, public: bool) -> Arc<Browser> {
+    pub fn new(db: Db, tokens: Arc<Tokens>, c: BrowserConfig) -> Arc<Browser> {
         Arc::new(Browser {
             db,
-            token,
-            public,
-            session: format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple()),
+            tokens,
+            public: c.public,
+            secure_cookies: c.secure_cookies,
+            session_ttl_s: i64::try_from(c.sessions.ttl.as_secs()).unwrap_or(i64::MAX),
+            sessions: Sessions::new(c.sessions),
+            limiter: LoginLimiter::new(
+                c.login_failures_per_client,
+                c.login_failures_global,
+                std::time::Duration::from_secs(60),
+            ),
         })
     }
 }

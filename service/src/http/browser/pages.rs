@@ -7,9 +7,11 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
+use axum::Extension;
 use gpusanity_common::report::Report;
 use gpusanity_db::{FindingRow, NodeHealthRow, RunListRow, RunRow};
 
+use super::session::SessionView;
 use super::{fmt_ms, node_href, run_href, Browser, Paging, RunsQuery, STATES};
 use gpusanity_reports::html::{run_page, Link, RenderError, RunContext, TimelineEntry};
 
@@ -27,7 +29,7 @@ struct ErrorPage<'a> {
     message: &'a str,
 }
 
-fn error_page(status: StatusCode, message: &str) -> Response {
+pub(super) fn error_page(status: StatusCode, message: &str) -> Response {
     match (ErrorPage { message }).render() {
         Ok(html) => (status, Html(html)).into_response(),
         Err(_) => (status, message.to_string()).into_response(),
@@ -100,7 +102,8 @@ struct RunsPage<'a> {
     first: i64,
     prev: Option<String>,
     next: Option<String>,
-    public: bool,
+    /// The logout form's CSRF token (empty: no session, no form).
+    csrf: String,
 }
 
 impl RunsPage<'_> {
@@ -110,7 +113,11 @@ impl RunsPage<'_> {
     }
 }
 
-pub async fn runs(State(b): State<Arc<Browser>>, q: Result<Query<RunsQuery>, QueryRejection>) -> Response {
+pub async fn runs(
+    State(b): State<Arc<Browser>>,
+    Extension(view): Extension<SessionView>,
+    q: Result<Query<RunsQuery>, QueryRejection>,
+) -> Response {
     let q = q.map(|Query(q)| q).unwrap_or_default();
     let mut p = RunsPage {
         q: &q,
@@ -121,18 +128,22 @@ pub async fn runs(State(b): State<Arc<Browser>>, q: Result<Query<RunsQuery>, Que
         first: 0,
         prev: None,
         next: None,
-        public: b.public,
+        csrf: view.csrf.clone(),
     };
-    let f = match q.filter() {
+    let mut f = match q.filter() {
         Ok(f) => f,
         Err(e) => {
             p.error = e;
             return page(StatusCode::BAD_REQUEST, &p);
         }
     };
-    let (rows, total) = match b.db.list_runs(&f).await {
-        Ok(v) => v,
-        Err(e) => return db_error(e),
+    let (rows, total) = if view.scope.restrict(&mut f) {
+        match b.db.list_runs(&f).await {
+            Ok(v) => v,
+            Err(e) => return db_error(e),
+        }
+    } else {
+        (Vec::new(), 0)
     };
     let page_no = f.offset / f.limit + 1;
     p.first = if rows.is_empty() { 0 } else { f.offset + 1 };
@@ -157,10 +168,14 @@ struct RunNoReport<'a> {
     started: String,
 }
 
-pub async fn run(State(b): State<Arc<Browser>>, Path(run_id): Path<String>) -> Response {
+pub async fn run(
+    State(b): State<Arc<Browser>>,
+    Extension(view): Extension<SessionView>,
+    Path(run_id): Path<String>,
+) -> Response {
     let run = match b.db.get_run(&run_id).await {
-        Ok(Some(r)) => r,
-        Ok(None) => return error_page(StatusCode::NOT_FOUND, &format!("No run `{run_id}`.")),
+        Ok(Some(r)) if view.scope.sees(&r.workspace_id) => r,
+        Ok(_) => return error_page(StatusCode::NOT_FOUND, &format!("No run `{run_id}`.")),
         Err(e) => return db_error(e),
     };
     let (transitions, report) = match (b.db.transitions(&run_id).await, b.db.run_report(&run_id).await) {
@@ -263,6 +278,7 @@ struct NodePage<'a> {
 
 pub async fn node(
     State(b): State<Arc<Browser>>,
+    Extension(view): Extension<SessionView>,
     Path(name): Path<String>,
     q: Result<Query<Paging>, QueryRejection>,
 ) -> Response {
@@ -271,10 +287,11 @@ pub async fn node(
         Ok(v) => v,
         Err(e) => return error_page(StatusCode::BAD_REQUEST, &e),
     };
-    let (history, total) = match b.db.node_history(&name, per_page, (page_no - 1) * per_page).await {
-        Ok(v) => v,
-        Err(e) => return db_error(e),
-    };
+    let (history, total) =
+        match b.db.node_history(&name, view.scope.workspace(), per_page, (page_no - 1) * per_page).await {
+            Ok(v) => v,
+            Err(e) => return db_error(e),
+        };
     let href = |p: i64| format!("{}?page={p}&per_page={per_page}", node_href(&name));
     let strip = history
         .iter()
