@@ -328,8 +328,8 @@ impl Ingest {
 }
 
 /// Subscribes a group consumer to the job-events topic.
-pub fn subscribe(bootstrap: &str, group: &str, topic: &str) -> Result<StreamConsumer> {
-    let c = crate::kafka::group_consumer(bootstrap, group)?;
+pub fn subscribe(conn: &crate::kafka::KafkaConn, group: &str, topic: &str) -> Result<StreamConsumer> {
+    let c = crate::kafka::group_consumer(conn, group)?;
     c.subscribe(&[topic])?;
     Ok(c)
 }
