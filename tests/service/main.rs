@@ -11,3 +11,4 @@ mod notify_restart;
 mod notify_webhook;
 mod outbox;
 mod postgres;
+mod tls;

@@ -17,6 +17,7 @@ pub use crate::common;
 pub mod notify;
 mod reader;
 mod scenario;
+pub mod secure;
 
 pub use reader::Reader;
 pub use scenario::{allocated, crash_restart, restarted, stopped, two_node_pass};
@@ -72,6 +73,17 @@ fn start_script(script: &str, state_var: &str, key: &str) -> String {
 
 /// [`start_script`] with `env` set for the script.
 fn start_script_env(script: &str, state_var: &str, key: &str, env: &[(&str, &str)]) -> String {
+    let text = start_script_output(script, state_var, env).unwrap_or_else(|e| panic!("{e}"));
+    script_value(&text, key).unwrap_or_else(|| panic!("no {key} line in: {text}"))
+}
+
+/// The value of the `KEY...` line of a script's output.
+fn script_value(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|l| l.strip_prefix(key)).map(str::to_string)
+}
+
+/// Runs `scripts/SCRIPT start` as [`start_script`] does; its whole stdout, or why it failed.
+fn start_script_output(script: &str, state_var: &str, env: &[(&str, &str)]) -> Result<String, String> {
     let dir = tempfile::tempdir().expect("tempdir").keep();
     // Readable by the `postgres` user the database server runs as under root.
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
@@ -86,12 +98,10 @@ fn start_script_env(script: &str, state_var: &str, key: &str, env: &[(&str, &str
         .output()
         .expect("running a script");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{} start failed: {text}{}", script.display(), String::from_utf8_lossy(&out.stderr));
-    let value = text
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .unwrap_or_else(|| panic!("no {key} line in: {text}"))
-        .to_string();
+    if !out.status.success() {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(format!("{} start failed: {text}{}", script.display(), String::from_utf8_lossy(&out.stderr)));
+    }
     let watch = format!(
         "while kill -0 {} 2>/dev/null; do sleep 0.5; done; {state_var}='{}' TMPDIR='{}' bash '{}' stop; rm -rf '{}'",
         std::process::id(),
@@ -104,7 +114,7 @@ fn start_script_env(script: &str, state_var: &str, key: &str, env: &[(&str, &str
     let status =
         Command::new("sh").arg("-c").arg(format!("({watch}) >/dev/null 2>&1 </dev/null &")).status().expect("watchdog");
     assert!(status.success(), "starting the watchdog failed");
-    value
+    Ok(text)
 }
 
 /// A PostgreSQL server's admin URL: GPUSANITY_TEST_POSTGRES when set (it must answer), else a
@@ -146,12 +156,31 @@ pub struct World {
     /// The nodes that have an agent.
     pub nodes: Vec<String>,
     children: Vec<(String, Child)>,
+    /// The Kafka client properties of the test's own clients (publish, read); empty: the
+    /// plaintext test broker ([`broker`]).
+    client: Vec<(String, String)>,
 }
 
 /// Publishes raw bytes on `topic` of the test broker.
 pub fn publish_to(topic: &str, payload: &[u8]) {
-    let p: ThreadedProducer<DefaultProducerContext> =
-        ClientConfig::new().set("bootstrap.servers", broker()).create().expect("producer");
+    publish_with(&[], topic, payload);
+}
+
+/// A client configuration: `client` (with its bootstrap servers), or the plaintext test broker.
+fn client_config(client: &[(String, String)]) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    if client.is_empty() {
+        c.set("bootstrap.servers", broker());
+    }
+    for (k, v) in client {
+        c.set(k, v);
+    }
+    c
+}
+
+/// Publishes raw bytes on `topic` through a client with `client`'s properties.
+fn publish_with(client: &[(String, String)], topic: &str, payload: &[u8]) {
+    let p: ThreadedProducer<DefaultProducerContext> = client_config(client).create().expect("producer");
     p.send(BaseRecord::<(), [u8]>::to(topic).payload(payload)).map_err(|(e, _)| e).expect("send");
     p.flush(Duration::from_secs(10)).expect("flush");
 }
@@ -192,7 +221,7 @@ impl World {
             keys = keys.display()
         );
         std::fs::write(&config, text).expect("config");
-        World { dir, tag, prefix, db_url, http, config, nodes: Vec::new(), children: Vec::new() }
+        World { dir, tag, prefix, db_url, http, config, nodes: Vec::new(), children: Vec::new(), client: Vec::new() }
     }
 
     /// A world on SQLite with the service running, an agent per node in `nodes`, and a reader
@@ -352,11 +381,11 @@ impl World {
 
     /// Publishes raw bytes on this world's topic `name` (as anyone who can reach the broker can).
     pub fn publish_on(&self, name: &str, payload: &[u8]) {
-        publish_to(&self.topic(name), payload);
+        publish_with(&self.client, &self.topic(name), payload);
     }
 
     pub fn reader(&self, topic: &str) -> Reader {
-        Reader::new(&self.topic(topic))
+        Reader::with_config(client_config(&self.client), &self.topic(topic))
     }
 
     /// Runs SQL on the service's database and returns the first column of every row as text.
