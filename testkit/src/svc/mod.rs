@@ -9,8 +9,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use rdkafka::config::ClientConfig;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use serde_json::Value;
 
 pub use crate::common;
@@ -21,6 +19,7 @@ pub mod secure;
 
 pub use reader::Reader;
 pub use scenario::{allocated, crash_restart, restarted, stopped, two_node_pass};
+use secure::{client_config, publish_with};
 
 pub const TOKEN: &str = "test-token-0123456789";
 
@@ -164,25 +163,6 @@ pub struct World {
 /// Publishes raw bytes on `topic` of the test broker.
 pub fn publish_to(topic: &str, payload: &[u8]) {
     publish_with(&[], topic, payload);
-}
-
-/// A client configuration: `client` (with its bootstrap servers), or the plaintext test broker.
-fn client_config(client: &[(String, String)]) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    if client.is_empty() {
-        c.set("bootstrap.servers", broker());
-    }
-    for (k, v) in client {
-        c.set(k, v);
-    }
-    c
-}
-
-/// Publishes raw bytes on `topic` through a client with `client`'s properties.
-fn publish_with(client: &[(String, String)], topic: &str, payload: &[u8]) {
-    let p: ThreadedProducer<DefaultProducerContext> = client_config(client).create().expect("producer");
-    p.send(BaseRecord::<(), [u8]>::to(topic).payload(payload)).map_err(|(e, _)| e).expect("send");
-    p.flush(Duration::from_secs(10)).expect("flush");
 }
 
 /// Writes an agent key file (one cluster key, random, mode 0600) at `path`.

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+
 use super::{broker, script_value, start_script_output, World, BROKER};
 
 /// A broker's SASL_SSL listener and what a client needs to use it.
@@ -34,6 +37,25 @@ impl SecureKafka {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
     }
+}
+
+/// A client configuration: `client` (with its bootstrap servers), or the plaintext test broker.
+pub(super) fn client_config(client: &[(String, String)]) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    if client.is_empty() {
+        c.set("bootstrap.servers", broker());
+    }
+    for (k, v) in client {
+        c.set(k, v);
+    }
+    c
+}
+
+/// Publishes raw bytes on `topic` through a client with `client`'s properties.
+pub(super) fn publish_with(client: &[(String, String)], topic: &str, payload: &[u8]) {
+    let p: ThreadedProducer<DefaultProducerContext> = client_config(client).create().expect("producer");
+    p.send(BaseRecord::<(), [u8]>::to(topic).payload(payload)).map_err(|(e, _)| e).expect("send");
+    p.flush(Duration::from_secs(10)).expect("flush");
 }
 
 fn on_path(tool: &str) -> bool {
