@@ -13,6 +13,12 @@
 # clients that cannot reach the host's loopback, e.g. network namespaces on a bridge whose
 # host side has ADDR; ADDR must be an address of this host; `start` then also prints
 # "KAFKA_EXTERNAL=ADDR:PORT"). Without it the broker listens on loopback alone.
+# KAFKA_SASL_SSL=1: also a SASL_SSL listener on another loopback port, with a throwaway CA and
+# server certificate (scripts/tls-certs.sh, openssl) and the SCRAM-SHA-512 and SCRAM-SHA-256
+# user `gpusanity` (password KAFKA_SASL_PASSWORD, letters, digits, `._-`, else a random one);
+# `start` then also prints "KAFKA_SASL_SSL=127.0.0.1:PORT", "KAFKA_CA=FILE" (the CA to trust),
+# "KAFKA_SASL_USER=gpusanity" and "KAFKA_SASL_PASSWORD_FILE=FILE" (mode 0600). The controller
+# and inter-broker listeners stay PLAINTEXT on loopback.
 set -euo pipefail
 VERSION=4.4.0
 CACHE=${GPUSANITY_KAFKA_CACHE:-$HOME/.cache/gpusanity/kafka-$VERSION}
@@ -55,6 +61,13 @@ start() {
     echo "KAFKA_LISTEN=$ext: expected IPV4-ADDRESS[:PORT]" >&2
     exit 2
   fi
+  local secure=${KAFKA_SASL_SSL:-}
+  [ "$secure" = 0 ] && secure=
+  local password=${KAFKA_SASL_PASSWORD:-}
+  if [ -n "$password" ] && ! [[ "$password" =~ ^[A-Za-z0-9._-]+$ ]]; then
+    echo "KAFKA_SASL_PASSWORD: letters, digits and ._- only" >&2
+    exit 2
+  fi
   fetch
   local port=${1:-$(free_port)}
   if [ -n "$ext" ] && [[ "$ext" != *:* ]]; then ext="$ext:$(free_port)"; fi
@@ -62,14 +75,23 @@ start() {
   ctrl=$(free_port)
   local dir
   dir=$(mktemp -d "${TMPDIR:-/tmp}/gpusanity-kafka.XXXXXX")
+  local sport= scram=()
+  if [ -n "$secure" ]; then
+    sport=$(free_port)
+    bash "$(dirname "$0")/tls-certs.sh" "$dir/tls"
+    [ -n "$password" ] || password=$(openssl rand -hex 16)
+    (umask 077 && printf '%s\n' "$password" >"$dir/tls/sasl-password")
+    scram=(--add-scram "SCRAM-SHA-512=[name=gpusanity,password=$password]"
+      --add-scram "SCRAM-SHA-256=[name=gpusanity,password=$password]")
+  fi
   cat >"$dir/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$ctrl
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$ctrl${ext:+,EXTERNAL://$ext}
-advertised.listeners=PLAINTEXT://127.0.0.1:$port${ext:+,EXTERNAL://$ext}
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$ctrl${ext:+,EXTERNAL://$ext}${sport:+,SASL_SSL://127.0.0.1:$sport}
+advertised.listeners=PLAINTEXT://127.0.0.1:$port${ext:+,EXTERNAL://$ext}${sport:+,SASL_SSL://127.0.0.1:$sport}
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT,SASL_SSL:SASL_SSL
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$dir/logs
 num.partitions=1
@@ -81,6 +103,19 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
 PROPS
+  if [ -n "$secure" ]; then
+    # PEM key store inline (Kafka takes an unencrypted key only this way), on one line each.
+    cat >>"$dir/server.properties" <<PROPS
+sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.certificate.chain=$(tr '\n' ' ' <"$dir/tls/server.pem")
+listener.name.sasl_ssl.ssl.keystore.key=$(tr '\n' ' ' <"$dir/tls/server.key")
+PROPS
+    chmod 600 "$dir/server.properties"
+  fi
   cat >"$dir/log4j2.yaml" <<'LOG'
 Configuration:
   Appenders:
@@ -97,9 +132,9 @@ LOG
   local cp="$CACHE/libs/*"
   local jopts=(-Xmx512m -XX:+UseSerialGC -Dlog4j2.configurationFile="$dir/log4j2.yaml")
   java "${jopts[@]}" -cp "$cp" org.apache.kafka.tools.StorageTool format -t "$(java -cp "$cp" org.apache.kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)" \
-    -c "$dir/server.properties" --standalone >"$dir/format.log" 2>&1 \
+    -c "$dir/server.properties" --standalone "${scram[@]}" >"$dir/format.log" 2>&1 \
     || java "${jopts[@]}" -cp "$cp" kafka.tools.StorageTool format -t "$(java -cp "$cp" kafka.tools.StorageTool random-uuid | tail -1)" \
-      -c "$dir/server.properties" >"$dir/format.log" 2>&1
+      -c "$dir/server.properties" "${scram[@]}" >"$dir/format.log" 2>&1
   nohup java "${jopts[@]}" -cp "$cp" kafka.Kafka "$dir/server.properties" >"$dir/kafka.log" 2>&1 &
   local pid=$!
   printf 'pid=%s\ndir=%s\nport=%s\n' "$pid" "$dir" "$port" >"$STATE"
@@ -110,14 +145,21 @@ LOG
       exit 1
     fi
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null \
-      && { [ -z "$ext" ] || (exec 3<>"/dev/tcp/${ext%:*}/${ext##*:}") 2>/dev/null; }; then
+      && { [ -z "$ext" ] || (exec 3<>"/dev/tcp/${ext%:*}/${ext##*:}") 2>/dev/null; } \
+      && { [ -z "$sport" ] || (exec 3<>"/dev/tcp/127.0.0.1/$sport") 2>/dev/null; }; then
       echo "KAFKA_BOOTSTRAP=127.0.0.1:$port"
       [ -z "$ext" ] || echo "KAFKA_EXTERNAL=$ext"
+      if [ -n "$sport" ]; then
+        echo "KAFKA_SASL_SSL=127.0.0.1:$sport"
+        echo "KAFKA_CA=$dir/tls/ca.pem"
+        echo "KAFKA_SASL_USER=gpusanity"
+        echo "KAFKA_SASL_PASSWORD_FILE=$dir/tls/sasl-password"
+      fi
       return 0
     fi
     sleep 0.1
   done
-  echo "kafka did not listen on $port${ext:+ and $ext} within 60 s" >&2
+  echo "kafka did not listen on $port${ext:+ and $ext}${sport:+ and $sport} within 60 s" >&2
   exit 1
 }
 

@@ -7,6 +7,9 @@
 #
 # Uses Debian's server (/usr/lib/postgresql/*/bin, `apt-get install postgresql`). As root the
 # cluster runs as the `postgres` user. State file: $PG_STATE (default $TMPDIR/gpusanity-pg.state).
+# PG_TLS=1: the server takes TLS connections only (ssl=on, `hostssl` alone in pg_hba.conf) with
+# a throwaway CA and server certificate for 127.0.0.1 and localhost (scripts/tls-certs.sh,
+# openssl); `start` prints a URL with "?sslmode=verify-full&sslrootcert=CA" and "PG_CA=CA".
 set -euo pipefail
 STATE=${PG_STATE:-${TMPDIR:-/tmp}/gpusanity-pg.state}
 BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
@@ -28,11 +31,21 @@ start() {
   [ "$(id -u)" = 0 ] && chown postgres "$dir"
   as_owner "$BIN/initdb" -D "$dir/data" -U gpusanity -A trust -E UTF8 >"$dir/initdb.log" 2>&1 \
     || { cat "$dir/initdb.log" >&2; exit 1; }
-  as_owner "$BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null \
+  local opts="-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+  local query=
+  if [ -n "${PG_TLS:-}" ] && [ "${PG_TLS:-}" != 0 ]; then
+    bash "$(dirname "$0")/tls-certs.sh" "$dir/tls"
+    [ "$(id -u)" = 0 ] && chown -R postgres "$dir/tls"
+    # The socket for local administration; over TCP, TLS or nothing.
+    printf 'local all all trust\nhostssl all all 127.0.0.1/32 trust\n' >"$dir/data/pg_hba.conf"
+    opts="$opts -c ssl=on -c ssl_cert_file=$dir/tls/server.pem -c ssl_key_file=$dir/tls/server.key"
+    query="?sslmode=verify-full&sslrootcert=$dir/tls/ca.pem"
+  fi
+  as_owner "$BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$opts" start >/dev/null \
     || { cat "$dir/server.log" >&2; exit 1; }
   printf 'dir=%s\nport=%s\n' "$dir" "$port" >"$STATE"
-  echo "DATABASE_URL=postgres://gpusanity@127.0.0.1:$port/postgres"
+  echo "DATABASE_URL=postgres://gpusanity@127.0.0.1:$port/postgres$query"
+  [ -z "$query" ] || echo "PG_CA=$dir/tls/ca.pem"
 }
 
 stop() {

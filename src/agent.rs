@@ -73,7 +73,7 @@ pub fn agent(args: &AgentArgs) -> ExitCode {
             .map_err(|e| UsageError(e.to_string()))?;
         let acfg = AgentConfig {
             node: args.node.clone(),
-            bootstrap: cfg.kafka.bootstrap,
+            kafka: cfg.kafka.connection().map_err(UsageError)?,
             topics: cfg.topics,
             address: args.address.clone(),
             device: args.device,

@@ -29,7 +29,9 @@ impl DbError {
             DbError::Sql(e) => sql_fault(e),
             // Stored JSON that does not parse, or a value that does not encode: the data.
             DbError::Json(_) => Fault::Poison,
-            DbError::BadUrl(_) | DbError::Migrate(_) => Fault::Other,
+            // A handshake or a login refused on a reconnect: the server's state, not the data's.
+            DbError::Tls(_) | DbError::Refused(_) => Fault::Outage,
+            DbError::BadUrl(_) | DbError::Options(_) | DbError::Migrate(_) => Fault::Other,
         }
     }
 

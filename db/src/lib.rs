@@ -28,6 +28,12 @@ pub type Tx = sqlx::Transaction<'static, sqlx::Any>;
 pub enum DbError {
     #[error("database URL `{0}`: expected sqlite://PATH or postgres://...")]
     BadUrl(String),
+    #[error("database URL options: {0}")]
+    Options(sqlx::Error),
+    #[error("database TLS: {0} (check sslmode and sslrootcert in the URL)")]
+    Tls(String),
+    #[error("the database refused the connection: {0}")]
+    Refused(String),
     #[error("database: {0}")]
     Sql(#[from] sqlx::Error),
     #[error("database migration: {0}")]
@@ -68,7 +74,8 @@ impl Db {
             Backend::Sqlite if !url.contains('?') => format!("{url}?mode=rwc"),
             _ => url.to_string(),
         };
-        let opts = AnyConnectOptions::from_str(&url)?.disable_statement_logging();
+        // The URL's parameters (sslmode, sslrootcert, sslcert, sslkey...) go to the driver as they are.
+        let opts = AnyConnectOptions::from_str(&url).map_err(DbError::Options)?.disable_statement_logging();
         let pool = AnyPoolOptions::new()
             .max_connections(if backend == Backend::Sqlite { 4 } else { 8 })
             .after_connect(move |conn, _| {
@@ -83,7 +90,8 @@ impl Db {
                 })
             })
             .connect_with(opts)
-            .await?;
+            .await
+            .map_err(connect_error)?;
         match backend {
             Backend::Sqlite => SQLITE.run(&pool).await?,
             Backend::Postgres => POSTGRES.run(&pool).await?,
@@ -105,6 +113,18 @@ impl Db {
             Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
             Backend::Postgres => self.pool.begin().await?,
         })
+    }
+}
+
+/// A first connection's failure: TLS (a certificate not trusted, a server without TLS) and a
+/// refusal by the server (SQLSTATE class 28: pg_hba.conf, a wrong password) are told apart from
+/// a database that is not there.
+fn connect_error(e: sqlx::Error) -> DbError {
+    match e {
+        sqlx::Error::Tls(t) => DbError::Tls(t.to_string()),
+        sqlx::Error::Io(io) if io.get_ref().is_some_and(|e| e.is::<rustls::Error>()) => DbError::Tls(io.to_string()),
+        sqlx::Error::Database(d) if d.code().is_some_and(|c| c.starts_with("28")) => DbError::Refused(d.to_string()),
+        e => DbError::Sql(e),
     }
 }
 

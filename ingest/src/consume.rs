@@ -398,8 +398,8 @@ pub fn dead_letter(topic: &str, partition: i32, offset: i64, payload: &[u8], rea
 }
 
 /// Subscribes a group consumer to the job-events topic.
-pub fn subscribe(bootstrap: &str, group: &str, topic: &str) -> Result<StreamConsumer> {
-    let c = crate::kafka::group_consumer(bootstrap, group)?;
+pub fn subscribe(conn: &crate::kafka::KafkaConn, group: &str, topic: &str) -> Result<StreamConsumer> {
+    let c = crate::kafka::group_consumer(conn, group)?;
     c.subscribe(&[topic])?;
     Ok(c)
 }

@@ -1,6 +1,7 @@
 //! The service's configuration: a TOML file, then environment variables and flags on top
 //! (flag > environment > file > default).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use crate::http::browser::session::SessionConfig;
 use crate::http::browser::BrowserConfig;
 use crate::http::scope::{read_token_file, Tokens};
 use gpusanity_common::wire::Topics;
+use gpusanity_ingest::kafka::KafkaConn;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -50,12 +52,52 @@ pub struct KafkaConfig {
     pub bootstrap: String,
     /// Consumer group of the job-events consumer; the agent-reports consumer uses `GROUP-agents`.
     pub group: String,
+    /// librdkafka properties set on every client of the service and the agents (TLS, SASL:
+    /// `security.protocol`, `sasl.mechanism`, `sasl.username`, `ssl.ca.location`...); those
+    /// gpusanity sets itself and inline secrets are refused.
+    pub properties: BTreeMap<String, String>,
+    /// A file holding the SASL password (its first line); GPUSANITY_KAFKA_SASL_PASSWORD wins.
+    pub sasl_password_file: Option<PathBuf>,
 }
 
 impl Default for KafkaConfig {
     fn default() -> Self {
-        KafkaConfig { bootstrap: "127.0.0.1:9092".into(), group: "gpusanity-service".into() }
+        KafkaConfig {
+            bootstrap: "127.0.0.1:9092".into(),
+            group: "gpusanity-service".into(),
+            properties: BTreeMap::new(),
+            sasl_password_file: None,
+        }
     }
+}
+
+/// The environment variable of the SASL password.
+pub const SASL_PASSWORD_ENV: &str = "GPUSANITY_KAFKA_SASL_PASSWORD";
+
+impl KafkaConfig {
+    /// The connection every Kafka client uses: the properties checked, the SASL password from
+    /// GPUSANITY_KAFKA_SASL_PASSWORD or else `sasl_password_file`.
+    pub fn connection(&self) -> Result<KafkaConn, String> {
+        let password = match std::env::var(SASL_PASSWORD_ENV) {
+            Ok(p) if !p.is_empty() => Some(p),
+            _ => match &self.sasl_password_file {
+                Some(f) => Some(read_secret(f)?),
+                None => None,
+            },
+        };
+        KafkaConn::new(&self.bootstrap, self.properties.clone(), password).map_err(|e| e.to_string())
+    }
+}
+
+/// The first line of a secret file (without its line ending); an empty one is an error.
+fn read_secret(path: &Path) -> Result<String, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("kafka.sasl_password_file {}: {e}", path.display()))?;
+    let line = text.lines().next().unwrap_or_default().to_string();
+    if line.is_empty() {
+        return Err(format!("kafka.sasl_password_file {}: empty", path.display()));
+    }
+    Ok(line)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -186,6 +228,7 @@ impl ServiceConfig {
         if self.kafka.bootstrap.trim().is_empty() {
             return Err("no Kafka bootstrap servers".into());
         }
+        self.kafka.connection()?;
         Ok(())
     }
 }
@@ -234,5 +277,32 @@ mod tests {
         let mut short = ws;
         short.http.workspace_tokens[0].token = Some("short".into());
         assert!(short.validate().is_err());
+    }
+
+    #[test]
+    fn kafka_properties_refuse_owned_keys_and_inline_secrets() {
+        let base = "[http]\ntoken = \"0123456789abcdef\"\n[kafka]\nbootstrap = \"k:1\"\n";
+        let parse = |extra: &str| toml::from_str::<ServiceConfig>(&format!("{base}{extra}")).unwrap();
+        let c = parse("properties = { \"security.protocol\" = \"SSL\", \"ssl.ca.location\" = \"/ca.pem\" }\n");
+        assert_eq!(c.kafka.properties["security.protocol"], "SSL");
+        assert!(c.validate().is_ok());
+        for owned in ["bootstrap.servers", "group.id", "enable.auto.commit", "enable.auto.offset.store", "acks"] {
+            let e = parse(&format!("properties = {{ \"{owned}\" = \"x\" }}\n")).validate().unwrap_err();
+            assert!(e.contains(owned) && e.contains("set by gpusanity"), "{e}");
+        }
+        let e = parse("properties = { \"sasl.password\" = \"x\" }\n").validate().unwrap_err();
+        assert!(e.contains("GPUSANITY_KAFKA_SASL_PASSWORD"), "{e}");
+        let file = std::env::temp_dir().join(format!("gpusanity-config-test-{}.pw", std::process::id()));
+        std::fs::write(&file, "s3cret\n").unwrap();
+        let sasl = format!(
+            "sasl_password_file = \"{}\"\nproperties = {{ \"security.protocol\" = \"SASL_SSL\", \
+             \"sasl.mechanism\" = \"SCRAM-SHA-512\", \"sasl.username\" = \"u\" }}\n",
+            file.display()
+        );
+        let conn = parse(&sasl).kafka.connection().unwrap();
+        assert_eq!(conn.client_config().get("sasl.password"), Some("s3cret"));
+        std::fs::write(&file, "").unwrap();
+        assert!(parse(&sasl).kafka.connection().unwrap_err().contains("empty"));
+        let _ = std::fs::remove_file(&file);
     }
 }

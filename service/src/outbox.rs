@@ -27,7 +27,7 @@ const RECOVERY_WINDOW: i64 = 100_000;
 pub struct Publisher {
     pub db: Db,
     pub producer: FutureProducer,
-    pub bootstrap: String,
+    pub kafka: kafka::KafkaConn,
     pub wake: Arc<Notify>,
 }
 
@@ -40,11 +40,11 @@ impl Publisher {
         }
         let topics: BTreeSet<String> = unsent.iter().map(|r| r.topic.clone()).collect();
         let wanted: HashSet<String> = unsent.iter().map(|r| r.event_id.clone()).collect();
-        let bootstrap = self.bootstrap.clone();
+        let conn = self.kafka.clone();
         let found = tokio::task::spawn_blocking(move || -> Result<Vec<String>> {
             let mut found = Vec::new();
             for t in topics {
-                found.extend(read_event_ids(&bootstrap, &t, &wanted)?);
+                found.extend(read_event_ids(&conn, &t, &wanted)?);
             }
             Ok(found)
         })
@@ -109,8 +109,8 @@ impl Publisher {
 }
 
 /// The ids among `wanted` found in the `event_id` header of the last messages of `topic`.
-fn read_event_ids(bootstrap: &str, topic: &str, wanted: &HashSet<String>) -> Result<Vec<String>> {
-    let c: BaseConsumer = kafka::reader(bootstrap)?;
+fn read_event_ids(conn: &kafka::KafkaConn, topic: &str, wanted: &HashSet<String>) -> Result<Vec<String>> {
+    let c: BaseConsumer = kafka::reader(conn)?;
     let mut tpl = TopicPartitionList::new();
     let mut left = HashSet::new();
     for (p, high) in kafka::partition_ends(c.client(), topic)? {

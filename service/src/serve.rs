@@ -19,31 +19,34 @@ use crate::{http, ServiceConfig, UsageError};
 /// Runs the service under `cfg` (already validated) until a signal or a failure.
 pub async fn run(cfg: ServiceConfig) -> Result<()> {
     let db = Db::connect(&cfg.database.url).await.map_err(|e| match e {
-        gpusanity_db::DbError::BadUrl(_) => anyhow::Error::from(UsageError(e.to_string())),
+        gpusanity_db::DbError::BadUrl(_)
+        | gpusanity_db::DbError::Options(_)
+        | gpusanity_db::DbError::Tls(_)
+        | gpusanity_db::DbError::Refused(_) => anyhow::Error::from(UsageError(e.to_string())),
         e => anyhow::Error::from(e).context("opening the database"),
     })?;
     let ring = cfg.agent_auth.keyring().map_err(|e| UsageError(e.to_string()))?;
     let env_policy = cfg.jobs.env_policy().map_err(UsageError)?;
-    let boot = cfg.kafka.bootstrap.clone();
-    kafka::ensure_topics(&boot, &cfg.topics.all()).await.map_err(crate::agent::topics_error)?;
+    let conn = cfg.kafka.connection().map_err(UsageError)?;
+    kafka::ensure_topics(&conn, &cfg.topics.all()).await.map_err(crate::agent::topics_error)?;
     let listener = tokio::net::TcpListener::bind(&cfg.http.listen)
         .await
         .map_err(|e| UsageError(format!("cannot listen on {}: {e}", cfg.http.listen)))?;
     let wake = Arc::new(Notify::new());
     let publisher =
-        Publisher { db: db.clone(), producer: kafka::producer(&boot)?, bootstrap: boot.clone(), wake: wake.clone() };
+        Publisher { db: db.clone(), producer: kafka::producer(&conn)?, kafka: conn.clone(), wake: wake.clone() };
     publisher.recover().await.context("recovering the outbox")?;
     let (notices_tx, notices_rx) = mpsc::unbounded_channel();
     let mut coord = Coordinator::new(
         db.clone(),
         cfg.topics.clone(),
         cfg.coordinator.clone(),
-        kafka::producer(&boot)?,
+        kafka::producer(&conn)?,
         wake.clone(),
         Verifier::new(ring, std::time::Duration::from_secs(cfg.agent_auth.max_age_s)),
     );
     coord.resume().await?;
-    let reports = coordinator::subscribe(&boot, &format!("{}-agents", cfg.kafka.group), &cfg.topics.agent_reports)?;
+    let reports = coordinator::subscribe(&conn, &format!("{}-agents", cfg.kafka.group), &cfg.topics.agent_reports)?;
     let ingest = Ingest {
         db: db.clone(),
         topics: cfg.topics.clone(),
@@ -51,7 +54,7 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         outbox_wake: wake.clone(),
         env_policy,
     };
-    let events = consume::subscribe(&boot, &cfg.kafka.group, &cfg.topics.job_events)?;
+    let events = consume::subscribe(&conn, &cfg.kafka.group, &cfg.topics.job_events)?;
     let api = Arc::new(http::Api {
         db: db.clone(),
         topics: cfg.topics.clone(),
@@ -71,7 +74,7 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
     )
     .map_err(|e| UsageError(e.to_string()))?;
     tokio::spawn(notifier.run());
-    tracing::info!(kafka = boot, database = %cfg.database.url.split('@').next_back().unwrap_or_default(), listen = cfg.http.listen, "serving");
+    tracing::info!(kafka = conn.bootstrap(), kafka_security = conn.protocol(), database = %cfg.database.url.split('@').next_back().unwrap_or_default(), listen = cfg.http.listen, "serving");
     eprintln!("gpusanity serve: listening on {}", listener.local_addr()?);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

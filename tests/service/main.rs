@@ -13,3 +13,4 @@ mod notify_webhook;
 mod outbox;
 mod poison;
 mod postgres;
+mod tls;

@@ -19,9 +19,10 @@ fn an_event_sent_before_a_crash_is_marked_not_sent_again() {
     let w = svc::World::new(None, "");
     let topic = w.topic("check-events");
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let conn = kafka::KafkaConn::plain(svc::broker());
     rt.block_on(async {
         let db = Db::connect(&w.db_url).await.unwrap();
-        kafka::ensure_topics(svc::broker(), &[&topic]).await.unwrap();
+        kafka::ensure_topics(&conn, &[&topic]).await.unwrap();
         let events: Vec<_> = (0..3)
             .map(|i| {
                 output_event(
@@ -39,7 +40,7 @@ fn an_event_sent_before_a_crash_is_marked_not_sent_again() {
         }
         tx.commit().await.unwrap();
         // The crash: the first event reached Kafka, its row was never marked sent.
-        let producer = kafka::producer(svc::broker()).unwrap();
+        let producer = kafka::producer(&conn).unwrap();
         let payload = serde_json::to_string(&events[0]).unwrap();
         let rec = FutureRecord::to(&topic).key(&events[0].job_id).payload(&payload).headers(
             OwnedHeaders::new().insert(Header { key: "event_id", value: Some(events[0].event_id.as_bytes()) }),
@@ -47,12 +48,8 @@ fn an_event_sent_before_a_crash_is_marked_not_sent_again() {
         producer.send(rec, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
         assert_eq!(db.unsent(100).await.unwrap().len(), 3);
 
-        let publisher = Publisher {
-            db: db.clone(),
-            producer,
-            bootstrap: svc::broker().to_string(),
-            wake: Arc::new(tokio::sync::Notify::new()),
-        };
+        let publisher =
+            Publisher { db: db.clone(), producer, kafka: conn.clone(), wake: Arc::new(tokio::sync::Notify::new()) };
         assert_eq!(publisher.recover().await.unwrap(), 1, "the event already on the topic was not found");
         let left: Vec<String> = db.unsent(100).await.unwrap().into_iter().map(|r| r.event_id).collect();
         assert_eq!(left, [events[1].event_id.clone(), events[2].event_id.clone()]);

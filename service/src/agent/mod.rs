@@ -32,7 +32,8 @@ const KEEP_DONE: usize = 64;
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub node: String,
-    pub bootstrap: String,
+    /// The brokers and the client properties (TLS, SASL).
+    pub kafka: gpusanity_ingest::kafka::KafkaConn,
     pub topics: Topics,
     /// The address the other nodes reach this node at (node 0 hosts the rendezvous on it).
     pub address: String,
@@ -106,10 +107,12 @@ struct Agent {
     exits: mpsc::UnboundedSender<NodeResult>,
 }
 
-/// An unreachable broker is bad input (exit 2), like an unreachable master for `check`.
+/// An unreachable broker, or one that refuses the client (TLS, SASL), is bad input (exit 2), like an unreachable master for `check`.
 pub fn topics_error(e: gpusanity_ingest::kafka::TopicsError) -> anyhow::Error {
     match e {
-        gpusanity_ingest::kafka::TopicsError::Unreachable(..) => crate::UsageError(e.to_string()).into(),
+        gpusanity_ingest::kafka::TopicsError::Unreachable(..) | gpusanity_ingest::kafka::TopicsError::Refused(..) => {
+            crate::UsageError(e.to_string()).into()
+        }
         e => anyhow::Error::from(e).context("creating the Kafka topics"),
     }
 }
@@ -117,11 +120,11 @@ pub fn topics_error(e: gpusanity_ingest::kafka::TopicsError) -> anyhow::Error {
 /// Runs the agent until SIGTERM/SIGINT; its launchers are stopped before it returns.
 pub async fn run(cfg: AgentConfig) -> Result<()> {
     let k = &cfg.topics;
-    gpusanity_ingest::kafka::ensure_topics(&cfg.bootstrap, &[&k.agent_tasks, &k.agent_reports])
+    gpusanity_ingest::kafka::ensure_topics(&cfg.kafka, &[&k.agent_tasks, &k.agent_reports])
         .await
         .map_err(topics_error)?;
-    let producer = gpusanity_ingest::kafka::producer(&cfg.bootstrap)?;
-    let consumer = gpusanity_ingest::kafka::tail_consumer(&cfg.bootstrap, &cfg.topics.agent_tasks)
+    let producer = gpusanity_ingest::kafka::producer(&cfg.kafka)?;
+    let consumer = gpusanity_ingest::kafka::tail_consumer(&cfg.kafka, &cfg.topics.agent_tasks)
         .context("reading the agent-tasks topic")?;
     std::fs::create_dir_all(&cfg.work_dir).with_context(|| format!("creating {}", cfg.work_dir.display()))?;
     let (exits, mut exited) = mpsc::unbounded_channel();

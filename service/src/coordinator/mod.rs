@@ -27,6 +27,7 @@ use gpusanity_common::wire::{Topics, WIRE_VERSION};
 use gpusanity_common::{Settings, TimeoutOps};
 use gpusanity_db::runs::RunRow;
 use gpusanity_db::Db;
+use gpusanity_ingest::kafka::KafkaConn;
 use gpusanity_ingest::Notice;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
@@ -391,8 +392,8 @@ fn task(a: &Active, k: usize, master: Option<(String, u16)>) -> AgentCommand {
 }
 
 /// Subscribes the coordinator's consumer to the agent-reports topic.
-pub fn subscribe(bootstrap: &str, group: &str, topic: &str) -> Result<StreamConsumer> {
-    let c = gpusanity_ingest::kafka::group_consumer(bootstrap, group)?;
+pub fn subscribe(conn: &KafkaConn, group: &str, topic: &str) -> Result<StreamConsumer> {
+    let c = gpusanity_ingest::kafka::group_consumer(conn, group)?;
     c.subscribe(&[topic])?;
     Ok(c)
 }

@@ -9,17 +9,17 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use rdkafka::config::ClientConfig;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use serde_json::Value;
 
 pub use crate::common;
 pub mod notify;
 mod reader;
 mod scenario;
+pub mod secure;
 
 pub use reader::Reader;
 pub use scenario::{allocated, crash_restart, restarted, stopped, two_node_pass};
+use secure::{client_config, publish_with};
 
 /// The test receivers listen on loopback, which webhooks may not reach by default.
 pub const LOOPBACK_ALLOW: &str = "webhook_allow = [\"127.0.0.0/8\", \"::1/128\"]";
@@ -75,6 +75,17 @@ fn start_script(script: &str, state_var: &str, key: &str) -> String {
 
 /// [`start_script`] with `env` set for the script.
 fn start_script_env(script: &str, state_var: &str, key: &str, env: &[(&str, &str)]) -> String {
+    let text = start_script_output(script, state_var, env).unwrap_or_else(|e| panic!("{e}"));
+    script_value(&text, key).unwrap_or_else(|| panic!("no {key} line in: {text}"))
+}
+
+/// The value of the `KEY...` line of a script's output.
+fn script_value(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|l| l.strip_prefix(key)).map(str::to_string)
+}
+
+/// Runs `scripts/SCRIPT start` as [`start_script`] does; its whole stdout, or why it failed.
+fn start_script_output(script: &str, state_var: &str, env: &[(&str, &str)]) -> Result<String, String> {
     let dir = tempfile::tempdir().expect("tempdir").keep();
     // Readable by the `postgres` user the database server runs as under root.
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
@@ -89,12 +100,10 @@ fn start_script_env(script: &str, state_var: &str, key: &str, env: &[(&str, &str
         .output()
         .expect("running a script");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{} start failed: {text}{}", script.display(), String::from_utf8_lossy(&out.stderr));
-    let value = text
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .unwrap_or_else(|| panic!("no {key} line in: {text}"))
-        .to_string();
+    if !out.status.success() {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(format!("{} start failed: {text}{}", script.display(), String::from_utf8_lossy(&out.stderr)));
+    }
     let watch = format!(
         "while kill -0 {} 2>/dev/null; do sleep 0.5; done; {state_var}='{}' TMPDIR='{}' bash '{}' stop; rm -rf '{}'",
         std::process::id(),
@@ -107,7 +116,7 @@ fn start_script_env(script: &str, state_var: &str, key: &str, env: &[(&str, &str
     let status =
         Command::new("sh").arg("-c").arg(format!("({watch}) >/dev/null 2>&1 </dev/null &")).status().expect("watchdog");
     assert!(status.success(), "starting the watchdog failed");
-    value
+    Ok(text)
 }
 
 /// A PostgreSQL server's admin URL: GPUSANITY_TEST_POSTGRES when set (it must answer), else a
@@ -149,14 +158,14 @@ pub struct World {
     /// The nodes that have an agent.
     pub nodes: Vec<String>,
     children: Vec<(String, Child)>,
+    /// The Kafka client properties of the test's own clients (publish, read); empty: the
+    /// plaintext test broker ([`broker`]).
+    client: Vec<(String, String)>,
 }
 
 /// Publishes raw bytes on `topic` of the test broker.
 pub fn publish_to(topic: &str, payload: &[u8]) {
-    let p: ThreadedProducer<DefaultProducerContext> =
-        ClientConfig::new().set("bootstrap.servers", broker()).create().expect("producer");
-    p.send(BaseRecord::<(), [u8]>::to(topic).payload(payload)).map_err(|(e, _)| e).expect("send");
-    p.flush(Duration::from_secs(10)).expect("flush");
+    publish_with(&[], topic, payload);
 }
 
 /// Writes an agent key file (one cluster key, random, mode 0600) at `path`.
@@ -195,7 +204,7 @@ impl World {
             keys = keys.display()
         );
         std::fs::write(&config, text).expect("config");
-        World { dir, tag, prefix, db_url, http, config, nodes: Vec::new(), children: Vec::new() }
+        World { dir, tag, prefix, db_url, http, config, nodes: Vec::new(), children: Vec::new(), client: Vec::new() }
     }
 
     /// A world on SQLite with the service running, an agent per node in `nodes`, and a reader
@@ -355,11 +364,11 @@ impl World {
 
     /// Publishes raw bytes on this world's topic `name` (as anyone who can reach the broker can).
     pub fn publish_on(&self, name: &str, payload: &[u8]) {
-        publish_to(&self.topic(name), payload);
+        publish_with(&self.client, &self.topic(name), payload);
     }
 
     pub fn reader(&self, topic: &str) -> Reader {
-        Reader::new(&self.topic(topic))
+        Reader::with_config(client_config(&self.client), &self.topic(topic))
     }
 
     /// Runs SQL on the service's database and returns the first column of every row as text.

@@ -18,8 +18,14 @@ pub struct Reader {
 
 impl Reader {
     pub fn new(topic: &str) -> Reader {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", broker())
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", broker());
+        Reader::with_config(c, topic)
+    }
+
+    /// A reader through a client of `config` (bootstrap servers and security properties).
+    pub fn with_config(mut config: ClientConfig, topic: &str) -> Reader {
+        let consumer: BaseConsumer = config
             .set("group.id", format!("reader-{}", std::process::id()))
             .set("enable.auto.commit", "false")
             .set("allow.auto.create.topics", "true")
