@@ -73,11 +73,11 @@ fn two_nodes_on_loopback_pass_and_share_the_verdict() {
 fn a_pass_hands_over_to_command_and_its_exit_code_comes_out() {
     let _g = serial();
     let run = Run::new();
-    // The check envs reach the workers only: COMMAND must not see FOO.
-    let out = run_with_timeout(
-        run.command(&["--sanity-check-envs=FOO=bar", "--", "sh", "-c", "test -z \"$FOO\" && exit 42"]),
-        LIMIT,
-    );
+    // The check envs reach the workers only: COMMAND must not see NCCL_ALGO.
+    let mut c =
+        run.command(&["--sanity-check-envs=NCCL_ALGO=Ring", "--", "sh", "-c", "test -z \"$NCCL_ALGO\" && exit 42"]);
+    c.env_remove("NCCL_ALGO");
+    let out = run_with_timeout(c, LIMIT);
     assert_eq!(code(&out), 42, "{}", stderr(&out));
     assert_eq!(run.events(), ["Checking", "CheckPassed", "Running"]);
     run.assert_nothing_left();
