@@ -56,4 +56,13 @@ summary "$OUT/f2/report.json" | grep -E "^status|finding"
 wall hang to "$OUT/f3.txt" "$BIN" check --sanity-check-timeout-per-test 0.15 --test-faults --sanity-check-envs GPUSANITY_FAULT=hang@0 \
   --report-dir "$OUT/f3"
 summary "$OUT/f3/report.json" | grep -E "^status|finding"
+echo "== a hang named by the stall time (default per-test limit of 6 min; diagnosis.stall-s=5)"
+wall hang-stall to "$OUT/f4.txt" "$BIN" check --test-faults --sanity-check-envs GPUSANITY_FAULT=hang@0 \
+  --check-param diagnosis.stall-s=5 --report-dir "$OUT/f4"
+summary "$OUT/f4/report.json" | grep -E "^status|finding"
+echo "== sizes that do not fit the GPU are refused up front (exit 2)"
+"$BIN" check --micro-benchmarks all-reduce --check-param all-reduce.max-bytes=214748364800 --report-dir "$OUT/f5"; echo "exit $?"
+echo "== the default check with a rendezvous secret"
+GPUSANITY_RDZV_SECRET=0123456789abcdef0123456789abcdef wall secret to "$OUT/s1.txt" "$BIN" check --report-dir "$OUT/s1"
+summary "$OUT/s1/report.json" | head -2
 echo "== processes left:"; pgrep -fa "gpusanity (check|worker)" || echo none
