@@ -30,13 +30,26 @@ fn main() -> Res<()> {
     std::fs::create_dir_all(&dir)?;
     let prefix = format!("bench.{}.", std::process::id());
     let config = dir.join("gpusanity.toml");
+    // The agent key the service and the agents share (a fresh random one, mode 0600).
+    let keys = dir.join("agent-keys.toml");
+    let mut secret = [0u8; 32];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut secret)?;
+    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&keys)?;
+        writeln!(f, "[[key]]\nid = \"bench\"\nsecret = \"{hex}\"")?;
+    }
     std::fs::write(
         &config,
         format!(
             "[kafka]\nbootstrap = \"{boot}\"\ngroup = \"{prefix}service\"\n[topics]\njob_events = \"{prefix}job-events\"\noutput = \"{prefix}check-events\"\n\
              dead_letter = \"{prefix}dead-letter\"\nagent_tasks = \"{prefix}agent-tasks\"\nagent_reports = \"{prefix}agent-reports\"\n\
-             [database]\nurl = \"sqlite://{}\"\n[http]\nlisten = \"127.0.0.1:0\"\ntoken = \"bench-token-0123456789\"\n",
-            dir.join("bench.db").display()
+             [database]\nurl = \"sqlite://{}\"\n[http]\nlisten = \"127.0.0.1:0\"\ntoken = \"bench-token-0123456789\"\n\
+             [agent_auth]\nkeys_file = \"{}\"\n",
+            dir.join("bench.db").display(),
+            keys.display()
         ),
     )?;
     let producer: ThreadedProducer<DefaultProducerContext> =
@@ -127,7 +140,9 @@ fn main() -> Res<()> {
     let in_ts: HashMap<String, i64> =
         ins.iter().map(|(t, v)| (v["event_id"].as_str().unwrap_or("").to_string(), *t)).collect();
     let mut last_result: HashMap<String, i64> = HashMap::new();
-    for (t, v) in &reports {
+    for (t, signed) in &reports {
+        // Reports travel in signed envelopes: the report is the envelope's payload.
+        let v: Value = signed["payload"].as_str().and_then(|p| serde_json::from_str(p).ok()).unwrap_or(Value::Null);
         if v["type"] == "Result" {
             let e = last_result.entry(v["run_id"].as_str().unwrap_or("").to_string()).or_insert(0);
             *e = (*e).max(*t);
