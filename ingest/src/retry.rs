@@ -1,4 +1,5 @@
-//! Waiting between attempts while the database is away: 100 ms, doubling, at most 5 s.
+//! Waiting between attempts while the database or the broker is away: 100 ms, doubling, at
+//! most 5 s.
 
 use std::time::Duration;
 

@@ -97,11 +97,10 @@ impl Publisher {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 // Some of the failed batch may have reached the topic after all: find out
                 // before sending again (a broker still down is waited out, not died of).
-                let mut backoff = Duration::from_millis(500);
+                let mut backoff = gpusanity_ingest::retry::Backoff::default();
                 while let Err(e) = self.recover().await {
-                    tracing::warn!("reading back the output topics failed, will retry in {backoff:?}: {e:#}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    let wait = backoff.wait().await;
+                    tracing::warn!("reading back the output topics failed, retried after {wait:?}: {e:#}");
                 }
             }
         }

@@ -23,17 +23,7 @@ pub struct RunMeta {
 /// `outcomes[k]` is node k's outcome, or None if it never reported.
 pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeOutcome>]) -> Report {
     let mut ranks: Vec<RankInfo> = Vec::new();
-    let mut checks: Vec<CheckReport> = meta
-        .checks
-        .iter()
-        .map(|name| CheckReport {
-            name: name.clone(),
-            status: CheckStatus::NotRun,
-            duration_s: 0.0,
-            config: check_config(&meta.configs, name),
-            ranks: Vec::new(),
-        })
-        .collect();
+    let mut checks = not_run_checks(meta);
     let mut lost = Vec::new();
     let mut overrun = diagnosis::Overrun::None;
     let mut stops: Vec<Stop> = Vec::new();
@@ -161,6 +151,20 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
     }
 }
 
+/// Every selected check, not run yet, with the configuration it runs with.
+fn not_run_checks(meta: &RunMeta) -> Vec<CheckReport> {
+    meta.checks
+        .iter()
+        .map(|name| CheckReport {
+            name: name.clone(),
+            status: CheckStatus::NotRun,
+            duration_s: 0.0,
+            config: check_config(&meta.configs, name),
+            ranks: Vec::new(),
+        })
+        .collect()
+}
+
 /// The configuration check `name` ran with, from its descriptor.
 fn check_config(configs: &CheckConfigs, name: &str) -> serde_json::Value {
     name.parse::<CheckId>().map_or(serde_json::Value::Null, |id| id.config_value(configs))
@@ -169,17 +173,7 @@ fn check_config(configs: &CheckConfigs, name: &str) -> serde_json::Value {
 /// The report of a run some of whose nodes never arrived at the rendezvous: no check ran, each
 /// missing node is named (rank and what is known of it), and the run fails.
 pub fn missing_report(meta: &RunMeta, nodes: &[NodeInfo], missing: &[usize], waited: std::time::Duration) -> Report {
-    let checks: Vec<CheckReport> = meta
-        .checks
-        .iter()
-        .map(|name| CheckReport {
-            name: name.clone(),
-            status: CheckStatus::NotRun,
-            duration_s: 0.0,
-            config: name.parse::<CheckId>().map(|id| id.config_value(&meta.configs)).unwrap_or_default(),
-            ranks: Vec::new(),
-        })
-        .collect();
+    let checks = not_run_checks(meta);
     let mut findings = Vec::new();
     for &k in missing {
         let mut f = Finding::new(

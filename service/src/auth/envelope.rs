@@ -72,16 +72,8 @@ pub enum AuthError {
     WrongNode { key: String, node: String },
 }
 
-type HmacSha256 = Hmac<Sha256>;
-
-fn mac_of(key: &Key, dir: Direction, key_id: &str, ts_ms: i64, nonce: &str, payload: &str) -> HmacSha256 {
-    // new_from_slice accepts keys of any length for HMAC.
-    let mut m = HmacSha256::new_from_slice(key.secret()).unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
-    for part in [dir.label(), key_id.as_bytes(), ts_ms.to_string().as_bytes(), nonce.as_bytes(), payload.as_bytes()] {
-        m.update(part);
-        m.update(&[0]);
-    }
-    m
+fn mac_of(key: &Key, dir: Direction, key_id: &str, ts_ms: i64, nonce: &str, payload: &str) -> Hmac<Sha256> {
+    key.mac(&[dir.label(), key_id.as_bytes(), ts_ms.to_string().as_bytes(), nonce.as_bytes(), payload.as_bytes()])
 }
 
 /// Wraps `payload` in an envelope signed with `key`, stamped now.

@@ -15,7 +15,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use hmac::{Hmac, Mac};
 use serde::Deserialize;
+use sha2::Sha256;
 use thiserror::Error;
 
 /// Shortest secret accepted, in bytes.
@@ -63,8 +65,17 @@ impl std::fmt::Debug for Key {
 }
 
 impl Key {
-    pub fn secret(&self) -> &[u8] {
-        &self.secret
+    /// HMAC-SHA256 under this key over `parts`, each followed by a NUL (so that no two lists
+    /// of parts give the same input), not yet finalized.
+    pub fn mac(&self, parts: &[&[u8]]) -> Hmac<Sha256> {
+        // HMAC takes a key of any length: new_from_slice cannot fail here.
+        let mut m =
+            Hmac::<Sha256>::new_from_slice(&self.secret).unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+        for p in parts {
+            m.update(p);
+            m.update(&[0]);
+        }
+        m
     }
 
     /// Whether this key may speak for `node`.

@@ -7,38 +7,32 @@
 //! a pad unique to (key, run, node), so a reader of the tasks topic without that key learns
 //! nothing of it; the envelope's MAC protects it from being altered.
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use hmac::Mac;
 
 use super::keyring::Key;
 
 /// Bytes of a run's secret.
 pub const SECRET_LEN: usize = 32;
 
-fn prf(key: &[u8], parts: &[&[u8]]) -> [u8; SECRET_LEN] {
-    let mut m = Hmac::<Sha256>::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
-    for p in parts {
-        m.update(p);
-        m.update(&[0]);
-    }
-    m.finalize().into_bytes().into()
+fn prf(key: &Key, parts: &[&[u8]]) -> [u8; SECRET_LEN] {
+    key.mac(parts).finalize().into_bytes().into()
 }
 
 /// The rendezvous secret of `run_id`.
 pub fn run_secret(first: &Key, run_id: &str) -> [u8; SECRET_LEN] {
-    prf(first.secret(), &[b"gpusanity-rendezvous-secret", run_id.as_bytes()])
+    prf(first, &[b"gpusanity-rendezvous-secret", run_id.as_bytes()])
 }
 
 /// `secret` sealed for `node` of `run_id` under `key`, as hex.
 pub fn seal(key: &Key, run_id: &str, node: &str, secret: &[u8; SECRET_LEN]) -> String {
-    let pad = prf(key.secret(), &[b"gpusanity-rendezvous-seal", run_id.as_bytes(), node.as_bytes()]);
+    let pad = prf(key, &[b"gpusanity-rendezvous-seal", run_id.as_bytes(), node.as_bytes()]);
     hex::encode(std::array::from_fn::<u8, SECRET_LEN, _>(|i| secret[i] ^ pad[i]))
 }
 
 /// The secret of a sealed value (None when it is not a sealed secret).
 pub fn unseal(key: &Key, run_id: &str, node: &str, sealed: &str) -> Option<[u8; SECRET_LEN]> {
     let bytes: [u8; SECRET_LEN] = hex::decode(sealed).ok()?.try_into().ok()?;
-    let pad = prf(key.secret(), &[b"gpusanity-rendezvous-seal", run_id.as_bytes(), node.as_bytes()]);
+    let pad = prf(key, &[b"gpusanity-rendezvous-seal", run_id.as_bytes(), node.as_bytes()]);
     Some(std::array::from_fn(|i| bytes[i] ^ pad[i]))
 }
 
