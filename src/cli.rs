@@ -74,6 +74,10 @@ pub struct CheckArgs {
     /// Rendezvous port on node 0 [env: PET_MASTER_PORT, MASTER_PORT; default 29500, any free port on one node].
     #[arg(long)]
     master_port: Option<u16>,
+    /// The job's hosts in node-rank order, as a Slurm host list (`gpu[01-04],cpu1`), so that a
+    /// node that never arrives is named [env: GPUSANITY_NODE_NAMES, SLURM_JOB_NODELIST].
+    #[arg(long)]
+    node_names: Option<String>,
     /// Seconds to wait for the other nodes at the rendezvous.
     #[arg(long, default_value_t = 300.0)]
     rdzv_timeout: f64,
@@ -205,6 +209,7 @@ impl CheckArgs {
                 node_rank: self.node_rank,
                 master_addr: self.master_addr.clone(),
                 master_port: self.master_port,
+                node_names: self.node_names.clone(),
             },
             nproc_per_node: self.nproc_per_node,
             device: self.device,

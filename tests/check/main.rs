@@ -11,4 +11,5 @@ mod remeasure;
 mod rendezvous_auth;
 mod report_page;
 mod run;
+mod scale;
 mod stall;

@@ -163,7 +163,8 @@ fn a_node_that_never_arrives_is_named_and_the_others_fail_with_it() {
     let port = free_port();
     // Three nodes, the third never started; the run's own limit (0.2 min) is shorter than the
     // rendezvous timeout, so it decides how long node 0 waits.
-    let extra = ["--rdzv-timeout=300", "--sanity-check-max-time=0.2"];
+    // The job's host list names the missing node.
+    let extra = ["--rdzv-timeout=300", "--sanity-check-max-time=0.2", "--node-names=gpu[07-09]"];
     let started = std::time::Instant::now();
     let n1 = run.spawn_node(&extra, 3, 1, port);
     let n0 = run.spawn_node(&extra, 3, 0, port);
@@ -179,6 +180,8 @@ fn a_node_that_never_arrives_is_named_and_the_others_fail_with_it() {
     let f = &r["findings"][0];
     assert_eq!(f["code"], "NODE_MISSING");
     assert_eq!(f["node_rank"], 2);
+    assert_eq!(f["host"], "gpu09", "{f}");
+    assert!(f["message"].as_str().unwrap().starts_with("node 2 (gpu09) of 3 never arrived"), "{f}");
     assert!(f["evidence"][0].as_str().unwrap().contains("0 ("), "{f}");
     assert_eq!(r["faulty_nodes"].as_array().map(|v| v.len()), Some(1), "{}", r["faulty_nodes"]);
     assert!(r["checks"].as_array().unwrap().iter().all(|c| c["status"] == "not_run"));

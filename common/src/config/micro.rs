@@ -81,15 +81,24 @@ pub struct ConnectivityConfig {
     pub timeout_ms: u64,
     /// Bytes each back-end probe exchanges.
     pub bytes: u64,
+    /// Up to this many nodes every pair is probed; beyond, each node (and each rail) is probed
+    /// with the nodes at distances 1, 2, 4, ... around a ring (about 2·log2(n) partners).
+    #[serde(default = "ConnectivityConfig::default_full_matrix_nodes")]
+    pub full_matrix_nodes: usize,
 }
 
 impl ConnectivityConfig {
-    pub const KEYS: &'static [&'static str] = &["timeout-ms", "bytes"];
+    pub const KEYS: &'static [&'static str] = &["timeout-ms", "bytes", "full-matrix-nodes"];
+
+    fn default_full_matrix_nodes() -> usize {
+        16
+    }
 
     pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
         match p.field {
             "timeout-ms" => self.timeout_ms = p.int()?,
             "bytes" => self.bytes = p.int()?,
+            "full-matrix-nodes" => self.full_matrix_nodes = p.count()?,
             _ => return Ok(false),
         }
         Ok(true)
@@ -167,7 +176,7 @@ impl MicroConfigs {
                     iters: 10,
                     compare_groups: true,
                 },
-                network_connectivity: ConnectivityConfig { timeout_ms: 5000, bytes: 1 << 20 },
+                network_connectivity: ConnectivityConfig { timeout_ms: 5000, bytes: 1 << 20, full_matrix_nodes: 16 },
                 overlap: OverlapConfig { gemm_size: 8192, bytes: 256 << 20, warmup: 3, iters: 20 },
                 kernel_launch: KernelLaunchConfig { iters: 10_000 },
             },
@@ -181,7 +190,7 @@ impl MicroConfigs {
                     iters: 5,
                     compare_groups: false,
                 },
-                network_connectivity: ConnectivityConfig { timeout_ms: 2000, bytes: 64 << 10 },
+                network_connectivity: ConnectivityConfig { timeout_ms: 2000, bytes: 64 << 10, full_matrix_nodes: 16 },
                 overlap: OverlapConfig { gemm_size: 384, bytes: 1 << 20, warmup: 2, iters: 10 },
                 kernel_launch: KernelLaunchConfig { iters: 1000 },
             },

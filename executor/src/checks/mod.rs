@@ -16,6 +16,7 @@ pub mod network_connectivity;
 pub mod overlap;
 pub mod pair_bandwidth;
 pub mod pair_schedule;
+pub mod probe_plan;
 pub mod remeasure;
 
 use gpusanity_common::config::CheckConfigs;

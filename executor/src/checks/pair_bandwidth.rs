@@ -1,5 +1,5 @@
 //! `pair-bandwidth` (hidden, added by the launcher on multi-node CPU runs): the pairwise link
-//! test. In rounds of disjoint node pairs (schedule: [`super::pair_schedule`]), every rail
+//! test. In rounds of disjoint node pairs, the suspects alone, (schedule: [`super::pair_schedule`]), every rail
 //! of a pair (local rank i of both nodes) runs a 2-member all-reduce over its own ring; a
 //! pair's figure is its slowest rail's bus bandwidth. Every rank publishes its rail's figure in
 //! the store and reads all of the round's, so every rank computes the same next round. The
@@ -45,13 +45,22 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
             let (gbps, bad) = measure(ctx, &key, &members)
                 .with_context(|| format!("link test between nodes {} and {}", p[0], p[1]))?;
             wrong += bad;
-            ctx.store.set(&format!("pairbw/{key}"), &gbps.to_string())?;
+            // Both members time the same calls; each publishes its own figure (one key written
+            // by both would give readers whichever came last, and ranks different schedules).
+            let side = usize::from(place.node_rank == p[1]);
+            ctx.store.set(&format!("pairbw/{key}/{side}"), &gbps.to_string())?;
         }
         for p in &pairs {
+            // A rail's figure is the better of its two sides' (scheduling only slows a side);
+            // the pair's is its slowest rail's.
             let mut worst = f64::INFINITY;
             for rail in 0..rails {
-                let v = ctx.store.get(&format!("pairbw/r{round}/{}-{}/{rail}", p[0], p[1]), BARRIER_WAIT)?;
-                worst = worst.min(v.parse::<f64>().unwrap_or(0.0));
+                let mut rail_best = 0.0f64;
+                for side in 0..2 {
+                    let v = ctx.store.get(&format!("pairbw/r{round}/{}-{}/{rail}/{side}", p[0], p[1]), BARRIER_WAIT)?;
+                    rail_best = rail_best.max(v.parse::<f64>().unwrap_or(0.0));
+                }
+                worst = worst.min(rail_best);
             }
             measured.push(PairBandwidth { nodes: *p, busbw_gbps: worst, round });
         }

@@ -39,22 +39,25 @@ fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
         first_of_node(node).map_or_else(|| format!("node {node}"), |r| format!("node {node} ({})", r.host))
     };
     let nodes: BTreeSet<usize> = ranks.iter().map(|r| r.node_rank).collect();
-    let parse = |key: &str| -> Vec<Probe> {
-        c.ranks
-            .iter()
-            .find(|r| r.rank == 0)
-            .and_then(|r| r.notes.get(key))
-            .and_then(|s| serde_json::from_str(s).ok())
-            .unwrap_or_default()
-    };
+    let note = |key: &str| c.ranks.iter().find(|r| r.rank == 0).and_then(|r| r.notes.get(key));
+    let parse = |key: &str| -> Vec<Probe> { note(key).and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default() };
+    // How many partners probed each node and rank (a run beyond the whole-matrix size probes a
+    // few partners each); reports without them probed every other node and rank.
+    let counts = |key: &str| -> Option<Vec<usize>> { note(key).and_then(|s| serde_json::from_str(s).ok()) };
+    let (front_probers, back_peers) = (counts("front_end_probers"), counts("back_end_peers"));
     let front = parse("front_end_failed");
     let mut named = BTreeSet::new();
     for &target in &nodes {
         let from: BTreeSet<usize> = front.iter().filter(|p| p.to == target).map(|p| p.from).collect();
-        if nodes.len() >= 2 && from.len() == nodes.len() - 1 {
+        let probers =
+            front_probers.as_ref().and_then(|v| v.get(target).copied()).unwrap_or(nodes.len().saturating_sub(1));
+        if probers >= 1 && from.len() == probers {
             let why: Vec<String> = front.iter().filter(|p| p.to == target).filter_map(|p| p.error.clone()).collect();
-            let msg =
-                format!("{} is unreachable on the front end from every other node: {}", host(target), why.join("; "));
+            let msg = format!(
+                "{} is unreachable on the front end from every node that probed it ({probers}): {}",
+                host(target),
+                why.join("; ")
+            );
             let f = Finding::new(Severity::Critical, "NET_FRONTEND_UNREACHABLE", name, msg);
             findings.push(place_on(f, ranks, first_of_node(target)));
             named.insert(target);
@@ -88,11 +91,11 @@ fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
                 }
             })
             .collect();
-        if peers.len() >= 2 && bad == peers {
+        let expected = back_peers.as_ref().and_then(|v| v.get(r.rank).copied()).unwrap_or(peers.len());
+        if expected >= 2 && bad.len() == expected && bad.is_subset(&peers) {
             let msg = format!(
-                "rank {} failed the back-end exchange with every rank on other nodes ({} peers)",
-                r.rank,
-                peers.len()
+                "rank {} failed the back-end exchange with every rank it was paired with on other nodes ({expected} peers)",
+                r.rank
             );
             let f = Finding::new(Severity::Critical, "NET_BACKEND_RANK_UNREACHABLE", name, msg);
             findings.push(place(f, ranks, r.rank));

@@ -211,6 +211,8 @@ fn the_link_test_names_a_slow_node_from_the_pair_matrix() {
         { "nodes": [0, 1], "busbw_gbps": 2.0, "round": 1 },
         { "nodes": [0, 2], "busbw_gbps": 0.01, "round": 2 },
         { "nodes": [1, 2], "busbw_gbps": 0.01, "round": 3 },
+        { "nodes": [0, 2], "busbw_gbps": 0.02, "round": 4 },
+        { "nodes": [1, 2], "busbw_gbps": 0.01, "round": 5 },
     ]);
     let results = (0..3)
         .map(|k| {
@@ -226,7 +228,7 @@ fn the_link_test_names_a_slow_node_from_the_pair_matrix() {
         (d.findings[0].code.as_str(), d.findings[0].node_rank, d.findings[0].host.as_deref()),
         ("NODE_COMM_SLOW", Some(2), Some("n2"))
     );
-    assert_eq!(d.pair_bandwidth.len(), 3);
+    assert_eq!(d.pair_bandwidth.len(), 5);
     assert_eq!(d.status, RunStatus::Failed);
 }
 

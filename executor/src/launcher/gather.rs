@@ -181,7 +181,11 @@ pub fn missing_report(meta: &RunMeta, nodes: &[NodeInfo], missing: &[usize], wai
             "NODE_MISSING",
             "rendezvous",
             format!(
-                "node {k} of {} never arrived at the rendezvous within {:.0} s: not started, unreachable, or dead",
+                "node {k}{} of {} never arrived at the rendezvous within {:.0} s: not started, unreachable, or dead",
+                nodes
+                    .get(k)
+                    .filter(|n| n.hostname != format!("node {k}"))
+                    .map_or(String::new(), |n| format!(" ({})", n.hostname)),
                 nodes.len(),
                 waited.as_secs_f64()
             ),

@@ -161,7 +161,7 @@ impl Cluster {
                         Some(r) => r.info,
                         None => NodeInfo {
                             node_rank: k,
-                            hostname: format!("node {k}"),
+                            hostname: topo.node_names.get(k).cloned().unwrap_or_else(|| format!("node {k}")),
                             addr: "unknown: it never registered".into(),
                             nproc: 0,
                         },
@@ -289,7 +289,7 @@ async fn host(topo: &Topology) -> Result<tokio::net::TcpListener> {
         ))
     };
     if topo.nnodes == 1 {
-        return Ok(tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await.map_err(in_use)?);
+        return Ok(store::listen((Ipv4Addr::LOCALHOST, port).into()).map_err(in_use)?);
     }
     let ips: Vec<IpAddr> = match topo.master_addr.parse::<IpAddr>() {
         Ok(ip) => vec![ip],
@@ -299,7 +299,7 @@ async fn host(topo: &Topology) -> Result<tokio::net::TcpListener> {
             .unwrap_or_default(),
     };
     for ip in ips {
-        match tokio::net::TcpListener::bind((ip, port)).await {
+        match store::listen((ip, port).into()) {
             Ok(l) => return Ok(l),
             Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {}
             Err(e) => return Err(in_use(e).into()),
@@ -309,5 +309,5 @@ async fn host(topo: &Topology) -> Result<tokio::net::TcpListener> {
         "--master-addr {} is not an address of this node: hosting the rendezvous on every interface",
         topo.master_addr
     );
-    Ok(tokio::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).await.map_err(in_use)?)
+    Ok(store::listen((Ipv4Addr::UNSPECIFIED, port).into()).map_err(in_use)?)
 }

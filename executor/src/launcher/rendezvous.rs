@@ -18,6 +18,9 @@ pub struct Topology {
     pub master_port: u16,
     /// Where the values came from, for the logs.
     pub source: &'static str,
+    /// The hosts by node rank, where the job says them (`--node-names`, `GPUSANITY_NODE_NAMES`,
+    /// or `SLURM_JOB_NODELIST` when it lists as many hosts as there are nodes); else empty.
+    pub node_names: Vec<String>,
 }
 
 /// The rendezvous flags as given on the command line.
@@ -27,6 +30,7 @@ pub struct TopologyFlags {
     pub node_rank: Option<usize>,
     pub master_addr: Option<String>,
     pub master_port: Option<u16>,
+    pub node_names: Option<String>,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -39,6 +43,8 @@ pub enum TopologyError {
     NoNodes,
     #[error("a job of {0} nodes needs --master-addr (or MASTER_ADDR): the address of node 0")]
     NoMaster(usize),
+    #[error("--node-names (or GPUSANITY_NODE_NAMES): {0}")]
+    NodeNames(String),
 }
 
 /// Resolves the topology from `flags` and the environment `env`.
@@ -85,7 +91,23 @@ pub fn resolve(flags: &TopologyFlags, env: &HashMap<String, String>) -> Result<T
         None => return Err(TopologyError::NoMaster(nnodes)),
     };
     let master_port = mport.unwrap_or(if nnodes == 1 { 0 } else { DEFAULT_PORT });
-    Ok(Topology { nnodes, node_rank, master_addr, master_port, source })
+    let node_names = match flags.node_names.clone().or_else(|| s("GPUSANITY_NODE_NAMES")) {
+        Some(list) => {
+            let names =
+                gpusanity_common::hostlist::expand(&list).map_err(|e| TopologyError::NodeNames(e.to_string()))?;
+            if names.len() != nnodes {
+                return Err(TopologyError::NodeNames(format!("lists {} hosts for {nnodes} nodes", names.len())));
+            }
+            names
+        }
+        // Slurm's list is in SLURM_NODEID order; a list of another length (a step on some of
+        // the job's nodes) says nothing about this run's ranks.
+        None => s("SLURM_JOB_NODELIST")
+            .and_then(|l| gpusanity_common::hostlist::expand(&l).ok())
+            .filter(|names| names.len() == nnodes)
+            .unwrap_or_default(),
+    };
+    Ok(Topology { nnodes, node_rank, master_addr, master_port, source, node_names })
 }
 
 fn parse_env<T: std::str::FromStr>(
@@ -137,6 +159,7 @@ mod tests {
             node_rank: Some(1),
             master_addr: Some("10.0.0.1".into()),
             master_port: Some(1234),
+            node_names: None,
         };
         let t = resolve(&flags, &env(&[("WORLD_SIZE", "4"), ("RANK", "3"), ("MASTER_ADDR", "x")])).unwrap();
         assert_eq!(
@@ -196,5 +219,22 @@ mod tests {
         assert_eq!(resolve(&f, &env(&[])).unwrap_err(), TopologyError::RankOutOfRange(2, 2));
         let f = TopologyFlags { nnodes: Some(2), ..Default::default() };
         assert_eq!(resolve(&f, &env(&[])).unwrap_err(), TopologyError::NoMaster(2));
+    }
+
+    #[test]
+    fn node_names_come_from_the_flag_or_a_slurm_list_of_the_job_size() {
+        let slurm = env(&[("SLURM_NNODES", "4"), ("SLURM_NODEID", "1"), ("SLURM_JOB_NODELIST", "gpu[07-10]")]);
+        assert_eq!(
+            resolve(&TopologyFlags::default(), &slurm).unwrap().node_names,
+            ["gpu07", "gpu08", "gpu09", "gpu10"]
+        );
+        let flags = TopologyFlags { nnodes: Some(2), node_names: Some("gpu[07-08]".into()), ..Default::default() };
+        assert_eq!(resolve(&flags, &slurm).unwrap().node_names, ["gpu07", "gpu08"]);
+        let flags = TopologyFlags { nnodes: Some(3), ..Default::default() };
+        assert!(resolve(&flags, &slurm).unwrap().node_names.is_empty(), "a list of 4 names for 3 nodes");
+        let flags = TopologyFlags { nnodes: Some(3), node_names: Some("a,b".into()), ..Default::default() };
+        assert!(matches!(resolve(&flags, &slurm), Err(TopologyError::NodeNames(_))));
+        let flags = TopologyFlags { nnodes: Some(3), node_names: Some("a[1-".into()), ..Default::default() };
+        assert!(matches!(resolve(&flags, &slurm), Err(TopologyError::NodeNames(_))));
     }
 }

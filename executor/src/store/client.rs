@@ -38,10 +38,19 @@ impl StoreClient {
                 Ok(stream) => {
                     stream.set_nodelay(true)?;
                     let writer = stream.try_clone()?;
-                    let mut c =
-                        StoreClient { reader: BufReader::new(stream), writer, namespace: String::new(), secret };
-                    c.handshake(addr)?;
-                    return Ok(c);
+                    let mut c = StoreClient {
+                        reader: BufReader::new(stream),
+                        writer,
+                        namespace: String::new(),
+                        secret: secret.clone(),
+                    };
+                    // A refusal is final; a handshake cut short (a master with a thousand
+                    // ranks arriving at once accepts them a little later) is tried again.
+                    match c.handshake(addr) {
+                        Ok(()) => return Ok(c),
+                        Err(e @ (StoreError::Auth { .. } | StoreError::Protocol(_))) => return Err(e),
+                        Err(e) => last = format!("handshake: {e}"),
+                    }
                 }
                 Err(e) => last = e,
             }
@@ -171,14 +180,20 @@ impl StoreClient {
         }
     }
 
-    /// All `n` participants set `{name}/{me}` and wait for the others'.
+    /// All `n` participants (`me` in 0..n) wait until every one has arrived. Participant 0
+    /// waits for each of the others' keys, then sets the barrier's `done`, which the others
+    /// wait for: O(n) store operations in all, not n² (a thousand ranks would make a million).
     pub fn barrier(&mut self, name: &str, me: usize, n: usize, timeout: Duration) -> Result<(), StoreError> {
-        self.set(&format!("barrier/{name}/{me}"), "1")?;
         let start = Instant::now();
-        for i in 0..n {
-            let left = timeout.saturating_sub(start.elapsed());
-            self.get(&format!("barrier/{name}/{i}"), left)?;
+        if me == 0 {
+            for i in 1..n {
+                let left = timeout.saturating_sub(start.elapsed());
+                self.get(&format!("barrier/{name}/{i}"), left)?;
+            }
+            self.set(&format!("barrier/{name}/done"), "1")
+        } else {
+            self.set(&format!("barrier/{name}/{me}"), "1")?;
+            self.get(&format!("barrier/{name}/done"), timeout).map(|_| ())
         }
-        Ok(())
     }
 }

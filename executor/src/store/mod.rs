@@ -119,6 +119,18 @@ impl Reply {
 
 /// A store served on a runtime of its own, for unit tests: keep the runtime alive while the
 /// address is in use.
+/// Connections the store's listener queues before it accepts them: a thousand ranks arrive at
+/// once, and the default queue of the platform may be shorter.
+const BACKLOG: u32 = 4096;
+
+/// The store's listening socket on `addr` (must be called inside a tokio runtime).
+pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
 #[cfg(test)]
 pub(crate) fn test_store() -> (tokio::runtime::Runtime, String) {
     test_store_with(None)
@@ -127,7 +139,7 @@ pub(crate) fn test_store() -> (tokio::runtime::Runtime, String) {
 #[cfg(test)]
 pub(crate) fn test_store_with(secret: Option<Secret>) -> (tokio::runtime::Runtime, String) {
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind a test store");
+    let listener = rt.block_on(async { listen(([127, 0, 0, 1], 0).into()) }).expect("bind a test store");
     let addr = listener.local_addr().expect("test store address").to_string();
     rt.spawn(serve(listener, secret));
     (rt, addr)

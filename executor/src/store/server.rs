@@ -29,12 +29,14 @@ struct Data {
     map: HashMap<String, String>,
     /// Bytes of keys and values in `map`.
     bytes: usize,
+    /// Who waits for a key not set yet. One wake-up per key, not one per set for every
+    /// waiter: a thousand ranks at one barrier would otherwise wake a million times.
+    waiting: HashMap<String, Arc<Notify>>,
 }
 
 struct State {
     secret: Option<Secret>,
     data: Mutex<Data>,
-    changed: Notify,
     refused: Mutex<HashSet<IpAddr>>,
 }
 
@@ -55,7 +57,7 @@ impl State {
 /// Serves the store on `listener` until the task is dropped. With a secret, only peers that
 /// prove they hold it are served.
 pub async fn serve(listener: TcpListener, secret: Option<Secret>) {
-    let state = Arc::new(State { secret, data: Mutex::default(), changed: Notify::new(), refused: Mutex::default() });
+    let state = Arc::new(State { secret, data: Mutex::default(), refused: Mutex::default() });
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut last_error: Option<Instant> = None;
     loop {
@@ -184,27 +186,34 @@ where
 async fn handle(state: &State, req: Request) -> Reply {
     match req {
         Request::Auth { .. } => Reply::err("already authenticated"),
-        Request::Set { key, value } => {
-            let reply = set(state, key, value);
-            if reply.ok {
-                state.changed.notify_waiters();
-            }
-            reply
-        }
+        Request::Set { key, value } => set(state, key, value),
         Request::Get { key, timeout_ms } => {
             if key.len() > MAX_KEY {
                 return Reply::err(format!("key over {MAX_KEY} bytes"));
             }
             let wait = Duration::from_millis(timeout_ms).min(MAX_WAIT);
             let deadline = tokio::time::Instant::now() + wait;
+            let notify = {
+                let Ok(mut d) = state.data.lock() else { return Reply::err("store poisoned") };
+                if let Some(v) = d.map.get(&key) {
+                    return Reply::ok(v.clone());
+                }
+                d.waiting.entry(key.clone()).or_default().clone()
+            };
             loop {
-                // Register interest before looking, so a set between the look and the wait
-                // is not missed.
-                let notified = state.changed.notified();
+                // Interest is registered when the future is created, so a set between the look
+                // below and the wait is not missed.
+                let notified = notify.notified();
                 if let Some(v) = state.data.lock().ok().and_then(|d| d.map.get(&key).cloned()) {
                     return Reply::ok(v);
                 }
                 if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                    if let Ok(mut d) = state.data.lock() {
+                        // The last waiter of a key never set takes its entry away.
+                        if d.waiting.get(&key).is_some_and(|n| Arc::ptr_eq(n, &notify) && Arc::strong_count(n) <= 2) {
+                            d.waiting.remove(&key);
+                        }
+                    }
                     return Reply::err("timeout");
                 }
             }
@@ -232,6 +241,9 @@ fn set(state: &State, key: String, value: String) -> Reply {
         return Reply::err(format!("the store is full ({MAX_BYTES} bytes)"));
     }
     d.bytes = bytes;
+    if let Some(waiting) = d.waiting.remove(&key) {
+        waiting.notify_waiters();
+    }
     d.map.insert(key, value);
     Reply::ok(String::new())
 }
@@ -241,7 +253,7 @@ mod tests {
     use super::*;
 
     fn state() -> State {
-        State { secret: None, data: Mutex::default(), changed: Notify::new(), refused: Mutex::default() }
+        State { secret: None, data: Mutex::default(), refused: Mutex::default() }
     }
 
     #[test]

@@ -183,3 +183,39 @@ fn verdict_abort_and_missing_keys_are_set_once() {
     c.set("node/1", "b").unwrap();
     assert_eq!(c.get("node/1", WAIT).unwrap(), "b");
 }
+
+#[test]
+fn a_thousand_ranks_register_meet_at_a_barrier_and_are_gathered() {
+    // Both ends of every connection live in this process: room for 2 x 1024 descriptors.
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    assert!(hard >= 2200, "open-file limit {hard} is too low for this test");
+    let (_rt, addr) = test_store();
+    const N: usize = 1024;
+    let started = Instant::now();
+    let ranks: Vec<_> = (0..N)
+        .map(|me| {
+            let addr = addr.clone();
+            std::thread::spawn(move || -> Result<(), StoreError> {
+                let mut c = StoreClient::connect(&addr, Duration::from_secs(60), None)?;
+                c.set(&format!("reg/{me}"), &format!("rank {me}"))?;
+                c.barrier("all", me, N, Duration::from_secs(60))?;
+                if me == 0 {
+                    for k in 0..N {
+                        assert_eq!(c.get(&format!("reg/{k}"), WAIT)?, format!("rank {k}"));
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    let errors: Vec<String> = ranks
+        .into_iter()
+        .enumerate()
+        .filter_map(|(k, r)| r.join().unwrap().err().map(|e| format!("{k}: {e}")))
+        .collect();
+    let odd: Vec<&String> = errors.iter().filter(|e| !e.contains("barrier/all/done")).collect();
+    assert!(errors.is_empty(), "{} ranks failed: {:?} {odd:?}", errors.len(), &errors[..errors.len().min(3)]);
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+}

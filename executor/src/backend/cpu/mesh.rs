@@ -5,9 +5,9 @@
 //!
 //! Set-up: every member publishes its listening address under `cpu/mesh/KEY/INDEX`; the member
 //! of lower index connects to the higher one and answers its challenge with its index and the
-//! run's proof ([`crate::store::auth::hello_connect`]). The highest member only accepts, so
-//! every member reaches its accepting phase once those above it have, and no order deadlocks;
-//! the connecting side waits for the challenge up to the set-up deadline.
+//! run's proof ([`crate::store::auth::hello_connect`]). Every member connects upwards on a
+//! thread while it accepts from below, so no order deadlocks and the set-up is not chained
+//! through the members; the connecting side waits for the challenge up to the set-up deadline.
 
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -59,23 +59,34 @@ impl Mesh {
         let port = listener.local_addr().map_err(|e| comm("mesh listener", e))?.port();
         store.set(&format!("cpu/mesh/{key}/{index}"), &format!("{}:{port}", place.node_addr))?;
         let ctx = format!("cpu mesh `{key}`");
-        for (j, slot) in peers.iter_mut().enumerate().skip(index + 1) {
-            let addr = store.get(&format!("cpu/mesh/{key}/{j}"), CONNECT_TIMEOUT)?;
-            let mut s = loop {
-                match TcpStream::connect(&addr) {
-                    Ok(s) => break s,
-                    Err(e) if Instant::now() > deadline => {
-                        return Err(comm(&format!("connect to group rank {j} at {addr}"), e))
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(50)),
-                }
-            };
-            // The peer answers once it has connected to those above it: up to the deadline.
-            let wait = deadline.saturating_duration_since(Instant::now());
-            auth::hello_connect(&mut s, store.secret(), &ctx, index as u64, wait)
-                .map_err(|e| comm(&format!("mesh hello to group rank {j} at {addr}"), e))?;
-            *slot = Some(s);
+        // Connect to the members above on a thread while accepting those below, so every
+        // member's connections proceed at once (doing them in turn would chain the set-up
+        // through every member, n round trips deep).
+        let mut above = Vec::with_capacity(n - index - 1);
+        for j in index + 1..n {
+            above.push((j, store.get(&format!("cpu/mesh/{key}/{j}"), CONNECT_TIMEOUT)?));
         }
+        let secret = store.secret().cloned();
+        let c_ctx = ctx.clone();
+        let connector = std::thread::spawn(move || -> Result<Vec<(usize, TcpStream)>, BackendError> {
+            let mut out = Vec::with_capacity(above.len());
+            for (j, addr) in above {
+                let mut s = loop {
+                    match TcpStream::connect(&addr) {
+                        Ok(s) => break s,
+                        Err(e) if Instant::now() > deadline => {
+                            return Err(comm(&format!("connect to group rank {j} at {addr}"), e))
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                    }
+                };
+                let wait = deadline.saturating_duration_since(Instant::now());
+                auth::hello_connect(&mut s, secret.as_ref(), &c_ctx, index as u64, wait)
+                    .map_err(|e| comm(&format!("mesh hello to group rank {j} at {addr}"), e))?;
+                out.push((j, s));
+            }
+            Ok(out)
+        });
         let mut refused = HashSet::new();
         for _ in 0..index {
             let (s, j) = listen::accept(&listener, store.secret(), &ctx, deadline, &mut refused)?;
@@ -83,6 +94,9 @@ impl Mesh {
             if j >= index || peers[j].is_some() {
                 return Err(BackendError::Comm(format!("unexpected mesh hello from index {j}")));
             }
+            peers[j] = Some(s);
+        }
+        for (j, s) in connector.join().map_err(|_| BackendError::Comm("mesh connector panicked".into()))?? {
             peers[j] = Some(s);
         }
         for s in peers.iter().flatten() {

@@ -1,11 +1,16 @@
 //! `network-connectivity`: reachability between every pair of nodes on both networks.
 //!
 //! - Front end (the hosts' own network): local rank 0 of every node listens on a TCP port and
-//!   connects to every other node's address, says hello and waits for the echo.
-//! - Back end (the GPU network): every pair of ranks on different nodes exchanges a small
-//!   buffer through the backend (NCCL send/recv, or the CPU transport), verified exactly. Pairs
-//!   run in rounds (each rank in at most one pair per round, a barrier between rounds, so a
-//!   slow pair cannot make the next round's partner time out).
+//!   connects to its partner nodes' addresses, says hello and waits for the echo.
+//! - Back end (the GPU network): pairs of ranks on different nodes exchange a small buffer
+//!   through the backend (NCCL send/recv, or the CPU transport), verified exactly. Pairs run in
+//!   rounds (each rank in at most one pair per round, a barrier between rounds, so a slow pair
+//!   cannot make the next round's partner time out).
+//!
+//! Which pairs: up to `full-matrix-nodes` nodes, every pair of nodes and every pair of ranks on
+//! different nodes; beyond, the partners of [`super::probe_plan`] (distances 1, 2, 4, ... around
+//! a ring of nodes, rail by rail on the back end, plus the next rail of the next node), so the
+//! probes grow as n·log n and the rounds as log n.
 //! - Where `/sys/class/infiniband` exists, each RDMA port's state and rate.
 //!
 //! Every probe has its own timeout: a dead pair fails its probe and the others go on. Rank 0
@@ -22,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use super::all_reduce::count_wrong;
 use super::collective::{exchange_expected, exchange_period};
+use super::probe_plan;
 use super::{CheckCtx, BARRIER_WAIT};
 use crate::backend::{CollCall, CollOp, GroupId, Work, WorkerPlace};
 pub use front::{ib_ports, IbPort};
@@ -62,7 +68,8 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
         let server = EchoServer::start(timeout, closed).context("opening the front-end listener")?;
         ctx.store.set(&format!("net/front/{node}"), &format!("{}:{}", place.node_addr, server.port))?;
         ctx.store.barrier("net/front/up", node, nnodes, BARRIER_WAIT)?;
-        for to in (0..nnodes).filter(|&j| j != node) {
+        let node_pairs = probe_plan::pairs(nnodes, cfg.full_matrix_nodes);
+        for to in probe_plan::partners_of(&node_pairs, node) {
             let addr = ctx.store.get(&format!("net/front/{to}"), BARRIER_WAIT)?;
             let (ms, error) = match probe_front(&addr, node, timeout) {
                 Ok(ms) => (ms, None),
@@ -81,7 +88,7 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     // Room for the all-to-all that sets up every connection first (see `back_end`).
     let send = ctx.backend.buf_alloc(elems * world).context("allocating the probe buffer")?;
     let recv = ctx.backend.buf_alloc(elems * world).context("allocating the probe buffer")?;
-    let back = back_end(ctx, &place, send, recv, elems, timeout);
+    let back = back_end(ctx, &place, send, recv, elems, timeout, cfg.full_matrix_nodes);
     ctx.backend.buf_free(send);
     ctx.backend.buf_free(recv);
     row.back = back?;
@@ -143,6 +150,7 @@ fn back_end(
     recv: crate::backend::BufId,
     elems: usize,
     timeout: Duration,
+    full_matrix_nodes: usize,
 ) -> Result<Vec<Probe>> {
     let (rank, world) = (place.rank, place.world);
     let dtype = ctx.backend.coll_dtype();
@@ -160,7 +168,8 @@ fn back_end(
     }
     let silent = ctx.faults.has("net-backend-down", rank);
     let mut probes = Vec::new();
-    for (round, pairs) in rounds(world).into_iter().enumerate() {
+    let plan = back_pairs(place, full_matrix_nodes);
+    for (round, pairs) in probe_plan::rounds(world, &plan).into_iter().enumerate() {
         ctx.progress.phase(NAME, "back-end round", round as u64);
         ctx.store.barrier(&format!("net/round/{round}"), rank, world, BARRIER_WAIT)?;
         let Some(peer) = pairs.iter().find_map(|&(a, b)| {
@@ -203,50 +212,104 @@ fn back_end(
     Ok(probes)
 }
 
-/// A round-robin schedule (the circle method): every pair of `n` ranks exactly once, each
-/// rank in at most one pair per round.
-pub fn rounds(n: usize) -> Vec<Vec<(usize, usize)>> {
-    if n < 2 {
-        return Vec::new();
-    }
-    let m = n + n % 2; // with a "bye" when n is odd
-    (0..m - 1)
-        .map(|r| {
-            let mut pairs = vec![(m - 1, r)];
-            for k in 1..m / 2 {
-                pairs.push(((r + k) % (m - 1), (r + m - 1 - k) % (m - 1)));
-            }
-            pairs.into_iter().filter(|&(a, b)| a < n && b < n).map(|(a, b)| (a.min(b), a.max(b))).collect()
+/// The back-end pairs of ranks (a < b, on different nodes): every such pair up to
+/// `full_matrix_nodes` nodes; beyond, for each pair of partner nodes of [`probe_plan::pairs`],
+/// rail i of one with rail i of the other, and for ring neighbours also rail i with rail i + 1,
+/// so paths between rails are crossed too.
+pub fn back_pairs(place: &WorkerPlace, full_matrix_nodes: usize) -> Vec<(usize, usize)> {
+    let nnodes = place.node_sizes.len();
+    let starts: Vec<usize> = place
+        .node_sizes
+        .iter()
+        .scan(0, |acc, &k| {
+            let s = *acc;
+            *acc += k;
+            Some(s)
         })
-        .collect()
+        .collect();
+    let mut out = std::collections::BTreeSet::new();
+    for (i, j) in probe_plan::pairs(nnodes, full_matrix_nodes) {
+        let (si, sj) = (starts[i], starts[j]);
+        let (gi, gj) = (place.node_sizes[i], place.node_sizes[j]);
+        if nnodes <= full_matrix_nodes {
+            for a in si..si + gi {
+                for b in sj..sj + gj {
+                    out.insert((a.min(b), a.max(b)));
+                }
+            }
+            continue;
+        }
+        let neighbours = (i + 1) % nnodes == j || (j + 1) % nnodes == i;
+        for l in 0..gi.min(gj) {
+            out.insert((si + l, sj + l));
+            if neighbours && gj > 1 {
+                let (a, b) = (si + l, sj + (l + 1) % gj);
+                out.insert((a.min(b), a.max(b)));
+            }
+        }
+    }
+    out.into_iter().collect()
 }
 
-/// Rank 0's view: node x node matrices of both networks and the failed probes (as JSON for the
-/// diagnosis).
+/// Matrices are drawn up to this many nodes (a report of 1,000 nodes would carry a million
+/// cells); beyond, the failed probes and the partner counts carry the findings.
+const MATRIX_MAX_NODES: usize = 64;
+
+/// Rank 0's view: node x node matrices of both networks, the failed probes, and how many
+/// partners probed each node (front end) and each rank (back end), as JSON for the diagnosis.
 fn summarize(r: &mut RankResult, rows: &[Row], place: &WorkerPlace) {
     let nnodes = place.node_sizes.len();
+    let node_of: Vec<usize> =
+        place.node_sizes.iter().enumerate().flat_map(|(n, &k)| std::iter::repeat_n(n, k)).collect();
     let front: Vec<&Probe> = rows.iter().flat_map(|w| &w.front).collect();
     let back: Vec<&Probe> = rows.iter().flat_map(|w| &w.back).collect();
-    let cell_front = |i: usize, j: usize| {
-        front.iter().find(|p| p.from == i && p.to == j).map_or("-".to_string(), |p| match &p.error {
-            None => format!("{:.2}ms", p.ms),
-            Some(_) => "FAIL".into(),
-        })
-    };
-    let cell_back = |i: usize, j: usize| {
-        let between: Vec<&&Probe> =
-            back.iter().filter(|p| place.node_of(p.from) == Some(i) && place.node_of(p.to) == Some(j)).collect();
-        let bad = between.iter().filter(|p| p.error.is_some()).count();
-        match (between.len(), bad) {
+    let mut front_probers = vec![0usize; nnodes];
+    for p in &front {
+        if let Some(c) = front_probers.get_mut(p.to) {
+            *c += 1;
+        }
+    }
+    // A back-end probe is one exchange, recorded by both sides: count each peer once.
+    let mut back_peers: Vec<std::collections::BTreeSet<usize>> = vec![Default::default(); place.world];
+    for p in &back {
+        if let (Some(a), Some(_)) = (back_peers.get_mut(p.from), node_of.get(p.to)) {
+            a.insert(p.to);
+        }
+        if let (Some(b), Some(_)) = (back_peers.get_mut(p.to), node_of.get(p.from)) {
+            b.insert(p.from);
+        }
+    }
+    let count = |v: Vec<usize>| serde_json::to_string(&v).unwrap_or_default();
+    r.notes.insert("front_end_probers".into(), count(front_probers));
+    r.notes.insert("back_end_peers".into(), count(back_peers.iter().map(|s| s.len()).collect()));
+    if nnodes <= MATRIX_MAX_NODES {
+        let mut front_cells = grid(nnodes, |_, _| "-".to_string());
+        for p in &front {
+            if let Some(c) = front_cells.get_mut(p.from).and_then(|row| row.get_mut(p.to)) {
+                *c = match &p.error {
+                    None => format!("{:.2}ms", p.ms),
+                    Some(_) => "FAIL".into(),
+                };
+            }
+        }
+        let mut tally = vec![vec![(0usize, 0usize); nnodes]; nnodes];
+        for p in &back {
+            if let (Some(&i), Some(&j)) = (node_of.get(p.from), node_of.get(p.to)) {
+                let t = &mut tally[i][j];
+                t.0 += 1;
+                t.1 += usize::from(p.error.is_some());
+            }
+        }
+        let back_cells = grid(nnodes, |i, j| match tally[i][j] {
             (0, _) => "-".to_string(),
             (n, 0) => format!("ok {n}/{n}"),
             (n, b) => format!("FAIL {b}/{n}"),
+        });
+        for (name, cells) in [("front_end", front_cells), ("back_end", back_cells)] {
+            r.notes.insert(format!("{name}_matrix"), matrix(&cells));
+            // The same cells as JSON rows, for the HTML report's heat maps.
+            r.notes.insert(format!("{name}_cells"), serde_json::to_string(&cells).unwrap_or_default());
         }
-    };
-    for (name, cells) in [("front_end", grid(nnodes, cell_front)), ("back_end", grid(nnodes, cell_back))] {
-        r.notes.insert(format!("{name}_matrix"), matrix(&cells));
-        // The same cells as JSON rows, for the HTML report's heat maps.
-        r.notes.insert(format!("{name}_cells"), serde_json::to_string(&cells).unwrap_or_default());
     }
     let failed = |v: &[&Probe]| {
         serde_json::to_string(&v.iter().filter(|p| p.error.is_some()).collect::<Vec<_>>()).unwrap_or_default()
@@ -278,23 +341,6 @@ fn matrix(cells: &[Vec<String>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rounds_cover_every_pair_once_with_each_rank_once_per_round() {
-        for n in 1..10 {
-            let rs = rounds(n);
-            let mut seen = std::collections::BTreeSet::new();
-            for pairs in &rs {
-                let mut used = std::collections::BTreeSet::new();
-                for &(a, b) in pairs {
-                    assert!(a < b && b < n);
-                    assert!(used.insert(a) && used.insert(b), "rank twice in a round: n {n}");
-                    assert!(seen.insert((a, b)), "pair twice: n {n}");
-                }
-            }
-            assert_eq!(seen.len(), n * n.saturating_sub(1) / 2, "n {n}");
-        }
-    }
 
     #[test]
     fn matrices_name_the_failed_cells() {

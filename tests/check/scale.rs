@@ -1,0 +1,81 @@
+//! Many nodes and a busy machine: 16 and 32 loopback nodes (one CPU worker each, every node its
+//! own launcher) pass the communication checks with no finding and a probe count that grows as
+//! n·log n; eight nodes beside busy loops on every core give no finding in 20 runs.
+
+use gpusanity_testkit::common;
+
+use std::process::Child;
+use std::time::Duration;
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(240);
+const CHECKS: [&str; 6] = [
+    "--micro-benchmarks=gemm,all-reduce,network-connectivity",
+    "--check-param=gemm.size=256",
+    "--check-param=all-reduce.max-bytes=65536",
+    "--sanity-check-max-time=3",
+    "--rdzv-timeout=120",
+    "--sanity-check-timeout-per-test=2",
+];
+
+/// Runs `n` nodes of one worker on loopback; asserts every node exits 0 and returns node 0's
+/// report.
+fn run_nodes(run: &Run, n: usize) -> serde_json::Value {
+    let port = free_port();
+    let nodes: Vec<Child> = (0..n).rev().map(|k| run.spawn_node(&CHECKS, n, k, port)).collect();
+    for (i, child) in nodes.into_iter().enumerate() {
+        let out = wait_output(child, LIMIT);
+        assert_eq!(code(&out), 0, "node {}: {}", n - 1 - i, stderr(&out));
+    }
+    run.report()
+}
+
+fn rank_metric(report: &serde_json::Value, check: &str, metric: &str) -> Vec<f64> {
+    let c = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == check).expect("check in report");
+    c["ranks"].as_array().unwrap().iter().map(|r| r["metrics"][metric].as_f64().unwrap_or(0.0)).collect()
+}
+
+#[test]
+fn sixteen_and_thirty_two_loopback_nodes_pass_with_probes_growing_as_n_log_n() {
+    let _g = serial();
+    for n in [16usize, 32] {
+        let run = Run::new();
+        let r = run_nodes(&run, n);
+        assert_eq!(r["status"], "passed", "{n} nodes: {}", r["summary"]);
+        assert!(r["findings"].as_array().unwrap().is_empty(), "{n} nodes: {}", r["findings"]);
+        let front: f64 = rank_metric(&r, "network-connectivity", "front_probes").iter().sum();
+        let back: f64 = rank_metric(&r, "network-connectivity", "back_probes").iter().sum();
+        // Up to 16 nodes every ordered pair; beyond, distances 1, 2, 4, ... around the ring.
+        let bound = if n <= 16 { n * (n - 1) } else { n * 2 * (n as f64).log2().ceil() as usize };
+        assert!(front as usize <= bound && front as usize >= 2 * n, "{n} nodes: {front} front probes");
+        assert!(back as usize <= bound && back as usize >= 2 * n, "{n} nodes: {back} back probes");
+        let rounds = rank_metric(&r, "pair-bandwidth", "rounds")[0];
+        assert!(rounds <= 4.0 + 32.0, "{n} nodes: {rounds} link-test rounds");
+        run.assert_nothing_left();
+    }
+}
+
+#[test]
+fn eight_nodes_beside_busy_loops_give_no_finding_in_twenty_runs() {
+    let _g = serial();
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut hogs: Vec<Child> = (0..cores)
+        .map(|_| std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().expect("busy loop"))
+        .collect();
+    let mut bad = Vec::new();
+    for i in 0..20 {
+        let run = Run::new();
+        let r = run_nodes(&run, 8);
+        let f = findings(&r);
+        if !f.is_empty() {
+            bad.push((i, f, r["summary"].clone()));
+        }
+        run.assert_nothing_left();
+    }
+    for h in &mut hogs {
+        let _ = h.kill();
+        let _ = h.wait();
+    }
+    assert!(bad.is_empty(), "runs with findings on a busy machine: {bad:?}");
+}
