@@ -13,6 +13,7 @@ use serde_json::Value;
 
 pub use crate::common;
 pub mod notify;
+pub mod outage;
 mod reader;
 mod scenario;
 pub mod secure;
@@ -186,6 +187,11 @@ impl World {
     /// `db_url`: None for a SQLite file in the test's folder. `coordinator`: extra TOML lines
     /// for the [coordinator] table.
     pub fn new(db_url: Option<String>, coordinator: &str) -> World {
+        World::new_on(broker(), db_url, coordinator)
+    }
+
+    /// [`World::new`] on the broker at `bootstrap` (a private one, see [`outage::Private`]).
+    pub fn new_on(bootstrap: &str, db_url: Option<String>, coordinator: &str) -> World {
         let dir = tempfile::tempdir().expect("tempdir");
         let tag = format!("svc{}", dir.path().file_name().unwrap().to_string_lossy().replace('.', ""));
         let prefix = format!("t.{tag}.");
@@ -200,11 +206,12 @@ impl World {
              dead_letter = \"{p}dead-letter\"\nagent_tasks = \"{p}agent-tasks\"\nagent_reports = \"{p}agent-reports\"\n\n\
              [database]\nurl = \"{db_url}\"\n\n[http]\nlisten = \"127.0.0.1:{http}\"\n\n[coordinator]\nreport_url = \"http://127.0.0.1:{http}/v1/runs/{{run_id}}/report\"\n{coordinator}\n\n\
              [agent_auth]\nkeys_file = \"{keys}\"\n\n[jobs]\ntest_faults = true\n\n[notifier]\n{LOOPBACK_ALLOW}\n",
-            b = broker(),
+            b = bootstrap,
             keys = keys.display()
         );
         std::fs::write(&config, text).expect("config");
-        World { dir, tag, prefix, db_url, http, config, nodes: Vec::new(), children: Vec::new(), client: Vec::new() }
+        let client = vec![("bootstrap.servers".to_string(), bootstrap.to_string())];
+        World { dir, tag, prefix, db_url, http, config, nodes: Vec::new(), children: Vec::new(), client }
     }
 
     /// A world on SQLite with the service running, an agent per node in `nodes`, and a reader
@@ -261,6 +268,37 @@ impl World {
     pub fn serve(&mut self) {
         self.spawn("serve", &["serve"]);
         self.wait_health(Duration::from_secs(60));
+    }
+
+    /// Whether the process `name` of this world is still running.
+    pub fn alive(&mut self, name: &str) -> bool {
+        self.children.iter_mut().find(|(n, _)| n == name).is_some_and(|(_, c)| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Waits until `GET /ready` answers `status`; its body.
+    pub fn wait_ready(&self, status: u16, limit: Duration) -> Value {
+        let start = Instant::now();
+        loop {
+            if let Ok((s, body)) = self.http_call("GET", "/ready", None, None) {
+                if s == status {
+                    return body;
+                }
+            }
+            assert!(start.elapsed() < limit, "/ready never answered {status}; the log:\n{}", self.log("serve"));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// `GET path` with the admin token: (status, body as text).
+    pub fn http_text(&self, path: &str, token: Option<&str>) -> std::io::Result<(u16, String)> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.http))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}\r\n")?;
+        let mut resp = String::new();
+        s.read_to_string(&mut resp)?;
+        let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        Ok((status, resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()))
     }
 
     /// An agent for `node`: CPU, one worker.
