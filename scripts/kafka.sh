@@ -2,6 +2,8 @@
 # A local Apache Kafka for users and tests: one KRaft broker+controller on loopback.
 #
 #   scripts/kafka.sh fetch            download Kafka 4.4.0 and its runtime jars (Maven, once)
+#   scripts/kafka.sh halt             stop the broker, keeping its log dir (an outage, for tests)
+#   scripts/kafka.sh resume           start the halted broker again from its log dir, same port
 #   scripts/kafka.sh start [PORT]     format a fresh log dir in a temp dir and start the broker;
 #                                     prints "KAFKA_BOOTSTRAP=127.0.0.1:PORT" when it accepts
 #                                     connections; state (pid, dir) goes to $KAFKA_STATE
@@ -138,6 +140,12 @@ LOG
   nohup java "${jopts[@]}" -cp "$cp" kafka.Kafka "$dir/server.properties" >"$dir/kafka.log" 2>&1 &
   local pid=$!
   printf 'pid=%s\ndir=%s\nport=%s\n' "$pid" "$dir" "$port" >"$STATE"
+  wait_listening "$pid" "$dir" "$port" "$ext" "$sport"
+}
+
+# Waits until the broker PID listens on PORT (and EXT and SPORT when given); prints the addresses.
+wait_listening() {
+  local pid=$1 dir=$2 port=$3 ext=$4 sport=$5
   for _ in $(seq 1 600); do
     if ! kill -0 "$pid" 2>/dev/null; then
       echo "kafka exited; last lines of $dir/kafka.log:" >&2
@@ -176,9 +184,38 @@ stop() {
   rm -rf "$dir" "$STATE"
 }
 
+# Stops the broker, keeping its log dir and state (an outage, for tests).
+halt() {
+  [ -f "$STATE" ] || { echo "no state file $STATE" >&2; exit 1; }
+  local pid
+  pid=$(sed -n 's/^pid=//p' "$STATE")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+  fi
+  return 0
+}
+
+# Starts a halted broker again from its log dir, on the same ports (plaintext listener only).
+resume() {
+  [ -f "$STATE" ] || { echo "no state file $STATE" >&2; exit 1; }
+  local dir port
+  dir=$(sed -n 's/^dir=//p' "$STATE")
+  port=$(sed -n 's/^port=//p' "$STATE")
+  local cp="$CACHE/libs/*"
+  nohup java -Xmx512m -XX:+UseSerialGC -Dlog4j2.configurationFile="$dir/log4j2.yaml" -cp "$cp" kafka.Kafka \
+    "$dir/server.properties" >>"$dir/kafka.log" 2>&1 &
+  local pid=$!
+  printf 'pid=%s\ndir=%s\nport=%s\n' "$pid" "$dir" "$port" >"$STATE"
+  wait_listening "$pid" "$dir" "$port" "" ""
+}
+
 case "${1:-}" in
   fetch) fetch ;;
   start) shift; start "$@" ;;
   stop) stop ;;
-  *) echo "usage: $0 fetch|start [PORT]|stop" >&2; exit 2 ;;
+  halt) halt ;;
+  resume) resume ;;
+  *) echo "usage: $0 fetch|start [PORT]|stop|halt|resume" >&2; exit 2 ;;
 esac

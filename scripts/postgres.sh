@@ -4,6 +4,8 @@
 #   scripts/postgres.sh start [PORT]   initdb + start; prints
 #                                      "DATABASE_URL=postgres://gpusanity@127.0.0.1:PORT/postgres"
 #   scripts/postgres.sh stop           stop it (pg_ctl stop) and remove its folder
+#   scripts/postgres.sh halt           stop the server, keeping its data (an outage, for tests)
+#   scripts/postgres.sh resume         start the halted server again on the same port
 #
 # Uses Debian's server (/usr/lib/postgresql/*/bin, `apt-get install postgresql`). As root the
 # cluster runs as the `postgres` user. State file: $PG_STATE (default $TMPDIR/gpusanity-pg.state).
@@ -43,7 +45,7 @@ start() {
   fi
   as_owner "$BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$opts" start >/dev/null \
     || { cat "$dir/server.log" >&2; exit 1; }
-  printf 'dir=%s\nport=%s\n' "$dir" "$port" >"$STATE"
+  printf 'dir=%s\nport=%s\nopts=%s\n' "$dir" "$port" "$opts" >"$STATE"
   echo "DATABASE_URL=postgres://gpusanity@127.0.0.1:$port/postgres$query"
   [ -z "$query" ] || echo "PG_CA=$dir/tls/ca.pem"
 }
@@ -56,8 +58,26 @@ stop() {
   rm -rf "$dir" "$STATE"
 }
 
+halt() {
+  [ -f "$STATE" ] || { echo "no state file $STATE" >&2; exit 1; }
+  local dir
+  dir=$(sed -n 's/^dir=//p' "$STATE")
+  as_owner "$BIN/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
+}
+
+resume() {
+  [ -f "$STATE" ] || { echo "no state file $STATE" >&2; exit 1; }
+  local dir opts
+  dir=$(sed -n 's/^dir=//p' "$STATE")
+  opts=$(sed -n 's/^opts=//p' "$STATE")
+  as_owner "$BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$opts" start >/dev/null \
+    || { tail -20 "$dir/server.log" >&2; exit 1; }
+}
+
 case "${1:-}" in
   start) shift; start "$@" ;;
   stop) stop ;;
-  *) echo "usage: $0 start [PORT]|stop" >&2; exit 2 ;;
+  halt) halt ;;
+  resume) resume ;;
+  *) echo "usage: $0 start [PORT]|stop|halt|resume" >&2; exit 2 ;;
 esac

@@ -49,6 +49,12 @@ pub struct AgentArgs {
     test_faults: bool,
 }
 
+impl AgentArgs {
+    pub fn config_file(&self) -> Option<PathBuf> {
+        self.config.clone()
+    }
+}
+
 pub fn agent(args: &AgentArgs) -> ExitCode {
     let result = (|| {
         let mut cfg = ServiceConfig::load(args.config.as_deref()).map_err(UsageError)?;
@@ -83,6 +89,7 @@ pub fn agent(args: &AgentArgs) -> ExitCode {
             ring,
             max_age: Duration::from_secs(cfg.agent_auth.max_age_s),
             env_policy,
+            topic_spec: cfg.kafka.topic_spec().map_err(UsageError)?,
         };
         // One thread: each launcher is tied to it by PR_SET_PDEATHSIG.
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

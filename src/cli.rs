@@ -23,6 +23,10 @@ pub struct Cli {
     /// Log what happens (or set GPUSANITY_LOG, e.g. GPUSANITY_LOG=debug).
     #[arg(short, long, global = true)]
     pub verbose: bool,
+    /// Log format on stderr: text (coloured only on a terminal) or json (one object per line);
+    /// else `[log] format` of the --config file of serve/agent, else text.
+    #[arg(long, global = true, env = "GPUSANITY_LOG_FORMAT", value_name = "json|text")]
+    pub log_format: Option<gpusanity_service::ops::LogFormat>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -224,6 +228,17 @@ impl CheckArgs {
             command: self.command.clone(),
             env_policy: EnvPolicy::new(&self.allow_envs, self.test_faults).map_err(|e| UsageError(e.to_string()))?,
         })
+    }
+}
+
+impl Cli {
+    /// The configuration file of `serve` or `agent`, if one is named.
+    pub fn config_file(&self) -> Option<std::path::PathBuf> {
+        match &self.command {
+            Command::Serve(a) => a.config_file(),
+            Command::Agent(a) => a.config_file(),
+            _ => None,
+        }
     }
 }
 

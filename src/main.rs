@@ -11,15 +11,22 @@ use gpusanity_common::ExitCode;
 
 fn main() -> ProcessExit {
     let cli = cli::Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GPUSANITY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if cli.verbose { "info" } else { "warn" })),
-        )
-        .init();
+    init_logging(&cli);
     let code = cli::run(cli);
     ProcessExit::from(code.code() as u8)
+}
+
+/// The log on stderr: text (ANSI colours only when stderr is a terminal) or JSON lines.
+fn init_logging(cli: &cli::Cli) {
+    use std::io::IsTerminal;
+    let format = cli.log_format.or_else(|| cli.config_file().and_then(|p| gpusanity_service::ops::log_format_of(&p)));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GPUSANITY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if cli.verbose { "info" } else { "warn" }));
+    let base = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
+    match format.unwrap_or_default() {
+        gpusanity_service::ops::LogFormat::Json => base.json().with_current_span(false).init(),
+        gpusanity_service::ops::LogFormat::Text => base.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
 }
 
 /// Prints the one-line error for `e` and picks its exit code.

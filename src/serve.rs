@@ -30,6 +30,10 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    pub fn config_file(&self) -> Option<PathBuf> {
+        self.config.clone()
+    }
+
     fn config(&self) -> Result<ServiceConfig, UsageError> {
         let mut c = ServiceConfig::load(self.config.as_deref()).map_err(UsageError)?;
         if let Some(v) = &self.kafka {

@@ -10,6 +10,7 @@ mod fault;
 pub mod outbox;
 pub mod results;
 pub mod runs;
+pub mod stats;
 
 use std::str::FromStr;
 

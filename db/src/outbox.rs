@@ -37,7 +37,7 @@ impl Db {
     /// The oldest unsent rows, in the order they were written.
     pub async fn unsent(&self, limit: i64) -> Result<Vec<OutboxRow>> {
         let rows = sqlx::query(
-            "SELECT id, event_id, topic, msg_key, payload FROM outbox WHERE sent_at IS NULL ORDER BY id LIMIT $1",
+            "SELECT id, event_id, topic, msg_key, payload FROM outbox WHERE sent_at IS NULL AND failed_at IS NULL ORDER BY id LIMIT $1",
         )
         .bind(limit)
         .fetch_all(&self.pool)
@@ -69,20 +69,64 @@ impl Db {
         Ok(())
     }
 
-    /// Marks sent the unsent rows whose event ids are already on the topic (found after a crash).
+    /// Marks sent the unsent rows whose event ids are already on the topic (found after a
+    /// crash); the number marked.
     pub async fn mark_sent_by_event_ids(&self, event_ids: &[String]) -> Result<u64> {
-        let mut tx = self.begin().await?;
         let now = now_ms();
-        let mut n = 0;
-        for id in event_ids {
-            n += sqlx::query("UPDATE outbox SET sent_at = $1 WHERE event_id = $2 AND sent_at IS NULL")
-                .bind(now)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+        let mut n = 0u64;
+        for chunk in event_ids.chunks(500) {
+            let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
+            let sql =
+                format!("UPDATE outbox SET sent_at = $1 WHERE sent_at IS NULL AND event_id IN ({})", list.join(", "));
+            let mut q = sqlx::query(&sql).bind(now);
+            for id in chunk {
+                q = q.bind(id);
+            }
+            n = n.saturating_add(q.execute(&self.pool).await?.rows_affected());
         }
-        tx.commit().await?;
         Ok(n)
+    }
+
+    /// The topics that have unsent rows, with the creation time of the oldest unsent row of
+    /// each (no message of that row can be older on the topic).
+    pub async fn unsent_topics(&self) -> Result<Vec<(String, i64)>> {
+        let rows = sqlx::query(
+            "SELECT topic, MIN(created_at) FROM outbox WHERE sent_at IS NULL AND failed_at IS NULL GROUP BY topic",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
+    }
+
+    /// Counts a refused attempt to send row `id`; after `max_attempts` the row is marked
+    /// failed with `error` and is not sent again. True when it was marked failed now.
+    pub async fn outbox_refused(&self, id: i64, error: &str, max_attempts: i64) -> Result<bool> {
+        let failed = sqlx::query(
+            "UPDATE outbox SET attempts = attempts + 1, error = $2, \
+             failed_at = CASE WHEN attempts + 1 >= $3 THEN $4 ELSE NULL END \
+             WHERE id = $1 AND sent_at IS NULL AND failed_at IS NULL RETURNING failed_at",
+        )
+        .bind(id)
+        .bind(error)
+        .bind(max_attempts)
+        .bind(now_ms())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(match failed {
+            Some(r) => r.try_get::<Option<i64>, _>(0)?.is_some(),
+            None => false,
+        })
+    }
+
+    /// The outbox backlog: (unsent rows, creation time of the oldest, rows failed for good).
+    pub async fn outbox_backlog(&self) -> Result<(i64, Option<i64>, i64)> {
+        let r = sqlx::query(
+            "SELECT COUNT(*), MIN(created_at), \
+             (SELECT COUNT(*) FROM outbox WHERE failed_at IS NOT NULL) \
+             FROM outbox WHERE sent_at IS NULL AND failed_at IS NULL",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))
     }
 }

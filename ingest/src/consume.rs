@@ -11,8 +11,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use gpusanity_common::wire::job::{Allocation, DeadLetter, JobEvent, JobEventBody, JobNode, RestartReason};
+pub use crate::dead_letter::dead_letter;
+use anyhow::Result;
+use gpusanity_common::wire::job::{Allocation, JobEvent, JobEventBody, JobNode, RestartReason};
 use gpusanity_common::wire::output::{OutputBody, OutputEvent};
 use gpusanity_common::wire::{Topics, WIRE_VERSION};
 use gpusanity_common::Settings;
@@ -85,12 +86,13 @@ pub fn output_event(
 
 impl Ingest {
     /// Consumes `consumer` (subscribed to the job-events topic) until it fails.
-    pub async fn run(&self, consumer: StreamConsumer) -> Result<()> {
+    pub async fn run(&self, consumer: &StreamConsumer) -> Result<()> {
         loop {
             // Consumer errors (a broker restarting...) are transient: librdkafka reconnects.
             let first = match consumer.recv().await {
                 Ok(m) => m.detach(),
                 Err(e) => {
+                    crate::signals::SIGNALS.kafka_error();
                     tracing::warn!("reading job events: {e}");
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     continue;
@@ -101,6 +103,7 @@ impl Ingest {
                 match tokio::time::timeout(Duration::from_millis(1), consumer.recv()).await {
                     Ok(Ok(m)) => batch.push(m.detach()),
                     Ok(Err(e)) => {
+                        crate::signals::SIGNALS.kafka_error();
                         tracing::warn!("reading job events: {e}");
                         break;
                     }
@@ -109,7 +112,12 @@ impl Ingest {
             }
             let notices = self.apply_until_done(&batch).await;
             for m in &batch {
-                consumer.store_offset(m.topic(), m.partition(), m.offset()).context("storing a consumed offset")?;
+                // Fails only when the partition was taken away meanwhile (a rebalance): its new
+                // owner reads the batch again, and the stored event ids make that a no-op.
+                if let Err(e) = consumer.store_offset(m.topic(), m.partition(), m.offset()) {
+                    crate::signals::SIGNALS.kafka_error();
+                    tracing::warn!(partition = m.partition(), offset = m.offset(), "storing a consumed offset: {e}");
+                }
             }
             self.outbox_wake.notify_one();
             for n in notices {
@@ -124,8 +132,12 @@ impl Ingest {
         let mut backoff = Backoff::default();
         loop {
             match self.apply_batch(batch).await {
-                Ok(notices) => return notices,
+                Ok(notices) => {
+                    crate::signals::SIGNALS.db_ok();
+                    return notices;
+                }
                 Err(e) => {
+                    crate::signals::SIGNALS.db_error();
                     let wait = backoff.step();
                     tracing::warn!(events = batch.len(), "applying job events failed, retrying in {wait:?}: {e}");
                     tokio::time::sleep(wait).await;
@@ -379,21 +391,6 @@ impl Ingest {
                 Ok(format!("run {}", run.run_id))
             }
         }
-    }
-}
-
-/// A dead letter for the message read at `topic`/`partition`/`offset`; its id is derived from
-/// where it was read, so a redelivery of the same message gets the same one.
-pub fn dead_letter(topic: &str, partition: i32, offset: i64, payload: &[u8], reason: &str) -> DeadLetter {
-    DeadLetter {
-        version: WIRE_VERSION,
-        event_id: format!("dead-letter/{topic}/{partition}/{offset}"),
-        reason: reason.into(),
-        topic: topic.into(),
-        partition,
-        offset,
-        payload: String::from_utf8_lossy(payload).into_owned(),
-        at: chrono::Utc::now(),
     }
 }
 

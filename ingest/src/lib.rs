@@ -4,9 +4,11 @@
 //! publisher is `gpusanity_service::outbox`.
 
 pub mod consume;
+pub mod dead_letter;
 pub mod kafka;
 pub mod policy;
 pub mod retry;
+pub mod signals;
 pub mod text;
 pub mod validate;
 

@@ -24,6 +24,7 @@ pub struct ServiceConfig {
     pub notifier: gpusanity_notifier::NotifierConfig,
     pub agent_auth: crate::auth::AgentAuthConfig,
     pub jobs: JobsConfig,
+    pub log: crate::ops::LogConfig,
 }
 
 /// `[jobs]`: what a job's settings may ask of the check.
@@ -58,6 +59,12 @@ pub struct KafkaConfig {
     pub properties: BTreeMap<String, String>,
     /// A file holding the SASL password (its first line); GPUSANITY_KAFKA_SASL_PASSWORD wins.
     pub sasl_password_file: Option<PathBuf>,
+    /// Partitions of the topics the service creates (existing topics are left as they are).
+    pub partitions: i32,
+    /// Replication factor of the topics the service creates.
+    pub replication_factor: i32,
+    /// How long start-up waits for the broker (0: for ever).
+    pub startup_wait_s: f64,
 }
 
 impl Default for KafkaConfig {
@@ -67,6 +74,9 @@ impl Default for KafkaConfig {
             group: "gpusanity-service".into(),
             properties: BTreeMap::new(),
             sasl_password_file: None,
+            partitions: 1,
+            replication_factor: 1,
+            startup_wait_s: 300.0,
         }
     }
 }
@@ -86,6 +96,21 @@ impl KafkaConfig {
             },
         };
         KafkaConn::new(&self.bootstrap, self.properties.clone(), password).map_err(|e| e.to_string())
+    }
+
+    /// How missing topics are created and how long start-up waits for the broker.
+    pub fn topic_spec(&self) -> Result<gpusanity_ingest::kafka::TopicSpec, String> {
+        if self.partitions < 1 || self.replication_factor < 1 {
+            return Err("kafka.partitions and kafka.replication_factor must be at least 1".into());
+        }
+        if !self.startup_wait_s.is_finite() || self.startup_wait_s < 0.0 || self.startup_wait_s > 1e9 {
+            return Err("kafka.startup_wait_s must be a number of seconds, 0 or more".into());
+        }
+        Ok(gpusanity_ingest::kafka::TopicSpec {
+            partitions: self.partitions,
+            replication_factor: self.replication_factor,
+            startup_wait: (self.startup_wait_s > 0.0).then(|| Duration::from_secs_f64(self.startup_wait_s)),
+        })
     }
 }
 
@@ -135,6 +160,8 @@ pub struct HttpConfig {
     pub login_failures_per_client: u32,
     /// Failed logins per minute from all clients together.
     pub login_failures_global: u32,
+    /// A token that may read `/metrics` (besides the admin token); better GPUSANITY_METRICS_TOKEN.
+    pub metrics_token: Option<String>,
 }
 
 /// `[[http.workspace_tokens]]`: a token for one workspace, inline or (better) in a file.
@@ -160,6 +187,7 @@ impl Default for HttpConfig {
             max_sessions: 10_000,
             login_failures_per_client: 5,
             login_failures_global: 100,
+            metrics_token: None,
         }
     }
 }
@@ -229,6 +257,10 @@ impl ServiceConfig {
             return Err("no Kafka bootstrap servers".into());
         }
         self.kafka.connection()?;
+        self.kafka.topic_spec()?;
+        if self.http.metrics_token.as_ref().is_some_and(|t| t.len() < 16) {
+            return Err("http.metrics_token must be at least 16 characters".into());
+        }
         Ok(())
     }
 }

@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use std::future::IntoFuture;
+
 use anyhow::{Context, Result};
 use gpusanity_db::Db;
 use gpusanity_ingest::consume::{self, Ingest};
@@ -13,6 +15,7 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::auth::Verifier;
 use crate::coordinator::{self, Coordinator};
+use crate::ops::health::Health;
 use crate::outbox::Publisher;
 use crate::{http, ServiceConfig, UsageError};
 
@@ -28,14 +31,36 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
     let ring = cfg.agent_auth.keyring().map_err(|e| UsageError(e.to_string()))?;
     let env_policy = cfg.jobs.env_policy().map_err(UsageError)?;
     let conn = cfg.kafka.connection().map_err(UsageError)?;
-    kafka::ensure_topics(&conn, &cfg.topics.all()).await.map_err(crate::agent::topics_error)?;
+    let spec = cfg.kafka.topic_spec().map_err(UsageError)?;
     let listener = tokio::net::TcpListener::bind(&cfg.http.listen)
         .await
         .map_err(|e| UsageError(format!("cannot listen on {}: {e}", cfg.http.listen)))?;
     let wake = Arc::new(Notify::new());
+    let health = Arc::new(Health::default());
+    let api = Arc::new(http::Api {
+        db: db.clone(),
+        topics: cfg.topics.clone(),
+        tokens: Arc::new(cfg.http.tokens().map_err(UsageError)?),
+        report_url: cfg.coordinator.report_url.clone(),
+        outbox_wake: wake.clone(),
+        browser: cfg.http.browser(),
+        webhook_policy: cfg.notifier.policy(),
+        health: health.clone(),
+        metrics_token: std::env::var(METRICS_TOKEN_ENV)
+            .ok()
+            .filter(|t| !t.is_empty())
+            .or(cfg.http.metrics_token.clone()),
+    });
+    // The HTTP API answers from here on (/health, and /ready saying what is not ready while
+    // the broker is waited for). The peer address is the login limiter's client key.
+    let app = http::router(api);
+    eprintln!("gpusanity serve: listening on {}", listener.local_addr()?);
+    let mut http_server = tokio::spawn(
+        axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).into_future(),
+    );
+    kafka::ensure_topics(&conn, &cfg.topics.all(), &spec).await.map_err(crate::agent::topics_error)?;
     let publisher =
         Publisher { db: db.clone(), producer: kafka::producer(&conn)?, kafka: conn.clone(), wake: wake.clone() };
-    publisher.recover().await.context("recovering the outbox")?;
     let (notices_tx, notices_rx) = mpsc::unbounded_channel();
     let mut coord = Coordinator::new(
         db.clone(),
@@ -46,7 +71,8 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         Verifier::new(ring, std::time::Duration::from_secs(cfg.agent_auth.max_age_s)),
     );
     coord.resume().await?;
-    let reports = coordinator::subscribe(&conn, &format!("{}-agents", cfg.kafka.group), &cfg.topics.agent_reports)?;
+    let reports =
+        Arc::new(coordinator::subscribe(&conn, &format!("{}-agents", cfg.kafka.group), &cfg.topics.agent_reports)?);
     let ingest = Ingest {
         db: db.clone(),
         topics: cfg.topics.clone(),
@@ -54,17 +80,11 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         outbox_wake: wake.clone(),
         env_policy,
     };
-    let events = consume::subscribe(&conn, &cfg.kafka.group, &cfg.topics.job_events)?;
-    let api = Arc::new(http::Api {
-        db: db.clone(),
-        topics: cfg.topics.clone(),
-        tokens: Arc::new(cfg.http.tokens().map_err(UsageError)?),
-        report_url: cfg.coordinator.report_url.clone(),
-        outbox_wake: wake.clone(),
-        browser: cfg.http.browser(),
-        webhook_policy: cfg.notifier.policy(),
-    });
-    let app = http::router(api);
+    let events = Arc::new(consume::subscribe(&conn, &cfg.kafka.group, &cfg.topics.job_events)?);
+    tokio::spawn(crate::ops::health::probe(
+        health,
+        vec![(events.clone(), cfg.topics.job_events.clone()), (reports.clone(), cfg.topics.agent_reports.clone())],
+    ));
     // Beside the publisher; it never stops the service (its errors are logged and it goes on).
     let notifier = gpusanity_notifier::Notifier::new(
         db.clone(),
@@ -75,17 +95,23 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
     .map_err(|e| UsageError(e.to_string()))?;
     tokio::spawn(notifier.run());
     tracing::info!(kafka = conn.bootstrap(), kafka_security = conn.protocol(), database = %cfg.database.url.split('@').next_back().unwrap_or_default(), listen = cfg.http.listen, "serving");
-    eprintln!("gpusanity serve: listening on {}", listener.local_addr()?);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    // Outages of the broker or the database are waited out inside each part: none of them
+    // ends on one.
     tokio::select! {
         r = publisher.run() => r.context("outbox publisher"),
-        r = ingest.run(events) => r.context("job-event consumer"),
-        r = coord.run(notices_rx, reports) => r.context("coordinator"),
-        // The peer address is the login limiter's client key.
-        r = axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()) => r.context("HTTP server"),
+        r = ingest.run(&events) => r.context("job-event consumer"),
+        r = coord.run(notices_rx, reports.clone()) => r.context("coordinator"),
+        r = &mut http_server => match r {
+            Ok(r) => r.context("HTTP server"),
+            Err(e) => Err(anyhow::Error::from(e).context("HTTP server")),
+        },
         _ = stop_signal(&mut term) => Ok(()),
     }
 }
+
+/// The environment variable of the metrics token (wins over `http.metrics_token`).
+pub const METRICS_TOKEN_ENV: &str = "GPUSANITY_METRICS_TOKEN";
 
 /// Waits for SIGTERM or SIGINT and starts the exit watchdog before the other parts are dropped
 /// (the select drops them before its branch runs).

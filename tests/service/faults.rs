@@ -154,6 +154,17 @@ fn the_service_ends_a_run_whose_launchers_never_answer_at_max_time() {
     assert_eq!(end["reason"], "timed_out", "{end:#}");
     assert!(end["summary"].as_str().unwrap_or("").contains("overran --sanity-check-max-time"), "{end:#}");
     assert!(took >= Duration::from_secs(7) && took < Duration::from_secs(15), "ended after {took:?}");
-    assert_eq!(w.sql("SELECT code FROM findings"), ["RUN_TIMEOUT"]);
+    // As the launcher names the ranks that did not finish, the service names the nodes whose
+    // launchers did not, and isolates them.
+    assert_eq!(end["faulty_nodes"], serde_json::json!(["r-a", "r-b"]), "{end:#}");
+    assert!(end["summary"].as_str().unwrap_or("").contains("not finished: node(s) r-a, r-b"), "{end:#}");
+    let mut codes = w.sql("SELECT code || ' ' || COALESCE(node_name, '-') FROM findings");
+    codes.sort();
+    assert_eq!(codes, ["RUN_TIMEOUT -", "RUN_UNFINISHED r-a", "RUN_UNFINISHED r-b"]);
+    for node in ["r-a", "r-b"] {
+        let iso =
+            out.wait_for(Duration::from_secs(10), "NodeIsolated", |v| v["type"] == "NodeIsolated" && v["node"] == node);
+        assert_eq!(iso["codes"], serde_json::json!(["RUN_UNFINISHED"]), "{iso:#}");
+    }
     w.shutdown();
 }

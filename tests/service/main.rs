@@ -10,6 +10,7 @@ mod forgery;
 mod notify_email;
 mod notify_restart;
 mod notify_webhook;
+mod ops;
 mod outbox;
 mod poison;
 mod postgres;

@@ -22,7 +22,7 @@ fn an_event_sent_before_a_crash_is_marked_not_sent_again() {
     let conn = kafka::KafkaConn::plain(svc::broker());
     rt.block_on(async {
         let db = Db::connect(&w.db_url).await.unwrap();
-        kafka::ensure_topics(&conn, &[&topic]).await.unwrap();
+        kafka::ensure_topics(&conn, &[&topic], &kafka::TopicSpec::default()).await.unwrap();
         let events: Vec<_> = (0..3)
             .map(|i| {
                 output_event(

@@ -96,7 +96,17 @@ pub struct DeadLetter {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
-    /// The event as it was read (lossy UTF-8).
+    /// The event as it was read (lossy UTF-8); only its first bytes when it was larger than
+    /// the dead letter's limit (`truncated`).
     pub payload: String,
+    /// The payload was cut: `payload` holds its first bytes only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+    /// The size of the event as it was read, in bytes.
+    #[serde(default)]
+    pub payload_size: u64,
+    /// The SHA-256 of the event as it was read (hex), to match it against the producer's copy.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub payload_sha256: String,
     pub at: DateTime<Utc>,
 }

@@ -49,6 +49,8 @@ pub struct AgentConfig {
     pub max_age: Duration,
     /// Passed to each launcher (--allow-env, --test-faults).
     pub env_policy: EnvPolicy,
+    /// How the agent's topics are created if missing, and how long start-up waits for the broker.
+    pub topic_spec: gpusanity_ingest::kafka::TopicSpec,
 }
 
 struct Running {
@@ -120,7 +122,7 @@ pub fn topics_error(e: gpusanity_ingest::kafka::TopicsError) -> anyhow::Error {
 /// Runs the agent until SIGTERM/SIGINT; its launchers are stopped before it returns.
 pub async fn run(cfg: AgentConfig) -> Result<()> {
     let k = &cfg.topics;
-    gpusanity_ingest::kafka::ensure_topics(&cfg.kafka, &[&k.agent_tasks, &k.agent_reports])
+    gpusanity_ingest::kafka::ensure_topics(&cfg.kafka, &[&k.agent_tasks, &k.agent_reports], &cfg.topic_spec)
         .await
         .map_err(topics_error)?;
     let producer = gpusanity_ingest::kafka::producer(&cfg.kafka)?;

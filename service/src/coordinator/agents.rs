@@ -46,4 +46,9 @@ impl Agents {
     pub fn live(&self, node: &str, timeout: Duration) -> Option<&AgentSeen> {
         self.by_node.get(node).filter(|a| a.last_seen.elapsed() <= timeout)
     }
+
+    /// How many agents were heard from within `timeout`.
+    pub fn live_count(&self, timeout: Duration) -> usize {
+        self.by_node.values().filter(|a| a.last_seen.elapsed() <= timeout).count()
+    }
 }

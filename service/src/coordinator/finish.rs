@@ -18,6 +18,20 @@ pub enum Verdict {
     Hold,
 }
 
+impl Verdict {
+    /// (verdict, reason) for the metrics.
+    pub fn label(&self) -> (&'static str, String) {
+        match self {
+            Verdict::Passed => ("passed", String::new()),
+            Verdict::Hold => ("held", String::new()),
+            Verdict::Failed(r) => (
+                "failed",
+                serde_json::to_value(r).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+            ),
+        }
+    }
+}
+
 /// How a run ended, with its evidence: the report of node 0 if any, and findings of the
 /// service's own (lost agents, overruns).
 pub struct Ending<'a> {

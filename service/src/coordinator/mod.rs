@@ -11,7 +11,9 @@ mod agents;
 #[cfg(test)]
 mod codes_doc;
 pub mod config;
+mod events;
 pub mod finish;
+mod overrun;
 mod poison;
 mod tick;
 
@@ -30,9 +32,8 @@ use gpusanity_db::Db;
 use gpusanity_ingest::kafka::KafkaConn;
 use gpusanity_ingest::Notice;
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 use crate::auth::{envelope, rdzv, Direction, Verifier};
 use agents::Agents;
@@ -108,35 +109,6 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Runs until the notices channel closes or Kafka fails.
-    pub async fn run(mut self, mut notices: mpsc::UnboundedReceiver<Notice>, reports: StreamConsumer) -> Result<()> {
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                n = notices.recv() => match n {
-                    Some(n) => self.notice(n).await?,
-                    None => return Ok(()),
-                },
-                m = reports.recv() => {
-                    // Consumer errors are transient (librdkafka reconnects); the tick goes on.
-                    let m = match m {
-                        Ok(m) => m,
-                        Err(e) => {
-                            tracing::warn!("reading agent reports: {e}");
-                            continue;
-                        }
-                    };
-                    if let Some(r) = m.payload().and_then(|p| self.authentic(p)) {
-                        self.report_or_dead_letter(&m, r).await?;
-                    }
-                    reports.store_offset(m.topic(), m.partition(), m.offset())?;
-                }
-                _ = tick.tick() => self.tick().await?,
-            }
-        }
-    }
-
     fn admit(&mut self, run: RunRow) {
         let settings: Settings = serde_json::from_value(run.settings.clone()).unwrap_or_default();
         let a = Active {
@@ -149,23 +121,6 @@ impl Coordinator {
             node0_done: None,
         };
         self.active.insert(a.run.run_id.clone(), a);
-    }
-
-    async fn notice(&mut self, n: Notice) -> Result<()> {
-        match n {
-            Notice::Start(run_id) => {
-                if let Some(run) = self.db.get_run(&run_id).await? {
-                    self.admit(run);
-                    self.tick().await?;
-                }
-            }
-            Notice::Cancelled { run_id, reason } => {
-                if let Some(a) = self.active.remove(&run_id) {
-                    self.cancel_agents(&a, &reason);
-                }
-            }
-        }
-        Ok(())
     }
 
     /// The report in `bytes` if it is authentic, fresh, of this version and signed by a key
@@ -320,7 +275,10 @@ impl Coordinator {
         let Some(a) = self.active.get(run_id) else { return Ok(()) };
         tracing::info!(run_id, ?verdict, summary, "run ends");
         // The run stays active until it is stored: a retry after a database outage finds it.
-        self.finish_checked(&a.run, Ending { verdict, summary, report, extra: &extra }).await?;
+        let label = verdict.label();
+        if self.finish_checked(&a.run, Ending { verdict, summary, report, extra: &extra }).await? {
+            crate::ops::metrics::METRICS.verdict(label.0, &label.1, a.run.created_at);
+        }
         let Some(a) = self.active.remove(run_id) else { return Ok(()) };
         self.outbox_wake.notify_one();
         let pending = (0..a.run.nodes.len()).any(|k| !a.results.contains_key(&k));

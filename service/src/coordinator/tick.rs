@@ -4,6 +4,7 @@
 
 use anyhow::Result;
 
+use super::overrun;
 use super::*;
 
 impl Coordinator {
@@ -18,22 +19,8 @@ impl Coordinator {
         for (id, a) in self.active.iter_mut() {
             let names: Vec<String> = a.run.nodes.iter().map(|n| n.name.clone()).collect();
             if now_ms > a.run.deadline_at + grace_ms {
-                let limit = a.settings.max_time_minutes;
-                let summary =
-                    format!("the run overran --sanity-check-max-time ({limit} min) and no verdict came from node 0");
-                let mut f = gpusanity_common::report::Finding::new(
-                    gpusanity_common::report::Severity::Critical,
-                    "RUN_TIMEOUT",
-                    "service",
-                    summary.clone(),
-                );
-                f.node_rank = None;
-                let v = if a.settings.timeout_ops == TimeoutOps::KeepJobHang {
-                    Verdict::Hold
-                } else {
-                    Verdict::Failed(FailReason::TimedOut)
-                };
-                ends.push((id.clone(), v, summary, vec![f]));
+                let (v, summary, findings) = overrun::ending(a, &self.agents);
+                ends.push((id.clone(), v, summary, findings));
                 continue;
             }
             match a.phase {

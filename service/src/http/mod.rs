@@ -1,4 +1,5 @@
-//! The service's HTTP API (axum): `GET /health` (open); behind a bearer token the run routes
+//! The service's HTTP API (axum): `GET /health` and `GET /ready` (open), `GET /metrics` (the
+//! admin token or `http.metrics_token`; [`crate::ops`]); behind a bearer token the run routes
 //! ([`runs`]: `GET /v1/runs/{run_id}`, `GET /v1/runs/{run_id}/report`,
 //! `POST /v1/runs/{run_id}/resolve`), the notification rules and delivery log ([`rules`]), the
 //! report browser's JSON routes (`GET /v1/runs`, `GET /v1/nodes/{name}/history`) and the
@@ -40,6 +41,10 @@ pub struct Api {
     pub browser: browser::BrowserConfig,
     /// Where webhooks may go (`notifier.webhook_allow`).
     pub webhook_policy: gpusanity_notifier::guard::Policy,
+    /// What the broker probe saw (readiness).
+    pub health: Arc<crate::ops::health::Health>,
+    /// A token that may read `/metrics`, besides the admin token.
+    pub metrics_token: Option<String>,
 }
 
 pub fn router(api: Arc<Api>) -> Router {
@@ -54,6 +59,8 @@ pub fn router(api: Arc<Api>) -> Router {
         .route_layer(middleware::from_fn_with_state(api.clone(), auth));
     Router::new()
         .route("/health", get(health))
+        .route("/ready", get(ready))
+        .route("/metrics", get(metrics))
         .merge(v1)
         .with_state(api)
         .merge(browser::router(browser))
@@ -87,7 +94,31 @@ async fn auth(State(api): State<Arc<Api>>, mut req: Request, next: Next) -> Resp
     }
 }
 
-async fn health(State(api): State<Arc<Api>>) -> Result<Response, ApiError> {
-    api.db.ping().await.map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("database: {e}")))?;
-    Ok(Json(json!({ "status": "ok", "database": "ok" })).into_response())
+/// Liveness: the process answers.
+async fn health() -> Response {
+    Json(json!({ "status": "ok" })).into_response()
+}
+
+/// Readiness: the database, the broker and the job-events partitions; 503 says what is not ready.
+async fn ready(State(api): State<Arc<Api>>) -> Response {
+    let (ok, body) = api.health.ready(&api.db).await;
+    let code = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, Json(body)).into_response()
+}
+
+/// The metrics in the Prometheus text format, for the admin token or `http.metrics_token`
+/// (a workspace token is refused: the counts span every workspace).
+async fn metrics(State(api): State<Arc<Api>>, req: Request) -> Response {
+    let given =
+        req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let allowed = given.is_some_and(|t| {
+        api.tokens.scope(t) == Some(scope::Scope::Admin)
+            || api.metrics_token.as_deref().is_some_and(|m| scope::same_secret(m, t))
+    });
+    if !allowed {
+        return ApiError::new(StatusCode::UNAUTHORIZED, "/metrics needs the admin token or http.metrics_token")
+            .into_response();
+    }
+    let text = crate::ops::metrics::METRICS.scrape(&api.db).await;
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }

@@ -92,6 +92,11 @@ impl Tokens {
     }
 }
 
+/// Whether `given` is `secret`, compared in constant time.
+pub fn same_secret(secret: &str, given: &str) -> bool {
+    bool::from(secret.as_bytes().ct_eq(given.as_bytes()))
+}
+
 /// A token read from a file: its first line, trimmed.
 pub fn read_token_file(path: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("reading token file {}: {e}", path.display()))?;

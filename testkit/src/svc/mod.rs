@@ -13,6 +13,8 @@ use serde_json::Value;
 
 pub use crate::common;
 pub mod notify;
+pub mod outage;
+mod probe;
 mod reader;
 mod scenario;
 pub mod secure;
@@ -186,6 +188,11 @@ impl World {
     /// `db_url`: None for a SQLite file in the test's folder. `coordinator`: extra TOML lines
     /// for the [coordinator] table.
     pub fn new(db_url: Option<String>, coordinator: &str) -> World {
+        World::new_on(broker(), db_url, coordinator)
+    }
+
+    /// [`World::new`] on the broker at `bootstrap` (a private one, see [`outage::Private`]).
+    pub fn new_on(bootstrap: &str, db_url: Option<String>, coordinator: &str) -> World {
         let dir = tempfile::tempdir().expect("tempdir");
         let tag = format!("svc{}", dir.path().file_name().unwrap().to_string_lossy().replace('.', ""));
         let prefix = format!("t.{tag}.");
@@ -200,11 +207,12 @@ impl World {
              dead_letter = \"{p}dead-letter\"\nagent_tasks = \"{p}agent-tasks\"\nagent_reports = \"{p}agent-reports\"\n\n\
              [database]\nurl = \"{db_url}\"\n\n[http]\nlisten = \"127.0.0.1:{http}\"\n\n[coordinator]\nreport_url = \"http://127.0.0.1:{http}/v1/runs/{{run_id}}/report\"\n{coordinator}\n\n\
              [agent_auth]\nkeys_file = \"{keys}\"\n\n[jobs]\ntest_faults = true\n\n[notifier]\n{LOOPBACK_ALLOW}\n",
-            b = broker(),
+            b = bootstrap,
             keys = keys.display()
         );
         std::fs::write(&config, text).expect("config");
-        World { dir, tag, prefix, db_url, http, config, nodes: Vec::new(), children: Vec::new(), client: Vec::new() }
+        let client = vec![("bootstrap.servers".to_string(), bootstrap.to_string())];
+        World { dir, tag, prefix, db_url, http, config, nodes: Vec::new(), children: Vec::new(), client }
     }
 
     /// A world on SQLite with the service running, an agent per node in `nodes`, and a reader

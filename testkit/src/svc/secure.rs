@@ -53,7 +53,9 @@ pub(super) fn client_config(client: &[(String, String)]) -> ClientConfig {
 
 /// Publishes raw bytes on `topic` through a client with `client`'s properties.
 pub(super) fn publish_with(client: &[(String, String)], topic: &str, payload: &[u8]) {
-    let p: ThreadedProducer<DefaultProducerContext> = client_config(client).create().expect("producer");
+    // Up to the broker's default limit (1 MiB), for the tests of large events.
+    let p: ThreadedProducer<DefaultProducerContext> =
+        client_config(client).set("message.max.bytes", "1048576").create().expect("producer");
     p.send(BaseRecord::<(), [u8]>::to(topic).payload(payload)).map_err(|(e, _)| e).expect("send");
     p.flush(Duration::from_secs(10)).expect("flush");
 }

@@ -1,0 +1,100 @@
+//! The coordinator's loop: notices from the ingest, agent reports, the clock. A database or
+//! Kafka outage never ends it: what failed is retried after a backoff (a run stays active
+//! until its end is stored; a report's offset is stored only after it was handled).
+
+use anyhow::Result;
+use gpusanity_ingest::retry::Backoff;
+use gpusanity_ingest::signals::SIGNALS;
+use rdkafka::message::Message;
+use tokio::sync::mpsc;
+
+use super::*;
+
+impl Coordinator {
+    /// Runs until the notices channel closes.
+    pub async fn run(
+        mut self,
+        mut notices: mpsc::UnboundedReceiver<Notice>,
+        reports: Arc<StreamConsumer>,
+    ) -> Result<()> {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut backoff = Backoff::default();
+        loop {
+            let done: Result<()> = tokio::select! {
+                n = notices.recv() => match n {
+                    Some(n) => {
+                        self.notice(n).await;
+                        Ok(())
+                    }
+                    None => return Ok(()),
+                },
+                m = reports.recv() => match m {
+                    Ok(m) => {
+                        let handled = match m.payload().and_then(|p| self.authentic(p)) {
+                            Some(r) => self.report_or_dead_letter(&m, r).await,
+                            None => Ok(()),
+                        };
+                        if handled.is_ok() {
+                            if let Err(e) = reports.store_offset(m.topic(), m.partition(), m.offset()) {
+                                SIGNALS.kafka_error();
+                                tracing::warn!("storing an agent report's offset: {e}");
+                            }
+                        }
+                        handled
+                    }
+                    // Consumer errors are transient (librdkafka reconnects); the tick goes on.
+                    Err(e) => {
+                        SIGNALS.kafka_error();
+                        tracing::warn!("reading agent reports: {e}");
+                        Ok(())
+                    }
+                },
+                _ = tick.tick() => {
+                    crate::ops::metrics::METRICS
+                        .agents_live
+                        .set(i64::try_from(self.agents.live_count(self.config.agent_timeout())).unwrap_or(i64::MAX));
+                    self.tick().await
+                }
+            };
+            match done {
+                Ok(()) => backoff = Backoff::default(),
+                Err(e) => {
+                    SIGNALS.db_error();
+                    let wait = backoff.wait().await;
+                    tracing::warn!("coordinator: {e:#}; retried after {wait:?}");
+                }
+            }
+        }
+    }
+
+    /// A notice from the ingest; a new run is read from the database, through an outage.
+    async fn notice(&mut self, n: Notice) {
+        match n {
+            Notice::Start(run_id) => {
+                let mut backoff = Backoff::default();
+                let run = loop {
+                    match self.db.get_run(&run_id).await {
+                        Ok(r) => break r,
+                        Err(e) => {
+                            SIGNALS.db_error();
+                            let wait = backoff.wait().await;
+                            tracing::warn!(run_id, "reading a new run failed, retried after {wait:?}: {e}");
+                        }
+                    }
+                };
+                if let Some(run) = run {
+                    self.admit(run);
+                    if let Err(e) = self.tick().await {
+                        tracing::warn!("coordinator: {e:#}; retried at the next tick");
+                    }
+                }
+            }
+            Notice::Cancelled { run_id, reason } => {
+                if let Some(a) = self.active.remove(&run_id) {
+                    self.cancel_agents(&a, &reason);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! The coordinator's own overrun: no verdict at `--sanity-check-max-time` plus
+//! `deadline_grace_s`. As the launcher names the ranks that did not finish when it stops a run
+//! at its max time, the service names the nodes whose launchers had not ended (no `Result`
+//! from them): a `RUN_UNFINISHED` finding per node, critical, so a failed run isolates them
+//! (NodeIsolated), beside the run's `RUN_TIMEOUT`.
+
+use std::time::Duration;
+
+use gpusanity_common::report::{Finding, Severity};
+
+use super::agents::Agents;
+use super::finish::{node_finding, Verdict};
+use super::{Active, FailReason, TimeoutOps};
+
+/// The verdict, summary and findings of run `a` overrunning its deadline.
+pub(super) fn ending(a: &Active, agents: &Agents) -> (Verdict, String, Vec<Finding>) {
+    let limit = a.settings.max_time_minutes;
+    let unfinished: Vec<usize> = (0..a.run.nodes.len()).filter(|k| !a.results.contains_key(k)).collect();
+    let names: Vec<&str> = unfinished.iter().filter_map(|&k| a.run.nodes.get(k).map(|n| n.name.as_str())).collect();
+    let mut summary = format!("the run overran --sanity-check-max-time ({limit} min) and no verdict came from node 0");
+    if !names.is_empty() {
+        summary = format!("{summary}; not finished: node(s) {}", names.join(", "));
+    }
+    let mut findings = vec![Finding::new(Severity::Critical, "RUN_TIMEOUT", "service", summary.clone())];
+    for &k in &unfinished {
+        let name = a.run.nodes.get(k).map(|n| n.name.as_str()).unwrap_or_default();
+        let state = match agents.live(name, Duration::MAX) {
+            Some(s) if a.assigned.get(&k).is_some_and(|id| id == &s.agent_id) => "its launcher was still running",
+            Some(_) => "its task went to an agent that is gone",
+            None => "its agent was never heard from",
+        };
+        let message = format!(
+            "node {name} (node rank {k}) had not finished when the run overran --sanity-check-max-time ({limit} min): {state}"
+        );
+        let mut f = node_finding(&a.run, k, "RUN_UNFINISHED", message);
+        f.check = "service".into();
+        findings.push(f);
+    }
+    let v = if a.settings.timeout_ops == TimeoutOps::KeepJobHang {
+        Verdict::Hold
+    } else {
+        Verdict::Failed(FailReason::TimedOut)
+    };
+    (v, summary, findings)
+}
