@@ -81,7 +81,7 @@ pub fn device_count() -> Result<u32, NvmlError> {
 pub fn index_of(pci_bus_id: &str) -> Result<u32, NvmlError> {
     let n = nvml()?;
     let d = n
-        .device_by_pci_bus_id(pci_bus_id.to_string())
+        .device_by_pci_bus_id(pci_bus_id)
         .map_err(|e| NvmlError::call(&format!("nvmlDeviceGetHandleByPciBusId({pci_bus_id})"), e))?;
     d.index().map_err(|e| NvmlError::call("nvmlDeviceGetIndex", e))
 }

@@ -107,7 +107,7 @@ impl Monitor {
     pub fn start(pci_bus_id: &str, window_from: &str) -> Result<Monitor, NvmlError> {
         let nvml = nvml()?;
         let device = nvml
-            .device_by_pci_bus_id(pci_bus_id.to_string())
+            .device_by_pci_bus_id(pci_bus_id)
             .map_err(|e| NvmlError::call(&format!("nvmlDeviceGetHandleByPciBusId({pci_bus_id})"), e))?;
         let index = device.index().map_err(|e| NvmlError::call("nvmlDeviceGetIndex", e))?;
         let events = nvml

@@ -32,12 +32,6 @@ impl<T> Read<T> {
     }
 }
 
-impl<T> Default for Read<T> {
-    fn default() -> Self {
-        Read::NotSupported
-    }
-}
-
 /// ECC mode and uncorrectable (double-bit) error counts: volatile since the driver loaded,
 /// aggregate over the device's life.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
