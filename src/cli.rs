@@ -117,7 +117,7 @@ pub struct CheckArgs {
     /// Minutes per test [default: 6].
     #[arg(long, allow_hyphen_values = true)]
     sanity_check_timeout_per_test: Option<String>,
-    /// Comma list of micro-benchmarks [default: gemm,all-reduce].
+    /// Comma list of micro-benchmarks [default: gemm,all-reduce,gpu-health].
     #[arg(long)]
     micro_benchmarks: Option<String>,
     /// Comma list of model benchmarks [default: none].

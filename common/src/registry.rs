@@ -25,7 +25,9 @@ impl fmt::Display for CheckGroup {
     }
 }
 
-/// Every check item, in run order; `PairBandwidth` last (the launcher adds it, nobody selects it).
+/// Every check item, in run order; `GpuHealth` after every other selectable check (so its
+/// XID and counter window covers them), `PairBandwidth` last (the launcher adds it, nobody
+/// selects it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CheckId {
     Gemm,
@@ -39,11 +41,12 @@ pub enum CheckId {
     MiniGpt,
     MegatronGpt,
     Resnet,
+    GpuHealth,
     PairBandwidth,
 }
 
 impl CheckId {
-    pub const ALL: [CheckId; 12] = [
+    pub const ALL: [CheckId; 13] = [
         CheckId::Gemm,
         CheckId::KernelLaunch,
         CheckId::AllReduce,
@@ -55,6 +58,7 @@ impl CheckId {
         CheckId::MiniGpt,
         CheckId::MegatronGpt,
         CheckId::Resnet,
+        CheckId::GpuHealth,
         CheckId::PairBandwidth,
     ];
 
@@ -72,6 +76,7 @@ impl CheckId {
             CheckId::MiniGpt => "mini-gpt",
             CheckId::MegatronGpt => "megatron-gpt",
             CheckId::Resnet => "resnet",
+            CheckId::GpuHealth => "gpu-health",
             CheckId::PairBandwidth => "pair-bandwidth",
         }
     }

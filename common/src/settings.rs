@@ -114,7 +114,7 @@ impl Default for Settings {
             timeout_ops: TimeoutOps::MarkJobFail,
             envs: Vec::new(),
             timeout_per_test_minutes: 6.0,
-            micro_benchmarks: vec![CheckId::Gemm.into(), CheckId::AllReduce.into()],
+            micro_benchmarks: vec![CheckId::Gemm.into(), CheckId::AllReduce.into(), CheckId::GpuHealth.into()],
             model_benchmarks: Vec::new(),
         }
     }

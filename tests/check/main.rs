@@ -3,6 +3,7 @@
 //! run page.
 
 mod faults;
+mod health;
 mod job_settings;
 mod micro_checks;
 mod models;

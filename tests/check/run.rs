@@ -19,10 +19,14 @@ fn default_check_on_two_cpu_workers_passes_with_a_full_report() {
     assert_eq!(r["status"], "passed");
     assert_eq!(r["backend"], "cpu");
     assert_eq!(r["ranks"].as_array().unwrap().len(), 2);
-    assert_eq!(r["settings"]["micro_benchmarks"], serde_json::json!(["gemm", "all-reduce"]));
+    assert_eq!(r["settings"]["micro_benchmarks"], serde_json::json!(["gemm", "all-reduce", "gpu-health"]));
     assert!(r["findings"].as_array().unwrap().is_empty());
     let checks = r["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 2);
+    assert_eq!(checks.len(), 3);
+    // The health check of the default set reads NVML on GPU workers only: here it says why not.
+    assert_eq!(checks[2]["name"], "gpu-health");
+    assert_eq!(checks[2]["status"], "not_applicable");
+    assert!(checks[2]["ranks"][0]["notes"]["not_applicable"].as_str().unwrap().starts_with("CPU backend"));
     for rank in checks[0]["ranks"].as_array().unwrap() {
         assert_eq!(rank["status"], "passed");
         assert!(rank["metrics"]["tflops"].as_f64().unwrap() > 0.0);
@@ -149,8 +153,8 @@ fn list_shows_every_check_of_the_specification() {
     assert_eq!(code(&out), 0);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> = v["checks"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 11);
-    for n in ["gemm", "all-reduce", "kernel-launch", "mini-gpt", "megatron-gpt", "resnet"] {
+    assert_eq!(names.len(), 12);
+    for n in ["gemm", "all-reduce", "kernel-launch", "mini-gpt", "megatron-gpt", "resnet", "gpu-health"] {
         assert!(names.contains(&n), "{n}");
     }
     assert_eq!(v["defaults"]["cuda"]["gemm"]["size"], 8192);

@@ -14,6 +14,7 @@ mod all_gather;
 mod all_reduce;
 mod all_to_all;
 mod gemm;
+mod gpu_health;
 mod kernel_launch;
 mod megatron_gpt;
 mod mini_gpt;
@@ -163,6 +164,7 @@ impl CheckId {
             CheckId::MiniGpt => &mini_gpt::DESCRIPTOR,
             CheckId::MegatronGpt => &megatron_gpt::DESCRIPTOR,
             CheckId::Resnet => &resnet::DESCRIPTOR,
+            CheckId::GpuHealth => &gpu_health::DESCRIPTOR,
             CheckId::PairBandwidth => &pair_bandwidth::DESCRIPTOR,
         }
     }
@@ -238,7 +240,7 @@ mod tests {
                 assert!(d.columns.iter().any(|(k, _)| k == key), "{id}.{key}");
             }
         }
-        assert_eq!(listed().count(), 11);
+        assert_eq!(listed().count(), 12);
     }
 
     #[test]

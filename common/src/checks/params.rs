@@ -69,6 +69,40 @@ mod tests {
     }
 
     #[test]
+    fn gpu_health_params_are_bounded_and_checked() {
+        let mut c = CheckConfigs::defaults(DeviceKind::Cpu);
+        assert!(c.micro.gpu_health.fatal_xids.contains(&79));
+        c.apply_params(&["gpu-health.expected-gpus=8".into(), "gpu-health.fatal-xids=79, 48,79".into()]).unwrap();
+        assert_eq!(c.micro.gpu_health.expected_gpus, Some(8));
+        assert_eq!(c.micro.gpu_health.fatal_xids, [48, 79]);
+        c.apply_params(&["gpu-health.fatal-xids=none".into()]).unwrap();
+        assert!(c.micro.gpu_health.fatal_xids.is_empty());
+        let huge = format!("gpu-health.fatal-xids={}", vec!["1"; 5000].join(","));
+        let many = format!("gpu-health.fatal-xids={}", (1..=300).map(|x| x.to_string()).collect::<Vec<_>>().join(","));
+        for bad in [
+            "gpu-health.expected-gpus=0",
+            "gpu-health.expected-gpus=-1",
+            "gpu-health.expected-gpus=1e9",
+            "gpu-health.expected-gpus=99999999999999999999999",
+            "gpu-health.fatal-xids=",
+            "gpu-health.fatal-xids=79,,48",
+            "gpu-health.fatal-xids=abc",
+            "gpu-health.fatal-xids=0",
+            "gpu-health.fatal-xids=4294967296",
+            "gpu-health.load-ms=0",
+            "gpu-health.load-ms=86400000",
+            "gpu-health.load-size=100000",
+            "gpu-health.min-clock-fraction=1.5",
+            "gpu-health.min-clock-fraction=NaN",
+            "gpu-health.colour=1",
+            huge.as_str(),
+            many.as_str(),
+        ] {
+            assert!(c.apply_params(&[bad.to_string()]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn an_unknown_key_lists_every_key() {
         let mut c = CheckConfigs::defaults(DeviceKind::Cpu);
         let err = c.apply_params(&["gemm.colour=3".into()]).unwrap_err().to_string();

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::health::GpuHealthConfig;
 use super::sweep::SweepConfig;
 use super::{Param, ParamError};
 use crate::report::DeviceKind;
@@ -160,6 +161,8 @@ pub struct MicroConfigs {
     pub network_connectivity: ConnectivityConfig,
     pub overlap: OverlapConfig,
     pub kernel_launch: KernelLaunchConfig,
+    #[serde(default)]
+    pub gpu_health: GpuHealthConfig,
 }
 
 impl MicroConfigs {
@@ -179,6 +182,7 @@ impl MicroConfigs {
                 network_connectivity: ConnectivityConfig { timeout_ms: 5000, bytes: 1 << 20, full_matrix_nodes: 16 },
                 overlap: OverlapConfig { gemm_size: 8192, bytes: 256 << 20, warmup: 3, iters: 20 },
                 kernel_launch: KernelLaunchConfig { iters: 10_000 },
+                gpu_health: GpuHealthConfig::default(),
             },
             DeviceKind::Cpu => MicroConfigs {
                 all_gather: sweep.clone(),
@@ -193,6 +197,7 @@ impl MicroConfigs {
                 network_connectivity: ConnectivityConfig { timeout_ms: 2000, bytes: 64 << 10, full_matrix_nodes: 16 },
                 overlap: OverlapConfig { gemm_size: 384, bytes: 1 << 20, warmup: 2, iters: 10 },
                 kernel_launch: KernelLaunchConfig { iters: 1000 },
+                gpu_health: GpuHealthConfig::default(),
             },
         }
     }

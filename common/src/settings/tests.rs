@@ -8,7 +8,7 @@ fn defaults_are_the_specified_ones() {
     assert_eq!(s.timeout_ops, TimeoutOps::MarkJobFail);
     assert!(s.envs.is_empty());
     assert_eq!(s.timeout_per_test_minutes, 6.0);
-    assert_eq!(s.micro_benchmarks, ["gemm", "all-reduce"]);
+    assert_eq!(s.micro_benchmarks, ["gemm", "all-reduce", "gpu-health"]);
     assert!(s.model_benchmarks.is_empty());
     assert_eq!(s.max_time(), Duration::from_secs(1800));
 }
@@ -20,7 +20,7 @@ fn a_jobs_example_string() {
             .unwrap();
     assert_eq!(s.timing, Timing::AfterJobFaultTolerant);
     assert_eq!(s.timeout_ops, TimeoutOps::MarkJobFail);
-    assert_eq!(s.micro_benchmarks, ["gemm", "all-reduce"]);
+    assert_eq!(s.micro_benchmarks, ["gemm", "all-reduce", "gpu-health"]);
 }
 
 #[test]

@@ -9,6 +9,7 @@ pub mod all_reduce;
 pub mod all_to_all;
 pub mod collective;
 pub mod gemm;
+pub mod gpu_health;
 pub mod kernel_launch;
 pub mod models;
 pub mod multi_all_reduce;
@@ -43,6 +44,9 @@ pub struct CheckCtx<'a> {
     pub configs: &'a CheckConfigs,
     pub progress: &'a dyn Progress,
     pub faults: &'a Faults,
+    /// The GPU's health reader, started with the worker when `gpu-health` is selected on a
+    /// GPU (`None` otherwise, or when NVML could not be read: the error).
+    pub health: Option<&'a Result<gpusanity_nvml::Monitor, gpusanity_nvml::NvmlError>>,
 }
 
 /// Runs the check `name` on this rank. Errors become a rank result with status `Error`.
@@ -73,6 +77,7 @@ fn run_check(id: CheckId, ctx: &mut CheckCtx<'_>) -> anyhow::Result<RankResult> 
         CheckId::MatmulAllReduceOverlap => overlap::run(ctx),
         CheckId::KernelLaunch => kernel_launch::run(ctx),
         CheckId::MiniGpt | CheckId::MegatronGpt | CheckId::Resnet => models::run(id.as_str(), ctx),
+        CheckId::GpuHealth => gpu_health::run(ctx),
         CheckId::PairBandwidth => pair_bandwidth::run(ctx),
     }
 }

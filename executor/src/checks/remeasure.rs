@@ -79,6 +79,7 @@ fn reborrow<'b>(ctx: &'b mut CheckCtx<'_>) -> CheckCtx<'b> {
         configs: ctx.configs,
         progress: ctx.progress,
         faults: ctx.faults,
+        health: ctx.health,
     }
 }
 

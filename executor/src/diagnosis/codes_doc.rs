@@ -15,6 +15,8 @@ fn every_finding_code_is_documented() {
         include_str!("../launcher/gather.rs"),
         include_str!("micro.rs"),
         include_str!("models.rs"),
+        include_str!("health.rs"),
+        include_str!("../../../common/src/health/decide.rs"),
         include_str!("../../../common/src/checks/gemm.rs"),
         include_str!("../../../common/src/checks/kernel_launch.rs"),
         include_str!("../../../common/src/checks/all_reduce.rs"),

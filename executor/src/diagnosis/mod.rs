@@ -9,6 +9,8 @@
 //!   decide a re-measure);
 //! - [`micro`] and [`models`]: what the micro-benchmarks and the model checks find beyond a
 //!   rank's status and figure (failed probes, slow groups, losses, parameter checksums);
+//! - [`health`]: the GPU health check's readings, judged by the decisions in
+//!   [`gpusanity_common::health`], and the census of each node;
 //! - [`links`]: the pairwise link test, slow node or slow link;
 //! - [`verdict`]: healthy / suspect / faulty per node.
 //!
@@ -20,6 +22,7 @@
 mod codes_doc;
 pub mod crash;
 pub mod hang;
+pub mod health;
 pub mod links;
 pub mod micro;
 pub mod models;
@@ -96,6 +99,7 @@ pub fn diagnose(
         // Hooks of other check families: one line each.
         micro::diagnose(c, ranks, slow_fraction, &mut findings);
         models::findings(c, ranks, slow_fraction, &mut findings);
+        health::findings(c, ranks, &mut findings);
         if let Some(note) = c.ranks.iter().find_map(|r| r.notes.get("remeasured")) {
             remeasured.push(format!("{}: {note}", c.name));
         }

@@ -68,6 +68,11 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
     let device = backend.device_name();
     out.send(&WorkerMsg::Ready { device: device.clone() });
     let faults = Faults::from_env();
+    // Opened before the first check, read by the health check at its turn (docs/health.md).
+    let health = crate::checks::gpu_health::watch(backend.as_ref(), &spec.checks);
+    if let Some(Err(e)) = &health {
+        tracing::warn!("GPU health: {e}");
+    }
     for (i, name) in spec.checks.iter().enumerate() {
         if i == 0 && faults.has("delay-start", spec.rank) {
             // Every rank waits for this one at the barrier below: the run lasts 2 s longer,
@@ -92,6 +97,7 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
             configs: &spec.configs,
             progress: out,
             faults: &faults,
+            health: health.as_ref(),
         };
         let result = crate::checks::remeasure::run(name, &mut ctx, &device);
         out.send(&WorkerMsg::CheckDone { check: name.clone(), duration_s: start.elapsed().as_secs_f64(), result });

@@ -1,0 +1,42 @@
+//! Which XIDs are fatal: an XID in this table seen during the check fails the GPU
+//! (`GPU_HEALTH_XID_FATAL`); any other XID is reported as a warning (`GPU_HEALTH_XID`). The
+//! table is the default of `gpu-health.fatal-xids`, which replaces it.
+//!
+//! Source: NVIDIA's XID catalogue ("XID Errors", the driver's deployment documentation, r580),
+//! its "resolution" column: an XID listed there as needing a GPU reset, a node reboot or a
+//! drain, or as a hardware fault, is fatal here. XIDs that an application's own fault usually
+//! causes (13 graphics engine exception, 31 memory page fault, 43 GPU stopped processing, 45
+//! preemptive cleanup) are left out: they do not name the device. docs/health.md has the table.
+
+/// One fatal XID and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FatalXid {
+    pub xid: u32,
+    pub name: &'static str,
+}
+
+/// The default fatal XIDs.
+pub const FATAL_XIDS: &[FatalXid] = &[
+    FatalXid { xid: 48, name: "double-bit ECC error" },
+    FatalXid { xid: 62, name: "internal micro-controller halt" },
+    FatalXid { xid: 63, name: "ECC page retirement or row-remapping event" },
+    FatalXid { xid: 64, name: "ECC page retirement or row-remapping failure" },
+    FatalXid { xid: 74, name: "NVLink error" },
+    FatalXid { xid: 79, name: "GPU has fallen off the bus" },
+    FatalXid { xid: 92, name: "high single-bit ECC error rate" },
+    FatalXid { xid: 94, name: "contained ECC error" },
+    FatalXid { xid: 95, name: "uncontained ECC error" },
+    FatalXid { xid: 119, name: "GSP RPC timeout" },
+    FatalXid { xid: 120, name: "GSP error" },
+    FatalXid { xid: 140, name: "unrecovered ECC error" },
+];
+
+/// The default table as a list of numbers.
+pub fn default_fatal() -> Vec<u32> {
+    FATAL_XIDS.iter().map(|x| x.xid).collect()
+}
+
+/// The catalogue's name of `xid`, where the table has it.
+pub fn name(xid: u64) -> Option<&'static str> {
+    FATAL_XIDS.iter().find(|x| u64::from(x.xid) == xid).map(|x| x.name)
+}

@@ -1,0 +1,127 @@
+//! Diagnosis of `gpu-health`: the readings each rank recorded, judged by the pure decisions of
+//! [`gpusanity_common::health`] and placed on the rank; the census per node; a warning where
+//! NVML could not be read (health unknown).
+
+use std::collections::BTreeMap;
+
+use gpusanity_common::config::health::GpuHealthConfig;
+use gpusanity_common::health::{census, decide, nvml_unavailable, Policy, Readings};
+use gpusanity_common::registry::CheckId;
+use gpusanity_common::report::{CheckReport, Finding, RankInfo};
+
+use super::place;
+use crate::checks::gpu_health::{READINGS_NOTE, UNAVAILABLE_NOTE};
+
+/// Findings of `c`, if it is the health check.
+pub fn findings(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) {
+    if c.name != CheckId::GpuHealth {
+        return;
+    }
+    let cfg: GpuHealthConfig = serde_json::from_value(c.config.clone()).unwrap_or_default();
+    let policy = Policy::from_config(&cfg);
+    // The most GPUs any rank of a node saw there (they all see the same node).
+    let mut visible: BTreeMap<usize, u32> = BTreeMap::new();
+    for r in &c.ranks {
+        if let Some(why) = r.notes.get(UNAVAILABLE_NOTE) {
+            findings.push(place(nvml_unavailable(why), ranks, r.rank));
+            continue;
+        }
+        let Some(readings) = r.notes.get(READINGS_NOTE).and_then(|s| serde_json::from_str::<Readings>(s).ok()) else {
+            continue;
+        };
+        if let Some(node) = ranks.iter().find(|i| i.rank == r.rank).map(|i| i.node_rank) {
+            let v = visible.entry(node).or_insert(0);
+            *v = (*v).max(readings.visible_gpus);
+        }
+        findings.extend(decide(&readings, &policy).into_iter().map(|f| place(f, ranks, r.rank)));
+    }
+    for (node, seen) in visible {
+        let on_node: Vec<&RankInfo> = ranks.iter().filter(|i| i.node_rank == node).collect();
+        let expected = cfg.expected_gpus.unwrap_or(on_node.len());
+        if let Some(mut f) = census(seen, expected) {
+            f.node_rank = Some(node);
+            f.host = on_node.first().map(|i| i.host.clone());
+            f.evidence.push(format!(
+                "expected {expected} ({})",
+                if cfg.expected_gpus.is_some() {
+                    "gpu-health.expected-gpus"
+                } else {
+                    "the workers started on the node"
+                }
+            ));
+            findings.push(f);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpusanity_common::report::{CheckStatus, RankResult, Severity};
+
+    fn info(rank: usize) -> RankInfo {
+        RankInfo { rank, node_rank: 0, local_rank: rank, host: "n0".into(), device: "NVIDIA H200".into(), pid: 1 }
+    }
+
+    fn report(ranks: Vec<RankResult>, cfg: &GpuHealthConfig) -> CheckReport {
+        CheckReport {
+            name: NAME_OF.into(),
+            status: CheckStatus::Passed,
+            duration_s: 0.5,
+            config: serde_json::to_value(cfg).unwrap(),
+            ranks,
+        }
+    }
+
+    const NAME_OF: &str = CheckId::GpuHealth.as_str();
+
+    fn with_readings(rank: usize, edit: impl FnOnce(&mut Readings)) -> RankResult {
+        let mut readings: Readings =
+            serde_json::from_str(include_str!("../../../common/data/health/h200.json")).unwrap();
+        readings.index = rank as u32;
+        edit(&mut readings);
+        let mut r = RankResult::new(rank, CheckStatus::Passed);
+        r.notes.insert(READINGS_NOTE.into(), serde_json::to_string(&readings).unwrap());
+        r
+    }
+
+    #[test]
+    fn readings_are_judged_on_their_rank_and_the_census_on_the_node() {
+        let cfg = GpuHealthConfig { expected_gpus: Some(8), ..Default::default() };
+        let c = report(
+            vec![
+                with_readings(0, |r| r.visible_gpus = 7),
+                with_readings(1, |r| {
+                    r.visible_gpus = 7;
+                    r.xids =
+                        gpusanity_common::health::Read::Value(vec![gpusanity_common::health::XidEvent { xid: 79 }]);
+                }),
+            ],
+            &cfg,
+        );
+        let mut found = Vec::new();
+        findings(&c, &[info(0), info(1)], &mut found);
+        let got: Vec<(&str, Option<usize>, Option<usize>)> =
+            found.iter().map(|f| (f.code.as_str(), f.rank, f.node_rank)).collect();
+        assert_eq!(got, [("GPU_HEALTH_XID_FATAL", Some(1), Some(0)), ("GPU_HEALTH_MISSING_GPU", None, Some(0))]);
+        assert_eq!(found[1].message, "7 of 8 GPUs visible");
+        // Without the key, the workers of the node are the expected count.
+        let c = report(vec![with_readings(0, |r| r.visible_gpus = 1)], &GpuHealthConfig::default());
+        let mut found = Vec::new();
+        findings(&c, &[info(0)], &mut found);
+        assert!(found.is_empty(), "{found:?}");
+    }
+
+    #[test]
+    fn nvml_missing_on_a_gpu_is_a_warning_on_the_rank() {
+        let mut r = RankResult::new(0, CheckStatus::Passed);
+        r.notes.insert(UNAVAILABLE_NOTE.into(), "NVML unavailable: libnvidia-ml.so.1: not found".into());
+        let mut found = Vec::new();
+        findings(&report(vec![r], &GpuHealthConfig::default()), &[info(0)], &mut found);
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            (found[0].code.as_str(), found[0].severity, found[0].rank),
+            ("GPU_HEALTH_NVML_UNAVAILABLE", Severity::Warning, Some(0))
+        );
+    }
+}

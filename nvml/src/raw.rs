@@ -1,0 +1,36 @@
+//! The readings `nvml-wrapper` has no safe call for (row remapping), through its raw bindings.
+
+use nvml_wrapper::error::{nvml_try, NvmlError};
+use nvml_wrapper::Device;
+use nvml_wrapper_sys::bindings::nvmlRowRemapperHistogramValues_t;
+
+use gpusanity_common::health::{BankHistogram, RemappedRows};
+
+/// `nvmlDeviceGetRemappedRows`.
+pub fn remapped_rows(nvml: &nvml_wrapper::Nvml, device: &Device<'_>) -> Result<RemappedRows, NvmlError> {
+    let sym =
+        nvml.lib().nvmlDeviceGetRemappedRows.as_ref().map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+    let (mut corr, mut unc, mut pending, mut failure) = (0u32, 0u32, 0u32, 0u32);
+    // SAFETY: `sym` is NVML's own nvmlDeviceGetRemappedRows, looked up by its name in the
+    // initialised library; `device.handle()` is a live handle of that library (the device
+    // borrows the Nvml it came from); the four out-pointers are to local u32s, the
+    // `unsigned int *` the function takes, valid for the call.
+    let ret = unsafe { sym(device.handle(), &mut corr, &mut unc, &mut pending, &mut failure) };
+    nvml_try(ret)?;
+    Ok(RemappedRows { correctable: corr, uncorrectable: unc, pending: pending != 0, failure: failure != 0 })
+}
+
+/// `nvmlDeviceGetRowRemapperHistogram`.
+pub fn bank_histogram(nvml: &nvml_wrapper::Nvml, device: &Device<'_>) -> Result<BankHistogram, NvmlError> {
+    let sym = nvml
+        .lib()
+        .nvmlDeviceGetRowRemapperHistogram
+        .as_ref()
+        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+    let mut v = nvmlRowRemapperHistogramValues_t { max: 0, high: 0, partial: 0, low: 0, none: 0 };
+    // SAFETY: as above; `v` is the `nvmlRowRemapperHistogramValues_t` the function fills, of
+    // the layout bindgen generated from NVML's header, valid for the call.
+    let ret = unsafe { sym(device.handle(), &mut v) };
+    nvml_try(ret)?;
+    Ok(BankHistogram { max: v.max, high: v.high, partial: v.partial, low: v.low, none: v.none })
+}
