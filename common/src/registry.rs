@@ -30,6 +30,8 @@ impl fmt::Display for CheckGroup {
 pub enum CheckId {
     Gemm,
     KernelLaunch,
+    MemoryBandwidth,
+    HostBandwidth,
     AllReduce,
     AllToAll,
     AllGather,
@@ -39,13 +41,16 @@ pub enum CheckId {
     MiniGpt,
     MegatronGpt,
     Resnet,
+    RdmaPorts,
     PairBandwidth,
 }
 
 impl CheckId {
-    pub const ALL: [CheckId; 12] = [
+    pub const ALL: [CheckId; 15] = [
         CheckId::Gemm,
         CheckId::KernelLaunch,
+        CheckId::MemoryBandwidth,
+        CheckId::HostBandwidth,
         CheckId::AllReduce,
         CheckId::AllToAll,
         CheckId::AllGather,
@@ -55,6 +60,7 @@ impl CheckId {
         CheckId::MiniGpt,
         CheckId::MegatronGpt,
         CheckId::Resnet,
+        CheckId::RdmaPorts,
         CheckId::PairBandwidth,
     ];
 
@@ -63,6 +69,8 @@ impl CheckId {
         match self {
             CheckId::Gemm => "gemm",
             CheckId::KernelLaunch => "kernel-launch",
+            CheckId::MemoryBandwidth => "memory-bandwidth",
+            CheckId::HostBandwidth => "host-bandwidth",
             CheckId::AllReduce => "all-reduce",
             CheckId::AllToAll => "all-to-all",
             CheckId::AllGather => "all-gather",
@@ -72,6 +80,7 @@ impl CheckId {
             CheckId::MiniGpt => "mini-gpt",
             CheckId::MegatronGpt => "megatron-gpt",
             CheckId::Resnet => "resnet",
+            CheckId::RdmaPorts => "rdma-ports",
             CheckId::PairBandwidth => "pair-bandwidth",
         }
     }

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::bandwidth::{HostBandwidthConfig, MemoryBandwidthConfig, RdmaPortsConfig};
 use super::sweep::SweepConfig;
 use super::{Param, ParamError};
 use crate::report::DeviceKind;
@@ -151,6 +152,12 @@ pub struct MicroConfigs {
     pub network_connectivity: ConnectivityConfig,
     pub overlap: OverlapConfig,
     pub kernel_launch: KernelLaunchConfig,
+    #[serde(default)]
+    pub memory_bandwidth: MemoryBandwidthConfig,
+    #[serde(default)]
+    pub host_bandwidth: HostBandwidthConfig,
+    #[serde(default)]
+    pub rdma_ports: RdmaPortsConfig,
 }
 
 impl MicroConfigs {
@@ -170,6 +177,9 @@ impl MicroConfigs {
                 network_connectivity: ConnectivityConfig { timeout_ms: 5000, bytes: 1 << 20 },
                 overlap: OverlapConfig { gemm_size: 8192, bytes: 256 << 20, warmup: 3, iters: 20 },
                 kernel_launch: KernelLaunchConfig { iters: 10_000 },
+                memory_bandwidth: MemoryBandwidthConfig::defaults(device),
+                host_bandwidth: HostBandwidthConfig::defaults(device),
+                rdma_ports: RdmaPortsConfig::defaults(device),
             },
             DeviceKind::Cpu => MicroConfigs {
                 all_gather: sweep.clone(),
@@ -184,6 +194,9 @@ impl MicroConfigs {
                 network_connectivity: ConnectivityConfig { timeout_ms: 2000, bytes: 64 << 10 },
                 overlap: OverlapConfig { gemm_size: 384, bytes: 1 << 20, warmup: 2, iters: 10 },
                 kernel_launch: KernelLaunchConfig { iters: 1000 },
+                memory_bandwidth: MemoryBandwidthConfig::defaults(device),
+                host_bandwidth: HostBandwidthConfig::defaults(device),
+                rdma_ports: RdmaPortsConfig::defaults(device),
             },
         }
     }

@@ -4,6 +4,7 @@
 //! fields; which check owns which fields, and the one `CheckConfigs::apply_params`, are in
 //! [`crate::checks`].
 
+pub mod bandwidth;
 pub mod memory;
 pub mod micro;
 pub mod models;
