@@ -9,6 +9,7 @@
 //!   decide a re-measure);
 //! - [`micro`] and [`models`]: what the micro-benchmarks and the model checks find beyond a
 //!   rank's status and figure (failed probes, slow groups, losses, parameter checksums);
+//! - [`hostlink`]: the RDMA ports' faults and a GPU's host link under load;
 //! - [`links`]: the pairwise link test, slow node or slow link;
 //! - [`verdict`]: healthy / suspect / faulty per node.
 //!
@@ -20,6 +21,7 @@
 mod codes_doc;
 pub mod crash;
 pub mod hang;
+pub mod hostlink;
 pub mod links;
 pub mod micro;
 pub mod models;
