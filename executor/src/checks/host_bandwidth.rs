@@ -57,7 +57,9 @@ fn measure(ctx: &mut CheckCtx<'_>, cfg: &HostBandwidthConfig) -> Result<RankResu
     let mut wrong = Verified::default();
     let mut figures = [Figures::default(); 2];
 
-    for (d, (dir, seed)) in [(HostDir::ToDevice, TO_DEVICE_SEED), (HostDir::ToHost, TO_HOST_SEED)].into_iter().enumerate() {
+    for (d, (dir, seed)) in
+        [(HostDir::ToDevice, TO_DEVICE_SEED), (HostDir::ToHost, TO_HOST_SEED)].into_iter().enumerate()
+    {
         let (src, dst) = match dir {
             HostDir::ToDevice => (HostSide::Host, HostSide::Device),
             HostDir::ToHost => (HostSide::Device, HostSide::Host),

@@ -25,7 +25,9 @@ pub(super) fn rdma_ports(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec
             }
             f.action = Some(
                 match i.code.as_str() {
-                    PORT_DOWN => "check the port's cable, transceiver and switch port, and the subnet manager; exclude the node",
+                    PORT_DOWN => {
+                        "check the port's cable, transceiver and switch port, and the subnet manager; exclude the node"
+                    }
                     RATE_LOW => "reseat or replace the cable or transceiver; check the switch port's configured speed",
                     FLAPPED => "the link went down or retrained: replace the cable or transceiver; exclude the node",
                     ERRORS => "watch the port: errors on a live link (a marginal cable or transceiver)",
@@ -90,7 +92,13 @@ mod tests {
     }
 
     fn report(name: &str, ranks: Vec<RankResult>) -> CheckReport {
-        CheckReport { name: name.into(), status: CheckStatus::NotRun, duration_s: 1.0, config: serde_json::Value::Null, ranks }
+        CheckReport {
+            name: name.into(),
+            status: CheckStatus::NotRun,
+            duration_s: 1.0,
+            config: serde_json::Value::Null,
+            ranks,
+        }
     }
 
     #[test]
@@ -131,7 +139,10 @@ mod tests {
         let mut f = Vec::new();
         host_concurrent(&report("host-bandwidth", ranks.clone()), &infos(4, 4), 0.8, &mut f);
         assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!((f[0].code.as_str(), f[0].rank, f[0].severity), ("HOST_BW_CONCURRENT_SLOW", Some(3), Severity::Warning));
+        assert_eq!(
+            (f[0].code.as_str(), f[0].rank, f[0].severity),
+            ("HOST_BW_CONCURRENT_SLOW", Some(3), Severity::Warning)
+        );
         let even: Vec<RankResult> = ranks[..3].to_vec();
         let mut f = Vec::new();
         host_concurrent(&report("host-bandwidth", even), &infos(4, 4), 0.8, &mut f);

@@ -56,7 +56,8 @@ impl DevBuf {
         ctx.bind_to_thread().map_err(|e| dev_err("binding the CUDA context", &e))?;
         // SAFETY: a plain allocation in the current context; the memory is only reached
         // through this handle, which frees it once.
-        let ptr = unsafe { result::malloc_sync(n) }.map_err(|e| dev_err(&format!("cuMemAlloc of {bytes} bytes"), &e))?;
+        let ptr =
+            unsafe { result::malloc_sync(n) }.map_err(|e| dev_err(&format!("cuMemAlloc of {bytes} bytes"), &e))?;
         Ok(DevBuf { ptr, bytes, ctx: Arc::clone(ctx) })
     }
 

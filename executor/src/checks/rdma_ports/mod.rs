@@ -79,7 +79,8 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
         r.notes.insert("rdma_issues".into(), serde_json::to_string(&issues)?);
     }
     if critical {
-        let what: Vec<&str> = issues.iter().filter(|i| i.severity == Severity::Critical).map(|i| i.message.as_str()).collect();
+        let what: Vec<&str> =
+            issues.iter().filter(|i| i.severity == Severity::Critical).map(|i| i.message.as_str()).collect();
         r.error = Some(what.join("; "));
     }
     Ok(r)
