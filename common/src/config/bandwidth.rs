@@ -12,7 +12,7 @@ pub const WORD: u64 = 16;
 /// A byte count from `p`: positive, at most [`super::MAX_INT`], a multiple of [`WORD`].
 fn words(p: &Param<'_>) -> Result<u64, ParamError> {
     let v = p.int()?;
-    if v % WORD != 0 {
+    if !v.is_multiple_of(WORD) {
         return Err(p.bad(&format!("a multiple of {WORD} bytes")));
     }
     Ok(v)

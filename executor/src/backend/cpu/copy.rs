@@ -16,7 +16,7 @@ impl CopyBufs {
     pub fn load(bytes: u64, seed: u32) -> Result<CopyBufs, BackendError> {
         let words = usize::try_from(bytes / 4)
             .ok()
-            .filter(|_| bytes % 16 == 0 && bytes > 0)
+            .filter(|_| bytes.is_multiple_of(16) && bytes > 0)
             .ok_or_else(|| BackendError::Device(format!("unsupported copy size {bytes} bytes")))?;
         let mut src = Vec::new();
         let mut dst = Vec::new();

@@ -129,7 +129,7 @@ impl Drop for PinnedBuf {
 }
 
 fn whole_words(bytes: u64) -> Result<(), BackendError> {
-    if bytes == 0 || bytes % mem::WORD_BYTES != 0 {
+    if bytes == 0 || !bytes.is_multiple_of(mem::WORD_BYTES) {
         return Err(BackendError::Device(format!("{bytes} bytes: not a positive multiple of 16")));
     }
     Ok(())
