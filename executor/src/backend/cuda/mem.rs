@@ -155,6 +155,7 @@ impl Kernels {
         params: &mut [*mut c_void],
         what: &str,
     ) -> Result<(), BackendError> {
+        stream.context().bind_to_thread().map_err(|e| dev_err("binding the CUDA context", &e))?;
         // SAFETY: `f` is a kernel of mem.ptx loaded in this stream's context, and `params`
         // points at one value of the exact type of each of its parameters (callers below);
         // every buffer it is given holds `n16` 16-byte words, and the kernels touch no others.
@@ -186,7 +187,7 @@ impl Kernels {
 
     /// Counts the words of `buf` that differ from the pattern with `seed`; waits for it.
     fn check(&self, stream: &Arc<CudaStream>, buf: &DevBuf, seed: u32) -> Result<Verified, BackendError> {
-        let out = DevBuf::new(stream.context(), 16)?;
+        let out = DevBuf::new(stream.context(), 16)?; // binds the context
         let init: [u64; 2] = [0, u64::MAX];
         // SAFETY: `out` holds 16 bytes; `init` lives until the synchronize below.
         unsafe { result::memcpy_htod_async(out.ptr, &init, stream.cu_stream()) }
@@ -216,6 +217,7 @@ fn timed(
     mut issue: impl FnMut() -> Result<(), BackendError>,
 ) -> Result<Vec<f64>, BackendError> {
     let ctx = stream.context();
+    ctx.bind_to_thread().map_err(|e| dev_err("binding the CUDA context", &e))?;
     let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| dev_err("cuEventCreate", &e));
     let events = (0..=iters).map(|_| event()).collect::<Result<Vec<CudaEvent>, BackendError>>()?;
     let record = |e: &CudaEvent| e.record(stream).map_err(|e| dev_err("cuEventRecord", &e));
@@ -272,6 +274,7 @@ pub(super) fn copy_poke(stream: &Arc<CudaStream>, b: &CopyBufs, offset: u64, val
     if offset >= b.dst.bytes {
         return Err(BackendError::Device(format!("byte {offset} is outside the destination")));
     }
+    stream.context().bind_to_thread().map_err(|e| dev_err("binding the CUDA context", &e))?;
     let one = [value];
     // SAFETY: one byte inside `dst`; `one` lives until the synchronize below.
     unsafe { result::memcpy_htod_async(b.dst.ptr + offset, &one, stream.cu_stream()) }

@@ -54,8 +54,15 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
         r.notes.insert("read_by".into(), "the node's ports are read by its local rank 0".into());
         return Ok(r);
     }
-    ctx.progress.phase(NAME, "window", cfg.window_ms);
-    std::thread::sleep(Duration::from_millis(cfg.window_ms));
+    // Watch in steps of at most a second, reporting each: a long window is progress, not a
+    // stall, to the launcher.
+    let mut left = cfg.window_ms;
+    while left > 0 {
+        ctx.progress.phase(NAME, "window", cfg.window_ms - left);
+        let step = left.min(1000);
+        std::thread::sleep(Duration::from_millis(step));
+        left -= step;
+    }
     let end = Snapshot::take(&root);
     let (start, span) = match baseline {
         Some(b) => (b, format!("since the worker started ({:.1} s)", end.at.duration_since(b.at).as_secs_f64())),
