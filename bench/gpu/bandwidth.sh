@@ -19,6 +19,10 @@ nvidia-smi -L
 nvidia-smi --query-gpu=index,name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
 nvidia-smi topo -m 2>/dev/null | head -12
 date -u +"date: %Y-%m-%dT%H:%M:%SZ"
+to() { # file, then the command: its output goes to the file (so `wall` still prints here)
+  local f=$1; shift
+  "$@" > "$f" 2>&1
+}
 SIZES=(--check-param "memory-bandwidth.size=$MEM_BYTES" --check-param "host-bandwidth.size=$HOST_BYTES")
 
 summary() { # report.json
@@ -65,11 +69,11 @@ PY
 
 for round in 1 2; do
   echo "== round $round: gpusanity memory-bandwidth,host-bandwidth (every local GPU), then PyTorch"
-  wall "gpusanity-$round" "$BIN" check --micro-benchmarks memory-bandwidth,host-bandwidth "${SIZES[@]}" \
-    --report-dir "$OUT/r$round" > "$OUT/r$round.txt" 2>&1
+  wall "gpusanity-$round" to "$OUT/r$round.txt" "$BIN" check --micro-benchmarks memory-bandwidth,host-bandwidth \
+    "${SIZES[@]}" --report-dir "$OUT/r$round"
   summary "$OUT/r$round/report.json"
-  wall "torch-$round" python3 "$HERE/torch_bandwidth.py" > "$OUT/t$round.json" 2> "$OUT/t$round.err"
-  cat "$OUT/t$round.json"; tail -3 "$OUT/t$round.err"
+  wall "torch-$round" to "$OUT/t$round.json" python3 "$HERE/torch_bandwidth.py"
+  cat "$OUT/t$round.json"
   ratios "$OUT/r$round/report.json" "$OUT/t$round.json"
 done
 
@@ -81,14 +85,14 @@ for b in 2 4 8 16 32; do
 done
 
 echo "== rdma-ports on this machine's own ports (not_applicable without any)"
-wall rdma "$BIN" check --micro-benchmarks rdma-ports --report-dir "$OUT/rdma" > "$OUT/rdma.txt" 2>&1
+wall rdma to "$OUT/rdma.txt" "$BIN" check --micro-benchmarks rdma-ports --report-dir "$OUT/rdma"
 summary "$OUT/rdma/report.json"
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); [print("  ports:", k["notes"]["ports"][:600]) for c in r["checks"] for k in c["ranks"] if "ports" in k.get("notes", {})]' "$OUT/rdma/report.json"
 
 echo "== injected faults on GPU 0 (each must fail and name rank 0)"
 for fault in memory-bandwidth-wrong memory-bandwidth-slow host-bandwidth-slow; do
-  wall "$fault" "$BIN" check --micro-benchmarks memory-bandwidth,host-bandwidth "${SIZES[@]}" --test-faults \
-    --sanity-check-envs "GPUSANITY_FAULT=$fault@0" --report-dir "$OUT/$fault" > "$OUT/$fault.txt" 2>&1
+  wall "$fault" to "$OUT/$fault.txt" "$BIN" check --micro-benchmarks memory-bandwidth,host-bandwidth "${SIZES[@]}" \
+    --test-faults --sanity-check-envs "GPUSANITY_FAULT=$fault@0" --report-dir "$OUT/$fault"
   summary "$OUT/$fault/report.json" | grep -E "^status|finding"
 done
 echo "== a size that does not fit the GPU is refused up front (exit 2)"
