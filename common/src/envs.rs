@@ -57,6 +57,11 @@ pub const ALWAYS_DENIED: &[&str] = &[
 /// The fault-injection variable of the test suite, let through only when enabled.
 pub const FAULT_ENV: &str = "GPUSANITY_FAULT";
 
+/// The test suite's fake /sys/class/infiniband for `rdma-ports`: the launcher passes it to its
+/// workers only when test faults are enabled (and a job can never set it: `GPUSANITY_*` is
+/// denied).
+pub const IB_ROOT_ENV: &str = "GPUSANITY_TEST_IB_ROOT";
+
 /// The most patterns an operator may configure.
 const MAX_PATTERNS: usize = 256;
 

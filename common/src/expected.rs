@@ -164,6 +164,19 @@ mod tests {
         assert_eq!((one.nodes, one.ranks_per_node, one.topology().as_str()), (1, Some(1), "1 node of 1 rank"));
         assert_eq!(Conditions::from_config(&serde_json::Value::Null, &[2, 1]).ranks_per_node, None);
         assert!(Expected::parse("[bands]\nwarn = 0.9\n").is_err());
+        // Memory: only the H200 it was measured on, at the size it was measured with.
+        let mem = Conditions { size: Some(4 << 30), ..Default::default() };
+        assert_eq!(t.lookup("NVIDIA H200", "memory-bandwidth", "gbps", mem).map(|e| e.value), Some(4300.0));
+        for other in ["NVIDIA H100 80GB HBM3", "NVIDIA H200 NVL", "NVIDIA GH200 480GB"] {
+            assert!(t.lookup(other, "memory-bandwidth", "gbps", mem).is_none(), "{other}");
+        }
+        let small = Conditions { size: Some(1 << 20), ..Default::default() };
+        assert!(t.lookup("NVIDIA H200", "memory-bandwidth", "gbps", small).is_none());
+        let host = Conditions { size: Some(256 << 20), ..Default::default() };
+        for model in ["NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"] {
+            assert_eq!(t.lookup(model, "host-bandwidth", "gbps", host).map(|e| e.value), Some(55.0), "{model}");
+        }
+        assert!(t.lookup("NVIDIA GH200 480GB", "host-bandwidth", "gbps", host).is_none());
     }
 
     #[test]

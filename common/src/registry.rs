@@ -32,6 +32,8 @@ impl fmt::Display for CheckGroup {
 pub enum CheckId {
     Gemm,
     KernelLaunch,
+    MemoryBandwidth,
+    HostBandwidth,
     AllReduce,
     AllToAll,
     AllGather,
@@ -41,14 +43,17 @@ pub enum CheckId {
     MiniGpt,
     MegatronGpt,
     Resnet,
+    RdmaPorts,
     GpuHealth,
     PairBandwidth,
 }
 
 impl CheckId {
-    pub const ALL: [CheckId; 13] = [
+    pub const ALL: [CheckId; 16] = [
         CheckId::Gemm,
         CheckId::KernelLaunch,
+        CheckId::MemoryBandwidth,
+        CheckId::HostBandwidth,
         CheckId::AllReduce,
         CheckId::AllToAll,
         CheckId::AllGather,
@@ -58,6 +63,7 @@ impl CheckId {
         CheckId::MiniGpt,
         CheckId::MegatronGpt,
         CheckId::Resnet,
+        CheckId::RdmaPorts,
         CheckId::GpuHealth,
         CheckId::PairBandwidth,
     ];
@@ -67,6 +73,8 @@ impl CheckId {
         match self {
             CheckId::Gemm => "gemm",
             CheckId::KernelLaunch => "kernel-launch",
+            CheckId::MemoryBandwidth => "memory-bandwidth",
+            CheckId::HostBandwidth => "host-bandwidth",
             CheckId::AllReduce => "all-reduce",
             CheckId::AllToAll => "all-to-all",
             CheckId::AllGather => "all-gather",
@@ -77,6 +85,7 @@ impl CheckId {
             CheckId::MegatronGpt => "megatron-gpt",
             CheckId::Resnet => "resnet",
             CheckId::GpuHealth => "gpu-health",
+            CheckId::RdmaPorts => "rdma-ports",
             CheckId::PairBandwidth => "pair-bandwidth",
         }
     }

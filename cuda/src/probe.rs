@@ -52,6 +52,8 @@ const DRIVER: Lib = Lib {
         "cuMemcpyHtoDAsync_v2",
         "cuMemcpyDtoHAsync_v2",
         "cuMemsetD8Async",
+        "cuMemHostAlloc",
+        "cuMemFreeHost",
         "cuGetErrorString",
         "cuStreamWaitEvent",
         "cuEventQuery",

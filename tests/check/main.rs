@@ -2,6 +2,7 @@
 //! faults and bad input, the micro-benchmarks, the model checks, re-measure, and the HTML
 //! run page.
 
+mod bandwidth;
 mod faults;
 mod health;
 mod job_settings;

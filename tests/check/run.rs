@@ -153,8 +153,19 @@ fn list_shows_every_check_of_the_specification() {
     assert_eq!(code(&out), 0);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> = v["checks"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 12);
-    for n in ["gemm", "all-reduce", "kernel-launch", "mini-gpt", "megatron-gpt", "resnet", "gpu-health"] {
+    assert_eq!(names.len(), 15);
+    for n in [
+        "gemm",
+        "all-reduce",
+        "kernel-launch",
+        "memory-bandwidth",
+        "host-bandwidth",
+        "rdma-ports",
+        "mini-gpt",
+        "megatron-gpt",
+        "resnet",
+        "gpu-health",
+    ] {
         assert!(names.contains(&n), "{n}");
     }
     assert_eq!(v["defaults"]["cuda"]["gemm"]["size"], 8192);

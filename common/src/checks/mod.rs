@@ -15,14 +15,17 @@ mod all_reduce;
 mod all_to_all;
 mod gemm;
 mod gpu_health;
+mod host_bandwidth;
 mod kernel_launch;
 mod megatron_gpt;
+mod memory_bandwidth;
 mod mini_gpt;
 mod multi_all_reduce;
 mod network_connectivity;
 mod overlap;
 mod pair_bandwidth;
 mod params;
+pub mod rdma_ports;
 mod resnet;
 
 use serde::Serialize;
@@ -155,6 +158,8 @@ impl CheckId {
         match self {
             CheckId::Gemm => &gemm::DESCRIPTOR,
             CheckId::KernelLaunch => &kernel_launch::DESCRIPTOR,
+            CheckId::MemoryBandwidth => &memory_bandwidth::DESCRIPTOR,
+            CheckId::HostBandwidth => &host_bandwidth::DESCRIPTOR,
             CheckId::AllReduce => &all_reduce::DESCRIPTOR,
             CheckId::AllToAll => &all_to_all::DESCRIPTOR,
             CheckId::AllGather => &all_gather::DESCRIPTOR,
@@ -165,6 +170,7 @@ impl CheckId {
             CheckId::MegatronGpt => &megatron_gpt::DESCRIPTOR,
             CheckId::Resnet => &resnet::DESCRIPTOR,
             CheckId::GpuHealth => &gpu_health::DESCRIPTOR,
+            CheckId::RdmaPorts => &rdma_ports::DESCRIPTOR,
             CheckId::PairBandwidth => &pair_bandwidth::DESCRIPTOR,
         }
     }
@@ -240,7 +246,7 @@ mod tests {
                 assert!(d.columns.iter().any(|(k, _)| k == key), "{id}.{key}");
             }
         }
-        assert_eq!(listed().count(), 12);
+        assert_eq!(listed().count(), 15);
     }
 
     #[test]

@@ -73,6 +73,20 @@ pub fn need(configs: &CheckConfigs, check: CheckId, device: DeviceKind) -> Optio
             let (g, c) = (gemm(m.overlap.gemm_size, device), collective(m.overlap.bytes, device));
             Need { device: add(&[g.device, c.device]), host: add(&[g.host, c.host]) }
         }
+        CheckId::MemoryBandwidth => {
+            // Source and destination; the verification reads back only a few words.
+            let both = mul(&[2, m.memory_bandwidth.size]);
+            match device {
+                DeviceKind::Cuda => Need { device: both, host: 0 },
+                DeviceKind::Cpu => Need { device: 0, host: both },
+            }
+        }
+        CheckId::HostBandwidth => match device {
+            // A pinned host buffer and a device buffer of the copy's size.
+            DeviceKind::Cuda => Need { device: m.host_bandwidth.size, host: m.host_bandwidth.size },
+            // No device link on CPU workers: the check allocates nothing.
+            DeviceKind::Cpu => Need { device: 0, host: 0 },
+        },
         _ => return None,
     })
 }
@@ -109,5 +123,12 @@ mod tests {
         assert_eq!(need(&c, CheckId::MiniGpt, DeviceKind::Cuda), None);
         assert_eq!(gib(u64::MAX), "more than 16 EiB");
         assert_eq!(gib(3 << 30), "3.0 GiB");
+        let mb = need(&c, CheckId::MemoryBandwidth, DeviceKind::Cuda).unwrap();
+        assert_eq!(mb, Need { device: 8 << 30, host: 0 });
+        c.micro.memory_bandwidth.size = u64::MAX / 2 + 1;
+        assert_eq!(need(&c, CheckId::MemoryBandwidth, DeviceKind::Cpu).unwrap().host, u64::MAX);
+        let hb = need(&c, CheckId::HostBandwidth, DeviceKind::Cuda).unwrap();
+        assert_eq!(hb, Need { device: 256 << 20, host: 256 << 20 });
+        assert_eq!(need(&c, CheckId::RdmaPorts, DeviceKind::Cuda), None);
     }
 }

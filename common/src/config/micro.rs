@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::health::GpuHealthConfig;
+use super::bandwidth::{HostBandwidthConfig, MemoryBandwidthConfig, RdmaPortsConfig};
 use super::sweep::SweepConfig;
 use super::{Param, ParamError};
 use crate::report::DeviceKind;
@@ -163,6 +164,11 @@ pub struct MicroConfigs {
     pub kernel_launch: KernelLaunchConfig,
     #[serde(default)]
     pub gpu_health: GpuHealthConfig,
+    pub memory_bandwidth: MemoryBandwidthConfig,
+    #[serde(default)]
+    pub host_bandwidth: HostBandwidthConfig,
+    #[serde(default)]
+    pub rdma_ports: RdmaPortsConfig,
 }
 
 impl MicroConfigs {
@@ -183,6 +189,9 @@ impl MicroConfigs {
                 overlap: OverlapConfig { gemm_size: 8192, bytes: 256 << 20, warmup: 3, iters: 20 },
                 kernel_launch: KernelLaunchConfig { iters: 10_000 },
                 gpu_health: GpuHealthConfig::default(),
+                memory_bandwidth: MemoryBandwidthConfig::defaults(device),
+                host_bandwidth: HostBandwidthConfig::defaults(device),
+                rdma_ports: RdmaPortsConfig::defaults(device),
             },
             DeviceKind::Cpu => MicroConfigs {
                 all_gather: sweep.clone(),
@@ -198,6 +207,9 @@ impl MicroConfigs {
                 overlap: OverlapConfig { gemm_size: 384, bytes: 1 << 20, warmup: 2, iters: 10 },
                 kernel_launch: KernelLaunchConfig { iters: 1000 },
                 gpu_health: GpuHealthConfig::default(),
+                memory_bandwidth: MemoryBandwidthConfig::defaults(device),
+                host_bandwidth: HostBandwidthConfig::defaults(device),
+                rdma_ports: RdmaPortsConfig::defaults(device),
             },
         }
     }

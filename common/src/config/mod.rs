@@ -5,6 +5,7 @@
 //! [`crate::checks`].
 
 pub mod health;
+pub mod bandwidth;
 pub mod memory;
 pub mod micro;
 pub mod models;

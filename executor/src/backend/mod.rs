@@ -8,6 +8,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod mem;
 
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use gpusanity_cuda::CudaDevice;
 use thiserror::Error;
 
 use crate::store::{StoreClient, StoreError};
+pub use mem::{HostDir, HostSide, Verified};
 
 #[derive(Debug, Error)]
 pub enum BackendError {
@@ -296,6 +298,37 @@ pub trait Backend {
     /// Launch latency of an empty kernel over `iters` launches; `NotApplicable` where the
     /// device has no kernels (CPU).
     fn kernel_launch(&mut self, iters: usize) -> Result<LaunchTiming, BackendError>;
+
+    // ---- device memory: a copy of the backend's own ----
+    /// Allocates a source and a destination of `bytes` each (a multiple of 16), fills the
+    /// source with the pattern of [`mem::pattern_word`] with `seed` and the destination with
+    /// zeros. `blocks_per_sm` sizes the copy kernel's grid (GPU).
+    fn copy_load(&mut self, bytes: u64, seed: u32, blocks_per_sm: usize) -> Result<(), BackendError>;
+    /// Copies the source into the destination `iters` times, back to back; the seconds of
+    /// each copy, timed on the device. A GPU copies with its own kernel (16-byte loads and
+    /// stores), the CPU with memcpy.
+    fn copy_run(&mut self, iters: usize) -> Result<Vec<f64>, BackendError>;
+    /// Overwrites byte `offset` of the destination with `value` (fault injection).
+    fn copy_poke(&mut self, offset: u64, value: u8) -> Result<(), BackendError>;
+    /// Verifies the source and the destination against the pattern with `seed`, exactly,
+    /// where they are (on the device for a GPU).
+    fn copy_verify(&mut self, seed: u32) -> Result<Verified, BackendError>;
+    /// Frees the copy's buffers.
+    fn copy_free(&mut self);
+
+    // ---- the host link: pinned host memory and device memory ----
+    /// Allocates a pinned host buffer and a device buffer of `bytes` each (a multiple of 16);
+    /// `NotApplicable` where there is no device link (CPU).
+    fn host_load(&mut self, bytes: u64) -> Result<(), BackendError>;
+    /// Fills one buffer with the pattern with `seed`, or with zeros for `None`.
+    fn host_fill(&mut self, side: HostSide, seed: Option<u32>) -> Result<(), BackendError>;
+    /// Copies the whole buffer in direction `dir` `iters` times, back to back; the seconds of
+    /// each copy, timed on the device.
+    fn host_copy(&mut self, dir: HostDir, iters: usize) -> Result<Vec<f64>, BackendError>;
+    /// Verifies one buffer against the pattern with `seed`, exactly.
+    fn host_verify(&mut self, side: HostSide, seed: u32) -> Result<Verified, BackendError>;
+    /// Frees the host-link buffers.
+    fn host_free(&mut self);
 }
 
 /// Which backend a worker opens.

@@ -10,7 +10,9 @@ pub mod all_to_all;
 pub mod collective;
 pub mod gemm;
 pub mod gpu_health;
+pub mod host_bandwidth;
 pub mod kernel_launch;
+pub mod memory_bandwidth;
 pub mod models;
 pub mod multi_all_reduce;
 pub mod network_connectivity;
@@ -18,6 +20,7 @@ pub mod overlap;
 pub mod pair_bandwidth;
 pub mod pair_schedule;
 pub mod probe_plan;
+pub mod rdma_ports;
 pub mod remeasure;
 
 use gpusanity_common::config::CheckConfigs;
@@ -47,6 +50,15 @@ pub struct CheckCtx<'a> {
     /// The GPU's health reader, started with the worker when `gpu-health` is selected on a
     /// GPU (`None` otherwise, or when NVML could not be read: the error).
     pub health: Option<&'a Result<gpusanity_nvml::Monitor, gpusanity_nvml::NvmlError>>,
+    /// What the worker read before its first check.
+    pub baseline: &'a Baseline,
+}
+
+/// What a worker reads when it starts, for checks that report what changed over the run.
+#[derive(Debug, Default)]
+pub struct Baseline {
+    /// The RDMA ports and their counters (local rank 0, when `rdma-ports` is selected).
+    pub rdma: Option<rdma_ports::Snapshot>,
 }
 
 /// Runs the check `name` on this rank. Errors become a rank result with status `Error`.
@@ -76,6 +88,9 @@ fn run_check(id: CheckId, ctx: &mut CheckCtx<'_>) -> anyhow::Result<RankResult> 
         CheckId::MultiAllReduce => multi_all_reduce::run(ctx),
         CheckId::MatmulAllReduceOverlap => overlap::run(ctx),
         CheckId::KernelLaunch => kernel_launch::run(ctx),
+        CheckId::MemoryBandwidth => memory_bandwidth::run(ctx),
+        CheckId::HostBandwidth => host_bandwidth::run(ctx),
+        CheckId::RdmaPorts => rdma_ports::run(ctx),
         CheckId::MiniGpt | CheckId::MegatronGpt | CheckId::Resnet => models::run(id.as_str(), ctx),
         CheckId::GpuHealth => gpu_health::run(ctx),
         CheckId::PairBandwidth => pair_bandwidth::run(ctx),
@@ -93,6 +108,9 @@ pub fn not_applicable(rank: usize, why: String) -> RankResult {
 /// real, through the same code paths a broken device would take:
 /// - `gemm-wrong`: flips one element of the product before verification;
 /// - `gemm-slow`: runs every timed product four times (the device really does the work);
+/// - `memory-bandwidth-slow`, `host-bandwidth-slow`: every timed copy four times;
+/// - `memory-bandwidth-wrong`: overwrites one byte of the copy's destination before
+///   verification;
 /// - `all-reduce-wrong`, `all-gather-wrong`, `all-to-all-wrong`: corrupts one received element
 ///   before verification;
 /// - `multi-all-reduce-wrong`: corrupts one element of this rank's first group's sum;
@@ -108,31 +126,47 @@ pub fn not_applicable(rank: usize, why: String) -> RankResult {
 /// - `model-slow`: a model check runs each step's forward and backward six times.
 /// - `KIND-once` (e.g. `gemm-slow-once`): `KIND` in the first measurement of a check only, not
 ///   when the diagnosis re-measures it (a transient blip).
+///
+/// Beside them, `GPUSANITY_TEST_IB_ROOT=DIR` makes `rdma-ports` read a fake
+/// /sys/class/infiniband. The launcher passes both variables to its workers only with
+/// `--test-faults`.
 #[derive(Debug, Default, Clone)]
-pub struct Faults(Vec<(String, usize)>);
+pub struct Faults {
+    kinds: Vec<(String, usize)>,
+    ib_root: Option<std::path::PathBuf>,
+}
 
 impl Faults {
     pub fn parse(spec: &str) -> Faults {
-        Faults(
-            spec.split(',')
+        Faults {
+            kinds: spec
+                .split(',')
                 .filter_map(|item| item.trim().split_once('@'))
                 .filter_map(|(k, r)| r.parse().ok().map(|r| (k.to_string(), r)))
                 .collect(),
-        )
+            ib_root: None,
+        }
     }
 
     pub fn from_env() -> Faults {
-        std::env::var(crate::protocol::FAULT_ENV).map(|s| Faults::parse(&s)).unwrap_or_default()
+        let mut f = std::env::var(crate::protocol::FAULT_ENV).map(|s| Faults::parse(&s)).unwrap_or_default();
+        f.ib_root = std::env::var_os(rdma_ports::IB_ROOT_ENV).filter(|v| !v.is_empty()).map(Into::into);
+        f
     }
 
     /// The faults of a check's first measurement: `KIND-once` acts as `KIND`.
     pub fn first_attempt(&self) -> Faults {
-        let mut v = self.0.clone();
-        v.extend(self.0.iter().filter_map(|(k, r)| k.strip_suffix("-once").map(|k| (k.to_string(), *r))));
-        Faults(v)
+        let mut kinds = self.kinds.clone();
+        kinds.extend(self.kinds.iter().filter_map(|(k, r)| k.strip_suffix("-once").map(|k| (k.to_string(), *r))));
+        Faults { kinds, ib_root: self.ib_root.clone() }
     }
 
     pub fn has(&self, kind: &str, rank: usize) -> bool {
-        self.0.iter().any(|(k, r)| k == kind && *r == rank)
+        self.kinds.iter().any(|(k, r)| k == kind && *r == rank)
+    }
+
+    /// The fake /sys/class/infiniband of the tests, if one is set.
+    pub fn ib_root(&self) -> Option<&std::path::PathBuf> {
+        self.ib_root.as_ref()
     }
 }

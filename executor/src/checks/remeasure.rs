@@ -78,6 +78,7 @@ fn reborrow<'b>(ctx: &'b mut CheckCtx<'_>) -> CheckCtx<'b> {
         place: ctx.place,
         configs: ctx.configs,
         progress: ctx.progress,
+        baseline: ctx.baseline,
         faults: ctx.faults,
         health: ctx.health,
     }

@@ -1,6 +1,7 @@
 //! Diagnosis of the micro-benchmarks: the findings that need more than one rank's status (a
-//! failed connectivity pair, a slow group of concurrent all-reduces). Their wrong-result codes
-//! and headline figures are in their descriptors.
+//! failed connectivity pair, a slow group of concurrent all-reduces, a GPU whose host link
+//! drops when the node's GPUs copy at once) and those a check lists itself (the RDMA ports'
+//! faults). Their wrong-result codes and headline figures are in their descriptors.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,6 +17,8 @@ pub fn diagnose(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, finding
     match c.name.parse() {
         Ok(CheckId::NetworkConnectivity) => connectivity(c, ranks, findings),
         Ok(CheckId::MultiAllReduce) => multi_all_reduce(c, ranks, slow_fraction, findings),
+        Ok(CheckId::HostBandwidth) => super::hostlink::host_concurrent(c, ranks, slow_fraction, findings),
+        Ok(CheckId::RdmaPorts) => super::hostlink::rdma_ports(c, ranks, findings),
         _ => {}
     }
 }

@@ -11,6 +11,7 @@
 //!   rank's status and figure (failed probes, slow groups, losses, parameter checksums);
 //! - [`health`]: the GPU health check's readings, judged by the decisions in
 //!   [`gpusanity_common::health`], and the census of each node;
+//! - [`hostlink`]: the RDMA ports' faults and a GPU's host link under load;
 //! - [`links`]: the pairwise link test, slow node or slow link;
 //! - [`verdict`]: healthy / suspect / faulty per node.
 //!
@@ -23,6 +24,7 @@ mod codes_doc;
 pub mod crash;
 pub mod hang;
 pub mod health;
+pub mod hostlink;
 pub mod links;
 pub mod micro;
 pub mod models;

@@ -299,7 +299,8 @@ impl Supervisor {
         let mut cmd = Command::new(exe);
         cmd.arg("worker");
         if !self.test_faults {
-            cmd.env_remove(FAULT_ENV);
+            // Test hooks never reach a worker unless the operator enabled them.
+            cmd.env_remove(FAULT_ENV).env_remove(crate::checks::rdma_ports::IB_ROOT_ENV);
         }
         cmd.env(SPEC_ENV, serde_json::to_string(spec)?)
             // The worker has the secret in its spec; nothing it starts needs it.

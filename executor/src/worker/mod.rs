@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::backend::{self, WorkerPlace};
-use crate::checks::{CheckCtx, Faults, Progress, BARRIER_WAIT};
+use crate::checks::{rdma_ports, Baseline, CheckCtx, Faults, Progress, BARRIER_WAIT};
 use crate::protocol::{WorkerMsg, WorkerSpec, HEARTBEAT_EVERY, SPEC_ENV};
 use crate::store::StoreClient;
 
@@ -54,6 +54,14 @@ pub fn main() -> Result<()> {
 }
 
 fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
+    let faults = Faults::from_env();
+    // The RDMA ports at the start of the run, before anything of ours moves data: the end of
+    // `rdma-ports` compares its own reading with this one.
+    let rdma_selected = spec.checks.iter().any(|c| *c == gpusanity_common::CheckId::RdmaPorts);
+    let baseline = Baseline {
+        rdma: (rdma_selected && spec.local_rank == 0)
+            .then(|| rdma_ports::Snapshot::take(&rdma_ports::root(faults.ib_root()))),
+    };
     let mut store = StoreClient::connect(&spec.store_addr, Duration::from_secs(60), spec.rdzv_secret.clone())?;
     let place = WorkerPlace {
         rank: spec.rank,
@@ -67,7 +75,6 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
         .with_context(|| format!("opening the {} backend on local device {}", spec.device, spec.local_rank))?;
     let device = backend.device_name();
     out.send(&WorkerMsg::Ready { device: device.clone() });
-    let faults = Faults::from_env();
     // Opened before the first check, read by the health check at its turn (docs/health.md).
     let health = crate::checks::gpu_health::watch(backend.as_ref(), &spec.checks);
     if let Some(Err(e)) = &health {
@@ -98,6 +105,7 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
             progress: out,
             faults: &faults,
             health: health.as_ref(),
+            baseline: &baseline,
         };
         let result = crate::checks::remeasure::run(name, &mut ctx, &device);
         out.send(&WorkerMsg::CheckDone { check: name.clone(), duration_s: start.elapsed().as_secs_f64(), result });

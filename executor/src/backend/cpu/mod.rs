@@ -2,6 +2,7 @@
 //! host's cores), and collectives over TCP between worker processes with NCCL's semantics.
 
 mod coll;
+mod copy;
 mod listen;
 pub mod mesh;
 pub mod ring;
@@ -10,7 +11,9 @@ use std::time::Instant;
 
 use gpusanity_common::report::DeviceKind;
 
-use super::{Backend, BackendError, BufId, Dtype, GroupId, LaunchTiming, Timing, Work, WorkerPlace};
+use super::{
+    Backend, BackendError, BufId, Dtype, GroupId, HostDir, HostSide, LaunchTiming, Timing, Verified, Work, WorkerPlace,
+};
 use crate::store::StoreClient;
 use mesh::Mesh;
 use ring::Ring;
@@ -23,6 +26,7 @@ pub struct CpuBackend {
     /// By [`BufId`]; empty once freed, or while a run receives into it.
     bufs: Vec<Option<Vec<f32>>>,
     gemm: Option<GemmBufs>,
+    copy: Option<copy::CopyBufs>,
 }
 
 /// The transport of one group: a ring (all-reduce, all-gather) and a full mesh (all-to-all,
@@ -95,6 +99,7 @@ impl CpuBackend {
             groups: vec![Some(world)],
             bufs: Vec::new(),
             gemm: None,
+            copy: None,
         })
     }
 
@@ -225,4 +230,48 @@ impl Backend for CpuBackend {
             "the CPU backend has no device kernels to launch; kernel launch latency is a GPU figure".into(),
         ))
     }
+
+    fn copy_load(&mut self, bytes: u64, seed: u32, _blocks_per_sm: usize) -> Result<(), BackendError> {
+        self.copy = None;
+        self.copy = Some(copy::CopyBufs::load(bytes, seed)?);
+        Ok(())
+    }
+
+    fn copy_run(&mut self, iters: usize) -> Result<Vec<f64>, BackendError> {
+        Ok(self.copy.as_mut().ok_or_else(|| not_prepared("copy"))?.run(iters))
+    }
+
+    fn copy_poke(&mut self, offset: u64, value: u8) -> Result<(), BackendError> {
+        self.copy.as_mut().ok_or_else(|| not_prepared("copy"))?.poke(offset, value)
+    }
+
+    fn copy_verify(&mut self, seed: u32) -> Result<Verified, BackendError> {
+        Ok(self.copy.as_ref().ok_or_else(|| not_prepared("copy"))?.verify(seed))
+    }
+
+    fn copy_free(&mut self) {
+        self.copy = None;
+    }
+
+    fn host_load(&mut self, _bytes: u64) -> Result<(), BackendError> {
+        Err(BackendError::NotApplicable(NO_DEVICE_LINK.into()))
+    }
+
+    fn host_fill(&mut self, _side: HostSide, _seed: Option<u32>) -> Result<(), BackendError> {
+        Err(BackendError::NotApplicable(NO_DEVICE_LINK.into()))
+    }
+
+    fn host_copy(&mut self, _dir: HostDir, _iters: usize) -> Result<Vec<f64>, BackendError> {
+        Err(BackendError::NotApplicable(NO_DEVICE_LINK.into()))
+    }
+
+    fn host_verify(&mut self, _side: HostSide, _seed: u32) -> Result<Verified, BackendError> {
+        Err(BackendError::NotApplicable(NO_DEVICE_LINK.into()))
+    }
+
+    fn host_free(&mut self) {}
 }
+
+/// Why the host-link check does not apply to CPU workers.
+const NO_DEVICE_LINK: &str =
+    "the CPU backend has no device link: host-to-device bandwidth is a GPU figure (PCIe or NVLink-C2C)";

@@ -12,10 +12,12 @@
 //! - `nccl`: communicator set-up through the rendezvous store.
 //! - `coll`: buffers, collective operations and their concurrent timing.
 //! - `launch`: the empty kernel and launch latency.
+//! - `mem`: the device copy and the host link (hand-written PTX kernels, pinned memory).
 
 mod coll;
 mod gemm;
 mod launch;
+mod mem;
 pub mod nccl;
 #[cfg(test)]
 mod tests;
@@ -29,7 +31,9 @@ use gpusanity_common::report::DeviceKind;
 use gpusanity_cuda::{driver_error, panic_message, CudaDevice, CudaError};
 use half::bf16;
 
-use super::{Backend, BackendError, BufId, Dtype, GroupId, LaunchTiming, Timing, Work, WorkerPlace};
+use super::{
+    Backend, BackendError, BufId, Dtype, GroupId, HostDir, HostSide, LaunchTiming, Timing, Verified, Work, WorkerPlace,
+};
 use crate::store::StoreClient;
 
 pub use gpusanity_cuda::{check_libraries, probe, probe_memory};
@@ -76,6 +80,10 @@ pub struct CudaBackend {
     /// on a stream of its own.
     groups: Vec<Option<coll::Group>>,
     empty_kernel: Option<CudaFunction>,
+    /// The device copy's buffers and the host link's (freed before the kernels).
+    copy: Option<mem::CopyBufs>,
+    host: Option<mem::HostBufs>,
+    mem_kernels: Option<mem::Kernels>,
     /// The context, the main stream and cuBLAS on it: the worker's only ones.
     device: Arc<CudaDevice>,
     place: WorkerPlace,
@@ -94,6 +102,9 @@ impl CudaBackend {
                 bufs: Vec::new(),
                 groups: vec![Some(coll::Group::new(comm))],
                 empty_kernel: None,
+                copy: None,
+                host: None,
+                mem_kernels: None,
                 device,
                 place: place.clone(),
             })
@@ -112,6 +123,14 @@ impl Drop for CudaBackend {
 }
 
 impl CudaBackend {
+    /// The kernels of mem.ptx, loaded on first use.
+    fn mem_kernels(&mut self) -> Result<&mem::Kernels, BackendError> {
+        if self.mem_kernels.is_none() {
+            self.mem_kernels = Some(mem::load(self.device.stream())?);
+        }
+        self.mem_kernels.as_ref().ok_or_else(|| BackendError::Device("mem.ptx not loaded".into()))
+    }
+
     fn buf_mut(&mut self, buf: BufId) -> Result<&mut CudaSlice<bf16>, BackendError> {
         match self.bufs.get_mut(buf.0) {
             Some(Some(b)) => Ok(b),
@@ -226,5 +245,82 @@ impl Backend for CudaBackend {
             let f = self.empty_kernel.as_ref().ok_or_else(|| BackendError::Device("empty kernel not loaded".into()))?;
             launch::measure(self.device.stream(), f, iters)
         })
+    }
+
+    fn copy_load(&mut self, bytes: u64, seed: u32, blocks_per_sm: usize) -> Result<(), BackendError> {
+        self.copy_free();
+        let stream = self.device.stream().clone();
+        let b = guarded("copy_load", || {
+            let k = self.mem_kernels()?;
+            mem::copy_load(k, &stream, bytes, seed, blocks_per_sm)
+        })?;
+        self.copy = Some(b);
+        Ok(())
+    }
+
+    fn copy_run(&mut self, iters: usize) -> Result<Vec<f64>, BackendError> {
+        let stream = self.device.stream().clone();
+        let (Some(k), Some(b)) = (self.mem_kernels.as_ref(), self.copy.as_ref()) else {
+            return Err(not_prepared("copy"));
+        };
+        guarded("copy_run", || mem::copy_run(k, &stream, b, iters))
+    }
+
+    fn copy_poke(&mut self, offset: u64, value: u8) -> Result<(), BackendError> {
+        let b = self.copy.as_ref().ok_or_else(|| not_prepared("copy"))?;
+        guarded("copy_poke", || mem::copy_poke(self.device.stream(), b, offset, value))
+    }
+
+    fn copy_verify(&mut self, seed: u32) -> Result<Verified, BackendError> {
+        let (Some(k), Some(b)) = (self.mem_kernels.as_ref(), self.copy.as_ref()) else {
+            return Err(not_prepared("copy"));
+        };
+        guarded("copy_verify", || mem::copy_verify(k, self.device.stream(), b, seed))
+    }
+
+    fn copy_free(&mut self) {
+        if self.copy.is_some() {
+            let _ = self.device.stream().synchronize();
+            self.copy = None;
+        }
+    }
+
+    fn host_load(&mut self, bytes: u64) -> Result<(), BackendError> {
+        self.host_free();
+        let stream = self.device.stream().clone();
+        let b = guarded("host_load", || {
+            self.mem_kernels()?;
+            mem::host_load(&stream, bytes)
+        })?;
+        self.host = Some(b);
+        Ok(())
+    }
+
+    fn host_fill(&mut self, side: HostSide, seed: Option<u32>) -> Result<(), BackendError> {
+        let stream = self.device.stream().clone();
+        let (Some(k), Some(b)) = (self.mem_kernels.as_ref(), self.host.as_mut()) else {
+            return Err(not_prepared("host-link"));
+        };
+        guarded("host_fill", || mem::host_fill(k, &stream, b, side, seed))
+    }
+
+    fn host_copy(&mut self, dir: HostDir, iters: usize) -> Result<Vec<f64>, BackendError> {
+        let stream = self.device.stream().clone();
+        let b = self.host.as_mut().ok_or_else(|| not_prepared("host-link"))?;
+        guarded("host_copy", || mem::host_copy(&stream, b, dir, iters))
+    }
+
+    fn host_verify(&mut self, side: HostSide, seed: u32) -> Result<Verified, BackendError> {
+        let (Some(k), Some(b)) = (self.mem_kernels.as_ref(), self.host.as_ref()) else {
+            return Err(not_prepared("host-link"));
+        };
+        guarded("host_verify", || mem::host_verify(k, self.device.stream(), b, side, seed))
+    }
+
+    fn host_free(&mut self) {
+        if self.host.is_some() {
+            let _ = self.device.stream().synchronize();
+            self.host = None;
+        }
     }
 }

@@ -259,3 +259,43 @@ fn gpu_two_ranks() {
         }
     });
 }
+
+/// One rank on GPU 0: the copy kernel and the host link, each verified exactly, a poked byte
+/// found at its word, and figures in a sane range. Run on a GPU machine with
+/// `cargo test -p gpusanity-executor gpu_copies -- --ignored --nocapture`.
+#[test]
+#[ignore = "needs a CUDA GPU and NCCL"]
+fn gpu_copies_and_host_link_one_rank() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    rt.spawn(crate::store::serve(listener, None));
+    let mut store = StoreClient::connect(&addr, Duration::from_secs(5), None).unwrap();
+    let mut be = CudaBackend::new(&WorkerPlace::single_node(0, 1), &mut store).unwrap();
+
+    // 64 MiB + 48 bytes: the copy's tail loop runs too.
+    let bytes = (64 << 20) + 48;
+    be.copy_load(bytes, 11, 8).unwrap();
+    assert_eq!(be.copy_verify(11).unwrap().wrong, (bytes / 16), "the destination is still zero");
+    let t = be.copy_run(5).unwrap();
+    println!("copy {bytes} B: {:.1} GB/s r+w", 2.0 * bytes as f64 / t[4] / 1e9);
+    assert_eq!(be.copy_verify(11).unwrap(), Verified::default());
+    be.copy_poke(1000, !crate::backend::mem::pattern_byte(1000, 11)).unwrap();
+    assert_eq!(be.copy_verify(11).unwrap(), Verified { wrong: 1, first: Some(1000 / 16) });
+    be.copy_free();
+
+    let bytes = 32 << 20;
+    be.host_load(bytes).unwrap();
+    be.host_fill(HostSide::Host, Some(5)).unwrap();
+    be.host_fill(HostSide::Device, None).unwrap();
+    let t = be.host_copy(HostDir::ToDevice, 3).unwrap();
+    println!("h2d {bytes} B: {:.1} GB/s", bytes as f64 / t[2] / 1e9);
+    assert_eq!(be.host_verify(HostSide::Device, 5).unwrap(), Verified::default());
+    be.host_fill(HostSide::Device, Some(9)).unwrap();
+    be.host_fill(HostSide::Host, None).unwrap();
+    let t = be.host_copy(HostDir::ToHost, 3).unwrap();
+    println!("d2h {bytes} B: {:.1} GB/s", bytes as f64 / t[2] / 1e9);
+    assert_eq!(be.host_verify(HostSide::Host, 9).unwrap(), Verified::default());
+    assert_eq!(be.host_verify(HostSide::Host, 5).unwrap().wrong, bytes / 16);
+    be.host_free();
+}
