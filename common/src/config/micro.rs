@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::health::GpuHealthConfig;
 use super::bandwidth::{HostBandwidthConfig, MemoryBandwidthConfig, RdmaPortsConfig};
+use super::health::GpuHealthConfig;
 use super::sweep::SweepConfig;
 use super::{Param, ParamError};
 use crate::report::DeviceKind;

@@ -4,8 +4,8 @@
 //! fields; which check owns which fields, and the one `CheckConfigs::apply_params`, are in
 //! [`crate::checks`].
 
-pub mod health;
 pub mod bandwidth;
+pub mod health;
 pub mod memory;
 pub mod micro;
 pub mod models;
