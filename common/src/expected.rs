@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use crate::report::Severity;
+use crate::report::{Link, Severity};
 
 const DATA: &str = include_str!("../data/expected.toml");
 
@@ -38,6 +38,9 @@ pub struct Entry {
     /// depends on how many GPUs share the links.
     #[serde(default)]
     pub ranks_per_node: Option<usize>,
+    /// Holds only when the node's GPUs are linked so (NVLink or PCIe, read from the device).
+    #[serde(default)]
+    pub link: Option<Link>,
     pub source: String,
 }
 
@@ -57,6 +60,8 @@ pub struct Conditions {
     pub nodes: usize,
     /// How many ranks every node has, when every node has the same number.
     pub ranks_per_node: Option<usize>,
+    /// How the GPUs are linked, when every rank reported the same.
+    pub link: Option<Link>,
 }
 
 impl Conditions {
@@ -65,16 +70,25 @@ impl Conditions {
     pub fn from_config(config: &serde_json::Value, node_sizes: &[usize]) -> Conditions {
         let u = |k: &str| config.get(k).and_then(serde_json::Value::as_u64);
         let ranks_per_node = node_sizes.first().copied().filter(|n| node_sizes.iter().all(|m| m == n));
-        Conditions { size: u("size"), max_bytes: u("max_bytes"), nodes: node_sizes.len(), ranks_per_node }
+        Conditions { size: u("size"), max_bytes: u("max_bytes"), nodes: node_sizes.len(), ranks_per_node, link: None }
+    }
+
+    /// The same conditions with the GPUs' link known (or not).
+    pub fn with_link(self, link: Option<Link>) -> Conditions {
+        Conditions { link, ..self }
     }
 
     /// The topology in words, for the report: "1 node of 2 ranks".
     pub fn topology(&self) -> String {
         let nodes = if self.nodes == 1 { "1 node".to_string() } else { format!("{} nodes", self.nodes) };
-        match self.ranks_per_node {
+        let shape = match self.ranks_per_node {
             Some(1) => format!("{nodes} of 1 rank"),
             Some(k) => format!("{nodes} of {k} ranks"),
             None => format!("{nodes} of unequal sizes"),
+        };
+        match self.link {
+            Some(l) if self.ranks_per_node != Some(1) => format!("{shape} over {}", l.as_str()),
+            _ => shape,
         }
     }
 }
@@ -104,6 +118,7 @@ impl Expected {
                 && (e.max_bytes.is_none() || e.max_bytes == when.max_bytes)
                 && (!e.single_node || when.nodes == 1)
                 && (e.ranks_per_node.is_none() || e.ranks_per_node == when.ranks_per_node)
+                && (e.link.is_none() || e.link == when.link)
         })
     }
 }
@@ -153,7 +168,7 @@ mod tests {
         assert!(t.lookup("NVIDIA H100 80GB HBM3", "gemm", "tflops", gemm).is_some());
         let ar = Conditions { max_bytes: Some(1 << 30), ..Default::default() };
         assert!(t.lookup("NVIDIA H200", "all-reduce", "busbw_gbps", ar).is_none(), "multi-node: no NVLink figure");
-        let ar = Conditions { nodes: 1, ranks_per_node: Some(2), ..ar };
+        let ar = Conditions { nodes: 1, ranks_per_node: Some(2), link: Some(Link::Nvlink), ..ar };
         assert_eq!(t.lookup("NVIDIA A100-SXM4-80GB", "all-reduce", "busbw_gbps", ar).map(|e| e.value), Some(220.0));
         // A two-GPU NVLink figure holds neither for one GPU nor for eight.
         for k in [1, 8] {
@@ -166,7 +181,7 @@ mod tests {
         assert!(Expected::parse("[bands]\nwarn = 0.9\n").is_err());
         // Memory: only the H200 it was measured on, at the size it was measured with.
         let mem = Conditions { size: Some(4 << 30), ..Default::default() };
-        assert_eq!(t.lookup("NVIDIA H200", "memory-bandwidth", "gbps", mem).map(|e| e.value), Some(4300.0));
+        assert_eq!(t.lookup("NVIDIA H200", "memory-bandwidth", "gbps", mem).map(|e| e.value), Some(4000.0));
         for other in ["NVIDIA H100 80GB HBM3", "NVIDIA H200 NVL", "NVIDIA GH200 480GB"] {
             assert!(t.lookup(other, "memory-bandwidth", "gbps", mem).is_none(), "{other}");
         }
@@ -186,5 +201,15 @@ mod tests {
         assert_eq!(judge("NVIDIA H200", "gemm", "tflops", when, 600.0), Some((690.0, Some(Severity::Warning))));
         assert_eq!(judge("NVIDIA H200", "gemm", "tflops", when, 400.0), Some((690.0, Some(Severity::Critical))));
         assert_eq!(judge("Intel(R) Xeon(R)", "gemm", "tflops", when, 0.1), None);
+    }
+
+    #[test]
+    fn a_collective_figure_holds_only_over_the_link_it_was_measured_on() {
+        let t = Expected::builtin();
+        let two = Conditions { max_bytes: Some(1 << 30), nodes: 1, ranks_per_node: Some(2), ..Default::default() };
+        assert!(t.lookup("NVIDIA H200", "all-reduce", "busbw_gbps", two.with_link(Some(Link::Nvlink))).is_some());
+        assert!(t.lookup("NVIDIA H200", "all-reduce", "busbw_gbps", two.with_link(Some(Link::Pcie))).is_none());
+        assert!(t.lookup("NVIDIA H200", "all-reduce", "busbw_gbps", two).is_none(), "link unknown: peers only");
+        assert_eq!(two.with_link(Some(Link::Nvlink)).topology(), "1 node of 2 ranks over NVLink");
     }
 }

@@ -134,6 +134,35 @@ pub struct RankInfo {
     pub device: String,
     /// The worker's process id on its node.
     pub pid: u32,
+    /// How the device is linked to the node's other GPUs, as read from the device (NVML on a
+    /// GPU); absent on CPU or where it could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<Link>,
+}
+
+/// How a GPU is linked to the others of its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Link {
+    /// At least one NVLink is up.
+    Nvlink,
+    /// No NVLink is up: the GPUs reach each other over PCIe.
+    Pcie,
+}
+
+impl Link {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Link::Nvlink => "NVLink",
+            Link::Pcie => "PCIe",
+        }
+    }
+}
+
+/// The link every rank reports, when they all report the same one.
+pub fn common_link(ranks: &[RankInfo]) -> Option<Link> {
+    let first = ranks.first()?.link?;
+    ranks.iter().all(|r| r.link == Some(first)).then_some(first)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

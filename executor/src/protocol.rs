@@ -41,6 +41,9 @@ pub enum WorkerMsg {
     /// The backend is open.
     Ready {
         device: String,
+        /// How the device is linked to the node's other GPUs (GPU only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        link: Option<gpusanity_common::report::Link>,
     },
     /// Sent every [`HEARTBEAT_EVERY`] by a thread of its own, whatever the checks are doing: a
     /// worker that stops beating is stopped or dead, not merely waiting.

@@ -85,3 +85,21 @@ pub fn index_of(pci_bus_id: &str) -> Result<u32, NvmlError> {
         .map_err(|e| NvmlError::call(&format!("nvmlDeviceGetHandleByPciBusId({pci_bus_id})"), e))?;
     d.index().map_err(|e| NvmlError::call("nvmlDeviceGetIndex", e))
 }
+
+/// How many NVLinks of the GPU at `pci_bus_id` are up (0: none, or a GPU without NVLink).
+pub fn active_nvlinks(pci_bus_id: &str) -> Result<u32, NvmlError> {
+    let n = nvml()?;
+    let d = n
+        .device_by_pci_bus_id(pci_bus_id)
+        .map_err(|e| NvmlError::call(&format!("nvmlDeviceGetHandleByPciBusId({pci_bus_id})"), e))?;
+    let mut up = 0;
+    for l in 0..monitor::MAX_LINKS {
+        match d.link_wrapper_for(l).is_active() {
+            Ok(true) => up += 1,
+            Ok(false) => {}
+            // Past the device's last link, or no NVLink at all.
+            Err(_) => break,
+        }
+    }
+    Ok(up)
+}

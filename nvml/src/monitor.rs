@@ -27,7 +27,7 @@ use crate::sample::LoadSamples;
 use crate::{nvml, raw, NvmlError};
 
 /// The most NVLinks a GPU has (`NVML_NVLINK_MAX_LINKS`).
-const MAX_LINKS: u32 = 18;
+pub(crate) const MAX_LINKS: u32 = 18;
 /// The most XID events kept from one window (a storm of one XID says no more than this).
 const MAX_EVENTS: usize = 1000;
 

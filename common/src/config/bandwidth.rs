@@ -37,7 +37,7 @@ impl MemoryBandwidthConfig {
     pub fn defaults(device: DeviceKind) -> Self {
         match device {
             // 4 GiB: far beyond any L2 (50 MiB on H100/H200), 8 GiB of device memory in all.
-            DeviceKind::Cuda => MemoryBandwidthConfig { size: 4 << 30, warmup: 5, iters: 20, blocks_per_sm: 8 },
+            DeviceKind::Cuda => MemoryBandwidthConfig { size: 4 << 30, warmup: 5, iters: 20, blocks_per_sm: 2 },
             // 64 MiB: beyond the last-level cache of most hosts, small enough for test runs.
             DeviceKind::Cpu => MemoryBandwidthConfig { size: 64 << 20, warmup: 2, iters: 10, blocks_per_sm: 8 },
         }

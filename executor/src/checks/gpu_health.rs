@@ -46,6 +46,19 @@ pub fn watch(backend: &dyn Backend, checks: &[String]) -> Option<Result<Monitor,
     Some(start(&dev, "worker start"))
 }
 
+/// How the worker's GPU is linked to the node's others, as NVML reads it: NVLink when one of
+/// its links is up, PCIe when none is; `None` on CPU, on a node of one GPU (nothing to link
+/// to), or where NVML cannot tell.
+pub fn link(backend: &dyn Backend, local_gpus: usize) -> Option<gpusanity_common::report::Link> {
+    use gpusanity_common::report::Link;
+    if local_gpus < 2 {
+        return None;
+    }
+    let dev = backend.cuda_device()?;
+    let up = gpusanity_nvml::active_nvlinks(&pci_bus_id(&dev).ok()?).ok()?;
+    Some(if up > 0 { Link::Nvlink } else { Link::Pcie })
+}
+
 /// The PCI bus id of a CUDA device, as NVML takes it (`DDDDDDDD:BB:DD.0`).
 fn pci_bus_id(dev: &CudaDevice) -> Result<String, NvmlError> {
     let ctx = dev.context();

@@ -43,7 +43,10 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
         }
     };
     // The check's own configuration, as the report will show it to node 0's diagnosis.
-    let when = Conditions::from_config(&id.config_value(ctx.configs), &ctx.place.node_sizes);
+    // The link as this rank reads it (the diagnosis takes the one every rank reported).
+    let local_gpus = ctx.place.node_sizes.get(ctx.place.node_rank).copied().unwrap_or(1);
+    let link = super::gpu_health::link(&*ctx.backend, local_gpus);
+    let when = Conditions::from_config(&id.config_value(ctx.configs), &ctx.place.node_sizes).with_link(link);
     let bands = PeerBands::new(ctx.configs.slow_fraction, ctx.backend.kind() == DeviceKind::Cpu);
     let slow = peers::critical_ranks(name, m.key, &figures, bands, when);
     if slow.is_empty() {

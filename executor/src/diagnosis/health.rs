@@ -60,7 +60,15 @@ mod tests {
     use gpusanity_common::report::{CheckStatus, RankResult, Severity};
 
     fn info(rank: usize) -> RankInfo {
-        RankInfo { rank, node_rank: 0, local_rank: rank, host: "n0".into(), device: "NVIDIA H200".into(), pid: 1 }
+        RankInfo {
+            rank,
+            node_rank: 0,
+            local_rank: rank,
+            host: "n0".into(),
+            device: "NVIDIA H200".into(),
+            pid: 1,
+            link: None,
+        }
     }
 
     fn report(ranks: Vec<RankResult>, cfg: &GpuHealthConfig) -> CheckReport {

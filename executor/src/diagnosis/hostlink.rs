@@ -87,6 +87,7 @@ mod tests {
                 host: format!("h{}", i / per_node),
                 device: "NVIDIA H200".into(),
                 pid: 0,
+                link: None,
             })
             .collect()
     }

@@ -196,6 +196,7 @@ mod tests {
                 host: format!("h{}", i / per_node),
                 device: "cpu".into(),
                 pid: 0,
+                link: None,
             })
             .collect()
     }

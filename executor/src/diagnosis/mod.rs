@@ -37,6 +37,7 @@ use gpusanity_common::checks::Metric;
 use gpusanity_common::expected::{Conditions, Expected};
 use gpusanity_common::peers::{self, Figures, PeerBands};
 use gpusanity_common::registry::CheckId;
+use gpusanity_common::report::common_link;
 use gpusanity_common::report::{
     CheckReport, CheckStatus, DeviceKind, Finding, PairBandwidth, RankInfo, RunStatus, Severity,
 };
@@ -149,7 +150,7 @@ fn node_sizes(ranks: &[RankInfo]) -> Vec<usize> {
 /// device model, the expected figure of that model on this topology, both, or neither. An
 /// expected figure holds only for the topology it was measured on (common/data/expected.toml).
 fn note_comparison(c: &mut CheckReport, m: &Metric, ranks: &[RankInfo]) {
-    let when = Conditions::from_config(&c.config, &node_sizes(ranks));
+    let when = Conditions::from_config(&c.config, &node_sizes(ranks)).with_link(common_link(ranks));
     let device = |rank: usize| ranks.iter().find(|r| r.rank == rank).map(|r| r.device.clone()).unwrap_or_default();
     let measured: Vec<(usize, String)> = c
         .ranks
@@ -188,7 +189,13 @@ fn slow_ranks(c: &CheckReport, m: &Metric, ranks: &[RankInfo], bands: PeerBands,
         .filter(|r| r.status == CheckStatus::Passed)
         .filter_map(|r| Some((r.rank, info(r.rank)?.device.clone(), *r.metrics.get(m.key)?)))
         .collect();
-    let judged = peers::judge(&c.name, m.key, &figures, bands, Conditions::from_config(&c.config, &node_sizes(ranks)));
+    let judged = peers::judge(
+        &c.name,
+        m.key,
+        &figures,
+        bands,
+        Conditions::from_config(&c.config, &node_sizes(ranks)).with_link(common_link(ranks)),
+    );
     let below: Vec<_> = judged.iter().filter(|j| j.severity().is_some()).collect();
     let first_key = format!("first_{}", m.key);
     // A collective measured alike by every rank: one finding for the job.

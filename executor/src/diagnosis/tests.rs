@@ -16,6 +16,7 @@ fn ranks(devices: &[&str]) -> Vec<RankInfo> {
             host: format!("n{}", i / 2),
             device: d.to_string(),
             pid: 0,
+            link: None,
         })
         .collect()
 }
@@ -143,9 +144,16 @@ fn a_collective_below_expected_is_one_job_finding_and_only_on_one_node() {
         .into_iter()
         .map(|mut r| {
             r.node_rank = 0;
+            r.link = Some(gpusanity_common::report::Link::Nvlink);
             r
         })
         .collect();
+    // Over PCIe (or a link not read) the NVLink figure does not hold: peers only.
+    let pcie: Vec<RankInfo> =
+        info.iter().cloned().map(|r| RankInfo { link: Some(gpusanity_common::report::Link::Pcie), ..r }).collect();
+    let mut c = vec![check("all-reduce", vec![ar_rank(0, 150.0), ar_rank(1, 150.0)])];
+    c[0].config = serde_json::json!({ "max_bytes": 1u64 << 30 });
+    assert!(diagnose(&mut c, &pcie, 0.8, Overrun::None, DeviceKind::Cuda).findings.is_empty());
     let mut c = vec![check("all-reduce", vec![ar_rank(0, 150.0), ar_rank(1, 150.0)])];
     c[0].config = serde_json::json!({ "max_bytes": 1u64 << 30 });
     let d = diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda);

@@ -58,6 +58,7 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
                         host: node.hostname.clone(),
                         device: String::new(),
                         pid: 0,
+                        link: None,
                     });
                     for c in checks.iter_mut() {
                         let mut r = RankResult::new(rank, CheckStatus::Error);

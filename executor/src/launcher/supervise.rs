@@ -98,6 +98,7 @@ struct Rank {
     spec: WorkerSpec,
     pid: u32,
     device: String,
+    link: Option<gpusanity_common::report::Link>,
     last_beat: Instant,
     progress: Option<(String, String, u64)>,
     progress_seq: u64,
@@ -158,7 +159,10 @@ impl Supervisor {
                         }
                         match msg {
                             WorkerMsg::Heartbeat => {}
-                            WorkerMsg::Ready { device } => r.device = device,
+                            WorkerMsg::Ready { device, link } => {
+                                r.device = device;
+                                r.link = link;
+                            }
                             WorkerMsg::Progress { check, phase, step } => {
                                 bar.set_message(format!("{check}: rank {} {phase} {step}", r.spec.rank));
                                 r.progress_seq += 1;
@@ -269,6 +273,7 @@ impl Supervisor {
                 host: self.hostname.clone(),
                 device: r.device.clone(),
                 pid: r.pid,
+                link: r.link,
             })
             .collect();
         Ok(NodeOutcome { node_rank: self.node_rank, ranks: infos, checks, stop })
@@ -359,6 +364,7 @@ impl Supervisor {
             spec: spec.clone(),
             pid,
             device: String::new(),
+            link: None,
             last_beat: Instant::now(),
             progress: None,
             progress_seq: 0,

@@ -74,7 +74,9 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
     let mut backend = backend::open(spec.device, &place, &mut store)
         .with_context(|| format!("opening the {} backend on local device {}", spec.device, spec.local_rank))?;
     let device = backend.device_name();
-    out.send(&WorkerMsg::Ready { device: device.clone() });
+    let local_gpus = spec.node_sizes.get(spec.node_rank).copied().unwrap_or(1);
+    let link = crate::checks::gpu_health::link(backend.as_ref(), local_gpus);
+    out.send(&WorkerMsg::Ready { device: device.clone(), link });
     // Opened before the first check, read by the health check at its turn (docs/health.md).
     let health = crate::checks::gpu_health::watch(backend.as_ref(), &spec.checks);
     if let Some(Err(e)) = &health {

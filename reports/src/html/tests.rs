@@ -44,6 +44,7 @@ fn report(host_b: &str) -> Report {
             host: if r < 2 { "gpu-a".into() } else { host_b.into() },
             device: "NVIDIA H200".into(),
             pid: 100 + r as u32,
+            link: None,
         })
         .collect();
     let gemm = check(

@@ -4,7 +4,15 @@ use super::*;
 
 fn info(n: usize) -> Vec<RankInfo> {
     (0..n)
-        .map(|rank| RankInfo { rank, node_rank: 0, local_rank: rank, host: "h".into(), device: "dev".into(), pid: 1 })
+        .map(|rank| RankInfo {
+            rank,
+            node_rank: 0,
+            local_rank: rank,
+            host: "h".into(),
+            device: "dev".into(),
+            pid: 1,
+            link: None,
+        })
         .collect()
 }
 
