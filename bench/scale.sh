@@ -16,7 +16,15 @@ echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, checks $CHECKS"
 printf '%6s %9s %-12s %8s %8s %6s %s\n' nodes wall_s exit_codes front back pairs findings
 for n in $NODES; do
   out=$(mktemp -d)
-  port=$(( 20000 + RANDOM % 30000 ))
+  # A free port below the ephemeral range (where the workers' own listeners and connections
+  # take theirs), checked free now.
+  port=$(python3 -c 'import socket,random
+while True:
+    p = random.randint(20000, 32000); s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); print(p); break
+    except OSError: pass
+    finally: s.close()')
   s=$(date +%s%N)
   pids=()
   for r in $(seq 0 $((n - 1))); do
