@@ -99,7 +99,8 @@ fn a_wrong_sasl_password_ends_serve_and_agent_at_start_up_with_one_error() {
         .stderr(log)
         .spawn()
         .unwrap();
-    w.wait_health(Duration::from_secs(60));
+    // Ready, not merely alive: /health answers while start-up still waits for the broker.
+    w.wait_ready(200, Duration::from_secs(60));
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(serve.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     let out = svc::common::wait_output(serve, Duration::from_secs(20));
     assert!(out.status.success(), "{}", std::fs::read_to_string(w.dir.path().join("serve-env.log")).unwrap());

@@ -51,7 +51,18 @@ pub fn two_node_pass(w: &mut World) {
     let mut checks =
         q("SELECT check_name || ':' || CAST(rank AS TEXT) || ':' || status FROM rank_results WHERE run_id = 'RUN'");
     checks.sort();
-    assert_eq!(checks, ["all-reduce:0:passed", "all-reduce:1:passed", "gemm:0:passed", "gemm:1:passed"]);
+    // The default set; gpu-health reads a GPU's own health and says so on CPU workers.
+    assert_eq!(
+        checks,
+        [
+            "all-reduce:0:passed",
+            "all-reduce:1:passed",
+            "gemm:0:passed",
+            "gemm:1:passed",
+            "gpu-health:0:not_applicable",
+            "gpu-health:1:not_applicable"
+        ]
+    );
     let mut health = q("SELECT node_name || ':' || CAST(healthy AS TEXT) FROM node_health WHERE run_id = 'RUN'");
     health.sort();
     assert_eq!(health, ["node-a:1", "node-b:1"]);
