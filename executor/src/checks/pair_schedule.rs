@@ -206,18 +206,7 @@ pub(crate) mod tests {
 
     /// Runs the adaptive schedule against a fabric where `bw(a, b)` is a pair's figure.
     pub(crate) fn simulate(n: usize, bw: impl Fn(usize, usize) -> f64) -> (Vec<PairBandwidth>, usize) {
-        let mut m = Vec::new();
-        let mut rounds = 0;
-        loop {
-            let next = next_round(n, &m);
-            if next.is_empty() {
-                return (m, rounds);
-            }
-            rounds += 1;
-            for p in next {
-                m.push(PairBandwidth { nodes: p, busbw_gbps: bw(p[0], p[1]), round: rounds });
-            }
-        }
+        simulate_noisy(n, |a, b, _| bw(a, b))
     }
 
     /// The schedule against a fabric where `bw(a, b, alone)` is a pair's figure, `alone` when
