@@ -7,6 +7,7 @@
 
 pub mod browse;
 mod fault;
+pub mod lease;
 pub mod outbox;
 pub mod results;
 pub mod runs;

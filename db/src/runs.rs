@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use crate::lease::Fence;
 use crate::{now_ms, Db, Result, Tx};
 
 /// The state of a run the service stores (`runs.state`): checking (or held by KeepJobHang), then
@@ -73,10 +74,10 @@ pub struct RunRow {
     pub summary: String,
 }
 
-const RUN_COLUMNS: &str =
+pub(crate) const RUN_COLUMNS: &str =
     "run_id, job_id, workspace_id, attempt, cause_event_id, nodes, check_args, settings, state, held, created_at, deadline_at, finished_at, summary";
 
-fn run_from_row(r: &AnyRow) -> Result<RunRow> {
+pub(crate) fn run_from_row(r: &AnyRow) -> Result<RunRow> {
     Ok(RunRow {
         run_id: r.try_get(0)?,
         job_id: r.try_get(1)?,
@@ -212,35 +213,54 @@ pub async fn add_transition(tx: &mut Tx, run_id: &str, state: &str, detail: &str
     Ok(())
 }
 
-/// Ends a run in `state`, unless it has ended already (then false: nothing changed).
+/// ` AND owner = $a AND fence = $b` when the write is fenced, from parameter `first` on.
+fn fence_clause(fence: Option<&Fence>, first: usize) -> String {
+    match fence {
+        Some(_) => format!(" AND owner = ${first} AND fence = ${}", first + 1),
+        None => String::new(),
+    }
+}
+
+/// Ends a run in `state`, unless it has ended already (then false: nothing changed). With a
+/// `fence`, only while the run's row still holds that fence (its writer still owns the run);
+/// without (a job stopped, a person's decision), whoever owns it.
 pub async fn finish_run(
     tx: &mut Tx,
     run_id: &str,
     state: ServiceRunState,
     summary: &str,
     report: Option<&str>,
+    fence: Option<&Fence>,
 ) -> Result<bool> {
-    let done = sqlx::query(
-        "UPDATE runs SET state = $1, held = 0, finished_at = $2, summary = $3, report = COALESCE($4, report) WHERE run_id = $5 AND state = 'Checking'",
-    )
-    .bind(state.as_str())
-    .bind(now_ms())
-    .bind(summary)
-    .bind(report)
-    .bind(run_id)
-    .execute(&mut **tx)
-    .await?;
+    let sql = format!(
+        "UPDATE runs SET state = $1, held = 0, finished_at = $2, summary = $3, report = COALESCE($4, report) WHERE run_id = $5 AND state = 'Checking'{}",
+        fence_clause(fence, 6)
+    );
+    let mut q = sqlx::query(&sql).bind(state.as_str()).bind(now_ms()).bind(summary).bind(report).bind(run_id);
+    if let Some(f) = fence {
+        q = q.bind(&f.owner).bind(f.token);
+    }
+    let done = q.execute(&mut **tx).await?;
     transition_if(tx, done.rows_affected(), run_id, state.as_str(), summary).await
 }
 
 /// A KeepJobHang overrun: the run stays `Checking`, held for a person.
-pub async fn hold_run(tx: &mut Tx, run_id: &str, summary: &str, report: Option<&str>) -> Result<bool> {
-    let done = sqlx::query("UPDATE runs SET held = 1, summary = $1, report = COALESCE($2, report) WHERE run_id = $3 AND state = 'Checking' AND held = 0")
-        .bind(summary)
-        .bind(report)
-        .bind(run_id)
-        .execute(&mut **tx)
-        .await?;
+pub async fn hold_run(
+    tx: &mut Tx,
+    run_id: &str,
+    summary: &str,
+    report: Option<&str>,
+    fence: Option<&Fence>,
+) -> Result<bool> {
+    let sql = format!(
+        "UPDATE runs SET held = 1, summary = $1, report = COALESCE($2, report) WHERE run_id = $3 AND state = 'Checking' AND held = 0{}",
+        fence_clause(fence, 4)
+    );
+    let mut q = sqlx::query(&sql).bind(summary).bind(report).bind(run_id);
+    if let Some(f) = fence {
+        q = q.bind(&f.owner).bind(f.token);
+    }
+    let done = q.execute(&mut **tx).await?;
     transition_if(tx, done.rows_affected(), run_id, "Checking", &format!("held (KeepJobHang): {summary}")).await
 }
 

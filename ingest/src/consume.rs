@@ -19,7 +19,7 @@ use gpusanity_common::wire::{Topics, WIRE_VERSION};
 use gpusanity_common::Settings;
 use gpusanity_db::runs::{self, JobRow, RunRow, ServiceRunState};
 use gpusanity_db::DbError;
-use gpusanity_db::{now_ms, outbox, Db, Tx};
+use gpusanity_db::{lease, now_ms, outbox, Db, Tx};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Message, OwnedMessage};
 use thiserror::Error;
@@ -62,6 +62,15 @@ pub struct Ingest {
     pub outbox_wake: Arc<Notify>,
     /// What a job's `--sanity-check-envs` may set.
     pub env_policy: gpusanity_common::envs::EnvPolicy,
+    /// This replica: it owns the runs it stores (their lease starts with the transaction).
+    pub owner: Owner,
+}
+
+/// The replica that stores runs, and how long its first lease on each lasts.
+#[derive(Debug, Clone)]
+pub struct Owner {
+    pub id: String,
+    pub lease: Duration,
 }
 
 /// A fresh output event about a job.
@@ -174,14 +183,23 @@ impl Ingest {
     async fn apply_together(&self, batch: &[OwnedMessage]) -> Applied<Vec<Notice>> {
         let mut tx = self.db.begin().await?;
         let mut notices = Vec::new();
+        let lease_ms = i64::try_from(self.owner.lease.as_millis()).unwrap_or(i64::MAX);
         for m in batch {
             let bytes = m.payload().unwrap_or_default();
+            let before = notices.len();
             let res = match validate::parse(bytes) {
                 Ok(ev) => self.apply(&mut tx, &ev, bytes, &mut notices).await?,
                 Err(r) => Err(r),
             };
             if let Err(reject) = res {
                 self.dead_letter(&mut tx, m, &reject.to_string()).await?;
+            }
+            // The consumer group gave this replica the event's partition: it owns the new run.
+            for n in &notices[before..] {
+                if let Notice::Start(run_id) = n {
+                    let until = now_ms().saturating_add(lease_ms);
+                    lease::own_new(&mut tx, run_id, &self.owner.id, m.partition(), until).await?;
+                }
             }
         }
         tx.commit().await.map_err(DbError::from)?;
@@ -322,7 +340,7 @@ impl Ingest {
         notices: &mut Vec<Notice>,
     ) -> Applied<Option<String>> {
         let Some(run) = runs::active_run_of_job(tx, &ev.job_id).await? else { return Ok(None) };
-        if runs::finish_run(tx, &run.run_id, ServiceRunState::CheckCancelled, reason, None).await? {
+        if runs::finish_run(tx, &run.run_id, ServiceRunState::CheckCancelled, reason, None, None).await? {
             let out = output_event(
                 &run.job_id,
                 &run.workspace_id,

@@ -33,6 +33,7 @@ async fn ingest(dir: &tempfile::TempDir) -> Ingest {
         notices,
         outbox_wake: Arc::new(Notify::new()),
         env_policy: Default::default(),
+        owner: gpusanity_ingest::consume::Owner { id: "test".into(), lease: std::time::Duration::from_secs(10) },
     }
 }
 

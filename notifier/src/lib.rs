@@ -44,12 +44,14 @@ pub struct Notifier {
 impl Notifier {
     /// `output_topic`: the topic whose outbox rows are output events; `report_url`: the
     /// `coordinator.report_url` template, for events that carry no link. Fails on a bad SMTP
-    /// configuration (an unreadable CA file, a malformed sender).
+    /// configuration (an unreadable CA file, a malformed sender). `holder`: this replica's
+    /// name, for the claims on deliveries.
     pub fn new(
         db: Db,
         config: NotifierConfig,
         output_topic: String,
         report_url: String,
+        holder: String,
     ) -> Result<Notifier, NotifyError> {
         config.validate().map_err(NotifyError::Config)?;
         let mailer = email::Mailer::new(&config.smtp, Duration::from_secs_f64(config.email_timeout_s))?;
@@ -74,6 +76,7 @@ impl Notifier {
             wake: Arc::new(Notify::new()),
             inflight: Arc::default(),
             slots: Arc::new(tokio::sync::Semaphore::new(config.concurrency)),
+            holder,
         });
         Ok(Notifier { db, config, output_topic, sender })
     }

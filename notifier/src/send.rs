@@ -34,6 +34,9 @@ pub struct Sender {
     /// [`Sender::run`] so none is sent twice at once.
     pub inflight: Arc<Mutex<Claims>>,
     pub slots: Arc<Semaphore>,
+    /// This replica's name: a delivery is claimed in the database by one replica before it
+    /// is attempted, so several replicas never attempt one delivery at once.
+    pub holder: String,
 }
 
 /// The delay before retry `attempt` (1-based): base * 2^(attempt-1), capped, +-25 % jitter.
@@ -112,6 +115,15 @@ impl Sender {
                     let (me, inflight) = (self.clone(), inflight.clone());
                     tokio::spawn(async move {
                         let (id, attempts) = (d.id, d.attempts + 1);
+                        let claimed = store::claim(&me.db, &d, &me.holder, me.claim_ms()).await;
+                        if !matches!(claimed, Ok(true)) {
+                            // Another replica took it (or the database is away): not ours now.
+                            if let Ok(mut s) = inflight.lock() {
+                                s.release(id, None);
+                            }
+                            drop(permit);
+                            return;
+                        }
                         let recorded = match me.deliver(d).await {
                             Ok(()) => Some(attempts),
                             Err(e) => {
@@ -133,6 +145,13 @@ impl Sender {
             // Woken by the planner and by finished deliveries; the timeout catches retries coming due.
             let _ = tokio::time::timeout(Duration::from_millis(100), self.wake.notified()).await;
         }
+    }
+
+    /// How long a claim on a delivery lasts: past every timeout of one attempt, so it lapses
+    /// only when its replica died during the attempt (then another replica tries again).
+    fn claim_ms(&self) -> i64 {
+        let longest = self.config.webhook_timeout_s.max(self.config.email_timeout_s);
+        (longest * 2000.0) as i64 + 10_000
     }
 
     /// One attempt of one delivery, logged with its outcome.

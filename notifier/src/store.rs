@@ -190,7 +190,7 @@ pub struct Due {
 /// Pending deliveries whose time has come, oldest first.
 pub async fn due(db: &Db, limit: i64) -> Result<Vec<Due>> {
     let rows = sqlx::query(
-        "SELECT id, idempotency_key, channel, target, event, attempts FROM deliveries WHERE status = 'pending' AND next_at <= $1 ORDER BY next_at, id LIMIT $2",
+        "SELECT id, idempotency_key, channel, target, event, attempts FROM deliveries WHERE status = 'pending' AND next_at <= $1 AND claim_until < $1 ORDER BY next_at, id LIMIT $2",
     )
     .bind(now_ms())
     .bind(limit)
@@ -208,6 +208,23 @@ pub async fn due(db: &Db, limit: i64) -> Result<Vec<Due>> {
             })
         })
         .collect()
+}
+
+/// Claims `d` for one attempt by `holder` for `for_ms`: true for the one replica that got it
+/// (the row is still pending with the attempts `d` read, and no live claim is on it).
+pub async fn claim(db: &Db, d: &Due, holder: &str, for_ms: i64) -> Result<bool> {
+    let now = now_ms();
+    let done = sqlx::query(
+        "UPDATE deliveries SET claimed_by = $1, claim_until = $2 WHERE id = $3 AND status = 'pending' AND attempts = $4 AND claim_until < $5",
+    )
+    .bind(holder)
+    .bind(now.saturating_add(for_ms))
+    .bind(d.id)
+    .bind(d.attempts)
+    .bind(now)
+    .execute(&db.pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// What one attempt came to.
@@ -237,7 +254,7 @@ pub async fn record(db: &Db, d: &Due, o: &Outcome) -> Result<()> {
         .execute(&mut *tx)
         .await?;
     sqlx::query(
-        "UPDATE deliveries SET status = $1, attempts = $2, next_at = $3, last_error = $4, sent_at = $5 WHERE id = $6",
+        "UPDATE deliveries SET status = $1, attempts = $2, next_at = $3, last_error = $4, sent_at = $5, claim_until = 0 WHERE id = $6",
     )
     .bind(o.status)
     .bind(attempt)

@@ -25,6 +25,7 @@ pub struct ServiceConfig {
     pub agent_auth: crate::auth::AgentAuthConfig,
     pub jobs: JobsConfig,
     pub log: crate::ops::LogConfig,
+    pub replica: crate::replica::ReplicaConfig,
 }
 
 /// `[jobs]`: what a job's settings may ask of the check.
@@ -51,7 +52,8 @@ impl JobsConfig {
 pub struct KafkaConfig {
     /// Bootstrap servers, `host:port[,host:port...]`.
     pub bootstrap: String,
-    /// Consumer group of the job-events consumer; the agent-reports consumer uses `GROUP-agents`.
+    /// Consumer group of the job-events consumer (shared by the replicas); each replica's
+    /// agent-reports consumer uses a group of its own, `GROUP-agents-REPLICA`.
     pub group: String,
     /// librdkafka properties set on every client of the service and the agents (TLS, SASL:
     /// `security.protocol`, `sasl.mechanism`, `sasl.username`, `ssl.ca.location`...); those
@@ -241,6 +243,7 @@ impl ServiceConfig {
 
     pub fn validate(&self) -> Result<(), String> {
         self.coordinator.validate()?;
+        self.replica.validate()?;
         self.agent_auth.validate()?;
         self.jobs.env_policy()?;
         self.notifier.validate()?;

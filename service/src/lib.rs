@@ -14,6 +14,7 @@ pub mod coordinator;
 pub mod http;
 pub mod ops;
 pub mod outbox;
+pub mod replica;
 pub mod serve;
 pub mod shutdown;
 

@@ -9,18 +9,23 @@ use std::future::IntoFuture;
 
 use anyhow::{Context, Result};
 use gpusanity_db::Db;
-use gpusanity_ingest::consume::{self, Ingest};
+use gpusanity_ingest::consume::{self, Ingest, Owner};
 use gpusanity_ingest::kafka;
 use tokio::sync::{mpsc, Notify};
 
 use crate::auth::Verifier;
 use crate::coordinator::{self, Coordinator};
 use crate::ops::health::Health;
+use crate::coordinator::Replica;
+use crate::outbox::lease::Keeper;
 use crate::outbox::Publisher;
 use crate::{http, ServiceConfig, UsageError};
 
 /// Runs the service under `cfg` (already validated) until a signal or a failure.
 pub async fn run(cfg: ServiceConfig) -> Result<()> {
+    // Held for the process's life: a second replica on one SQLite file is refused.
+    let _sqlite_lock = crate::replica::sqlite_lock(&cfg.database.url).map_err(|e| UsageError(e.to_string()))?;
+    let replica = Replica { id: cfg.replica.id(&cfg.http.listen), lease: cfg.replica.lease() };
     let db = Db::connect(&cfg.database.url).await.map_err(|e| match e {
         gpusanity_db::DbError::BadUrl(_)
         | gpusanity_db::DbError::Options(_)
@@ -59,8 +64,15 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).into_future(),
     );
     kafka::ensure_topics(&conn, &cfg.topics.all(), &spec).await.map_err(crate::agent::topics_error)?;
-    let publisher =
-        Publisher { db: db.clone(), producer: kafka::producer(&conn)?, kafka: conn.clone(), wake: wake.clone() };
+    let keeper = Keeper::new(db.clone(), replica.id.clone(), replica.lease);
+    tokio::spawn(keeper.clone().run());
+    let publisher = Publisher {
+        db: db.clone(),
+        producer: kafka::producer_with_timeout(&conn, keeper.message_timeout())?,
+        kafka: conn.clone(),
+        wake: wake.clone(),
+        keeper: keeper.clone(),
+    };
     let (notices_tx, notices_rx) = mpsc::unbounded_channel();
     let mut coord = Coordinator::new(
         db.clone(),
@@ -69,16 +81,18 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         kafka::producer(&conn)?,
         wake.clone(),
         Verifier::new(ring, std::time::Duration::from_secs(cfg.agent_auth.max_age_s)),
+        replica.clone(),
     );
     coord.resume().await?;
-    let reports =
-        Arc::new(coordinator::subscribe(&conn, &format!("{}-agents", cfg.kafka.group), &cfg.topics.agent_reports)?);
+    let reports_group = format!("{}-agents-{}", cfg.kafka.group, replica.id);
+    let reports = Arc::new(coordinator::subscribe(&conn, &reports_group, &cfg.topics.agent_reports)?);
     let ingest = Ingest {
         db: db.clone(),
         topics: cfg.topics.clone(),
         notices: notices_tx,
         outbox_wake: wake.clone(),
         env_policy,
+        owner: Owner { id: replica.id.clone(), lease: replica.lease },
     };
     let events = Arc::new(consume::subscribe(&conn, &cfg.kafka.group, &cfg.topics.job_events)?);
     tokio::spawn(crate::ops::health::probe(
@@ -91,23 +105,34 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         cfg.notifier.clone(),
         cfg.topics.output.clone(),
         cfg.coordinator.report_url.clone(),
+        replica.id.clone(),
     )
     .map_err(|e| UsageError(e.to_string()))?;
     tokio::spawn(notifier.run());
-    tracing::info!(kafka = conn.bootstrap(), kafka_security = conn.protocol(), database = %cfg.database.url.split('@').next_back().unwrap_or_default(), listen = cfg.http.listen, "serving");
+    tracing::info!(replica = replica.id, kafka = conn.bootstrap(), kafka_security = conn.protocol(), database = %cfg.database.url.split('@').next_back().unwrap_or_default(), listen = cfg.http.listen, "serving");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     // Outages of the broker or the database are waited out inside each part: none of them
     // ends on one.
-    tokio::select! {
+    let ended = tokio::select! {
         r = publisher.run() => r.context("outbox publisher"),
         r = ingest.run(&events) => r.context("job-event consumer"),
-        r = coord.run(notices_rx, reports.clone()) => r.context("coordinator"),
+        r = coord.run(notices_rx, reports.clone(), events.clone()) => r.context("coordinator"),
         r = &mut http_server => match r {
             Ok(r) => r.context("HTTP server"),
             Err(e) => Err(anyhow::Error::from(e).context("HTTP server")),
         },
         _ = stop_signal(&mut term) => Ok(()),
+    };
+    // The parts have stopped (a transaction under way was finished or rolled back as they
+    // were dropped): hand the runs and the publisher's lease over at once, so another
+    // replica takes them without waiting for the leases to run out.
+    keeper.release().await;
+    match db.release_runs_of(&replica.id).await {
+        Ok(n) if n > 0 => tracing::info!(runs = n, "runs handed over"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("handing the runs over: {e}"),
     }
+    ended
 }
 
 /// The environment variable of the metrics token (wins over `http.metrics_token`).

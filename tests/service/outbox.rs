@@ -10,6 +10,7 @@ use gpusanity_common::wire::output::OutputBody;
 use gpusanity_db::{outbox, Db};
 use gpusanity_ingest::consume::output_event;
 use gpusanity_ingest::kafka;
+use gpusanity_service::outbox::lease::Keeper;
 use gpusanity_service::outbox::Publisher;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
@@ -48,8 +49,10 @@ fn an_event_sent_before_a_crash_is_marked_not_sent_again() {
         producer.send(rec, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
         assert_eq!(db.unsent(100).await.unwrap().len(), 3);
 
-        let publisher =
-            Publisher { db: db.clone(), producer, kafka: conn.clone(), wake: Arc::new(tokio::sync::Notify::new()) };
+        let keeper = Keeper::new(db.clone(), "test".into(), Duration::from_secs(10));
+        assert!(keeper.renew().await, "the publisher's lease was free");
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let publisher = Publisher { db: db.clone(), producer, kafka: conn.clone(), wake, keeper };
         assert_eq!(publisher.recover().await.unwrap(), 1, "the event already on the topic was not found");
         let left: Vec<String> = db.unsent(100).await.unwrap().into_iter().map(|r| r.event_id).collect();
         assert_eq!(left, [events[1].event_id.clone(), events[2].event_id.clone()]);

@@ -23,13 +23,19 @@ pub(crate) fn base(conn: &KafkaConn) -> ClientConfig {
 
 /// An idempotent producer (no duplicates or reordering from its own retries), tuned for latency.
 pub fn producer(conn: &KafkaConn) -> Result<FutureProducer, KafkaError> {
+    producer_with_timeout(conn, Duration::from_secs(30))
+}
+
+/// [`producer`] whose messages fail after `timeout` (the outbox publisher's is bounded by its
+/// lease: no message of a round is still in flight once the lease could be taken over).
+pub fn producer_with_timeout(conn: &KafkaConn, timeout: Duration) -> Result<FutureProducer, KafkaError> {
     base(conn)
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "1")
         // Reports (JSON with per-size sweeps) compress about tenfold.
         .set("compression.type", "lz4")
-        .set("message.timeout.ms", "30000")
+        .set("message.timeout.ms", timeout.as_millis().max(1).to_string())
         .set("message.max.bytes", "8000000")
         .create()
 }
@@ -37,17 +43,22 @@ pub fn producer(conn: &KafkaConn) -> Result<FutureProducer, KafkaError> {
 /// A consumer in `group` whose offsets are committed only for messages the caller has stored
 /// (`store_offset`), so nothing is committed before it is handled.
 pub fn group_consumer(conn: &KafkaConn, group: &str) -> Result<StreamConsumer, KafkaError> {
-    base(conn)
-        .set("group.id", group)
+    group_config(conn, group).set("auto.offset.reset", "earliest").create()
+}
+
+/// A group member's settings. The session timeout is the broker's least by default (6 s): a
+/// replica that died loses its partitions to the others that soon.
+fn group_config(conn: &KafkaConn, group: &str) -> ClientConfig {
+    let mut c = base(conn);
+    c.set("group.id", group)
         .set("enable.auto.commit", "true")
         .set("auto.commit.interval.ms", "200")
         .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
         .set("fetch.wait.max.ms", "10")
-        .set("session.timeout.ms", "10000")
+        .set("session.timeout.ms", "6000")
         .set("heartbeat.interval.ms", "1000")
-        .set("fetch.message.max.bytes", "8000000")
-        .create()
+        .set("fetch.message.max.bytes", "8000000");
+    c
 }
 
 /// A consumer that reads every partition of `topic` from its end as of now, without a group

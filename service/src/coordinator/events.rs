@@ -16,7 +16,10 @@ impl Coordinator {
         mut self,
         mut notices: mpsc::UnboundedReceiver<Notice>,
         reports: Arc<StreamConsumer>,
+        events: Arc<StreamConsumer>,
     ) -> Result<()> {
+        self.events = Some(events);
+        self.lease_state.last = Some(Instant::now());
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut backoff = Backoff::default();
@@ -56,6 +59,12 @@ impl Coordinator {
                         .set(i64::try_from(self.agents.live_count(self.config.agent_timeout())).unwrap_or(i64::MAX));
                     self.tick().await
                 }
+                _ = tokio::time::sleep_until(self.next_lease_round()) => {
+                    self.lease_state.last = Some(Instant::now());
+                    let r = self.leases().await;
+                    crate::ops::metrics::METRICS.runs_owned.set(i64::try_from(self.active.len()).unwrap_or(i64::MAX));
+                    r
+                }
             };
             match done {
                 Ok(()) => backoff = Backoff::default(),
@@ -66,6 +75,12 @@ impl Coordinator {
                 }
             }
         }
+    }
+
+    /// When the next lease round is due.
+    fn next_lease_round(&self) -> tokio::time::Instant {
+        let last = self.lease_state.last.unwrap_or_else(Instant::now);
+        tokio::time::Instant::from_std(last + self.replica.period())
     }
 
     /// A notice from the ingest; a new run is read from the database, through an outage.
@@ -83,8 +98,17 @@ impl Coordinator {
                         }
                     }
                 };
-                if let Some(run) = run {
-                    self.admit(run);
+                // The ingest made this replica the run's owner in the run's own transaction.
+                let held = match &run {
+                    Some(_) => self.db.fence_of(&run_id).await.ok().flatten(),
+                    None => None,
+                };
+                if let (Some(run), Some((fence, partition))) = (run, held) {
+                    if fence.owner != self.replica.id {
+                        return;
+                    }
+                    let until = self.replica.trusted_until(Instant::now());
+                    self.admit(run, fence, partition, until);
                     if let Err(e) = self.tick().await {
                         tracing::warn!("coordinator: {e:#}; retried at the next tick");
                     }

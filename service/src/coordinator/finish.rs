@@ -3,6 +3,7 @@
 use gpusanity_common::report::{Finding, Report, Severity};
 use gpusanity_common::wire::output::{FailReason, OutputBody};
 use gpusanity_common::wire::Topics;
+use gpusanity_db::lease::Fence;
 use gpusanity_db::results::{finding_node, store_results};
 use gpusanity_db::runs::{self, RunRow, ServiceRunState};
 use gpusanity_db::{outbox, Db, DbError};
@@ -39,6 +40,9 @@ pub struct Ending<'a> {
     pub summary: &'a str,
     pub report: Option<&'a Report>,
     pub extra: &'a [Finding],
+    /// The fence of the replica that owns the run (None: a person's decision, which holds no
+    /// lease: the stored state alone decides).
+    pub fence: Option<&'a Fence>,
 }
 
 /// Stores the end of `run` and queues its output events. False when the run had already ended
@@ -50,21 +54,21 @@ pub async fn finish(
     run: &RunRow,
     end: Ending<'_>,
 ) -> Result<bool, DbError> {
-    let Ending { verdict, summary, report, extra } = end;
+    let Ending { verdict, summary, report, extra, fence } = end;
     let mut findings: Vec<Finding> = report.map(|r| r.findings.clone()).unwrap_or_default();
     findings.extend(extra.iter().cloned());
     let report_json = report.map(serde_json::to_string).transpose()?;
     let url = report_url.replace("{run_id}", &run.run_id);
     let mut tx = db.begin().await?;
     let changed = match &verdict {
-        Verdict::Hold => runs::hold_run(&mut tx, &run.run_id, summary, report_json.as_deref()).await?,
+        Verdict::Hold => runs::hold_run(&mut tx, &run.run_id, summary, report_json.as_deref(), fence).await?,
         Verdict::Passed => {
-            runs::finish_run(&mut tx, &run.run_id, ServiceRunState::CheckPassed, summary, report_json.as_deref())
-                .await?
+            let state = ServiceRunState::CheckPassed;
+            runs::finish_run(&mut tx, &run.run_id, state, summary, report_json.as_deref(), fence).await?
         }
         Verdict::Failed(_) => {
-            runs::finish_run(&mut tx, &run.run_id, ServiceRunState::CheckFailed, summary, report_json.as_deref())
-                .await?
+            let state = ServiceRunState::CheckFailed;
+            runs::finish_run(&mut tx, &run.run_id, state, summary, report_json.as_deref(), fence).await?
         }
     };
     if !changed {
@@ -160,7 +164,7 @@ pub async fn resolve(
     let summary = format!("resolved by an operator as {}: {note}", if pass { "passed" } else { "failed" });
     let verdict = if pass { Verdict::Passed } else { Verdict::Failed(FailReason::ResolvedByOperator) };
     let report: Option<Report> = db.run_report(run_id).await?.and_then(|r| serde_json::from_str(&r).ok());
-    let end = Ending { verdict, summary: &summary, report: report.as_ref(), extra: &[] };
+    let end = Ending { verdict, summary: &summary, report: report.as_ref(), extra: &[], fence: None };
     if !finish(db, topics, report_url, &run, end).await? {
         return Err(ResolveError::ResolvedMeanwhile(run_id.to_string()));
     }

@@ -13,6 +13,7 @@ mod codes_doc;
 pub mod config;
 mod events;
 pub mod finish;
+pub mod lease;
 mod overrun;
 mod poison;
 mod tick;
@@ -27,7 +28,8 @@ use gpusanity_common::wire::agent::{AgentCommand, AgentReport, CommandBody, Node
 use gpusanity_common::wire::output::FailReason;
 use gpusanity_common::wire::{Topics, WIRE_VERSION};
 use gpusanity_common::{Settings, TimeoutOps};
-use gpusanity_db::runs::RunRow;
+use gpusanity_db::lease::Fence;
+use gpusanity_db::runs::{RunRow, ServiceRunState};
 use gpusanity_db::Db;
 use gpusanity_ingest::kafka::KafkaConn;
 use gpusanity_ingest::Notice;
@@ -39,6 +41,8 @@ use crate::auth::{envelope, rdzv, Direction, Verifier};
 use agents::Agents;
 pub use config::CoordinatorConfig;
 use finish::{node_finding, Ending, Verdict};
+pub use lease::Replica;
+use lease::LeaseState;
 
 /// Where a run is.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,6 +67,12 @@ struct Active {
     results: BTreeMap<usize, NodeResult>,
     /// When node 0's result came; the others get one agent timeout more to report or be lost.
     node0_done: Option<Instant>,
+    /// This replica's hold on the run: named by the write that ends it.
+    fence: Fence,
+    /// The job-events partition the run's event came from.
+    partition: Option<i32>,
+    /// Until when the last renewal of the lease lets this replica act on the run.
+    trusted_until: Instant,
 }
 
 pub struct Coordinator {
@@ -75,6 +85,11 @@ pub struct Coordinator {
     active: HashMap<String, Active>,
     /// Opens the agents' reports and signs the tasks.
     auth: Verifier,
+    /// This replica, for the leases of its runs.
+    pub replica: Replica,
+    lease_state: LeaseState,
+    /// The job-events consumer, whose assignment says which runs this replica may take over.
+    events: Option<Arc<StreamConsumer>>,
 }
 
 impl Coordinator {
@@ -85,6 +100,7 @@ impl Coordinator {
         producer: FutureProducer,
         outbox_wake: Arc<Notify>,
         auth: Verifier,
+        replica: Replica,
     ) -> Self {
         Coordinator {
             db,
@@ -95,21 +111,20 @@ impl Coordinator {
             agents: Agents::default(),
             active: HashMap::new(),
             auth,
+            replica,
+            lease_state: LeaseState::default(),
+            events: None,
         }
     }
 
-    /// Takes up every run left in Checking (not held) by an earlier process.
+    /// Takes up the runs left in Checking (not held) by an earlier process of this replica,
+    /// and those whose lease ran out long ago; the others are taken once the consumer group
+    /// has given this replica their partitions.
     pub async fn resume(&mut self) -> Result<()> {
-        for run in self.db.active_runs().await? {
-            if !run.held {
-                tracing::info!(run_id = run.run_id, "resuming a run left in Checking");
-                self.admit(run);
-            }
-        }
-        Ok(())
+        self.claim(true, &[]).await
     }
 
-    fn admit(&mut self, run: RunRow) {
+    fn admit(&mut self, run: RunRow, fence: Fence, partition: Option<i32>, trusted_until: Instant) {
         let settings: Settings = serde_json::from_value(run.settings.clone()).unwrap_or_default();
         let a = Active {
             run,
@@ -119,6 +134,9 @@ impl Coordinator {
             assigned: HashMap::new(),
             results: BTreeMap::new(),
             node0_done: None,
+            fence,
+            partition,
+            trusted_until,
         };
         self.active.insert(a.run.run_id.clone(), a);
     }
@@ -276,10 +294,17 @@ impl Coordinator {
         tracing::info!(run_id, ?verdict, summary, "run ends");
         // The run stays active until it is stored: a retry after a database outage finds it.
         let label = verdict.label();
-        if self.finish_checked(&a.run, Ending { verdict, summary, report, extra: &extra }).await? {
+        let end = Ending { verdict, summary, report, extra: &extra, fence: Some(&a.fence) };
+        let changed = self.finish_checked(&a.run, end).await?;
+        if changed {
             crate::ops::metrics::METRICS.verdict(label.0, &label.1, a.run.created_at);
         }
         let Some(a) = self.active.remove(run_id) else { return Ok(()) };
+        if !changed && self.db.get_run(run_id).await?.is_some_and(|r| r.state == ServiceRunState::Checking && !r.held)
+        {
+            tracing::warn!(run_id, "the run was taken over by another replica before it ended here: left to it");
+            return Ok(());
+        }
         self.outbox_wake.notify_one();
         let pending = (0..a.run.nodes.len()).any(|k| !a.results.contains_key(&k));
         if pending {
@@ -349,7 +374,11 @@ fn task(a: &Active, k: usize, master: Option<(String, u16)>) -> AgentCommand {
     }
 }
 
-/// Subscribes the coordinator's consumer to the agent-reports topic.
+/// Subscribes the coordinator's consumer to the agent-reports topic. Every replica reads every
+/// report (a group of its own, `group` being this replica's): a run's reports reach its owner
+/// wherever the node's partition is, and every replica knows which agents are alive. A new
+/// replica reads the topic once from its start (reports older than `agent_auth.max_age_s` are
+/// refused as stale); a restarted one goes on from its committed offsets.
 pub fn subscribe(conn: &KafkaConn, group: &str, topic: &str) -> Result<StreamConsumer> {
     let c = gpusanity_ingest::kafka::group_consumer(conn, group)?;
     c.subscribe(&[topic])?;

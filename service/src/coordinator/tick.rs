@@ -16,7 +16,12 @@ impl Coordinator {
         let mut ends: Vec<(String, Verdict, String, Vec<gpusanity_common::report::Finding>)> = Vec::new();
         let mut sends = Vec::new();
         let mut concludes = Vec::new();
+        // Runs whose lease was not renewed in time are not acted on (the lease round drops them).
+        let now = Instant::now();
         for (id, a) in self.active.iter_mut() {
+            if a.trusted_until <= now {
+                continue;
+            }
             let names: Vec<String> = a.run.nodes.iter().map(|n| n.name.clone()).collect();
             if now_ms > a.run.deadline_at + grace_ms {
                 let (v, summary, findings) = overrun::ending(a, &self.agents);

@@ -28,6 +28,9 @@ pub struct Metrics {
     pub kafka_errors: IntCounter,
     pub database_errors: IntCounter,
     pub ready: IntGauge,
+    pub runs_taken_over: IntCounter,
+    pub runs_owned: IntGauge,
+    pub outbox_leader: IntGauge,
 }
 
 fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
@@ -109,6 +112,13 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         kafka_errors: counter(&r, "gpusanity_kafka_errors_total", "Kafka errors seen by this process"),
         database_errors: counter(&r, "gpusanity_database_errors_total", "Database errors seen by this process"),
         ready: gauge(&r, "gpusanity_ready", "1 when /ready answers 200"),
+        runs_taken_over: counter(
+            &r,
+            "gpusanity_runs_taken_over_total",
+            "Runs this process took up from the database (after a restart, or from a replica that lost them)",
+        ),
+        runs_owned: gauge(&r, "gpusanity_runs_owned", "Runs this replica holds the lease of"),
+        outbox_leader: gauge(&r, "gpusanity_outbox_leader", "1 while this replica holds the outbox publisher's lease"),
         registry: r,
     }
 });

@@ -12,6 +12,7 @@
 //! [`MAX_REFUSALS`] times, then marked failed with the broker's error, logged once and counted
 //! (`gpusanity_outbox_refused_total`), so it does not hold back the rows after it.
 
+pub mod lease;
 mod recover;
 
 use std::sync::Arc;
@@ -40,6 +41,8 @@ pub struct Publisher {
     pub producer: FutureProducer,
     pub kafka: kafka::KafkaConn,
     pub wake: Arc<Notify>,
+    /// The lease that makes this replica the one that sends ([`lease`]).
+    pub keeper: lease::Keeper,
 }
 
 /// How a round of sending went.
@@ -75,9 +78,21 @@ fn permanent(e: &KafkaError) -> bool {
 impl Publisher {
     /// Sends until the process ends; outages are waited out, never returned.
     pub async fn run(&self) -> Result<()> {
-        self.recover_until_done().await;
+        let mut leading = false;
         let mut backoff = Backoff::default();
         loop {
+            if !self.keeper.may_send() {
+                // Another replica sends, or the lease is not renewed yet: look again soon.
+                leading = false;
+                tokio::time::sleep(self.keeper.lease / 10).await;
+                continue;
+            }
+            if !leading {
+                // Newly the sender: what the last one sent may not be marked yet.
+                self.recover_until_done().await;
+                leading = true;
+                continue;
+            }
             match self.round().await {
                 Ok(Round::Idle) => {
                     backoff = Backoff::default();

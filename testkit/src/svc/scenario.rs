@@ -115,7 +115,7 @@ pub fn crash_restart(w: &mut World) {
     });
     assert_eq!(end["type"], "CheckPassed", "{end:#}\n{}", w.log("serve"));
     assert!(
-        w.log("serve").contains("resuming a run left in Checking"),
+        w.log("serve").contains("taking up a run left in Checking"),
         "the run was not in flight at the kill:\n{}",
         w.log("serve")
     );
