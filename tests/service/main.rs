@@ -14,4 +14,5 @@ mod ops;
 mod outbox;
 mod poison;
 mod postgres;
+mod replicas;
 mod tls;

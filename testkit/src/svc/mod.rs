@@ -4,7 +4,7 @@
 //! database.
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -16,6 +16,7 @@ pub mod notify;
 pub mod outage;
 mod probe;
 mod reader;
+mod replicas;
 mod scenario;
 pub mod secure;
 
@@ -243,6 +244,12 @@ impl World {
     /// Spawns the binary under `wrap` (a command that ends by exec'ing the binary, e.g.
     /// `ip netns exec NS`, so that the child's pid is the binary's), or directly if it is empty.
     fn spawn_via(&mut self, name: &str, wrap: &[String], args: &[&str]) {
+        let config = self.config.clone();
+        self.spawn_with(name, &config, wrap, args);
+    }
+
+    /// [`World::spawn_via`] with the configuration file `config`.
+    fn spawn_with(&mut self, name: &str, config: &Path, wrap: &[String], args: &[&str]) {
         let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).expect("log");
         let mut c = match wrap.split_first() {
             Some((program, rest)) => {
@@ -254,7 +261,7 @@ impl World {
         };
         c.args(args)
             .arg("--config")
-            .arg(&self.config)
+            .arg(config)
             .env("GPUSANITY_TEST_TAG", &self.tag)
             .env("GPUSANITY_API_TOKEN", TOKEN)
             .env("GPUSANITY_LOG", "info")

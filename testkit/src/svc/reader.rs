@@ -14,6 +14,8 @@ use super::broker;
 pub struct Reader {
     consumer: BaseConsumer,
     pub seen: Vec<Value>,
+    /// When each message of `seen` was read.
+    pub arrived: Vec<Instant>,
 }
 
 impl Reader {
@@ -31,10 +33,19 @@ impl Reader {
             .set("allow.auto.create.topics", "true")
             .create()
             .expect("consumer");
+        // Every partition the topic has now (one if it does not exist yet: created on first use).
+        let partitions: Vec<i32> = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .ok()
+            .and_then(|m| m.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()))
+            .filter(|p: &Vec<i32>| !p.is_empty())
+            .unwrap_or_else(|| vec![0]);
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, 0, Offset::Beginning).expect("partition");
+        for p in partitions {
+            tpl.add_partition_offset(topic, p, Offset::Beginning).expect("partition");
+        }
         consumer.assign(&tpl).expect("assign");
-        Reader { consumer, seen: Vec::new() }
+        Reader { consumer, seen: Vec::new(), arrived: Vec::new() }
     }
 
     /// Reads whatever arrives within `d`.
@@ -47,6 +58,7 @@ impl Reader {
                         serde_json::from_slice(p)
                             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(p).into_owned())),
                     );
+                    self.arrived.push(Instant::now());
                 }
             }
         }
