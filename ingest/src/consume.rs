@@ -40,6 +40,10 @@ pub enum ApplyError {
     Db(#[from] DbError),
     #[error("encoding JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// Another replica stored the same event meanwhile (a rebalance gave both the batch):
+    /// this transaction is rolled back, and applying the batch again skips the event.
+    #[error("job event {0} was stored by another replica meanwhile")]
+    Raced(String),
 }
 
 impl ApplyError {
@@ -48,6 +52,7 @@ impl ApplyError {
         match self {
             ApplyError::Db(e) => e.is_poison(),
             ApplyError::Json(_) => true,
+            ApplyError::Raced(_) => false,
         }
     }
 }
@@ -241,7 +246,9 @@ impl Ingest {
             }
             JobEventBody::JobStopped { reason } => ("JobStopped", self.stopped(tx, ev, reason, notices).await?),
         };
-        runs::record_job_event(tx, &ev.event_id, &ev.job_id, kind, &String::from_utf8_lossy(raw), &decision).await?;
+        if !runs::record_job_event(tx, &ev.event_id, &ev.job_id, kind, &String::from_utf8_lossy(raw), &decision).await? {
+            return Err(ApplyError::Raced(ev.event_id.clone()));
+        }
         Ok(Ok(()))
     }
 

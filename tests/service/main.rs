@@ -4,6 +4,7 @@
 
 mod api_security;
 mod browser;
+mod chaos;
 mod faults;
 mod flow;
 mod forgery;

@@ -111,6 +111,9 @@ impl Publisher {
                     SIGNALS.db_error();
                     let wait = backoff.wait().await;
                     tracing::warn!("outbox: {e}; retried after {wait:?}");
+                    // Rows may have been sent and not marked (the database went away between
+                    // the two): read the topics back before sending again.
+                    leading = false;
                 }
             }
         }

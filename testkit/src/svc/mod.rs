@@ -250,7 +250,12 @@ impl World {
 
     /// [`World::spawn_via`] with the configuration file `config`.
     fn spawn_with(&mut self, name: &str, config: &Path, wrap: &[String], args: &[&str]) {
-        let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).expect("log");
+        // Appended to: a restarted process's log follows its earlier one.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{name}.log")))
+            .expect("log");
         let mut c = match wrap.split_first() {
             Some((program, rest)) => {
                 let mut c = Command::new(program);

@@ -1,0 +1,229 @@
+//! The chaos test: three replicas on a PostgreSQL and a broker of the test's own, real agents on
+//! CPU, 200 jobs; a random replica SIGKILLed every few seconds and restarted, the broker
+//! restarted once and PostgreSQL once, all while the jobs arrive. Every job gets exactly one
+//! verdict, no event id is on the output topic twice, every notification arrives once, no run
+//! stays in Checking, nothing is left running. It prints the counts and the figures
+//! (docs/benchmarks.md, "Replicas").
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gpusanity_testkit::svc;
+use serde_json::{json, Value};
+use svc::notify::{Mode, Receiver};
+use svc::outage::Private;
+use svc::{allocated, World};
+
+use crate::replicas::{verdicts, REPLICA};
+
+const JOBS: usize = 200;
+const REPLICAS: usize = 3;
+const NODES: usize = 4;
+/// Between two job events.
+const PACE: Duration = Duration::from_millis(250);
+const MAX_TIME_MIN: f64 = 2.0;
+const GRACE_S: f64 = 30.0;
+
+/// A number from the clock, for picking a replica and a pause (no seed to keep: any pick must pass).
+fn pick(n: usize) -> usize {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos());
+    nanos.unwrap_or(0) as usize % n
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// The times (Unix ms) of the log lines of `log` that contain `what`.
+fn times_of(log: &str, what: &str) -> Vec<i64> {
+    log.lines()
+        .filter(|l| l.contains(what))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter_map(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.timestamp_millis())
+        .collect()
+}
+
+#[test]
+fn chaos_three_replicas_200_jobs_kills_and_outages() {
+    let _g = svc::common::serial();
+    let kafka = Private::kafka();
+    let pg = Private::postgres();
+    let coordinator = format!("agent_timeout_s = 20.0\nagent_wait_s = 60.0\ndeadline_grace_s = {GRACE_S}");
+    let mut w = World::new_on(&kafka.value, Some(pg.value.clone()), &coordinator);
+    w.partitioned(6);
+    w.notifier("poll_ms = 100\nbackoff_base_s = 0.2\nbackoff_max_s = 1.0\nwebhook_timeout_s = 2.0\nmax_attempts = 1000");
+    for i in 0..REPLICAS {
+        w.serve_replica(i, REPLICA);
+    }
+    w.wait_replicas_ready(&(0..REPLICAS).collect::<Vec<_>>(), REPLICA);
+    let hook = Receiver::start(None, Mode::Ok);
+    w.rule(
+        "ws-1",
+        json!({ "name": "all", "events": ["CheckPassed", "CheckFailed"], "channels": [
+            { "type": "webhook", "url": hook.url("/verdict"), "format": "generic" } ] }),
+    );
+    let nodes: Vec<String> = (0..NODES).map(|k| format!("ch-{k}")).collect();
+    for n in &nodes {
+        w.agent(n);
+    }
+
+    // The output topic, read on a thread of its own so arrival times are exact.
+    let seen: Arc<Mutex<Vec<(Value, Instant)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut reader = w.reader("check-events");
+    let reading = {
+        let (seen, stop) = (seen.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                reader.drain(Duration::from_millis(50));
+                let mut s = seen.lock().expect("lock");
+                for (v, at) in reader.seen.drain(..).zip(reader.arrived.drain(..)) {
+                    s.push((v, at));
+                }
+            }
+        })
+    };
+    // The jobs, one every PACE, on a thread of their own; (job, published at).
+    let producer = w.job_producer();
+    let publishing = {
+        let nodes = nodes.clone();
+        std::thread::spawn(move || {
+            let mut sent = Vec::with_capacity(JOBS);
+            for j in 0..JOBS {
+                let job = format!("job-ch-{j}");
+                let ev = allocated(
+                    &format!("ch-ev-{j}"),
+                    &job,
+                    &[nodes[j % NODES].as_str()],
+                    &format!("--sanity-check-max-time={MAX_TIME_MIN}"),
+                );
+                let at = Instant::now();
+                producer.send(&job, &ev);
+                sent.push((job, at));
+                std::thread::sleep(PACE);
+            }
+            sent
+        })
+    };
+
+    // The chaos, while the jobs arrive: a replica killed every 3-5 s and restarted a second
+    // later; the broker restarted at about 15 s, PostgreSQL at about 30 s.
+    let t0 = Instant::now();
+    let (mut kills, mut kafka_done, mut pg_done) = (Vec::new(), false, false);
+    while !publishing.is_finished() {
+        std::thread::sleep(Duration::from_millis(3000 + 500 * pick(5) as u64));
+        let i = pick(REPLICAS);
+        w.kill(&format!("serve-{i}"));
+        kills.push(chrono::Utc::now().timestamp_millis());
+        std::thread::sleep(Duration::from_secs(1));
+        w.serve_replica(i, REPLICA);
+        if !kafka_done && t0.elapsed() > Duration::from_secs(15) {
+            kafka.halt();
+            std::thread::sleep(Duration::from_secs(3));
+            kafka.resume();
+            kafka_done = true;
+        } else if !pg_done && t0.elapsed() > Duration::from_secs(30) {
+            pg.halt();
+            std::thread::sleep(Duration::from_secs(3));
+            pg.resume();
+            pg_done = true;
+        }
+    }
+    let sent = publishing.join().expect("publisher thread");
+    assert!(kafka_done && pg_done, "the jobs went out before both outages: make PACE longer");
+
+    // Every job's verdict, within max time and grace.
+    let limit = Duration::from_secs_f64(MAX_TIME_MIN * 60.0 + GRACE_S);
+    let wait_start = Instant::now();
+    loop {
+        let s = seen.lock().expect("lock");
+        let all: Vec<Value> = s.iter().map(|(v, _)| v.clone()).collect();
+        drop(s);
+        let by_job = verdicts(&all);
+        if by_job.len() == JOBS {
+            break;
+        }
+        assert!(
+            wait_start.elapsed() < limit,
+            "{} of {JOBS} jobs have a verdict; missing: {:?}",
+            by_job.len(),
+            (0..JOBS).map(|j| format!("job-ch-{j}")).filter(|j| !by_job.contains_key(j)).take(20).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    reading.join().expect("reader thread");
+    let seen = std::mem::take(&mut *seen.lock().expect("lock"));
+    let all: Vec<Value> = seen.iter().map(|(v, _)| v.clone()).collect();
+    let by_job = verdicts(&all);
+    let mut passed = 0;
+    for (job, v) in &by_job {
+        assert_eq!(v.len(), 1, "{job} has {} verdicts: {v:?}", v.len());
+        passed += usize::from(v[0] == "CheckPassed");
+    }
+    // Healthy CPU nodes: every verdict is a pass (a failure here is a false positive).
+    let failed: Vec<&Value> = all.iter().filter(|v| v["type"] == "CheckFailed").collect();
+    assert!(failed.is_empty(), "healthy nodes failed: {failed:#?}");
+
+    // Publish to SanityCheckStarted.
+    let published: HashMap<&str, Instant> = sent.iter().map(|(j, at)| (j.as_str(), *at)).collect();
+    let mut latency: Vec<f64> = seen
+        .iter()
+        .filter(|(v, _)| v["type"] == "SanityCheckStarted")
+        .filter_map(|(v, at)| published.get(v["job_id"].as_str()?).map(|p| at.duration_since(*p).as_secs_f64() * 1e3))
+        .collect();
+    latency.sort_by(f64::total_cmp);
+    assert_eq!(latency.len(), JOBS, "a job has no SanityCheckStarted, or two");
+
+    // Every notification once.
+    let got = hook.wait_for(JOBS, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(3));
+    let mut keys: HashMap<String, usize> = HashMap::new();
+    for r in hook.requests() {
+        *keys.entry(r.header("idempotency-key").to_string()).or_default() += 1;
+    }
+    let twice = keys.values().filter(|&&n| n > 1).count();
+    assert_eq!(keys.len(), JOBS, "{} notifications for {JOBS} verdicts", got.len());
+    assert_eq!(twice, 0, "notifications that arrived twice: {twice}");
+
+    // No run left in Checking, none past max time and grace.
+    assert_eq!(w.sql("SELECT COUNT(*) FROM runs WHERE state = 'Checking'"), ["0"]);
+    let longest: i64 =
+        w.sql("SELECT MAX(finished_at - created_at) FROM runs").first().and_then(|v| v.parse().ok()).unwrap_or(0);
+    assert!((longest as f64) < limit.as_secs_f64() * 1000.0, "a run took {longest} ms");
+
+    // Failover: from each kill to the takeovers that followed it (before the next kill).
+    let mut taken: Vec<i64> = (0..REPLICAS)
+        .flat_map(|i| times_of(&w.log(&format!("serve-{i}")), "taking up a run left in Checking"))
+        .collect();
+    taken.sort_unstable();
+    let mut failover: Vec<f64> = taken
+        .iter()
+        .filter_map(|t| kills.iter().rev().find(|k| *k <= t).map(|k| (t - k) as f64 / 1000.0))
+        .collect();
+    failover.sort_by(f64::total_cmp);
+    w.shutdown();
+    eprintln!(
+        "chaos: {JOBS} jobs, {passed} passed, {} failed; {} replica kills; broker and PostgreSQL restarted once each; \
+         {} output events, 0 duplicated; {} notifications, 0 twice; {} runs taken over, failover p50 {:.1} s p99 {:.1} s; \
+         publish to SanityCheckStarted p50 {:.0} ms p99 {:.0} ms; longest run {:.1} s",
+        JOBS - passed,
+        kills.len(),
+        all.len(),
+        keys.len(),
+        failover.len(),
+        percentile(&failover, 0.5),
+        percentile(&failover, 0.99),
+        percentile(&latency, 0.5),
+        percentile(&latency, 0.99),
+        longest as f64 / 1000.0
+    );
+}
