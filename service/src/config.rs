@@ -25,6 +25,8 @@ pub struct ServiceConfig {
     pub agent_auth: crate::auth::AgentAuthConfig,
     pub jobs: JobsConfig,
     pub log: crate::ops::LogConfig,
+    /// `[isolation]`: act on NodeIsolated (drain the node through Slurm); off by default.
+    pub isolation: crate::isolation::IsolationConfig,
 }
 
 /// `[jobs]`: what a job's settings may ask of the check.
@@ -243,6 +245,7 @@ impl ServiceConfig {
         self.coordinator.validate()?;
         self.agent_auth.validate()?;
         self.jobs.env_policy()?;
+        self.isolation.scontrol()?;
         self.notifier.validate()?;
         self.http.tokens()?;
         let h = &self.http;
