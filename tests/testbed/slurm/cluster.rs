@@ -74,7 +74,9 @@ impl Cluster {
         std::fs::write(&key_file, key).map_err(|e| e.to_string())?;
         std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o400)).map_err(|e| e.to_string())?;
         let host = self.bed.host.clone().ok_or("the bed has no host address")?;
+        // slurmctld finds itself in SlurmctldHost by its short host name.
         let hostname = nix::unistd::gethostname().map_err(|e| e.to_string())?.to_string_lossy().into_owned();
+        let hostname = hostname.split('.').next().unwrap_or_default().to_string();
         let ctld_port = std::net::TcpListener::bind((host.as_str(), 0))
             .and_then(|l| l.local_addr())
             .map_err(|e| format!("no port on {host}: {e}"))?
@@ -96,6 +98,7 @@ impl Cluster {
              SchedulerType=sched/builtin\nSelectType=select/linear\nMailProg=/bin/true\nReturnToService=2\n\
              SlurmctldTimeout=60\nSlurmdTimeout=300\nMessageTimeout=20\nInactiveLimit=0\nMinJobAge=10\nKillWait=5\n\
              HealthCheckProgram={p}/healthcheck.sh\nHealthCheckInterval=5\nHealthCheckNodeState=ANY\n\
+             Prolog={p}/prolog.sh\nPrologFlags=Alloc\nPrologEpilogTimeout=120\n\
              {nodes}PartitionName=test Nodes=node[1-3] Default=YES MaxTime=INFINITE State=UP\n",
             pid = std::process::id(),
         );
@@ -116,7 +119,23 @@ impl Cluster {
         );
         let hc = d.join("healthcheck.sh");
         std::fs::write(&hc, script).map_err(|e| e.to_string())?;
-        std::fs::set_permissions(&hc, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())
+        std::fs::set_permissions(&hc, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+        // The prolog: the same quick check, its exit status Slurm's to act on; off until
+        // prolog/on exists, with prolog/fault-NODE as above.
+        std::fs::create_dir_all(d.join("prolog")).map_err(|e| e.to_string())?;
+        let script = format!(
+            "#!/bin/sh\nd={p}/prolog\n[ -f $d/on ] || exit 0\n\
+             export PATH=/usr/sbin:/usr/bin:/sbin:/bin SLURM_CONF={conf} GPUSANITY_TEST_TAG={tag}\n\
+             n=$SLURMD_NODENAME\n\
+             GPUSANITY_FAULT=$(cat $d/fault-$n 2>/dev/null) exec {bin} check --quick --device cpu --nproc-per-node 1 \
+             --test-faults --slurm-drain --report-dir $d/report-$n > $d/out-$n 2>&1\n",
+            conf = self.conf.display(),
+            tag = self.tag,
+            bin = bin(),
+        );
+        let prolog = d.join("prolog.sh");
+        std::fs::write(&prolog, script).map_err(|e| e.to_string())?;
+        std::fs::set_permissions(&prolog, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())
     }
 
     /// A daemon in a process group of its own, its output in log/NAME.out, carrying the tag.

@@ -10,7 +10,8 @@ pub mod cluster;
 mod scenarios;
 
 /// The programs the cluster needs.
-const PROGRAMS: [&str; 7] = ["munged", "slurmctld", "slurmd", "srun", "scontrol", "sinfo", "nsenter"];
+const PROGRAMS: [&str; 9] =
+    ["munged", "slurmctld", "slurmd", "srun", "sbatch", "squeue", "scontrol", "sinfo", "nsenter"];
 
 /// Why the cluster cannot run here, if it cannot.
 pub fn missing_programs() -> Option<String> {

@@ -5,7 +5,9 @@
 //! 3. node3 is drained by hand ("maintenance");
 //! 4. slurmd's HealthCheckProgram (`gpusanity check --quick --slurm-drain`) passes on every
 //!    node: it resumes node2 (gpusanity's drain) and leaves node3 drained (someone else's);
-//! 5. with a fault on node1, the HealthCheckProgram drains node1 with gpusanity's reason.
+//! 5. with a fault on node1, the HealthCheckProgram drains node1 with gpusanity's reason;
+//! 6. node3 resumed by hand, a fault there in the prolog: a batch job on node3 never runs, node3
+//!    is drained with gpusanity's reason and the job is requeued and held.
 //!
 //! Then the cluster is stopped and nothing it started is left.
 
@@ -52,6 +54,17 @@ fn hc_runs(dir: &Path, node: &str, since: u128) -> Vec<(u128, u128, i32)> {
         })
         .filter(|(s, _, _)| *s > since)
         .collect()
+}
+
+/// Only the daemons carry the tag: no check, step or job is running.
+fn wait_quiet(c: &Cluster) -> bool {
+    let daemons = ["munged", "slurmctld", "slurmd"];
+    wait_for(Duration::from_secs(30), || {
+        tagged_processes(&c.tag).iter().all(|(pid, _)| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            daemons.contains(&comm.trim())
+        })
+    })
 }
 
 fn now_ns() -> u128 {
@@ -152,16 +165,36 @@ fn slurm_1_job_step_drain_health_check_program_and_resume() {
         quick.iter().sum::<f64>() / quick.len() as f64,
     );
 
-    // Nothing left: the health checks end, the daemons stop, no process carries the tag.
+    // 6. The prolog: a failing quick check on node3 stops a batch job there.
     std::fs::remove_file(dir.join("hc/on")).unwrap();
-    let daemons = ["munged", "slurmctld", "slurmd"];
-    let quiet = wait_for(Duration::from_secs(30), || {
-        tagged_processes(&c.tag).iter().all(|(pid, _)| {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            daemons.contains(&comm.trim())
-        })
+    assert!(wait_quiet(&c), "checks still running: {:?}", tagged_processes(&c.tag));
+    let out = c.slurm("scontrol", &["update", "nodename=node3", "state=resume"]);
+    assert!(out.status.success(), "{}", show(&out));
+    std::fs::write(dir.join("prolog/fault-node3"), "gemm-wrong@0").unwrap();
+    std::fs::write(dir.join("prolog/on"), "").unwrap();
+    let ran = dir.join("batch-ran");
+    let wrap = format!("echo ran > {}", ran.display());
+    let out = c.slurm("sbatch", &["--parsable", "-N1", "-w", "node3", "-o", "/dev/null", "--wrap", &wrap]);
+    assert!(out.status.success(), "{}", show(&out));
+    let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let drained = wait_for(HC_LIMIT, || c.state("node3").is_ok_and(|s| s.drained_by("gpusanity:")));
+    assert!(drained, "node3 was not drained by its prolog: {:?}\n{}", c.state("node3"), c.logs());
+    let squeue =
+        || String::from_utf8_lossy(&c.slurm("squeue", &["-h", "-j", &job, "-o", "%T|%r"]).stdout).trim().to_string();
+    let held = wait_for(Duration::from_secs(30), || {
+        let q = squeue();
+        q.starts_with("PENDING|") && q.to_ascii_lowercase().contains("held")
     });
-    assert!(quiet, "checks still running: {:?}", tagged_processes(&c.tag));
+    assert!(held, "job {job} is `{}`, not requeued and held\n{}", squeue(), c.logs());
+    assert!(!ran.exists(), "the batch job ran after a failed prolog");
+    let node3 = state(&c, "node3");
+    assert!(node3.reason.as_deref().unwrap_or("").starts_with("gpusanity: GEMM_WRONG_RESULT"), "{node3:?}");
+    eprintln!("slurm prolog: job {job} `{}`, node3 `{}`", squeue(), node3.reason.unwrap_or_default());
+    let _ = c.slurm("scancel", &[&job]);
+    std::fs::remove_file(dir.join("prolog/on")).unwrap();
+
+    // Nothing left: the checks have ended, the daemons stop, no process carries the tag.
+    assert!(wait_quiet(&c), "checks still running: {:?}", tagged_processes(&c.tag));
     let left = c.stop();
     assert!(left.is_empty(), "processes left after the daemons stopped: {left:?}");
     for k in 0..NODES.len() {
