@@ -4,9 +4,10 @@
 //! = "slurm"` turns it on); `dry_run = true` logs the scontrol command instead of running it.
 //!
 //! It reads the output topic in a consumer group of its own (`GROUP-isolation`): with several
-//! replicas of the service each event is acted on once. A group without committed offsets
-//! starts at the topic's end, and events older than `max_event_age_s` are skipped, so that
-//! turning the backend on never drains the nodes of old runs. Resuming is left to a passing
+//! replicas of the service each event is acted on once, and a restart goes on from the group's
+//! committed offset (nothing published meanwhile is missed). Events older than
+//! `max_event_age_s` are skipped, so that turning the backend on (a new group reads the topic
+//! from its start) never drains the nodes of old runs. Resuming is left to a passing
 //! `gpusanity check --slurm-drain` on the node (a prolog or HealthCheckProgram, docs/slurm.md).
 
 use std::time::Duration;
@@ -86,20 +87,9 @@ pub fn action(payload: &[u8], prefix: &str, max_age: Duration) -> Result<Option<
     Ok(Some(Action::Drain { node, reason: drain_reason(prefix, &unique, &reason) }))
 }
 
-/// The backend's consumer: group `group`, from the end of the topic when the group is new.
+/// The backend's consumer in `group`: offsets committed only for the events handled.
 pub fn subscribe(conn: &KafkaConn, group: &str, topic: &str) -> Result<StreamConsumer> {
-    let c: StreamConsumer = conn
-        .client_config()
-        .set("log_level", "3")
-        .set("group.id", group)
-        .set("enable.auto.commit", "true")
-        .set("auto.commit.interval.ms", "200")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "latest")
-        .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "1000")
-        .set("fetch.message.max.bytes", "8000000")
-        .create()?;
+    let c = gpusanity_ingest::kafka::group_consumer(conn, group)?;
     c.subscribe(&[topic])?;
     Ok(c)
 }

@@ -7,6 +7,7 @@ mod browser;
 mod faults;
 mod flow;
 mod forgery;
+mod isolation;
 mod notify_email;
 mod notify_restart;
 mod notify_webhook;
