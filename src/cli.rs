@@ -14,14 +14,6 @@ use gpusanity_executor::launcher::{self, rendezvous::TopologyFlags, CheckOptions
 use gpusanity_executor::store::auth::SECRET_ENV;
 use gpusanity_executor::store::Secret;
 
-/// The settings of `--quick`, under SanityCheckArgs and the flags: what fits well inside the
-/// 60 s Slurm gives a HealthCheckProgram (about 5 s on a GPU node, 3 s on two CPU workers).
-const QUICK: [(&str, &str); 3] = [
-    ("--micro-benchmarks", "gpu-health,gemm,kernel-launch,memory-bandwidth"),
-    ("--sanity-check-timeout-per-test", "0.5"),
-    ("--sanity-check-max-time", "0.75"),
-];
-
 /// The longest rendezvous wait `--rdzv-timeout` takes, in seconds.
 const MAX_RDZV_TIMEOUT_S: f64 = 86_400.0;
 
@@ -171,7 +163,7 @@ impl CheckArgs {
     fn settings(&self) -> Result<Settings, gpusanity_common::SettingsError> {
         let mut s = Settings::default();
         if self.quick {
-            for (name, value) in QUICK {
+            for (name, value) in crate::slurm::QUICK {
                 s.apply(name, value)?;
             }
         }
@@ -252,27 +244,18 @@ impl CheckArgs {
 impl CheckArgs {
     /// The flags, or with `--quick` this node alone on loopback (the job's environment ignored).
     fn topology(&self) -> Result<TopologyFlags, UsageError> {
-        if !self.quick {
-            return Ok(TopologyFlags {
-                nnodes: self.nnodes,
-                node_rank: self.node_rank,
-                master_addr: self.master_addr.clone(),
-                master_port: self.master_port,
-                node_names: self.node_names.clone(),
-            });
+        let flags = TopologyFlags {
+            nnodes: self.nnodes,
+            node_rank: self.node_rank,
+            master_addr: self.master_addr.clone(),
+            master_port: self.master_port,
+            node_names: self.node_names.clone(),
+        };
+        if self.quick {
+            crate::slurm::quick_topology(&flags)
+        } else {
+            Ok(flags)
         }
-        if self.nnodes.is_some_and(|n| n != 1) || self.node_rank.is_some_and(|r| r != 0) || self.node_names.is_some() {
-            return Err(UsageError(
-                "--quick checks this node alone: drop --nnodes, --node-rank and --node-names".into(),
-            ));
-        }
-        Ok(TopologyFlags {
-            nnodes: Some(1),
-            node_rank: Some(0),
-            master_addr: Some("127.0.0.1".into()),
-            master_port: Some(self.master_port.unwrap_or(0)),
-            node_names: None,
-        })
     }
 }
 

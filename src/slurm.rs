@@ -1,11 +1,36 @@
-//! The Slurm flags of `gpusanity check`: after node 0's verdict, drain the faulty nodes and
-//! resume the nodes of a passing run that gpusanity drained (docs/slurm.md). The logic is the
-//! `gpusanity-slurm` crate's; this file only maps flags to it and reports what it did.
+//! The Slurm side of `gpusanity check`: `--quick` (one node alone, a short check set) and,
+//! after node 0's verdict, `--slurm-drain` (drain the faulty nodes, resume the nodes of a
+//! passing run that gpusanity drained; docs/slurm.md). The logic is the `gpusanity-slurm`
+//! crate's; this file only maps flags to it and reports what it did.
 
 use clap::Args;
 use gpusanity_common::report::Report;
+use gpusanity_executor::launcher::rendezvous::TopologyFlags;
 use gpusanity_executor::launcher::UsageError;
 use gpusanity_slurm::{plan, Scontrol, DEFAULT_PREFIX};
+
+/// The settings of `--quick`, under SanityCheckArgs and the flags: what fits well inside the
+/// 60 s Slurm gives a HealthCheckProgram (about 5 s on a GPU node, 2 s on one CPU worker).
+pub const QUICK: [(&str, &str); 3] = [
+    ("--micro-benchmarks", "gpu-health,gemm,kernel-launch,memory-bandwidth"),
+    ("--sanity-check-timeout-per-test", "0.5"),
+    ("--sanity-check-max-time", "0.75"),
+];
+
+/// `--quick`: this node alone on loopback, whatever the job's environment says (a prolog of a
+/// multi-node job has its SLURM_* variables); flags that name other nodes are refused.
+pub fn quick_topology(flags: &TopologyFlags) -> Result<TopologyFlags, UsageError> {
+    if flags.nnodes.is_some_and(|n| n != 1) || flags.node_rank.is_some_and(|r| r != 0) || flags.node_names.is_some() {
+        return Err(UsageError("--quick checks this node alone: drop --nnodes, --node-rank and --node-names".into()));
+    }
+    Ok(TopologyFlags {
+        nnodes: Some(1),
+        node_rank: Some(0),
+        master_addr: Some("127.0.0.1".into()),
+        master_port: Some(flags.master_port.unwrap_or(0)),
+        node_names: None,
+    })
+}
 
 #[derive(Debug, Args)]
 pub struct SlurmArgs {

@@ -197,12 +197,12 @@ impl Cluster {
         });
         if !idle {
             let log = self.logs();
-            // Where slurmd cannot read cgroups (none mounted), Slurm cannot run here.
-            if log.contains("Unable to initialize cgroup plugin") {
-                return Err(format!(
-                    "slurmd cannot start here (no cgroup file system): {}",
-                    log.lines().last().unwrap_or("")
-                ));
+            // A daemon that ended at its start (slurmd without a usable cgroup file system,
+            // for one) says that Slurm cannot run on this machine, not that gpusanity failed.
+            if !self.daemons_alive() {
+                let errors: Vec<&str> = log.lines().filter(|l| l.contains("error")).collect();
+                let tail = errors[errors.len().saturating_sub(3)..].join(" | ");
+                return Err(format!("a Slurm daemon ended at its start here: {tail}"));
             }
             panic!(
                 "the Slurm nodes never became idle:\n{}\n{log}",
