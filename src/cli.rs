@@ -130,9 +130,17 @@ pub struct CheckArgs {
     /// Override a check parameter: CHECK.KEY=VALUE, e.g. gemm.size=4096 (repeatable; `gpusanity list` shows them).
     #[arg(long = "check-param", value_name = "CHECK.KEY=VALUE")]
     check_params: Vec<String>,
-    /// The name this node goes by in the report and its findings [default: the hostname].
+    /// The name this node goes by in the report, its findings and Slurm actions [env:
+    /// SLURMD_NODENAME (set by Slurm in steps, prologs and health checks); default: the hostname].
     #[arg(long)]
     node_name: Option<String>,
+    /// Quick single-node mode (a Slurm prolog or HealthCheckProgram): gpu-health, gemm,
+    /// kernel-launch and memory-bandwidth on this node alone, no rendezvous (SLURM_NNODES and
+    /// the job's other nodes are ignored), 30 s per test and 45 s in all unless given.
+    #[arg(long)]
+    quick: bool,
+    #[command(flatten)]
+    slurm: crate::slurm::SlurmArgs,
     /// An environment-variable pattern `--sanity-check-envs` may set (`NCCL_*`, `UCX_TLS`;
     /// repeatable; replaces the defaults, see docs/security.md). Loader, file, path, plugin
     /// and gpusanity variables stay refused whatever is allowed.
@@ -154,6 +162,11 @@ impl CheckArgs {
     /// Defaults, then SanityCheckArgs, then the individual flags; validated once.
     fn settings(&self) -> Result<Settings, gpusanity_common::SettingsError> {
         let mut s = Settings::default();
+        if self.quick {
+            for (name, value) in crate::slurm::QUICK {
+                s.apply(name, value)?;
+            }
+        }
         if let Some(args) = &self.sanity_check_args {
             s.apply_args_str(args)?;
         }
@@ -208,13 +221,7 @@ impl CheckArgs {
             .into());
         }
         Ok(CheckOptions {
-            topology: TopologyFlags {
-                nnodes: self.nnodes,
-                node_rank: self.node_rank,
-                master_addr: self.master_addr.clone(),
-                master_port: self.master_port,
-                node_names: self.node_names.clone(),
-            },
+            topology: self.topology()?,
             nproc_per_node: self.nproc_per_node,
             device: self.device,
             settings: self.settings()?,
@@ -222,12 +229,33 @@ impl CheckArgs {
             restart_count: self.restart_count()?,
             check_params: self.check_params.clone(),
             report_dir: self.report_dir.clone(),
-            node_name: self.node_name.clone(),
+            node_name: self
+                .node_name
+                .clone()
+                .or_else(|| std::env::var("SLURMD_NODENAME").ok().filter(|n| !n.trim().is_empty())),
             rdzv_timeout: Duration::from_secs_f64(self.rdzv_timeout),
             rdzv_secret: self.rdzv_secret()?,
             command: self.command.clone(),
             env_policy: EnvPolicy::new(&self.allow_envs, self.test_faults).map_err(|e| UsageError(e.to_string()))?,
         })
+    }
+}
+
+impl CheckArgs {
+    /// The flags, or with `--quick` this node alone on loopback (the job's environment ignored).
+    fn topology(&self) -> Result<TopologyFlags, UsageError> {
+        let flags = TopologyFlags {
+            nnodes: self.nnodes,
+            node_rank: self.node_rank,
+            master_addr: self.master_addr.clone(),
+            master_port: self.master_port,
+            node_names: self.node_names.clone(),
+        };
+        if self.quick {
+            crate::slurm::quick_topology(&flags)
+        } else {
+            Ok(flags)
+        }
     }
 }
 
@@ -258,10 +286,15 @@ pub fn run(cli: Cli) -> ExitCode {
 
 fn check(args: &CheckArgs) -> ExitCode {
     let result = args.options().and_then(|opts| {
+        let slurm = args.slurm.scontrol()?;
         // One thread: workers are tied to it by PR_SET_PDEATHSIG, so it must live as long as
         // the launcher does.
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        rt.block_on(launcher::check(opts))
+        let finished = rt.block_on(launcher::check(opts))?;
+        if let (Some(scontrol), Some(report)) = (&slurm, &finished.report) {
+            crate::slurm::act(scontrol, report);
+        }
+        Ok(finished.handover)
     });
     match result {
         Ok(Handover::Exit(code)) => code,

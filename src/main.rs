@@ -3,6 +3,7 @@
 mod agent;
 mod cli;
 mod serve;
+mod slurm;
 
 use std::process::ExitCode as ProcessExit;
 

@@ -26,6 +26,8 @@ pub struct ServiceConfig {
     pub jobs: JobsConfig,
     pub log: crate::ops::LogConfig,
     pub replica: crate::replica::ReplicaConfig,
+    /// `[isolation]`: act on NodeIsolated (drain the node through Slurm); off by default.
+    pub isolation: crate::isolation::IsolationConfig,
 }
 
 /// `[jobs]`: what a job's settings may ask of the check.
@@ -246,6 +248,7 @@ impl ServiceConfig {
         self.replica.validate()?;
         self.agent_auth.validate()?;
         self.jobs.env_policy()?;
+        self.isolation.scontrol()?;
         self.notifier.validate()?;
         self.http.tokens()?;
         let h = &self.http;

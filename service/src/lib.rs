@@ -12,6 +12,7 @@ pub mod auth;
 pub mod config;
 pub mod coordinator;
 pub mod http;
+pub mod isolation;
 pub mod ops;
 pub mod outbox;
 pub mod replica;

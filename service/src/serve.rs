@@ -109,6 +109,13 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
     )
     .map_err(|e| UsageError(e.to_string()))?;
     tokio::spawn(notifier.run());
+    // Beside NodeIsolated itself, in a group of its own; off by default.
+    if let Some(scontrol) = cfg.isolation.scontrol().map_err(UsageError)? {
+        let group = format!("{}-isolation", cfg.kafka.group);
+        let consumer = crate::isolation::subscribe(&conn, &group, &cfg.topics.output)?;
+        let max_age = std::time::Duration::from_secs(cfg.isolation.max_event_age_s);
+        tokio::spawn(crate::isolation::run(consumer, scontrol, max_age));
+    }
     tracing::info!(replica = replica.id, kafka = conn.bootstrap(), kafka_security = conn.protocol(), database = %cfg.database.url.split('@').next_back().unwrap_or_default(), listen = cfg.http.listen, "serving");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     // Outages of the broker or the database are waited out inside each part: none of them

@@ -70,6 +70,7 @@ impl Run {
             .env_remove("SLURM_NNODES")
             .env_remove("SLURM_NODEID")
             .env_remove("SLURM_JOB_NODELIST")
+            .env_remove("SLURMD_NODENAME")
             .env_remove("GPUSANITY_RDZV_SECRET");
         c.stdin(Stdio::null());
         c

@@ -14,4 +14,5 @@ mod rendezvous_auth;
 mod report_page;
 mod run;
 mod scale;
+mod slurm;
 mod stall;

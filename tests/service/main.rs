@@ -8,6 +8,7 @@ mod chaos;
 mod faults;
 mod flow;
 mod forgery;
+mod isolation;
 mod notify_email;
 mod notify_restart;
 mod notify_webhook;

@@ -5,6 +5,7 @@
 //! (saying why) where root, iproute2, tc or cgroup v1 cpu are missing.
 
 mod netns;
+mod slurm;
 use gpusanity_testkit::svc;
 
 use std::time::Duration;

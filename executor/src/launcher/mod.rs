@@ -65,8 +65,22 @@ pub enum Handover {
     Exit(ExitCode),
 }
 
+/// How `gpusanity check` ended on this node: the hand-over, and on node 0 the report it wrote
+/// (for actions on the verdict, such as draining faulty nodes through Slurm).
+#[derive(Debug)]
+pub struct Finished {
+    pub handover: Handover,
+    pub report: Option<gpusanity_common::report::Report>,
+}
+
+impl From<Handover> for Finished {
+    fn from(handover: Handover) -> Finished {
+        Finished { handover, report: None }
+    }
+}
+
 /// Runs `gpusanity check` on this node.
-pub async fn check(opts: CheckOptions) -> Result<Handover> {
+pub async fn check(opts: CheckOptions) -> Result<Finished> {
     let started = Instant::now();
     let env: std::collections::HashMap<String, String> = std::env::vars().collect();
     let topo = rendezvous::resolve(&opts.topology, &env).map_err(|e| UsageError(e.to_string()))?;
@@ -76,7 +90,7 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
     if let Some(reason) = skip_reason(&opts) {
         let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
         log.push(CheckState::CheckSkipped, reason)?;
-        return finish_pass(&opts, &mut log);
+        return finish_pass(&opts, &mut log).map(Finished::from);
     }
 
     let (device, nproc, devices) = resolve_device(&opts)?;
@@ -145,9 +159,10 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
     if let Err(e) = cluster.post_outcome(&outcome).await {
         // Cut off from node 0 (its link is down, or node 0 is gone): nobody will hear us.
         eprintln!("gpusanity: node {} cannot reach the rendezvous store: {e:#}; its results are lost", topo.node_rank);
-        return Ok(Handover::Exit(ExitCode::CheckFailed));
+        return Ok(Handover::Exit(ExitCode::CheckFailed).into());
     }
 
+    let mut written = None;
     let verdict = if is_master {
         let wait = opts.settings.timeout_per_test().min(Duration::from_secs(600)) + Duration::from_secs(30);
         let outcomes = cluster.gather(outcome, wait).await;
@@ -163,14 +178,15 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
         print!("{}", gpusanity_reports::text::summary(&report));
         let v = Verdict { status: report.status, summary: report.summary.clone(), hold };
         cluster.publish_verdict(&v).await;
+        written = Some(report);
         v
     } else {
         cluster.await_verdict(opts.settings.max_time() + Duration::from_secs(60)).await?
     };
 
-    match verdict.status {
-        RunStatus::Passed | RunStatus::Skipped => finish_pass(&opts, &mut log),
-        RunStatus::Failed => Ok(Handover::Exit(ExitCode::CheckFailed)),
+    let handover = match verdict.status {
+        RunStatus::Passed | RunStatus::Skipped => finish_pass(&opts, &mut log)?,
+        RunStatus::Failed => Handover::Exit(ExitCode::CheckFailed),
         RunStatus::TimedOut if verdict.hold => {
             eprintln!("gpusanity: a test overran and --sanity-check-timeout-ops=KeepJobHang: staying in Checking until SIGTERM (report written)");
             wait_for_sigterm().await;
@@ -178,10 +194,11 @@ pub async fn check(opts: CheckOptions) -> Result<Handover> {
             if is_master {
                 rewrite_events(&opts.report_dir, &log)?;
             }
-            Ok(Handover::Exit(ExitCode::TimedOut))
+            Handover::Exit(ExitCode::TimedOut)
         }
-        RunStatus::TimedOut => Ok(Handover::Exit(ExitCode::TimedOut)),
-    }
+        RunStatus::TimedOut => Handover::Exit(ExitCode::TimedOut),
+    };
+    Ok(Finished { handover, report: written })
 }
 
 /// Some nodes never arrived: node 0 writes a report naming them and fails the run; every node
@@ -193,14 +210,14 @@ fn missing_nodes(
     configs: &CheckConfigs,
     log: &mut EventLog,
     m: node::MissingNodes,
-) -> Result<Handover> {
+) -> Result<Finished> {
     let names: Vec<String> = m.missing.iter().map(|k| k.to_string()).collect();
     if !is_master {
         eprintln!(
             "gpusanity: node(s) {} never arrived at the rendezvous; node 0 fails the run (CheckFailed)",
             names.join(", ")
         );
-        return Ok(Handover::Exit(ExitCode::CheckFailed));
+        return Ok(Handover::Exit(ExitCode::CheckFailed).into());
     }
     let checks = opts.settings.selected_checks();
     log.push(CheckState::Checking, format!("{device}: waiting for {} node(s)", m.nodes.len()))?;
@@ -217,7 +234,7 @@ fn missing_nodes(
     report.events = log.events.clone();
     write_report(&opts.report_dir, &report)?;
     print!("{}", gpusanity_reports::text::summary(&report));
-    Ok(Handover::Exit(ExitCode::CheckFailed))
+    Ok(Finished { handover: Handover::Exit(ExitCode::CheckFailed), report: Some(report) })
 }
 
 fn skip_reason(opts: &CheckOptions) -> Option<String> {
