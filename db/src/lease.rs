@@ -104,12 +104,8 @@ impl Db {
              ) RETURNING {RUN_COLUMNS}, fence, kpartition",
             in_list("kpartition", 6, partitions.len())
         );
-        let mut q = sqlx::query(&sql)
-            .bind(owner)
-            .bind(until)
-            .bind(i64::from(own))
-            .bind(now)
-            .bind(now.saturating_sub(stale_ms));
+        let mut q =
+            sqlx::query(&sql).bind(owner).bind(until).bind(i64::from(own)).bind(now).bind(now.saturating_sub(stale_ms));
         for p in partitions {
             q = q.bind(i64::from(*p));
         }

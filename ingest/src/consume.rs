@@ -246,7 +246,8 @@ impl Ingest {
             }
             JobEventBody::JobStopped { reason } => ("JobStopped", self.stopped(tx, ev, reason, notices).await?),
         };
-        if !runs::record_job_event(tx, &ev.event_id, &ev.job_id, kind, &String::from_utf8_lossy(raw), &decision).await? {
+        if !runs::record_job_event(tx, &ev.event_id, &ev.job_id, kind, &String::from_utf8_lossy(raw), &decision).await?
+        {
             return Err(ApplyError::Raced(ev.event_id.clone()));
         }
         Ok(Ok(()))
@@ -420,8 +421,9 @@ impl Ingest {
 }
 
 /// Subscribes a group consumer to the job-events topic.
-pub fn subscribe(conn: &crate::kafka::KafkaConn, group: &str, topic: &str) -> Result<StreamConsumer> {
-    let c = crate::kafka::group_consumer(conn, group)?;
+/// `instance`: this replica's id, its static membership of the group.
+pub fn subscribe(conn: &crate::kafka::KafkaConn, group: &str, instance: &str, topic: &str) -> Result<StreamConsumer> {
+    let c = crate::kafka::static_member(conn, group, instance)?;
     c.subscribe(&[topic])?;
     Ok(c)
 }

@@ -14,9 +14,9 @@ use gpusanity_ingest::kafka;
 use tokio::sync::{mpsc, Notify};
 
 use crate::auth::Verifier;
+use crate::coordinator::Replica;
 use crate::coordinator::{self, Coordinator};
 use crate::ops::health::Health;
-use crate::coordinator::Replica;
 use crate::outbox::lease::Keeper;
 use crate::outbox::Publisher;
 use crate::{http, ServiceConfig, UsageError};
@@ -94,7 +94,7 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         env_policy,
         owner: Owner { id: replica.id.clone(), lease: replica.lease },
     };
-    let events = Arc::new(consume::subscribe(&conn, &cfg.kafka.group, &cfg.topics.job_events)?);
+    let events = Arc::new(consume::subscribe(&conn, &cfg.kafka.group, &replica.id, &cfg.topics.job_events)?);
     tokio::spawn(crate::ops::health::probe(
         health,
         vec![(events.clone(), cfg.topics.job_events.clone()), (reports.clone(), cfg.topics.agent_reports.clone())],

@@ -58,7 +58,9 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
     let coordinator = format!("agent_timeout_s = 20.0\nagent_wait_s = 60.0\ndeadline_grace_s = {GRACE_S}");
     let mut w = World::new_on(&kafka.value, Some(pg.value.clone()), &coordinator);
     w.partitioned(6);
-    w.notifier("poll_ms = 100\nbackoff_base_s = 0.2\nbackoff_max_s = 1.0\nwebhook_timeout_s = 2.0\nmax_attempts = 1000");
+    w.notifier(
+        "poll_ms = 100\nbackoff_base_s = 0.2\nbackoff_max_s = 1.0\nwebhook_timeout_s = 2.0\nmax_attempts = 1000",
+    );
     for i in 0..REPLICAS {
         w.serve_replica(i, REPLICA);
     }
@@ -205,10 +207,8 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
         .flat_map(|i| times_of(&w.log(&format!("serve-{i}")), "taking up a run left in Checking"))
         .collect();
     taken.sort_unstable();
-    let mut failover: Vec<f64> = taken
-        .iter()
-        .filter_map(|t| kills.iter().rev().find(|k| *k <= t).map(|k| (t - k) as f64 / 1000.0))
-        .collect();
+    let mut failover: Vec<f64> =
+        taken.iter().filter_map(|t| kills.iter().rev().find(|k| *k <= t).map(|k| (t - k) as f64 / 1000.0)).collect();
     failover.sort_by(f64::total_cmp);
     w.shutdown();
     eprintln!(

@@ -46,6 +46,13 @@ pub fn group_consumer(conn: &KafkaConn, group: &str) -> Result<StreamConsumer, K
     group_config(conn, group).set("auto.offset.reset", "earliest").create()
 }
 
+/// [`group_consumer`] as the static member `instance` of the group: a member that restarts
+/// within the session timeout gets its partitions back without a rebalance of the others,
+/// and two processes with one instance id are refused by the broker (one is fenced).
+pub fn static_member(conn: &KafkaConn, group: &str, instance: &str) -> Result<StreamConsumer, KafkaError> {
+    group_config(conn, group).set("auto.offset.reset", "earliest").set("group.instance.id", instance).create()
+}
+
 /// A group member's settings. The session timeout is the broker's least by default (6 s): a
 /// replica that died loses its partitions to the others that soon.
 fn group_config(conn: &KafkaConn, group: &str) -> ClientConfig {

@@ -41,8 +41,8 @@ use crate::auth::{envelope, rdzv, Direction, Verifier};
 use agents::Agents;
 pub use config::CoordinatorConfig;
 use finish::{node_finding, Ending, Verdict};
-pub use lease::Replica;
 use lease::LeaseState;
+pub use lease::Replica;
 
 /// Where a run is.
 #[derive(Debug, Clone, PartialEq)]
@@ -300,8 +300,7 @@ impl Coordinator {
             crate::ops::metrics::METRICS.verdict(label.0, &label.1, a.run.created_at);
         }
         let Some(a) = self.active.remove(run_id) else { return Ok(()) };
-        if !changed && self.db.get_run(run_id).await?.is_some_and(|r| r.state == ServiceRunState::Checking && !r.held)
-        {
+        if !changed && self.db.get_run(run_id).await?.is_some_and(|r| r.state == ServiceRunState::Checking && !r.held) {
             tracing::warn!(run_id, "the run was taken over by another replica before it ended here: left to it");
             return Ok(());
         }

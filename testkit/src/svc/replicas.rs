@@ -25,7 +25,11 @@ impl World {
             // Replica 0 answers on the world's own port (World::http_call reaches it).
             let port = if i == 0 { self.http } else { common::free_port() };
             let text = std::fs::read_to_string(&self.config).expect("config");
-            let text = text.replacen(&format!("listen = \"127.0.0.1:{}\"", self.http), &format!("listen = \"127.0.0.1:{port}\""), 1);
+            let text = text.replacen(
+                &format!("listen = \"127.0.0.1:{}\"", self.http),
+                &format!("listen = \"127.0.0.1:{port}\""),
+                1,
+            );
             std::fs::write(&path, format!("{text}\n[replica]\nid = \"r{i}\"\n{replica}\n")).expect("config");
         }
         let text = std::fs::read_to_string(&path).expect("config");
@@ -44,7 +48,11 @@ impl World {
         self.spawn_with(&name, &config, &[], &["serve"]);
         let start = Instant::now();
         while !matches!(self.http_call_on(port, "GET", "/health"), Some(200)) {
-            assert!(start.elapsed() < Duration::from_secs(60), "replica {i} never became healthy:\n{}", self.log(&name));
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "replica {i} never became healthy:\n{}",
+                self.log(&name)
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
