@@ -13,11 +13,10 @@ use std::time::Duration;
 
 pub use crate::dead_letter::dead_letter;
 use anyhow::Result;
-use gpusanity_common::wire::job::{Allocation, JobEvent, JobEventBody, JobNode, RestartReason};
+use gpusanity_common::wire::job::{JobEvent, JobEventBody};
 use gpusanity_common::wire::output::{OutputBody, OutputEvent};
 use gpusanity_common::wire::{Topics, WIRE_VERSION};
-use gpusanity_common::Settings;
-use gpusanity_db::runs::{self, JobRow, RunRow, ServiceRunState};
+use gpusanity_db::runs;
 use gpusanity_db::DbError;
 use gpusanity_db::{lease, now_ms, outbox, Db, Tx};
 use rdkafka::consumer::{Consumer, StreamConsumer};
@@ -25,7 +24,6 @@ use rdkafka::message::{Message, OwnedMessage};
 use thiserror::Error;
 use tokio::sync::{mpsc, Notify};
 
-use crate::policy::{self, Decision, Start};
 use crate::retry::Backoff;
 use crate::validate::{self, Reject};
 use crate::Notice;
@@ -57,7 +55,7 @@ impl ApplyError {
     }
 }
 
-type Applied<T> = std::result::Result<T, ApplyError>;
+pub(crate) type Applied<T> = std::result::Result<T, ApplyError>;
 
 pub struct Ingest {
     pub db: Db,
@@ -251,172 +249,6 @@ impl Ingest {
             return Err(ApplyError::Raced(ev.event_id.clone()));
         }
         Ok(Ok(()))
-    }
-
-    async fn allocated(
-        &self,
-        tx: &mut Tx,
-        ev: &JobEvent,
-        a: &Allocation,
-        notices: &mut Vec<Notice>,
-    ) -> Applied<Result<String, Reject>> {
-        let settings = if a.settings.enable_sanity_check {
-            match validate::settings(&a.settings.sanity_check_args) {
-                Ok(s) => match self.env_policy.check(&s.envs) {
-                    Ok(()) => s,
-                    Err(e) => return Ok(Err(Reject::BadSettings(e.to_string()))),
-                },
-                Err(r) => return Ok(Err(r)),
-            }
-        } else {
-            Settings::default()
-        };
-        let job = JobRow {
-            job_id: ev.job_id.clone(),
-            workspace_id: ev.workspace_id.clone(),
-            attempt: i64::from(a.attempt),
-            framework: a.framework.clone(),
-            nodes: a.nodes.clone(),
-            enable_check: a.settings.enable_sanity_check,
-            check_args: a.settings.sanity_check_args.clone(),
-        };
-        runs::upsert_job(tx, &job).await?;
-        self.cancel_active(tx, ev, "superseded by a new allocation of the job", notices).await?;
-        let d = policy::decide(
-            a.framework.as_deref(),
-            &a.nodes,
-            a.settings.enable_sanity_check,
-            &settings,
-            &Start::Allocated,
-        );
-        Ok(Ok(self.start_or_skip(tx, ev, &job, &settings, d, notices).await?))
-    }
-
-    async fn restarted(
-        &self,
-        tx: &mut Tx,
-        ev: &JobEvent,
-        attempt: u32,
-        reason: &RestartReason,
-        nodes: Option<&[JobNode]>,
-        notices: &mut Vec<Notice>,
-    ) -> Applied<Result<String, Reject>> {
-        let Some(mut job) = runs::get_job(tx, &ev.job_id).await? else {
-            return Ok(Err(Reject::UnknownJob(ev.job_id.clone())));
-        };
-        job.attempt = i64::from(attempt);
-        if let Some(n) = nodes {
-            job.nodes = n.to_vec();
-        }
-        runs::upsert_job(tx, &job).await?;
-        // Stored settings were validated when the job was allocated.
-        let settings = if job.enable_check {
-            validate::settings(&job.check_args).unwrap_or_default()
-        } else {
-            Settings::default()
-        };
-        self.cancel_active(tx, ev, "superseded by a restart of the job", notices).await?;
-        let d = policy::decide(
-            job.framework.as_deref(),
-            &job.nodes,
-            job.enable_check,
-            &settings,
-            &Start::Restarted(reason),
-        );
-        Ok(Ok(self.start_or_skip(tx, ev, &job, &settings, d, notices).await?))
-    }
-
-    async fn stopped(&self, tx: &mut Tx, ev: &JobEvent, reason: &str, notices: &mut Vec<Notice>) -> Applied<String> {
-        runs::mark_job_stopped(tx, &ev.job_id).await?;
-        let why = if reason.is_empty() {
-            "the job was stopped".to_string()
-        } else {
-            format!("the job was stopped: {reason}")
-        };
-        Ok(match self.cancel_active(tx, ev, &why, notices).await? {
-            Some(run_id) => format!("cancelled run {run_id}"),
-            None => "no run to cancel".into(),
-        })
-    }
-
-    /// Cancels the job's run in `Checking`, if any.
-    async fn cancel_active(
-        &self,
-        tx: &mut Tx,
-        ev: &JobEvent,
-        reason: &str,
-        notices: &mut Vec<Notice>,
-    ) -> Applied<Option<String>> {
-        let Some(run) = runs::active_run_of_job(tx, &ev.job_id).await? else { return Ok(None) };
-        if runs::finish_run(tx, &run.run_id, ServiceRunState::CheckCancelled, reason, None, None).await? {
-            let out = output_event(
-                &run.job_id,
-                &run.workspace_id,
-                Some(&run.run_id),
-                &ev.event_id,
-                OutputBody::CheckCancelled { reason: reason.into() },
-            );
-            outbox::enqueue(tx, &self.topics.output, &out).await?;
-            notices.push(Notice::Cancelled { run_id: run.run_id.clone(), reason: reason.into() });
-        }
-        Ok(Some(run.run_id))
-    }
-
-    async fn start_or_skip(
-        &self,
-        tx: &mut Tx,
-        ev: &JobEvent,
-        job: &JobRow,
-        settings: &Settings,
-        d: Decision,
-        notices: &mut Vec<Notice>,
-    ) -> Applied<String> {
-        match d {
-            Decision::Skip(reason) => {
-                let out = output_event(
-                    &job.job_id,
-                    &job.workspace_id,
-                    None,
-                    &ev.event_id,
-                    OutputBody::CheckSkipped { reason: reason.clone() },
-                );
-                outbox::enqueue(tx, &self.topics.output, &out).await?;
-                Ok(format!("skipped: {reason}"))
-            }
-            Decision::Run => {
-                let now = now_ms();
-                let run = RunRow {
-                    run_id: uuid::Uuid::new_v4().to_string(),
-                    job_id: job.job_id.clone(),
-                    workspace_id: job.workspace_id.clone(),
-                    attempt: job.attempt,
-                    cause_event_id: ev.event_id.clone(),
-                    nodes: job.nodes.clone(),
-                    check_args: job.check_args.clone(),
-                    settings: serde_json::to_value(settings)?,
-                    state: ServiceRunState::Checking,
-                    held: false,
-                    created_at: now,
-                    deadline_at: now + (settings.max_time_minutes * 60_000.0) as i64,
-                    finished_at: None,
-                    summary: String::new(),
-                };
-                runs::insert_run(tx, &run).await?;
-                let body = OutputBody::SanityCheckStarted {
-                    attempt: u32::try_from(job.attempt).unwrap_or(u32::MAX),
-                    nodes: job.nodes.iter().map(|n| n.name.clone()).collect(),
-                    checks: settings.selected_checks(),
-                };
-                outbox::enqueue(
-                    tx,
-                    &self.topics.output,
-                    &output_event(&job.job_id, &job.workspace_id, Some(&run.run_id), &ev.event_id, body),
-                )
-                .await?;
-                notices.push(Notice::Start(run.run_id.clone()));
-                Ok(format!("run {}", run.run_id))
-            }
-        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! and the Kafka helpers (topics, producers, consumers) the rest of the service uses. The outbox
 //! publisher is `gpusanity_service::outbox`.
 
+mod apply;
 pub mod consume;
 pub mod dead_letter;
 pub mod kafka;

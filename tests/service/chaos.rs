@@ -1,6 +1,6 @@
 //! The chaos test: three replicas on a PostgreSQL and a broker of the test's own, real agents on
-//! CPU, 200 jobs; a random replica SIGKILLed every few seconds and restarted, the broker
-//! restarted once and PostgreSQL once, all while the jobs arrive. Every job gets exactly one
+//! CPU (8 nodes, one job at a time each), 200 jobs; a random replica SIGKILLed every few seconds and restarted, the broker
+//! restarted once and PostgreSQL once, all while the jobs arrive (after ten calm seconds). Every job gets exactly one
 //! verdict, no event id is on the output topic twice, every notification arrives once, no run
 //! stays in Checking, nothing is left running. It prints the counts and the figures
 //! (docs/benchmarks.md, "Replicas").
@@ -20,11 +20,13 @@ use crate::replicas::{verdicts, REPLICA};
 
 const JOBS: usize = 200;
 const REPLICAS: usize = 3;
-const NODES: usize = 4;
+const NODES: usize = 8;
 /// Between two job events.
 const PACE: Duration = Duration::from_millis(250);
 const MAX_TIME_MIN: f64 = 2.0;
 const GRACE_S: f64 = 30.0;
+/// How long the jobs arrive before the first disruption.
+const CALM: Duration = Duration::from_secs(10);
 
 /// A number from the clock, for picking a replica and a pause (no seed to keep: any pick must pass).
 fn pick(n: usize) -> usize {
@@ -92,23 +94,38 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
             }
         })
     };
-    // The jobs, one every PACE, on a thread of their own; (job, published at).
+    // The jobs, one every PACE at most, on a thread of their own, each on a node whose last job
+    // has its verdict (a node runs one job at a time, as on a cluster); (job, published at).
     let producer = w.job_producer();
     let publishing = {
-        let nodes = nodes.clone();
+        let (nodes, seen) = (nodes.clone(), seen.clone());
         std::thread::spawn(move || {
             let mut sent = Vec::with_capacity(JOBS);
+            let mut last: Vec<Option<String>> = vec![None; NODES];
+            let ended = |job: &str| {
+                seen.lock()
+                    .expect("lock")
+                    .iter()
+                    .any(|(v, _)| v["job_id"] == job && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed"))
+            };
             for j in 0..JOBS {
+                let k = loop {
+                    if let Some(k) = (0..NODES).find(|&k| last[k].as_deref().is_none_or(&ended)) {
+                        break k;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                };
                 let job = format!("job-ch-{j}");
                 let ev = allocated(
                     &format!("ch-ev-{j}"),
                     &job,
-                    &[nodes[j % NODES].as_str()],
+                    &[nodes[k].as_str()],
                     &format!("--sanity-check-max-time={MAX_TIME_MIN}"),
                 );
-                let at = Instant::now();
+                let (at, wall) = (Instant::now(), chrono::Utc::now().timestamp_millis());
                 producer.send(&job, &ev);
-                sent.push((job, at));
+                sent.push((job.clone(), at, wall));
+                last[k] = Some(job);
                 std::thread::sleep(PACE);
             }
             sent
@@ -119,22 +136,33 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
     // later; the broker restarted at about 15 s, PostgreSQL at about 30 s.
     let t0 = Instant::now();
     let (mut kills, mut kafka_done, mut pg_done) = (Vec::new(), false, false);
+    // (start, end) of every disruption, Unix ms.
+    let mut disrupted: Vec<(i64, i64)> = Vec::new();
+    let wall = || chrono::Utc::now().timestamp_millis();
+    // The first ten seconds are calm: the load alone, for the latency figure.
+    std::thread::sleep(CALM);
     while !publishing.is_finished() {
         std::thread::sleep(Duration::from_millis(3000 + 500 * pick(5) as u64));
         let i = pick(REPLICAS);
+        let start = wall();
         w.kill(&format!("serve-{i}"));
-        kills.push(chrono::Utc::now().timestamp_millis());
+        kills.push(start);
         std::thread::sleep(Duration::from_secs(1));
         w.serve_replica(i, REPLICA);
-        if !kafka_done && t0.elapsed() > Duration::from_secs(15) {
+        disrupted.push((start, wall()));
+        if !kafka_done && t0.elapsed() > Duration::from_secs(18) {
+            let start = wall();
             kafka.halt();
             std::thread::sleep(Duration::from_secs(3));
             kafka.resume();
+            disrupted.push((start, wall()));
             kafka_done = true;
         } else if !pg_done && t0.elapsed() > Duration::from_secs(30) {
+            let start = wall();
             pg.halt();
             std::thread::sleep(Duration::from_secs(3));
             pg.resume();
+            disrupted.push((start, wall()));
             pg_done = true;
         }
     }
@@ -176,7 +204,21 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
     assert!(failed.is_empty(), "healthy nodes failed: {failed:#?}");
 
     // Publish to SanityCheckStarted.
-    let published: HashMap<&str, Instant> = sent.iter().map(|(j, at)| (j.as_str(), *at)).collect();
+    let published: HashMap<&str, Instant> = sent.iter().map(|(j, at, _)| (j.as_str(), *at)).collect();
+    // The same for the jobs published away from every disruption (from 1 s before one starts
+    // to 8 s after it ends: a moved partition, a restarted broker): the load alone.
+    let calm: std::collections::HashSet<&str> = sent
+        .iter()
+        .filter(|(_, _, t)| disrupted.iter().all(|(a, b)| *t < a - 1000 || *t > b + 8000))
+        .map(|(j, _, _)| j.as_str())
+        .collect();
+    let mut calm_latency: Vec<f64> = seen
+        .iter()
+        .filter(|(v, _)| v["type"] == "SanityCheckStarted")
+        .filter(|(v, _)| v["job_id"].as_str().is_some_and(|j| calm.contains(j)))
+        .filter_map(|(v, at)| published.get(v["job_id"].as_str()?).map(|p| at.duration_since(*p).as_secs_f64() * 1e3))
+        .collect();
+    calm_latency.sort_by(f64::total_cmp);
     let mut latency: Vec<f64> = seen
         .iter()
         .filter(|(v, _)| v["type"] == "SanityCheckStarted")
@@ -214,7 +256,8 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
     eprintln!(
         "chaos: {JOBS} jobs, {passed} passed, {} failed; {} replica kills; broker and PostgreSQL restarted once each; \
          {} output events, 0 duplicated; {} notifications, 0 twice; {} runs taken over, failover p50 {:.1} s p99 {:.1} s; \
-         publish to SanityCheckStarted p50 {:.0} ms p99 {:.0} ms; longest run {:.1} s",
+         publish to SanityCheckStarted p50 {:.0} ms p99 {:.0} ms, away from the disruptions ({} jobs) p50 {:.0} ms p99 {:.0} ms; \
+         longest run {:.1} s",
         JOBS - passed,
         kills.len(),
         all.len(),
@@ -224,6 +267,9 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
         percentile(&failover, 0.99),
         percentile(&latency, 0.5),
         percentile(&latency, 0.99),
+        calm_latency.len(),
+        percentile(&calm_latency, 0.5),
+        percentile(&calm_latency, 0.99),
         longest as f64 / 1000.0
     );
 }

@@ -96,8 +96,14 @@ impl Publisher {
             match self.round().await {
                 Ok(Round::Idle) => {
                     backoff = Backoff::default();
-                    // Woken by every commit that queues events; the timeout is a safety net.
-                    let _ = tokio::time::timeout(Duration::from_millis(500), self.wake.notified()).await;
+                    // Woken by every commit of this process that queues events. On PostgreSQL
+                    // other replicas commit rows too (their wake does not reach this one): look
+                    // every 50 ms there; on SQLite (one replica) the timeout is a safety net.
+                    let idle = match self.db.backend {
+                        gpusanity_db::Backend::Postgres => Duration::from_millis(50),
+                        gpusanity_db::Backend::Sqlite => Duration::from_millis(500),
+                    };
+                    let _ = tokio::time::timeout(idle, self.wake.notified()).await;
                 }
                 Ok(Round::Done) => backoff = Backoff::default(),
                 Ok(Round::Interrupted) => {
