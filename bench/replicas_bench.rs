@@ -38,15 +38,7 @@ fn round(boot: &str, bin: &str, db: &str, events: usize, n: usize) -> Res<f64> {
     let dir = std::env::temp_dir().join(format!("gpusanity-{tag}"));
     std::fs::create_dir_all(&dir)?;
     let keys = dir.join("agent-keys.toml");
-    let mut secret = [0u8; 32];
-    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut secret)?;
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&keys)?;
-        writeln!(f, "[[key]]\nid = \"bench\"\nsecret = \"{hex}\"")?;
-    }
+    gpusanity_testkit::svc::write_agent_keys(&keys);
     let p = format!("{tag}.");
     let mut procs = Vec::new();
     let mut ports = Vec::new();

@@ -87,21 +87,17 @@ impl Coordinator {
     async fn notice(&mut self, n: Notice) {
         match n {
             Notice::Start(run_id) => {
+                // The run and the hold the ingest gave this replica in the run's transaction.
                 let mut backoff = Backoff::default();
-                let run = loop {
-                    match self.db.get_run(&run_id).await {
-                        Ok(r) => break r,
-                        Err(e) => {
+                let (run, held) = loop {
+                    match (self.db.get_run(&run_id).await, self.db.fence_of(&run_id).await) {
+                        (Ok(r), Ok(h)) => break (r, h),
+                        (Err(e), _) | (_, Err(e)) => {
                             SIGNALS.db_error();
                             let wait = backoff.wait().await;
                             tracing::warn!(run_id, "reading a new run failed, retried after {wait:?}: {e}");
                         }
                     }
-                };
-                // The ingest made this replica the run's owner in the run's own transaction.
-                let held = match &run {
-                    Some(_) => self.db.fence_of(&run_id).await.ok().flatten(),
-                    None => None,
                 };
                 if let (Some(run), Some((fence, partition))) = (run, held) {
                     if fence.owner != self.replica.id {
