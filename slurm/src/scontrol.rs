@@ -131,16 +131,33 @@ impl Scontrol {
         Ok(done)
     }
 
+    /// Starts scontrol. "Text file busy" is transient: the program was just written (a package
+    /// upgrade, or a test's stand-in) and a process forked elsewhere still holds the file open for
+    /// writing until it execs, so it is retried a few times before it counts as an error.
+    fn spawn(&self, args: &[String]) -> Result<std::process::Child, SlurmError> {
+        let mut tries = 0u32;
+        loop {
+            let started = Command::new(&self.program)
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn();
+            match started {
+                Ok(child) => return Ok(child),
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 20 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(25));
+                }
+                Err(source) => return Err(SlurmError::Spawn { program: self.program.clone(), source }),
+            }
+        }
+    }
+
     /// Runs scontrol with `args`; its stdout on success.
     fn run(&self, args: &[String]) -> Result<String, SlurmError> {
         let argv = || shown(&std::iter::once(self.program.clone()).chain(args.iter().cloned()).collect::<Vec<_>>());
-        let mut child = Command::new(&self.program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|source| SlurmError::Spawn { program: self.program.clone(), source })?;
+        let mut child = self.spawn(args)?;
         let started = Instant::now();
         loop {
             match child.try_wait() {
