@@ -181,7 +181,7 @@ mod tests {
         assert!(Expected::parse("[bands]\nwarn = 0.9\n").is_err());
         // Memory: only the H200 it was measured on, at the size it was measured with.
         let mem = Conditions { size: Some(4 << 30), ..Default::default() };
-        assert_eq!(t.lookup("NVIDIA H200", "memory-bandwidth", "gbps", mem).map(|e| e.value), Some(4000.0));
+        assert_eq!(t.lookup("NVIDIA H200", "memory-bandwidth", "gbps", mem).map(|e| e.value), Some(4200.0));
         for other in ["NVIDIA H100 80GB HBM3", "NVIDIA H200 NVL", "NVIDIA GH200 480GB"] {
             assert!(t.lookup(other, "memory-bandwidth", "gbps", mem).is_none(), "{other}");
         }

@@ -27,6 +27,6 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         collective: false,
     }),
     wrong_result: WrongResult::Code("MEMORY_BW_WRONG_RESULT"),
-    columns: &[("gbps", "GB/s r+w"), ("gbps_best", "best"), ("wrong_words", "wrong")],
+    columns: &[("gbps", "GB/s r+w"), ("gbps_best", "best"), ("kernel_gbps", "kernel GB/s"), ("wrong_words", "wrong")],
     charted: &[("gbps", "GB/s r+w")],
 };

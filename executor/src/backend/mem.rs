@@ -59,6 +59,27 @@ pub fn verify(words: &[u32], seed: u32) -> Verified {
     v
 }
 
+/// Who moves the bytes of a device-to-device copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyPath {
+    /// The backend's own copy kernel (GPU: 16-byte loads and stores on the multiprocessors;
+    /// CPU: memcpy on one thread).
+    Kernel,
+    /// The driver's device-to-device copy (`cuMemcpyDtoDAsync`, what a framework's
+    /// `dst.copy_(src)` runs): the bandwidth figure of a GPU.
+    Driver,
+}
+
+impl CopyPath {
+    /// The name used in metrics and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            CopyPath::Kernel => "kernel",
+            CopyPath::Driver => "driver",
+        }
+    }
+}
+
 /// A direction of a host-device copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostDir {

@@ -17,7 +17,7 @@ use gpusanity_cuda::CudaDevice;
 use thiserror::Error;
 
 use crate::store::{StoreClient, StoreError};
-pub use mem::{HostDir, HostSide, Verified};
+pub use mem::{CopyPath, HostDir, HostSide, Verified};
 
 #[derive(Debug, Error)]
 pub enum BackendError {
@@ -304,10 +304,16 @@ pub trait Backend {
     /// source with the pattern of [`mem::pattern_word`] with `seed` and the destination with
     /// zeros. `blocks_per_sm` sizes the copy kernel's grid (GPU).
     fn copy_load(&mut self, bytes: u64, seed: u32, blocks_per_sm: usize) -> Result<(), BackendError>;
-    /// Copies the source into the destination `iters` times, back to back; the seconds of
-    /// each copy, timed on the device. A GPU copies with its own kernel (16-byte loads and
-    /// stores), the CPU with memcpy.
-    fn copy_run(&mut self, iters: usize) -> Result<Vec<f64>, BackendError>;
+    /// The copy paths this backend times, the one the bandwidth figure comes from first: a
+    /// GPU's driver copy, then its own kernel; the CPU's memcpy alone.
+    fn copy_paths(&self) -> &'static [CopyPath] {
+        &[CopyPath::Kernel]
+    }
+    /// Copies the source into the destination `iters` times through `path`, back to back; the
+    /// seconds of each copy, timed on the device.
+    fn copy_run(&mut self, path: CopyPath, iters: usize) -> Result<Vec<f64>, BackendError>;
+    /// Zeroes the destination, so that the next path's copy is verified on its own.
+    fn copy_clear(&mut self) -> Result<(), BackendError>;
     /// Overwrites byte `offset` of the destination with `value` (fault injection).
     fn copy_poke(&mut self, offset: u64, value: u8) -> Result<(), BackendError>;
     /// Verifies the source and the destination against the pattern with `seed`, exactly,

@@ -1,6 +1,8 @@
-//! `memory-bandwidth`: per rank, a copy of one device buffer into another (on GPU with the
-//! backend's own kernel: 16-byte loads and stores, grid-stride; on CPU memcpy of host memory),
-//! large enough to defeat the caches. Bandwidth counts the bytes read plus the bytes written;
+//! `memory-bandwidth`: per rank, a copy of one device buffer into another, large enough to
+//! defeat the caches. A GPU copies twice over: through the driver's device-to-device copy (the
+//! bandwidth figure, `gbps`: no copy kernel on the multiprocessors matches it; see
+//! docs/micro-checks.md) and through the check's own kernel (16-byte loads and stores,
+//! grid-stride: `kernel_gbps`); a CPU copies with memcpy of host memory. Bandwidth counts the bytes read plus the bytes written;
 //! the headline is the median of timed copies after warm-up, timed on the device. The copy is
 //! verified exactly: every 16-byte word of the source and of the destination against the fill
 //! pattern (on the device for a GPU), so a wrong, partial or misplaced copy fails the rank.
@@ -10,7 +12,7 @@ use gpusanity_common::report::{CheckStatus, RankResult};
 use gpusanity_common::stats::median;
 
 use super::CheckCtx;
-use crate::backend::mem::{pattern_byte, WORD_BYTES};
+use crate::backend::mem::{pattern_byte, CopyPath, Verified, WORD_BYTES};
 
 pub const NAME: &str = gpusanity_common::CheckId::MemoryBandwidth.as_str();
 
@@ -43,49 +45,78 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     result
 }
 
+/// What one copy path measured: its timed copies and its verification.
+struct PathResult {
+    path: CopyPath,
+    times: Vec<f64>,
+    verified: Verified,
+}
+
 fn measure(
     ctx: &mut CheckCtx<'_>,
     cfg: &gpusanity_common::config::bandwidth::MemoryBandwidthConfig,
     seed: u32,
 ) -> Result<RankResult> {
     let rank = ctx.place.rank;
-    ctx.progress.phase(NAME, "warmup", 0);
-    ctx.backend.copy_run(cfg.warmup).context("copy warm-up")?;
     // Injected slowness: the device copies four times per timed copy (it really does the work).
     let reps = if ctx.faults.has("memory-bandwidth-slow", rank) { 4 } else { 1 };
-    ctx.progress.phase(NAME, "timed", 0);
-    let each = ctx.backend.copy_run(cfg.iters * reps).context("timed copies")?;
-    let times: Vec<f64> = each.chunks(reps).map(|c| c.iter().sum()).collect();
-
-    ctx.progress.phase(NAME, "verify", 0);
-    if ctx.faults.has("memory-bandwidth-wrong", rank) {
-        let at = poke_offset(cfg.size, rank);
-        ctx.backend.copy_poke(at, !pattern_byte(at, seed)).context("injecting a wrong byte")?;
+    let mut paths = Vec::new();
+    for (i, &path) in ctx.backend.copy_paths().iter().enumerate() {
+        if i > 0 {
+            ctx.backend.copy_clear().context("zeroing the destination between copy paths")?;
+        }
+        ctx.progress.phase(NAME, "warmup", 0);
+        ctx.backend.copy_run(path, cfg.warmup).with_context(|| format!("copy warm-up ({})", path.name()))?;
+        ctx.progress.phase(NAME, "timed", 0);
+        let each =
+            ctx.backend.copy_run(path, cfg.iters * reps).with_context(|| format!("timed copies ({})", path.name()))?;
+        let times: Vec<f64> = each.chunks(reps).map(|c| c.iter().sum()).collect();
+        ctx.progress.phase(NAME, "verify", 0);
+        if i == 0 && ctx.faults.has("memory-bandwidth-wrong", rank) {
+            let at = poke_offset(cfg.size, rank);
+            ctx.backend.copy_poke(at, !pattern_byte(at, seed)).context("injecting a wrong byte")?;
+        }
+        let verified =
+            ctx.backend.copy_verify(seed).with_context(|| format!("verifying the copy ({})", path.name()))?;
+        paths.push(PathResult { path, times, verified });
     }
-    let v = ctx.backend.copy_verify(seed).context("verifying the copy")?;
-
-    let gbps: Vec<f64> = times.iter().map(|t| copy_gbps(cfg.size, *t)).collect();
-    let mut r = RankResult::new(rank, if v.wrong == 0 { CheckStatus::Passed } else { CheckStatus::Failed });
-    r.metrics.insert("gbps".into(), copy_gbps(cfg.size, median(&times)));
-    r.metrics.insert("gbps_best".into(), gbps.iter().copied().fold(0.0, f64::max));
-    r.metrics.insert("time_ms_median".into(), median(&times) * 1e3);
+    let Some(head) = paths.first() else {
+        anyhow::bail!("the backend offers no copy path");
+    };
+    let wrong: u64 = paths.iter().map(|p| p.verified.wrong).sum();
+    let mut r = RankResult::new(rank, if wrong == 0 { CheckStatus::Passed } else { CheckStatus::Failed });
+    let best = |times: &[f64]| times.iter().map(|t| copy_gbps(cfg.size, *t)).fold(0.0, f64::max);
+    r.metrics.insert("gbps".into(), copy_gbps(cfg.size, median(&head.times)));
+    r.metrics.insert("gbps_best".into(), best(&head.times));
+    r.metrics.insert("time_ms_median".into(), median(&head.times) * 1e3);
     r.metrics.insert("bytes".into(), cfg.size as f64);
-    r.metrics.insert("wrong_words".into(), v.wrong as f64);
+    r.metrics.insert("wrong_words".into(), wrong as f64);
+    if paths.len() > 1 {
+        for p in &paths {
+            r.metrics.insert(format!("{}_gbps", p.path.name()), copy_gbps(cfg.size, median(&p.times)));
+            r.metrics.insert(format!("{}_gbps_best", p.path.name()), best(&p.times));
+        }
+    }
     r.notes.insert(
         "kernel".into(),
         match ctx.backend.kind() {
             gpusanity_common::report::DeviceKind::Cuda => {
-                "PTX copy kernel, 16-byte loads and stores, grid-stride, 4 words in flight per thread".into()
+                "gbps: the driver's device-to-device copy (cuMemcpyDtoDAsync, what \
+                 dst.copy_(src) runs in PyTorch); kernel_gbps: the check's PTX copy kernel (16-byte loads and \
+                 stores, grid-stride, 4 words in flight per thread); each verified on its own"
+                    .into()
             }
             gpusanity_common::report::DeviceKind::Cpu => "memcpy of host memory on one thread".into(),
         },
     );
     r.notes.insert("counted".into(), "bytes read plus bytes written, median of the timed copies".into());
-    if let Some(first) = v.first {
+    if let Some(p) = paths.iter().find(|p| p.verified.wrong > 0) {
+        let first = p.verified.first.unwrap_or(0);
         r.error = Some(format!(
-            "{} of {} 16-byte words of the copy (source and destination) are wrong, the first at byte {}",
-            v.wrong,
+            "{} of {} 16-byte words of the copy (source and destination) are wrong after the {} copy, the first at byte {}",
+            p.verified.wrong,
             2 * (cfg.size / WORD_BYTES),
+            p.path.name(),
             first.saturating_mul(WORD_BYTES)
         ));
     }

@@ -42,6 +42,10 @@ impl CopyBufs {
             .collect()
     }
 
+    pub fn clear(&mut self) {
+        self.dst.fill(0);
+    }
+
     pub fn poke(&mut self, offset: u64, value: u8) -> Result<(), BackendError> {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.dst);
         let b = usize::try_from(offset).ok().and_then(|o| bytes.get_mut(o));

@@ -12,7 +12,8 @@ use std::time::Instant;
 use gpusanity_common::report::DeviceKind;
 
 use super::{
-    Backend, BackendError, BufId, Dtype, GroupId, HostDir, HostSide, LaunchTiming, Timing, Verified, Work, WorkerPlace,
+    Backend, BackendError, BufId, CopyPath, Dtype, GroupId, HostDir, HostSide, LaunchTiming, Timing, Verified, Work,
+    WorkerPlace,
 };
 use crate::store::StoreClient;
 use mesh::Mesh;
@@ -237,8 +238,13 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn copy_run(&mut self, iters: usize) -> Result<Vec<f64>, BackendError> {
+    fn copy_run(&mut self, _path: CopyPath, iters: usize) -> Result<Vec<f64>, BackendError> {
         Ok(self.copy.as_mut().ok_or_else(|| not_prepared("copy"))?.run(iters))
+    }
+
+    fn copy_clear(&mut self) -> Result<(), BackendError> {
+        self.copy.as_mut().ok_or_else(|| not_prepared("copy"))?.clear();
+        Ok(())
     }
 
     fn copy_poke(&mut self, offset: u64, value: u8) -> Result<(), BackendError> {

@@ -11,7 +11,7 @@ use cudarc::driver::{result, CudaContext, CudaEvent, CudaFunction, CudaStream};
 use cudarc::nvrtc::Ptx;
 
 use super::dev_err;
-use crate::backend::mem::{self, HostDir, HostSide, Verified};
+use crate::backend::mem::{self, CopyPath, HostDir, HostSide, Verified};
 use crate::backend::BackendError;
 
 const MEM_PTX: &str = include_str!("mem.ptx");
@@ -265,9 +265,31 @@ pub(super) fn copy_run(
     k: &Kernels,
     stream: &Arc<CudaStream>,
     b: &CopyBufs,
+    path: CopyPath,
     iters: usize,
 ) -> Result<Vec<f64>, BackendError> {
-    timed(stream, iters, || k.copy(stream, &b.dst, &b.src, b.grid))
+    match path {
+        CopyPath::Kernel => timed(stream, iters, || k.copy(stream, &b.dst, &b.src, b.grid)),
+        CopyPath::Driver => {
+            let n = usize::try_from(b.dst.bytes.min(b.src.bytes))
+                .map_err(|_| BackendError::Device(format!("{} bytes do not fit", b.dst.bytes)))?;
+            let cu = stream.cu_stream();
+            timed(stream, iters, || {
+                // SAFETY: both buffers hold at least `n` bytes and live until `timed` has
+                // synchronized the stream; they do not overlap (two allocations).
+                unsafe { result::memcpy_dtod_async(b.dst.ptr, b.src.ptr, n, cu) }
+                    .map_err(|e| dev_err("cuMemcpyDtoDAsync", &e))
+            })
+        }
+    }
+}
+
+pub(super) fn copy_clear(stream: &Arc<CudaStream>, b: &CopyBufs) -> Result<(), BackendError> {
+    stream.context().bind_to_thread().map_err(|e| dev_err("binding the CUDA context", &e))?;
+    // SAFETY: `dst` holds `bytes` bytes (checked to fit a usize when it was allocated).
+    unsafe { result::memset_d8_async(b.dst.ptr, 0, b.dst.bytes as usize, stream.cu_stream()) }
+        .map_err(|e| dev_err("cuMemsetD8Async (destination)", &e))?;
+    sync(stream, "zeroing the copy's destination")
 }
 
 pub(super) fn copy_poke(stream: &Arc<CudaStream>, b: &CopyBufs, offset: u64, value: u8) -> Result<(), BackendError> {

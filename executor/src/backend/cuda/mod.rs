@@ -32,7 +32,8 @@ use gpusanity_cuda::{driver_error, panic_message, CudaDevice, CudaError};
 use half::bf16;
 
 use super::{
-    Backend, BackendError, BufId, Dtype, GroupId, HostDir, HostSide, LaunchTiming, Timing, Verified, Work, WorkerPlace,
+    Backend, BackendError, BufId, CopyPath, Dtype, GroupId, HostDir, HostSide, LaunchTiming, Timing, Verified, Work,
+    WorkerPlace,
 };
 use crate::store::StoreClient;
 
@@ -258,12 +259,21 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
-    fn copy_run(&mut self, iters: usize) -> Result<Vec<f64>, BackendError> {
+    fn copy_paths(&self) -> &'static [CopyPath] {
+        &[CopyPath::Driver, CopyPath::Kernel]
+    }
+
+    fn copy_run(&mut self, path: CopyPath, iters: usize) -> Result<Vec<f64>, BackendError> {
         let stream = self.device.stream().clone();
         let (Some(k), Some(b)) = (self.mem_kernels.as_ref(), self.copy.as_ref()) else {
             return Err(not_prepared("copy"));
         };
-        guarded("copy_run", || mem::copy_run(k, &stream, b, iters))
+        guarded("copy_run", || mem::copy_run(k, &stream, b, path, iters))
+    }
+
+    fn copy_clear(&mut self) -> Result<(), BackendError> {
+        let b = self.copy.as_ref().ok_or_else(|| not_prepared("copy"))?;
+        guarded("copy_clear", || mem::copy_clear(self.device.stream(), b))
     }
 
     fn copy_poke(&mut self, offset: u64, value: u8) -> Result<(), BackendError> {

@@ -277,9 +277,13 @@ fn gpu_copies_and_host_link_one_rank() {
     let bytes = (64 << 20) + 48;
     be.copy_load(bytes, 11, 8).unwrap();
     assert_eq!(be.copy_verify(11).unwrap().wrong, (bytes / 16), "the destination is still zero");
-    let t = be.copy_run(5).unwrap();
-    println!("copy {bytes} B: {:.1} GB/s r+w", 2.0 * bytes as f64 / t[4] / 1e9);
-    assert_eq!(be.copy_verify(11).unwrap(), Verified::default());
+    for path in be.copy_paths() {
+        be.copy_clear().unwrap();
+        assert_eq!(be.copy_verify(11).unwrap().wrong, (bytes / 16), "the destination is zero again");
+        let t = be.copy_run(*path, 5).unwrap();
+        println!("copy {bytes} B ({}): {:.1} GB/s r+w", path.name(), 2.0 * bytes as f64 / t[4] / 1e9);
+        assert_eq!(be.copy_verify(11).unwrap(), Verified::default(), "{}", path.name());
+    }
     be.copy_poke(1000, !crate::backend::mem::pattern_byte(1000, 11)).unwrap();
     assert_eq!(be.copy_verify(11).unwrap(), Verified { wrong: 1, first: Some(1000 / 16) });
     be.copy_free();
