@@ -248,7 +248,7 @@ class Sampler:
             "power_samples": len(self.power),
             "sm_mhz_mean": mean(self.mhz),
             "sm_mhz_max": max(self.mhz, default=None),
-            "power_source": "instant" if self.instant else "nvmlDeviceGetPowerUsage",
+            "power_source": ("instant" if self.instant else "nvmlDeviceGetPowerUsage") if self.power else None,
             "nvml_error": self.error,
         }
 
