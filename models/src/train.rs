@@ -83,7 +83,9 @@ pub fn checksum<O: Ops>(ops: &mut O, params: &[Param<O::Buf>]) -> Result<u64> {
     Ok(h.digest())
 }
 
-/// Trains `model` for `opts.steps` steps; `progress` is told each step's number.
+/// Trains `model` for `opts.steps` steps; `progress` is told each step's number before the
+/// step (the device idle, the previous step synchronized), and `opts.steps` once the last step
+/// has finished, before the checksums: a caller can watch the device over any run of steps.
 pub fn train<O: Ops, M: Model<O>>(
     ops: &mut O,
     model: &mut M,
@@ -129,6 +131,7 @@ pub fn train<O: Ops, M: Model<O>>(
         step_s.push(start.elapsed().as_secs_f64());
         losses.push(loss);
     }
+    progress(opts.steps);
     let checksum_after_update = checksum(ops, model.params_mut())?;
     if opts.corrupt {
         if let Some(p) = model.params_mut().last_mut() {
@@ -184,6 +187,21 @@ pub fn judge_losses(losses: &[f32], min_drop: f32) -> LossVerdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::comm::Solo;
+    use crate::cpu::CpuOps;
+    use crate::gpt::{Gpt, GptConfig, GptShape};
+
+    #[test]
+    fn progress_sees_every_step_then_the_end() {
+        let shape = GptShape { vocab: 8, ctx: 4, layers: 1, heads: 2, dim: 8, batch: 2 };
+        let mut ops = CpuOps;
+        let mut m = Gpt::new(&mut ops, GptConfig { shape, tp_size: 1, tp_rank: 0, seed: 1, data_seed: 1 }).unwrap();
+        let opts =
+            TrainOpts { steps: 3, lr: 1e-3, lr_warmup: 1, weight_decay: 0.0, nan_at: None, repeat: 1, corrupt: false };
+        let mut seen = Vec::new();
+        train(&mut ops, &mut m, &mut Solo, &mut Solo, &opts, &mut |s| seen.push(s)).unwrap();
+        assert_eq!(seen, [0, 1, 2, 3]);
+    }
 
     #[test]
     fn loss_verdicts() {

@@ -26,7 +26,7 @@ use nvml_wrapper::Nvml;
 use thiserror::Error;
 
 pub use monitor::Monitor;
-pub use sample::{sample_power_and_sm_clock, LoadSamples, Sample, Sampler};
+pub use sample::{sample_power_and_sm_clock, LoadSamples, Running, Sample, Sampler};
 
 /// The library's file names, in the order tried: the driver's soname first (always there
 /// with a driver), then the development symlink.

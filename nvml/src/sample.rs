@@ -2,6 +2,13 @@
 //! thread sampling while a load runs ([`Sampler`]). Any check may use them to say how hard it
 //! loaded the GPU: start a [`Sampler`] on the worker's GPU (its NVML index from
 //! [`crate::index_of`]), run the work, [`Sampler::stop`] and report the figures.
+//!
+//! Power comes from two readings: `nvmlDeviceGetPowerUsage`, which on Ampere and newer GPUs is
+//! an average over the last second (the highest of it is [`LoadSamples::max_power_w`], as the
+//! `gpu-health` check has always judged it), and the instantaneous draw
+//! (`NVML_FI_DEV_POWER_INSTANT`, newer drivers), which [`LoadSamples::power`] averages where the
+//! driver has it, so that a load of a fraction of a second is not averaged with the idle second
+//! before it; [`LoadSamples::power_instant`] says which one it holds.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -9,6 +16,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
+use nvml_wrapper::enums::device::SampleValue;
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_POWER_INSTANT;
+use nvml_wrapper::Device;
 
 use crate::{nvml, NvmlError};
 
@@ -29,10 +40,42 @@ pub fn sample_power_and_sm_clock(device_index: u32) -> Result<(f64, u32), NvmlEr
     Ok((f64::from(mw) / 1000.0, mhz))
 }
 
-/// The highest figures sampled during a load.
+/// The count, mean and highest value of one figure over the samples that read it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Running {
+    pub count: u32,
+    pub sum: f64,
+    pub max: f64,
+}
+
+impl Running {
+    /// Adds one sample; a non-finite value is not a sample.
+    pub fn add(&mut self, v: f64) {
+        if !v.is_finite() {
+            return;
+        }
+        self.max = if self.count == 0 { v } else { self.max.max(v) };
+        self.count = self.count.saturating_add(1);
+        self.sum += v;
+    }
+
+    /// The mean of the samples; `None` without any.
+    pub fn mean(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum / f64::from(self.count))
+    }
+}
+
+/// The figures sampled during a load.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LoadSamples {
     pub samples: u32,
+    /// SM clock, MHz, of every sample that read it.
+    pub sm_mhz: Running,
+    /// Power draw, watts: the instantaneous draw where the driver has it, else the one-second
+    /// average of `nvmlDeviceGetPowerUsage` (see [`LoadSamples::power_instant`]).
+    pub power: Running,
+    /// Whether [`LoadSamples::power`] holds instantaneous readings (every sample of it).
+    pub power_instant: bool,
     pub max_sm_mhz: u32,
     pub max_power_w: f64,
     pub max_temp_c: u32,
@@ -94,14 +137,30 @@ fn sample_until(device_index: u32, period: Duration, stop: &AtomicBool) -> LoadS
             s.error = Some(format!("{what}: {e}"));
         }
     };
+    // The instantaneous reading is used from the first sample on if the driver has it then,
+    // so that one figure never mixes the two.
+    let instant = instant_power_w(&device).is_some();
+    s.power_instant = instant;
     loop {
         match device.clock_info(Clock::SM) {
-            Ok(mhz) => s.max_sm_mhz = s.max_sm_mhz.max(mhz),
+            Ok(mhz) => {
+                s.max_sm_mhz = s.max_sm_mhz.max(mhz);
+                s.sm_mhz.add(f64::from(mhz));
+            }
             Err(e) => note(&mut s, e, "SM clock"),
         }
         match device.power_usage() {
-            Ok(mw) => s.max_power_w = s.max_power_w.max(f64::from(mw) / 1000.0),
+            Ok(mw) => {
+                let w = f64::from(mw) / 1000.0;
+                s.max_power_w = s.max_power_w.max(w);
+                if !instant {
+                    s.power.add(w);
+                }
+            }
             Err(e) => note(&mut s, e, "power"),
+        }
+        if let Some(w) = instant.then(|| instant_power_w(&device)).flatten() {
+            s.power.add(w);
         }
         if let Ok(t) = device.temperature(TemperatureSensor::Gpu) {
             s.max_temp_c = s.max_temp_c.max(t);
@@ -116,5 +175,38 @@ fn sample_until(device_index: u32, period: Duration, stop: &AtomicBool) -> LoadS
             return s;
         }
         std::thread::sleep(period);
+    }
+}
+
+/// The instantaneous power draw, watts, where the driver has the field (milliwatts).
+fn instant_power_w(device: &Device<'_>) -> Option<f64> {
+    let values = device.field_values_for(&[FieldId(NVML_FI_DEV_POWER_INSTANT)]).ok()?;
+    let sample = values.into_iter().next()?.ok()?;
+    let mw = match sample.value.ok()? {
+        SampleValue::U32(x) => f64::from(x),
+        SampleValue::U64(x) => x as f64,
+        SampleValue::I64(x) => x as f64,
+        SampleValue::F64(x) => x,
+    };
+    // A zero is what a driver that fills the field but does not measure it returns.
+    (mw > 0.0).then_some(mw / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_mean_and_max() {
+        let mut r = Running::default();
+        assert_eq!(r.mean(), None);
+        for v in [300.0, 500.0, f64::NAN, 400.0] {
+            r.add(v);
+        }
+        assert_eq!((r.count, r.max), (3, 500.0));
+        assert_eq!(r.mean(), Some(400.0));
+        let mut neg = Running::default();
+        neg.add(-2.0);
+        assert_eq!((neg.max, neg.mean()), (-2.0, Some(-2.0)));
     }
 }

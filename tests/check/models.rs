@@ -40,6 +40,12 @@ fn the_three_models_train_and_agree_across_ranks() {
         assert!(metric(mini, rank, "loss_final") < 0.8 * metric(mini, rank, "loss_first"));
         assert!(metric(mini, rank, "tokens_per_s") > 0.0 && metric(mini, rank, "step_ms_median") > 0.0);
         assert_eq!(note(mini, rank, "layout"), "TP 1 x DP 2");
+        // No GPU here: no power or clock figure, and a note that says why.
+        for c in [mini, check(&r, "megatron-gpt"), check(&r, "resnet")] {
+            let metrics = c["ranks"][rank]["metrics"].as_object().unwrap();
+            assert!(!metrics.keys().any(|k| k.starts_with("power_") || k.starts_with("sm_mhz")), "{metrics:?}");
+            assert!(note(c, rank, "power_not_sampled").starts_with("CPU backend"));
+        }
     }
     // Data parallel: both ranks end with the same parameters.
     assert_eq!(note(mini, 0, "param_checksum"), note(mini, 1, "param_checksum"));

@@ -228,6 +228,8 @@ const GPT_COLUMNS: &[Column] = &[
     ("tokens_per_s", "tokens/s"),
     ("tflops", "TFLOP/s"),
     ("mfu", "MFU"),
+    ("power_w_mean", "W mean"),
+    ("sm_mhz_mean", "SM MHz mean"),
     ("loss_first", "first loss"),
     ("loss_final", "final loss"),
 ];

@@ -25,6 +25,8 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         ("images_per_s", "images/s"),
         ("tflops", "TFLOP/s"),
         ("mfu", "MFU"),
+        ("power_w_mean", "W mean"),
+        ("sm_mhz_mean", "SM MHz mean"),
         ("loss_first", "first loss"),
         ("loss_final", "final loss"),
     ],

@@ -60,7 +60,7 @@ pub fn link(backend: &dyn Backend, local_gpus: usize) -> Option<gpusanity_common
 }
 
 /// The PCI bus id of a CUDA device, as NVML takes it (`DDDDDDDD:BB:DD.0`).
-fn pci_bus_id(dev: &CudaDevice) -> Result<String, NvmlError> {
+pub(crate) fn pci_bus_id(dev: &CudaDevice) -> Result<String, NvmlError> {
     let ctx = dev.context();
     let attr = |a| {
         ctx.attribute(a)

@@ -5,10 +5,12 @@
 //! Each rank reports its loss curve's verdict (finite and clearly falling, or the step where it
 //! went wrong), a checksum of its parameters after training (identical on every rank of one
 //! data-parallel group, else silent data corruption), whether its parameters changed after
-//! their last update, its median step time after warm-up, throughput and, on GPU, MFU.
+//! their last update, its median step time after warm-up, throughput and, on GPU, MFU and the
+//! power draw and SM clock during the timed steps ([`load`]).
 
 pub mod comm;
 mod gpt;
+mod load;
 mod resnet;
 
 use anyhow::{Context, Result};
@@ -164,12 +166,25 @@ pub fn train_check<O: Groups, M: Model<O>>(
     let mut dp = ops.group(place, ctx.store, &format!("{name}/dp/{tp_index}"), &layout.dp)?;
     let opts = train_opts(ctx, plan.steps, plan.lr, plan.warmup);
     let progress = ctx.progress;
-    let out = train(ops, model, dp.as_mut(), tp.as_mut(), &opts, &mut |s| progress.phase(name, "train", s as u64))?;
+    let first_timed = first_timed(plan.warmup, plan.steps);
+    let mut watch = load::Watch::new(ctx.backend, first_timed, plan.steps);
+    let out = train(ops, model, dp.as_mut(), tp.as_mut(), &opts, &mut |s| {
+        watch.step(s);
+        progress.phase(name, "train", s as u64);
+    })?;
     let flops_per_step = model.flops_per_step();
-    Ok(rank_result(
+    let mut r = rank_result(
         place.rank,
         Measured { out, flops_per_step, plan: &plan, device: ctx.backend.device_name(), ops: ops.describe() },
-    ))
+    );
+    let timed_steps = format!("{first_timed}..{}", plan.steps.saturating_sub(1));
+    load::record(&mut r, watch.finish(), &timed_steps);
+    Ok(r)
+}
+
+/// The first of the timed steps (after the warm-up; the last step if there are no more).
+fn first_timed(warmup: usize, steps: usize) -> usize {
+    warmup.min(steps.saturating_sub(1))
 }
 
 /// What one model run measured.
@@ -184,7 +199,7 @@ struct Measured<'a> {
 /// The rank result of a model run.
 fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
     let (out, plan) = (&m.out, m.plan);
-    let timed = |v: &[f64]| median(v.get(plan.warmup.min(v.len().saturating_sub(1))..).unwrap_or(v));
+    let timed = |v: &[f64]| median(v.get(first_timed(plan.warmup, v.len())..).unwrap_or(v));
     let (step, compute) = (timed(&out.step_s), timed(&out.compute_s));
     let mut r = RankResult::new(rank, CheckStatus::Passed);
     let mut problems = Vec::new();
