@@ -7,10 +7,12 @@
 //! after a reduction and the LM head are replicated. With `tp = 1` it is mini-gpt.
 
 use crate::comm::Comm;
-use crate::data::{columns, seed_of, uniform, TokenTask};
+use crate::data::{seed_of, TokenTask};
 use crate::ops::{Heads, Mm, Ops};
 use crate::train::{Model, Param};
 use crate::{ModelError, Result};
+
+mod init;
 
 pub use gpusanity_common::config::models::GptShape;
 
@@ -138,54 +140,12 @@ impl GptConfig {
 impl<B> Gpt<B> {
     pub fn new<O: Ops<Buf = B>>(ops: &mut O, cfg: GptConfig) -> Result<Gpt<B>> {
         cfg.check()?;
-        let (v, t, c, l) = (cfg.shape.vocab, cfg.shape.ctx, cfg.shape.dim, cfg.shape.layers);
-        let (cl, n, r) = (cfg.cl(), cfg.rows(), cfg.tp_rank);
-        let std = 0.02 * 3f32.sqrt();
-        let proj_std = std / (2.0 * l as f32).sqrt();
-        let full = |name: &str, len: usize, a: f32| uniform(len, a, seed_of(cfg.seed, name));
+        let (v, c, l) = (cfg.shape.vocab, cfg.shape.dim, cfg.shape.layers);
+        let (cl, n) = (cfg.cl(), cfg.rows());
         let mut params = Vec::new();
-        let mut add = |ops: &mut O, name: String, init: Vec<f32>, decay: bool| -> Result<()> {
-            params.push(Param::new(ops, name, &init, decay)?);
-            Ok(())
-        };
-        add(ops, "wte".into(), full("wte", v * c, std), true)?;
-        add(ops, "wpe".into(), full("wpe", t * c, std), true)?;
-        for i in 0..l {
-            let name = |s: &str| format!("h{i}.{s}");
-            add(ops, name("ln1.g"), vec![1.0; c], false)?;
-            add(ops, name("ln1.b"), vec![0.0; c], false)?;
-            // QKV columns are [q | k | v], each [heads, head_dim]: this rank takes its heads'
-            // columns of each of the three.
-            let qkv = full(&name("qkv.w"), c * 3 * c, std);
-            let qkv_b = full(&name("qkv.b"), 3 * c, std);
-            let mut w = vec![Vec::new(); c];
-            let mut b = Vec::new();
-            for part in 0..3 {
-                let cols = columns(&qkv, 3 * c, part * c + r * cl, cl);
-                for (row, chunk) in w.iter_mut().zip(cols.chunks(cl)) {
-                    row.extend_from_slice(chunk);
-                }
-                b.extend_from_slice(&qkv_b[part * c + r * cl..part * c + (r + 1) * cl]);
-            }
-            add(ops, name("qkv.w"), w.concat(), true)?;
-            add(ops, name("qkv.b"), b, false)?;
-            // Row-parallel: this rank's rows.
-            let o = full(&name("o.w"), c * c, proj_std);
-            add(ops, name("o.w"), o[r * cl * c..(r + 1) * cl * c].to_vec(), true)?;
-            add(ops, name("o.b"), full(&name("o.b"), c, std), false)?;
-            add(ops, name("ln2.g"), vec![1.0; c], false)?;
-            add(ops, name("ln2.b"), vec![0.0; c], false)?;
-            let fc = full(&name("fc.w"), c * 4 * c, std);
-            add(ops, name("fc.w"), columns(&fc, 4 * c, r * 4 * cl, 4 * cl), true)?;
-            let fc_b = full(&name("fc.b"), 4 * c, std);
-            add(ops, name("fc.b"), fc_b[r * 4 * cl..(r + 1) * 4 * cl].to_vec(), false)?;
-            let proj = full(&name("proj.w"), 4 * c * c, proj_std);
-            add(ops, name("proj.w"), proj[r * 4 * cl * c..(r + 1) * 4 * cl * c].to_vec(), true)?;
-            add(ops, name("proj.b"), full(&name("proj.b"), c, std), false)?;
+        for w in init::weights(&cfg) {
+            params.push(Param::new(ops, w.name, &w.values, w.decay)?);
         }
-        add(ops, "lnf.g".into(), vec![1.0; c], false)?;
-        add(ops, "lnf.b".into(), vec![0.0; c], false)?;
-        add(ops, "lm.w".into(), full("lm.w", c * v, std), true)?;
 
         let hs = cfg.local_heads();
         let att = hs.b * hs.h * hs.t * hs.t;

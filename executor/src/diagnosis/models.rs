@@ -80,12 +80,17 @@ fn checksums(c: &CheckReport, ranks: &[RankInfo], out: &mut Vec<Finding>) {
             if !(rest || minority) {
                 continue;
             }
-            let mut why =
-                format!("parameters after training differ from its data-parallel peers' (checksum {}", sum(r));
-            why.push_str(&if has_majority { format!(", majority {major})") } else { ")".into() });
-            if rest {
-                why.push_str("; they changed in memory after the last optimizer update");
+            let mut parts = Vec::new();
+            if minority {
+                parts.push(format!(
+                    "parameters after training differ from its data-parallel peers' (checksum {}, majority {major})",
+                    sum(r)
+                ));
             }
+            if let Some(sums) = r.notes.get("changed_at_rest") {
+                parts.push(format!("its parameters changed in memory after the last optimizer update ({sums})"));
+            }
+            let why = parts.join("; ");
             out.push(place(Finding::new(Severity::Critical, CODE, &c.name, why), ranks, r.rank));
             named.push(r.rank);
         }

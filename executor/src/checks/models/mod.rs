@@ -222,11 +222,10 @@ fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
         }
     }
     if out.checksum_after_update != out.checksum_final {
-        r.notes.insert("changed_at_rest".into(), "yes".into());
-        problems.push(format!(
-            "parameters changed after their last update (checksum {:016x} after it, {:016x} at the end)",
-            out.checksum_after_update, out.checksum_final
-        ));
+        let sums =
+            format!("checksum {:016x} after it, {:016x} at the end", out.checksum_after_update, out.checksum_final);
+        problems.push(format!("parameters changed after their last update ({sums})"));
+        r.notes.insert("changed_at_rest".into(), sums);
     }
     if !problems.is_empty() {
         r.status = CheckStatus::Failed;

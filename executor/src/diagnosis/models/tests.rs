@@ -58,9 +58,18 @@ fn a_checksum_off_the_majority_or_changed_at_rest_names_the_rank() {
     // Two ranks: no majority, but the rank whose memory changed after the update names itself.
     let mut bad = rank(1, "b", 10.0);
     bad.status = CheckStatus::Failed;
-    bad.notes.insert("changed_at_rest".into(), "yes".into());
-    let c = report(vec![rank(0, "a", 10.0), bad]);
+    bad.notes
+        .insert("changed_at_rest".into(), "checksum 00000000000000aa after it, 00000000000000b0 at the end".into());
+    let c = report(vec![rank(0, "a", 10.0), bad.clone()]);
     assert_eq!(codes(&c, 2), [(SDC.to_string(), Some(1), Severity::Critical)]);
+    // One rank alone: no peers to differ from; the message says what changed, not "peers".
+    let mut alone = bad;
+    alone.rank = 0;
+    let mut found = Vec::new();
+    findings(&report(vec![alone]), &info(1), 0.5, &mut found);
+    let f = found.iter().find(|f| f.code == SDC).expect("named");
+    assert!(f.message.contains("changed in memory after the last optimizer update (checksum"), "{}", f.message);
+    assert!(!f.message.contains("peers"), "{}", f.message);
     // Two ranks that differ with no other evidence: the job, not a rank.
     let c = report(vec![rank(0, "a", 10.0), rank(1, "b", 10.0)]);
     assert_eq!(codes(&c, 2), [(SDC.to_string(), None, Severity::Critical)]);
