@@ -1,7 +1,9 @@
 //! The CUDA backend of [`Ops`]: the main stream of the worker's one [`CudaDevice`] (shared with
 //! the executor's backend: same context, stream and cuBLAS handle); matrix products through cuBLAS
-//! (`cublasGemmStridedBatchedEx` on f32 tensors with `CUBLAS_COMPUTE_32F_FAST_16BF`: bf16
-//! tensor-core products with fp32 accumulation, the f32 weights staying the master copy); every
+//! (`cublasGemmStridedBatchedEx` on f32 tensors with `CUBLAS_COMPUTE_32F_FAST_16BF`, which
+//! lets cuBLAS use any tensor-core precision at least as precise as bf16: on an H200 it runs
+//! TF32 kernels (the kernel names in docs/benchmarks.md), fp32 accumulation, the f32 weights
+//! staying the master copy); every
 //! other op is a kernel of `kernels.cu`, compiled at run time by NVRTC (a library, so the node
 //! needs no compiler binary) for the device's own architecture.
 
