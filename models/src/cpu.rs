@@ -194,20 +194,7 @@ impl Ops for CpuOps {
         rstd: &mut Vec<f32>,
         c: usize,
     ) -> Result<()> {
-        let rows = x.len() / c;
-        check("layernorm_fwd", out.len() == x.len() && mean.len() == rows && rstd.len() == rows && g.len() == c)?;
-        for r in 0..rows {
-            let row = &x[r * c..(r + 1) * c];
-            let mu = row.iter().sum::<f32>() / c as f32;
-            let var = row.iter().map(|v| (v - mu) * (v - mu)).sum::<f32>() / c as f32;
-            let rs = 1.0 / (var + LN_EPS).sqrt();
-            for j in 0..c {
-                out[r * c + j] = (row[j] - mu) * rs * g[j] + b[j];
-            }
-            mean[r] = mu;
-            rstd[r] = rs;
-        }
-        Ok(())
+        gpt_ops::layernorm_fwd(x, g, b, out, mean, rstd, c)
     }
     fn layernorm_bwd(
         &mut self,
@@ -221,31 +208,7 @@ impl Ops for CpuOps {
         db: &mut Vec<f32>,
         c: usize,
     ) -> Result<()> {
-        let rows = x.len() / c;
-        check(
-            "layernorm_bwd",
-            dout.len() == x.len() && dx.len() == x.len() && mean.len() == rows && dg.len() == c && db.len() == c,
-        )?;
-        dg.fill(0.0);
-        db.fill(0.0);
-        for r in 0..rows {
-            let (mu, rs) = (mean[r], rstd[r]);
-            let (mut s1, mut s2) = (0f32, 0f32);
-            for j in 0..c {
-                let xh = (x[r * c + j] - mu) * rs;
-                let dxh = dout[r * c + j] * g[j];
-                s1 += dxh;
-                s2 += dxh * xh;
-                dg[j] += dout[r * c + j] * xh;
-                db[j] += dout[r * c + j];
-            }
-            let (s1, s2) = (s1 / c as f32, s2 / c as f32);
-            for j in 0..c {
-                let xh = (x[r * c + j] - mu) * rs;
-                dx[r * c + j] += rs * (dout[r * c + j] * g[j] - s1 - xh * s2);
-            }
-        }
-        Ok(())
+        gpt_ops::layernorm_bwd(x, g, mean, rstd, dout, dx, dg, db, c)
     }
     fn gelu_fwd(&mut self, x: &Vec<f32>, out: &mut Vec<f32>) -> Result<()> {
         check("gelu_fwd", x.len() == out.len())?;
@@ -288,19 +251,7 @@ impl Ops for CpuOps {
         Ok(())
     }
     fn softmax_causal_fwd(&mut self, s: &Vec<f32>, p: &mut Vec<f32>, t: usize, scale: f32) -> Result<()> {
-        check("softmax_causal_fwd", s.len() == p.len() && whole(s.len(), t * t))?;
-        for r in 0..s.len() / t {
-            let i = r % t;
-            let (srow, prow) = (&s[r * t..(r + 1) * t], &mut p[r * t..(r + 1) * t]);
-            let max = srow[..=i].iter().fold(f32::NEG_INFINITY, |m, v| m.max(scale * v));
-            let mut sum = 0.0;
-            for j in 0..t {
-                prow[j] = if j <= i { (scale * srow[j] - max).exp() } else { 0.0 };
-                sum += prow[j];
-            }
-            prow.iter_mut().for_each(|v| *v /= sum);
-        }
-        Ok(())
+        gpt_ops::softmax_causal_fwd(s, p, t, scale)
     }
     fn softmax_causal_bwd(
         &mut self,
@@ -310,15 +261,7 @@ impl Ops for CpuOps {
         t: usize,
         scale: f32,
     ) -> Result<()> {
-        check("softmax_causal_bwd", p.len() == dp.len() && p.len() == ds.len() && whole(p.len(), t * t))?;
-        for r in 0..p.len() / t {
-            let (p, dp) = (&p[r * t..(r + 1) * t], &dp[r * t..(r + 1) * t]);
-            let dot: f32 = p.iter().zip(dp).map(|(a, b)| a * b).sum();
-            for j in 0..t {
-                ds[r * t + j] = scale * p[j] * (dp[j] - dot);
-            }
-        }
-        Ok(())
+        gpt_ops::softmax_causal_bwd(p, dp, ds, t, scale)
     }
     fn cross_entropy(
         &mut self,
@@ -328,21 +271,7 @@ impl Ops for CpuOps {
         losses: &mut Vec<f32>,
         v: usize,
     ) -> Result<()> {
-        let rows = targets.len();
-        check("cross_entropy", logits.len() == rows * v && dlogits.len() == rows * v && losses.len() == rows)?;
-        for r in 0..rows {
-            let row = &logits[r * v..(r + 1) * v];
-            let max = row.iter().fold(f32::NEG_INFINITY, |m, x| m.max(*x));
-            let sum: f32 = row.iter().map(|x| (x - max).exp()).sum();
-            let tgt = targets[r] as usize;
-            check("cross_entropy target", tgt < v)?;
-            losses[r] = -(row[tgt] - max - sum.ln());
-            for j in 0..v {
-                let p = (row[j] - max).exp() / sum;
-                dlogits[r * v + j] = (p - if j == tgt { 1.0 } else { 0.0 }) / rows as f32;
-            }
-        }
-        Ok(())
+        gpt_ops::cross_entropy(logits, targets, dlogits, losses, v)
     }
     fn adamw(&mut self, p: &mut Vec<f32>, g: &Vec<f32>, m: &mut Vec<f32>, v: &mut Vec<f32>, a: Adam) -> Result<()> {
         check("adamw", p.len() == g.len() && p.len() == m.len() && p.len() == v.len())?;
@@ -383,20 +312,7 @@ impl Ops for CpuOps {
         rstd: &mut Vec<f32>,
         m: usize,
     ) -> Result<()> {
-        let c = g.len();
-        check("batchnorm_fwd", x.len() == c * m && out.len() == x.len() && mean.len() == c && rstd.len() == c)?;
-        for ch in 0..c {
-            let row = &x[ch * m..(ch + 1) * m];
-            let mu = row.iter().sum::<f32>() / m as f32;
-            let var = row.iter().map(|v| (v - mu) * (v - mu)).sum::<f32>() / m as f32;
-            let rs = 1.0 / (var + LN_EPS).sqrt();
-            for j in 0..m {
-                out[ch * m + j] = (row[j] - mu) * rs * g[ch] + b[ch];
-            }
-            mean[ch] = mu;
-            rstd[ch] = rs;
-        }
-        Ok(())
+        vision::batchnorm_fwd(x, g, b, out, mean, rstd, m)
     }
     fn batchnorm_bwd(
         &mut self,
@@ -410,59 +326,10 @@ impl Ops for CpuOps {
         db: &mut Vec<f32>,
         m: usize,
     ) -> Result<()> {
-        let c = g.len();
-        check(
-            "batchnorm_bwd",
-            x.len() == c * m && dout.len() == x.len() && dx.len() == x.len() && dg.len() == c && db.len() == c,
-        )?;
-        for ch in 0..c {
-            let (mu, rs) = (mean[ch], rstd[ch]);
-            let (mut sdy, mut sdyx) = (0f32, 0f32);
-            for j in 0..m {
-                let xh = (x[ch * m + j] - mu) * rs;
-                sdy += dout[ch * m + j];
-                sdyx += dout[ch * m + j] * xh;
-            }
-            dg[ch] = sdyx;
-            db[ch] = sdy;
-            let (a, b) = (sdy / m as f32, sdyx / m as f32);
-            for j in 0..m {
-                let xh = (x[ch * m + j] - mu) * rs;
-                dx[ch * m + j] = g[ch] * rs * (dout[ch * m + j] - a - xh * b);
-            }
-        }
-        Ok(())
+        vision::batchnorm_bwd(x, g, mean, rstd, dout, dx, dg, db, m)
     }
     fn maxpool_fwd(&mut self, x: &Vec<f32>, out: &mut Vec<f32>, arg: &mut Vec<f32>, cv: Conv) -> Result<()> {
-        let (oh, ow, hw) = (cv.oh(), cv.ow(), cv.h * cv.w);
-        check(
-            "maxpool_fwd",
-            x.len() == cv.c * cv.n * hw && out.len() == cv.c * cv.col_cols() && arg.len() == out.len(),
-        )?;
-        for cn in 0..cv.c * cv.n {
-            for oy in 0..oh {
-                for ox in 0..ow {
-                    let (mut best, mut at) = (f32::NEG_INFINITY, 0usize);
-                    for ky in 0..cv.k {
-                        for kx in 0..cv.k {
-                            let iy = (oy * cv.stride + ky) as isize - cv.pad as isize;
-                            let ix = (ox * cv.stride + kx) as isize - cv.pad as isize;
-                            if iy >= 0 && ix >= 0 && (iy as usize) < cv.h && (ix as usize) < cv.w {
-                                let j = iy as usize * cv.w + ix as usize;
-                                if x[cn * hw + j] > best || x[cn * hw + j].is_nan() {
-                                    best = x[cn * hw + j];
-                                    at = j;
-                                }
-                            }
-                        }
-                    }
-                    let o = (cn * oh + oy) * ow + ox;
-                    out[o] = best;
-                    arg[o] = at as f32;
-                }
-            }
-        }
-        Ok(())
+        vision::maxpool_fwd(x, out, arg, cv)
     }
     fn maxpool_bwd(&mut self, dout: &Vec<f32>, arg: &Vec<f32>, dx: &mut Vec<f32>, cv: Conv) -> Result<()> {
         check("maxpool_bwd", dout.len() == arg.len() && dx.len() == cv.c * cv.n * cv.h * cv.w)?;
@@ -496,6 +363,9 @@ impl Ops for CpuOps {
         Ok(())
     }
 }
+
+mod gpt_ops;
+mod vision;
 
 #[cfg(test)]
 mod tests;

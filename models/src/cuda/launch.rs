@@ -58,7 +58,10 @@ impl Ops for CudaOps {
     type Buf = Buf;
 
     fn describe(&self) -> String {
-        format!("cuda ({}; cuBLAS tensor-core products on fp32 tensors (bf16 or TF32, cuBLAS picks), NVRTC kernels)", self.device.name())
+        format!(
+            "cuda ({}; cuBLAS tensor-core products on fp32 tensors (bf16 or TF32, cuBLAS picks), NVRTC kernels)",
+            self.device.name()
+        )
     }
     fn upload(&mut self, x: &[f32]) -> Result<Buf> {
         self.stream().clone_htod(x).map_err(|e| dev("upload", e))
