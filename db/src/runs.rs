@@ -119,15 +119,6 @@ pub async fn record_job_event(
     Ok(done.rows_affected() == 1)
 }
 
-/// Whether this event id was seen before.
-pub async fn job_event_seen(tx: &mut Tx, event_id: &str) -> Result<bool> {
-    Ok(sqlx::query("SELECT 1 FROM job_events WHERE event_id = $1")
-        .bind(event_id)
-        .fetch_optional(&mut **tx)
-        .await?
-        .is_some())
-}
-
 pub async fn upsert_job(tx: &mut Tx, j: &JobRow) -> Result<()> {
     sqlx::query(
         "INSERT INTO jobs (job_id, workspace_id, attempt, framework, nodes, enable_check, check_args, stopped, updated_at)
