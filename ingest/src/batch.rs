@@ -1,7 +1,8 @@
 //! One batch of job events in one transaction, with few round trips: the event ids already
-//! stored are looked up at once, and the allocations that need no check (the bulk of the
-//! traffic) are written with multi-row statements; every other event is applied on its own
-//! ([`Ingest::apply`]), in the same transaction and in the order read.
+//! stored are looked up at once, and on PostgreSQL the allocations that need no check (the bulk
+//! of the traffic) are written with multi-row statements; every other event (every event on
+//! SQLite) is applied on its own ([`Ingest::apply`]), in the same transaction and in the order
+//! read.
 //!
 //! An allocation takes the multi-row path only when nothing else in the batch concerns its job
 //! (no other new event of the job) and the job has no run in `Checking` (nothing to cancel):
@@ -15,7 +16,7 @@ use gpusanity_common::timing::Decision;
 use gpusanity_common::wire::job::{JobEvent, JobEventBody};
 use gpusanity_db::bulk::{self, JobEventRow, OutboxInsert};
 use gpusanity_db::runs::JobRow;
-use gpusanity_db::{lease, now_ms, DbError};
+use gpusanity_db::{lease, now_ms, Backend, DbError};
 use rdkafka::message::{Message, OwnedMessage};
 
 use crate::apply::{skip_decision, skipped_event};
@@ -55,12 +56,16 @@ impl Ingest {
                 *n = n.saturating_add(1);
             }
         }
+        // On SQLite a statement is a call within the process, not a round trip, and one
+        // multi-row statement costs more than the rows one by one (about 200 ms against 50 ms
+        // for 1,000 allocations): there every event is applied on its own.
+        let multi_row = self.db.backend == Backend::Postgres;
         let mut skips: Vec<Option<Skip>> = parsed
             .iter()
             .zip(batch)
             .zip(&fresh)
             .map(|((p, m), f)| match p {
-                Ok(ev) if *f && per_job.get(ev.job_id.as_str()) == Some(&1) => self.skip_of(ev, m),
+                Ok(ev) if multi_row && *f && per_job.get(ev.job_id.as_str()) == Some(&1) => self.skip_of(ev, m),
                 _ => None,
             })
             .collect();

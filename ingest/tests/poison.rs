@@ -31,7 +31,11 @@ fn message(offset: i64, payload: &str) -> OwnedMessage {
 }
 
 async fn ingest(dir: &tempfile::TempDir) -> Ingest {
-    let db = Db::connect(&format!("sqlite://{}", dir.path().join("t.db").display())).await.expect("db");
+    ingest_on(&format!("sqlite://{}", dir.path().join("t.db").display())).await
+}
+
+async fn ingest_on(url: &str) -> Ingest {
+    let db = Db::connect(url).await.expect("db");
     let (notices, _) = mpsc::unbounded_channel();
     Ingest {
         db,
@@ -88,9 +92,21 @@ async fn only_the_refused_events_of_a_batch_become_dead_letters() {
 }
 
 #[tokio::test]
-async fn a_batch_applies_each_good_event_once_and_dead_letters_the_malformed_one() {
+async fn a_batch_applies_each_good_event_once_and_dead_letters_the_malformed_one_on_sqlite() {
     let dir = tempfile::tempdir().expect("dir");
-    let ing = ingest(&dir).await;
+    good_bad_and_duplicates(&ingest(&dir).await).await;
+}
+
+/// PostgreSQL writes the allocations needing no check with multi-row statements.
+#[tokio::test]
+async fn a_batch_applies_each_good_event_once_and_dead_letters_the_malformed_one_on_postgresql() {
+    let name = format!("ingest_batch_{}", std::process::id());
+    let url =
+        tokio::task::spawn_blocking(move || gpusanity_testkit::svc::postgres_database(&name)).await.expect("database");
+    good_bad_and_duplicates(&ingest_on(&url).await).await;
+}
+
+async fn good_bad_and_duplicates(ing: &Ingest) {
     let batch = [
         message(0, &unchecked("e0", "job-a")),
         message(1, &unchecked("e0", "job-a")),
