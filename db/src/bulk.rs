@@ -57,39 +57,31 @@ fn list(n: usize, first: usize) -> String {
     (first..first + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
 }
 
-/// The ids among `ids` of job events already recorded.
-pub async fn seen_job_events(tx: &mut Tx, ids: &[&str]) -> Result<HashSet<String>> {
-    let mut seen = HashSet::new();
-    for chunk in ids.chunks(CHUNK) {
-        let sql = format!("SELECT event_id FROM job_events WHERE event_id IN ({})", list(chunk.len(), 1));
+/// The first column (text) of the rows `select` finds, `select` ending in `IN (` and taking
+/// `values` there, chunk by chunk.
+async fn texts_in(tx: &mut Tx, select: &str, values: &[&str]) -> Result<HashSet<String>> {
+    let mut found = HashSet::new();
+    for chunk in values.chunks(CHUNK) {
+        let sql = format!("{select}{})", list(chunk.len(), 1));
         let mut q = sqlx::query(&sql);
-        for id in chunk {
-            q = q.bind(*id);
+        for v in chunk {
+            q = q.bind(*v);
         }
         for r in q.fetch_all(&mut **tx).await? {
-            seen.insert(r.try_get::<String, _>(0)?);
+            found.insert(r.try_get::<String, _>(0)?);
         }
     }
-    Ok(seen)
+    Ok(found)
+}
+
+/// The ids among `ids` of job events already recorded.
+pub async fn seen_job_events(tx: &mut Tx, ids: &[&str]) -> Result<HashSet<String>> {
+    texts_in(tx, "SELECT event_id FROM job_events WHERE event_id IN (", ids).await
 }
 
 /// The ids among `job_ids` of jobs with a run in `Checking`.
 pub async fn jobs_with_active_run(tx: &mut Tx, job_ids: &[&str]) -> Result<HashSet<String>> {
-    let mut active = HashSet::new();
-    for chunk in job_ids.chunks(CHUNK) {
-        let sql = format!(
-            "SELECT DISTINCT job_id FROM runs WHERE state = 'Checking' AND job_id IN ({})",
-            list(chunk.len(), 1)
-        );
-        let mut q = sqlx::query(&sql);
-        for id in chunk {
-            q = q.bind(*id);
-        }
-        for r in q.fetch_all(&mut **tx).await? {
-            active.insert(r.try_get::<String, _>(0)?);
-        }
-    }
-    Ok(active)
+    texts_in(tx, "SELECT DISTINCT job_id FROM runs WHERE state = 'Checking' AND job_id IN (", job_ids).await
 }
 
 /// Stores or replaces the jobs (as [`crate::runs::upsert_job`] does each). A job id may appear
