@@ -6,6 +6,7 @@
 //! together take a [`Tx`] so the caller commits them as one transaction.
 
 pub mod browse;
+pub mod bulk;
 mod fault;
 pub mod lease;
 pub mod outbox;

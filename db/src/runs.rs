@@ -119,33 +119,9 @@ pub async fn record_job_event(
     Ok(done.rows_affected() == 1)
 }
 
-/// Whether this event id was seen before.
-pub async fn job_event_seen(tx: &mut Tx, event_id: &str) -> Result<bool> {
-    Ok(sqlx::query("SELECT 1 FROM job_events WHERE event_id = $1")
-        .bind(event_id)
-        .fetch_optional(&mut **tx)
-        .await?
-        .is_some())
-}
-
+/// Stores the job, or replaces what its last allocation said (and marks it not stopped).
 pub async fn upsert_job(tx: &mut Tx, j: &JobRow) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO jobs (job_id, workspace_id, attempt, framework, nodes, enable_check, check_args, stopped, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8)
-         ON CONFLICT (job_id) DO UPDATE SET workspace_id = $2, attempt = $3, framework = $4, nodes = $5, enable_check = $6,
-           check_args = $7, stopped = 0, updated_at = $8",
-    )
-    .bind(&j.job_id)
-    .bind(&j.workspace_id)
-    .bind(j.attempt)
-    .bind(&j.framework)
-    .bind(serde_json::to_string(&j.nodes)?)
-    .bind(i64::from(j.enable_check))
-    .bind(&j.check_args)
-    .bind(now_ms())
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+    crate::bulk::upsert_jobs(tx, std::slice::from_ref(j)).await
 }
 
 pub async fn get_job(tx: &mut Tx, job_id: &str) -> Result<Option<JobRow>> {

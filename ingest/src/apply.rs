@@ -3,7 +3,7 @@
 //! cancelled). Called by [`crate::consume`] inside the batch's transaction.
 
 use gpusanity_common::wire::job::{Allocation, JobEvent, JobNode, RestartReason};
-use gpusanity_common::wire::output::OutputBody;
+use gpusanity_common::wire::output::{OutputBody, OutputEvent};
 use gpusanity_common::Settings;
 use gpusanity_db::runs::{self, JobRow, RunRow, ServiceRunState};
 use gpusanity_db::{now_ms, outbox, Tx};
@@ -13,22 +13,31 @@ use crate::policy::{self, Decision, Start};
 use crate::validate::{self, Reject};
 use crate::Notice;
 
+/// An allocation as the policy sees it ([`Ingest::plan_allocation`]).
+pub(crate) struct Plan {
+    pub job: JobRow,
+    pub settings: Settings,
+    pub decision: Decision,
+}
+
+/// The `CheckSkipped` output event of a job event that needs no check.
+pub(crate) fn skipped_event(ev: &JobEvent, job: &JobRow, reason: &str) -> OutputEvent {
+    output_event(&job.job_id, &job.workspace_id, None, &ev.event_id, OutputBody::CheckSkipped { reason: reason.into() })
+}
+
+/// The decision recorded with a skipped job event.
+pub(crate) fn skip_decision(reason: &str) -> String {
+    format!("skipped: {reason}")
+}
+
 impl Ingest {
-    pub(crate) async fn allocated(
-        &self,
-        tx: &mut Tx,
-        ev: &JobEvent,
-        a: &Allocation,
-        notices: &mut Vec<Notice>,
-    ) -> Applied<Result<String, Reject>> {
+    /// What an allocation asks for, before the database is read: the job as it is stored, its
+    /// validated settings and the policy's decision (a run or a skip).
+    pub(crate) fn plan_allocation(&self, ev: &JobEvent, a: &Allocation) -> Result<Plan, Reject> {
         let settings = if a.settings.enable_sanity_check {
-            match validate::settings(&a.settings.sanity_check_args) {
-                Ok(s) => match self.env_policy.check(&s.envs) {
-                    Ok(()) => s,
-                    Err(e) => return Ok(Err(Reject::BadSettings(e.to_string()))),
-                },
-                Err(r) => return Ok(Err(r)),
-            }
+            let s = validate::settings(&a.settings.sanity_check_args)?;
+            self.env_policy.check(&s.envs).map_err(|e| Reject::BadSettings(e.to_string()))?;
+            s
         } else {
             Settings::default()
         };
@@ -41,16 +50,30 @@ impl Ingest {
             enable_check: a.settings.enable_sanity_check,
             check_args: a.settings.sanity_check_args.clone(),
         };
-        runs::upsert_job(tx, &job).await?;
-        self.cancel_active(tx, ev, "superseded by a new allocation of the job", notices).await?;
-        let d = policy::decide(
+        let decision = policy::decide(
             a.framework.as_deref(),
             &a.nodes,
             a.settings.enable_sanity_check,
             &settings,
             &Start::Allocated,
         );
-        Ok(Ok(self.start_or_skip(tx, ev, &job, &settings, d, notices).await?))
+        Ok(Plan { job, settings, decision })
+    }
+
+    pub(crate) async fn allocated(
+        &self,
+        tx: &mut Tx,
+        ev: &JobEvent,
+        a: &Allocation,
+        notices: &mut Vec<Notice>,
+    ) -> Applied<Result<String, Reject>> {
+        let plan = match self.plan_allocation(ev, a) {
+            Ok(p) => p,
+            Err(r) => return Ok(Err(r)),
+        };
+        runs::upsert_job(tx, &plan.job).await?;
+        self.cancel_active(tx, ev, "superseded by a new allocation of the job", notices).await?;
+        Ok(Ok(self.start_or_skip(tx, ev, &plan.job, &plan.settings, plan.decision, notices).await?))
     }
 
     pub(crate) async fn restarted(
@@ -140,15 +163,8 @@ impl Ingest {
     ) -> Applied<String> {
         match d {
             Decision::Skip(reason) => {
-                let out = output_event(
-                    &job.job_id,
-                    &job.workspace_id,
-                    None,
-                    &ev.event_id,
-                    OutputBody::CheckSkipped { reason: reason.clone() },
-                );
-                outbox::enqueue(tx, &self.topics.output, &out).await?;
-                Ok(format!("skipped: {reason}"))
+                outbox::enqueue(tx, &self.topics.output, &skipped_event(ev, job, &reason)).await?;
+                Ok(skip_decision(&reason))
             }
             Decision::Run => {
                 let now = now_ms();

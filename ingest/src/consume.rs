@@ -18,18 +18,21 @@ use gpusanity_common::wire::output::{OutputBody, OutputEvent};
 use gpusanity_common::wire::{Topics, WIRE_VERSION};
 use gpusanity_db::runs;
 use gpusanity_db::DbError;
-use gpusanity_db::{lease, now_ms, outbox, Db, Tx};
+use gpusanity_db::{bulk, Db, Tx};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Message, OwnedMessage};
 use thiserror::Error;
 use tokio::sync::{mpsc, Notify};
 
 use crate::retry::Backoff;
-use crate::validate::{self, Reject};
+use crate::validate::Reject;
 use crate::Notice;
 
 /// The most events applied in one transaction.
-const BATCH: usize = 1000;
+pub const BATCH: usize = 1000;
+/// The most payload bytes read into one batch: the broker takes messages of up to a megabyte by
+/// default, and a batch of large ones stops early.
+pub const BATCH_BYTES: usize = 8 * 1024 * 1024;
 
 /// Why applying events failed.
 #[derive(Debug, Error)]
@@ -110,10 +113,15 @@ impl Ingest {
                     continue;
                 }
             };
+            let mut bytes = message_bytes(&first);
             let mut batch = vec![first];
-            while batch.len() < BATCH {
+            while batch.len() < BATCH && bytes < BATCH_BYTES {
                 match tokio::time::timeout(Duration::from_millis(1), consumer.recv()).await {
-                    Ok(Ok(m)) => batch.push(m.detach()),
+                    Ok(Ok(m)) => {
+                        let m = m.detach();
+                        bytes = bytes.saturating_add(message_bytes(&m));
+                        batch.push(m);
+                    }
                     Ok(Err(e)) => {
                         crate::signals::SIGNALS.kafka_error();
                         tracing::warn!("reading job events: {e}");
@@ -169,8 +177,9 @@ impl Ingest {
                     match self.apply_together(std::slice::from_ref(m)).await {
                         Ok(n) => notices.extend(n),
                         Err(e) if e.is_poison() => {
+                            let row = self.dead_letter_row(m, &format!("refused by the database: {e}"))?;
                             let mut tx = self.db.begin().await?;
-                            self.dead_letter(&mut tx, m, &format!("refused by the database: {e}")).await?;
+                            bulk::enqueue(&mut tx, std::slice::from_ref(&row)).await?;
                             tx.commit().await.map_err(DbError::from)?;
                         }
                         Err(e) => return Err(e),
@@ -182,55 +191,16 @@ impl Ingest {
         }
     }
 
-    /// Applies the events in one transaction.
-    async fn apply_together(&self, batch: &[OwnedMessage]) -> Applied<Vec<Notice>> {
-        let mut tx = self.db.begin().await?;
-        let mut notices = Vec::new();
-        let lease_ms = i64::try_from(self.owner.lease.as_millis()).unwrap_or(i64::MAX);
-        for m in batch {
-            let bytes = m.payload().unwrap_or_default();
-            let before = notices.len();
-            let res = match validate::parse(bytes) {
-                Ok(ev) => self.apply(&mut tx, &ev, bytes, &mut notices).await?,
-                Err(r) => Err(r),
-            };
-            if let Err(reject) = res {
-                self.dead_letter(&mut tx, m, &reject.to_string()).await?;
-            }
-            // The consumer group gave this replica the event's partition: it owns the new run.
-            for n in &notices[before..] {
-                if let Notice::Start(run_id) = n {
-                    let until = now_ms().saturating_add(lease_ms);
-                    lease::own_new(&mut tx, run_id, &self.owner.id, m.partition(), until).await?;
-                }
-            }
-        }
-        tx.commit().await.map_err(DbError::from)?;
-        Ok(notices)
-    }
-
-    /// Queues `m` with `reason` for the dead-letter topic.
-    async fn dead_letter(&self, tx: &mut Tx, m: &OwnedMessage, reason: &str) -> Applied<()> {
-        tracing::warn!(topic = m.topic(), partition = m.partition(), offset = m.offset(), "dead letter: {reason}");
-        let dl = dead_letter(m.topic(), m.partition(), m.offset(), m.payload().unwrap_or_default(), reason);
-        outbox::enqueue_raw(tx, &self.topics.dead_letter, "dead-letter", &dl.event_id, &serde_json::to_string(&dl)?)
-            .await?;
-        Ok(())
-    }
-
-    /// Applies one well-formed event. The outer error is the database's; the inner one rejects
-    /// the event (dead letter).
-    async fn apply(
+    /// Applies one well-formed event, one not stored before (the batch looked its id up in the
+    /// same transaction). The outer error is the database's; the inner one rejects the event
+    /// (dead letter).
+    pub(crate) async fn apply(
         &self,
         tx: &mut Tx,
         ev: &JobEvent,
         raw: &[u8],
         notices: &mut Vec<Notice>,
     ) -> Applied<Result<(), Reject>> {
-        if runs::job_event_seen(tx, &ev.event_id).await? {
-            tracing::debug!(event_id = ev.event_id, "duplicate job event ignored");
-            return Ok(Ok(()));
-        }
         let (kind, decision) = match &ev.body {
             JobEventBody::JobResourcesAllocated(a) => match self.allocated(tx, ev, a, notices).await? {
                 Ok(d) => ("JobResourcesAllocated", d),
@@ -250,6 +220,12 @@ impl Ingest {
         }
         Ok(Ok(()))
     }
+}
+
+/// The bytes a message holds (payload and key), for the batch's cap.
+fn message_bytes(m: &OwnedMessage) -> usize {
+    let payload = m.payload().map_or(0, <[u8]>::len);
+    payload.saturating_add(m.key().map_or(0, <[u8]>::len))
 }
 
 /// Subscribes a group consumer to the job-events topic.

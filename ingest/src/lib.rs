@@ -4,6 +4,7 @@
 //! publisher is `gpusanity_service::outbox`.
 
 mod apply;
+mod batch;
 pub mod consume;
 pub mod dead_letter;
 pub mod kafka;

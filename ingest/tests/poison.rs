@@ -1,5 +1,6 @@
 //! The consumer's batches against a real SQLite database: an event validation refuses, one the
-//! database refuses (a trigger) and good ones in one batch; and a database that is gone.
+//! database refuses (a trigger) and good ones in one batch; duplicates within a batch and
+//! allocations needing no check (the multi-row path); and a database that is gone.
 
 use std::sync::Arc;
 
@@ -19,13 +20,22 @@ fn event(event_id: &str, job: &str) -> String {
     .to_string()
 }
 
+/// An allocation that needs no check (EnableSanityCheck off).
+fn unchecked(event_id: &str, job: &str) -> String {
+    event(event_id, job).replace(r#""EnableSanityCheck":true"#, r#""EnableSanityCheck":false"#)
+}
+
 fn message(offset: i64, payload: &str) -> OwnedMessage {
     let payload = Some(payload.as_bytes().to_vec());
     OwnedMessage::new(payload, None, "job-events".into(), Timestamp::NotAvailable, 0, offset, None)
 }
 
 async fn ingest(dir: &tempfile::TempDir) -> Ingest {
-    let db = Db::connect(&format!("sqlite://{}", dir.path().join("t.db").display())).await.expect("db");
+    ingest_on(&format!("sqlite://{}", dir.path().join("t.db").display())).await
+}
+
+async fn ingest_on(url: &str) -> Ingest {
+    let db = Db::connect(url).await.expect("db");
     let (notices, _) = mpsc::unbounded_channel();
     Ingest {
         db,
@@ -79,6 +89,66 @@ async fn only_the_refused_events_of_a_batch_become_dead_letters() {
     // Applied again (a redelivery): nothing new.
     assert!(ing.apply_batch(&batch).await.expect("applied").is_empty());
     assert_eq!(column(&ing.db, "SELECT event_id FROM outbox WHERE msg_key = 'dead-letter'").await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_batch_applies_each_good_event_once_and_dead_letters_the_malformed_one_on_sqlite() {
+    let dir = tempfile::tempdir().expect("dir");
+    good_bad_and_duplicates(&ingest(&dir).await).await;
+}
+
+/// PostgreSQL writes the allocations needing no check with multi-row statements.
+#[tokio::test]
+async fn a_batch_applies_each_good_event_once_and_dead_letters_the_malformed_one_on_postgresql() {
+    let name = format!("ingest_batch_{}", std::process::id());
+    let url =
+        tokio::task::spawn_blocking(move || gpusanity_testkit::svc::postgres_database(&name)).await.expect("database");
+    good_bad_and_duplicates(&ingest_on(&url).await).await;
+}
+
+async fn good_bad_and_duplicates(ing: &Ingest) {
+    let batch = [
+        message(0, &unchecked("e0", "job-a")),
+        message(1, &unchecked("e0", "job-a")),
+        message(2, "{not json"),
+        message(3, &unchecked("e1", "job-b")),
+        message(4, &event("e2", "job-c")),
+        message(5, &event("e2", "job-c")),
+    ];
+    let notices = ing.apply_batch(&batch).await.expect("applied");
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(column(&ing.db, "SELECT event_id FROM job_events ORDER BY event_id").await, ["e0", "e1", "e2"]);
+    assert_eq!(column(&ing.db, "SELECT job_id FROM jobs ORDER BY job_id").await, ["job-a", "job-b", "job-c"]);
+    let outputs = |db: &Db| {
+        let db = db.clone();
+        async move {
+            let mut kinds: Vec<String> = column(&db, "SELECT payload FROM outbox WHERE msg_key <> 'dead-letter'")
+                .await
+                .iter()
+                .map(|p| {
+                    let v: serde_json::Value = serde_json::from_str(p).expect("JSON");
+                    format!("{} {}", v["job_id"].as_str().unwrap_or_default(), v["type"].as_str().unwrap_or_default())
+                })
+                .collect();
+            kinds.sort();
+            kinds
+        }
+    };
+    let expected = ["job-a CheckSkipped", "job-b CheckSkipped", "job-c SanityCheckStarted"];
+    assert_eq!(outputs(&ing.db).await, expected);
+    let letters = column(&ing.db, "SELECT event_id FROM outbox WHERE msg_key = 'dead-letter'").await;
+    assert_eq!(letters, ["dead-letter/job-events/0/2"]);
+    // A redelivery of the batch changes nothing.
+    assert!(ing.apply_batch(&batch).await.expect("applied").is_empty());
+    assert_eq!(outputs(&ing.db).await, expected);
+    assert_eq!(column(&ing.db, "SELECT event_id FROM outbox WHERE msg_key = 'dead-letter'").await.len(), 1);
+    // An allocation needing no check of a job with a run in Checking cancels the run.
+    let notices = ing.apply_batch(&[message(6, &unchecked("e3", "job-c"))]).await.expect("applied");
+    assert!(matches!(notices.as_slice(), [gpusanity_ingest::Notice::Cancelled { .. }]), "{notices:?}");
+    let mut all = expected.to_vec();
+    all.extend(["job-c CheckCancelled", "job-c CheckSkipped"]);
+    all.sort();
+    assert_eq!(outputs(&ing.db).await, all);
 }
 
 #[tokio::test]
