@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The whole suite on every GPU of one machine: the default check (gemm + all-reduce) twice, then
-# all eight micro-benchmarks and the three model checks in one `gpusanity check`, twice (the
-# first run warms the driver's caches), with wall times and each check's duration; then the
-# slow-GPU co-runner scenario (bench/gpu/corunner.sh). Works for any number of GPUs.
+# The whole suite on every GPU of one machine: the default check twice, then all twelve
+# micro-benchmarks (gpu-health, the bandwidths and rdma-ports included) and the three model
+# checks in one `gpusanity check`, twice (the first run warms the driver's caches), with wall
+# times and each check's duration; then, with two GPUs or more, the slow-GPU co-runner scenario
+# (bench/gpu/corunner.sh). Works for any number of GPUs.
 # Usage (repository root, release binary built anywhere and carried):
 #   BIN=.carry/gpusanity OUT=/tmp/full bash bench/gpu/full_suite.sh
 set -u
@@ -13,7 +14,7 @@ mkdir -p "$OUT"
 . "$HERE/env.sh"
 nvidia-smi -L
 date -u +"date: %Y-%m-%dT%H:%M:%SZ"
-MICRO=gemm,kernel-launch,all-reduce,all-to-all,all-gather,multi-all-reduce,network-connectivity,matmul-all-reduce-overlap
+MICRO=gemm,kernel-launch,memory-bandwidth,host-bandwidth,all-reduce,all-to-all,all-gather,multi-all-reduce,network-connectivity,matmul-all-reduce-overlap,rdma-ports,gpu-health
 MODELS=mini-gpt,megatron-gpt,resnet
 to() { # file, then the command: its output goes to the file (so `wall` still prints here)
   local f=$1; shift
@@ -47,7 +48,11 @@ for i in 1 2; do
     --model-benchmarks "$MODELS" --report-dir "$OUT/suite$i"
   durations "$OUT/suite$i/report.json"
 done
-echo "== co-runner scenario"
-BIN="$BIN" OUT="$OUT/corunner" bash "$HERE/corunner.sh"
+if [ "$(nvidia-smi -L | grep -c '^GPU')" -ge 2 ]; then
+  echo "== co-runner scenario"
+  BIN="$BIN" OUT="$OUT/corunner" bash "$HERE/corunner.sh"
+else
+  echo "== co-runner scenario: needs two GPUs (bench/gpu/shared_device.sh is the one-GPU case)"
+fi
 echo "== processes left"
 pgrep -ax gpusanity || echo none

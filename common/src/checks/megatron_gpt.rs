@@ -11,7 +11,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     listed: true,
     needs: Needs::Nothing,
     reference_estimate_s: 300,
-    estimate_s: 14,
+    estimate_s: 9,
     params: GptCheckConfig::TENSOR_PARALLEL_KEYS,
     config: ConfigAccess {
         apply: |c, p| c.models.megatron_gpt.apply(p, true),
