@@ -241,7 +241,7 @@ impl Monitor {
         };
         let sm_clock = match (d.max_clock_info(Clock::SM), &load.error) {
             (Ok(max_mhz), None) if load.samples > 0 => {
-                Read::Value(SmClock { under_load_mhz: load.max_sm_mhz, max_mhz, samples: load.samples })
+                Read::Value(SmClock { under_load_mhz: load.sm_mhz.max as u32, max_mhz, samples: load.samples })
             }
             (Ok(_), Some(e)) => Read::Error(format!("sampling under load: {e}")),
             (Ok(_), None) => Read::Error("no sample taken under load".into()),

@@ -76,7 +76,6 @@ pub struct LoadSamples {
     pub power: Running,
     /// Whether [`LoadSamples::power`] holds instantaneous readings (every sample of it).
     pub power_instant: bool,
-    pub max_sm_mhz: u32,
     pub max_power_w: f64,
     pub max_temp_c: u32,
     /// The PCIe link's generation and width, the widest seen (a link trains down at idle).
@@ -143,10 +142,7 @@ fn sample_until(device_index: u32, period: Duration, stop: &AtomicBool) -> LoadS
     s.power_instant = instant;
     loop {
         match device.clock_info(Clock::SM) {
-            Ok(mhz) => {
-                s.max_sm_mhz = s.max_sm_mhz.max(mhz);
-                s.sm_mhz.add(f64::from(mhz));
-            }
+            Ok(mhz) => s.sm_mhz.add(f64::from(mhz)),
             Err(e) => note(&mut s, e, "SM clock"),
         }
         match device.power_usage() {
