@@ -135,6 +135,26 @@ impl Ops for CpuOps {
         }
         Ok(())
     }
+    fn add_bias_residual(
+        &mut self,
+        z: &Vec<f32>,
+        bias: &Vec<f32>,
+        x: &Vec<f32>,
+        out: &mut Vec<f32>,
+        rows: usize,
+    ) -> Result<()> {
+        check(
+            "add_bias_residual",
+            !bias.is_empty() && z.len() == rows * bias.len() && x.len() == z.len() && out.len() == z.len(),
+        )?;
+        let c = bias.len();
+        for ((o, z), x) in out.chunks_mut(c).zip(z.chunks(c)).zip(x.chunks(c)) {
+            for (((o, z), x), b) in o.iter_mut().zip(z).zip(x).zip(bias) {
+                *o = x + z + b;
+            }
+        }
+        Ok(())
+    }
     fn col_sum(&mut self, x: &Vec<f32>, out: &mut Vec<f32>, rows: usize) -> Result<()> {
         check("col_sum", x.len() == rows * out.len())?;
         out.fill(0.0);

@@ -240,10 +240,7 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             ops.heads_merge(&sc.o, &mut a.y, 0, 1, hs)?;
             ops.matmul(Mm::new(n, c, cl), &a.y, &ps[lp(i, O_W)].w, &mut sc.z)?;
             tp.all_reduce_sum(&mut sc.z)?;
-            ops.add_bias(&mut sc.z, &ps[lp(i, O_B)].w, n)?;
-            ops.fill(&mut a.x1, 0.0)?;
-            ops.axpy(1.0, x, &mut a.x1)?;
-            ops.axpy(1.0, &sc.z, &mut a.x1)?;
+            ops.add_bias_residual(&sc.z, &ps[lp(i, O_B)].w, x, &mut a.x1, n)?;
             ops.layernorm_fwd(
                 &a.x1,
                 &ps[lp(i, LN2_G)].w,
@@ -258,10 +255,7 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             ops.gelu_fwd(&a.h, &mut a.gl)?;
             ops.matmul(Mm::new(n, c, 4 * cl), &a.gl, &ps[lp(i, PROJ_W)].w, &mut sc.z)?;
             tp.all_reduce_sum(&mut sc.z)?;
-            ops.add_bias(&mut sc.z, &ps[lp(i, PROJ_B)].w, n)?;
-            ops.fill(x2, 0.0)?;
-            ops.axpy(1.0, &a.x1, x2)?;
-            ops.axpy(1.0, &sc.z, x2)?;
+            ops.add_bias_residual(&sc.z, &ps[lp(i, PROJ_B)].w, &a.x1, x2, n)?;
         }
         ops.layernorm_fwd(&xs[l], &ps[fin].w, &ps[fin + 1].w, &mut sc.af, &mut sc.meanf, &mut sc.rstdf, c)?;
         ops.matmul(Mm::new(n, v, c), &sc.af, &ps[fin + 2].w, &mut sc.logits)?;

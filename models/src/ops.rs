@@ -163,6 +163,16 @@ pub trait Ops {
     fn axpy(&mut self, alpha: f32, x: &Self::Buf, y: &mut Self::Buf) -> Result<()>;
     /// `y[r, j] += bias[j]` for `y` of `rows x bias.len()`.
     fn add_bias(&mut self, y: &mut Self::Buf, bias: &Self::Buf, rows: usize) -> Result<()>;
+    /// `out[r, j] = x[r, j] + z[r, j] + bias[j]` (a projection's bias and the residual in one
+    /// pass), all of `rows x bias.len()`.
+    fn add_bias_residual(
+        &mut self,
+        z: &Self::Buf,
+        bias: &Self::Buf,
+        x: &Self::Buf,
+        out: &mut Self::Buf,
+        rows: usize,
+    ) -> Result<()>;
     /// `out[j] = sum_r x[r, j]` for `x` of `rows x out.len()`.
     fn col_sum(&mut self, x: &Self::Buf, out: &mut Self::Buf, rows: usize) -> Result<()>;
 

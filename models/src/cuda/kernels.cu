@@ -26,25 +26,57 @@ __device__ float block_sum(float v, float* sh) {
 #define IDX (blockIdx.x * blockDim.x + threadIdx.x)
 #define ROW_WARP int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); int lane = threadIdx.x & 31;
 
+// f32 -> bf16 (as its 16 bits), rounding to nearest even; NaN stays a (quiet) NaN.
+extern "C" __global__ void to_bf16(const float* x, unsigned short* y, long n) {
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        unsigned int u = __float_as_uint(x[i]);
+        y[i] = (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40u) : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
 extern "C" __global__ void fill(float* x, float v, int n) { int i = IDX; if (i < n) x[i] = v; }
 extern "C" __global__ void set1(float* x, int i, float v) { if (IDX == 0) x[i] = v; }
 extern "C" __global__ void axpy(float a, const float* x, float* y, int n) { int i = IDX; if (i < n) y[i] += a * x[i]; }
+// Grid (column blocks of 256, row blocks of BIAS_ROWS): each thread keeps its bias in a
+// register and walks its column down the block's rows (no division per element).
+#define BIAS_ROWS 16
 extern "C" __global__ void add_bias(float* y, const float* b, int rows, int cols) {
-    int i = IDX; if (i < rows * cols) y[i] += b[i % cols];
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols) return;
+    float bj = b[j];
+    int r0 = blockIdx.y * BIAS_ROWS, r1 = min(rows, r0 + BIAS_ROWS);
+    for (int r = r0; r < r1; r++) y[(long)r * cols + j] += bj;
 }
-// Block (32, 16): 32 columns per block, 16 row lanes.
-extern "C" __global__ void col_sum(const float* x, float* out, int rows, int cols) {
-    __shared__ float sh[16][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
+// out = x + z + bias (a projection's bias and the residual), on add_bias's grid.
+extern "C" __global__ void add_bias_residual(const float* z, const float* b, const float* x, float* out, int rows, int cols) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols) return;
+    float bj = b[j];
+    int r0 = blockIdx.y * BIAS_ROWS, r1 = min(rows, r0 + BIAS_ROWS);
+    for (int r = r0; r < r1; r++) { long i = (long)r * cols + j; out[i] = x[i] + z[i] + bj; }
+}
+// Column sums in two passes, summed in the same order every time (no atomics). Grid (column
+// blocks of 32, chunks), block (32, 8): part[chunk * cols + j] sums rows
+// [chunk * per, (chunk + 1) * per) of column j.
+extern "C" __global__ void col_part(const float* x, float* part, int rows, int cols, int per) {
+    __shared__ float sh[8][33];
+    int j = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * per, r1 = min(rows, r0 + per);
     float s = 0.f;
-    if (c < cols) for (int r = threadIdx.y; r < rows; r += 16) s += x[(long)r * cols + c];
+    if (j < cols) for (int r = r0 + threadIdx.y; r < r1; r += 8) s += x[(long)r * cols + j];
     sh[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
-    if (threadIdx.y == 0 && c < cols) {
+    if (threadIdx.y == 0 && j < cols) {
         float t = 0.f;
-        for (int k = 0; k < 16; k++) t += sh[k][threadIdx.x];
-        out[c] = t;
+        for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
+        part[(long)blockIdx.y * cols + j] = t;
     }
+}
+// out[j] = the parts of column j summed in chunk order.
+extern "C" __global__ void col_finish(const float* part, float* out, int chunks, int cols) {
+    int j = IDX; if (j >= cols) return;
+    float t = 0.f;
+    for (int k = 0; k < chunks; k++) t += part[(long)k * cols + j];
+    out[j] = t;
 }
 extern "C" __global__ void embed_fwd(const float* tok, const float* wte, const float* wpe, float* out, int n, int t, int c) {
     int i = IDX; if (i >= n * c) return;
@@ -86,12 +118,15 @@ extern "C" __global__ void ln_bwd_dx(const float* x, const float* g, const float
         dx[o + j] += rs * (dout[o + j] * g[j] - s1 - xh * s2);
     }
 }
-// Block (32, 16) over 32 columns: dg = sum dout * xhat, db = sum dout.
-extern "C" __global__ void ln_bwd_dgdb(const float* x, const float* mean, const float* rstd, const float* dout, float* dg, float* db, int rows, int c) {
-    __shared__ float sg[16][33], sb[16][33];
+// dg = sum dout * xhat and db = sum dout by chunks of rows, as col_part: the parts of dg at
+// part[chunk * c + j], those of db after them at part[(chunks + chunk) * c + j]; col_finish
+// sums each half.
+extern "C" __global__ void ln_dgdb_part(const float* x, const float* mean, const float* rstd, const float* dout, float* part, int rows, int c, int per) {
+    __shared__ float sg[8][33], sb[8][33];
     int j = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * per, r1 = min(rows, r0 + per);
     float a = 0.f, b = 0.f;
-    if (j < c) for (int r = threadIdx.y; r < rows; r += 16) {
+    if (j < c) for (int r = r0 + threadIdx.y; r < r1; r += 8) {
         long i = (long)r * c + j;
         a += dout[i] * (x[i] - mean[r]) * rstd[r];
         b += dout[i];
@@ -100,8 +135,9 @@ extern "C" __global__ void ln_bwd_dgdb(const float* x, const float* mean, const 
     __syncthreads();
     if (threadIdx.y == 0 && j < c) {
         float ta = 0.f, tb = 0.f;
-        for (int k = 0; k < 16; k++) { ta += sg[k][threadIdx.x]; tb += sb[k][threadIdx.x]; }
-        dg[j] = ta; db[j] = tb;
+        for (int k = 0; k < 8; k++) { ta += sg[k][threadIdx.x]; tb += sb[k][threadIdx.x]; }
+        part[(long)blockIdx.y * c + j] = ta;
+        part[(long)(gridDim.y + blockIdx.y) * c + j] = tb;
     }
 }
 extern "C" __global__ void gelu_fwd(const float* x, float* out, int n) {
@@ -119,11 +155,13 @@ extern "C" __global__ void relu_fwd(const float* x, float* out, int n) { int i =
 extern "C" __global__ void relu_bwd(const float* y, const float* dout, float* dx, int n) {
     int i = IDX; if (i < n) dx[i] = y[i] > 0.f ? dout[i] : 0.f;
 }
-// One thread per element of [b, h, t, d]; split copies packed -> heads, merge the reverse.
+// Grid (element blocks over t d, h, b): split copies packed -> heads, merge the reverse.
 extern "C" __global__ void heads(const float* src, float* dst, int part, int parts, int b, int h, int t, int d, int split) {
-    int i = IDX; if (i >= b * h * t * d) return;
-    int e = i % d, r = i / d, tt = r % t, hh = (r / t) % h, bb = r / (t * h);
-    long packed = ((long)bb * t + tt) * parts * h * d + (long)part * h * d + hh * d + e;
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= t * d) return;
+    int hh = blockIdx.y, bb = blockIdx.z, tt = e / d, k = e - tt * d;
+    long i = ((long)bb * h + hh) * t * d + e;
+    long packed = ((long)bb * t + tt) * parts * h * d + (long)part * h * d + hh * d + k;
     if (split) dst[i] = src[packed]; else dst[packed] = src[i];
 }
 // One warp per row of t columns; row i of each t x t matrix sees columns 0..=i.
@@ -201,30 +239,68 @@ extern "C" __global__ void col2im(const float* dcols, float* dx, int c, int n, i
     }
     dx[i] = s;
 }
-// One block of 256 per channel row of m elements.
-extern "C" __global__ void bn_fwd(const float* x, const float* g, const float* b, float* out, float* mean, float* rstd, int m) {
+// Batch norm over rows of m elements, in two kernels on a grid (chunks, channels) of blocks of
+// 256, each block a chunk of `per` elements of its channel. The second kernel's blocks each sum
+// their channel's parts in chunk order (no atomics: the same result every time).
+// Statistics: sums of x - K and (x - K)^2, K the channel's first element (shifted sums: no
+// cancellation when the mean is large against the spread).
+extern "C" __global__ void bn_stats(const float* x, float* part, int m, int per) {
     __shared__ float sh[32];
-    int ch = blockIdx.x; long o = (long)ch * m;
-    float s = 0.f;
-    for (int j = threadIdx.x; j < m; j += blockDim.x) s += x[o + j];
-    float mu = block_sum(s, sh) / m;
-    float v = 0.f;
-    for (int j = threadIdx.x; j < m; j += blockDim.x) { float d = x[o + j] - mu; v += d * d; }
-    float rs = rsqrtf(block_sum(v, sh) / m + EPS);
-    for (int j = threadIdx.x; j < m; j += blockDim.x) out[o + j] = (x[o + j] - mu) * rs * g[ch] + b[ch];
-    if (threadIdx.x == 0) { mean[ch] = mu; rstd[ch] = rs; }
+    int ch = blockIdx.y; long o = (long)ch * m, at = ((long)ch * gridDim.x + blockIdx.x) * 2;
+    int j0 = blockIdx.x * per, j1 = min(m, j0 + per);
+    float k = x[o], s1 = 0.f, s2 = 0.f;
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) { float d = x[o + j] - k; s1 += d; s2 += d * d; }
+    s1 = block_sum(s1, sh);
+    s2 = block_sum(s2, sh);
+    if (threadIdx.x == 0) { part[at] = s1; part[at + 1] = s2; }
 }
-extern "C" __global__ void bn_bwd(const float* x, const float* g, const float* mean, const float* rstd, const float* dout, float* dx, float* dg, float* db, int m) {
+// The sums of channel ch's parts, in chunk order, in double.
+__device__ void bn_sums(const float* part, int ch, int chunks, double* a, double* b) {
+    double s1 = 0.0, s2 = 0.0;
+    for (int k = 0; k < chunks; k++) { long at = ((long)ch * chunks + k) * 2; s1 += part[at]; s2 += part[at + 1]; }
+    *a = s1; *b = s2;
+}
+extern "C" __global__ void bn_apply(const float* x, const float* g, const float* b, const float* part, float* out, float* mean, float* rstd, int m, int per) {
+    __shared__ float stat[2];
+    int ch = blockIdx.y; long o = (long)ch * m;
+    if (threadIdx.x == 0) {
+        double s1, s2;
+        bn_sums(part, ch, gridDim.x, &s1, &s2);
+        double mu = s1 / m, var = s2 / m - mu * mu;
+        stat[0] = x[o] + (float)mu;
+        stat[1] = rsqrtf((float)(var > 0.0 ? var : 0.0) + EPS);
+        if (blockIdx.x == 0) { mean[ch] = stat[0]; rstd[ch] = stat[1]; }
+    }
+    __syncthreads();
+    float mu = stat[0], gr = g[ch] * stat[1], bb = b[ch];
+    int j0 = blockIdx.x * per, j1 = min(m, j0 + per);
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) out[o + j] = (x[o + j] - mu) * gr + bb;
+}
+// Backward: the parts of sum dout and of sum dout * xhat.
+extern "C" __global__ void bn_bwd_part(const float* x, const float* mean, const float* rstd, const float* dout, float* part, int m, int per) {
     __shared__ float sh[32];
-    int ch = blockIdx.x; long o = (long)ch * m;
+    int ch = blockIdx.y; long o = (long)ch * m, at = ((long)ch * gridDim.x + blockIdx.x) * 2;
     float mu = mean[ch], rs = rstd[ch], a = 0.f, b = 0.f;
-    for (int j = threadIdx.x; j < m; j += blockDim.x) { a += dout[o + j]; b += dout[o + j] * (x[o + j] - mu) * rs; }
+    int j0 = blockIdx.x * per, j1 = min(m, j0 + per);
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) { float d = dout[o + j]; a += d; b += d * (x[o + j] - mu) * rs; }
     a = block_sum(a, sh);
     b = block_sum(b, sh);
-    if (threadIdx.x == 0) { dg[ch] = b; db[ch] = a; }
-    a /= m; b /= m;
-    for (int j = threadIdx.x; j < m; j += blockDim.x)
-        dx[o + j] = g[ch] * rs * (dout[o + j] - a - (x[o + j] - mu) * rs * b);
+    if (threadIdx.x == 0) { part[at] = a; part[at + 1] = b; }
+}
+extern "C" __global__ void bn_bwd_apply(const float* x, const float* g, const float* mean, const float* rstd, const float* dout, const float* part, float* dx, float* dg, float* db, int m, int per) {
+    __shared__ float stat[2];
+    int ch = blockIdx.y; long o = (long)ch * m;
+    if (threadIdx.x == 0) {
+        double a, b;
+        bn_sums(part, ch, gridDim.x, &a, &b);
+        stat[0] = (float)(a / m); stat[1] = (float)(b / m);
+        if (blockIdx.x == 0) { db[ch] = (float)a; dg[ch] = (float)b; }
+    }
+    __syncthreads();
+    float a = stat[0], b = stat[1], mu = mean[ch], rs = rstd[ch], gr = g[ch] * rs;
+    int j0 = blockIdx.x * per, j1 = min(m, j0 + per);
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x)
+        dx[o + j] = gr * (dout[o + j] - a - (x[o + j] - mu) * rs * b);
 }
 extern "C" __global__ void maxpool_fwd(const float* x, float* out, float* arg, int cn, int h, int w, int k, int stride, int pad, int oh, int ow) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;

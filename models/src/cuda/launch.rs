@@ -2,7 +2,7 @@
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-use super::{dev, CudaOps};
+use super::{dev, CudaOps, BF16_MIN_SIDE};
 use crate::ops::{whole, Adam, Conv, Heads, Mm, Ops};
 use crate::{ModelError, Result};
 
@@ -29,13 +29,44 @@ fn elems(n: usize) -> LaunchConfig {
 fn rows(n: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: ((n as u32).div_ceil(4).max(1), 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 }
 }
-/// Blocks of 32 columns x 16 row lanes.
-fn cols(n: usize) -> LaunchConfig {
-    LaunchConfig { grid_dim: ((n as u32).div_ceil(32).max(1), 1, 1), block_dim: (32, 16, 1), shared_mem_bytes: 0 }
+/// Grid (blocks of 256 over t d, heads, batch) of the head split and merge.
+fn heads_grid(s: Heads) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (((s.t * s.d) as u32).div_ceil(256).max(1), s.h.max(1) as u32, s.b.max(1) as u32),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
-/// One block of 256 per channel.
-fn channels(n: usize) -> LaunchConfig {
-    LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+/// Rows per block of the bias kernels (`BIAS_ROWS` in kernels.cu).
+const BIAS_ROWS: usize = 16;
+/// Column blocks of 256 threads x row blocks of [`BIAS_ROWS`].
+fn bias_grid(rows: usize, cols: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((cols as u32).div_ceil(256).max(1), (rows as u32).div_ceil(BIAS_ROWS as u32).max(1), 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// How a two-pass reduction cuts `len` elements into chunks when `others` independent
+/// reductions run beside it: enough blocks in all to fill the GPU (about 1,024), chunks of at
+/// least `least` elements. Returns (chunks, elements per chunk).
+fn chunking(len: usize, others: usize, least: usize) -> (usize, usize) {
+    let want = 1024usize.div_ceil(others.max(1));
+    let chunks = want.min(len.div_ceil(least)).clamp(1, 64);
+    (chunks, len.div_ceil(chunks).max(1))
+}
+/// Grid (column blocks of 32, chunks), block (32, 8): the column reductions' first pass.
+fn col_parts(cols: usize, chunks: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((cols as u32).div_ceil(32).max(1), chunks as u32, 1),
+        block_dim: (32, 8, 1),
+        shared_mem_bytes: 0,
+    }
+}
+/// Grid (chunks, channels) of blocks of 256: batch norm's passes.
+fn channel_chunks(chunks: usize, channels: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: (chunks as u32, channels.max(1) as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
 }
 
 /// Launches kernel `$name` with `$cfg` and the arguments (references to buffers or to named
@@ -59,7 +90,7 @@ impl Ops for CudaOps {
 
     fn describe(&self) -> String {
         format!(
-            "cuda ({}; cuBLAS tensor-core products on fp32 tensors (bf16 or TF32, cuBLAS picks), NVRTC kernels)",
+            "cuda ({}; cuBLAS tensor-core products: bf16 copies of the operands where every side is at least {BF16_MIN_SIDE}, TF32 below, fp32 accumulation; NVRTC kernels)",
             self.device.name()
         )
     }
@@ -100,12 +131,23 @@ impl Ops for CudaOps {
     fn add_bias(&mut self, y: &mut Buf, bias: &Buf, r: usize) -> Result<()> {
         check("add_bias", y.len() == r * bias.len())?;
         let (rr, c) = (int(r)?, int(bias.len())?);
-        launch!(self, "add_bias", elems(y.len()); y, bias, &rr, &c)
+        launch!(self, "add_bias", bias_grid(r, bias.len()); y, bias, &rr, &c)
+    }
+    fn add_bias_residual(&mut self, z: &Buf, bias: &Buf, x: &Buf, out: &mut Buf, r: usize) -> Result<()> {
+        check("add_bias_residual", z.len() == r * bias.len() && x.len() == z.len() && out.len() == z.len())?;
+        let (rr, c) = (int(r)?, int(bias.len())?);
+        launch!(self, "add_bias_residual", bias_grid(r, bias.len()); z, bias, x, out, &rr, &c)
     }
     fn col_sum(&mut self, x: &Buf, out: &mut Buf, r: usize) -> Result<()> {
-        check("col_sum", x.len() == r * out.len())?;
-        let (rr, c) = (int(r)?, int(out.len())?);
-        launch!(self, "col_sum", cols(out.len()); x, out, &rr, &c)
+        let c = out.len();
+        check("col_sum", x.len() == r * c)?;
+        let (chunks, per) = chunking(r, c.div_ceil(32), 64);
+        let mut part = self.take_scratch(chunks * c)?;
+        let (rr, cc, pp, kk) = (int(r)?, int(c)?, int(per)?, int(chunks)?);
+        let done = launch!(self, "col_part", col_parts(c, chunks); x, &mut part, &rr, &cc, &pp)
+            .and_then(|()| launch!(self, "col_finish", elems(c); &part, out, &kk, &cc));
+        self.put_scratch(part);
+        done
     }
     fn embed_fwd(&mut self, tok: &Buf, wte: &Buf, wpe: &Buf, out: &mut Buf, t: usize, c: usize) -> Result<()> {
         check("embed_fwd", out.len() == tok.len() * c && wpe.len() >= t * c)?;
@@ -151,7 +193,17 @@ impl Ops for CudaOps {
         )?;
         let (rr, cc) = (int(r)?, int(c)?);
         launch!(self, "ln_bwd_dx", rows(r); x, g, mean, rstd, dout, dx, &rr, &cc)?;
-        launch!(self, "ln_bwd_dgdb", cols(c); x, mean, rstd, dout, dg, db, &rr, &cc)
+        let (chunks, per) = chunking(r, c.div_ceil(32), 64);
+        let mut part = self.take_scratch(2 * chunks * c)?;
+        let (pp, kk) = (int(per)?, int(chunks)?);
+        let done = launch!(self, "ln_dgdb_part", col_parts(c, chunks); x, mean, rstd, dout, &mut part, &rr, &cc, &pp)
+            .and_then(|()| launch!(self, "col_finish", elems(c); &part, dg, &kk, &cc));
+        let done = done.and_then(|()| {
+            let second = part.slice(chunks * c..);
+            launch!(self, "col_finish", elems(c); &second, db, &kk, &cc)
+        });
+        self.put_scratch(part);
+        done
     }
     fn gelu_fwd(&mut self, x: &Buf, out: &mut Buf) -> Result<()> {
         check("gelu_fwd", x.len() == out.len())?;
@@ -176,12 +228,12 @@ impl Ops for CudaOps {
     fn heads_split(&mut self, src: &Buf, dst: &mut Buf, part: usize, parts: usize, s: Heads) -> Result<()> {
         check("heads_split", src.len() == s.b * s.t * parts * s.h * s.d && dst.len() == s.b * s.t * s.h * s.d)?;
         let (p, ps, b, h, t, d, split) = (int(part)?, int(parts)?, int(s.b)?, int(s.h)?, int(s.t)?, int(s.d)?, 1i32);
-        launch!(self, "heads", elems(dst.len()); src, dst, &p, &ps, &b, &h, &t, &d, &split)
+        launch!(self, "heads", heads_grid(s); src, dst, &p, &ps, &b, &h, &t, &d, &split)
     }
     fn heads_merge(&mut self, src: &Buf, dst: &mut Buf, part: usize, parts: usize, s: Heads) -> Result<()> {
         check("heads_merge", dst.len() == s.b * s.t * parts * s.h * s.d && src.len() == s.b * s.t * s.h * s.d)?;
         let (p, ps, b, h, t, d, split) = (int(part)?, int(parts)?, int(s.b)?, int(s.h)?, int(s.t)?, int(s.d)?, 0i32);
-        launch!(self, "heads", elems(src.len()); src, dst, &p, &ps, &b, &h, &t, &d, &split)
+        launch!(self, "heads", heads_grid(s); src, dst, &p, &ps, &b, &h, &t, &d, &split)
     }
     fn softmax_causal_fwd(&mut self, s: &Buf, p: &mut Buf, t: usize, scale: f32) -> Result<()> {
         check("softmax_causal_fwd", s.len() == p.len() && whole(s.len(), t * t))?;
@@ -233,9 +285,18 @@ impl Ops for CudaOps {
         m: usize,
     ) -> Result<()> {
         let c = g.len();
-        check("batchnorm_fwd", x.len() == c * m && out.len() == x.len() && mean.len() == c && rstd.len() == c)?;
-        let mm = int(m)?;
-        launch!(self, "bn_fwd", channels(c); x, g, b, out, mean, rstd, &mm)
+        check(
+            "batchnorm_fwd",
+            c > 0 && m > 0 && x.len() == c * m && out.len() == x.len() && mean.len() == c && rstd.len() == c,
+        )?;
+        let (chunks, per) = chunking(m, c, 2048);
+        let mut part = self.take_scratch(2 * chunks * c)?;
+        let (mm, pp) = (int(m)?, int(per)?);
+        let cfg = channel_chunks(chunks, c);
+        let done = launch!(self, "bn_stats", cfg; x, &mut part, &mm, &pp)
+            .and_then(|()| launch!(self, "bn_apply", cfg; x, g, b, &part, out, mean, rstd, &mm, &pp));
+        self.put_scratch(part);
+        done
     }
     fn batchnorm_bwd(
         &mut self,
@@ -252,10 +313,22 @@ impl Ops for CudaOps {
         let c = g.len();
         check(
             "batchnorm_bwd",
-            x.len() == c * m && dout.len() == x.len() && dx.len() == x.len() && dg.len() == c && db.len() == c,
+            c > 0
+                && m > 0
+                && x.len() == c * m
+                && dout.len() == x.len()
+                && dx.len() == x.len()
+                && dg.len() == c
+                && db.len() == c,
         )?;
-        let mm = int(m)?;
-        launch!(self, "bn_bwd", channels(c); x, g, mean, rstd, dout, dx, dg, db, &mm)
+        let (chunks, per) = chunking(m, c, 2048);
+        let mut part = self.take_scratch(2 * chunks * c)?;
+        let (mm, pp) = (int(m)?, int(per)?);
+        let cfg = channel_chunks(chunks, c);
+        let done = launch!(self, "bn_bwd_part", cfg; x, mean, rstd, dout, &mut part, &mm, &pp)
+            .and_then(|()| launch!(self, "bn_bwd_apply", cfg; x, g, mean, rstd, dout, &part, dx, dg, db, &mm, &pp));
+        self.put_scratch(part);
+        done
     }
     fn maxpool_fwd(&mut self, x: &Buf, out: &mut Buf, arg: &mut Buf, cv: Conv) -> Result<()> {
         check(

@@ -1,11 +1,11 @@
 //! The CUDA backend of [`Ops`]: the main stream of the worker's one [`CudaDevice`] (shared with
-//! the executor's backend: same context, stream and cuBLAS handle); matrix products through cuBLAS
-//! (`cublasGemmStridedBatchedEx` on f32 tensors with `CUBLAS_COMPUTE_32F_FAST_16BF`, which
-//! lets cuBLAS use any tensor-core precision at least as precise as bf16: on an H200 it runs
-//! TF32 kernels (the kernel names in docs/benchmarks.md), fp32 accumulation, the f32 weights
-//! staying the master copy); every
-//! other op is a kernel of `kernels.cu`, compiled at run time by NVRTC (a library, so the node
-//! needs no compiler binary) for the device's own architecture.
+//! the executor's backend: same context, stream and cuBLAS handle). Matrix products go through
+//! cuBLAS (`cublasGemmStridedBatchedEx`): a product whose sides are all at least
+//! [`BF16_MIN_SIDE`] runs on bf16 copies of its operands (made by a kernel just before it) with
+//! fp32 accumulation and an fp32 result, the f32 tensors staying the master copy; thinner ones
+//! run on the f32 tensors with `CUBLAS_COMPUTE_32F_FAST_16BF` (on an H200 cuBLAS picks TF32
+//! kernels for those). Every other op is a kernel of `kernels.cu`, compiled at run time by
+//! NVRTC (a library, so the node needs no compiler binary) for the device's own architecture.
 
 mod launch;
 #[cfg(test)]
@@ -16,7 +16,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
 use cudarc::cublas::{result as blas, sys as blas_sys};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, PushKernelArg};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use gpusanity_cuda::{CudaDevice, CudaError};
 
@@ -24,16 +24,19 @@ use crate::{ModelError, Result};
 
 const KERNELS: &str = include_str!("kernels.cu");
 const NAMES: &[&str] = &[
+    "to_bf16",
     "fill",
     "set1",
     "axpy",
     "add_bias",
-    "col_sum",
+    "add_bias_residual",
+    "col_part",
+    "col_finish",
     "embed_fwd",
     "embed_bwd",
     "ln_fwd",
     "ln_bwd_dx",
-    "ln_bwd_dgdb",
+    "ln_dgdb_part",
     "gelu_fwd",
     "gelu_bwd",
     "relu_fwd",
@@ -45,8 +48,10 @@ const NAMES: &[&str] = &[
     "adamw",
     "im2col",
     "col2im",
-    "bn_fwd",
-    "bn_bwd",
+    "bn_stats",
+    "bn_apply",
+    "bn_bwd_part",
+    "bn_bwd_apply",
     "maxpool_fwd",
     "maxpool_bwd",
     "avgpool_fwd",
@@ -82,7 +87,18 @@ pub struct CudaOps {
     funcs: HashMap<&'static str, CudaFunction>,
     /// Its stream runs every op; its cuBLAS handle every product.
     device: Arc<CudaDevice>,
+    /// The partial sums of the two-pass reductions, grown on demand. Ops run in stream order,
+    /// so one op's parts are consumed before the next op writes them.
+    scratch: Option<CudaSlice<f32>>,
+    /// The bf16 copies of a product's two operands, grown on demand.
+    half: Option<(CudaSlice<u16>, CudaSlice<u16>)>,
 }
+
+/// A product runs on bf16 copies of its operands when each of its sides is at least this
+/// long: then it is bound by the tensor cores, and bf16 runs at twice TF32's rate, which pays
+/// for the copies. Thinner products (the attention's, k or n of a head's 64) are bound by
+/// memory, where the copies would cost more than they save: they stay on f32 (TF32 kernels).
+pub const BF16_MIN_SIDE: usize = 256;
 
 impl CudaOps {
     /// The ops on `device` (the one the worker's backend opened): the kernels compiled for its
@@ -102,7 +118,7 @@ impl CudaOps {
         for n in NAMES {
             funcs.insert(*n, module.load_function(n).map_err(|e| dev(&format!("kernel {n}"), e))?);
         }
-        Ok(CudaOps { funcs, device })
+        Ok(CudaOps { funcs, device, scratch: None, half: None })
     }
 
     /// The stream every op runs on (NCCL groups of the model must use it too): the device's
@@ -120,12 +136,79 @@ impl CudaOps {
         self.device.name()
     }
 
+    /// The scratch buffer with room for at least `n` floats (taken out of `self` so that a
+    /// launch can borrow it beside the op's buffers; [`CudaOps::put_scratch`] puts it back).
+    fn take_scratch(&mut self, n: usize) -> Result<CudaSlice<f32>> {
+        match self.scratch.take() {
+            Some(s) if s.len() >= n => Ok(s),
+            _ => self.stream().alloc_zeros(n.max(1)).map_err(|e| dev(&format!("allocating {n} f32 of scratch"), e)),
+        }
+    }
+
+    fn put_scratch(&mut self, s: CudaSlice<f32>) {
+        self.scratch = Some(s);
+    }
+
     fn func(&self, name: &str) -> Result<&CudaFunction> {
         self.funcs.get(name).ok_or_else(|| ModelError::Device(format!("kernel {name} not loaded")))
     }
 
+    /// bf16 copies of the first `ea` elements of `a` and `eb` of `b`, in the half buffers
+    /// (taken out of `self`; the caller puts them back).
+    fn half_copies(
+        &mut self,
+        a: &CudaSlice<f32>,
+        ea: usize,
+        b: &CudaSlice<f32>,
+        eb: usize,
+    ) -> Result<(CudaSlice<u16>, CudaSlice<u16>)> {
+        let (mut ha, mut hb) = match self.half.take() {
+            Some((ha, hb)) if ha.len() >= ea && hb.len() >= eb => (ha, hb),
+            Some((ha, hb)) => {
+                let grow = |s: &mut Self, old: CudaSlice<u16>, n: usize| -> Result<CudaSlice<u16>> {
+                    if old.len() >= n {
+                        return Ok(old);
+                    }
+                    drop(old);
+                    s.stream().alloc_zeros(n).map_err(|e| dev(&format!("allocating {n} bf16"), e))
+                };
+                let ha = grow(self, ha, ea)?;
+                (ha, grow(self, hb, eb)?)
+            }
+            None => {
+                let ha = self.stream().alloc_zeros(ea.max(1)).map_err(|e| dev(&format!("allocating {ea} bf16"), e))?;
+                let hb = self.stream().alloc_zeros(eb.max(1)).map_err(|e| dev(&format!("allocating {eb} bf16"), e))?;
+                (ha, hb)
+            }
+        };
+        let cast = |s: &mut Self, x: &CudaSlice<f32>, y: &mut CudaSlice<u16>, n: usize| -> Result<()> {
+            let len = n as i64;
+            let blocks = (n as u32).div_ceil(256).clamp(1, 65_535);
+            let cfg =
+                cudarc::driver::LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let f = s.func("to_bf16")?;
+            let mut l = s.stream().launch_builder(f);
+            l.arg(x);
+            l.arg(y);
+            l.arg(&len);
+            // SAFETY: to_bf16(const float*, unsigned short*, long) reads and writes the first n
+            // elements; the caller checked x holds n and y was sized for at least n above.
+            unsafe { l.launch(cfg) }.map(|_| ()).map_err(|e| dev("kernel to_bf16", e))
+        };
+        let done = cast(self, a, &mut ha, ea).and_then(|()| cast(self, b, &mut hb, eb));
+        match done {
+            Ok(()) => Ok((ha, hb)),
+            Err(e) => {
+                self.half = Some((ha, hb));
+                Err(e)
+            }
+        }
+    }
+
     /// The batched product on cuBLAS. Row-major C = op(A) op(B) is column-major
-    /// C^T = op(B)^T op(A)^T: B goes first.
+    /// C^T = op(B)^T op(A)^T: B goes first. Products whose sides are all at least
+    /// [`BF16_MIN_SIDE`] run on bf16 copies of A and B (fp32 accumulation and output); the
+    /// others on the f32 tensors (cuBLAS picks TF32 kernels).
     fn gemm(
         &mut self,
         mm: crate::ops::Mm,
@@ -133,21 +216,46 @@ impl CudaOps {
         b: &CudaSlice<f32>,
         c: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        use blas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
         let (ea, eb, ec) = mm.extents();
         if a.len() < ea || b.len() < eb || c.len() < ec {
             return Err(ModelError::Config(format!("matmul {mm:?}: buffers of {}, {}, {}", a.len(), b.len(), c.len())));
         }
+        if mm.m.min(mm.n).min(mm.k) >= BF16_MIN_SIDE {
+            let (ha, hb) = self.half_copies(a, ea, b, eb)?;
+            let done = self.gemm_raw(mm, &ha, &hb, c, true);
+            self.half = Some((ha, hb));
+            return done;
+        }
+        self.gemm_raw(mm, a, b, c, false)
+    }
+
+    /// [`CudaOps::gemm`] on operands of `T` (f32, or bf16 as u16 when `bf16`), sizes checked.
+    fn gemm_raw<T>(
+        &mut self,
+        mm: crate::ops::Mm,
+        a: &CudaSlice<T>,
+        b: &CudaSlice<T>,
+        c: &mut CudaSlice<f32>,
+        bf16: bool,
+    ) -> Result<()> {
+        use blas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
+        use blas_sys::cudaDataType_t::{CUDA_R_16BF, CUDA_R_32F};
         let i = launch::int;
         let (m, n, k) = (i(mm.m)?, i(mm.n)?, i(mm.k)?);
         let (op_b, ldb) = if mm.tb { (CUBLAS_OP_T, k) } else { (CUBLAS_OP_N, n) };
         let (op_a, lda) = if mm.ta { (CUBLAS_OP_T, m) } else { (CUBLAS_OP_N, k) };
         let (alpha, beta) = (mm.alpha, mm.beta);
+        let (ab_type, compute) = if bf16 {
+            (CUDA_R_16BF, blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F)
+        } else {
+            (CUDA_R_32F, blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_16BF)
+        };
         let stream = self.device.stream();
         let (pa, _ra) = a.device_ptr(stream);
         let (pb, _rb) = b.device_ptr(stream);
         let (pc, _rc) = c.device_ptr_mut(stream);
-        // SAFETY: the extents check above keeps every batch's operands inside a, b and c; the
+        // SAFETY: the extents check of `gemm` keeps every batch's operands inside a, b and c
+        // (the bf16 copies hold the same element counts; `ab_type` names their type); the
         // leading dimensions and strides describe exactly those row-major matrices; alpha and
         // beta are host f32 values alive for the call (cuBLAS's default host pointer mode);
         // the handle runs on the device's stream, where the buffers live.
@@ -161,20 +269,20 @@ impl CudaOps {
                 k,
                 (&alpha) as *const f32 as *const _,
                 pb as *const _,
-                blas_sys::cudaDataType_t::CUDA_R_32F,
+                ab_type,
                 ldb,
                 mm.stride_b as i64,
                 pa as *const _,
-                blas_sys::cudaDataType_t::CUDA_R_32F,
+                ab_type,
                 lda,
                 mm.stride_a as i64,
                 (&beta) as *const f32 as *const _,
                 pc as *mut _,
-                blas_sys::cudaDataType_t::CUDA_R_32F,
+                CUDA_R_32F,
                 n,
                 mm.stride_c as i64,
                 i(mm.batch)?,
-                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_16BF,
+                compute,
                 blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
