@@ -128,6 +128,19 @@ impl Ops for CpuOps {
         y.iter_mut().zip(x).for_each(|(y, x)| *y += alpha * x);
         Ok(())
     }
+    fn add(&mut self, a: &Vec<f32>, b: &Vec<f32>, out: &mut Vec<f32>) -> Result<()> {
+        check("add", a.len() == b.len() && a.len() == out.len())?;
+        out.iter_mut().zip(a.iter().zip(b)).for_each(|(o, (a, b))| *o = a + b);
+        Ok(())
+    }
+    fn add_relu(&mut self, a: &Vec<f32>, b: &Vec<f32>, out: &mut Vec<f32>) -> Result<()> {
+        check("add_relu", a.len() == b.len() && a.len() == out.len())?;
+        out.iter_mut().zip(a.iter().zip(b)).for_each(|(o, (a, b))| {
+            let s = a + b;
+            *o = if s < 0.0 { 0.0 } else { s };
+        });
+        Ok(())
+    }
     fn add_bias(&mut self, y: &mut Vec<f32>, bias: &Vec<f32>, rows: usize) -> Result<()> {
         check("add_bias", y.len() == rows * bias.len())?;
         for row in y.chunks_mut(bias.len()) {
@@ -154,6 +167,11 @@ impl Ops for CpuOps {
             }
         }
         Ok(())
+    }
+    fn add_bias_gelu(&mut self, y: &mut Vec<f32>, bias: &Vec<f32>, out: &mut Vec<f32>, rows: usize) -> Result<()> {
+        check("add_bias_gelu", y.len() == out.len())?;
+        self.add_bias(y, bias, rows)?;
+        self.gelu_fwd(y, out)
     }
     fn col_sum(&mut self, x: &Vec<f32>, out: &mut Vec<f32>, rows: usize) -> Result<()> {
         check("col_sum", x.len() == rows * out.len())?;

@@ -251,8 +251,7 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
                 c,
             )?;
             ops.matmul(Mm::new(n, 4 * cl, c), &a.a2, &ps[lp(i, FC_W)].w, &mut a.h)?;
-            ops.add_bias(&mut a.h, &ps[lp(i, FC_B)].w, n)?;
-            ops.gelu_fwd(&a.h, &mut a.gl)?;
+            ops.add_bias_gelu(&mut a.h, &ps[lp(i, FC_B)].w, &mut a.gl, n)?;
             ops.matmul(Mm::new(n, c, 4 * cl), &a.gl, &ps[lp(i, PROJ_W)].w, &mut sc.z)?;
             tp.all_reduce_sum(&mut sc.z)?;
             ops.add_bias_residual(&sc.z, &ps[lp(i, PROJ_B)].w, &a.x1, x2, n)?;

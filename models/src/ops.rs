@@ -161,6 +161,10 @@ pub trait Ops {
     fn matmul(&mut self, mm: Mm, a: &Self::Buf, b: &Self::Buf, c: &mut Self::Buf) -> Result<()>;
     /// `y += alpha x`.
     fn axpy(&mut self, alpha: f32, x: &Self::Buf, y: &mut Self::Buf) -> Result<()>;
+    /// `out = a + b`.
+    fn add(&mut self, a: &Self::Buf, b: &Self::Buf, out: &mut Self::Buf) -> Result<()>;
+    /// `out = ReLU(a + b)` (a residual block's output; NaN passes through).
+    fn add_relu(&mut self, a: &Self::Buf, b: &Self::Buf, out: &mut Self::Buf) -> Result<()>;
     /// `y[r, j] += bias[j]` for `y` of `rows x bias.len()`.
     fn add_bias(&mut self, y: &mut Self::Buf, bias: &Self::Buf, rows: usize) -> Result<()>;
     /// `out[r, j] = x[r, j] + z[r, j] + bias[j]` (a projection's bias and the residual in one
@@ -173,6 +177,9 @@ pub trait Ops {
         out: &mut Self::Buf,
         rows: usize,
     ) -> Result<()>;
+    /// `y[r, j] += bias[j]`, then `out = GELU(y)` (the MLP's first projection: `y` is kept for
+    /// the backward).
+    fn add_bias_gelu(&mut self, y: &mut Self::Buf, bias: &Self::Buf, out: &mut Self::Buf, rows: usize) -> Result<()>;
     /// `out[j] = sum_r x[r, j]` for `x` of `rows x out.len()`.
     fn col_sum(&mut self, x: &Self::Buf, out: &mut Self::Buf, rows: usize) -> Result<()>;
 

@@ -262,17 +262,14 @@ impl<B> Block<B> {
         self.c2.forward(ops, ps, &self.a1)?;
         ops.relu_fwd(&self.c2.out, &mut self.a2)?;
         self.c3.forward(ops, ps, &self.a2)?;
-        // out = ReLU(main + shortcut), the sum staged in dsum.
-        ops.fill(&mut self.dsum, 0.0)?;
-        ops.axpy(1.0, &self.c3.out, &mut self.dsum)?;
+        // out = ReLU(main + shortcut), in one pass.
         match &mut self.short {
             Some(sc) => {
                 sc.forward(ops, ps, x)?;
-                ops.axpy(1.0, &sc.out, &mut self.dsum)?;
+                ops.add_relu(&self.c3.out, &sc.out, &mut self.out)
             }
-            None => ops.axpy(1.0, x, &mut self.dsum)?,
+            None => ops.add_relu(&self.c3.out, x, &mut self.out),
         }
-        ops.relu_fwd(&self.dsum, &mut self.out)
     }
 
     /// From `dout` (gradient of `out`) into `self.dx`.
@@ -283,14 +280,12 @@ impl<B> Block<B> {
         self.c2.backward(ops, ps, &self.a1, &self.da2)?;
         ops.relu_bwd(&self.a1, &self.c2.dx, &mut self.da1)?;
         self.c1.backward(ops, ps, x, &self.da1)?;
-        ops.fill(&mut self.dx, 0.0)?;
-        ops.axpy(1.0, &self.c1.dx, &mut self.dx)?;
         match &mut self.short {
             Some(sc) => {
                 sc.backward(ops, ps, x, &self.dsum)?;
-                ops.axpy(1.0, &sc.dx, &mut self.dx)
+                ops.add(&self.c1.dx, &sc.dx, &mut self.dx)
             }
-            None => ops.axpy(1.0, &self.dsum, &mut self.dx),
+            None => ops.add(&self.c1.dx, &self.dsum, &mut self.dx),
         }
     }
 }

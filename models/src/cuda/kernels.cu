@@ -27,15 +27,32 @@ __device__ float block_sum(float v, float* sh) {
 #define ROW_WARP int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); int lane = threadIdx.x & 31;
 
 // f32 -> bf16 (as its 16 bits), rounding to nearest even; NaN stays a (quiet) NaN.
+__device__ __forceinline__ unsigned int bf16_bits(float v) {
+    unsigned int u = __float_as_uint(v);
+    return (u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+// Four elements per thread (16-byte loads, 8-byte stores: buffers start 256-byte aligned), the
+// last n % 4 one by one.
 extern "C" __global__ void to_bf16(const float* x, unsigned short* y, long n) {
-    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-        unsigned int u = __float_as_uint(x[i]);
-        y[i] = (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40u) : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    long n4 = n / 4, stride = (long)gridDim.x * blockDim.x;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+        float4 v = reinterpret_cast<const float4*>(x)[i];
+        uint2 o;
+        o.x = bf16_bits(v.x) | (bf16_bits(v.y) << 16);
+        o.y = bf16_bits(v.z) | (bf16_bits(v.w) << 16);
+        reinterpret_cast<uint2*>(y)[i] = o;
     }
+    for (long i = n4 * 4 + (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = (unsigned short)bf16_bits(x[i]);
 }
 extern "C" __global__ void fill(float* x, float v, int n) { int i = IDX; if (i < n) x[i] = v; }
 extern "C" __global__ void set1(float* x, int i, float v) { if (IDX == 0) x[i] = v; }
 extern "C" __global__ void axpy(float a, const float* x, float* y, int n) { int i = IDX; if (i < n) y[i] += a * x[i]; }
+// out = a + b, or ReLU(a + b) when relu (NaN passes through, as in relu_fwd).
+extern "C" __global__ void add2(const float* a, const float* b, float* out, int n, int relu) {
+    int i = IDX; if (i >= n) return;
+    float s = a[i] + b[i];
+    out[i] = relu && s < 0.f ? 0.f : s;
+}
 // Grid (column blocks of 256, row blocks of BIAS_ROWS): each thread keeps its bias in a
 // register and walks its column down the block's rows (no division per element).
 #define BIAS_ROWS 16
@@ -45,6 +62,15 @@ extern "C" __global__ void add_bias(float* y, const float* b, int rows, int cols
     float bj = b[j];
     int r0 = blockIdx.y * BIAS_ROWS, r1 = min(rows, r0 + BIAS_ROWS);
     for (int r = r0; r < r1; r++) y[(long)r * cols + j] += bj;
+}
+__device__ __forceinline__ float gelu(float v) { return 0.5f * v * (1.f + tanhf(GELU_K * (v + 0.044715f * v * v * v))); }
+// y += bias, out = GELU(y), on add_bias's grid.
+extern "C" __global__ void add_bias_gelu(float* y, const float* b, float* out, int rows, int cols) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols) return;
+    float bj = b[j];
+    int r0 = blockIdx.y * BIAS_ROWS, r1 = min(rows, r0 + BIAS_ROWS);
+    for (int r = r0; r < r1; r++) { long i = (long)r * cols + j; float v = y[i] + bj; y[i] = v; out[i] = gelu(v); }
 }
 // out = x + z + bias (a projection's bias and the residual), on add_bias's grid.
 extern "C" __global__ void add_bias_residual(const float* z, const float* b, const float* x, float* out, int rows, int cols) {
@@ -142,8 +168,7 @@ extern "C" __global__ void ln_dgdb_part(const float* x, const float* mean, const
 }
 extern "C" __global__ void gelu_fwd(const float* x, float* out, int n) {
     int i = IDX; if (i >= n) return;
-    float v = x[i];
-    out[i] = 0.5f * v * (1.f + tanhf(GELU_K * (v + 0.044715f * v * v * v)));
+    out[i] = gelu(x[i]);
 }
 extern "C" __global__ void gelu_bwd(const float* x, const float* dout, float* dx, int n) {
     int i = IDX; if (i >= n) return;

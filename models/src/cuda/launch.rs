@@ -95,10 +95,14 @@ impl Ops for CudaOps {
         )
     }
     fn upload(&mut self, x: &[f32]) -> Result<Buf> {
-        self.stream().clone_htod(x).map_err(|e| dev("upload", e))
+        let b = self.stream().clone_htod(x).map_err(|e| dev("upload", e))?;
+        self.twins.allocated(&b);
+        Ok(b)
     }
     fn zeros(&mut self, n: usize) -> Result<Buf> {
-        self.stream().alloc_zeros(n.max(1)).map_err(|e| dev(&format!("allocating {n} f32"), e))
+        let b = self.stream().alloc_zeros(n.max(1)).map_err(|e| dev(&format!("allocating {n} f32"), e))?;
+        self.twins.allocated(&b);
+        Ok(b)
     }
     fn download(&mut self, b: &Buf) -> Result<Vec<f32>> {
         let v = self.stream().clone_dtoh(b).map_err(|e| dev("download", e))?;
@@ -112,33 +116,59 @@ impl Ops for CudaOps {
         self.stream().synchronize().map_err(|e| dev("synchronize", e))
     }
     fn fill(&mut self, b: &mut Buf, v: f32) -> Result<()> {
+        self.twins.wrote(b);
         let n = int(b.len())?;
         launch!(self, "fill", elems(b.len()); b, &v, &n)
     }
     fn set(&mut self, b: &mut Buf, i: usize, v: f32) -> Result<()> {
+        self.twins.wrote(b);
         check("set", i < b.len())?;
         let i = int(i)?;
         launch!(self, "set1", elems(1); b, &i, &v)
     }
     fn matmul(&mut self, mm: Mm, a: &Buf, b: &Buf, c: &mut Buf) -> Result<()> {
+        self.twins.wrote(c);
         self.gemm(mm, a, b, c)
     }
     fn axpy(&mut self, alpha: f32, x: &Buf, y: &mut Buf) -> Result<()> {
+        self.twins.wrote(y);
         check("axpy", x.len() == y.len())?;
         let n = int(x.len())?;
         launch!(self, "axpy", elems(x.len()); &alpha, x, y, &n)
     }
+    fn add(&mut self, a: &Buf, b: &Buf, out: &mut Buf) -> Result<()> {
+        self.twins.wrote(out);
+        check("add", a.len() == b.len() && a.len() == out.len())?;
+        let (n, relu) = (int(a.len())?, 0i32);
+        launch!(self, "add2", elems(a.len()); a, b, out, &n, &relu)
+    }
+    fn add_relu(&mut self, a: &Buf, b: &Buf, out: &mut Buf) -> Result<()> {
+        self.twins.wrote(out);
+        check("add_relu", a.len() == b.len() && a.len() == out.len())?;
+        let (n, relu) = (int(a.len())?, 1i32);
+        launch!(self, "add2", elems(a.len()); a, b, out, &n, &relu)
+    }
     fn add_bias(&mut self, y: &mut Buf, bias: &Buf, r: usize) -> Result<()> {
+        self.twins.wrote(y);
         check("add_bias", y.len() == r * bias.len())?;
         let (rr, c) = (int(r)?, int(bias.len())?);
         launch!(self, "add_bias", bias_grid(r, bias.len()); y, bias, &rr, &c)
     }
     fn add_bias_residual(&mut self, z: &Buf, bias: &Buf, x: &Buf, out: &mut Buf, r: usize) -> Result<()> {
+        self.twins.wrote(out);
         check("add_bias_residual", z.len() == r * bias.len() && x.len() == z.len() && out.len() == z.len())?;
         let (rr, c) = (int(r)?, int(bias.len())?);
         launch!(self, "add_bias_residual", bias_grid(r, bias.len()); z, bias, x, out, &rr, &c)
     }
+    fn add_bias_gelu(&mut self, y: &mut Buf, bias: &Buf, out: &mut Buf, r: usize) -> Result<()> {
+        self.twins.wrote(y);
+        self.twins.wrote(out);
+        check("add_bias_gelu", y.len() == r * bias.len() && out.len() == y.len())?;
+        let (rr, c) = (int(r)?, int(bias.len())?);
+        launch!(self, "add_bias_gelu", bias_grid(r, bias.len()); y, bias, out, &rr, &c)
+    }
     fn col_sum(&mut self, x: &Buf, out: &mut Buf, r: usize) -> Result<()> {
+        self.twins.wrote(out);
         let c = out.len();
         check("col_sum", x.len() == r * c)?;
         let (chunks, per) = chunking(r, c.div_ceil(32), 64);
@@ -150,11 +180,14 @@ impl Ops for CudaOps {
         done
     }
     fn embed_fwd(&mut self, tok: &Buf, wte: &Buf, wpe: &Buf, out: &mut Buf, t: usize, c: usize) -> Result<()> {
+        self.twins.wrote(out);
         check("embed_fwd", out.len() == tok.len() * c && wpe.len() >= t * c)?;
         let (n, tt, cc) = (int(tok.len())?, int(t)?, int(c)?);
         launch!(self, "embed_fwd", elems(out.len()); tok, wte, wpe, out, &n, &tt, &cc)
     }
     fn embed_bwd(&mut self, tok: &Buf, dout: &Buf, dwte: &mut Buf, dwpe: &mut Buf, t: usize, c: usize) -> Result<()> {
+        self.twins.wrote(dwte);
+        self.twins.wrote(dwpe);
         check("embed_bwd", dout.len() == tok.len() * c && dwpe.len() >= t * c)?;
         let (n, tt, cc) = (int(tok.len())?, int(t)?, int(c)?);
         launch!(self, "embed_bwd", elems(dout.len()); tok, dout, dwte, dwpe, &n, &tt, &cc)
@@ -169,6 +202,9 @@ impl Ops for CudaOps {
         rstd: &mut Buf,
         c: usize,
     ) -> Result<()> {
+        self.twins.wrote(out);
+        self.twins.wrote(mean);
+        self.twins.wrote(rstd);
         let r = x.len() / c;
         check("layernorm_fwd", out.len() == x.len() && mean.len() == r && rstd.len() == r && g.len() == c)?;
         let (rr, cc) = (int(r)?, int(c)?);
@@ -186,6 +222,9 @@ impl Ops for CudaOps {
         db: &mut Buf,
         c: usize,
     ) -> Result<()> {
+        self.twins.wrote(dx);
+        self.twins.wrote(dg);
+        self.twins.wrote(db);
         let r = x.len() / c;
         check(
             "layernorm_bwd",
@@ -206,41 +245,49 @@ impl Ops for CudaOps {
         done
     }
     fn gelu_fwd(&mut self, x: &Buf, out: &mut Buf) -> Result<()> {
+        self.twins.wrote(out);
         check("gelu_fwd", x.len() == out.len())?;
         let n = int(x.len())?;
         launch!(self, "gelu_fwd", elems(x.len()); x, out, &n)
     }
     fn gelu_bwd(&mut self, x: &Buf, dout: &Buf, dx: &mut Buf) -> Result<()> {
+        self.twins.wrote(dx);
         check("gelu_bwd", x.len() == dout.len() && x.len() == dx.len())?;
         let n = int(x.len())?;
         launch!(self, "gelu_bwd", elems(x.len()); x, dout, dx, &n)
     }
     fn relu_fwd(&mut self, x: &Buf, out: &mut Buf) -> Result<()> {
+        self.twins.wrote(out);
         check("relu_fwd", x.len() == out.len())?;
         let n = int(x.len())?;
         launch!(self, "relu_fwd", elems(x.len()); x, out, &n)
     }
     fn relu_bwd(&mut self, y: &Buf, dout: &Buf, dx: &mut Buf) -> Result<()> {
+        self.twins.wrote(dx);
         check("relu_bwd", y.len() == dout.len() && y.len() == dx.len())?;
         let n = int(y.len())?;
         launch!(self, "relu_bwd", elems(y.len()); y, dout, dx, &n)
     }
     fn heads_split(&mut self, src: &Buf, dst: &mut Buf, part: usize, parts: usize, s: Heads) -> Result<()> {
+        self.twins.wrote(dst);
         check("heads_split", src.len() == s.b * s.t * parts * s.h * s.d && dst.len() == s.b * s.t * s.h * s.d)?;
         let (p, ps, b, h, t, d, split) = (int(part)?, int(parts)?, int(s.b)?, int(s.h)?, int(s.t)?, int(s.d)?, 1i32);
         launch!(self, "heads", heads_grid(s); src, dst, &p, &ps, &b, &h, &t, &d, &split)
     }
     fn heads_merge(&mut self, src: &Buf, dst: &mut Buf, part: usize, parts: usize, s: Heads) -> Result<()> {
+        self.twins.wrote(dst);
         check("heads_merge", dst.len() == s.b * s.t * parts * s.h * s.d && src.len() == s.b * s.t * s.h * s.d)?;
         let (p, ps, b, h, t, d, split) = (int(part)?, int(parts)?, int(s.b)?, int(s.h)?, int(s.t)?, int(s.d)?, 0i32);
         launch!(self, "heads", heads_grid(s); src, dst, &p, &ps, &b, &h, &t, &d, &split)
     }
     fn softmax_causal_fwd(&mut self, s: &Buf, p: &mut Buf, t: usize, scale: f32) -> Result<()> {
+        self.twins.wrote(p);
         check("softmax_causal_fwd", s.len() == p.len() && whole(s.len(), t * t))?;
         let (r, tt) = (int(s.len() / t)?, int(t)?);
         launch!(self, "softmax_causal_fwd", rows(s.len() / t); s, p, &r, &tt, &scale)
     }
     fn softmax_causal_bwd(&mut self, p: &Buf, dp: &Buf, ds: &mut Buf, t: usize, scale: f32) -> Result<()> {
+        self.twins.wrote(ds);
         check("softmax_causal_bwd", p.len() == dp.len() && p.len() == ds.len() && whole(p.len(), t * t))?;
         let (r, tt) = (int(p.len() / t)?, int(t)?);
         launch!(self, "softmax_causal_bwd", rows(p.len() / t); p, dp, ds, &r, &tt, &scale)
@@ -253,23 +300,30 @@ impl Ops for CudaOps {
         losses: &mut Buf,
         v: usize,
     ) -> Result<()> {
+        self.twins.wrote(dlogits);
+        self.twins.wrote(losses);
         let r = targets.len();
         check("cross_entropy", logits.len() == r * v && dlogits.len() == r * v && losses.len() == r)?;
         let (rr, vv) = (int(r)?, int(v)?);
         launch!(self, "cross_entropy", rows(r); logits, targets, dlogits, losses, &rr, &vv)
     }
     fn adamw(&mut self, p: &mut Buf, g: &Buf, m: &mut Buf, v: &mut Buf, a: Adam) -> Result<()> {
+        self.twins.wrote(p);
+        self.twins.wrote(m);
+        self.twins.wrote(v);
         check("adamw", p.len() == g.len() && p.len() == m.len() && p.len() == v.len())?;
         let n = int(p.len())?;
         let (c1, c2) = (1.0 - a.beta1.powi(a.step as i32), 1.0 - a.beta2.powi(a.step as i32));
         launch!(self, "adamw", elems(p.len()); p, g, m, v, &n, &a.lr, &a.beta1, &a.beta2, &a.eps, &a.weight_decay, &c1, &c2, &a.grad_scale)
     }
     fn im2col(&mut self, x: &Buf, cols_: &mut Buf, cv: Conv) -> Result<()> {
+        self.twins.wrote(cols_);
         check("im2col", x.len() == cv.c * cv.n * cv.h * cv.w && cols_.len() == cv.col_rows() * cv.col_cols())?;
         let a = ConvArgs::new(cv)?;
         launch!(self, "im2col", elems(cols_.len()); x, cols_, &a.c, &a.n, &a.h, &a.w, &a.k, &a.stride, &a.pad, &a.oh, &a.ow)
     }
     fn col2im(&mut self, dcols: &Buf, dx: &mut Buf, cv: Conv) -> Result<()> {
+        self.twins.wrote(dx);
         check("col2im", dx.len() == cv.c * cv.n * cv.h * cv.w && dcols.len() == cv.col_rows() * cv.col_cols())?;
         let a = ConvArgs::new(cv)?;
         launch!(self, "col2im", elems(dx.len()); dcols, dx, &a.c, &a.n, &a.h, &a.w, &a.k, &a.stride, &a.pad, &a.oh, &a.ow)
@@ -284,6 +338,9 @@ impl Ops for CudaOps {
         rstd: &mut Buf,
         m: usize,
     ) -> Result<()> {
+        self.twins.wrote(out);
+        self.twins.wrote(mean);
+        self.twins.wrote(rstd);
         let c = g.len();
         check(
             "batchnorm_fwd",
@@ -310,6 +367,9 @@ impl Ops for CudaOps {
         db: &mut Buf,
         m: usize,
     ) -> Result<()> {
+        self.twins.wrote(dx);
+        self.twins.wrote(dg);
+        self.twins.wrote(db);
         let c = g.len();
         check(
             "batchnorm_bwd",
@@ -331,6 +391,8 @@ impl Ops for CudaOps {
         done
     }
     fn maxpool_fwd(&mut self, x: &Buf, out: &mut Buf, arg: &mut Buf, cv: Conv) -> Result<()> {
+        self.twins.wrote(out);
+        self.twins.wrote(arg);
         check(
             "maxpool_fwd",
             x.len() == cv.c * cv.n * cv.h * cv.w && out.len() == cv.c * cv.col_cols() && arg.len() == out.len(),
@@ -340,17 +402,20 @@ impl Ops for CudaOps {
         launch!(self, "maxpool_fwd", elems(out.len()); x, out, arg, &cn, &a.h, &a.w, &a.k, &a.stride, &a.pad, &a.oh, &a.ow)
     }
     fn maxpool_bwd(&mut self, dout: &Buf, arg: &Buf, dx: &mut Buf, cv: Conv) -> Result<()> {
+        self.twins.wrote(dx);
         check("maxpool_bwd", dout.len() == arg.len() && dx.len() == cv.c * cv.n * cv.h * cv.w)?;
         self.fill(dx, 0.0)?;
         let (n, hw, ohw) = (int(dout.len())?, int(cv.h * cv.w)?, int(cv.oh() * cv.ow())?);
         launch!(self, "maxpool_bwd", elems(dout.len()); dout, arg, dx, &n, &hw, &ohw)
     }
     fn avgpool_fwd(&mut self, x: &Buf, out: &mut Buf, c: usize, n: usize) -> Result<()> {
+        self.twins.wrote(out);
         check("avgpool_fwd", out.len() == n * c && whole(x.len(), n * c))?;
         let (cc, nn, hw) = (int(c)?, int(n)?, int(x.len() / (n * c))?);
         launch!(self, "avgpool_fwd", elems(out.len()); x, out, &cc, &nn, &hw)
     }
     fn avgpool_bwd(&mut self, dout: &Buf, dx: &mut Buf, c: usize, n: usize) -> Result<()> {
+        self.twins.wrote(dx);
         check("avgpool_bwd", dout.len() == n * c && whole(dx.len(), n * c))?;
         let (cc, nn, hw) = (int(c)?, int(n)?, int(dx.len() / (n * c))?);
         launch!(self, "avgpool_bwd", elems(dx.len()); dout, dx, &cc, &nn, &hw)

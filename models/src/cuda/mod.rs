@@ -4,12 +4,16 @@
 //! [`BF16_MIN_SIDE`] runs on bf16 copies of its operands (made by a kernel just before it) with
 //! fp32 accumulation and an fp32 result, the f32 tensors staying the master copy; thinner ones
 //! run on the f32 tensors with `CUBLAS_COMPUTE_32F_FAST_16BF` (on an H200 cuBLAS picks TF32
-//! kernels for those). Every other op is a kernel of `kernels.cu`, compiled at run time by
+//! kernels for those). The bf16 copies are kept and reused while their buffer is unchanged
+//! ([`twins`]). Every other op is a kernel of `kernels.cu`, compiled at run time by
 //! NVRTC (a library, so the node needs no compiler binary) for the device's own architecture.
 
 mod launch;
 #[cfg(test)]
 mod tests;
+pub mod twins;
+
+use twins::{Twin, Twins};
 
 use std::collections::HashMap;
 use std::panic::{self, AssertUnwindSafe};
@@ -25,11 +29,13 @@ use crate::{ModelError, Result};
 const KERNELS: &str = include_str!("kernels.cu");
 const NAMES: &[&str] = &[
     "to_bf16",
+    "add2",
     "fill",
     "set1",
     "axpy",
     "add_bias",
     "add_bias_residual",
+    "add_bias_gelu",
     "col_part",
     "col_finish",
     "embed_fwd",
@@ -90,8 +96,8 @@ pub struct CudaOps {
     /// The partial sums of the two-pass reductions, grown on demand. Ops run in stream order,
     /// so one op's parts are consumed before the next op writes them.
     scratch: Option<CudaSlice<f32>>,
-    /// The bf16 copies of a product's two operands, grown on demand.
-    half: Option<(CudaSlice<u16>, CudaSlice<u16>)>,
+    /// The bf16 twins of the products' operands.
+    twins: Twins,
 }
 
 /// A product runs on bf16 copies of its operands when each of its sides is at least this
@@ -118,7 +124,7 @@ impl CudaOps {
         for n in NAMES {
             funcs.insert(*n, module.load_function(n).map_err(|e| dev(&format!("kernel {n}"), e))?);
         }
-        Ok(CudaOps { funcs, device, scratch: None, half: None })
+        Ok(CudaOps { funcs, device, scratch: None, twins: Twins::default() })
     }
 
     /// The stream every op runs on (NCCL groups of the model must use it too): the device's
@@ -153,56 +159,50 @@ impl CudaOps {
         self.funcs.get(name).ok_or_else(|| ModelError::Device(format!("kernel {name} not loaded")))
     }
 
-    /// bf16 copies of the first `ea` elements of `a` and `eb` of `b`, in the half buffers
-    /// (taken out of `self`; the caller puts them back).
-    fn half_copies(
-        &mut self,
-        a: &CudaSlice<f32>,
-        ea: usize,
-        b: &CudaSlice<f32>,
-        eb: usize,
-    ) -> Result<(CudaSlice<u16>, CudaSlice<u16>)> {
-        let (mut ha, mut hb) = match self.half.take() {
-            Some((ha, hb)) if ha.len() >= ea && hb.len() >= eb => (ha, hb),
-            Some((ha, hb)) => {
-                let grow = |s: &mut Self, old: CudaSlice<u16>, n: usize| -> Result<CudaSlice<u16>> {
-                    if old.len() >= n {
-                        return Ok(old);
-                    }
-                    drop(old);
-                    s.stream().alloc_zeros(n).map_err(|e| dev(&format!("allocating {n} bf16"), e))
-                };
-                let ha = grow(self, ha, ea)?;
-                (ha, grow(self, hb, eb)?)
+    /// `y[..x.len()]` = bf16 of `x`.
+    fn convert(&mut self, x: &CudaSlice<f32>, y: &mut CudaSlice<u16>) -> Result<()> {
+        let n = x.len();
+        if y.len() < n {
+            return Err(ModelError::Config(format!("bf16 copy of {n} into {}", y.len())));
+        }
+        let len = n as i64;
+        let blocks = ((n / 4) as u32).div_ceil(256).clamp(1, 65_535);
+        let cfg =
+            cudarc::driver::LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let f = self.func("to_bf16")?;
+        let mut l = self.stream().launch_builder(f);
+        l.arg(x);
+        l.arg(y);
+        l.arg(&len);
+        // SAFETY: to_bf16(const float*, unsigned short*, long) reads the n elements of x and
+        // writes the first n of y, which holds at least n (checked above); both buffers start
+        // at their allocation (16-byte aligned for the kernel's float4 loads).
+        unsafe { l.launch(cfg) }.map(|_| ()).map_err(|e| dev("kernel to_bf16", e))
+    }
+
+    /// The valid bf16 twin of `x`, made or brought up to date now (taken out of the twins:
+    /// the caller puts it back).
+    fn twin_of(&mut self, x: &CudaSlice<f32>) -> Result<Twin> {
+        let at = twins::address(x);
+        match self.twins.take(at) {
+            Some(t) if t.valid && t.half.len() >= x.len() => Ok(t),
+            Some(mut t) if t.half.len() >= x.len() => {
+                self.convert(x, &mut t.half)?;
+                t.valid = true;
+                Ok(t)
             }
-            None => {
-                let ha = self.stream().alloc_zeros(ea.max(1)).map_err(|e| dev(&format!("allocating {ea} bf16"), e))?;
-                let hb = self.stream().alloc_zeros(eb.max(1)).map_err(|e| dev(&format!("allocating {eb} bf16"), e))?;
-                (ha, hb)
-            }
-        };
-        let cast = |s: &mut Self, x: &CudaSlice<f32>, y: &mut CudaSlice<u16>, n: usize| -> Result<()> {
-            let len = n as i64;
-            let blocks = (n as u32).div_ceil(256).clamp(1, 65_535);
-            let cfg =
-                cudarc::driver::LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-            let f = s.func("to_bf16")?;
-            let mut l = s.stream().launch_builder(f);
-            l.arg(x);
-            l.arg(y);
-            l.arg(&len);
-            // SAFETY: to_bf16(const float*, unsigned short*, long) reads and writes the first n
-            // elements; the caller checked x holds n and y was sized for at least n above.
-            unsafe { l.launch(cfg) }.map(|_| ()).map_err(|e| dev("kernel to_bf16", e))
-        };
-        let done = cast(self, a, &mut ha, ea).and_then(|()| cast(self, b, &mut hb, eb));
-        match done {
-            Ok(()) => Ok((ha, hb)),
-            Err(e) => {
-                self.half = Some((ha, hb));
-                Err(e)
+            _ => {
+                let n = x.len().max(1);
+                let mut half = self.stream().alloc_zeros(n).map_err(|e| dev(&format!("allocating {n} bf16"), e))?;
+                self.convert(x, &mut half)?;
+                Ok(Twin { half, valid: true })
             }
         }
+    }
+
+    /// The handle through which writers outside the ops mark a buffer's twin stale.
+    pub fn twins(&self) -> &Twins {
+        &self.twins
     }
 
     /// The batched product on cuBLAS. Row-major C = op(A) op(B) is column-major
@@ -221,9 +221,23 @@ impl CudaOps {
             return Err(ModelError::Config(format!("matmul {mm:?}: buffers of {}, {}, {}", a.len(), b.len(), c.len())));
         }
         if mm.m.min(mm.n).min(mm.k) >= BF16_MIN_SIDE {
-            let (ha, hb) = self.half_copies(a, ea, b, eb)?;
-            let done = self.gemm_raw(mm, &ha, &hb, c, true);
-            self.half = Some((ha, hb));
+            let (pa, pb) = (twins::address(a), twins::address(b));
+            let ha = self.twin_of(a)?;
+            if pa == pb {
+                let done = self.gemm_raw(mm, &ha.half, &ha.half, c, true);
+                self.twins.put(pa, ha);
+                return done;
+            }
+            let hb = match self.twin_of(b) {
+                Ok(hb) => hb,
+                Err(e) => {
+                    self.twins.put(pa, ha);
+                    return Err(e);
+                }
+            };
+            let done = self.gemm_raw(mm, &ha.half, &hb.half, c, true);
+            self.twins.put(pa, ha);
+            self.twins.put(pb, hb);
             return done;
         }
         self.gemm_raw(mm, a, b, c, false)

@@ -292,6 +292,17 @@ fn chunked_reductions_and_bias_match_cpu_ops() {
     g.add_bias(&mut gy, &gbias, rows).unwrap();
     close("add_bias", &y, &g.download(&gy).unwrap(), 0.0);
     let (mut o, mut go) = (vec![0.0; x.len()], g.zeros(x.len()).unwrap());
+    c.add(&x, &z, &mut o).unwrap();
+    g.add(&gx, &gz, &mut go).unwrap();
+    close("add", &o, &g.download(&go).unwrap(), 0.0);
+    c.add_relu(&x, &z, &mut o).unwrap();
+    g.add_relu(&gx, &gz, &mut go).unwrap();
+    close("add_relu", &o, &g.download(&go).unwrap(), 0.0);
+    let (mut y, mut gy) = (z.clone(), up(&mut g, &z));
+    c.add_bias_gelu(&mut y, &bias, &mut o, rows).unwrap();
+    g.add_bias_gelu(&mut gy, &gbias, &mut go, rows).unwrap();
+    close("add_bias_gelu pre-activation", &y, &g.download(&gy).unwrap(), 0.0);
+    close("add_bias_gelu", &o, &g.download(&go).unwrap(), 1e-5);
     c.add_bias_residual(&z, &bias, &x, &mut o, rows).unwrap();
     g.add_bias_residual(&gz, &gbias, &gx, &mut go, rows).unwrap();
     close("add_bias_residual", &o, &g.download(&go).unwrap(), 1e-6);
@@ -326,4 +337,41 @@ fn chunked_reductions_and_bias_match_cpu_ops() {
     close("batchnorm dx over chunks", &dx, &g.download(&gdx).unwrap(), 1e-3);
     close("batchnorm dg over chunks", &dg, &g.download(&gdg).unwrap(), 1e-3);
     close("batchnorm db over chunks", &db, &g.download(&gdb).unwrap(), 1e-4);
+}
+
+/// A product on bf16 twins keeps them for the next product of the same buffers, and a write
+/// to a buffer (an op, or a writer outside the ops through the handle) makes its twin stale:
+/// the next product sees the new values.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn bf16_twins_are_reused_and_never_stale() {
+    let (mut c, mut g) = (CpuOps, gpu());
+    let mm = Mm::new(256, 300, 288);
+    let (ea, eb, ec) = mm.extents();
+    let (a, b) = (rnd(ea, 40), rnd(eb, 41));
+    let (ga, gb) = (g.upload(&a).unwrap(), g.upload(&b).unwrap());
+    let mut gc = g.zeros(ec).unwrap();
+    let mut cc = vec![0.0; ec];
+    c.matmul(mm, &a, &b, &mut cc).unwrap();
+    g.matmul(mm, &ga, &gb, &mut gc).unwrap();
+    close("first product", &cc, &g.download(&gc).unwrap(), 2e-2);
+    assert_eq!(g.twins().count(), (2, 2), "a twin each for a and b");
+    g.matmul(mm, &ga, &gb, &mut gc).unwrap();
+    assert_eq!(g.twins().count(), (2, 2), "the same twins reused");
+    // An op writes a: its twin is stale, and the product sees the new a.
+    let mut ga = ga;
+    g.fill(&mut ga, 0.5).unwrap();
+    assert_eq!(g.twins().count(), (2, 1));
+    let a2 = vec![0.5; ea];
+    c.matmul(mm, &a2, &b, &mut cc).unwrap();
+    g.matmul(mm, &ga, &gb, &mut gc).unwrap();
+    close("after a fill", &cc, &g.download(&gc).unwrap(), 2e-2);
+    // A writer outside the ops (as the NCCL all-reduce) marks b through the handle.
+    let b2: Vec<f32> = b.iter().map(|v| -v).collect();
+    let mut gb = gb;
+    g.stream().memcpy_htod(&b2, &mut gb).unwrap();
+    g.twins().wrote(&gb);
+    c.matmul(mm, &a2, &b2, &mut cc).unwrap();
+    g.matmul(mm, &ga, &gb, &mut gc).unwrap();
+    close("after an outside write", &cc, &g.download(&gc).unwrap(), 2e-2);
 }

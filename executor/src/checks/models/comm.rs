@@ -62,6 +62,8 @@ struct NcclComm {
     comm: cudarc::nccl::Comm,
     rank: usize,
     size: usize,
+    /// The ops' bf16 twins: an all-reduce writes its buffer outside the ops.
+    twins: gpusanity_models::cuda::twins::Twins,
 }
 
 impl Comm<cudarc::driver::CudaSlice<f32>> for NcclComm {
@@ -72,6 +74,7 @@ impl Comm<cudarc::driver::CudaSlice<f32>> for NcclComm {
         self.rank
     }
     fn all_reduce_sum(&mut self, buf: &mut cudarc::driver::CudaSlice<f32>) -> Result<()> {
+        self.twins.wrote(buf);
         self.comm
             .all_reduce_in_place(buf, &cudarc::nccl::ReduceOp::Sum)
             .map(|_| ())
@@ -92,6 +95,6 @@ impl Groups for CudaOps {
         }
         let comm = nccl::connect_group(self.stream(), place, store, key, members).map_err(comm_err)?;
         let rank = members.iter().position(|r| *r == place.rank).unwrap_or(0);
-        Ok(Box::new(NcclComm { comm, rank, size: members.len() }))
+        Ok(Box::new(NcclComm { comm, rank, size: members.len(), twins: self.twins().clone() }))
     }
 }

@@ -1,0 +1,66 @@
+//! bf16 twins of the f32 buffers that products read. A product whose operands are converted to
+//! bf16 (`CudaOps::gemm`) keeps each converted copy beside its buffer, and a later product
+//! that reads the same buffer unchanged reuses it: a layer's input is converted once for the
+//! forward product and reused by the backward's weight-gradient product, a weight once per
+//! optimizer step for the forward and the backward, an output gradient once for both of its
+//! products.
+//!
+//! A twin is valid only while its buffer is unchanged, so every write must say so: each op of
+//! `CudaOps` that writes a buffer marks its twin stale first (`launch.rs`), a new allocation
+//! drops any twin left at its address, and a writer outside the ops (the NCCL all-reduce of
+//! the model checks) calls [`Twins::wrote`] through the handle it holds.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cudarc::driver::{CudaSlice, DevicePtr};
+
+/// The twins of one device's buffers, by the f32 buffer's device address.
+#[derive(Clone, Default)]
+pub struct Twins(Arc<Mutex<HashMap<u64, Twin>>>);
+
+pub(super) struct Twin {
+    pub half: CudaSlice<u16>,
+    /// The f32 buffer is unchanged since `half` was made from it.
+    pub valid: bool,
+}
+
+/// The device address of a buffer (its identity as long as it lives).
+pub(super) fn address(b: &CudaSlice<f32>) -> u64 {
+    b.device_ptr(b.stream()).0
+}
+
+impl Twins {
+    fn map(&self) -> MutexGuard<'_, HashMap<u64, Twin>> {
+        // A panic while the map was held leaves it as it was: still usable.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `b` was written: its twin, if any, is stale.
+    pub fn wrote(&self, b: &CudaSlice<f32>) {
+        if let Some(t) = self.map().get_mut(&address(b)) {
+            t.valid = false;
+        }
+    }
+
+    /// `b` was just allocated: a twin left at its address belonged to a freed buffer.
+    pub(super) fn allocated(&self, b: &CudaSlice<f32>) {
+        self.map().remove(&address(b));
+    }
+
+    /// Takes the twin of the buffer at `at` out (the caller puts it back with [`Twins::put`]).
+    pub(super) fn take(&self, at: u64) -> Option<Twin> {
+        self.map().remove(&at)
+    }
+
+    pub(super) fn put(&self, at: u64, t: Twin) {
+        self.map().insert(at, t);
+    }
+
+    /// How many twins are held, and how many of them are valid.
+    #[cfg(test)]
+    pub(super) fn count(&self) -> (usize, usize) {
+        let m = self.map();
+        (m.len(), m.values().filter(|t| t.valid).count())
+    }
+}
