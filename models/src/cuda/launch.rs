@@ -1,7 +1,8 @@
 //! [`Ops`] for [`CudaOps`]: each op checks its sizes and launches its kernel on the stream.
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, PushKernelArg};
 
+use super::grid::{bias_grid, channel_chunks, chunking, col_parts, elems, heads_grid, rows, ConvArgs};
 use super::{dev, CudaOps, BF16_MIN_SIDE};
 use crate::ops::{whole, Adam, Conv, Heads, Mm, Ops};
 use crate::{ModelError, Result};
@@ -19,54 +20,6 @@ fn check(what: &str, ok: bool) -> Result<()> {
     } else {
         Err(ModelError::Config(format!("{what}: buffer sizes do not match")))
     }
-}
-
-/// One thread per element.
-fn elems(n: usize) -> LaunchConfig {
-    LaunchConfig { grid_dim: ((n as u32).div_ceil(256).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
-}
-/// One warp per row, four rows per block.
-fn rows(n: usize) -> LaunchConfig {
-    LaunchConfig { grid_dim: ((n as u32).div_ceil(4).max(1), 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 }
-}
-/// Grid (blocks of 256 over t d, heads, batch) of the head split and merge.
-fn heads_grid(s: Heads) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (((s.t * s.d) as u32).div_ceil(256).max(1), s.h.max(1) as u32, s.b.max(1) as u32),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
-}
-/// Rows per block of the bias kernels (`BIAS_ROWS` in kernels.cu).
-const BIAS_ROWS: usize = 16;
-/// Column blocks of 256 threads x row blocks of [`BIAS_ROWS`].
-fn bias_grid(rows: usize, cols: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: ((cols as u32).div_ceil(256).max(1), (rows as u32).div_ceil(BIAS_ROWS as u32).max(1), 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
-}
-
-/// How a two-pass reduction cuts `len` elements into chunks when `others` independent
-/// reductions run beside it: enough blocks in all to fill the GPU (about 1,024), chunks of at
-/// least `least` elements. Returns (chunks, elements per chunk).
-fn chunking(len: usize, others: usize, least: usize) -> (usize, usize) {
-    let want = 1024usize.div_ceil(others.max(1));
-    let chunks = want.min(len.div_ceil(least)).clamp(1, 64);
-    (chunks, len.div_ceil(chunks).max(1))
-}
-/// Grid (column blocks of 32, chunks), block (32, 8): the column reductions' first pass.
-fn col_parts(cols: usize, chunks: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: ((cols as u32).div_ceil(32).max(1), chunks as u32, 1),
-        block_dim: (32, 8, 1),
-        shared_mem_bytes: 0,
-    }
-}
-/// Grid (chunks, channels) of blocks of 256: batch norm's passes.
-fn channel_chunks(chunks: usize, channels: usize) -> LaunchConfig {
-    LaunchConfig { grid_dim: (chunks as u32, channels.max(1) as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
 }
 
 /// Launches kernel `$name` with `$cfg` and the arguments (references to buffers or to named
@@ -419,34 +372,5 @@ impl Ops for CudaOps {
         check("avgpool_bwd", dout.len() == n * c && whole(dx.len(), n * c))?;
         let (cc, nn, hw) = (int(c)?, int(n)?, int(dx.len() / (n * c))?);
         launch!(self, "avgpool_bwd", elems(dx.len()); dout, dx, &cc, &nn, &hw)
-    }
-}
-
-/// A convolution's sizes as kernel ints.
-struct ConvArgs {
-    c: i32,
-    n: i32,
-    h: i32,
-    w: i32,
-    k: i32,
-    stride: i32,
-    pad: i32,
-    oh: i32,
-    ow: i32,
-}
-
-impl ConvArgs {
-    fn new(cv: Conv) -> Result<ConvArgs> {
-        Ok(ConvArgs {
-            c: int(cv.c)?,
-            n: int(cv.n)?,
-            h: int(cv.h)?,
-            w: int(cv.w)?,
-            k: int(cv.k)?,
-            stride: int(cv.stride)?,
-            pad: int(cv.pad)?,
-            oh: int(cv.oh())?,
-            ow: int(cv.ow())?,
-        })
     }
 }

@@ -8,6 +8,7 @@
 //! ([`twins`]). Every other op is a kernel of `kernels.cu`, compiled at run time by
 //! NVRTC (a library, so the node needs no compiler binary) for the device's own architecture.
 
+mod grid;
 mod launch;
 #[cfg(test)]
 mod tests;
