@@ -1,7 +1,7 @@
 //! The CPU backend of [`Ops`]: matrix products through the `gemm` crate on one thread (the
 //! workers of a node share its cores) and plain loops for the rest.
 
-use crate::ops::{whole, Adam, Conv, Heads, Mm, Ops};
+use crate::ops::{whole, Adam, Conv, Mm, Ops};
 use crate::{ModelError, Result};
 
 pub struct CpuOps;
@@ -29,14 +29,6 @@ fn gelu_grad(x: f32) -> f32 {
 
 /// For every (batch, head, time): where its `d` values start in the packed `[b t, parts h d]`
 /// layout (part `part`) and in the `[b, h, t, d]` layout.
-fn head_rows(part: usize, parts: usize, s: Heads) -> impl Iterator<Item = (usize, usize)> {
-    let hd = s.h * s.d;
-    (0..s.b * s.h * s.t).map(move |i| {
-        let (b, h, t) = (i / (s.h * s.t), i / s.t % s.h, i % s.t);
-        ((b * s.t + t) * parts * hd + part * hd + h * s.d, i * s.d)
-    })
-}
-
 /// Every element of the im2col matrix of `cv`, with the index of the input element it copies
 /// (`None` in the zero padding).
 fn conv_taps(cv: Conv) -> impl Iterator<Item = (usize, Option<usize>)> {
@@ -86,16 +78,18 @@ impl Ops for CpuOps {
 
     fn matmul(&mut self, mm: Mm, a: &Vec<f32>, b: &Vec<f32>, c: &mut Vec<f32>) -> Result<()> {
         let (ea, eb, ec) = mm.extents();
-        check("matmul", a.len() >= ea && b.len() >= eb && c.len() >= ec)?;
+        check("matmul", mm.rows_fit() && a.len() >= ea && b.len() >= eb && c.len() >= ec)?;
         let (m, n, k) = (mm.m, mm.n, mm.k);
-        // Element (i, l) of op(A): A[i k + l] untransposed, A[l m + i] transposed.
-        let (a_cs, a_rs) = if mm.ta { (m as isize, 1) } else { (1, k as isize) };
-        let (b_cs, b_rs) = if mm.tb { (k as isize, 1) } else { (1, n as isize) };
+        // Element (i, l) of op(A): A[i lda + l] untransposed, A[l lda + i] transposed.
+        let (lda, ldb, ldc) = (mm.lda as isize, mm.ldb as isize, mm.ldc as isize);
+        let (a_cs, a_rs) = if mm.ta { (lda, 1) } else { (1, lda) };
+        let (b_cs, b_rs) = if mm.tb { (ldb, 1) } else { (1, ldb) };
         for i in 0..mm.batch {
-            let (pa, pb, pc) = (i * mm.stride_a, i * mm.stride_b, i * mm.stride_c);
-            // SAFETY: `extents` checked above that batch i's operands (offsets pa, pb, pc plus
-            // m*k, k*n and m*n elements) lie inside a, b and c; the strides address exactly
-            // those elements; c is a distinct Vec from a and b (the borrow checker ensures it).
+            let (pa, pb, pc) = (mm.off_a + i * mm.stride_a, mm.off_b + i * mm.stride_b, mm.off_c + i * mm.stride_c);
+            // SAFETY: `extents` checked above that batch i's operands (offsets pa, pb, pc, then
+            // rows of their leading dimension) lie inside a, b and c, and `rows_fit` that no
+            // row is longer than its stride; the strides address exactly those elements; c is
+            // a distinct Vec from a and b (the borrow checker ensures it).
             unsafe {
                 gemm::gemm(
                     m,
@@ -103,7 +97,7 @@ impl Ops for CpuOps {
                     k,
                     c.as_mut_ptr().add(pc),
                     1,
-                    n as isize,
+                    ldc,
                     mm.beta != 0.0,
                     a.as_ptr().add(pa),
                     a_cs,
@@ -274,20 +268,6 @@ impl Ops for CpuOps {
         Ok(())
     }
 
-    fn heads_split(&mut self, src: &Vec<f32>, dst: &mut Vec<f32>, part: usize, parts: usize, s: Heads) -> Result<()> {
-        check("heads_split", src.len() == s.b * s.t * parts * s.h * s.d && dst.len() == s.b * s.t * s.h * s.d)?;
-        for (packed, heads) in head_rows(part, parts, s) {
-            dst[heads..heads + s.d].copy_from_slice(&src[packed..packed + s.d]);
-        }
-        Ok(())
-    }
-    fn heads_merge(&mut self, src: &Vec<f32>, dst: &mut Vec<f32>, part: usize, parts: usize, s: Heads) -> Result<()> {
-        check("heads_merge", dst.len() == s.b * s.t * parts * s.h * s.d && src.len() == s.b * s.t * s.h * s.d)?;
-        for (packed, heads) in head_rows(part, parts, s) {
-            dst[packed..packed + s.d].copy_from_slice(&src[heads..heads + s.d]);
-        }
-        Ok(())
-    }
     fn softmax_causal_fwd(&mut self, s: &Vec<f32>, p: &mut Vec<f32>, t: usize, scale: f32) -> Result<()> {
         gpt_ops::softmax_causal_fwd(s, p, t, scale)
     }

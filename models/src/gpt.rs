@@ -42,9 +42,9 @@ struct LayerActs<B> {
     a1: B,
     mean1: B,
     rstd1: B,
-    q: B,
-    k: B,
-    v: B,
+    /// The QKV projection's output `[b t, 3, h, d]`: the heads' queries, keys and values are
+    /// read in place by the attention's products.
+    qkv: B,
     p: B,
     y: B,
     x1: B,
@@ -57,16 +57,11 @@ struct LayerActs<B> {
 
 /// Scratch shared by all blocks.
 struct Scratch<B> {
-    qkv: B,
     s: B,
-    o: B,
     z: B,
     dx: B,
     dtmp: B,
     dqkv: B,
-    dq: B,
-    dk: B,
-    dv: B,
     dp: B,
     ds: B,
     dy: B,
@@ -156,9 +151,7 @@ impl<B> Gpt<B> {
                 a1: ops.zeros(n * c)?,
                 mean1: ops.zeros(n)?,
                 rstd1: ops.zeros(n)?,
-                q: ops.zeros(n * cl)?,
-                k: ops.zeros(n * cl)?,
-                v: ops.zeros(n * cl)?,
+                qkv: ops.zeros(n * 3 * cl)?,
                 p: ops.zeros(att)?,
                 y: ops.zeros(n * cl)?,
                 x1: ops.zeros(n * c)?,
@@ -170,16 +163,11 @@ impl<B> Gpt<B> {
             });
         }
         let sc = Scratch {
-            qkv: ops.zeros(n * 3 * cl)?,
             s: ops.zeros(att)?,
-            o: ops.zeros(n * cl)?,
             z: ops.zeros(n * c)?,
             dx: ops.zeros(n * c)?,
             dtmp: ops.zeros(n * c)?,
             dqkv: ops.zeros(n * 3 * cl)?,
-            dq: ops.zeros(n * cl)?,
-            dk: ops.zeros(n * cl)?,
-            dv: ops.zeros(n * cl)?,
             dp: ops.zeros(att)?,
             ds: ops.zeros(att)?,
             dy: ops.zeros(n * cl)?,
@@ -194,6 +182,90 @@ impl<B> Gpt<B> {
         };
         let task = TokenTask::new(v, seed_of(cfg.seed, "task"));
         Ok(Gpt { tok: ops.zeros(n)?, tgt: ops.zeros(n)?, task, params, xs, acts, sc, cfg })
+    }
+}
+
+/// The attention's products of one sequence `bi` of the batch, batched over its heads, on
+/// the packed tensors: the QKV projection's output `[b t, 3, h, d]` (queries, keys, values),
+/// the scores and probabilities `[b, h, t, t]`, the attention's output and its gradient
+/// `[b t, h, d]`. Every head's matrix is read and written in place (row strides of the packed
+/// rows), so no copy splits or merges the heads.
+struct Att {
+    s: Heads,
+    /// Where sequence `bi` starts in the packed QKV rows, the t x t matrices and the output.
+    qkv: usize,
+    tt: usize,
+    out: usize,
+}
+
+impl Att {
+    fn new(s: Heads, bi: usize) -> Att {
+        Att { s, qkv: bi * s.t * 3 * s.h * s.d, tt: bi * s.h * s.t * s.t, out: bi * s.t * s.h * s.d }
+    }
+    /// Row strides: of the packed QKV rows, of the output rows.
+    fn ld3(&self) -> usize {
+        3 * self.s.h * self.s.d
+    }
+    fn ld1(&self) -> usize {
+        self.s.h * self.s.d
+    }
+    /// Offset of part `p` (0 queries, 1 keys, 2 values) of this sequence's QKV rows.
+    fn part(&self, p: usize) -> usize {
+        self.qkv + p * self.s.h * self.s.d
+    }
+    /// `S = Q K^T` into the scores.
+    fn scores(&self) -> Mm {
+        let (t, d) = (self.s.t, self.s.d);
+        Mm::new(t, t, d).tb().batched(self.s.h).ld(self.ld3(), self.ld3(), t).strides(d, d, t * t).at(
+            self.part(0),
+            self.part(1),
+            self.tt,
+        )
+    }
+    /// `Y = P V` into the output rows.
+    fn values(&self) -> Mm {
+        let (t, d) = (self.s.t, self.s.d);
+        Mm::new(t, d, t).batched(self.s.h).ld(t, self.ld3(), self.ld1()).strides(t * t, d, d).at(
+            self.tt,
+            self.part(2),
+            self.out,
+        )
+    }
+    /// `dP = dY V^T` (A: the output's gradient rows, B: the QKV rows).
+    fn dprobs(&self) -> Mm {
+        let (t, d) = (self.s.t, self.s.d);
+        Mm::new(t, t, d).tb().batched(self.s.h).ld(self.ld1(), self.ld3(), t).strides(d, d, t * t).at(
+            self.out,
+            self.part(2),
+            self.tt,
+        )
+    }
+    /// `dV = P^T dY` into the values' part of the QKV gradient.
+    fn dvalues(&self) -> Mm {
+        let (t, d) = (self.s.t, self.s.d);
+        Mm::new(t, d, t).ta().batched(self.s.h).ld(t, self.ld1(), self.ld3()).strides(t * t, d, d).at(
+            self.tt,
+            self.out,
+            self.part(2),
+        )
+    }
+    /// `dQ = dS K` into the queries' part of the QKV gradient.
+    fn dqueries(&self) -> Mm {
+        let (t, d) = (self.s.t, self.s.d);
+        Mm::new(t, d, t).batched(self.s.h).ld(t, self.ld3(), self.ld3()).strides(t * t, d, d).at(
+            self.tt,
+            self.part(1),
+            self.part(0),
+        )
+    }
+    /// `dK = dS^T Q` into the keys' part of the QKV gradient.
+    fn dkeys(&self) -> Mm {
+        let (t, d) = (self.s.t, self.s.d);
+        Mm::new(t, d, t).ta().batched(self.s.h).ld(t, self.ld3(), self.ld3()).strides(t * t, d, d).at(
+            self.tt,
+            self.part(0),
+            self.part(1),
+        )
     }
 }
 
@@ -218,7 +290,6 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
         let (v, t, c, l) = (cfg.shape.vocab, cfg.shape.ctx, cfg.shape.dim, cfg.shape.layers);
         let (cl, n) = (cfg.cl(), cfg.rows());
         let hs = cfg.local_heads();
-        let bh = hs.b * hs.h;
         let scale = 1.0 / (hs.d as f32).sqrt();
         let lp = |i: usize, j: usize| 2 + i * PER_LAYER + j;
         let fin = 2 + l * PER_LAYER;
@@ -229,15 +300,16 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             let (before, after) = xs.split_at_mut(i + 1);
             let (x, x2) = (&before[i], &mut after[0]);
             ops.layernorm_fwd(x, &ps[lp(i, LN1_G)].w, &ps[lp(i, LN1_B)].w, &mut a.a1, &mut a.mean1, &mut a.rstd1, c)?;
-            ops.matmul(Mm::new(n, 3 * cl, c), &a.a1, &ps[lp(i, QKV_W)].w, &mut sc.qkv)?;
-            ops.add_bias(&mut sc.qkv, &ps[lp(i, QKV_B)].w, n)?;
-            ops.heads_split(&sc.qkv, &mut a.q, 0, 3, hs)?;
-            ops.heads_split(&sc.qkv, &mut a.k, 1, 3, hs)?;
-            ops.heads_split(&sc.qkv, &mut a.v, 2, 3, hs)?;
-            ops.matmul(Mm::new(t, t, hs.d).tb().batched(bh), &a.q, &a.k, &mut sc.s)?;
+            ops.matmul(Mm::new(n, 3 * cl, c), &a.a1, &ps[lp(i, QKV_W)].w, &mut a.qkv)?;
+            ops.add_bias(&mut a.qkv, &ps[lp(i, QKV_B)].w, n)?;
+            for bi in 0..hs.b {
+                let at = Att::new(hs, bi);
+                ops.matmul(at.scores(), &a.qkv, &a.qkv, &mut sc.s)?;
+            }
             ops.softmax_causal_fwd(&sc.s, &mut a.p, t, scale)?;
-            ops.matmul(Mm::new(t, hs.d, t).batched(bh), &a.p, &a.v, &mut sc.o)?;
-            ops.heads_merge(&sc.o, &mut a.y, 0, 1, hs)?;
+            for bi in 0..hs.b {
+                ops.matmul(Att::new(hs, bi).values(), &a.p, &a.qkv, &mut a.y)?;
+            }
             ops.matmul(Mm::new(n, c, cl), &a.y, &ps[lp(i, O_W)].w, &mut sc.z)?;
             tp.all_reduce_sum(&mut sc.z)?;
             ops.add_bias_residual(&sc.z, &ps[lp(i, O_B)].w, x, &mut a.x1, n)?;
@@ -310,15 +382,17 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             ops.col_sum(&sc.dx, &mut lps[O_B].g, n)?;
             ops.matmul(Mm::new(cl, c, n).ta(), &a.y, &sc.dx, &mut lps[O_W].g)?;
             ops.matmul(Mm::new(n, cl, c).tb(), &sc.dx, &lps[O_W].w, &mut sc.dy)?;
-            ops.heads_split(&sc.dy, &mut sc.o, 0, 1, hs)?;
-            ops.matmul(Mm::new(t, t, hs.d).tb().batched(bh), &sc.o, &a.v, &mut sc.dp)?;
-            ops.matmul(Mm::new(t, hs.d, t).ta().batched(bh), &a.p, &sc.o, &mut sc.dv)?;
+            for bi in 0..hs.b {
+                let at = Att::new(hs, bi);
+                ops.matmul(at.dprobs(), &sc.dy, &a.qkv, &mut sc.dp)?;
+                ops.matmul(at.dvalues(), &a.p, &sc.dy, &mut sc.dqkv)?;
+            }
             ops.softmax_causal_bwd(&a.p, &sc.dp, &mut sc.ds, t, scale)?;
-            ops.matmul(Mm::new(t, hs.d, t).batched(bh), &sc.ds, &a.k, &mut sc.dq)?;
-            ops.matmul(Mm::new(t, hs.d, t).ta().batched(bh), &sc.ds, &a.q, &mut sc.dk)?;
-            ops.heads_merge(&sc.dq, &mut sc.dqkv, 0, 3, hs)?;
-            ops.heads_merge(&sc.dk, &mut sc.dqkv, 1, 3, hs)?;
-            ops.heads_merge(&sc.dv, &mut sc.dqkv, 2, 3, hs)?;
+            for bi in 0..hs.b {
+                let at = Att::new(hs, bi);
+                ops.matmul(at.dqueries(), &sc.ds, &a.qkv, &mut sc.dqkv)?;
+                ops.matmul(at.dkeys(), &sc.ds, &a.qkv, &mut sc.dqkv)?;
+            }
             ops.col_sum(&sc.dqkv, &mut lps[QKV_B].g, n)?;
             ops.matmul(Mm::new(c, 3 * cl, n).ta(), &a.a1, &sc.dqkv, &mut lps[QKV_W].g)?;
             ops.matmul(Mm::new(n, c, 3 * cl).tb(), &sc.dqkv, &lps[QKV_W].w, &mut sc.dtmp)?;

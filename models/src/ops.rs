@@ -1,7 +1,9 @@
 //! The operations the models need, forward and backward, on flat f32 buffers.
 //!
 //! Conventions: matrices are row-major; GPT activations are `[rows = batch * time, features]`;
-//! attention heads are `[batch, heads, time, head_dim]`; ResNet activations are channel-major
+//! the QKV projection's output is `[batch * time, 3, heads, head_dim]`, whose heads the
+//! attention's products read in place, and the scores `[batch, heads, time, time]`; ResNet
+//! activations are channel-major
 //! `[channels, batch * height * width]` (so a convolution is one matrix product with the
 //! im2col matrix and batch norm reduces contiguous rows). Token ids and class labels travel as
 //! f32 (exact below 2^24). "acc" in a doc means the result is added to the output buffer;
@@ -17,7 +19,10 @@ pub(crate) fn whole(len: usize, unit: usize) -> bool {
 /// A (batched) product: for each batch `i`, `C_i = alpha op(A_i) op(B_i) + beta C_i`, with
 /// `op(A)` `m x k`, `op(B)` `k x n` and `C` `m x n`. `ta` means A is stored `k x m` (and `tb`
 /// that B is stored `n x k`). Strides are in elements between consecutive batches (0 shares
-/// one matrix among all batches).
+/// one matrix among all batches). Each stored matrix is row-major with its own row stride
+/// (`lda`, `ldb`, `ldc`; by default its column count: dense) and starts `off_*` elements into
+/// its buffer, so a product can read and write matrices inside a larger packed tensor (the
+/// attention's heads inside the QKV projection's output).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Mm {
     pub m: usize,
@@ -29,6 +34,12 @@ pub struct Mm {
     pub stride_a: usize,
     pub stride_b: usize,
     pub stride_c: usize,
+    pub lda: usize,
+    pub ldb: usize,
+    pub ldc: usize,
+    pub off_a: usize,
+    pub off_b: usize,
+    pub off_c: usize,
     pub alpha: f32,
     pub beta: f32,
 }
@@ -46,6 +57,12 @@ impl Mm {
             stride_a: m * k,
             stride_b: k * n,
             stride_c: m * n,
+            lda: k,
+            ldb: n,
+            ldc: n,
+            off_a: 0,
+            off_b: 0,
+            off_c: 0,
             alpha: 1.0,
             beta: 0.0,
         }
@@ -53,11 +70,13 @@ impl Mm {
     /// A is stored transposed (`k x m`).
     pub fn ta(mut self) -> Mm {
         self.ta = true;
+        self.lda = self.m;
         self
     }
     /// B is stored transposed (`n x k`).
     pub fn tb(mut self) -> Mm {
         self.tb = true;
+        self.ldb = self.k;
         self
     }
     /// Adds the product to C.
@@ -74,13 +93,50 @@ impl Mm {
         self.batch = batch;
         self
     }
-    /// The number of elements each operand must hold.
+    /// The elements between consecutive batches' matrices.
+    pub fn strides(mut self, a: usize, b: usize, c: usize) -> Mm {
+        (self.stride_a, self.stride_b, self.stride_c) = (a, b, c);
+        self
+    }
+    /// The row strides of the stored matrices (after [`Mm::ta`] / [`Mm::tb`]).
+    pub fn ld(mut self, a: usize, b: usize, c: usize) -> Mm {
+        (self.lda, self.ldb, self.ldc) = (a, b, c);
+        self
+    }
+    /// Where the first batch's matrices start in their buffers.
+    pub fn at(mut self, a: usize, b: usize, c: usize) -> Mm {
+        (self.off_a, self.off_b, self.off_c) = (a, b, c);
+        self
+    }
+    /// The stored shapes (rows, columns) of A, B and C.
+    fn stored(&self) -> [(usize, usize); 3] {
+        let a = if self.ta { (self.k, self.m) } else { (self.m, self.k) };
+        let b = if self.tb { (self.n, self.k) } else { (self.k, self.n) };
+        [a, b, (self.m, self.n)]
+    }
+    /// Whether every row stride holds its matrix's row (a leading dimension below the column
+    /// count would make rows overlap).
+    pub fn rows_fit(&self) -> bool {
+        let [a, b, c] = self.stored();
+        self.lda >= a.1.max(1) && self.ldb >= b.1.max(1) && self.ldc >= c.1.max(1)
+    }
+    /// The number of elements each operand's buffer must hold (saturating: a size that
+    /// overflows fits no buffer).
     pub fn extents(&self) -> (usize, usize, usize) {
         let last = self.batch.saturating_sub(1);
+        let [a, b, c] = self.stored();
+        let need = |off: usize, stride: usize, ld: usize, (r, cols): (usize, usize)| {
+            if r == 0 || cols == 0 {
+                return off;
+            }
+            off.saturating_add(last.saturating_mul(stride))
+                .saturating_add((r - 1).saturating_mul(ld))
+                .saturating_add(cols)
+        };
         (
-            last * self.stride_a + self.m * self.k,
-            last * self.stride_b + self.k * self.n,
-            last * self.stride_c + self.m * self.n,
+            need(self.off_a, self.stride_a, self.lda, a),
+            need(self.off_b, self.stride_b, self.ldb, b),
+            need(self.off_c, self.stride_c, self.ldc, c),
         )
     }
     /// Floating-point operations of the product (2 m n k per batch).
@@ -236,10 +292,6 @@ pub trait Ops {
     /// From the forward's output `y`.
     fn relu_bwd(&mut self, y: &Self::Buf, dout: &Self::Buf, dx: &mut Self::Buf) -> Result<()>;
 
-    /// Part `part` of `parts` of `src` `[b t, parts h d]` into `dst` `[b, h, t, d]`.
-    fn heads_split(&mut self, src: &Self::Buf, dst: &mut Self::Buf, part: usize, parts: usize, s: Heads) -> Result<()>;
-    /// The inverse: `src` `[b, h, t, d]` into part `part` of `dst` `[b t, parts h d]`.
-    fn heads_merge(&mut self, src: &Self::Buf, dst: &mut Self::Buf, part: usize, parts: usize, s: Heads) -> Result<()>;
     /// Row-wise causal softmax of `scale s` over `batches` matrices `t x t` (row i sees
     /// columns 0..=i; the rest of `p` is 0).
     fn softmax_causal_fwd(&mut self, s: &Self::Buf, p: &mut Self::Buf, t: usize, scale: f32) -> Result<()>;

@@ -34,8 +34,12 @@ fn matmul_backward_matches_finite_differences() {
     let (m, n, k) = (5, 4, 3);
     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
         let mut mm = Mm::new(m, n, k);
-        mm.ta = ta;
-        mm.tb = tb;
+        if ta {
+            mm = mm.ta();
+        }
+        if tb {
+            mm = mm.tb();
+        }
         let (a, b, r) = (rnd(m * k, 1), rnd(k * n, 2), rnd(m * n, 3));
         let fwd = |a: &[f32], b: &[f32]| {
             let mut c = vec![0.0; m * n];
@@ -193,7 +197,7 @@ fn cross_entropy_gradient_matches_finite_differences() {
 }
 
 #[test]
-fn embedding_and_head_permutations() {
+fn embedding_backward_matches_finite_differences() {
     let (b, t, c, vocab) = (2, 3, 4, 5);
     let tok = vec![1.0, 4.0, 1.0, 0.0, 2.0, 3.0];
     let (wte, wpe, r) = (rnd(vocab * c, 15), rnd(t * c, 16), rnd(b * t * c, 17));
@@ -206,18 +210,41 @@ fn embedding_and_head_permutations() {
     };
     fd("embedding wte", &wte, &r, &dwte, |w| fwd(w, &wpe));
     fd("embedding wpe", &wpe, &r, &dwpe, |w| fwd(&wte, w));
-    // Split then merge is the identity on each part; merge is split's adjoint.
-    let s = Heads { b, t, h: 2, d: 3 };
-    let src = rnd(b * t * 3 * 6, 18);
-    let mut back = vec![0.0; src.len()];
-    for part in 0..3 {
-        let mut h = vec![0.0; b * t * 6];
-        CpuOps.heads_split(&src, &mut h, part, 3, s).unwrap();
-        CpuOps.heads_merge(&h, &mut back, part, 3, s).unwrap();
+}
+
+/// A product on matrices inside larger buffers (row strides, offsets, batch strides: the
+/// attention's heads read in place) computes what the same product of the matrices copied out
+/// densely computes, and sizes that do not fit are refused.
+#[test]
+fn strided_products_read_and_write_in_place() {
+    let (m, n, k, batch) = (4, 3, 5, 2);
+    let mm = Mm::new(m, n, k).tb().batched(batch).ld(9, 7, 6).strides(2, 3, 30).at(1, 2, 4);
+    let (ea, eb, ec) = mm.extents();
+    let (a, b) = (rnd(ea, 30), rnd(eb, 31));
+    let c0 = rnd(ec, 32);
+    let mut c = c0.clone();
+    CpuOps.matmul(mm, &a, &b, &mut c).unwrap();
+    let mut touched = vec![false; ec];
+    for i in 0..batch {
+        let (oa, ob, oc) = (1 + 2 * i, 2 + 3 * i, 4 + 30 * i);
+        let da: Vec<f32> = (0..m * k).map(|e| a[oa + e / k * 9 + e % k]).collect();
+        let db: Vec<f32> = (0..n * k).map(|e| b[ob + e / k * 7 + e % k]).collect();
+        let mut dc = vec![0.0; m * n];
+        CpuOps.matmul(Mm::new(m, n, k).tb(), &da, &db, &mut dc).unwrap();
+        for (e, want) in dc.iter().enumerate() {
+            let at = oc + e / n * 6 + e % n;
+            assert!((c[at] - want).abs() < 1e-5, "batch {i} element {e}");
+            touched[at] = true;
+        }
     }
-    assert_eq!(src, back);
-    let mut bad = vec![0.0; 5];
-    assert!(CpuOps.heads_split(&src, &mut bad, 0, 3, s).is_err());
+    // Nothing outside the matrices of C was written.
+    for (e, t) in touched.iter().enumerate() {
+        if !t {
+            assert_eq!(c[e], c0[e], "element {e} outside C was written");
+        }
+    }
+    assert!(CpuOps.matmul(mm, &a, &b, &mut vec![0.0; ec - 1]).is_err());
+    assert!(CpuOps.matmul(mm.ld(9, 4, 6), &a, &b, &mut c).is_err(), "a row stride below the row");
 }
 
 #[test]

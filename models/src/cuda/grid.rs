@@ -4,7 +4,7 @@
 use cudarc::driver::LaunchConfig;
 
 use super::launch::int;
-use crate::ops::{Conv, Heads};
+use crate::ops::Conv;
 use crate::Result;
 
 /// One thread per element.
@@ -14,14 +14,6 @@ pub(super) fn elems(n: usize) -> LaunchConfig {
 /// One warp per row, four rows per block.
 pub(super) fn rows(n: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: ((n as u32).div_ceil(4).max(1), 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 }
-}
-/// Grid (blocks of 256 over t d, heads, batch) of the head split and merge.
-pub(super) fn heads_grid(s: Heads) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (((s.t * s.d) as u32).div_ceil(256).max(1), s.h.max(1) as u32, s.b.max(1) as u32),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
 }
 /// Rows per block of the bias kernels (`BIAS_ROWS` in kernels.cu).
 pub(super) const BIAS_ROWS: usize = 16;

@@ -180,15 +180,6 @@ extern "C" __global__ void relu_fwd(const float* x, float* out, int n) { int i =
 extern "C" __global__ void relu_bwd(const float* y, const float* dout, float* dx, int n) {
     int i = IDX; if (i < n) dx[i] = y[i] > 0.f ? dout[i] : 0.f;
 }
-// Grid (element blocks over t d, h, b): split copies packed -> heads, merge the reverse.
-extern "C" __global__ void heads(const float* src, float* dst, int part, int parts, int b, int h, int t, int d, int split) {
-    int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= t * d) return;
-    int hh = blockIdx.y, bb = blockIdx.z, tt = e / d, k = e - tt * d;
-    long i = ((long)bb * h + hh) * t * d + e;
-    long packed = ((long)bb * t + tt) * parts * h * d + (long)part * h * d + hh * d + k;
-    if (split) dst[i] = src[packed]; else dst[packed] = src[i];
-}
 // One warp per row of t columns; row i of each t x t matrix sees columns 0..=i.
 extern "C" __global__ void softmax_causal_fwd(const float* s, float* p, int rows, int t, float scale) {
     ROW_WARP

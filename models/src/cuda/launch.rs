@@ -2,9 +2,9 @@
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-use super::grid::{bias_grid, channel_chunks, chunking, col_parts, elems, heads_grid, rows, ConvArgs};
+use super::grid::{bias_grid, channel_chunks, chunking, col_parts, elems, rows, ConvArgs};
 use super::{dev, CudaOps, BF16_MIN_SIDE};
-use crate::ops::{whole, Adam, Conv, Heads, Mm, Ops};
+use crate::ops::{whole, Adam, Conv, Mm, Ops};
 use crate::{ModelError, Result};
 
 type Buf = CudaSlice<f32>;
@@ -220,18 +220,6 @@ impl Ops for CudaOps {
         check("relu_bwd", y.len() == dout.len() && y.len() == dx.len())?;
         let n = int(y.len())?;
         launch!(self, "relu_bwd", elems(y.len()); y, dout, dx, &n)
-    }
-    fn heads_split(&mut self, src: &Buf, dst: &mut Buf, part: usize, parts: usize, s: Heads) -> Result<()> {
-        self.twins.wrote(dst);
-        check("heads_split", src.len() == s.b * s.t * parts * s.h * s.d && dst.len() == s.b * s.t * s.h * s.d)?;
-        let (p, ps, b, h, t, d, split) = (int(part)?, int(parts)?, int(s.b)?, int(s.h)?, int(s.t)?, int(s.d)?, 1i32);
-        launch!(self, "heads", heads_grid(s); src, dst, &p, &ps, &b, &h, &t, &d, &split)
-    }
-    fn heads_merge(&mut self, src: &Buf, dst: &mut Buf, part: usize, parts: usize, s: Heads) -> Result<()> {
-        self.twins.wrote(dst);
-        check("heads_merge", dst.len() == s.b * s.t * parts * s.h * s.d && src.len() == s.b * s.t * s.h * s.d)?;
-        let (p, ps, b, h, t, d, split) = (int(part)?, int(parts)?, int(s.b)?, int(s.h)?, int(s.t)?, int(s.d)?, 0i32);
-        launch!(self, "heads", heads_grid(s); src, dst, &p, &ps, &b, &h, &t, &d, &split)
     }
     fn softmax_causal_fwd(&mut self, s: &Buf, p: &mut Buf, t: usize, scale: f32) -> Result<()> {
         self.twins.wrote(p);

@@ -48,7 +48,6 @@ const NAMES: &[&str] = &[
     "gelu_bwd",
     "relu_fwd",
     "relu_bwd",
-    "heads",
     "softmax_causal_fwd",
     "softmax_causal_bwd",
     "cross_entropy",
@@ -218,7 +217,7 @@ impl CudaOps {
         c: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let (ea, eb, ec) = mm.extents();
-        if a.len() < ea || b.len() < eb || c.len() < ec {
+        if !mm.rows_fit() || a.len() < ea || b.len() < eb || c.len() < ec {
             return Err(ModelError::Config(format!("matmul {mm:?}: buffers of {}, {}, {}", a.len(), b.len(), c.len())));
         }
         if mm.m.min(mm.n).min(mm.k) >= BF16_MIN_SIDE {
@@ -257,8 +256,12 @@ impl CudaOps {
         use blas_sys::cudaDataType_t::{CUDA_R_16BF, CUDA_R_32F};
         let i = launch::int;
         let (m, n, k) = (i(mm.m)?, i(mm.n)?, i(mm.k)?);
-        let (op_b, ldb) = if mm.tb { (CUBLAS_OP_T, k) } else { (CUBLAS_OP_N, n) };
-        let (op_a, lda) = if mm.ta { (CUBLAS_OP_T, m) } else { (CUBLAS_OP_N, k) };
+        let (op_b, ldb) = (if mm.tb { CUBLAS_OP_T } else { CUBLAS_OP_N }, i(mm.ldb)?);
+        let (op_a, lda) = (if mm.ta { CUBLAS_OP_T } else { CUBLAS_OP_N }, i(mm.lda)?);
+        let ldc = i(mm.ldc)?;
+        // Byte offsets of the first batch's matrices (element sizes: 2 for bf16, 4 for f32).
+        let size = if bf16 { 2 } else { 4 };
+        let (oa, ob, oc) = ((mm.off_a * size) as u64, (mm.off_b * size) as u64, (mm.off_c * 4) as u64);
         let (alpha, beta) = (mm.alpha, mm.beta);
         let (ab_type, compute) = if bf16 {
             (CUDA_R_16BF, blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F)
@@ -269,9 +272,12 @@ impl CudaOps {
         let (pa, _ra) = a.device_ptr(stream);
         let (pb, _rb) = b.device_ptr(stream);
         let (pc, _rc) = c.device_ptr_mut(stream);
-        // SAFETY: the extents check of `gemm` keeps every batch's operands inside a, b and c
-        // (the bf16 copies hold the same element counts; `ab_type` names their type); the
-        // leading dimensions and strides describe exactly those row-major matrices; alpha and
+        let (pa, pb, pc) = (pa + oa, pb + ob, pc + oc);
+        // SAFETY: the extents and row checks of `gemm` keep every batch's operands, from their
+        // offsets on, inside a, b and c (the bf16 copies hold the same element counts;
+        // `ab_type` names their type); the leading dimensions and strides describe exactly
+        // those row-major matrices (row-major C = A B is column-major C^T = B^T A^T with the
+        // same leading dimensions); alpha and
         // beta are host f32 values alive for the call (cuBLAS's default host pointer mode);
         // the handle runs on the device's stream, where the buffers live.
         unsafe {
@@ -294,7 +300,7 @@ impl CudaOps {
                 (&beta) as *const f32 as *const _,
                 pc as *mut _,
                 CUDA_R_32F,
-                n,
+                ldc,
                 mm.stride_c as i64,
                 i(mm.batch)?,
                 compute,
