@@ -113,12 +113,8 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
             { "type": "webhook", "url": hook.url("/verdict"), "format": "generic" } ] }),
     );
     let nodes: Vec<String> = (0..NODES).map(|k| format!("ch-{k}")).collect();
-    // The agents' checks (CPU GEMMs here) at the lowest CPU priority: in production agents run
-    // on the GPU nodes, not beside the service, its broker and its database; on a small test
-    // machine at normal priority they would take the CPU from those (a test harness choice only).
-    let nice = ["nice".to_string(), "-n".into(), "19".into()];
     for n in &nodes {
-        w.agent_via(n, &nice, &[]);
+        w.agent(n);
     }
 
     // The output topic, read on a thread of its own so arrival times are exact.
