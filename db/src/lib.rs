@@ -13,8 +13,10 @@ pub mod outbox;
 pub mod results;
 pub mod runs;
 pub mod stats;
+pub mod wake;
 
 use std::str::FromStr;
+use std::sync::Arc;
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, ConnectOptions, Executor};
@@ -57,6 +59,8 @@ pub enum Backend {
 pub struct Db {
     pub pool: AnyPool,
     pub backend: Backend,
+    /// The URL it was opened with (for a connection of its own: [`wake`]).
+    url: Arc<str>,
 }
 
 static SQLITE: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -99,7 +103,7 @@ impl Db {
             Backend::Sqlite => SQLITE.run(&pool).await?,
             Backend::Postgres => POSTGRES.run(&pool).await?,
         }
-        Ok(Db { pool, backend })
+        Ok(Db { pool, backend, url: url.into() })
     }
 
     /// A round trip to the database.

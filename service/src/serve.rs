@@ -64,6 +64,11 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).into_future(),
     );
     kafka::ensure_topics(&conn, &cfg.topics.all(), &spec).await.map_err(crate::agent::topics_error)?;
+    // Commits of the other replicas that queue output events wake this one's publisher too.
+    tokio::spawn({
+        let (db, wake) = (db.clone(), wake.clone());
+        async move { db.wake_on_outbox(wake).await }
+    });
     let keeper = Keeper::new(db.clone(), replica.id.clone(), replica.lease);
     tokio::spawn(keeper.clone().run());
     let publisher = Publisher {

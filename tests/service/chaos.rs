@@ -52,6 +52,45 @@ fn times_of(log: &str, what: &str) -> Vec<i64> {
         .collect()
 }
 
+/// A message of the output topic: the event, when the reader got it, its Kafka timestamp
+/// (CreateTime, Unix ms: when the outbox publisher sent it).
+type Seen = (Value, Instant, Option<i64>);
+
+/// A SanityCheckStarted's way from the publication of its job event, in ms: to its outbox row
+/// (the event's `at`, taken in the ingest's transaction before it commits), from there to the
+/// publisher's send (the message's CreateTime), from there to the reader.
+struct Way {
+    job: String,
+    total: f64,
+    ingest: f64,
+    outbox: f64,
+    delivery: f64,
+}
+
+impl std::fmt::Display for Way {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let Way { job, total, ingest, outbox, delivery } = self;
+        write!(f, "{job} {total:.0} ms ({ingest:.0}+{outbox:.0}+{delivery:.0})")
+    }
+}
+
+/// The way of every SanityCheckStarted seen; `sent`: (job, published at, published at in Unix ms).
+fn ways(seen: &[Seen], sent: &[(String, Instant, i64)]) -> Vec<Way> {
+    let published: HashMap<&str, (Instant, i64)> = sent.iter().map(|(j, at, ms)| (j.as_str(), (*at, *ms))).collect();
+    seen.iter()
+        .filter(|(v, _, _)| v["type"] == "SanityCheckStarted")
+        .filter_map(|(v, at, created)| {
+            let job = v["job_id"].as_str()?;
+            let (p, p_ms) = *published.get(job)?;
+            let total = at.duration_since(p).as_secs_f64() * 1e3;
+            let row = v["at"].as_str().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())?;
+            let row = (row.timestamp_micros() as f64 / 1e3) - p_ms as f64;
+            let send = created.map_or(f64::NAN, |c| (c - p_ms) as f64);
+            Some(Way { job: job.to_string(), total, ingest: row, outbox: send - row, delivery: total - send })
+        })
+        .collect()
+}
+
 #[test]
 fn chaos_three_replicas_200_jobs_kills_and_outages() {
     let _g = svc::common::serial();
@@ -79,7 +118,7 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
     }
 
     // The output topic, read on a thread of its own so arrival times are exact.
-    let seen: Arc<Mutex<Vec<(Value, Instant)>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let mut reader = w.reader("check-events");
     let reading = {
@@ -88,8 +127,9 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
             while !stop.load(Ordering::Relaxed) {
                 reader.drain(Duration::from_millis(50));
                 let mut s = seen.lock().expect("lock");
-                for (v, at) in reader.seen.drain(..).zip(reader.arrived.drain(..)) {
-                    s.push((v, at));
+                let stamps = reader.arrived.drain(..).zip(reader.created.drain(..));
+                for (v, (at, created)) in reader.seen.drain(..).zip(stamps) {
+                    s.push((v, at, created));
                 }
             }
         })
@@ -106,7 +146,7 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
                 seen.lock()
                     .expect("lock")
                     .iter()
-                    .any(|(v, _)| v["job_id"] == job && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed"))
+                    .any(|(v, _, _)| v["job_id"] == job && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed"))
             };
             for j in 0..JOBS {
                 let k = loop {
@@ -174,7 +214,7 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
     let wait_start = Instant::now();
     loop {
         let s = seen.lock().expect("lock");
-        let all: Vec<Value> = s.iter().map(|(v, _)| v.clone()).collect();
+        let all: Vec<Value> = s.iter().map(|(v, _, _)| v.clone()).collect();
         drop(s);
         let by_job = verdicts(&all);
         if by_job.len() == JOBS {
@@ -192,7 +232,7 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
     stop.store(true, Ordering::Relaxed);
     reading.join().expect("reader thread");
     let seen = std::mem::take(&mut *seen.lock().expect("lock"));
-    let all: Vec<Value> = seen.iter().map(|(v, _)| v.clone()).collect();
+    let all: Vec<Value> = seen.iter().map(|(v, _, _)| v.clone()).collect();
     let by_job = verdicts(&all);
     let mut passed = 0;
     for (job, v) in &by_job {
@@ -203,8 +243,11 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
     let failed: Vec<&Value> = all.iter().filter(|v| v["type"] == "CheckFailed").collect();
     assert!(failed.is_empty(), "healthy nodes failed: {failed:#?}");
 
-    // Publish to SanityCheckStarted.
-    let published: HashMap<&str, Instant> = sent.iter().map(|(j, at, _)| (j.as_str(), *at)).collect();
+    // Publish to SanityCheckStarted, and its stages.
+    let ways = ways(&seen, &sent);
+    let mut latency: Vec<f64> = ways.iter().map(|w| w.total).collect();
+    latency.sort_by(f64::total_cmp);
+    assert_eq!(latency.len(), JOBS, "a job has no SanityCheckStarted, or two");
     // The same for the jobs published away from every disruption (from 1 s before one starts
     // to 8 s after it ends: a moved partition, a restarted broker): the load alone.
     let calm: std::collections::HashSet<&str> = sent
@@ -212,20 +255,27 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
         .filter(|(_, _, t)| disrupted.iter().all(|(a, b)| *t < a - 1000 || *t > b + 8000))
         .map(|(j, _, _)| j.as_str())
         .collect();
-    let mut calm_latency: Vec<f64> = seen
-        .iter()
-        .filter(|(v, _)| v["type"] == "SanityCheckStarted")
-        .filter(|(v, _)| v["job_id"].as_str().is_some_and(|j| calm.contains(j)))
-        .filter_map(|(v, at)| published.get(v["job_id"].as_str()?).map(|p| at.duration_since(*p).as_secs_f64() * 1e3))
-        .collect();
+    let mut calm_ways: Vec<&Way> = ways.iter().filter(|w| calm.contains(w.job.as_str())).collect();
+    calm_ways.sort_by(|a, b| b.total.total_cmp(&a.total));
+    let mut calm_latency: Vec<f64> = calm_ways.iter().map(|w| w.total).collect();
     calm_latency.sort_by(f64::total_cmp);
-    let mut latency: Vec<f64> = seen
-        .iter()
-        .filter(|(v, _)| v["type"] == "SanityCheckStarted")
-        .filter_map(|(v, at)| published.get(v["job_id"].as_str()?).map(|p| at.duration_since(*p).as_secs_f64() * 1e3))
-        .collect();
-    latency.sort_by(f64::total_cmp);
-    assert_eq!(latency.len(), JOBS, "a job has no SanityCheckStarted, or two");
+    let stage = |f: fn(&Way) -> f64| {
+        let mut v: Vec<f64> = calm_ways.iter().map(|w| f(w)).collect();
+        v.sort_by(f64::total_cmp);
+        format!("{:.0}/{:.0}", percentile(&v, 0.5), percentile(&v, 0.99))
+    };
+    let mut slowest: Vec<&Way> = ways.iter().collect();
+    slowest.sort_by(|a, b| b.total.total_cmp(&a.total));
+    let list = |w: &[&Way]| w.iter().take(3).map(|w| w.to_string()).collect::<Vec<_>>().join(", ");
+    let stages = format!(
+        "chaos: away from the disruptions, stages p50/p99 ms: to the outbox row {}, to the send {}, to the reader {}; \
+         slowest calm {}; slowest of all {}",
+        stage(|w| w.ingest),
+        stage(|w| w.outbox),
+        stage(|w| w.delivery),
+        list(&calm_ways),
+        list(&slowest)
+    );
 
     // Every notification once.
     let got = hook.wait_for(JOBS, Duration::from_secs(60));
@@ -252,7 +302,10 @@ fn chaos_three_replicas_200_jobs_kills_and_outages() {
     let mut failover: Vec<f64> =
         taken.iter().filter_map(|t| kills.iter().rev().find(|k| *k <= t).map(|k| (t - k) as f64 / 1000.0)).collect();
     failover.sort_by(f64::total_cmp);
+    let paused: usize =
+        (0..REPLICAS).map(|i| times_of(&w.log(&format!("serve-{i}")), "not renewed in time").len()).sum();
     w.shutdown();
+    eprintln!("{stages}; {paused} pauses of the publisher for a late lease renewal");
     eprintln!(
         "chaos: {JOBS} jobs, {passed} passed, {} failed; {} replica kills; broker and PostgreSQL restarted once each; \
          {} output events, 0 duplicated; {} notifications, 0 twice; {} runs taken over, failover p50 {:.1} s p99 {:.1} s; \

@@ -49,6 +49,11 @@ impl Keeper {
         self.until.load(Ordering::Acquire).saturating_sub(now_ms()) > self.lease_ms() / 2
     }
 
+    /// Whether this replica holds the lease (with any time left).
+    pub fn holds(&self) -> bool {
+        self.until.load(Ordering::Acquire) > now_ms()
+    }
+
     /// One renewal (or attempt to take the lease); false when another replica holds it. A
     /// database error leaves the lease to run out here as it does in the database.
     pub async fn renew(&self) -> bool {

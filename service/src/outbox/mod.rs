@@ -83,6 +83,9 @@ impl Publisher {
         loop {
             if !self.keeper.may_send() {
                 // Another replica sends, or the lease is not renewed yet: look again soon.
+                if leading && self.keeper.holds() {
+                    tracing::warn!("the outbox publisher's lease is held but not renewed in time: sending paused");
+                }
                 leading = false;
                 tokio::time::sleep(self.keeper.lease / 10).await;
                 continue;
@@ -96,9 +99,11 @@ impl Publisher {
             match self.round().await {
                 Ok(Round::Idle) => {
                     backoff = Backoff::default();
-                    // Woken by every commit of this process that queues events. On PostgreSQL
-                    // other replicas commit rows too (their wake does not reach this one): look
-                    // every 50 ms there; on SQLite (one replica) the timeout is a safety net.
+                    // Woken by every commit of this process that queues events and, on
+                    // PostgreSQL, by those of the other replicas too (a notification:
+                    // gpusanity_db::wake). The timeout is a safety net: a notification lost
+                    // while its connection was down (50 ms on PostgreSQL, where other replicas
+                    // commit rows; 500 ms on SQLite, one replica).
                     let idle = match self.db.backend {
                         gpusanity_db::Backend::Postgres => Duration::from_millis(50),
                         gpusanity_db::Backend::Sqlite => Duration::from_millis(500),

@@ -16,6 +16,8 @@ pub struct Reader {
     pub seen: Vec<Value>,
     /// When each message of `seen` was read.
     pub arrived: Vec<Instant>,
+    /// Each message's timestamp (Unix ms; CreateTime: when its producer sent it), if it has one.
+    pub created: Vec<Option<i64>>,
 }
 
 impl Reader {
@@ -31,6 +33,9 @@ impl Reader {
             .set("group.id", format!("reader-{}", std::process::id()))
             .set("enable.auto.commit", "false")
             .set("allow.auto.create.topics", "true")
+            // As the service's consumers: a message is read within 10 ms of reaching the broker
+            // (the default, 500 ms, would show in the latency the tests measure).
+            .set("fetch.wait.max.ms", "10")
             .create()
             .expect("consumer");
         // Every partition the topic has now (one if it does not exist yet: created on first use).
@@ -45,7 +50,7 @@ impl Reader {
             tpl.add_partition_offset(topic, p, Offset::Beginning).expect("partition");
         }
         consumer.assign(&tpl).expect("assign");
-        Reader { consumer, seen: Vec::new(), arrived: Vec::new() }
+        Reader { consumer, seen: Vec::new(), arrived: Vec::new(), created: Vec::new() }
     }
 
     /// Reads whatever arrives within `d`.
@@ -59,6 +64,7 @@ impl Reader {
                             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(p).into_owned())),
                     );
                     self.arrived.push(Instant::now());
+                    self.created.push(m.timestamp().to_millis());
                 }
             }
         }
