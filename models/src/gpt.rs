@@ -185,87 +185,93 @@ impl<B> Gpt<B> {
     }
 }
 
-/// The attention's products of one sequence `bi` of the batch, batched over its heads, on
-/// the packed tensors: the QKV projection's output `[b t, 3, h, d]` (queries, keys, values),
-/// the scores and probabilities `[b, h, t, t]`, the attention's output and its gradient
+/// The attention's products, batched over the heads and (outer batch) the sequences, on the
+/// packed tensors: the QKV projection's output `[b t, 3, h, d]` (queries, keys, values), the
+/// scores and probabilities `[b, h, t, t]`, the attention's output and its gradient
 /// `[b t, h, d]`. Every head's matrix is read and written in place (row strides of the packed
 /// rows), so no copy splits or merges the heads.
-struct Att {
-    s: Heads,
-    /// Where sequence `bi` starts in the packed QKV rows, the t x t matrices and the output.
-    qkv: usize,
-    tt: usize,
-    out: usize,
-}
+struct Att(Heads);
 
 impl Att {
-    fn new(s: Heads, bi: usize) -> Att {
-        Att { s, qkv: bi * s.t * 3 * s.h * s.d, tt: bi * s.h * s.t * s.t, out: bi * s.t * s.h * s.d }
-    }
     /// Row strides: of the packed QKV rows, of the output rows.
     fn ld3(&self) -> usize {
-        3 * self.s.h * self.s.d
+        3 * self.0.h * self.0.d
     }
     fn ld1(&self) -> usize {
-        self.s.h * self.s.d
+        self.0.h * self.0.d
     }
-    /// Offset of part `p` (0 queries, 1 keys, 2 values) of this sequence's QKV rows.
+    /// Offset of part `p` (0 queries, 1 keys, 2 values) in the QKV rows.
     fn part(&self, p: usize) -> usize {
-        self.qkv + p * self.s.h * self.s.d
+        p * self.0.h * self.0.d
+    }
+    /// The strides from one sequence to the next: QKV rows, t x t matrices, output rows.
+    fn seq(&self) -> (usize, usize, usize) {
+        let s = self.0;
+        (s.t * self.ld3(), s.h * s.t * s.t, s.t * self.ld1())
     }
     /// `S = Q K^T` into the scores.
     fn scores(&self) -> Mm {
-        let (t, d) = (self.s.t, self.s.d);
-        Mm::new(t, t, d).tb().batched(self.s.h).ld(self.ld3(), self.ld3(), t).strides(d, d, t * t).at(
-            self.part(0),
-            self.part(1),
-            self.tt,
-        )
+        let (t, d, (q, tt, _)) = (self.0.t, self.0.d, self.seq());
+        Mm::new(t, t, d)
+            .tb()
+            .batched(self.0.h)
+            .ld(self.ld3(), self.ld3(), t)
+            .strides(d, d, t * t)
+            .at(self.part(0), self.part(1), 0)
+            .outer(self.0.b, q, q, tt)
     }
     /// `Y = P V` into the output rows.
     fn values(&self) -> Mm {
-        let (t, d) = (self.s.t, self.s.d);
-        Mm::new(t, d, t).batched(self.s.h).ld(t, self.ld3(), self.ld1()).strides(t * t, d, d).at(
-            self.tt,
-            self.part(2),
-            self.out,
-        )
+        let (t, d, (q, tt, y)) = (self.0.t, self.0.d, self.seq());
+        Mm::new(t, d, t)
+            .batched(self.0.h)
+            .ld(t, self.ld3(), self.ld1())
+            .strides(t * t, d, d)
+            .at(0, self.part(2), 0)
+            .outer(self.0.b, tt, q, y)
     }
     /// `dP = dY V^T` (A: the output's gradient rows, B: the QKV rows).
     fn dprobs(&self) -> Mm {
-        let (t, d) = (self.s.t, self.s.d);
-        Mm::new(t, t, d).tb().batched(self.s.h).ld(self.ld1(), self.ld3(), t).strides(d, d, t * t).at(
-            self.out,
-            self.part(2),
-            self.tt,
-        )
+        let (t, d, (q, tt, y)) = (self.0.t, self.0.d, self.seq());
+        Mm::new(t, t, d)
+            .tb()
+            .batched(self.0.h)
+            .ld(self.ld1(), self.ld3(), t)
+            .strides(d, d, t * t)
+            .at(0, self.part(2), 0)
+            .outer(self.0.b, y, q, tt)
     }
     /// `dV = P^T dY` into the values' part of the QKV gradient.
     fn dvalues(&self) -> Mm {
-        let (t, d) = (self.s.t, self.s.d);
-        Mm::new(t, d, t).ta().batched(self.s.h).ld(t, self.ld1(), self.ld3()).strides(t * t, d, d).at(
-            self.tt,
-            self.out,
-            self.part(2),
-        )
+        let (t, d, (q, tt, y)) = (self.0.t, self.0.d, self.seq());
+        Mm::new(t, d, t)
+            .ta()
+            .batched(self.0.h)
+            .ld(t, self.ld1(), self.ld3())
+            .strides(t * t, d, d)
+            .at(0, 0, self.part(2))
+            .outer(self.0.b, tt, y, q)
     }
     /// `dQ = dS K` into the queries' part of the QKV gradient.
     fn dqueries(&self) -> Mm {
-        let (t, d) = (self.s.t, self.s.d);
-        Mm::new(t, d, t).batched(self.s.h).ld(t, self.ld3(), self.ld3()).strides(t * t, d, d).at(
-            self.tt,
-            self.part(1),
-            self.part(0),
-        )
+        let (t, d, (q, tt, _)) = (self.0.t, self.0.d, self.seq());
+        Mm::new(t, d, t)
+            .batched(self.0.h)
+            .ld(t, self.ld3(), self.ld3())
+            .strides(t * t, d, d)
+            .at(0, self.part(1), self.part(0))
+            .outer(self.0.b, tt, q, q)
     }
     /// `dK = dS^T Q` into the keys' part of the QKV gradient.
     fn dkeys(&self) -> Mm {
-        let (t, d) = (self.s.t, self.s.d);
-        Mm::new(t, d, t).ta().batched(self.s.h).ld(t, self.ld3(), self.ld3()).strides(t * t, d, d).at(
-            self.tt,
-            self.part(0),
-            self.part(1),
-        )
+        let (t, d, (q, tt, _)) = (self.0.t, self.0.d, self.seq());
+        Mm::new(t, d, t)
+            .ta()
+            .batched(self.0.h)
+            .ld(t, self.ld3(), self.ld3())
+            .strides(t * t, d, d)
+            .at(0, self.part(0), self.part(1))
+            .outer(self.0.b, tt, q, q)
     }
 }
 
@@ -302,14 +308,10 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             ops.layernorm_fwd(x, &ps[lp(i, LN1_G)].w, &ps[lp(i, LN1_B)].w, &mut a.a1, &mut a.mean1, &mut a.rstd1, c)?;
             ops.matmul(Mm::new(n, 3 * cl, c), &a.a1, &ps[lp(i, QKV_W)].w, &mut a.qkv)?;
             ops.add_bias(&mut a.qkv, &ps[lp(i, QKV_B)].w, n)?;
-            for bi in 0..hs.b {
-                let at = Att::new(hs, bi);
-                ops.matmul(at.scores(), &a.qkv, &a.qkv, &mut sc.s)?;
-            }
+            let at = Att(hs);
+            ops.matmul(at.scores(), &a.qkv, &a.qkv, &mut sc.s)?;
             ops.softmax_causal_fwd(&sc.s, &mut a.p, t, scale)?;
-            for bi in 0..hs.b {
-                ops.matmul(Att::new(hs, bi).values(), &a.p, &a.qkv, &mut a.y)?;
-            }
+            ops.matmul(at.values(), &a.p, &a.qkv, &mut a.y)?;
             ops.matmul(Mm::new(n, c, cl), &a.y, &ps[lp(i, O_W)].w, &mut sc.z)?;
             tp.all_reduce_sum(&mut sc.z)?;
             ops.add_bias_residual(&sc.z, &ps[lp(i, O_B)].w, x, &mut a.x1, n)?;
@@ -382,17 +384,12 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             ops.col_sum(&sc.dx, &mut lps[O_B].g, n)?;
             ops.matmul(Mm::new(cl, c, n).ta(), &a.y, &sc.dx, &mut lps[O_W].g)?;
             ops.matmul(Mm::new(n, cl, c).tb(), &sc.dx, &lps[O_W].w, &mut sc.dy)?;
-            for bi in 0..hs.b {
-                let at = Att::new(hs, bi);
-                ops.matmul(at.dprobs(), &sc.dy, &a.qkv, &mut sc.dp)?;
-                ops.matmul(at.dvalues(), &a.p, &sc.dy, &mut sc.dqkv)?;
-            }
+            let at = Att(hs);
+            ops.matmul(at.dprobs(), &sc.dy, &a.qkv, &mut sc.dp)?;
+            ops.matmul(at.dvalues(), &a.p, &sc.dy, &mut sc.dqkv)?;
             ops.softmax_causal_bwd(&a.p, &sc.dp, &mut sc.ds, t, scale)?;
-            for bi in 0..hs.b {
-                let at = Att::new(hs, bi);
-                ops.matmul(at.dqueries(), &sc.ds, &a.qkv, &mut sc.dqkv)?;
-                ops.matmul(at.dkeys(), &sc.ds, &a.qkv, &mut sc.dqkv)?;
-            }
+            ops.matmul(at.dqueries(), &sc.ds, &a.qkv, &mut sc.dqkv)?;
+            ops.matmul(at.dkeys(), &sc.ds, &a.qkv, &mut sc.dqkv)?;
             ops.col_sum(&sc.dqkv, &mut lps[QKV_B].g, n)?;
             ops.matmul(Mm::new(c, 3 * cl, n).ta(), &a.a1, &sc.dqkv, &mut lps[QKV_W].g)?;
             ops.matmul(Mm::new(n, c, 3 * cl).tb(), &sc.dqkv, &lps[QKV_W].w, &mut sc.dtmp)?;

@@ -98,6 +98,9 @@ pub struct CudaOps {
     scratch: Option<CudaSlice<f32>>,
     /// The bf16 twins of the products' operands.
     twins: Twins,
+    /// The device arrays of matrix pointers of the products over outer batches, grown on
+    /// demand.
+    ptrs: Option<CudaSlice<u64>>,
 }
 
 /// A product runs on bf16 copies of its operands when each of its sides is at least this
@@ -124,7 +127,7 @@ impl CudaOps {
         for n in NAMES {
             funcs.insert(*n, module.load_function(n).map_err(|e| dev(&format!("kernel {n}"), e))?);
         }
-        Ok(CudaOps { funcs, device, scratch: None, twins: Twins::default() })
+        Ok(CudaOps { funcs, device, scratch: None, twins: Twins::default(), ptrs: None })
     }
 
     /// The stream every op runs on (NCCL groups of the model must use it too): the device's
@@ -268,10 +271,67 @@ impl CudaOps {
         } else {
             (CUDA_R_32F, blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_16BF)
         };
-        let stream = self.device.stream();
-        let (pa, _ra) = a.device_ptr(stream);
-        let (pb, _rb) = b.device_ptr(stream);
-        let (pc, _rc) = c.device_ptr_mut(stream);
+        let stream = self.device.stream().clone();
+        let (pa, _ra) = a.device_ptr(&stream);
+        let (pb, _rb) = b.device_ptr(&stream);
+        let (pc, _rc) = c.device_ptr_mut(&stream);
+        if mm.outer > 1 {
+            // Batches that no single stride reaches: one product over arrays of pointers.
+            let count = mm.outer * mm.batch;
+            let mut ptrs = Vec::with_capacity(3 * count);
+            for part in 0..3 {
+                for (o, j) in (0..mm.outer).flat_map(|o| (0..mm.batch).map(move |j| (o, j))) {
+                    let (xa, xb, xc) = mm.offsets(o, j);
+                    ptrs.push(match part {
+                        0 => pa + (xa * size) as u64,
+                        1 => pb + (xb * size) as u64,
+                        _ => pc + (xc * 4) as u64,
+                    });
+                }
+            }
+            let mut dev_ptrs = match self.ptrs.take() {
+                Some(d) if d.len() >= ptrs.len() => d,
+                _ => stream.alloc_zeros::<u64>(ptrs.len()).map_err(|e| dev("allocating product pointers", e))?,
+            };
+            // Stream-ordered after every product that read the array before.
+            stream.memcpy_htod(&ptrs, &mut dev_ptrs).map_err(|e| dev("uploading product pointers", e))?;
+            let (base, _rp) = dev_ptrs.device_ptr(&stream);
+            let step = (count * std::mem::size_of::<u64>()) as u64;
+            // SAFETY: the extents and row checks of `gemm` keep every matrix (o, j), from the
+            // offsets `Mm::offsets` gives, inside a, b and c; the three arrays of `count` device
+            // pointers each are on the device, uploaded on this stream before the product; the
+            // types, leading dimensions and host alpha/beta are as for the strided product below.
+            let status = unsafe {
+                blas_sys::cublasGemmBatchedEx(
+                    *self.device.blas().handle(),
+                    op_b,
+                    op_a,
+                    n,
+                    m,
+                    k,
+                    (&alpha) as *const f32 as *const _,
+                    (base + step) as *const *const _,
+                    ab_type,
+                    ldb,
+                    base as *const *const _,
+                    ab_type,
+                    lda,
+                    (&beta) as *const f32 as *const _,
+                    (base + 2 * step) as *const *mut _,
+                    CUDA_R_32F,
+                    ldc,
+                    i(count)?,
+                    compute,
+                    blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            };
+            drop(_rp);
+            self.ptrs = Some(dev_ptrs);
+            return match status {
+                blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
+                e => Err(dev(&format!("cublasGemmBatchedEx {mm:?}"), e)),
+            };
+        }
         let (pa, pb, pc) = (pa + oa, pb + ob, pc + oc);
         // SAFETY: the extents and row checks of `gemm` keep every batch's operands, from their
         // offsets on, inside a, b and c (the bf16 copies hold the same element counts;
