@@ -11,6 +11,14 @@ use crate::Result;
 pub(super) fn elems(n: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: ((n as u32).div_ceil(256).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
 }
+/// One thread per four elements (a grid-stride loop past 65,535 blocks).
+pub(super) fn quads(n: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (((n / 4) as u32).div_ceil(256).clamp(1, 65_535), 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
 /// One warp per row, four rows per block.
 pub(super) fn rows(n: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: ((n as u32).div_ceil(4).max(1), 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 }

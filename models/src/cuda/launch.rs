@@ -2,7 +2,7 @@
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-use super::grid::{bias_grid, channel_chunks, chunking, col_parts, elems, rows, ConvArgs};
+use super::grid::{bias_grid, channel_chunks, chunking, col_parts, elems, quads, rows, ConvArgs};
 use super::{dev, CudaOps, BF16_MIN_SIDE};
 use crate::ops::{whole, Adam, Conv, Mm, Ops};
 use crate::{ModelError, Result};
@@ -31,11 +31,22 @@ macro_rules! launch {
         let mut b = $self.stream().launch_builder(f);
         $( b.arg($arg); )+
         // SAFETY: every argument matches the kernel's parameter list in kernels.cu in order and
-        // type (device pointers to f32 buffers, int and float scalars); the caller checked that
+        // type (device pointers to f32 buffers, or u16 for bf16, int, long and float scalars);
+        // the caller checked that
         // the buffers hold every element the kernel indexes for these sizes; all buffers live
         // on this stream.
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| dev(concat!("kernel ", $name), e))
     }};
+}
+
+impl CudaOps {
+    /// `y[..x.len()]` = bf16 of `x` (the products' operand copies).
+    pub(super) fn convert(&mut self, x: &Buf, y: &mut CudaSlice<u16>) -> Result<()> {
+        check("to_bf16", y.len() >= x.len())?;
+        // Whole buffers from their allocation: 16-byte aligned for the kernel's float4 loads.
+        let n = x.len() as i64;
+        launch!(self, "to_bf16", quads(x.len()); x, y, &n)
+    }
 }
 
 impl Ops for CudaOps {
@@ -125,12 +136,11 @@ impl Ops for CudaOps {
         let c = out.len();
         check("col_sum", x.len() == r * c)?;
         let (chunks, per) = chunking(r, c.div_ceil(32), 64);
-        let mut part = self.take_scratch(chunks * c)?;
         let (rr, cc, pp, kk) = (int(r)?, int(c)?, int(per)?, int(chunks)?);
-        let done = launch!(self, "col_part", col_parts(c, chunks); x, &mut part, &rr, &cc, &pp)
-            .and_then(|()| launch!(self, "col_finish", elems(c); &part, out, &kk, &cc));
-        self.put_scratch(part);
-        done
+        self.with_scratch(chunks * c, |ops, part| {
+            launch!(ops, "col_part", col_parts(c, chunks); x, &mut *part, &rr, &cc, &pp)?;
+            launch!(ops, "col_finish", elems(c); &*part, out, &kk, &cc)
+        })
     }
     fn embed_fwd(&mut self, tok: &Buf, wte: &Buf, wpe: &Buf, out: &mut Buf, t: usize, c: usize) -> Result<()> {
         self.twins.wrote(out);
@@ -186,16 +196,13 @@ impl Ops for CudaOps {
         let (rr, cc) = (int(r)?, int(c)?);
         launch!(self, "ln_bwd_dx", rows(r); x, g, mean, rstd, dout, dx, &rr, &cc)?;
         let (chunks, per) = chunking(r, c.div_ceil(32), 64);
-        let mut part = self.take_scratch(2 * chunks * c)?;
         let (pp, kk) = (int(per)?, int(chunks)?);
-        let done = launch!(self, "ln_dgdb_part", col_parts(c, chunks); x, mean, rstd, dout, &mut part, &rr, &cc, &pp)
-            .and_then(|()| launch!(self, "col_finish", elems(c); &part, dg, &kk, &cc));
-        let done = done.and_then(|()| {
+        self.with_scratch(2 * chunks * c, |ops, part| {
+            launch!(ops, "ln_dgdb_part", col_parts(c, chunks); x, mean, rstd, dout, &mut *part, &rr, &cc, &pp)?;
+            launch!(ops, "col_finish", elems(c); &*part, dg, &kk, &cc)?;
             let second = part.slice(chunks * c..);
-            launch!(self, "col_finish", elems(c); &second, db, &kk, &cc)
-        });
-        self.put_scratch(part);
-        done
+            launch!(ops, "col_finish", elems(c); &second, db, &kk, &cc)
+        })
     }
     fn gelu_fwd(&mut self, x: &Buf, out: &mut Buf) -> Result<()> {
         self.twins.wrote(out);
@@ -288,13 +295,12 @@ impl Ops for CudaOps {
             c > 0 && m > 0 && x.len() == c * m && out.len() == x.len() && mean.len() == c && rstd.len() == c,
         )?;
         let (chunks, per) = chunking(m, c, 2048);
-        let mut part = self.take_scratch(2 * chunks * c)?;
         let (mm, pp) = (int(m)?, int(per)?);
         let cfg = channel_chunks(chunks, c);
-        let done = launch!(self, "bn_stats", cfg; x, &mut part, &mm, &pp)
-            .and_then(|()| launch!(self, "bn_apply", cfg; x, g, b, &part, out, mean, rstd, &mm, &pp));
-        self.put_scratch(part);
-        done
+        self.with_scratch(2 * chunks * c, |ops, part| {
+            launch!(ops, "bn_stats", cfg; x, &mut *part, &mm, &pp)?;
+            launch!(ops, "bn_apply", cfg; x, g, b, &*part, out, mean, rstd, &mm, &pp)
+        })
     }
     fn batchnorm_bwd(
         &mut self,
@@ -323,13 +329,12 @@ impl Ops for CudaOps {
                 && db.len() == c,
         )?;
         let (chunks, per) = chunking(m, c, 2048);
-        let mut part = self.take_scratch(2 * chunks * c)?;
         let (mm, pp) = (int(m)?, int(per)?);
         let cfg = channel_chunks(chunks, c);
-        let done = launch!(self, "bn_bwd_part", cfg; x, mean, rstd, dout, &mut part, &mm, &pp)
-            .and_then(|()| launch!(self, "bn_bwd_apply", cfg; x, g, mean, rstd, dout, &part, dx, dg, db, &mm, &pp));
-        self.put_scratch(part);
-        done
+        self.with_scratch(2 * chunks * c, |ops, part| {
+            launch!(ops, "bn_bwd_part", cfg; x, mean, rstd, dout, &mut *part, &mm, &pp)?;
+            launch!(ops, "bn_bwd_apply", cfg; x, g, mean, rstd, dout, &*part, dx, dg, db, &mm, &pp)
+        })
     }
     fn maxpool_fwd(&mut self, x: &Buf, out: &mut Buf, arg: &mut Buf, cv: Conv) -> Result<()> {
         self.twins.wrote(out);

@@ -21,7 +21,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
 use cudarc::cublas::{result as blas, sys as blas_sys};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use gpusanity_cuda::{CudaDevice, CudaError};
 
@@ -145,42 +145,20 @@ impl CudaOps {
         self.device.name()
     }
 
-    /// The scratch buffer with room for at least `n` floats (taken out of `self` so that a
-    /// launch can borrow it beside the op's buffers; [`CudaOps::put_scratch`] puts it back).
-    fn take_scratch(&mut self, n: usize) -> Result<CudaSlice<f32>> {
-        match self.scratch.take() {
-            Some(s) if s.len() >= n => Ok(s),
-            _ => self.stream().alloc_zeros(n.max(1)).map_err(|e| dev(&format!("allocating {n} f32 of scratch"), e)),
-        }
-    }
-
-    fn put_scratch(&mut self, s: CudaSlice<f32>) {
-        self.scratch = Some(s);
+    /// Runs `f` with the scratch buffer, grown to hold at least `n` floats: it is taken out of
+    /// `self` so that `f` can launch kernels on it beside the op's buffers, and put back after.
+    fn with_scratch(&mut self, n: usize, f: impl FnOnce(&mut Self, &mut CudaSlice<f32>) -> Result<()>) -> Result<()> {
+        let mut part = match self.scratch.take() {
+            Some(s) if s.len() >= n => s,
+            _ => self.stream().alloc_zeros(n.max(1)).map_err(|e| dev(&format!("allocating {n} f32 of scratch"), e))?,
+        };
+        let done = f(self, &mut part);
+        self.scratch = Some(part);
+        done
     }
 
     fn func(&self, name: &str) -> Result<&CudaFunction> {
         self.funcs.get(name).ok_or_else(|| ModelError::Device(format!("kernel {name} not loaded")))
-    }
-
-    /// `y[..x.len()]` = bf16 of `x`.
-    fn convert(&mut self, x: &CudaSlice<f32>, y: &mut CudaSlice<u16>) -> Result<()> {
-        let n = x.len();
-        if y.len() < n {
-            return Err(ModelError::Config(format!("bf16 copy of {n} into {}", y.len())));
-        }
-        let len = n as i64;
-        let blocks = ((n / 4) as u32).div_ceil(256).clamp(1, 65_535);
-        let cfg =
-            cudarc::driver::LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        let f = self.func("to_bf16")?;
-        let mut l = self.stream().launch_builder(f);
-        l.arg(x);
-        l.arg(y);
-        l.arg(&len);
-        // SAFETY: to_bf16(const float*, unsigned short*, long) reads the n elements of x and
-        // writes the first n of y, which holds at least n (checked above); both buffers start
-        // at their allocation (16-byte aligned for the kernel's float4 loads).
-        unsafe { l.launch(cfg) }.map(|_| ()).map_err(|e| dev("kernel to_bf16", e))
     }
 
     /// The valid bf16 twin of `x`, made or brought up to date now (taken out of the twins:
@@ -262,9 +240,8 @@ impl CudaOps {
         let (op_b, ldb) = (if mm.tb { CUBLAS_OP_T } else { CUBLAS_OP_N }, i(mm.ldb)?);
         let (op_a, lda) = (if mm.ta { CUBLAS_OP_T } else { CUBLAS_OP_N }, i(mm.lda)?);
         let ldc = i(mm.ldc)?;
-        // Byte offsets of the first batch's matrices (element sizes: 2 for bf16, 4 for f32).
+        // The operands' element size: 2 for bf16, 4 for f32 (C is always f32).
         let size = if bf16 { 2 } else { 4 };
-        let (oa, ob, oc) = ((mm.off_a * size) as u64, (mm.off_b * size) as u64, (mm.off_c * 4) as u64);
         let (alpha, beta) = (mm.alpha, mm.beta);
         let (ab_type, compute) = if bf16 {
             (CUDA_R_16BF, blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F)
@@ -277,69 +254,17 @@ impl CudaOps {
         let (pc, _rc) = c.device_ptr_mut(&stream);
         if mm.outer > 1 {
             // Batches that no single stride reaches: one product over arrays of pointers.
-            let count = mm.outer * mm.batch;
-            let mut ptrs = Vec::with_capacity(3 * count);
-            for part in 0..3 {
-                for (o, j) in (0..mm.outer).flat_map(|o| (0..mm.batch).map(move |j| (o, j))) {
-                    let (xa, xb, xc) = mm.offsets(o, j);
-                    ptrs.push(match part {
-                        0 => pa + (xa * size) as u64,
-                        1 => pb + (xb * size) as u64,
-                        _ => pc + (xc * 4) as u64,
-                    });
-                }
-            }
-            let mut dev_ptrs = match self.ptrs.take() {
-                Some(d) if d.len() >= ptrs.len() => d,
-                _ => stream.alloc_zeros::<u64>(ptrs.len()).map_err(|e| dev("allocating product pointers", e))?,
-            };
-            // Stream-ordered after every product that read the array before.
-            stream.memcpy_htod(&ptrs, &mut dev_ptrs).map_err(|e| dev("uploading product pointers", e))?;
-            let (base, _rp) = dev_ptrs.device_ptr(&stream);
-            let step = (count * std::mem::size_of::<u64>()) as u64;
-            // SAFETY: the extents and row checks of `gemm` keep every matrix (o, j), from the
-            // offsets `Mm::offsets` gives, inside a, b and c; the three arrays of `count` device
-            // pointers each are on the device, uploaded on this stream before the product; the
-            // types, leading dimensions and host alpha/beta are as for the strided product below.
-            let status = unsafe {
-                blas_sys::cublasGemmBatchedEx(
-                    *self.device.blas().handle(),
-                    op_b,
-                    op_a,
-                    n,
-                    m,
-                    k,
-                    (&alpha) as *const f32 as *const _,
-                    (base + step) as *const *const _,
-                    ab_type,
-                    ldb,
-                    base as *const *const _,
-                    ab_type,
-                    lda,
-                    (&beta) as *const f32 as *const _,
-                    (base + 2 * step) as *const *mut _,
-                    CUDA_R_32F,
-                    ldc,
-                    i(count)?,
-                    compute,
-                    blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-            };
-            drop(_rp);
-            self.ptrs = Some(dev_ptrs);
-            return match status {
-                blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
-                e => Err(dev(&format!("cublasGemmBatchedEx {mm:?}"), e)),
-            };
+            let ptrs = batch_pointers(&mm, [pa, pb, pc], size);
+            return self.gemm_pointers(mm, &ptrs, (op_a, lda), (op_b, ldb), ldc, ab_type, compute);
         }
-        let (pa, pb, pc) = (pa + oa, pb + ob, pc + oc);
+        let (pa, pb, pc) = (pa + (mm.off_a * size) as u64, pb + (mm.off_b * size) as u64, pc + (mm.off_c * 4) as u64);
         // SAFETY: the extents and row checks of `gemm` keep every batch's operands, from their
         // offsets on, inside a, b and c (the bf16 copies hold the same element counts;
         // `ab_type` names their type); the leading dimensions and strides describe exactly
         // those row-major matrices (row-major C = A B is column-major C^T = B^T A^T with the
-        // same leading dimensions); alpha and
-        // beta are host f32 values alive for the call (cuBLAS's default host pointer mode);
-        // the handle runs on the device's stream, where the buffers live.
+        // same leading dimensions); alpha and beta are host f32 values alive for the call
+        // (cuBLAS's default host pointer mode); the handle runs on the device's stream, where
+        // the buffers live.
         unsafe {
             blas::gemm_strided_batched_ex(
                 *self.device.blas().handle(),
@@ -369,4 +294,78 @@ impl CudaOps {
         }
         .map_err(|e| dev(&format!("cublasGemmStridedBatchedEx {mm:?}"), e))
     }
+
+    /// [`CudaOps::gemm_raw`] over the arrays of matrix pointers `ptrs` (all of A's, then B's,
+    /// then C's): `cublasGemmBatchedEx`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_pointers(
+        &mut self,
+        mm: crate::ops::Mm,
+        ptrs: &[u64],
+        (op_a, lda): (blas_sys::cublasOperation_t, i32),
+        (op_b, ldb): (blas_sys::cublasOperation_t, i32),
+        ldc: i32,
+        ab_type: blas_sys::cudaDataType_t,
+        compute: blas_sys::cublasComputeType_t,
+    ) -> Result<()> {
+        let i = launch::int;
+        let (m, n, k) = (i(mm.m)?, i(mm.n)?, i(mm.k)?);
+        let count = ptrs.len() / 3;
+        let (alpha, beta) = (mm.alpha, mm.beta);
+        let stream = self.device.stream().clone();
+        let mut dev_ptrs = match self.ptrs.take() {
+            Some(d) if d.len() >= ptrs.len() => d,
+            _ => stream.alloc_zeros::<u64>(ptrs.len()).map_err(|e| dev("allocating product pointers", e))?,
+        };
+        // Stream-ordered after every product that read the array before.
+        stream.memcpy_htod(ptrs, &mut dev_ptrs).map_err(|e| dev("uploading product pointers", e))?;
+        let (base, guard) = dev_ptrs.device_ptr(&stream);
+        let step = (count * std::mem::size_of::<u64>()) as u64;
+        // SAFETY: the extents and row checks of `gemm` keep every matrix (o, j), from the
+        // offsets `Mm::offsets` gives, inside a, b and c, whose device addresses `ptrs` holds;
+        // the three arrays of `count` pointers each are on the device, uploaded on this stream
+        // before the product; the types, leading dimensions and host alpha/beta are as for the
+        // strided product of `gemm_raw`.
+        let status = unsafe {
+            blas_sys::cublasGemmBatchedEx(
+                *self.device.blas().handle(),
+                op_b,
+                op_a,
+                n,
+                m,
+                k,
+                (&alpha) as *const f32 as *const _,
+                (base + step) as *const *const _,
+                ab_type,
+                ldb,
+                base as *const *const _,
+                ab_type,
+                lda,
+                (&beta) as *const f32 as *const _,
+                (base + 2 * step) as *const *mut _,
+                blas_sys::cudaDataType_t::CUDA_R_32F,
+                ldc,
+                i(count)?,
+                compute,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        };
+        drop(guard);
+        self.ptrs = Some(dev_ptrs);
+        match status {
+            blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
+            e => Err(dev(&format!("cublasGemmBatchedEx {mm:?}"), e)),
+        }
+    }
+}
+
+/// The device addresses of every matrix of a product over an outer batch, as
+/// `cublasGemmBatchedEx` takes them: all of A's, then all of B's, then all of C's, from the
+/// buffers' addresses `[a, b, c]` and the operands' element size (C is f32).
+fn batch_pointers(mm: &crate::ops::Mm, [a, b, c]: [u64; 3], size: usize) -> Vec<u64> {
+    let matrices = || (0..mm.outer).flat_map(|o| (0..mm.batch).map(move |j| mm.offsets(o, j)));
+    let mut ptrs: Vec<u64> = matrices().map(|(x, _, _)| a + (x * size) as u64).collect();
+    ptrs.extend(matrices().map(|(_, x, _)| b + (x * size) as u64));
+    ptrs.extend(matrices().map(|(_, _, x)| c + (x * 4) as u64));
+    ptrs
 }
