@@ -1,7 +1,7 @@
 //! The CPU backend of [`Ops`]: matrix products through the `gemm` crate on one thread (the
 //! workers of a node share its cores) and plain loops for the rest.
 
-use crate::ops::{whole, Adam, Conv, Mm, Ops};
+use crate::ops::{whole, Adam, Conv, Heads, Mm, Ops};
 use crate::{ModelError, Result};
 
 pub struct CpuOps;
@@ -268,18 +268,27 @@ impl Ops for CpuOps {
         Ok(())
     }
 
-    fn softmax_causal_fwd(&mut self, s: &Vec<f32>, p: &mut Vec<f32>, t: usize, scale: f32) -> Result<()> {
-        gpt_ops::softmax_causal_fwd(s, p, t, scale)
-    }
-    fn softmax_causal_bwd(
+    fn attention_fwd(
         &mut self,
-        p: &Vec<f32>,
-        dp: &Vec<f32>,
-        ds: &mut Vec<f32>,
-        t: usize,
+        qkv: &Vec<f32>,
+        y: &mut Vec<f32>,
+        lse: &mut Vec<f32>,
+        hs: Heads,
         scale: f32,
     ) -> Result<()> {
-        gpt_ops::softmax_causal_bwd(p, dp, ds, t, scale)
+        gpt_ops::attention_fwd(qkv, y, lse, hs, scale)
+    }
+    fn attention_bwd(
+        &mut self,
+        qkv: &Vec<f32>,
+        y: &Vec<f32>,
+        lse: &Vec<f32>,
+        dy: &Vec<f32>,
+        dqkv: &mut Vec<f32>,
+        hs: Heads,
+        scale: f32,
+    ) -> Result<()> {
+        gpt_ops::attention_bwd(qkv, y, lse, dy, dqkv, hs, scale)
     }
     fn cross_entropy(
         &mut self,

@@ -43,9 +43,10 @@ struct LayerActs<B> {
     mean1: B,
     rstd1: B,
     /// The QKV projection's output `[b t, 3, h, d]`: the heads' queries, keys and values are
-    /// read in place by the attention's products.
+    /// read in place by the fused attention.
     qkv: B,
-    p: B,
+    /// The attention's log-sum-exp of each row of scores `[b h, t]`.
+    lse: B,
     y: B,
     x1: B,
     a2: B,
@@ -57,13 +58,10 @@ struct LayerActs<B> {
 
 /// Scratch shared by all blocks.
 struct Scratch<B> {
-    s: B,
     z: B,
     dx: B,
     dtmp: B,
     dqkv: B,
-    dp: B,
-    ds: B,
     dy: B,
     dh: B,
     dgl: B,
@@ -143,7 +141,7 @@ impl<B> Gpt<B> {
         }
 
         let hs = cfg.local_heads();
-        let att = hs.b * hs.h * hs.t * hs.t;
+        let att = hs.b * hs.h * hs.t;
         let xs = (0..=l).map(|_| ops.zeros(n * c)).collect::<Result<Vec<_>>>()?;
         let mut acts = Vec::with_capacity(l);
         for _ in 0..l {
@@ -152,7 +150,7 @@ impl<B> Gpt<B> {
                 mean1: ops.zeros(n)?,
                 rstd1: ops.zeros(n)?,
                 qkv: ops.zeros(n * 3 * cl)?,
-                p: ops.zeros(att)?,
+                lse: ops.zeros(att)?,
                 y: ops.zeros(n * cl)?,
                 x1: ops.zeros(n * c)?,
                 a2: ops.zeros(n * c)?,
@@ -163,13 +161,10 @@ impl<B> Gpt<B> {
             });
         }
         let sc = Scratch {
-            s: ops.zeros(att)?,
             z: ops.zeros(n * c)?,
             dx: ops.zeros(n * c)?,
             dtmp: ops.zeros(n * c)?,
             dqkv: ops.zeros(n * 3 * cl)?,
-            dp: ops.zeros(att)?,
-            ds: ops.zeros(att)?,
             dy: ops.zeros(n * cl)?,
             dh: ops.zeros(n * 4 * cl)?,
             dgl: ops.zeros(n * 4 * cl)?,
@@ -182,96 +177,6 @@ impl<B> Gpt<B> {
         };
         let task = TokenTask::new(v, seed_of(cfg.seed, "task"));
         Ok(Gpt { tok: ops.zeros(n)?, tgt: ops.zeros(n)?, task, params, xs, acts, sc, cfg })
-    }
-}
-
-/// The attention's products, batched over the heads and (outer batch) the sequences, on the
-/// packed tensors: the QKV projection's output `[b t, 3, h, d]` (queries, keys, values), the
-/// scores and probabilities `[b, h, t, t]`, the attention's output and its gradient
-/// `[b t, h, d]`. Every head's matrix is read and written in place (row strides of the packed
-/// rows), so no copy splits or merges the heads.
-struct Att(Heads);
-
-impl Att {
-    /// Row strides: of the packed QKV rows, of the output rows.
-    fn ld3(&self) -> usize {
-        3 * self.0.h * self.0.d
-    }
-    fn ld1(&self) -> usize {
-        self.0.h * self.0.d
-    }
-    /// Offset of part `p` (0 queries, 1 keys, 2 values) in the QKV rows.
-    fn part(&self, p: usize) -> usize {
-        p * self.0.h * self.0.d
-    }
-    /// The strides from one sequence to the next: QKV rows, t x t matrices, output rows.
-    fn seq(&self) -> (usize, usize, usize) {
-        let s = self.0;
-        (s.t * self.ld3(), s.h * s.t * s.t, s.t * self.ld1())
-    }
-    /// `S = Q K^T` into the scores.
-    fn scores(&self) -> Mm {
-        let (t, d, (q, tt, _)) = (self.0.t, self.0.d, self.seq());
-        Mm::new(t, t, d)
-            .tb()
-            .batched(self.0.h)
-            .ld(self.ld3(), self.ld3(), t)
-            .strides(d, d, t * t)
-            .at(self.part(0), self.part(1), 0)
-            .outer(self.0.b, q, q, tt)
-    }
-    /// `Y = P V` into the output rows.
-    fn values(&self) -> Mm {
-        let (t, d, (q, tt, y)) = (self.0.t, self.0.d, self.seq());
-        Mm::new(t, d, t)
-            .batched(self.0.h)
-            .ld(t, self.ld3(), self.ld1())
-            .strides(t * t, d, d)
-            .at(0, self.part(2), 0)
-            .outer(self.0.b, tt, q, y)
-    }
-    /// `dP = dY V^T` (A: the output's gradient rows, B: the QKV rows).
-    fn dprobs(&self) -> Mm {
-        let (t, d, (q, tt, y)) = (self.0.t, self.0.d, self.seq());
-        Mm::new(t, t, d)
-            .tb()
-            .batched(self.0.h)
-            .ld(self.ld1(), self.ld3(), t)
-            .strides(d, d, t * t)
-            .at(0, self.part(2), 0)
-            .outer(self.0.b, y, q, tt)
-    }
-    /// `dV = P^T dY` into the values' part of the QKV gradient.
-    fn dvalues(&self) -> Mm {
-        let (t, d, (q, tt, y)) = (self.0.t, self.0.d, self.seq());
-        Mm::new(t, d, t)
-            .ta()
-            .batched(self.0.h)
-            .ld(t, self.ld1(), self.ld3())
-            .strides(t * t, d, d)
-            .at(0, 0, self.part(2))
-            .outer(self.0.b, tt, y, q)
-    }
-    /// `dQ = dS K` into the queries' part of the QKV gradient.
-    fn dqueries(&self) -> Mm {
-        let (t, d, (q, tt, _)) = (self.0.t, self.0.d, self.seq());
-        Mm::new(t, d, t)
-            .batched(self.0.h)
-            .ld(t, self.ld3(), self.ld3())
-            .strides(t * t, d, d)
-            .at(0, self.part(1), self.part(0))
-            .outer(self.0.b, tt, q, q)
-    }
-    /// `dK = dS^T Q` into the keys' part of the QKV gradient.
-    fn dkeys(&self) -> Mm {
-        let (t, d, (q, tt, _)) = (self.0.t, self.0.d, self.seq());
-        Mm::new(t, d, t)
-            .ta()
-            .batched(self.0.h)
-            .ld(t, self.ld3(), self.ld3())
-            .strides(t * t, d, d)
-            .at(0, self.part(0), self.part(1))
-            .outer(self.0.b, tt, q, q)
     }
 }
 
@@ -308,10 +213,7 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             ops.layernorm_fwd(x, &ps[lp(i, LN1_G)].w, &ps[lp(i, LN1_B)].w, &mut a.a1, &mut a.mean1, &mut a.rstd1, c)?;
             ops.matmul(Mm::new(n, 3 * cl, c), &a.a1, &ps[lp(i, QKV_W)].w, &mut a.qkv)?;
             ops.add_bias(&mut a.qkv, &ps[lp(i, QKV_B)].w, n)?;
-            let at = Att(hs);
-            ops.matmul(at.scores(), &a.qkv, &a.qkv, &mut sc.s)?;
-            ops.softmax_causal_fwd(&sc.s, &mut a.p, t, scale)?;
-            ops.matmul(at.values(), &a.p, &a.qkv, &mut a.y)?;
+            ops.attention_fwd(&a.qkv, &mut a.y, &mut a.lse, hs, scale)?;
             ops.matmul(Mm::new(n, c, cl), &a.y, &ps[lp(i, O_W)].w, &mut sc.z)?;
             tp.all_reduce_sum(&mut sc.z)?;
             ops.add_bias_residual(&sc.z, &ps[lp(i, O_B)].w, x, &mut a.x1, n)?;
@@ -384,12 +286,7 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             ops.col_sum(&sc.dx, &mut lps[O_B].g, n)?;
             ops.matmul(Mm::new(cl, c, n).ta(), &a.y, &sc.dx, &mut lps[O_W].g)?;
             ops.matmul(Mm::new(n, cl, c).tb(), &sc.dx, &lps[O_W].w, &mut sc.dy)?;
-            let at = Att(hs);
-            ops.matmul(at.dprobs(), &sc.dy, &a.qkv, &mut sc.dp)?;
-            ops.matmul(at.dvalues(), &a.p, &sc.dy, &mut sc.dqkv)?;
-            ops.softmax_causal_bwd(&a.p, &sc.dp, &mut sc.ds, t, scale)?;
-            ops.matmul(at.dqueries(), &sc.ds, &a.qkv, &mut sc.dqkv)?;
-            ops.matmul(at.dkeys(), &sc.ds, &a.qkv, &mut sc.dqkv)?;
+            ops.attention_bwd(&a.qkv, &a.y, &a.lse, &sc.dy, &mut sc.dqkv, hs, scale)?;
             ops.col_sum(&sc.dqkv, &mut lps[QKV_B].g, n)?;
             ops.matmul(Mm::new(c, 3 * cl, n).ta(), &a.a1, &sc.dqkv, &mut lps[QKV_W].g)?;
             ops.matmul(Mm::new(n, c, 3 * cl).tb(), &sc.dqkv, &lps[QKV_W].w, &mut sc.dtmp)?;

@@ -1,8 +1,8 @@
 //! The operations the models need, forward and backward, on flat f32 buffers.
 //!
 //! Conventions: matrices are row-major; GPT activations are `[rows = batch * time, features]`;
-//! the QKV projection's output is `[batch * time, 3, heads, head_dim]`, whose heads the
-//! attention's products read in place, and the scores `[batch, heads, time, time]`; ResNet
+//! the QKV projection's output is `[batch * time, 3, heads, head_dim]`, which the fused
+//! attention reads in place, and its saved log-sum-exps `[batch, heads, time]`; ResNet
 //! activations are channel-major
 //! `[channels, batch * height * width]` (so a convolution is one matrix product with the
 //! im2col matrix and batch norm reduces contiguous rows). Token ids and class labels travel as
@@ -317,16 +317,29 @@ pub trait Ops {
     /// From the forward's output `y`.
     fn relu_bwd(&mut self, y: &Self::Buf, dout: &Self::Buf, dx: &mut Self::Buf) -> Result<()>;
 
-    /// Row-wise causal softmax of `scale s` over `batches` matrices `t x t` (row i sees
-    /// columns 0..=i; the rest of `p` is 0).
-    fn softmax_causal_fwd(&mut self, s: &Self::Buf, p: &mut Self::Buf, t: usize, scale: f32) -> Result<()>;
-    /// `ds = scale p (dp - sum_j p dp)`.
-    fn softmax_causal_bwd(
+    /// Causal self-attention of every sequence and head, fused: `y` `[b t, h, d]` =
+    /// softmax(scale Q K^T, row i seeing keys 0..=i) V from the packed QKV rows
+    /// `[b t, 3, h, d]`, with no t x t matrix kept; `lse` `[b h, t]` gets each row's
+    /// log-sum-exp of its scaled scores, for the backward.
+    fn attention_fwd(
         &mut self,
-        p: &Self::Buf,
-        dp: &Self::Buf,
-        ds: &mut Self::Buf,
-        t: usize,
+        qkv: &Self::Buf,
+        y: &mut Self::Buf,
+        lse: &mut Self::Buf,
+        hs: Heads,
+        scale: f32,
+    ) -> Result<()>;
+    /// The gradient of [`Ops::attention_fwd`] into `dqkv` (overwritten, the QKV layout) from the
+    /// output's gradient `dy` and the forward's `y` and `lse`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_bwd(
+        &mut self,
+        qkv: &Self::Buf,
+        y: &Self::Buf,
+        lse: &Self::Buf,
+        dy: &Self::Buf,
+        dqkv: &mut Self::Buf,
+        hs: Heads,
         scale: f32,
     ) -> Result<()>;
     /// Mean cross-entropy over the rows of `logits` `[rows, v]`: `losses[r] = -log softmax[r,

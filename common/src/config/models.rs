@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 use super::{Param, ParamError};
 use crate::report::DeviceKind;
 
+/// The widest attention head the model checks take (dim / heads): the GPU's fused attention
+/// keeps a warp's rows of one head in registers.
+pub const MAX_HEAD_DIM: usize = 128;
+
 /// The shape of a GPT and its batch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GptShape {
@@ -156,6 +160,9 @@ impl GptCheckConfig {
         if !self.shape.dim.is_multiple_of(self.shape.heads) {
             return Err(p.bad("dim must be a multiple of heads"));
         }
+        if self.shape.dim / self.shape.heads.max(1) > MAX_HEAD_DIM {
+            return Err(p.bad(&format!("a head (dim / heads) holds at most {MAX_HEAD_DIM} features")));
+        }
         Ok(true)
     }
 }
@@ -218,6 +225,9 @@ mod tests {
         apply("megatron-gpt.tp=2").unwrap();
         assert!(apply("mini-gpt.tp=2").is_err());
         assert!(apply("mini-gpt.heads=5").is_err());
+        // dim 64 over 1 head is 64 features a head; 256 over 1 is too wide.
+        apply("mini-gpt.heads=1").unwrap();
+        assert!(apply("mini-gpt.dim=256").is_err());
         assert!(apply("resnet.blocks=3:x").is_err());
         assert!(apply("resnet.lr=2").is_err());
         assert!(apply("mini-gpt.colour=1").is_err());

@@ -1,8 +1,8 @@
-//! The CPU's layer norm, causal softmax and cross-entropy (the GPT ops with the longest loops),
+//! The CPU's layer norm, causal attention and cross-entropy (the GPT ops with the longest loops),
 //! as plain loops over row-major tensors.
 
 use super::{check, LN_EPS};
-use crate::ops::whole;
+use crate::ops::Heads;
 use crate::Result;
 
 pub(super) fn layernorm_fwd(
@@ -70,29 +70,89 @@ pub(super) fn layernorm_bwd(
     Ok(())
 }
 
-pub(super) fn softmax_causal_fwd(s: &[f32], p: &mut [f32], t: usize, scale: f32) -> Result<()> {
-    check("softmax_causal_fwd", s.len() == p.len() && whole(s.len(), t * t))?;
-    for r in 0..s.len() / t {
-        let i = r % t;
-        let (srow, prow) = (&s[r * t..(r + 1) * t], &mut p[r * t..(r + 1) * t]);
-        let max = srow[..=i].iter().fold(f32::NEG_INFINITY, |m, v| m.max(scale * v));
-        let mut sum = 0.0;
-        for j in 0..t {
-            prow[j] = if j <= i { (scale * srow[j] - max).exp() } else { 0.0 };
-            sum += prow[j];
+/// Where row `i` of sequence `b`, head `hh`, part `part` (0 queries, 1 keys, 2 values) starts
+/// in the packed QKV rows `[b t, 3, h, d]`.
+fn qkv_at(hs: Heads, b: usize, hh: usize, i: usize, part: usize) -> usize {
+    ((b * hs.t + i) * 3 + part) * hs.h * hs.d + hh * hs.d
+}
+
+/// Where row `i` of sequence `b`, head `hh` starts in `[b t, h, d]`.
+fn out_at(hs: Heads, b: usize, hh: usize, i: usize) -> usize {
+    ((b * hs.t + i) * hs.h + hh) * hs.d
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn check_heads(what: &str, hs: Heads, qkv: usize, outs: &[usize], lse: usize) -> Result<()> {
+    let rows = hs.b.checked_mul(hs.t).and_then(|r| r.checked_mul(hs.h)).and_then(|r| r.checked_mul(hs.d));
+    let ok = rows.is_some_and(|n| qkv == 3 * n && outs.iter().all(|o| *o == n)) && lse == hs.b * hs.h * hs.t;
+    check(what, ok)
+}
+
+/// Row by row: the scaled scores of the keys it sees, their log-sum-exp, the weighted values.
+pub(super) fn attention_fwd(qkv: &[f32], y: &mut [f32], lse: &mut [f32], hs: Heads, scale: f32) -> Result<()> {
+    check_heads("attention_fwd", hs, qkv.len(), &[y.len()], lse.len())?;
+    let d = hs.d;
+    let mut s = vec![0f32; hs.t];
+    for b in 0..hs.b {
+        for hh in 0..hs.h {
+            for i in 0..hs.t {
+                let q = &qkv[qkv_at(hs, b, hh, i, 0)..][..d];
+                for (j, sj) in s[..=i].iter_mut().enumerate() {
+                    *sj = scale * dot(q, &qkv[qkv_at(hs, b, hh, j, 1)..][..d]);
+                }
+                let max = s[..=i].iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+                let l = max + s[..=i].iter().map(|v| (v - max).exp()).sum::<f32>().ln();
+                lse[(b * hs.h + hh) * hs.t + i] = l;
+                let out = &mut y[out_at(hs, b, hh, i)..][..d];
+                out.fill(0.0);
+                for (j, sj) in s[..=i].iter().enumerate() {
+                    let p = (sj - l).exp();
+                    let v = &qkv[qkv_at(hs, b, hh, j, 2)..][..d];
+                    out.iter_mut().zip(v).for_each(|(o, v)| *o += p * v);
+                }
+            }
         }
-        prow.iter_mut().for_each(|v| *v /= sum);
     }
     Ok(())
 }
 
-pub(super) fn softmax_causal_bwd(p: &[f32], dp: &[f32], ds: &mut [f32], t: usize, scale: f32) -> Result<()> {
-    check("softmax_causal_bwd", p.len() == dp.len() && p.len() == ds.len() && whole(p.len(), t * t))?;
-    for r in 0..p.len() / t {
-        let (p, dp) = (&p[r * t..(r + 1) * t], &dp[r * t..(r + 1) * t]);
-        let dot: f32 = p.iter().zip(dp).map(|(a, b)| a * b).sum();
-        for j in 0..t {
-            ds[r * t + j] = scale * p[j] * (dp[j] - dot);
+/// With `P` from the saved log-sum-exp, `dP = dy V^T` and `dS = P (dP - dy . y)`:
+/// `dq = scale dS K`, `dk = scale dS^T Q`, `dv = P^T dy`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attention_bwd(
+    qkv: &[f32],
+    y: &[f32],
+    lse: &[f32],
+    dy: &[f32],
+    dqkv: &mut [f32],
+    hs: Heads,
+    scale: f32,
+) -> Result<()> {
+    check_heads("attention_bwd", hs, qkv.len(), &[y.len(), dy.len()], lse.len())?;
+    check("attention_bwd", dqkv.len() == qkv.len())?;
+    let d = hs.d;
+    dqkv.fill(0.0);
+    for b in 0..hs.b {
+        for hh in 0..hs.h {
+            for i in 0..hs.t {
+                let (o, qi) = (out_at(hs, b, hh, i), qkv_at(hs, b, hh, i, 0));
+                let (dyi, q) = (&dy[o..][..d], &qkv[qi..][..d]);
+                let delta = dot(dyi, &y[o..][..d]);
+                let l = lse[(b * hs.h + hh) * hs.t + i];
+                for j in 0..=i {
+                    let (kj, vj) = (qkv_at(hs, b, hh, j, 1), qkv_at(hs, b, hh, j, 2));
+                    let p = (scale * dot(q, &qkv[kj..][..d]) - l).exp();
+                    let ds = scale * p * (dot(dyi, &qkv[vj..][..d]) - delta);
+                    for e in 0..d {
+                        dqkv[qi + e] += ds * qkv[kj + e];
+                        dqkv[kj + e] += ds * q[e];
+                        dqkv[vj + e] += p * dyi[e];
+                    }
+                }
+            }
         }
     }
     Ok(())

@@ -153,26 +153,40 @@ fn pointwise_backwards_match_finite_differences() {
     fd("relu", &x, &r, &d, |x| x.iter().map(|v| v.max(0.0)).collect());
 }
 
+/// The fused attention against its definition (softmax of the causally masked scaled scores
+/// times the values, one matrix per sequence and head), and its backward against finite
+/// differences of the output.
 #[test]
-fn causal_softmax_backward_matches_finite_differences() {
-    let (t, batches, scale) = (5, 2, 0.7);
-    let (s, r) = (rnd(batches * t * t, 12), rnd(batches * t * t, 13));
-    let fwd = |s: &[f32]| {
-        let mut p = vec![0.0; s.len()];
-        CpuOps.softmax_causal_fwd(&s.to_vec(), &mut p, t, scale).unwrap();
-        p
+fn attention_matches_its_definition_and_finite_differences() {
+    let hs = Heads { b: 2, t: 5, h: 3, d: 4 };
+    let scale = 0.7;
+    let n = hs.b * hs.t * hs.h * hs.d;
+    let (qkv, r) = (rnd(3 * n, 12), rnd(n, 13));
+    let fwd = |qkv: &[f32]| {
+        let (mut y, mut lse) = (vec![0.0; n], vec![0.0; hs.b * hs.h * hs.t]);
+        CpuOps.attention_fwd(&qkv.to_vec(), &mut y, &mut lse, hs, scale).unwrap();
+        (y, lse)
     };
-    let p = fwd(&s);
-    // Causal: rows sum to 1, nothing above the diagonal.
-    for row in 0..batches * t {
-        let i = row % t;
-        let sum: f32 = p[row * t..(row + 1) * t].iter().sum();
-        assert!((sum - 1.0).abs() < 1e-5);
-        assert!(p[row * t + i + 1..(row + 1) * t].iter().all(|v| *v == 0.0));
+    let (y, lse) = fwd(&qkv);
+    let at = |b: usize, i: usize, part: usize, hh: usize| ((b * hs.t + i) * 3 + part) * hs.h * hs.d + hh * hs.d;
+    for (b, hh, i) in (0..hs.b).flat_map(|b| (0..hs.h).flat_map(move |hh| (0..hs.t).map(move |i| (b, hh, i)))) {
+        let s: Vec<f32> = (0..=i)
+            .map(|j| scale * dot(&qkv[at(b, i, 0, hh)..][..hs.d], &qkv[at(b, j, 1, hh)..][..hs.d]) as f32)
+            .collect();
+        let l = s.iter().map(|v| v.exp()).sum::<f32>().ln();
+        assert!((lse[(b * hs.h + hh) * hs.t + i] - l).abs() < 1e-5);
+        for e in 0..hs.d {
+            let want: f32 = s.iter().enumerate().map(|(j, sj)| (sj - l).exp() * qkv[at(b, j, 2, hh) + e]).sum();
+            let got = y[((b * hs.t + i) * hs.h + hh) * hs.d + e];
+            assert!((got - want).abs() < 1e-5, "y[{b},{i},{hh},{e}] {got} {want}");
+        }
     }
-    let mut ds = vec![0.0; s.len()];
-    CpuOps.softmax_causal_bwd(&p, &r, &mut ds, t, scale).unwrap();
-    fd("softmax", &s, &r, &ds, fwd);
+    let mut dqkv = vec![1.0; 3 * n];
+    CpuOps.attention_bwd(&qkv, &y, &lse, &r, &mut dqkv, hs, scale).unwrap();
+    fd("attention", &qkv, &r, &dqkv, |x| fwd(x).0);
+    // A gradient buffer of another size is refused.
+    let mut bad = vec![0.0; 3 * n + 1];
+    assert!(CpuOps.attention_bwd(&qkv, &y, &lse, &r, &mut bad, hs, scale).is_err());
 }
 
 #[test]

@@ -180,28 +180,6 @@ extern "C" __global__ void relu_fwd(const float* x, float* out, int n) { int i =
 extern "C" __global__ void relu_bwd(const float* y, const float* dout, float* dx, int n) {
     int i = IDX; if (i < n) dx[i] = y[i] > 0.f ? dout[i] : 0.f;
 }
-// One warp per row of t columns; row i of each t x t matrix sees columns 0..=i.
-extern "C" __global__ void softmax_causal_fwd(const float* s, float* p, int rows, int t, float scale) {
-    ROW_WARP
-    if (row >= rows) return;
-    int i = row % t; long o = (long)row * t;
-    float m = NEG_INF;
-    for (int j = lane; j <= i; j += 32) m = fmaxf(m, scale * s[o + j]);
-    m = warp_max(m);
-    float sum = 0.f;
-    for (int j = lane; j <= i; j += 32) sum += __expf(scale * s[o + j] - m);
-    sum = warp_sum(sum);
-    for (int j = lane; j < t; j += 32) p[o + j] = j <= i ? __expf(scale * s[o + j] - m) / sum : 0.f;
-}
-extern "C" __global__ void softmax_causal_bwd(const float* p, const float* dp, float* ds, int rows, int t, float scale) {
-    ROW_WARP
-    if (row >= rows) return;
-    long o = (long)row * t;
-    float dot = 0.f;
-    for (int j = lane; j < t; j += 32) dot += p[o + j] * dp[o + j];
-    dot = warp_sum(dot);
-    for (int j = lane; j < t; j += 32) ds[o + j] = scale * p[o + j] * (dp[o + j] - dot);
-}
 extern "C" __global__ void cross_entropy(const float* logits, const float* targets, float* dlogits, float* losses, int rows, int v) {
     ROW_WARP
     if (row >= rows) return;

@@ -4,7 +4,7 @@ use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::grid::{bias_grid, channel_chunks, chunking, col_parts, elems, quads, rows, ConvArgs};
 use super::{dev, CudaOps, BF16_MIN_SIDE};
-use crate::ops::{whole, Adam, Conv, Mm, Ops};
+use crate::ops::{whole, Adam, Conv, Heads, Mm, Ops};
 use crate::{ModelError, Result};
 
 type Buf = CudaSlice<f32>;
@@ -228,17 +228,23 @@ impl Ops for CudaOps {
         let n = int(y.len())?;
         launch!(self, "relu_bwd", elems(y.len()); y, dout, dx, &n)
     }
-    fn softmax_causal_fwd(&mut self, s: &Buf, p: &mut Buf, t: usize, scale: f32) -> Result<()> {
-        self.twins.wrote(p);
-        check("softmax_causal_fwd", s.len() == p.len() && whole(s.len(), t * t))?;
-        let (r, tt) = (int(s.len() / t)?, int(t)?);
-        launch!(self, "softmax_causal_fwd", rows(s.len() / t); s, p, &r, &tt, &scale)
+    fn attention_fwd(&mut self, qkv: &Buf, y: &mut Buf, lse: &mut Buf, hs: Heads, scale: f32) -> Result<()> {
+        self.twins.wrote(y);
+        self.twins.wrote(lse);
+        self.attention_forward(qkv, y, lse, hs, scale)
     }
-    fn softmax_causal_bwd(&mut self, p: &Buf, dp: &Buf, ds: &mut Buf, t: usize, scale: f32) -> Result<()> {
-        self.twins.wrote(ds);
-        check("softmax_causal_bwd", p.len() == dp.len() && p.len() == ds.len() && whole(p.len(), t * t))?;
-        let (r, tt) = (int(p.len() / t)?, int(t)?);
-        launch!(self, "softmax_causal_bwd", rows(p.len() / t); p, dp, ds, &r, &tt, &scale)
+    fn attention_bwd(
+        &mut self,
+        qkv: &Buf,
+        y: &Buf,
+        lse: &Buf,
+        dy: &Buf,
+        dqkv: &mut Buf,
+        hs: Heads,
+        scale: f32,
+    ) -> Result<()> {
+        self.twins.wrote(dqkv);
+        self.attention_backward([qkv, y, lse, dy], dqkv, hs, scale)
     }
     fn cross_entropy(
         &mut self,

@@ -5,9 +5,11 @@
 //! fp32 accumulation and an fp32 result, the f32 tensors staying the master copy; thinner ones
 //! run on the f32 tensors with `CUBLAS_COMPUTE_32F_FAST_16BF` (on an H200 cuBLAS picks TF32
 //! kernels for those). The bf16 copies are kept and reused while their buffer is unchanged
-//! ([`twins`]). Every other op is a kernel of `kernels.cu`, compiled at run time by
+//! ([`twins`]). The causal attention is fused ([`attention`]: flash-style kernels on bf16
+//! tensor cores). Every other op is a kernel of `kernels.cu`. Both are compiled at run time by
 //! NVRTC (a library, so the node needs no compiler binary) for the device's own architecture.
 
+pub mod attention;
 mod grid;
 mod launch;
 #[cfg(test)]
@@ -48,8 +50,6 @@ const NAMES: &[&str] = &[
     "gelu_bwd",
     "relu_fwd",
     "relu_bwd",
-    "softmax_causal_fwd",
-    "softmax_causal_bwd",
     "cross_entropy",
     "adamw",
     "im2col",
@@ -75,12 +75,17 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 
 /// The kernels as PTX for compute capability `major.minor`, by NVRTC.
 pub fn compile_kernels(major: i32, minor: i32) -> Result<cudarc::nvrtc::Ptx> {
-    // cudarc takes the architecture as &'static str: a few bytes leaked once per model check.
+    compile(KERNELS, major, minor, "the model kernels")
+}
+
+/// `src` as PTX for compute capability `major.minor`, by NVRTC; `what` names it in errors.
+fn compile(src: &str, major: i32, minor: i32, what: &str) -> Result<cudarc::nvrtc::Ptx> {
+    // cudarc takes the architecture as &'static str: a few bytes leaked once per compilation.
     let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
     let opts = CompileOptions { arch: Some(arch), ..Default::default() };
-    panic::catch_unwind(|| compile_ptx_with_opts(KERNELS, opts))
+    panic::catch_unwind(|| compile_ptx_with_opts(src, opts))
         .map_err(|p| ModelError::Device(format!("NVRTC: {}", panic_text(p.as_ref()))))?
-        .map_err(|e| dev("NVRTC compiling the model kernels", e))
+        .map_err(|e| dev(&format!("NVRTC compiling {what}"), e))
 }
 
 impl From<CudaError> for ModelError {
@@ -101,6 +106,8 @@ pub struct CudaOps {
     /// The device arrays of matrix pointers of the products over outer batches, grown on
     /// demand.
     ptrs: Option<CudaSlice<u64>>,
+    /// The fused attention's kernels for the head dimension in use, compiled on first use.
+    attention: Option<attention::Kernels>,
 }
 
 /// A product runs on bf16 copies of its operands when each of its sides is at least this
@@ -127,7 +134,7 @@ impl CudaOps {
         for n in NAMES {
             funcs.insert(*n, module.load_function(n).map_err(|e| dev(&format!("kernel {n}"), e))?);
         }
-        Ok(CudaOps { funcs, device, scratch: None, twins: Twins::default(), ptrs: None })
+        Ok(CudaOps { funcs, device, scratch: None, twins: Twins::default(), ptrs: None, attention: None })
     }
 
     /// The stream every op runs on (NCCL groups of the model must use it too): the device's

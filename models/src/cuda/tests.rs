@@ -134,20 +134,6 @@ fn cuda_ops_match_cpu_ops() {
     c.adamw(&mut p, &o, &mut m, &mut v, a).unwrap();
     g.adamw(&mut gp, &go, &mut gm, &mut gv, a).unwrap();
     close("adamw", &p, &g.download(&gp).unwrap(), 1e-5);
-    // Attention pieces.
-    let (t, bh) = (40, 3);
-    let s = rnd(bh * t * t, 8);
-    let mut pc = vec![0.0; s.len()];
-    let mut pg = g.zeros(s.len()).unwrap();
-    c.softmax_causal_fwd(&s, &mut pc, t, 0.3).unwrap();
-    let gs = up(&mut g, &s);
-    g.softmax_causal_fwd(&gs, &mut pg, t, 0.3).unwrap();
-    close("softmax", &pc, &g.download(&pg).unwrap(), 1e-5);
-    let mut dsc = vec![0.0; s.len()];
-    let mut dsg = g.zeros(s.len()).unwrap();
-    c.softmax_causal_bwd(&pc, &s, &mut dsc, t, 0.3).unwrap();
-    g.softmax_causal_bwd(&pg, &gs, &mut dsg, t, 0.3).unwrap();
-    close("softmax bwd", &dsc, &g.download(&dsg).unwrap(), 1e-5);
     // Cross-entropy and embeddings.
     let (r, vocab) = (33, 70);
     let logits = rnd(r * vocab, 10);
@@ -173,6 +159,56 @@ fn cuda_ops_match_cpu_ops() {
     g.embed_bwd(&gtok, &geo, &mut gdwte, &mut gdwpe, tt, cc).unwrap();
     close("embed dwte", &dwte, &g.download(&gdwte).unwrap(), 1e-5);
     close("embed dwpe", &dwpe, &g.download(&gdwpe).unwrap(), 1e-5);
+}
+
+/// The fused attention (bf16 tensor cores, fp32 softmax and accumulation) against the CPU's
+/// fp32 definition: the output, the log-sum-exps and every gradient, on head dimensions that
+/// need no padding (64, 128), that pad (24, 100) and sequence lengths that are not a whole
+/// number of tiles.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fused_attention_matches_cpu() {
+    use crate::ops::Heads;
+    let (mut c, mut g) = (CpuOps, gpu());
+    for (i, hs) in [
+        Heads { b: 2, t: 100, h: 3, d: 64 },
+        Heads { b: 1, t: 200, h: 2, d: 128 },
+        Heads { b: 2, t: 40, h: 2, d: 24 },
+        Heads { b: 1, t: 129, h: 1, d: 100 },
+        Heads { b: 1, t: 64, h: 4, d: 16 },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let scale = 1.0 / (hs.d as f32).sqrt();
+        let n = hs.b * hs.t * hs.h * hs.d;
+        let (qkv, dy) = (rnd(3 * n, 40 + i as u64), rnd(n, 50 + i as u64));
+        let (mut y, mut lse) = (vec![0.0; n], vec![0.0; hs.b * hs.h * hs.t]);
+        c.attention_fwd(&qkv, &mut y, &mut lse, hs, scale).unwrap();
+        let mut dqkv = vec![0.0; 3 * n];
+        c.attention_bwd(&qkv, &y, &lse, &dy, &mut dqkv, hs, scale).unwrap();
+        let (gq, gdy) = (g.upload(&qkv).unwrap(), g.upload(&dy).unwrap());
+        let (mut gy, mut glse) = (g.zeros(n).unwrap(), g.zeros(lse.len()).unwrap());
+        g.attention_fwd(&gq, &mut gy, &mut glse, hs, scale).unwrap();
+        // Gradients are overwritten: start from garbage.
+        let mut gd = g.upload(&vec![7.0; 3 * n]).unwrap();
+        g.attention_bwd(&gq, &gy, &glse, &gdy, &mut gd, hs, scale).unwrap();
+        let what = |x: &str| format!("{x} {hs:?}");
+        close(&what("attention y"), &y, &g.download(&gy).unwrap(), 2e-2);
+        close(&what("attention lse"), &lse, &g.download(&glse).unwrap(), 2e-2);
+        let gdq = g.download(&gd).unwrap();
+        // Each part of the gradient against its own scale (dv is larger than dq and dk).
+        let part =
+            |x: &[f32], p: usize| -> Vec<f32> { x.chunks(hs.h * hs.d).skip(p).step_by(3).flatten().copied().collect() };
+        for (p, name) in ["dq", "dk", "dv"].iter().enumerate() {
+            close(&what(name), &part(&dqkv, p), &part(&gdq, p), 3e-2);
+        }
+    }
+    // A head too wide for the kernels is refused with a clear error, not launched.
+    let hs = Heads { b: 1, t: 8, h: 1, d: 160 };
+    let q = g.zeros(3 * 8 * 160).unwrap();
+    let (mut y, mut l) = (g.zeros(8 * 160).unwrap(), g.zeros(8).unwrap());
+    assert!(g.attention_fwd(&q, &mut y, &mut l, hs, 0.1).is_err());
 }
 
 #[test]

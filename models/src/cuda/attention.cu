@@ -1,0 +1,481 @@
+// Fused causal self-attention, flash-style: the t x t scores never reach memory. Compiled at run
+// time by NVRTC with D defined (the head dimension; DP is D rounded up to a multiple of 16, the
+// padding features are zeros in shared memory and never stored), for sm_80 and newer (bf16
+// mma.sync, cp.async).
+//
+// Layouts (ops.rs): qkv [b t, 3, h, d] (queries, keys, values), y and dy [b t, h, d], lse and
+// delta [b h, t]. The products read bf16 copies of qkv and dy (the backend's twins) and run on
+// bf16 tensor cores (m16n8k16) with fp32 accumulation; the softmax statistics, the output and
+// every gradient are fp32. Tiles reach shared memory by asynchronous copies (cp.async), the next
+// tile's while the warps compute on this one (two stages). The forward keeps each row's log-sum-exp (natural log) for the
+// backward, which recomputes the probabilities tile by tile (FlashAttention-2's scheme): one
+// kernel for the queries' gradient (a block per query tile, over its key tiles), one for the keys'
+// and values' (a block per key tile, over its query tiles), so every gradient is summed in a
+// fixed order (no atomics).
+//
+// Warp-level building blocks: mma.sync m16n8k16 (row.col, bf16 in, f32 accumulators) and
+// ldmatrix for the operand fragments. Fragment layout (PTX ISA, "mma.m16n8k16"): lane l, group
+// g = l / 4, thread t = l % 4; an accumulator c[0..1] is row g, columns 2t and 2t+1, c[2..3] row
+// g + 8; an A fragment a[0] is row g, k 2t..2t+1, a[1] row g + 8, a[2] row g, k 8 + 2t, a[3] row
+// g + 8, k 8 + 2t. So the accumulators of two adjacent 8-column tiles are, once packed to bf16,
+// the A fragment of one 16-deep k step: probabilities feed the next product from registers.
+
+#ifndef D
+#error "D (the head dimension) must be defined"
+#endif
+#define DP ((D + 15) / 16 * 16)
+#define DS (DP + 8)  // shared row stride in bf16: 16 bytes of padding keep ldmatrix conflict-free
+#define BQ 64        // queries per block (4 warps x 16 rows)
+#define BK 64        // keys per stage of the forward; keys per block of the keys' gradient
+#define BK_DQ 32     // keys per stage of the queries' gradient
+#define BQ_DKV 32    // queries per stage of the keys' gradient
+#define NEG_INF (-__int_as_float(0x7f800000))
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+typedef unsigned short bf16_t;
+typedef unsigned int u32;
+
+// Two floats as bf16x2 (round to nearest even; NaN stays NaN): lo in the low half.
+__device__ __forceinline__ u32 pack(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ u32 shared_addr(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (u32)a;
+}
+// c += a b for one 16 x 8 tile, k 16.
+__device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void ldsm4(u32* r, const bf16_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_addr(p)));
+}
+__device__ __forceinline__ void ldsm4_t(u32* r, const bf16_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_addr(p)));
+}
+// The A fragment (16 x 16) at (m0, k0) of a shared row-major [m][k] tile.
+__device__ __forceinline__ void frag_a(u32* a, const bf16_t* s, int m0, int k0, int lane) {
+    ldsm4(a, s + (m0 + (lane & 15)) * DS + k0 + 8 * (lane >> 4));
+}
+// B fragments of two 8-column tiles (n0 and n0 + 8, k0..k0+15) of a shared row-major [n][k]
+// tile: b[0..1] for n0, b[2..3] for n0 + 8.
+__device__ __forceinline__ void frag_b_nk(u32* b, const bf16_t* s, int n0, int k0, int lane) {
+    ldsm4(b, s + (n0 + (lane & 7) + 8 * (lane >> 4)) * DS + k0 + 8 * ((lane >> 3) & 1));
+}
+// The same from a shared row-major [k][n] tile (ldmatrix transposes).
+__device__ __forceinline__ void frag_b_kn(u32* b, const bf16_t* s, int k0, int n0, int lane) {
+    ldsm4_t(b, s + (k0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * DS + n0 + 8 * (lane >> 4));
+}
+// The A fragment of the 16-deep k step kk from accumulators of 8-column tiles 2kk and 2kk + 1.
+__device__ __forceinline__ void acc_to_a(u32* a, const float* c0, const float* c1) {
+    a[0] = pack(c0[0], c0[1]);
+    a[1] = pack(c0[2], c0[3]);
+    a[2] = pack(c1[0], c1[1]);
+    a[3] = pack(c1[2], c1[3]);
+}
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffff, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffff, v, 1);
+    return v + __shfl_xor_sync(0xffffffff, v, 2);
+}
+
+__device__ __forceinline__ void cp_async16(bf16_t* dst, const bf16_t* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_addr(dst)), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async4(float* dst, const float* src, int bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_addr(dst)), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most one group of copies (the one just started) is still in flight.
+__device__ __forceinline__ void cp_wait_all_but_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
+__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+// Starts staging `rows` rows of a head into a shared tile: tile row i is sequence row r0 + i of
+// `src` (row stride ld), its D features; rows at or past t and features D..DP are zeros. The
+// whole block takes part; the copies land by the next cp_wait.
+__device__ __forceinline__ void stage(bf16_t* s, int rows, const bf16_t* src, long ld, int r0, int t) {
+#if D % 8 == 0
+    // 16-byte copies (every head row starts 16-byte aligned); the zero fill by copying 0 bytes.
+    const int chunks = DP / 8;
+    for (int i = threadIdx.x; i < rows * chunks; i += blockDim.x) {
+        int r = i / chunks, c = (i % chunks) * 8;
+        bool in = r0 + r < t && c < D;
+        cp_async16(s + r * DS + c, in ? src + (long)(r0 + r) * ld + c : src, in ? 16 : 0);
+    }
+#else
+    // Rows not 16-byte aligned: element by element, synchronously.
+    for (int i = threadIdx.x; i < rows * DP; i += blockDim.x) {
+        int r = i / DP, c = i % DP;
+        s[r * DS + c] = r0 + r < t && c < D ? src[(long)(r0 + r) * ld + c] : (bf16_t)0;
+    }
+#endif
+}
+// Starts copying `rows` per-row floats (r0.., zeros at or past t) into shared memory.
+__device__ __forceinline__ void stage_rows(float* s, int rows, const float* src, int r0, int t) {
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) {
+        bool in = r0 + i < t;
+        cp_async4(s + i, in ? src + r0 + i : src, in ? 4 : 0);
+    }
+}
+// Features col and col + 1 of a head row straight from global memory, as bf16x2 (zeros past t
+// or D).
+__device__ __forceinline__ u32 pair(const bf16_t* src, long ld, int row, int col, int t) {
+    if (row >= t || col >= D) return 0u;
+    const bf16_t* p = src + (long)row * ld + col;
+#if D % 2 == 0
+    return *reinterpret_cast<const u32*>(p);
+#else
+    return (u32)p[0] | (col + 1 < D ? (u32)p[1] << 16 : 0u);
+#endif
+}
+// A warp's A fragments of its 16 rows (r0..r0+15) x DP features, straight from global memory.
+__device__ __forceinline__ void frags_from_global(u32 (*a)[4], const bf16_t* src, long ld, int r0, int t, int lane) {
+    int g = lane >> 2, c = 2 * (lane & 3);
+#pragma unroll
+    for (int kk = 0; kk < DP / 16; kk++) {
+        int k = kk * 16 + c;
+        a[kk][0] = pair(src, ld, r0 + g, k, t);
+        a[kk][1] = pair(src, ld, r0 + g + 8, k, t);
+        a[kk][2] = pair(src, ld, r0 + g, k + 8, t);
+        a[kk][3] = pair(src, ld, r0 + g + 8, k + 8, t);
+    }
+}
+// Stores a warp's accumulators of rows r0..r0+15 x DP features (times the row's factor) into
+// a head's rows of dst (row stride ld), the D features of the rows before t.
+__device__ __forceinline__ void store_rows(float* dst, long ld, const float (*acc)[4], int r0, int t, int lane, float f0,
+                                           float f1) {
+    int g = lane >> 2, c = 2 * (lane & 3);
+#pragma unroll
+    for (int n = 0; n < DP / 8; n++) {
+        int col = n * 8 + c;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = r0 + g + (e >= 2 ? 8 : 0), cc = col + (e & 1);
+            if (row < t && cc < D) dst[(long)row * ld + cc] = acc[n][e] * (e >= 2 ? f1 : f0);
+        }
+    }
+}
+
+// The head of block (sequence b, head hh): pointers to its first row's queries, keys and values
+// (row stride 3 h d), and its rows of the output-shaped tensors (row stride h d).
+#define HEAD                                                                                  \
+    const int d = D;                                                                          \
+    int bh = blockIdx.y, b = bh / h, hh = bh % h;                                             \
+    long ld3 = 3L * h * d, ld1 = (long)h * d;                                                 \
+    long qoff = (long)b * t * ld3 + (long)hh * d, yoff = (long)b * t * ld1 + (long)hh * d;    \
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c2 = 2 * (lane & 3); \
+    (void)g; (void)c2;
+
+// Grid (query tiles, b h), 128 threads, dynamic shared memory of two stages of BK keys and
+// values (fwd_shared in attention.rs). sl2 = scale log2(e).
+extern "C" __global__ void __launch_bounds__(128) attn_fwd(const bf16_t* qkv, float* y, float* lse, int t, int h,
+                                                           float sl2) {
+    extern __shared__ __align__(16) bf16_t sm[];
+    HEAD
+    int nqt = (t + BQ - 1) / BQ, qt = nqt - 1 - blockIdx.x;  // the longest rows first
+    const bf16_t *qb = qkv + qoff, *kb = qb + (long)h * d, *vb = qb + 2L * h * d;
+    int q0 = qt * BQ + warp * 16, row0 = q0 + g, row1 = row0 + 8;
+    stage(sm, BK, kb, ld3, 0, t);
+    stage(sm + BK * DS, BK, vb, ld3, 0, t);
+    cp_commit();
+    u32 qf[DP / 16][4];
+    frags_from_global(qf, qb, ld3, q0, t, lane);
+    float o[DP / 8][4];
+#pragma unroll
+    for (int n = 0; n < DP / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
+    for (int kt = 0; kt <= qt; kt++) {
+        const bf16_t *ks = sm + (kt & 1) * 2 * BK * DS, *vs = ks + BK * DS;
+        if (kt < qt) {
+            bf16_t* next = sm + ((kt + 1) & 1) * 2 * BK * DS;
+            stage(next, BK, kb, ld3, (kt + 1) * BK, t);
+            stage(next + BK * DS, BK, vb, ld3, (kt + 1) * BK, t);
+            cp_commit();
+            cp_wait_all_but_one();
+        } else {
+            cp_wait_all();
+        }
+        __syncthreads();
+        float s[BK / 8][4];
+#pragma unroll
+        for (int n = 0; n < BK / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < DP / 16; kk++) {
+#pragma unroll
+            for (int n = 0; n < BK / 8; n += 2) {
+                u32 bb[4];
+                frag_b_nk(bb, ks, n * 8, kk * 16, lane);
+                mma(s[n], qf[kk], bb[0], bb[1]);
+                mma(s[n + 1], qf[kk], bb[2], bb[3]);
+            }
+        }
+        float mx0 = NEG_INF, mx1 = NEG_INF;
+#pragma unroll
+        for (int n = 0; n < BK / 8; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = kt * BK + n * 8 + c2 + (e & 1), row = e >= 2 ? row1 : row0;
+                float v = key <= row && key < t ? s[n][e] * sl2 : NEG_INF;
+                s[n][e] = v;
+                if (e >= 2) mx1 = fmaxf(mx1, v); else mx0 = fmaxf(mx0, v);
+            }
+        }
+        float mn0 = fmaxf(m0, quad_max(mx0)), mn1 = fmaxf(m1, quad_max(mx1));
+        // Every row sees key kt * BK, so mn is finite unless the scores are NaN; then the NaN
+        // still reaches the output through the probabilities.
+        float base0 = mn0 == NEG_INF ? 0.f : mn0, base1 = mn1 == NEG_INF ? 0.f : mn1;
+        float al0 = exp2f(m0 - base0), al1 = exp2f(m1 - base1);
+        m0 = mn0;
+        m1 = mn1;
+        float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+        for (int n = 0; n < BK / 8; n++) {
+            s[n][0] = exp2f(s[n][0] - base0);
+            s[n][1] = exp2f(s[n][1] - base0);
+            s[n][2] = exp2f(s[n][2] - base1);
+            s[n][3] = exp2f(s[n][3] - base1);
+            rs0 += s[n][0] + s[n][1];
+            rs1 += s[n][2] + s[n][3];
+        }
+        l0 = l0 * al0 + rs0;
+        l1 = l1 * al1 + rs1;
+#pragma unroll
+        for (int n = 0; n < DP / 8; n++) {
+            o[n][0] *= al0;
+            o[n][1] *= al0;
+            o[n][2] *= al1;
+            o[n][3] *= al1;
+        }
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            u32 pa[4];
+            acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+            for (int n = 0; n < DP / 8; n += 2) {
+                u32 bb[4];
+                frag_b_kn(bb, vs, kk * 16, n * 8, lane);
+                mma(o[n], pa, bb[0], bb[1]);
+                mma(o[n + 1], pa, bb[2], bb[3]);
+            }
+        }
+        __syncthreads();  // every warp is done with this stage before it is refilled
+    }
+    l0 = quad_sum(l0);
+    l1 = quad_sum(l1);
+    store_rows(y + yoff, ld1, o, q0, t, lane, 1.f / l0, 1.f / l1);
+    if ((lane & 3) == 0) {
+        if (row0 < t) lse[(long)bh * t + row0] = (m0 + log2f(l0)) * LN2;
+        if (row1 < t) lse[(long)bh * t + row1] = (m1 + log2f(l1)) * LN2;
+    }
+}
+
+// delta[b h, i] = dy_i . y_i of each head row (fp32): one warp per row and head (grid of b t h
+// warps, 4 per block).
+extern "C" __global__ void attn_delta(const float* y, const float* dy, float* delta, int t, int h, int rows) {
+    const int d = D;
+    int w = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (w >= rows) return;
+    int hh = w % h, r = w / h, b = r / t, i = r % t;
+    const float *yr = y + (long)r * h * d + (long)hh * d, *dr = dy + (long)r * h * d + (long)hh * d;
+    float v = 0.f;
+    for (int j = lane; j < d; j += 32) v += yr[j] * dr[j];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    if (lane == 0) delta[((long)b * h + hh) * t + i] = v;
+}
+
+// The queries' gradient: grid (query tiles, b h), 128 threads, dynamic shared memory of two
+// stages of BK_DQ keys and values; each warp's 16 query rows go over the keys they see.
+// dq = scale dS K with dS = P (dP - delta), dP = dy V^T. Overwrites the queries' part of dqkv.
+// qkv and dy are the bf16 copies.
+extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq(const bf16_t* qkv, const bf16_t* dy, const float* lse,
+                                                              const float* delta, float* dqkv, int t, int h,
+                                                              float sl2, float scale) {
+    extern __shared__ __align__(16) bf16_t sm[];
+    HEAD
+    int nqt = (t + BQ - 1) / BQ, qt = nqt - 1 - blockIdx.x;
+    const bf16_t *qb = qkv + qoff, *kb = qb + (long)h * d, *vb = qb + 2L * h * d;
+    int q0 = qt * BQ + warp * 16, row0 = q0 + g, row1 = row0 + 8;
+    stage(sm, BK_DQ, kb, ld3, 0, t);
+    stage(sm + BK_DQ * DS, BK_DQ, vb, ld3, 0, t);
+    cp_commit();
+    u32 qf[DP / 16][4], df[DP / 16][4];
+    frags_from_global(qf, qb, ld3, q0, t, lane);
+    frags_from_global(df, dy + yoff, ld1, q0, t, lane);
+    long st = (long)bh * t;
+    float L0 = row0 < t ? lse[st + row0] * LOG2E : 0.f, L1 = row1 < t ? lse[st + row1] * LOG2E : 0.f;
+    float D0 = row0 < t ? delta[st + row0] : 0.f, D1 = row1 < t ? delta[st + row1] : 0.f;
+    float dq[DP / 8][4];
+#pragma unroll
+    for (int n = 0; n < DP / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
+    int stages = (min(t, (qt + 1) * BQ) + BK_DQ - 1) / BK_DQ;
+    for (int i = 0; i < stages; i++) {
+        int k0 = i * BK_DQ;
+        const bf16_t *ks = sm + (i & 1) * 2 * BK_DQ * DS, *vs = ks + BK_DQ * DS;
+        if (i + 1 < stages) {
+            bf16_t* next = sm + ((i + 1) & 1) * 2 * BK_DQ * DS;
+            stage(next, BK_DQ, kb, ld3, k0 + BK_DQ, t);
+            stage(next + BK_DQ * DS, BK_DQ, vb, ld3, k0 + BK_DQ, t);
+            cp_commit();
+            cp_wait_all_but_one();
+        } else {
+            cp_wait_all();
+        }
+        __syncthreads();
+        if (k0 <= q0 + 15) {  // else every key of the stage comes after this warp's rows
+            float s[BK_DQ / 8][4], dp[BK_DQ / 8][4];
+#pragma unroll
+            for (int n = 0; n < BK_DQ / 8; n++)
+                s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < DP / 16; kk++) {
+#pragma unroll
+                for (int n = 0; n < BK_DQ / 8; n += 2) {
+                    u32 bb[4];
+                    frag_b_nk(bb, ks, n * 8, kk * 16, lane);
+                    mma(s[n], qf[kk], bb[0], bb[1]);
+                    mma(s[n + 1], qf[kk], bb[2], bb[3]);
+                    frag_b_nk(bb, vs, n * 8, kk * 16, lane);
+                    mma(dp[n], df[kk], bb[0], bb[1]);
+                    mma(dp[n + 1], df[kk], bb[2], bb[3]);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < BK_DQ / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int key = k0 + n * 8 + c2 + (e & 1), row = e >= 2 ? row1 : row0;
+                    float p = key <= row && key < t ? exp2f(s[n][e] * sl2 - (e >= 2 ? L1 : L0)) : 0.f;
+                    s[n][e] = p * (dp[n][e] - (e >= 2 ? D1 : D0)) * scale;
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < BK_DQ / 16; kk++) {
+                u32 a[4];
+                acc_to_a(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+                for (int n = 0; n < DP / 8; n += 2) {
+                    u32 bb[4];
+                    frag_b_kn(bb, ks, kk * 16, n * 8, lane);
+                    mma(dq[n], a, bb[0], bb[1]);
+                    mma(dq[n + 1], a, bb[2], bb[3]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    store_rows(dqkv + qoff, ld3, dq, q0, t, lane, 1.f, 1.f);
+}
+
+// The keys' and values' gradients: grid (key tiles, b h), 128 threads, dynamic shared memory of
+// the block's BK keys and values and two stages of BQ_DKV queries, output gradients,
+// log-sum-exps and deltas (dkv_shared in attention.rs). Each warp's 16 key rows go over the
+// queries that see them with the transposed scores S^T = K Q^T in its accumulators:
+// dv += P^T dy, dk += scale dS^T Q. Overwrites the keys' and values' parts of dqkv. qkv and dy
+// are the bf16 copies.
+extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkv(const bf16_t* qkv, const bf16_t* dy, const float* lse,
+                                                               const float* delta, float* dqkv, int t, int h,
+                                                               float sl2, float scale) {
+    extern __shared__ __align__(16) bf16_t sm[];
+    const int step = 2 * BQ_DKV * DS;  // one stage: queries, then output gradients
+    bf16_t *ks = sm, *vs = ks + BK * DS, *stages = vs + BK * DS;
+    float* rows = reinterpret_cast<float*>(stages + 2 * step);  // per stage: lse, then delta
+    HEAD
+    const bf16_t *qb = qkv + qoff, *kb = qb + (long)h * d, *vb = qb + 2L * h * d, *dyb = dy + yoff;
+    int kt = blockIdx.x, kw = kt * BK + warp * 16, key0 = kw + g, key1 = key0 + 8;
+    long st = (long)bh * t;
+    stage(ks, BK, kb, ld3, kt * BK, t);
+    stage(vs, BK, vb, ld3, kt * BK, t);
+    stage(stages, BQ_DKV, qb, ld3, kt * BK, t);
+    stage(stages + BQ_DKV * DS, BQ_DKV, dyb, ld1, kt * BK, t);
+    stage_rows(rows, BQ_DKV, lse + st, kt * BK, t);
+    stage_rows(rows + BQ_DKV, BQ_DKV, delta + st, kt * BK, t);
+    cp_commit();
+    float dk[DP / 8][4], dv[DP / 8][4];
+#pragma unroll
+    for (int n = 0; n < DP / 8; n++)
+        dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.f;
+    int count = (t - kt * BK + BQ_DKV - 1) / BQ_DKV;
+    for (int i = 0; i < count; i++) {
+        int q0 = kt * BK + i * BQ_DKV;
+        const bf16_t *qs = stages + (i & 1) * step, *dos = qs + BQ_DKV * DS;
+        const float *ls = rows + (i & 1) * 2 * BQ_DKV, *dl = ls + BQ_DKV;
+        if (i + 1 < count) {
+            bf16_t* next = stages + ((i + 1) & 1) * step;
+            float* nrows = rows + ((i + 1) & 1) * 2 * BQ_DKV;
+            stage(next, BQ_DKV, qb, ld3, q0 + BQ_DKV, t);
+            stage(next + BQ_DKV * DS, BQ_DKV, dyb, ld1, q0 + BQ_DKV, t);
+            stage_rows(nrows, BQ_DKV, lse + st, q0 + BQ_DKV, t);
+            stage_rows(nrows + BQ_DKV, BQ_DKV, delta + st, q0 + BQ_DKV, t);
+            cp_commit();
+            cp_wait_all_but_one();
+        } else {
+            cp_wait_all();
+        }
+        __syncthreads();
+        if (q0 + BQ_DKV - 1 >= kw) {  // else every query of the stage comes before this warp's keys
+            float s[BQ_DKV / 8][4], dp[BQ_DKV / 8][4];
+#pragma unroll
+            for (int n = 0; n < BQ_DKV / 8; n++)
+                s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < DP / 16; kk++) {
+                u32 ka[4], va[4];
+                frag_a(ka, ks, warp * 16, kk * 16, lane);
+                frag_a(va, vs, warp * 16, kk * 16, lane);
+#pragma unroll
+                for (int n = 0; n < BQ_DKV / 8; n += 2) {
+                    u32 bb[4];
+                    frag_b_nk(bb, qs, n * 8, kk * 16, lane);
+                    mma(s[n], ka, bb[0], bb[1]);
+                    mma(s[n + 1], ka, bb[2], bb[3]);
+                    frag_b_nk(bb, dos, n * 8, kk * 16, lane);
+                    mma(dp[n], va, bb[0], bb[1]);
+                    mma(dp[n + 1], va, bb[2], bb[3]);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < BQ_DKV / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int qi = n * 8 + c2 + (e & 1), q = q0 + qi, key = e >= 2 ? key1 : key0;
+                    float p = q >= key && q < t && key < t ? exp2f(s[n][e] * sl2 - ls[qi] * LOG2E) : 0.f;
+                    s[n][e] = p;
+                    dp[n][e] = p * (dp[n][e] - dl[qi]) * scale;
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < BQ_DKV / 16; kk++) {
+                u32 pa[4], da[4];
+                acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+                acc_to_a(da, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+                for (int n = 0; n < DP / 8; n += 2) {
+                    u32 bb[4];
+                    frag_b_kn(bb, dos, kk * 16, n * 8, lane);
+                    mma(dv[n], pa, bb[0], bb[1]);
+                    mma(dv[n + 1], pa, bb[2], bb[3]);
+                    frag_b_kn(bb, qs, kk * 16, n * 8, lane);
+                    mma(dk[n], da, bb[0], bb[1]);
+                    mma(dk[n + 1], da, bb[2], bb[3]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    store_rows(dqkv + qoff + (long)h * d, ld3, dk, kw, t, lane, 1.f, 1.f);
+    store_rows(dqkv + qoff + 2L * h * d, ld3, dv, kw, t, lane, 1.f, 1.f);
+}
