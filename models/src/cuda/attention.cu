@@ -155,9 +155,10 @@ __device__ __forceinline__ void frags_from_global(u32 (*a)[4], const bf16_t* src
     }
 }
 // Stores a warp's accumulators of rows r0..r0+15 x DP features (times the row's factor) into
-// a head's rows of dst (row stride ld), the D features of the rows before t.
-__device__ __forceinline__ void store_rows(float* dst, long ld, const float (*acc)[4], int r0, int t, int lane, float f0,
-                                           float f1) {
+// a head's rows of dst (row stride ld), the D features of the rows before t, and the same as
+// bf16 at the same places of dst_h (dst's twin, which the next product reads).
+__device__ __forceinline__ void store_rows(float* dst, bf16_t* dst_h, long ld, const float (*acc)[4], int r0, int t,
+                                           int lane, float f0, float f1) {
     int g = lane >> 2, c = 2 * (lane & 3);
 #pragma unroll
     for (int n = 0; n < DP / 8; n++) {
@@ -165,7 +166,11 @@ __device__ __forceinline__ void store_rows(float* dst, long ld, const float (*ac
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int row = r0 + g + (e >= 2 ? 8 : 0), cc = col + (e & 1);
-            if (row < t && cc < D) dst[(long)row * ld + cc] = acc[n][e] * (e >= 2 ? f1 : f0);
+            if (row < t && cc < D) {
+                float v = acc[n][e] * (e >= 2 ? f1 : f0);
+                dst[(long)row * ld + cc] = v;
+                dst_h[(long)row * ld + cc] = (bf16_t)(pack(v, 0.f) & 0xffffu);
+            }
         }
     }
 }
@@ -181,9 +186,9 @@ __device__ __forceinline__ void store_rows(float* dst, long ld, const float (*ac
     (void)g; (void)c2;
 
 // Grid (query tiles, b h), 128 threads, dynamic shared memory of two stages of BK keys and
-// values (fwd_shared in attention.rs). sl2 = scale log2(e).
-extern "C" __global__ void __launch_bounds__(128) attn_fwd(const bf16_t* qkv, float* y, float* lse, int t, int h,
-                                                           float sl2) {
+// values (fwd_shared in attention.rs). sl2 = scale log2(e). Writes y, its bf16 twin and lse.
+extern "C" __global__ void __launch_bounds__(128) attn_fwd(const bf16_t* qkv, float* y, bf16_t* y_h, float* lse, int t,
+                                                           int h, float sl2) {
     extern __shared__ __align__(16) bf16_t sm[];
     HEAD
     int nqt = (t + BQ - 1) / BQ, qt = nqt - 1 - blockIdx.x;  // the longest rows first
@@ -276,7 +281,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_fwd(const bf16_t* qkv, fl
     }
     l0 = quad_sum(l0);
     l1 = quad_sum(l1);
-    store_rows(y + yoff, ld1, o, q0, t, lane, 1.f / l0, 1.f / l1);
+    store_rows(y + yoff, y_h + yoff, ld1, o, q0, t, lane, 1.f / l0, 1.f / l1);
     if ((lane & 3) == 0) {
         if (row0 < t) lse[(long)bh * t + row0] = (m0 + log2f(l0)) * LN2;
         if (row1 < t) lse[(long)bh * t + row1] = (m1 + log2f(l1)) * LN2;
@@ -299,11 +304,11 @@ extern "C" __global__ void attn_delta(const float* y, const float* dy, float* de
 
 // The queries' gradient: grid (query tiles, b h), 128 threads, dynamic shared memory of two
 // stages of BK_DQ keys and values; each warp's 16 query rows go over the keys they see.
-// dq = scale dS K with dS = P (dP - delta), dP = dy V^T. Overwrites the queries' part of dqkv.
-// qkv and dy are the bf16 copies.
+// dq = scale dS K with dS = P (dP - delta), dP = dy V^T. Overwrites the queries' part of dqkv
+// (and of its bf16 twin). qkv and dy are the bf16 copies.
 extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq(const bf16_t* qkv, const bf16_t* dy, const float* lse,
-                                                              const float* delta, float* dqkv, int t, int h,
-                                                              float sl2, float scale) {
+                                                              const float* delta, float* dqkv, bf16_t* dqkv_h, int t,
+                                                              int h, float sl2, float scale) {
     extern __shared__ __align__(16) bf16_t sm[];
     HEAD
     int nqt = (t + BQ - 1) / BQ, qt = nqt - 1 - blockIdx.x;
@@ -377,18 +382,18 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq(const bf16_t* qkv,
         }
         __syncthreads();
     }
-    store_rows(dqkv + qoff, ld3, dq, q0, t, lane, 1.f, 1.f);
+    store_rows(dqkv + qoff, dqkv_h + qoff, ld3, dq, q0, t, lane, 1.f, 1.f);
 }
 
 // The keys' and values' gradients: grid (key tiles, b h), 128 threads, dynamic shared memory of
 // the block's BK keys and values and two stages of BQ_DKV queries, output gradients,
 // log-sum-exps and deltas (dkv_shared in attention.rs). Each warp's 16 key rows go over the
 // queries that see them with the transposed scores S^T = K Q^T in its accumulators:
-// dv += P^T dy, dk += scale dS^T Q. Overwrites the keys' and values' parts of dqkv. qkv and dy
-// are the bf16 copies.
+// dv += P^T dy, dk += scale dS^T Q. Overwrites the keys' and values' parts of dqkv (and of its
+// bf16 twin). qkv and dy are the bf16 copies.
 extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkv(const bf16_t* qkv, const bf16_t* dy, const float* lse,
-                                                               const float* delta, float* dqkv, int t, int h,
-                                                               float sl2, float scale) {
+                                                               const float* delta, float* dqkv, bf16_t* dqkv_h,
+                                                               int t, int h, float sl2, float scale) {
     extern __shared__ __align__(16) bf16_t sm[];
     const int step = 2 * BQ_DKV * DS;  // one stage: queries, then output gradients
     bf16_t *ks = sm, *vs = ks + BK * DS, *stages = vs + BK * DS;
@@ -476,6 +481,6 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkv(const bf16_t* qkv
         }
         __syncthreads();
     }
-    store_rows(dqkv + qoff + (long)h * d, ld3, dk, kw, t, lane, 1.f, 1.f);
-    store_rows(dqkv + qoff + 2L * h * d, ld3, dv, kw, t, lane, 1.f, 1.f);
+    store_rows(dqkv + qoff + (long)h * d, dqkv_h + qoff + (long)h * d, ld3, dk, kw, t, lane, 1.f, 1.f);
+    store_rows(dqkv + qoff + 2L * h * d, dqkv_h + qoff + 2L * h * d, ld3, dv, kw, t, lane, 1.f, 1.f);
 }

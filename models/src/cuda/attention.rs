@@ -131,20 +131,20 @@ impl CudaOps {
         let sl2 = scale * std::f32::consts::LOG2_E;
         let stream = self.stream().clone();
         self.attention_kernels(hs.d)?;
-        let at = twins::address(qkv);
+        let (at, at_y, n_y) = (twins::address(qkv), twins::address(y), y.len());
         let half = self.twin_of(qkv)?;
-        let done = (|| {
-            let k = self.attention.as_ref().ok_or_else(|| ModelError::Device("attention kernels not loaded".into()))?;
+        let done = self.with_twin_out(at_y, n_y, |ops, y_h| {
+            let k = ops.attention.as_ref().ok_or_else(|| ModelError::Device("attention kernels not loaded".into()))?;
             let mut b = stream.launch_builder(&k.fwd);
-            b.arg(&half.half).arg(&mut *y).arg(&mut *lse).arg(&t).arg(&h).arg(&sl2);
+            b.arg(&half.half).arg(&mut *y).arg(y_h).arg(&mut *lse).arg(&t).arg(&h).arg(&sl2);
             let cfg = LaunchConfig { shared_mem_bytes: fwd_shared(padded(hs.d)) as u32, ..grid };
             // SAFETY: the arguments follow attn_fwd's parameters in order and type (the bf16
-            // twin holds as many elements as qkv); attention_shape checked that qkv holds b t
+            // twins hold as many elements as qkv and y); attention_shape checked that qkv holds b t
             // rows of 3 h d, y b t rows of h d and lse b h t elements, which is every element the
             // grid of (t / 64 tiles, b h) reads or writes; the shared memory is the size the
             // kernel lays out for this head dimension, allowed on the function at its load.
             unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| dev("kernel attn_fwd", e))
-        })();
+        });
         self.twins.put(at, half);
         done
     }
@@ -173,33 +173,37 @@ impl CudaOps {
                 return Err(e);
             }
         };
-        let done = self.with_scratch(lse.len(), |ops, delta| {
-            let k = ops.attention.as_ref().ok_or_else(|| ModelError::Device("attention kernels not loaded".into()))?;
-            let warps = LaunchConfig {
-                grid_dim: ((rows as u32).div_ceil(4), 1, 1),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let mut b = stream.launch_builder(&k.delta);
-            b.arg(y).arg(dy).arg(&mut *delta).arg(&t).arg(&h).arg(&rows);
-            // SAFETY: attn_delta's parameters in order and type; y and dy hold the b t h rows of
-            // d floats that its warps read, delta (scratch of at least b h t) what they write.
-            unsafe { b.launch(warps) }.map_err(|e| dev("kernel attn_delta", e))?;
-            let mut b = stream.launch_builder(&k.dq);
-            b.arg(&hq.half).arg(&hdy.half).arg(lse).arg(&*delta).arg(&mut *dqkv);
-            b.arg(&t).arg(&h).arg(&sl2).arg(&scale);
-            let cfg = LaunchConfig { shared_mem_bytes: dq_shared(dp) as u32, ..grid };
-            // SAFETY: attn_bwd_dq's parameters in order and type; the buffers hold what
-            // attention_shape checked (the twins as many elements as qkv and dy, dqkv as qkv),
-            // the grid is the forward's, the shared memory as allowed at the load.
-            unsafe { b.launch(cfg) }.map_err(|e| dev("kernel attn_bwd_dq", e))?;
-            let mut b = stream.launch_builder(&k.dkv);
-            b.arg(&hq.half).arg(&hdy.half).arg(lse).arg(&*delta).arg(&mut *dqkv);
-            b.arg(&t).arg(&h).arg(&sl2).arg(&scale);
-            let cfg = LaunchConfig { shared_mem_bytes: dkv_shared(dp) as u32, ..grid };
-            // SAFETY: attn_bwd_dkv's parameters in order and type, the same buffers and grid;
-            // its shared memory as allowed at the load.
-            unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| dev("kernel attn_bwd_dkv", e))
+        let (at_d, n_d) = (twins::address(dqkv), dqkv.len());
+        let done = self.with_twin_out(at_d, n_d, |ops, dqkv_h| {
+            ops.with_scratch(lse.len(), |ops, delta| {
+                let k =
+                    ops.attention.as_ref().ok_or_else(|| ModelError::Device("attention kernels not loaded".into()))?;
+                let warps = LaunchConfig {
+                    grid_dim: ((rows as u32).div_ceil(4), 1, 1),
+                    block_dim: (THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let mut b = stream.launch_builder(&k.delta);
+                b.arg(y).arg(dy).arg(&mut *delta).arg(&t).arg(&h).arg(&rows);
+                // SAFETY: attn_delta's parameters in order and type; y and dy hold the b t h rows of
+                // d floats that its warps read, delta (scratch of at least b h t) what they write.
+                unsafe { b.launch(warps) }.map_err(|e| dev("kernel attn_delta", e))?;
+                let mut b = stream.launch_builder(&k.dq);
+                b.arg(&hq.half).arg(&hdy.half).arg(lse).arg(&*delta).arg(&mut *dqkv).arg(&mut *dqkv_h);
+                b.arg(&t).arg(&h).arg(&sl2).arg(&scale);
+                let cfg = LaunchConfig { shared_mem_bytes: dq_shared(dp) as u32, ..grid };
+                // SAFETY: attn_bwd_dq's parameters in order and type; the buffers hold what
+                // attention_shape checked (the twins as many elements as qkv and dy, dqkv as qkv),
+                // the grid is the forward's, the shared memory as allowed at the load.
+                unsafe { b.launch(cfg) }.map_err(|e| dev("kernel attn_bwd_dq", e))?;
+                let mut b = stream.launch_builder(&k.dkv);
+                b.arg(&hq.half).arg(&hdy.half).arg(lse).arg(&*delta).arg(&mut *dqkv).arg(&mut *dqkv_h);
+                b.arg(&t).arg(&h).arg(&sl2).arg(&scale);
+                let cfg = LaunchConfig { shared_mem_bytes: dkv_shared(dp) as u32, ..grid };
+                // SAFETY: attn_bwd_dkv's parameters in order and type, the same buffers and grid;
+                // its shared memory as allowed at the load.
+                unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| dev("kernel attn_bwd_dkv", e))
+            })
         });
         self.twins.put(at_q, hq);
         self.twins.put(at_dy, hdy);

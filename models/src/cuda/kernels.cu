@@ -56,21 +56,28 @@ extern "C" __global__ void add2(const float* a, const float* b, float* out, int 
 // Grid (column blocks of 256, row blocks of BIAS_ROWS): each thread keeps its bias in a
 // register and walks its column down the block's rows (no division per element).
 #define BIAS_ROWS 16
-extern "C" __global__ void add_bias(float* y, const float* b, int rows, int cols) {
+// y and its bf16 twin y_h (the attention's and the products' operand).
+extern "C" __global__ void add_bias(float* y, unsigned short* y_h, const float* b, int rows, int cols) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= cols) return;
     float bj = b[j];
     int r0 = blockIdx.y * BIAS_ROWS, r1 = min(rows, r0 + BIAS_ROWS);
-    for (int r = r0; r < r1; r++) y[(long)r * cols + j] += bj;
+    for (int r = r0; r < r1; r++) {
+        long i = (long)r * cols + j; float v = y[i] + bj;
+        y[i] = v; y_h[i] = (unsigned short)bf16_bits(v);
+    }
 }
 __device__ __forceinline__ float gelu(float v) { return 0.5f * v * (1.f + tanhf(GELU_K * (v + 0.044715f * v * v * v))); }
-// y += bias, out = GELU(y), on add_bias's grid.
-extern "C" __global__ void add_bias_gelu(float* y, const float* b, float* out, int rows, int cols) {
+// y += bias, out = GELU(y) and its bf16 twin out_h, on add_bias's grid.
+extern "C" __global__ void add_bias_gelu(float* y, const float* b, float* out, unsigned short* out_h, int rows, int cols) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= cols) return;
     float bj = b[j];
     int r0 = blockIdx.y * BIAS_ROWS, r1 = min(rows, r0 + BIAS_ROWS);
-    for (int r = r0; r < r1; r++) { long i = (long)r * cols + j; float v = y[i] + bj; y[i] = v; out[i] = gelu(v); }
+    for (int r = r0; r < r1; r++) {
+        long i = (long)r * cols + j; float v = y[i] + bj, o = gelu(v);
+        y[i] = v; out[i] = o; out_h[i] = (unsigned short)bf16_bits(o);
+    }
 }
 // out = x + z + bias (a projection's bias and the residual), on add_bias's grid.
 extern "C" __global__ void add_bias_residual(const float* z, const float* b, const float* x, float* out, int rows, int cols) {
@@ -115,8 +122,8 @@ extern "C" __global__ void embed_bwd(const float* tok, const float* dout, float*
     atomicAdd(&dwte[(long)(int)tok[r] * c + j], dout[i]);
     atomicAdd(&dwpe[(r % t) * c + j], dout[i]);
 }
-// One warp per row.
-extern "C" __global__ void ln_fwd(const float* x, const float* g, const float* b, float* out, float* mean, float* rstd, int rows, int c) {
+// One warp per row; out and its bf16 twin out_h.
+extern "C" __global__ void ln_fwd(const float* x, const float* g, const float* b, float* out, unsigned short* out_h, float* mean, float* rstd, int rows, int c) {
     ROW_WARP
     if (row >= rows) return;
     const float* xr = x + (long)row * c;
@@ -126,10 +133,14 @@ extern "C" __global__ void ln_fwd(const float* x, const float* g, const float* b
     float v = 0.f;
     for (int j = lane; j < c; j += 32) { float d = xr[j] - mu; v += d * d; }
     float rs = rsqrtf(warp_sum(v) / c + EPS);
-    for (int j = lane; j < c; j += 32) out[(long)row * c + j] = (xr[j] - mu) * rs * g[j] + b[j];
+    for (int j = lane; j < c; j += 32) {
+        float o = (xr[j] - mu) * rs * g[j] + b[j];
+        out[(long)row * c + j] = o; out_h[(long)row * c + j] = (unsigned short)bf16_bits(o);
+    }
     if (lane == 0) { mean[row] = mu; rstd[row] = rs; }
 }
-extern "C" __global__ void ln_bwd_dx(const float* x, const float* g, const float* mean, const float* rstd, const float* dout, float* dx, int rows, int c) {
+// dx (accumulated) and its bf16 twin dx_h.
+extern "C" __global__ void ln_bwd_dx(const float* x, const float* g, const float* mean, const float* rstd, const float* dout, float* dx, unsigned short* dx_h, int rows, int c) {
     ROW_WARP
     if (row >= rows) return;
     long o = (long)row * c;
@@ -141,7 +152,8 @@ extern "C" __global__ void ln_bwd_dx(const float* x, const float* g, const float
     s1 = warp_sum(s1) / c; s2 = warp_sum(s2) / c;
     for (int j = lane; j < c; j += 32) {
         float xh = (x[o + j] - mu) * rs;
-        dx[o + j] += rs * (dout[o + j] * g[j] - s1 - xh * s2);
+        float v = dx[o + j] + rs * (dout[o + j] * g[j] - s1 - xh * s2);
+        dx[o + j] = v; dx_h[o + j] = (unsigned short)bf16_bits(v);
     }
 }
 // dg = sum dout * xhat and db = sum dout by chunks of rows, as col_part: the parts of dg at
@@ -170,10 +182,12 @@ extern "C" __global__ void gelu_fwd(const float* x, float* out, int n) {
     int i = IDX; if (i >= n) return;
     out[i] = gelu(x[i]);
 }
-extern "C" __global__ void gelu_bwd(const float* x, const float* dout, float* dx, int n) {
+// dx and its bf16 twin dx_h.
+extern "C" __global__ void gelu_bwd(const float* x, const float* dout, float* dx, unsigned short* dx_h, int n) {
     int i = IDX; if (i >= n) return;
     float v = x[i], th = tanhf(GELU_K * (v + 0.044715f * v * v * v));
-    dx[i] = dout[i] * (0.5f * (1.f + th) + 0.5f * v * (1.f - th * th) * GELU_K * (1.f + 3.f * 0.044715f * v * v));
+    float o = dout[i] * (0.5f * (1.f + th) + 0.5f * v * (1.f - th * th) * GELU_K * (1.f + 3.f * 0.044715f * v * v));
+    dx[i] = o; dx_h[i] = (unsigned short)bf16_bits(o);
 }
 // NaN passes through (fmaxf would drop it).
 extern "C" __global__ void relu_fwd(const float* x, float* out, int n) { int i = IDX; if (i < n) out[i] = x[i] < 0.f ? 0.f : x[i]; }
@@ -195,12 +209,14 @@ extern "C" __global__ void cross_entropy(const float* logits, const float* targe
         dlogits[o + j] = (__expf(logits[o + j] - m) / sum - (j == tgt ? 1.f : 0.f)) / rows;
     if (lane == 0) losses[row] = -(logits[o + tgt] - m - logf(sum));
 }
-extern "C" __global__ void adamw(float* p, const float* g, float* m, float* v, int n, float lr, float b1, float b2, float eps, float wd, float c1, float c2, float gs) {
+// The parameter and its bf16 twin p_h (what the next step's products read).
+extern "C" __global__ void adamw(float* p, unsigned short* p_h, const float* g, float* m, float* v, int n, float lr, float b1, float b2, float eps, float wd, float c1, float c2, float gs) {
     int i = IDX; if (i >= n) return;
     float gi = g[i] * gs;
     float mi = b1 * m[i] + (1.f - b1) * gi, vi = b2 * v[i] + (1.f - b2) * gi * gi;
     m[i] = mi; v[i] = vi;
-    p[i] -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * p[i]);
+    float pi = p[i] - lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * p[i]);
+    p[i] = pi; p_h[i] = (unsigned short)bf16_bits(pi);
 }
 // cols [c k k, n oh ow] from x [c, n h w].
 extern "C" __global__ void im2col(const float* x, float* cols, int c, int n, int h, int w, int k, int stride, int pad, int oh, int ow) {

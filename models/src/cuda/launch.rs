@@ -3,7 +3,7 @@
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::grid::{bias_grid, channel_chunks, chunking, col_parts, elems, quads, rows, ConvArgs};
-use super::{dev, CudaOps, BF16_MIN_SIDE};
+use super::{dev, twins, CudaOps, BF16_MIN_SIDE};
 use crate::ops::{whole, Adam, Conv, Heads, Mm, Ops};
 use crate::{ModelError, Result};
 
@@ -116,7 +116,12 @@ impl Ops for CudaOps {
         self.twins.wrote(y);
         check("add_bias", y.len() == r * bias.len())?;
         let (rr, c) = (int(r)?, int(bias.len())?);
-        launch!(self, "add_bias", bias_grid(r, bias.len()); y, bias, &rr, &c)
+        let at = twins::address(y);
+        self.with_twin_out(
+            at,
+            y.len(),
+            |ops, h| launch!(ops, "add_bias", bias_grid(r, bias.len()); y, h, bias, &rr, &c),
+        )
     }
     fn add_bias_residual(&mut self, z: &Buf, bias: &Buf, x: &Buf, out: &mut Buf, r: usize) -> Result<()> {
         self.twins.wrote(out);
@@ -129,7 +134,12 @@ impl Ops for CudaOps {
         self.twins.wrote(out);
         check("add_bias_gelu", y.len() == r * bias.len() && out.len() == y.len())?;
         let (rr, c) = (int(r)?, int(bias.len())?);
-        launch!(self, "add_bias_gelu", bias_grid(r, bias.len()); y, bias, out, &rr, &c)
+        let at = twins::address(out);
+        self.with_twin_out(
+            at,
+            out.len(),
+            |ops, h| launch!(ops, "add_bias_gelu", bias_grid(r, bias.len()); y, bias, out, h, &rr, &c),
+        )
     }
     fn col_sum(&mut self, x: &Buf, out: &mut Buf, r: usize) -> Result<()> {
         self.twins.wrote(out);
@@ -171,7 +181,12 @@ impl Ops for CudaOps {
         let r = x.len() / c;
         check("layernorm_fwd", out.len() == x.len() && mean.len() == r && rstd.len() == r && g.len() == c)?;
         let (rr, cc) = (int(r)?, int(c)?);
-        launch!(self, "ln_fwd", rows(r); x, g, b, out, mean, rstd, &rr, &cc)
+        let at = twins::address(out);
+        self.with_twin_out(
+            at,
+            out.len(),
+            |ops, h| launch!(ops, "ln_fwd", rows(r); x, g, b, out, h, mean, rstd, &rr, &cc),
+        )
     }
     fn layernorm_bwd(
         &mut self,
@@ -194,7 +209,12 @@ impl Ops for CudaOps {
             dout.len() == x.len() && dx.len() == x.len() && mean.len() == r && dg.len() == c && db.len() == c,
         )?;
         let (rr, cc) = (int(r)?, int(c)?);
-        launch!(self, "ln_bwd_dx", rows(r); x, g, mean, rstd, dout, dx, &rr, &cc)?;
+        let at = twins::address(dx);
+        self.with_twin_out(
+            at,
+            dx.len(),
+            |ops, h| launch!(ops, "ln_bwd_dx", rows(r); x, g, mean, rstd, dout, dx, h, &rr, &cc),
+        )?;
         let (chunks, per) = chunking(r, c.div_ceil(32), 64);
         let (pp, kk) = (int(per)?, int(chunks)?);
         self.with_scratch(2 * chunks * c, |ops, part| {
@@ -214,7 +234,8 @@ impl Ops for CudaOps {
         self.twins.wrote(dx);
         check("gelu_bwd", x.len() == dout.len() && x.len() == dx.len())?;
         let n = int(x.len())?;
-        launch!(self, "gelu_bwd", elems(x.len()); x, dout, dx, &n)
+        let at = twins::address(dx);
+        self.with_twin_out(at, dx.len(), |ops, h| launch!(ops, "gelu_bwd", elems(x.len()); x, dout, dx, h, &n))
     }
     fn relu_fwd(&mut self, x: &Buf, out: &mut Buf) -> Result<()> {
         self.twins.wrote(out);
@@ -268,7 +289,10 @@ impl Ops for CudaOps {
         check("adamw", p.len() == g.len() && p.len() == m.len() && p.len() == v.len())?;
         let n = int(p.len())?;
         let (c1, c2) = (1.0 - a.beta1.powi(a.step as i32), 1.0 - a.beta2.powi(a.step as i32));
-        launch!(self, "adamw", elems(p.len()); p, g, m, v, &n, &a.lr, &a.beta1, &a.beta2, &a.eps, &a.weight_decay, &c1, &c2, &a.grad_scale)
+        let at = twins::address(p);
+        self.with_twin_out(at, p.len(), |ops, h| {
+            launch!(ops, "adamw", elems(p.len()); p, h, g, m, v, &n, &a.lr, &a.beta1, &a.beta2, &a.eps, &a.weight_decay, &c1, &c2, &a.grad_scale)
+        })
     }
     fn im2col(&mut self, x: &Buf, cols_: &mut Buf, cv: Conv) -> Result<()> {
         self.twins.wrote(cols_);

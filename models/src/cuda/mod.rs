@@ -188,6 +188,30 @@ impl CudaOps {
         }
     }
 
+    /// Runs `f` with the bf16 twin of the f32 buffer at `at` (of `len` elements) for a kernel
+    /// that writes the buffer and its twin together (rounded as `to_bf16` rounds), so that no
+    /// product converts it again: the twin is made where there is none, and valid once `f`
+    /// succeeded.
+    fn with_twin_out(
+        &mut self,
+        at: u64,
+        len: usize,
+        f: impl FnOnce(&mut Self, &mut CudaSlice<u16>) -> Result<()>,
+    ) -> Result<()> {
+        let mut t = match self.twins.take(at) {
+            Some(t) if t.half.len() >= len => t,
+            _ => {
+                let n = len.max(1);
+                let half = self.stream().alloc_zeros(n).map_err(|e| dev(&format!("allocating {n} bf16"), e))?;
+                Twin { half, valid: false }
+            }
+        };
+        let done = f(self, &mut t.half);
+        t.valid = done.is_ok();
+        self.twins.put(at, t);
+        done
+    }
+
     /// The handle through which writers outside the ops mark a buffer's twin stale.
     pub fn twins(&self) -> &Twins {
         &self.twins

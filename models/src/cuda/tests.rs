@@ -404,4 +404,18 @@ fn bf16_twins_are_reused_and_never_stale() {
     c.matmul(mm, &a2, &b2, &mut cc).unwrap();
     g.matmul(mm, &ga, &gb, &mut gc).unwrap();
     close("after an outside write", &cc, &g.download(&gc).unwrap(), 2e-2);
+    // An op that writes its output's twin beside it (GELU's backward here): the twin is valid
+    // at once, and the product reads it and sees the new values.
+    let (x, dout) = (rnd(ea, 42), rnd(ea, 43));
+    let (gx, gd) = (g.upload(&x).unwrap(), g.upload(&dout).unwrap());
+    let mut gdx = g.zeros(ea).unwrap();
+    let (held, valid) = g.twins().count();
+    g.gelu_bwd(&gx, &gd, &mut gdx).unwrap();
+    assert_eq!(g.twins().count(), (held + 1, valid + 1), "gelu_bwd wrote a valid twin");
+    let mut dx = vec![0.0; ea];
+    c.gelu_bwd(&x, &dout, &mut dx).unwrap();
+    c.matmul(mm, &dx, &b2, &mut cc).unwrap();
+    g.matmul(mm, &gdx, &gb, &mut gc).unwrap();
+    close("from a written twin", &cc, &g.download(&gc).unwrap(), 2e-2);
+    assert_eq!(g.twins().count(), (held + 1, valid + 1), "no new twin for the product");
 }

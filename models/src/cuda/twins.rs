@@ -3,7 +3,9 @@
 //! that reads the same buffer unchanged reuses it: a layer's input is converted once for the
 //! forward product and reused by the backward's weight-gradient product, a weight once per
 //! optimizer step for the forward and the backward, an output gradient once for both of its
-//! products.
+//! products. Kernels that produce such operands write the twin in the same pass instead
+//! (`CudaOps::with_twin_out`: layer norm, the biases and GELU, their backwards, the fused
+//! attention, AdamW), so most operands are never converted at all.
 //!
 //! A twin is valid only while its buffer is unchanged, so every write must say so: each op of
 //! `CudaOps` that writes a buffer marks its twin stale first (`launch.rs`), a new allocation
