@@ -84,8 +84,8 @@ impl Ops for CpuOps {
         let (lda, ldb, ldc) = (mm.lda as isize, mm.ldb as isize, mm.ldc as isize);
         let (a_cs, a_rs) = if mm.ta { (lda, 1) } else { (1, lda) };
         let (b_cs, b_rs) = if mm.tb { (ldb, 1) } else { (1, ldb) };
-        for (o, i) in (0..mm.outer).flat_map(|o| (0..mm.batch).map(move |i| (o, i))) {
-            let (pa, pb, pc) = mm.offsets(o, i);
+        for i in 0..mm.batch {
+            let (pa, pb, pc) = mm.offsets(i);
             // SAFETY: `extents` checked above that batch i's operands (offsets pa, pb, pc, then
             // rows of their leading dimension) lie inside a, b and c, and `rows_fit` that no
             // row is longer than its stride; the strides address exactly those elements; c is

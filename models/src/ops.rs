@@ -21,11 +21,7 @@ pub(crate) fn whole(len: usize, unit: usize) -> bool {
 /// that B is stored `n x k`). Strides are in elements between consecutive batches (0 shares
 /// one matrix among all batches). Each stored matrix is row-major with its own row stride
 /// (`lda`, `ldb`, `ldc`; by default its column count: dense) and starts `off_*` elements into
-/// its buffer, so a product can read and write matrices inside a larger packed tensor (the
-/// attention's heads inside the QKV projection's output). An outer batch repeats the whole
-/// batch `outer` times at its own strides (`outer_*`): batch `(o, i)` starts at
-/// `off + o outer_stride + i stride`, so the heads of every sequence are one product even where
-/// the two strides do not combine into one.
+/// its buffer, so a product can read and write matrices inside a larger packed tensor.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Mm {
     pub m: usize,
@@ -43,10 +39,6 @@ pub struct Mm {
     pub off_a: usize,
     pub off_b: usize,
     pub off_c: usize,
-    pub outer: usize,
-    pub outer_a: usize,
-    pub outer_b: usize,
-    pub outer_c: usize,
     pub alpha: f32,
     pub beta: f32,
 }
@@ -70,10 +62,6 @@ impl Mm {
             off_a: 0,
             off_b: 0,
             off_c: 0,
-            outer: 1,
-            outer_a: 0,
-            outer_b: 0,
-            outer_c: 0,
             alpha: 1.0,
             beta: 0.0,
         }
@@ -119,18 +107,9 @@ impl Mm {
         (self.off_a, self.off_b, self.off_c) = (a, b, c);
         self
     }
-    /// `count` repeats of the batch, each at the given strides from the last.
-    pub fn outer(mut self, count: usize, a: usize, b: usize, c: usize) -> Mm {
-        (self.outer, self.outer_a, self.outer_b, self.outer_c) = (count, a, b, c);
-        self
-    }
-    /// Where matrix `(o, i)` of each operand starts (outer batch `o`, batch `i`).
-    pub fn offsets(&self, o: usize, i: usize) -> (usize, usize, usize) {
-        (
-            self.off_a + o * self.outer_a + i * self.stride_a,
-            self.off_b + o * self.outer_b + i * self.stride_b,
-            self.off_c + o * self.outer_c + i * self.stride_c,
-        )
+    /// Where batch `i`'s matrices of each operand start.
+    pub fn offsets(&self, i: usize) -> (usize, usize, usize) {
+        (self.off_a + i * self.stride_a, self.off_b + i * self.stride_b, self.off_c + i * self.stride_c)
     }
     /// The stored shapes (rows, columns) of A, B and C.
     fn stored(&self) -> [(usize, usize); 3] {
@@ -147,26 +126,25 @@ impl Mm {
     /// The number of elements each operand's buffer must hold (saturating: a size that
     /// overflows fits no buffer).
     pub fn extents(&self) -> (usize, usize, usize) {
-        let (last, outer) = (self.batch.saturating_sub(1), self.outer.saturating_sub(1));
+        let last = self.batch.saturating_sub(1);
         let [a, b, c] = self.stored();
-        let need = |off: usize, out: usize, stride: usize, ld: usize, (r, cols): (usize, usize)| {
+        let need = |off: usize, stride: usize, ld: usize, (r, cols): (usize, usize)| {
             if r == 0 || cols == 0 {
                 return off;
             }
-            off.saturating_add(outer.saturating_mul(out))
-                .saturating_add(last.saturating_mul(stride))
+            off.saturating_add(last.saturating_mul(stride))
                 .saturating_add((r - 1).saturating_mul(ld))
                 .saturating_add(cols)
         };
         (
-            need(self.off_a, self.outer_a, self.stride_a, self.lda, a),
-            need(self.off_b, self.outer_b, self.stride_b, self.ldb, b),
-            need(self.off_c, self.outer_c, self.stride_c, self.ldc, c),
+            need(self.off_a, self.stride_a, self.lda, a),
+            need(self.off_b, self.stride_b, self.ldb, b),
+            need(self.off_c, self.stride_c, self.ldc, c),
         )
     }
     /// Floating-point operations of the product (2 m n k per batch).
     pub fn flops(&self) -> f64 {
-        2.0 * (self.m * self.n * self.k * self.batch * self.outer) as f64
+        2.0 * (self.m * self.n * self.k * self.batch) as f64
     }
 }
 

@@ -103,9 +103,6 @@ pub struct CudaOps {
     scratch: Option<CudaSlice<f32>>,
     /// The bf16 twins of the products' operands.
     twins: Twins,
-    /// The device arrays of matrix pointers of the products over outer batches, grown on
-    /// demand.
-    ptrs: Option<CudaSlice<u64>>,
     /// The fused attention's kernels for the head dimension in use, compiled on first use.
     attention: Option<attention::Kernels>,
 }
@@ -134,7 +131,7 @@ impl CudaOps {
         for n in NAMES {
             funcs.insert(*n, module.load_function(n).map_err(|e| dev(&format!("kernel {n}"), e))?);
         }
-        Ok(CudaOps { funcs, device, scratch: None, twins: Twins::default(), ptrs: None, attention: None })
+        Ok(CudaOps { funcs, device, scratch: None, twins: Twins::default(), attention: None })
     }
 
     /// The stream every op runs on (NCCL groups of the model must use it too): the device's
@@ -283,11 +280,6 @@ impl CudaOps {
         let (pa, _ra) = a.device_ptr(&stream);
         let (pb, _rb) = b.device_ptr(&stream);
         let (pc, _rc) = c.device_ptr_mut(&stream);
-        if mm.outer > 1 {
-            // Batches that no single stride reaches: one product over arrays of pointers.
-            let ptrs = batch_pointers(&mm, [pa, pb, pc], size);
-            return self.gemm_pointers(mm, &ptrs, (op_a, lda), (op_b, ldb), ldc, ab_type, compute);
-        }
         let (pa, pb, pc) = (pa + (mm.off_a * size) as u64, pb + (mm.off_b * size) as u64, pc + (mm.off_c * 4) as u64);
         // SAFETY: the extents and row checks of `gemm` keep every batch's operands, from their
         // offsets on, inside a, b and c (the bf16 copies hold the same element counts;
@@ -325,78 +317,4 @@ impl CudaOps {
         }
         .map_err(|e| dev(&format!("cublasGemmStridedBatchedEx {mm:?}"), e))
     }
-
-    /// [`CudaOps::gemm_raw`] over the arrays of matrix pointers `ptrs` (all of A's, then B's,
-    /// then C's): `cublasGemmBatchedEx`.
-    #[allow(clippy::too_many_arguments)]
-    fn gemm_pointers(
-        &mut self,
-        mm: crate::ops::Mm,
-        ptrs: &[u64],
-        (op_a, lda): (blas_sys::cublasOperation_t, i32),
-        (op_b, ldb): (blas_sys::cublasOperation_t, i32),
-        ldc: i32,
-        ab_type: blas_sys::cudaDataType_t,
-        compute: blas_sys::cublasComputeType_t,
-    ) -> Result<()> {
-        let i = launch::int;
-        let (m, n, k) = (i(mm.m)?, i(mm.n)?, i(mm.k)?);
-        let count = ptrs.len() / 3;
-        let (alpha, beta) = (mm.alpha, mm.beta);
-        let stream = self.device.stream().clone();
-        let mut dev_ptrs = match self.ptrs.take() {
-            Some(d) if d.len() >= ptrs.len() => d,
-            _ => stream.alloc_zeros::<u64>(ptrs.len()).map_err(|e| dev("allocating product pointers", e))?,
-        };
-        // Stream-ordered after every product that read the array before.
-        stream.memcpy_htod(ptrs, &mut dev_ptrs).map_err(|e| dev("uploading product pointers", e))?;
-        let (base, guard) = dev_ptrs.device_ptr(&stream);
-        let step = (count * std::mem::size_of::<u64>()) as u64;
-        // SAFETY: the extents and row checks of `gemm` keep every matrix (o, j), from the
-        // offsets `Mm::offsets` gives, inside a, b and c, whose device addresses `ptrs` holds;
-        // the three arrays of `count` pointers each are on the device, uploaded on this stream
-        // before the product; the types, leading dimensions and host alpha/beta are as for the
-        // strided product of `gemm_raw`.
-        let status = unsafe {
-            blas_sys::cublasGemmBatchedEx(
-                *self.device.blas().handle(),
-                op_b,
-                op_a,
-                n,
-                m,
-                k,
-                (&alpha) as *const f32 as *const _,
-                (base + step) as *const *const _,
-                ab_type,
-                ldb,
-                base as *const *const _,
-                ab_type,
-                lda,
-                (&beta) as *const f32 as *const _,
-                (base + 2 * step) as *const *mut _,
-                blas_sys::cudaDataType_t::CUDA_R_32F,
-                ldc,
-                i(count)?,
-                compute,
-                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-        };
-        drop(guard);
-        self.ptrs = Some(dev_ptrs);
-        match status {
-            blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
-            e => Err(dev(&format!("cublasGemmBatchedEx {mm:?}"), e)),
-        }
-    }
-}
-
-/// The device addresses of every matrix of a product over an outer batch, as
-/// `cublasGemmBatchedEx` takes them: all of A's, then all of B's, then all of C's, from the
-/// buffers' addresses `[a, b, c]` and the operands' element size (C is f32).
-fn batch_pointers(mm: &crate::ops::Mm, [a, b, c]: [u64; 3], size: usize) -> Vec<u64> {
-    let matrices = || (0..mm.outer).flat_map(|o| (0..mm.batch).map(move |j| mm.offsets(o, j)));
-    let mut ptrs: Vec<u64> = matrices().map(|(x, _, _)| a + (x * size) as u64).collect();
-    ptrs.extend(matrices().map(|(_, x, _)| b + (x * size) as u64));
-    ptrs.extend(matrices().map(|(_, _, x)| c + (x * 4) as u64));
-    ptrs
 }
