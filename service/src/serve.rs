@@ -124,20 +124,29 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
     tracing::info!(replica = replica.id, kafka = conn.bootstrap(), kafka_security = conn.protocol(), database = %cfg.database.url.split('@').next_back().unwrap_or_default(), listen = cfg.http.listen, "serving");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     // Outages of the broker or the database are waited out inside each part: none of them
-    // ends on one.
+    // ends on one. Each part is a task of its own, so that the runtime's threads run them side
+    // by side: a coordinator busy with a wave of verdicts and their reports does not hold up
+    // the ingest's transactions or the publisher's sends.
+    let mut parts = tokio::task::JoinSet::new();
+    parts.spawn(async move { publisher.run().await.context("outbox publisher") });
+    let consumer = events.clone();
+    parts.spawn(async move { ingest.run(&consumer).await.context("job-event consumer") });
+    parts.spawn(async move { coord.run(notices_rx, reports, events).await.context("coordinator") });
     let ended = tokio::select! {
-        r = publisher.run() => r.context("outbox publisher"),
-        r = ingest.run(&events) => r.context("job-event consumer"),
-        r = coord.run(notices_rx, reports.clone(), events.clone()) => r.context("coordinator"),
+        Some(r) = parts.join_next() => match r {
+            Ok(r) => r,
+            Err(e) => Err(anyhow::Error::from(e).context("a part of the service ended abnormally")),
+        },
         r = &mut http_server => match r {
             Ok(r) => r.context("HTTP server"),
             Err(e) => Err(anyhow::Error::from(e).context("HTTP server")),
         },
         _ = stop_signal(&mut term) => Ok(()),
     };
-    // The parts have stopped (a transaction under way was finished or rolled back as they
-    // were dropped): hand the runs and the publisher's lease over at once, so another
-    // replica takes them without waiting for the leases to run out.
+    // Stop the other parts and wait until they are dropped (a transaction under way is
+    // finished or rolled back as it is dropped), then hand the runs and the publisher's lease
+    // over at once, so another replica takes them without waiting for the leases to run out.
+    parts.shutdown().await;
     keeper.release().await;
     match db.release_runs_of(&replica.id).await {
         Ok(n) if n > 0 => tracing::info!(runs = n, "runs handed over"),
