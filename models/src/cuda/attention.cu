@@ -84,6 +84,27 @@ __device__ __forceinline__ void acc_to_a(u32* a, const float* c0, const float* c
     a[2] = pack(c1[0], c1[1]);
     a[3] = pack(c1[2], c1[3]);
 }
+// acc[n] and acc[n + 1] += a times the B fragments bb of 8-column tiles n and n + 1 (as
+// frag_b_nk and frag_b_kn give them).
+__device__ __forceinline__ void mma2(float (*acc)[4], int n, const u32* a, const u32* bb) {
+    mma(acc[n], a, bb[0], bb[1]);
+    mma(acc[n + 1], a, bb[2], bb[3]);
+}
+// A warp's 16 rows x DP accumulators += a (16 x 16) times rows k0..k0+15 of a shared [k][n]
+// tile of DP columns.
+__device__ __forceinline__ void mma_rows(float (*acc)[4], const u32* a, const bf16_t* s, int k0, int lane) {
+#pragma unroll
+    for (int n = 0; n < DP / 8; n += 2) {
+        u32 bb[4];
+        frag_b_kn(bb, s, k0, n * 8, lane);
+        mma2(acc, n, a, bb);
+    }
+}
+template <int N>
+__device__ __forceinline__ void zero(float (*acc)[4]) {
+#pragma unroll
+    for (int n = 0; n < N; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+}
 __device__ __forceinline__ float quad_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 1));
     return fmaxf(v, __shfl_xor_sync(0xffffffff, v, 2));
@@ -200,8 +221,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_fwd(const bf16_t* qkv, fl
     u32 qf[DP / 16][4];
     frags_from_global(qf, qb, ld3, q0, t, lane);
     float o[DP / 8][4];
-#pragma unroll
-    for (int n = 0; n < DP / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    zero<DP / 8>(o);
     float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
     for (int kt = 0; kt <= qt; kt++) {
         const bf16_t *ks = sm + (kt & 1) * 2 * BK * DS, *vs = ks + BK * DS;
@@ -216,16 +236,14 @@ extern "C" __global__ void __launch_bounds__(128) attn_fwd(const bf16_t* qkv, fl
         }
         __syncthreads();
         float s[BK / 8][4];
-#pragma unroll
-        for (int n = 0; n < BK / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+        zero<BK / 8>(s);
 #pragma unroll
         for (int kk = 0; kk < DP / 16; kk++) {
 #pragma unroll
             for (int n = 0; n < BK / 8; n += 2) {
                 u32 bb[4];
                 frag_b_nk(bb, ks, n * 8, kk * 16, lane);
-                mma(s[n], qf[kk], bb[0], bb[1]);
-                mma(s[n + 1], qf[kk], bb[2], bb[3]);
+                mma2(s, n, qf[kk], bb);
             }
         }
         float mx0 = NEG_INF, mx1 = NEG_INF;
@@ -269,13 +287,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_fwd(const bf16_t* qkv, fl
         for (int kk = 0; kk < BK / 16; kk++) {
             u32 pa[4];
             acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-            for (int n = 0; n < DP / 8; n += 2) {
-                u32 bb[4];
-                frag_b_kn(bb, vs, kk * 16, n * 8, lane);
-                mma(o[n], pa, bb[0], bb[1]);
-                mma(o[n + 1], pa, bb[2], bb[3]);
-            }
+            mma_rows(o, pa, vs, kk * 16, lane);
         }
         __syncthreads();  // every warp is done with this stage before it is refilled
     }
@@ -324,8 +336,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq(const bf16_t* qkv,
     float L0 = row0 < t ? lse[st + row0] * LOG2E : 0.f, L1 = row1 < t ? lse[st + row1] * LOG2E : 0.f;
     float D0 = row0 < t ? delta[st + row0] : 0.f, D1 = row1 < t ? delta[st + row1] : 0.f;
     float dq[DP / 8][4];
-#pragma unroll
-    for (int n = 0; n < DP / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
+    zero<DP / 8>(dq);
     int stages = (min(t, (qt + 1) * BQ) + BK_DQ - 1) / BK_DQ;
     for (int i = 0; i < stages; i++) {
         int k0 = i * BK_DQ;
@@ -342,20 +353,17 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq(const bf16_t* qkv,
         __syncthreads();
         if (k0 <= q0 + 15) {  // else every key of the stage comes after this warp's rows
             float s[BK_DQ / 8][4], dp[BK_DQ / 8][4];
-#pragma unroll
-            for (int n = 0; n < BK_DQ / 8; n++)
-                s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+            zero<BK_DQ / 8>(s);
+            zero<BK_DQ / 8>(dp);
 #pragma unroll
             for (int kk = 0; kk < DP / 16; kk++) {
 #pragma unroll
                 for (int n = 0; n < BK_DQ / 8; n += 2) {
                     u32 bb[4];
                     frag_b_nk(bb, ks, n * 8, kk * 16, lane);
-                    mma(s[n], qf[kk], bb[0], bb[1]);
-                    mma(s[n + 1], qf[kk], bb[2], bb[3]);
+                    mma2(s, n, qf[kk], bb);
                     frag_b_nk(bb, vs, n * 8, kk * 16, lane);
-                    mma(dp[n], df[kk], bb[0], bb[1]);
-                    mma(dp[n + 1], df[kk], bb[2], bb[3]);
+                    mma2(dp, n, df[kk], bb);
                 }
             }
 #pragma unroll
@@ -371,13 +379,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq(const bf16_t* qkv,
             for (int kk = 0; kk < BK_DQ / 16; kk++) {
                 u32 a[4];
                 acc_to_a(a, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-                for (int n = 0; n < DP / 8; n += 2) {
-                    u32 bb[4];
-                    frag_b_kn(bb, ks, kk * 16, n * 8, lane);
-                    mma(dq[n], a, bb[0], bb[1]);
-                    mma(dq[n + 1], a, bb[2], bb[3]);
-                }
+                mma_rows(dq, a, ks, kk * 16, lane);
             }
         }
         __syncthreads();
@@ -410,9 +412,8 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkv(const bf16_t* qkv
     stage_rows(rows + BQ_DKV, BQ_DKV, delta + st, kt * BK, t);
     cp_commit();
     float dk[DP / 8][4], dv[DP / 8][4];
-#pragma unroll
-    for (int n = 0; n < DP / 8; n++)
-        dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.f;
+    zero<DP / 8>(dk);
+    zero<DP / 8>(dv);
     int count = (t - kt * BK + BQ_DKV - 1) / BQ_DKV;
     for (int i = 0; i < count; i++) {
         int q0 = kt * BK + i * BQ_DKV;
@@ -433,9 +434,8 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkv(const bf16_t* qkv
         __syncthreads();
         if (q0 + BQ_DKV - 1 >= kw) {  // else every query of the stage comes before this warp's keys
             float s[BQ_DKV / 8][4], dp[BQ_DKV / 8][4];
-#pragma unroll
-            for (int n = 0; n < BQ_DKV / 8; n++)
-                s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+            zero<BQ_DKV / 8>(s);
+            zero<BQ_DKV / 8>(dp);
 #pragma unroll
             for (int kk = 0; kk < DP / 16; kk++) {
                 u32 ka[4], va[4];
@@ -445,11 +445,9 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkv(const bf16_t* qkv
                 for (int n = 0; n < BQ_DKV / 8; n += 2) {
                     u32 bb[4];
                     frag_b_nk(bb, qs, n * 8, kk * 16, lane);
-                    mma(s[n], ka, bb[0], bb[1]);
-                    mma(s[n + 1], ka, bb[2], bb[3]);
+                    mma2(s, n, ka, bb);
                     frag_b_nk(bb, dos, n * 8, kk * 16, lane);
-                    mma(dp[n], va, bb[0], bb[1]);
-                    mma(dp[n + 1], va, bb[2], bb[3]);
+                    mma2(dp, n, va, bb);
                 }
             }
 #pragma unroll
@@ -471,11 +469,9 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkv(const bf16_t* qkv
                 for (int n = 0; n < DP / 8; n += 2) {
                     u32 bb[4];
                     frag_b_kn(bb, dos, kk * 16, n * 8, lane);
-                    mma(dv[n], pa, bb[0], bb[1]);
-                    mma(dv[n + 1], pa, bb[2], bb[3]);
+                    mma2(dv, n, pa, bb);
                     frag_b_kn(bb, qs, kk * 16, n * 8, lane);
-                    mma(dk[n], da, bb[0], bb[1]);
-                    mma(dk[n + 1], da, bb[2], bb[3]);
+                    mma2(dk, n, da, bb);
                 }
             }
         }
