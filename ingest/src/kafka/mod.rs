@@ -84,14 +84,52 @@ pub fn tail_consumer(conn: &KafkaConn, topic: &str) -> Result<StreamConsumer, Ka
     Ok(c)
 }
 
-/// (partition, high watermark) of every partition of `topic`.
+/// How long [`partition_ends`] waits out a topic whose partitions have no leader yet.
+const LEADER_WAIT: Duration = Duration::from_secs(30);
+
+/// Whether `e` says that a partition has no leader yet, or not this one: a topic created a
+/// moment ago, or a broker that just started. It passes; anything else does not.
+fn leader_moving(e: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(C::NotLeaderForPartition | C::LeaderNotAvailable | C::UnknownTopicOrPartition)
+    )
+}
+
+/// (partition, high watermark) of every partition of `topic`, waiting up to [`LEADER_WAIT`]
+/// while its partitions have no leader yet (a topic just created, a broker just started).
 pub fn partition_ends<C: rdkafka::client::ClientContext>(
     client: &rdkafka::client::Client<C>,
     topic: &str,
 ) -> Result<Vec<(i32, i64)>, KafkaError> {
+    let deadline = std::time::Instant::now() + LEADER_WAIT;
+    loop {
+        match partition_ends_once(client, topic) {
+            Err(e) if leader_moving(&e) && std::time::Instant::now() < deadline => {
+                tracing::info!(topic, "waiting for the partitions' leader: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            r => return r,
+        }
+    }
+}
+
+fn partition_ends_once<C: rdkafka::client::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: &str,
+) -> Result<Vec<(i32, i64)>, KafkaError> {
+    use rdkafka::types::RDKafkaErrorCode as C;
     let md = client.fetch_metadata(Some(topic), Duration::from_secs(10))?;
     let mut out = Vec::new();
     for t in md.topics() {
+        // A topic the broker is still creating comes back with an error and no partitions.
+        if let Some(e) = t.error() {
+            return Err(KafkaError::MetadataFetch(C::from(e)));
+        }
+        if t.partitions().is_empty() {
+            return Err(KafkaError::MetadataFetch(C::UnknownTopicOrPartition));
+        }
         for p in t.partitions() {
             let (_, high) = client.fetch_watermarks(topic, p.id(), Duration::from_secs(10))?;
             out.push((p.id(), high));
@@ -106,4 +144,20 @@ pub fn reader(conn: &KafkaConn) -> Result<BaseConsumer, KafkaError> {
         .set("group.id", format!("gpusanity-reader-{}", uuid::Uuid::new_v4()))
         .set("enable.auto.commit", "false")
         .create()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::types::RDKafkaErrorCode as C;
+
+    #[test]
+    fn only_a_moving_leader_is_waited_out() {
+        for c in [C::NotLeaderForPartition, C::LeaderNotAvailable, C::UnknownTopicOrPartition] {
+            assert!(leader_moving(&KafkaError::MetadataFetch(c)), "{c:?}");
+        }
+        for c in [C::TopicAuthorizationFailed, C::BrokerTransportFailure, C::SaslAuthenticationFailed] {
+            assert!(!leader_moving(&KafkaError::MetadataFetch(c)), "{c:?}");
+        }
+    }
 }
