@@ -104,11 +104,12 @@ pub fn partition_ends<C: rdkafka::client::ClientContext>(
     topic: &str,
 ) -> Result<Vec<(i32, i64)>, KafkaError> {
     let deadline = std::time::Instant::now() + LEADER_WAIT;
+    let mut backoff = crate::retry::Backoff::default();
     loop {
         match partition_ends_once(client, topic) {
             Err(e) if leader_moving(&e) && std::time::Instant::now() < deadline => {
                 tracing::info!(topic, "waiting for the partitions' leader: {e}");
-                std::thread::sleep(Duration::from_millis(200));
+                std::thread::sleep(backoff.step());
             }
             r => return r,
         }
