@@ -27,7 +27,7 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 print("status:", r["status"], "|", r["summary"])
 keys = ["tflops", "busbw_gbps", "launch_us", "round_trip_us", "busbw_gbps_min", "overlap_efficiency",
-        "step_ms_median", "tokens_per_s", "images_per_s", "mfu", "loss_first", "loss_final"]
+        "step_ms_median", "tokens_per_s", "images_per_s", "mfu", "loss_first", "loss_final", "graph_steps"]
 for c in r["checks"]:
     figs = []
     for k in c["ranks"]:

@@ -75,6 +75,11 @@ impl Ops for CpuOps {
         *b.get_mut(i).ok_or_else(|| ModelError::Config(format!("element {i} of {len}")))? = v;
         Ok(())
     }
+    fn write(&mut self, b: &mut Vec<f32>, x: &[f32]) -> Result<()> {
+        check("write", b.len() == x.len())?;
+        b.copy_from_slice(x);
+        Ok(())
+    }
 
     fn matmul(&mut self, mm: Mm, a: &Vec<f32>, b: &Vec<f32>, c: &mut Vec<f32>) -> Result<()> {
         let (ea, eb, ec) = mm.extents();

@@ -191,12 +191,13 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             self.cfg.shape.ctx,
             seed_of(self.cfg.data_seed, &format!("step{step}")),
         );
-        self.tok = ops.upload(&x)?;
-        self.tgt = ops.upload(&y)?;
+        // Into the same buffers every step: a step graph reads them where it was recorded.
+        ops.write(&mut self.tok, &x)?;
+        ops.write(&mut self.tgt, &y)?;
         Ok(())
     }
 
-    fn forward_backward(&mut self, ops: &mut O, tp: &mut dyn Comm<O::Buf>) -> Result<f32> {
+    fn forward_backward(&mut self, ops: &mut O, tp: &mut dyn Comm<O::Buf>) -> Result<()> {
         let Gpt { cfg, params: ps, xs, acts, sc, tok, tgt, .. } = self;
         let (v, t, c, l) = (cfg.shape.vocab, cfg.shape.ctx, cfg.shape.dim, cfg.shape.layers);
         let (cl, n) = (cfg.cl(), cfg.rows());
@@ -307,10 +308,16 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
         let (wte, wpe) = ps.split_at_mut(1);
         ops.fill(&mut wte[0].g, 0.0)?;
         ops.fill(&mut wpe[0].g, 0.0)?;
-        ops.embed_bwd(tok, &sc.dx, &mut wte[0].g, &mut wpe[0].g, t, c)?;
+        ops.embed_bwd(tok, &sc.dx, &mut wte[0].g, &mut wpe[0].g, t, c)
+    }
 
-        let losses = ops.download(&sc.losses)?;
+    fn loss(&mut self, ops: &mut O) -> Result<f32> {
+        let losses = ops.download(&self.sc.losses)?;
         Ok(losses.iter().sum::<f32>() / losses.len() as f32)
+    }
+
+    fn graph_key(&self) -> usize {
+        0
     }
 
     fn flops_per_step(&self) -> f64 {

@@ -200,6 +200,22 @@ pub struct Heads {
     pub d: usize,
 }
 
+/// How [`Ops::graph_step`] ran a step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GraphRun {
+    /// As it is, op by op (a backend without graphs).
+    Eager,
+    /// Recorded into a graph, which then ran it.
+    Recorded,
+    /// From the graph recorded earlier.
+    Replayed,
+    /// Op by op: the backend's state (its operand copies and scratch) differs from the one the
+    /// graph was recorded in, and the graph has been recorded too often already.
+    Stale,
+    /// Op by op: recording failed, for this reason; the key is not recorded again.
+    Failed(String),
+}
+
 /// The operations, on buffers of f32 that live on the backend's device.
 pub trait Ops {
     type Buf;
@@ -216,6 +232,23 @@ pub trait Ops {
     fn fill(&mut self, b: &mut Self::Buf, v: f32) -> Result<()>;
     /// Sets element `i` to `v` (fault injection).
     fn set(&mut self, b: &mut Self::Buf, i: usize, v: f32) -> Result<()>;
+    /// Overwrites `b` with `x`, of the same length (a new batch into the buffer a step reads).
+    fn write(&mut self, b: &mut Self::Buf, x: &[f32]) -> Result<()>;
+
+    /// Runs `body`, which enqueues one step's forward and backward, as step graph `key`: a
+    /// backend that can record the work once and replay it (CUDA graphs: one launch instead
+    /// of a thousand) does so; the default runs `body` as it is. `body` must enqueue the same
+    /// work on the same buffers every time it is called with the same key, and must not read
+    /// results back.
+    fn graph_step(&mut self, _key: usize, body: &mut dyn FnMut(&mut Self) -> Result<()>) -> Result<GraphRun>
+    where
+        Self: Sized,
+    {
+        body(self)?;
+        Ok(GraphRun::Eager)
+    }
+    /// Drops the recorded step graphs (they hold the addresses of the model's buffers).
+    fn drop_graphs(&mut self) {}
 
     fn matmul(&mut self, mm: Mm, a: &Self::Buf, b: &Self::Buf, c: &mut Self::Buf) -> Result<()>;
     /// `y += alpha x`.

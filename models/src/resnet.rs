@@ -299,7 +299,7 @@ impl<O: Ops> Model<O> for Resnet<O::Buf> {
         Ok(())
     }
 
-    fn forward_backward(&mut self, ops: &mut O, _tp: &mut dyn Comm<O::Buf>) -> Result<f32> {
+    fn forward_backward(&mut self, ops: &mut O, _tp: &mut dyn Comm<O::Buf>) -> Result<()> {
         let Resnet {
             cfg,
             params: ps,
@@ -352,9 +352,17 @@ impl<O: Ops> Model<O> for Resnet<O::Buf> {
         let dfirst = blocks.first().map_or(&*dlast, |b| &b.dx);
         ops.maxpool_bwd(dfirst, arg, dpooled, *pool)?;
         ops.relu_bwd(stem_act, dpooled, dstem)?;
-        stem.backward(ops, ps, x, dstem)?;
-        let l = ops.download(losses)?;
+        stem.backward(ops, ps, x, dstem)
+    }
+
+    fn loss(&mut self, ops: &mut O) -> Result<f32> {
+        let l = ops.download(&self.losses)?;
         Ok(l.iter().sum::<f32>() / l.len() as f32)
+    }
+
+    /// The batch: each of the pool's is its own buffer, so its own graph.
+    fn graph_key(&self) -> usize {
+        self.cur
     }
 
     fn flops_per_step(&self) -> f64 {

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use crate::comm::Comm;
-use crate::ops::{Adam, Ops};
+use crate::ops::{Adam, GraphRun, Ops};
 use crate::Result;
 
 /// A learnable tensor with its gradient and AdamW moments.
@@ -31,10 +31,17 @@ pub trait Model<O: Ops> {
     fn params_mut(&mut self) -> &mut [Param<O::Buf>];
     /// Loads the synthetic batch of step `step` onto the device.
     fn load_batch(&mut self, ops: &mut O, step: usize) -> Result<()>;
-    /// Forward and backward on the loaded batch; leaves the gradients in the parameters and
-    /// returns this rank's mean loss. `tp` is the tensor-parallel group (a one-rank group for
-    /// a model without tensor parallelism).
-    fn forward_backward(&mut self, ops: &mut O, tp: &mut dyn Comm<O::Buf>) -> Result<f32>;
+    /// Enqueues forward and backward on the loaded batch, leaving the gradients in the
+    /// parameters and each example's loss on the device; reads nothing back, so that a backend
+    /// can record it as a graph (the same work on the same buffers for the same
+    /// [`Model::graph_key`]). `tp` is the tensor-parallel group (a one-rank group for a model
+    /// without tensor parallelism).
+    fn forward_backward(&mut self, ops: &mut O, tp: &mut dyn Comm<O::Buf>) -> Result<()>;
+    /// This rank's mean loss of the last forward (reads it back: waits for the device).
+    fn loss(&mut self, ops: &mut O) -> Result<f32>;
+    /// Which step graph the loaded batch's forward and backward are: steps with the same key
+    /// enqueue the same work on the same buffers.
+    fn graph_key(&self) -> usize;
     /// Floating-point operations of one training step on this rank (matrix products, forward
     /// and backward).
     fn flops_per_step(&self) -> f64;
@@ -54,7 +61,15 @@ pub struct TrainOpts {
     pub repeat: usize,
     /// Fault injection: flip a bit of one parameter after training, before the final checksum.
     pub corrupt: bool,
+    /// Forward and backward as step graphs from step [`GRAPH_FROM`] on, where the backend has
+    /// them ([`Ops::graph_step`]) and the model runs on one rank of tensor parallelism.
+    pub graphs: bool,
 }
+
+/// The first step that may run as a graph: the ones before make the operand copies and grow
+/// the scratch buffers (neither may happen in a graph), so that the state a graph is recorded
+/// in is the one every later step starts from.
+pub const GRAPH_FROM: usize = 2;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrainOutcome {
@@ -70,6 +85,10 @@ pub struct TrainOutcome {
     /// ...and when the check reads them at the end (differs only if memory changed at rest).
     pub checksum_final: u64,
     pub param_count: usize,
+    /// Steps whose forward and backward ran from a graph (recorded or replayed).
+    pub graph_steps: usize,
+    /// Why a step graph could not be recorded (the steps then ran op by op), if one could not.
+    pub graph_error: Option<String>,
 }
 
 /// The hash of every parameter's value, in order.
@@ -112,6 +131,8 @@ pub fn train<O: Ops, M: Model<O>>(
     let mut step_s = Vec::with_capacity(opts.steps);
     let mut compute_s = Vec::with_capacity(opts.steps);
     let grad_scale = 1.0 / dp.size() as f32;
+    let graphs = opts.graphs && tp.size() == 1;
+    let (mut graph_steps, mut graph_error) = (0, None);
     for step in 0..opts.steps {
         progress(step);
         ops.sync()?;
@@ -122,10 +143,24 @@ pub fn train<O: Ops, M: Model<O>>(
                 ops.set(&mut p.w, 0, f32::NAN)?;
             }
         }
-        let mut loss = model.forward_backward(ops, tp)?;
-        for _ in 1..opts.repeat {
-            loss = model.forward_backward(ops, tp)?;
+        let key = model.graph_key();
+        let mut graphed = false;
+        for _ in 0..opts.repeat.max(1) {
+            let mut body = |o: &mut O| model.forward_backward(o, tp);
+            if !graphs || step < GRAPH_FROM {
+                body(ops)?;
+                continue;
+            }
+            match ops.graph_step(key, &mut body)? {
+                GraphRun::Recorded | GraphRun::Replayed => graphed = true,
+                GraphRun::Failed(why) => {
+                    graph_error.get_or_insert(why);
+                }
+                GraphRun::Eager | GraphRun::Stale => {}
+            }
         }
+        graph_steps += usize::from(graphed);
+        let loss = model.loss(ops)?;
         ops.sync()?;
         compute_s.push(start.elapsed().as_secs_f64());
         for p in model.params_mut() {
@@ -145,6 +180,7 @@ pub fn train<O: Ops, M: Model<O>>(
         step_s.push(start.elapsed().as_secs_f64());
         losses.push(loss);
     }
+    ops.drop_graphs();
     progress(opts.steps);
     let checksum_after_update = checksum(ops, model.params_mut())?;
     if opts.corrupt {
@@ -159,7 +195,16 @@ pub fn train<O: Ops, M: Model<O>>(
     }
     let checksum_final = checksum(ops, model.params_mut())?;
     let param_count = model.params_mut().iter().map(|p| O::len(&p.w)).sum();
-    Ok(TrainOutcome { losses, step_s, compute_s, checksum_after_update, checksum_final, param_count })
+    Ok(TrainOutcome {
+        losses,
+        step_s,
+        compute_s,
+        checksum_after_update,
+        checksum_final,
+        param_count,
+        graph_steps,
+        graph_error,
+    })
 }
 
 /// What the loss curve says, judged on a learnable task.
@@ -210,8 +255,16 @@ mod tests {
         let shape = GptShape { vocab: 8, ctx: 4, layers: 1, heads: 2, dim: 8, batch: 2 };
         let mut ops = CpuOps;
         let mut m = Gpt::new(&mut ops, GptConfig { shape, tp_size: 1, tp_rank: 0, seed: 1, data_seed: 1 }).unwrap();
-        let opts =
-            TrainOpts { steps: 3, lr: 1e-3, lr_warmup: 1, weight_decay: 0.0, nan_at: None, repeat: 1, corrupt: false };
+        let opts = TrainOpts {
+            steps: 3,
+            lr: 1e-3,
+            lr_warmup: 1,
+            weight_decay: 0.0,
+            nan_at: None,
+            repeat: 1,
+            corrupt: false,
+            graphs: false,
+        };
         let mut seen = Vec::new();
         train(&mut ops, &mut m, &mut Solo, &mut Solo, &opts, &mut |s| seen.push(s)).unwrap();
         assert_eq!(seen, [0, 1, 2, 3]);

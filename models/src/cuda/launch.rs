@@ -4,7 +4,7 @@ use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::grid::{bias_grid, channel_chunks, chunking, col_parts, elems, quads, rows, ConvArgs};
 use super::{dev, twins, CudaOps, BF16_MIN_SIDE};
-use crate::ops::{whole, Adam, Conv, Heads, Mm, Ops};
+use crate::ops::{whole, Adam, Conv, GraphRun, Heads, Mm, Ops};
 use crate::{ModelError, Result};
 
 type Buf = CudaSlice<f32>;
@@ -59,16 +59,19 @@ impl Ops for CudaOps {
         )
     }
     fn upload(&mut self, x: &[f32]) -> Result<Buf> {
+        self.graphs.refuse("an upload")?;
         let b = self.stream().clone_htod(x).map_err(|e| dev("upload", e))?;
         self.twins.allocated(&b);
         Ok(b)
     }
     fn zeros(&mut self, n: usize) -> Result<Buf> {
+        self.graphs.refuse("an allocation")?;
         let b = self.stream().alloc_zeros(n.max(1)).map_err(|e| dev(&format!("allocating {n} f32"), e))?;
         self.twins.allocated(&b);
         Ok(b)
     }
     fn download(&mut self, b: &Buf) -> Result<Vec<f32>> {
+        self.graphs.refuse("a download")?;
         let v = self.stream().clone_dtoh(b).map_err(|e| dev("download", e))?;
         self.sync()?;
         Ok(v)
@@ -77,6 +80,7 @@ impl Ops for CudaOps {
         b.len()
     }
     fn sync(&mut self) -> Result<()> {
+        self.graphs.refuse("a synchronization")?;
         self.stream().synchronize().map_err(|e| dev("synchronize", e))
     }
     fn fill(&mut self, b: &mut Buf, v: f32) -> Result<()> {
@@ -89,6 +93,18 @@ impl Ops for CudaOps {
         check("set", i < b.len())?;
         let i = int(i)?;
         launch!(self, "set1", elems(1); b, &i, &v)
+    }
+    fn graph_step(&mut self, key: usize, body: &mut dyn FnMut(&mut Self) -> Result<()>) -> Result<GraphRun> {
+        self.run_graph(key, body)
+    }
+    fn drop_graphs(&mut self) {
+        self.forget_graphs();
+    }
+    fn write(&mut self, b: &mut Buf, x: &[f32]) -> Result<()> {
+        self.graphs.refuse("a write from the host")?;
+        self.twins.wrote(b);
+        check("write", b.len() == x.len())?;
+        self.stream().memcpy_htod(x, b).map_err(|e| dev("write", e))
     }
     fn matmul(&mut self, mm: Mm, a: &Buf, b: &Buf, c: &mut Buf) -> Result<()> {
         self.twins.wrote(c);

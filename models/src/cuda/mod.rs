@@ -10,6 +10,7 @@
 //! NVRTC (a library, so the node needs no compiler binary) for the device's own architecture.
 
 pub mod attention;
+mod graphs;
 mod grid;
 mod launch;
 #[cfg(test)]
@@ -105,6 +106,8 @@ pub struct CudaOps {
     twins: Twins,
     /// The fused attention's kernels for the head dimension in use, compiled on first use.
     attention: Option<attention::Kernels>,
+    /// The recorded step graphs.
+    graphs: graphs::Graphs,
 }
 
 /// A product runs on bf16 copies of its operands when each of its sides is at least this
@@ -131,7 +134,14 @@ impl CudaOps {
         for n in NAMES {
             funcs.insert(*n, module.load_function(n).map_err(|e| dev(&format!("kernel {n}"), e))?);
         }
-        Ok(CudaOps { funcs, device, scratch: None, twins: Twins::default(), attention: None })
+        Ok(CudaOps {
+            funcs,
+            device,
+            scratch: None,
+            twins: Twins::default(),
+            attention: None,
+            graphs: Default::default(),
+        })
     }
 
     /// The stream every op runs on (NCCL groups of the model must use it too): the device's
@@ -154,7 +164,13 @@ impl CudaOps {
     fn with_scratch(&mut self, n: usize, f: impl FnOnce(&mut Self, &mut CudaSlice<f32>) -> Result<()>) -> Result<()> {
         let mut part = match self.scratch.take() {
             Some(s) if s.len() >= n => s,
-            _ => self.stream().alloc_zeros(n.max(1)).map_err(|e| dev(&format!("allocating {n} f32 of scratch"), e))?,
+            old => {
+                if let Err(e) = self.graphs.refuse("growing the scratch buffer") {
+                    self.scratch = old;
+                    return Err(e);
+                }
+                self.stream().alloc_zeros(n.max(1)).map_err(|e| dev(&format!("allocating {n} f32 of scratch"), e))?
+            }
         };
         let done = f(self, &mut part);
         self.scratch = Some(part);
@@ -176,7 +192,13 @@ impl CudaOps {
                 t.valid = true;
                 Ok(t)
             }
-            _ => {
+            other => {
+                if let Err(e) = self.graphs.refuse("a new bf16 twin") {
+                    if let Some(t) = other {
+                        self.twins.put(at, t);
+                    }
+                    return Err(e);
+                }
                 let n = x.len().max(1);
                 let mut half = self.stream().alloc_zeros(n).map_err(|e| dev(&format!("allocating {n} bf16"), e))?;
                 self.convert(x, &mut half)?;
@@ -197,7 +219,13 @@ impl CudaOps {
     ) -> Result<()> {
         let mut t = match self.twins.take(at) {
             Some(t) if t.half.len() >= len => t,
-            _ => {
+            other => {
+                if let Err(e) = self.graphs.refuse("a new bf16 twin") {
+                    if let Some(t) = other {
+                        self.twins.put(at, t);
+                    }
+                    return Err(e);
+                }
                 let n = len.max(1);
                 let half = self.stream().alloc_zeros(n).map_err(|e| dev(&format!("allocating {n} bf16"), e))?;
                 Twin { half, valid: false }

@@ -32,6 +32,10 @@ pub(super) fn address(b: &CudaSlice<f32>) -> u64 {
     b.device_ptr(b.stream()).0
 }
 
+fn half_address(b: &CudaSlice<u16>) -> u64 {
+    b.device_ptr(b.stream()).0
+}
+
 impl Twins {
     fn map(&self) -> MutexGuard<'_, HashMap<u64, Twin>> {
         // A panic while the map was held leaves it as it was: still usable.
@@ -57,6 +61,22 @@ impl Twins {
 
     pub(super) fn put(&self, at: u64, t: Twin) {
         self.map().insert(at, t);
+    }
+
+    /// Every twin is stale (their buffers kept for reuse).
+    pub(super) fn invalidate_all(&self) {
+        for t in self.map().values_mut() {
+            t.valid = false;
+        }
+    }
+
+    /// Every twin as (f32 address, bf16 address, bf16 length, valid), in address order: what a
+    /// step graph recorded with them depends on.
+    pub(super) fn state(&self) -> Vec<(u64, u64, usize, bool)> {
+        let m = self.map();
+        let mut v: Vec<_> = m.iter().map(|(at, t)| (*at, half_address(&t.half), t.half.len(), t.valid)).collect();
+        v.sort_unstable();
+        v
     }
 
     /// How many twins are held, and how many of them are valid.

@@ -33,7 +33,8 @@ fn gradients_match_finite_differences() {
             let w0 = m.params[pi].w[i];
             let mut loss_at = |w: f32| {
                 m.params[pi].w[i] = w;
-                m.forward_backward(&mut ops, &mut Solo).unwrap() as f64
+                m.forward_backward(&mut ops, &mut Solo).unwrap();
+                m.loss(&mut ops).unwrap() as f64
             };
             let num = (loss_at(w0 + h) - loss_at(w0 - h)) / (2.0 * h as f64);
             m.params[pi].w[i] = w0;
@@ -83,7 +84,16 @@ impl Comm<Vec<f32>> for ThreadComm {
 }
 
 fn opts(steps: usize) -> TrainOpts {
-    TrainOpts { steps, lr_warmup: 1, lr: 3e-3, weight_decay: 0.01, nan_at: None, repeat: 1, corrupt: false }
+    TrainOpts {
+        steps,
+        lr_warmup: 1,
+        lr: 3e-3,
+        weight_decay: 0.01,
+        nan_at: None,
+        repeat: 1,
+        corrupt: false,
+        graphs: false,
+    }
 }
 
 #[test]

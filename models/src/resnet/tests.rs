@@ -24,7 +24,8 @@ fn gradients_match_finite_differences() {
         let w0 = m.params[pi].w[big];
         let mut loss_at = |w: f32| {
             m.params[pi].w[big] = w;
-            m.forward_backward(&mut ops, &mut Solo).unwrap() as f64
+            m.forward_backward(&mut ops, &mut Solo).unwrap();
+            m.loss(&mut ops).unwrap() as f64
         };
         let num = (loss_at(w0 + h) - loss_at(w0 - h)) / (2.0 * h as f64);
         m.params[pi].w[big] = w0;
@@ -41,8 +42,16 @@ fn loss_falls_on_the_image_task() {
     let cfg =
         ResnetConfig { image: 32, batch: 8, width: 8, blocks: vec![1, 1, 1, 1], classes: 4, seed: 1, data_seed: 2 };
     let mut m = Resnet::new(&mut ops, cfg).unwrap();
-    let opts =
-        TrainOpts { steps: 20, lr_warmup: 1, lr: 2e-3, weight_decay: 0.01, nan_at: None, repeat: 1, corrupt: false };
+    let opts = TrainOpts {
+        steps: 20,
+        lr_warmup: 1,
+        lr: 2e-3,
+        weight_decay: 0.01,
+        nan_at: None,
+        repeat: 1,
+        corrupt: false,
+        graphs: false,
+    };
     let out = train(&mut ops, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();
     assert_eq!(judge_losses(&out.losses, 0.2), LossVerdict::Ok, "{:?}", out.losses);
     assert!(Model::<CpuOps>::flops_per_step(&m) > 0.0);

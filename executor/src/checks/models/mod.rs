@@ -136,6 +136,7 @@ fn train_opts(ctx: &CheckCtx<'_>, steps: usize, lr: f64, warmup: usize) -> Train
         nan_at: ctx.faults.has("model-nan", rank).then_some(steps / 3),
         repeat: if ctx.faults.has("model-slow", rank) { SLOW_REPEAT } else { 1 },
         corrupt: ctx.faults.has("model-corrupt", rank),
+        graphs: true,
     }
 }
 
@@ -241,6 +242,7 @@ fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
         (&format!("{}_per_s", plan.unit) as &str, plan.items_per_step / step),
         ("tflops", m.flops_per_step / step / 1e12),
         ("params", out.param_count as f64),
+        ("graph_steps", out.graph_steps as f64),
     ] {
         // JSON has no NaN: a non-finite loss stays in the notes only.
         if v.is_finite() {
@@ -257,6 +259,9 @@ fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
     r.notes.insert("dp_group".into(), plan.layout.tp_index(rank).to_string());
     r.notes.insert("layout".into(), plan.layout.describe());
     r.notes.insert("ops".into(), m.ops);
+    if let Some(why) = &out.graph_error {
+        r.notes.insert("graph_error".into(), why.clone());
+    }
     r
 }
 
