@@ -114,6 +114,25 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffff, v, 2);
 }
 
+// Masks a warp's N 8-column tiles of scores (rows r0 + g and r0 + g + 8, columns c0 + 8 n + 2 t
+// and the next) to -inf where the key does not see the query or either is at or past t. Rows are
+// queries and columns keys (the forward, the queries' gradient), or the other way round
+// (`rows_are_keys`: the keys' gradient's transposed scores). Called only for the tiles that
+// cross the diagonal or t: every other tile is wholly seen, and skips the per-element tests.
+template <int N>
+__device__ __forceinline__ void mask(float (*s)[4], int r0, int c0, int t, int lane, bool rows_are_keys) {
+    int g = lane >> 2, c2 = 2 * (lane & 3);
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = r0 + g + (e >= 2 ? 8 : 0), col = c0 + n * 8 + c2 + (e & 1);
+            int key = rows_are_keys ? row : col, query = rows_are_keys ? col : row;
+            if (key > query || query >= t || key >= t) s[n][e] = NEG_INF;
+        }
+    }
+}
+
 __device__ __forceinline__ void cp_async16(bf16_t* dst, const bf16_t* src, int bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_addr(dst)), "l"(src), "r"(bytes));
 }
@@ -246,13 +265,14 @@ extern "C" __global__ void __launch_bounds__(128) attn_fwd(const bf16_t* qkv, fl
                 mma2(s, n, qf[kk], bb);
             }
         }
+        // Key tiles before the diagonal one are wholly seen (BQ == BK) and before t.
+        if (kt == qt) mask<BK / 8>(s, q0, kt * BK, t, lane, false);
         float mx0 = NEG_INF, mx1 = NEG_INF;
 #pragma unroll
         for (int n = 0; n < BK / 8; n++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int key = kt * BK + n * 8 + c2 + (e & 1), row = e >= 2 ? row1 : row0;
-                float v = key <= row && key < t ? s[n][e] * sl2 : NEG_INF;
+                float v = s[n][e] * sl2;
                 s[n][e] = v;
                 if (e >= 2) mx1 = fmaxf(mx1, v); else mx0 = fmaxf(mx0, v);
             }
@@ -366,12 +386,14 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq(const bf16_t* qkv,
                     mma2(dp, n, df[kk], bb);
                 }
             }
+            // A stage with a key after one of the warp's rows, or past t, is masked.
+            if (k0 + BK_DQ - 1 > q0 || k0 + BK_DQ > t) mask<BK_DQ / 8>(s, q0, k0, t, lane, false);
 #pragma unroll
             for (int n = 0; n < BK_DQ / 8; n++) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    int key = k0 + n * 8 + c2 + (e & 1), row = e >= 2 ? row1 : row0;
-                    float p = key <= row && key < t ? exp2f(s[n][e] * sl2 - (e >= 2 ? L1 : L0)) : 0.f;
+                    // exp2(-inf) = 0 for the masked scores.
+                    float p = exp2f(s[n][e] * sl2 - (e >= 2 ? L1 : L0));
                     s[n][e] = p * (dp[n][e] - (e >= 2 ? D1 : D0)) * scale;
                 }
             }
@@ -402,7 +424,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkv(const bf16_t* qkv
     float* rows = reinterpret_cast<float*>(stages + 2 * step);  // per stage: lse, then delta
     HEAD
     const bf16_t *qb = qkv + qoff, *kb = qb + (long)h * d, *vb = qb + 2L * h * d, *dyb = dy + yoff;
-    int kt = blockIdx.x, kw = kt * BK + warp * 16, key0 = kw + g, key1 = key0 + 8;
+    int kt = blockIdx.x, kw = kt * BK + warp * 16;
     long st = (long)bh * t;
     stage(ks, BK, kb, ld3, kt * BK, t);
     stage(vs, BK, vb, ld3, kt * BK, t);
@@ -450,12 +472,16 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkv(const bf16_t* qkv
                     mma2(dp, n, va, bb);
                 }
             }
+            // A stage with a query before one of the warp's keys, or a query or key past t, is
+            // masked.
+            if (q0 < kw + 15 || q0 + BQ_DKV > t || kw + 16 > t) mask<BQ_DKV / 8>(s, kw, q0, t, lane, true);
 #pragma unroll
             for (int n = 0; n < BQ_DKV / 8; n++) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    int qi = n * 8 + c2 + (e & 1), q = q0 + qi, key = e >= 2 ? key1 : key0;
-                    float p = q >= key && q < t && key < t ? exp2f(s[n][e] * sl2 - ls[qi] * LOG2E) : 0.f;
+                    int qi = n * 8 + c2 + (e & 1);
+                    // exp2(-inf) = 0 for the masked scores.
+                    float p = exp2f(s[n][e] * sl2 - ls[qi] * LOG2E);
                     s[n][e] = p;
                     dp[n][e] = p * (dp[n][e] - dl[qi]) * scale;
                 }
