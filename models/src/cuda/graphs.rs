@@ -135,3 +135,6 @@ impl CudaOps {
         self.graphs = Graphs::default();
     }
 }
+
+#[cfg(test)]
+mod tests;

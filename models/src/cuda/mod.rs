@@ -181,6 +181,19 @@ impl CudaOps {
         self.funcs.get(name).ok_or_else(|| ModelError::Device(format!("kernel {name} not loaded")))
     }
 
+    /// A new bf16 buffer of `n` elements for the twin of the buffer at `at`; while a step graph
+    /// is recorded an error instead, with `old` (the twin taken out, too short) put back.
+    fn alloc_twin(&mut self, at: u64, old: Option<Twin>, n: usize) -> Result<CudaSlice<u16>> {
+        if let Err(e) = self.graphs.refuse("a new bf16 twin") {
+            if let Some(t) = old {
+                self.twins.put(at, t);
+            }
+            return Err(e);
+        }
+        let n = n.max(1);
+        self.stream().alloc_zeros(n).map_err(|e| dev(&format!("allocating {n} bf16"), e))
+    }
+
     /// The valid bf16 twin of `x`, made or brought up to date now (taken out of the twins:
     /// the caller puts it back).
     fn twin_of(&mut self, x: &CudaSlice<f32>) -> Result<Twin> {
@@ -193,14 +206,7 @@ impl CudaOps {
                 Ok(t)
             }
             other => {
-                if let Err(e) = self.graphs.refuse("a new bf16 twin") {
-                    if let Some(t) = other {
-                        self.twins.put(at, t);
-                    }
-                    return Err(e);
-                }
-                let n = x.len().max(1);
-                let mut half = self.stream().alloc_zeros(n).map_err(|e| dev(&format!("allocating {n} bf16"), e))?;
+                let mut half = self.alloc_twin(at, other, x.len())?;
                 self.convert(x, &mut half)?;
                 Ok(Twin { half, valid: true })
             }
@@ -219,17 +225,7 @@ impl CudaOps {
     ) -> Result<()> {
         let mut t = match self.twins.take(at) {
             Some(t) if t.half.len() >= len => t,
-            other => {
-                if let Err(e) = self.graphs.refuse("a new bf16 twin") {
-                    if let Some(t) = other {
-                        self.twins.put(at, t);
-                    }
-                    return Err(e);
-                }
-                let n = len.max(1);
-                let half = self.stream().alloc_zeros(n).map_err(|e| dev(&format!("allocating {n} bf16"), e))?;
-                Twin { half, valid: false }
-            }
+            other => Twin { half: self.alloc_twin(at, other, len)?, valid: false },
         };
         let done = f(self, &mut t.half);
         t.valid = done.is_ok();
