@@ -23,10 +23,15 @@
 #ifndef D
 #error "D (the head dimension) must be defined"
 #endif
+#ifndef WARPS
+#error "WARPS (warps per block, 16 rows each) must be defined"
+#endif
 #define DP ((D + 15) / 16 * 16)
 #define DS (DP + 8)  // shared row stride in bf16: 16 bytes of padding keep ldmatrix conflict-free
-#define BQ 64        // queries per block (4 warps x 16 rows)
-#define BK 64        // keys per stage of the forward; keys per block of the keys' gradient
+#define NT (32 * WARPS)  // threads of every attention block
+#define BQ (16 * WARPS)  // queries per block of the forward and the queries' gradient
+#define BKB (16 * WARPS) // keys per block of the keys' gradient
+#define BK 64        // keys per stage of the forward
 #define BK_DQ 32     // keys per stage of the queries' gradient
 #define BQ_DKV 32    // queries per stage of the keys' gradient
 #define NEG_INF (-__int_as_float(0x7f800000))
@@ -42,6 +47,13 @@ __device__ __forceinline__ u32 pack(float lo, float hi) {
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
+// 2^x by the special function unit (relative error below 2^-22; -inf gives 0, NaN stays NaN):
+// exp2f's care for subnormal results would cost three more instructions per probability.
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 __device__ __forceinline__ u32 shared_addr(const void* p) {
     unsigned long long a;
     asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
@@ -54,28 +66,33 @@ __device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-__device__ __forceinline__ void ldsm4(u32* r, const bf16_t* p) {
+// Shared memory is addressed by 32-bit byte addresses in the shared window (a tile's address plus
+// constant offsets once the loops unroll): generic pointers would cost 64-bit arithmetic and a
+// conversion at every ldmatrix and copy.
+__device__ __forceinline__ void ldsm4(u32* r, u32 addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(shared_addr(p)));
+                 : "r"(addr));
 }
-__device__ __forceinline__ void ldsm4_t(u32* r, const bf16_t* p) {
+__device__ __forceinline__ void ldsm4_t(u32* r, u32 addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(shared_addr(p)));
+                 : "r"(addr));
 }
-// The A fragment (16 x 16) at (m0, k0) of a shared row-major [m][k] tile.
-__device__ __forceinline__ void frag_a(u32* a, const bf16_t* s, int m0, int k0, int lane) {
-    ldsm4(a, s + (m0 + (lane & 15)) * DS + k0 + 8 * (lane >> 4));
+// The byte offset of element (row, col) of a shared tile.
+#define AT(row, col) (u32)(((row) * DS + (col)) * 2)
+// The A fragment (16 x 16) at (m0, k0) of a shared row-major [m][k] tile at s.
+__device__ __forceinline__ void frag_a(u32* a, u32 s, int m0, int k0, int lane) {
+    ldsm4(a, s + AT(m0 + (lane & 15), k0 + 8 * (lane >> 4)));
 }
 // B fragments of two 8-column tiles (n0 and n0 + 8, k0..k0+15) of a shared row-major [n][k]
 // tile: b[0..1] for n0, b[2..3] for n0 + 8.
-__device__ __forceinline__ void frag_b_nk(u32* b, const bf16_t* s, int n0, int k0, int lane) {
-    ldsm4(b, s + (n0 + (lane & 7) + 8 * (lane >> 4)) * DS + k0 + 8 * ((lane >> 3) & 1));
+__device__ __forceinline__ void frag_b_nk(u32* b, u32 s, int n0, int k0, int lane) {
+    ldsm4(b, s + AT(n0 + (lane & 7) + 8 * (lane >> 4), k0 + 8 * ((lane >> 3) & 1)));
 }
 // The same from a shared row-major [k][n] tile (ldmatrix transposes).
-__device__ __forceinline__ void frag_b_kn(u32* b, const bf16_t* s, int k0, int n0, int lane) {
-    ldsm4_t(b, s + (k0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * DS + n0 + 8 * (lane >> 4));
+__device__ __forceinline__ void frag_b_kn(u32* b, u32 s, int k0, int n0, int lane) {
+    ldsm4_t(b, s + AT(k0 + (lane & 7) + 8 * ((lane >> 3) & 1), n0 + 8 * (lane >> 4)));
 }
 // The A fragment of the 16-deep k step kk from accumulators of 8-column tiles 2kk and 2kk + 1.
 __device__ __forceinline__ void acc_to_a(u32* a, const float* c0, const float* c1) {
@@ -92,7 +109,7 @@ __device__ __forceinline__ void mma2(float (*acc)[4], int n, const u32* a, const
 }
 // A warp's 16 rows x DP accumulators += a (16 x 16) times rows k0..k0+15 of a shared [k][n]
 // tile of DP columns.
-__device__ __forceinline__ void mma_rows(float (*acc)[4], const u32* a, const bf16_t* s, int k0, int lane) {
+__device__ __forceinline__ void mma_rows(float (*acc)[4], const u32* a, u32 s, int k0, int lane) {
 #pragma unroll
     for (int n = 0; n < DP / 8; n += 2) {
         u32 bb[4];
@@ -133,42 +150,63 @@ __device__ __forceinline__ void mask(float (*s)[4], int r0, int c0, int t, int l
     }
 }
 
-__device__ __forceinline__ void cp_async16(bf16_t* dst, const bf16_t* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_addr(dst)), "l"(src), "r"(bytes));
+__device__ __forceinline__ void cp_async16(u32 dst, const bf16_t* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
-__device__ __forceinline__ void cp_async4(float* dst, const float* src, int bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_addr(dst)), "l"(src), "r"(bytes));
+__device__ __forceinline__ void cp_async4(u32 dst, const float* src, int bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void sts16(u32 dst, bf16_t v) {
+    asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst), "h"(v));
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most one group of copies (the one just started) is still in flight.
 __device__ __forceinline__ void cp_wait_all_but_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
 __device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
-// Starts staging `rows` rows of a head into a shared tile: tile row i is sequence row r0 + i of
-// `src` (row stride ld), its D features; rows at or past t and features D..DP are zeros. The
-// whole block takes part; the copies land by the next cp_wait.
-__device__ __forceinline__ void stage(bf16_t* s, int rows, const bf16_t* src, long ld, int r0, int t) {
-#if D % 8 == 0
-    // 16-byte copies (every head row starts 16-byte aligned); the zero fill by copying 0 bytes.
-    const int chunks = DP / 8;
-    for (int i = threadIdx.x; i < rows * chunks; i += blockDim.x) {
-        int r = i / chunks, c = (i % chunks) * 8;
+#define CH (DP / 8)    // 16-byte chunks of a padded head row
+// Starts staging ROWS rows of a head into the shared tile at s: tile row i is sequence row
+// r0 + i of `src` (row stride ld), its D features; rows at or past t and features D..DP are
+// zeros. The whole block takes part; the copies land by the next cp_wait.
+template <int ROWS>
+__device__ __forceinline__ void stage(u32 s, const bf16_t* src, long ld, int r0, int t) {
+#if D % 8 == 0 && NT % ((D + 15) / 16 * 2) == 0
+    // 16-byte copies (every head row starts 16-byte aligned), the zero fill by copying 0 bytes.
+    // Each thread keeps one chunk column and walks rows STEP apart: its addresses are computed
+    // once, the unrolled copies differ by constants.
+    constexpr int STEP = NT / CH;
+    int r = threadIdx.x / CH, c = (threadIdx.x % CH) * 8;
+    const bf16_t* p = src + (long)(r0 + r) * ld + c;
+    u32 dst = s + AT(r, c);
+    bool col_in = c < D;
+#pragma unroll
+    for (int j = 0; j < (ROWS + STEP - 1) / STEP; j++) {
+        if (ROWS % STEP == 0 || r + j * STEP < ROWS) {
+            bool in = col_in && r0 + r + j * STEP < t;
+            cp_async16(dst + AT(j * STEP, 0), in ? p + (long)j * STEP * ld : src, in ? 16 : 0);
+        }
+    }
+#elif D % 8 == 0
+    // Chunks that do not divide the block evenly: the general walk.
+    for (int i = threadIdx.x; i < ROWS * CH; i += NT) {
+        int r = i / CH, c = (i % CH) * 8;
         bool in = r0 + r < t && c < D;
-        cp_async16(s + r * DS + c, in ? src + (long)(r0 + r) * ld + c : src, in ? 16 : 0);
+        cp_async16(s + AT(r, c), in ? src + (long)(r0 + r) * ld + c : src, in ? 16 : 0);
     }
 #else
     // Rows not 16-byte aligned: element by element, synchronously.
-    for (int i = threadIdx.x; i < rows * DP; i += blockDim.x) {
+    for (int i = threadIdx.x; i < ROWS * DP; i += NT) {
         int r = i / DP, c = i % DP;
-        s[r * DS + c] = r0 + r < t && c < D ? src[(long)(r0 + r) * ld + c] : (bf16_t)0;
+        sts16(s + AT(r, c), r0 + r < t && c < D ? src[(long)(r0 + r) * ld + c] : (bf16_t)0);
     }
 #endif
 }
-// Starts copying `rows` per-row floats (r0.., zeros at or past t) into shared memory.
-__device__ __forceinline__ void stage_rows(float* s, int rows, const float* src, int r0, int t) {
-    for (int i = threadIdx.x; i < rows; i += blockDim.x) {
+// Starts copying ROWS per-row floats (r0.., zeros at or past t) to the shared address s.
+template <int ROWS>
+__device__ __forceinline__ void stage_rows(u32 s, const float* src, int r0, int t) {
+    for (int i = threadIdx.x; i < ROWS; i += NT) {
         bool in = r0 + i < t;
-        cp_async4(s + i, in ? src + r0 + i : src, in ? 4 : 0);
+        cp_async4(s + 4 * i, in ? src + r0 + i : src, in ? 4 : 0);
     }
 }
 // Features col and col + 1 of a head row straight from global memory, as bf16x2 (zeros past t
@@ -225,89 +263,93 @@ __device__ __forceinline__ void store_rows(float* dst, bf16_t* dst_h, long ld, c
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c2 = 2 * (lane & 3); \
     (void)g; (void)c2;
 
-// Grid (query tiles, b h), 128 threads, dynamic shared memory of two stages of BK keys and
+// Grid (query tiles, b h), NT threads, dynamic shared memory of two stages of BK keys and
 // values (fwd_shared in attention.rs). sl2 = scale log2(e). Writes y, its bf16 twin and lse.
-extern "C" __global__ void __launch_bounds__(128) attn_fwd(const bf16_t* qkv, float* y, bf16_t* y_h, float* lse, int t,
+// Four warps: three blocks per SM (at most 168 registers); eight: one block (up to 255).
+extern "C" __global__ void __launch_bounds__(NT, WARPS == 4 ? 3 : 1) attn_fwd(const bf16_t* qkv, float* y, bf16_t* y_h, float* lse, int t,
                                                            int h, float sl2) {
     extern __shared__ __align__(16) bf16_t sm[];
     HEAD
     int nqt = (t + BQ - 1) / BQ, qt = nqt - 1 - blockIdx.x;  // the longest rows first
     const bf16_t *qb = qkv + qoff, *kb = qb + (long)h * d, *vb = qb + 2L * h * d;
     int q0 = qt * BQ + warp * 16, row0 = q0 + g, row1 = row0 + 8;
-    stage(sm, BK, kb, ld3, 0, t);
-    stage(sm + BK * DS, BK, vb, ld3, 0, t);
+    const u32 smb = shared_addr(sm), kv = 2 * AT(BK, 0);  // a stage: keys, then values
+    stage<BK>(smb, kb, ld3, 0, t);
+    stage<BK>(smb + AT(BK, 0), vb, ld3, 0, t);
     cp_commit();
     u32 qf[DP / 16][4];
     frags_from_global(qf, qb, ld3, q0, t, lane);
     float o[DP / 8][4];
     zero<DP / 8>(o);
     float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
-    for (int kt = 0; kt <= qt; kt++) {
-        const bf16_t *ks = sm + (kt & 1) * 2 * BK * DS, *vs = ks + BK * DS;
-        if (kt < qt) {
-            bf16_t* next = sm + ((kt + 1) & 1) * 2 * BK * DS;
-            stage(next, BK, kb, ld3, (kt + 1) * BK, t);
-            stage(next + BK * DS, BK, vb, ld3, (kt + 1) * BK, t);
+    int tiles = (min(t, (qt + 1) * BQ) + BK - 1) / BK;
+    for (int kt = 0; kt < tiles; kt++) {
+        const u32 ks = smb + (kt & 1) * kv, vs = ks + AT(BK, 0);
+        int k0 = kt * BK;
+        if (kt + 1 < tiles) {
+            const u32 next = smb + ((kt + 1) & 1) * kv;
+            stage<BK>(next, kb, ld3, (kt + 1) * BK, t);
+            stage<BK>(next + AT(BK, 0), vb, ld3, (kt + 1) * BK, t);
             cp_commit();
             cp_wait_all_but_one();
         } else {
             cp_wait_all();
         }
         __syncthreads();
-        float s[BK / 8][4];
-        zero<BK / 8>(s);
+        if (k0 <= q0 + 15) {  // else every key of the tile comes after this warp's rows
+            float s[BK / 8][4];
+            zero<BK / 8>(s);
 #pragma unroll
-        for (int kk = 0; kk < DP / 16; kk++) {
+            for (int kk = 0; kk < DP / 16; kk++) {
 #pragma unroll
-            for (int n = 0; n < BK / 8; n += 2) {
-                u32 bb[4];
-                frag_b_nk(bb, ks, n * 8, kk * 16, lane);
-                mma2(s, n, qf[kk], bb);
+                for (int n = 0; n < BK / 8; n += 2) {
+                    u32 bb[4];
+                    frag_b_nk(bb, ks, n * 8, kk * 16, lane);
+                    mma2(s, n, qf[kk], bb);
+                }
             }
-        }
-        // Key tiles before the diagonal one are wholly seen (BQ == BK) and before t.
-        if (kt == qt) mask<BK / 8>(s, q0, kt * BK, t, lane, false);
-        float mx0 = NEG_INF, mx1 = NEG_INF;
+            // A tile with a key after one of the warp's rows, or past t, is masked.
+            if (k0 + BK - 1 > q0 || k0 + BK > t) mask<BK / 8>(s, q0, k0, t, lane, false);
+            // The running maxima m are of the scores times sl2 (> 0: the same order as the scores).
+            float mx0 = NEG_INF, mx1 = NEG_INF;
 #pragma unroll
-        for (int n = 0; n < BK / 8; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float v = s[n][e] * sl2;
-                s[n][e] = v;
-                if (e >= 2) mx1 = fmaxf(mx1, v); else mx0 = fmaxf(mx0, v);
+            for (int n = 0; n < BK / 8; n++) {
+                mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+                mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
             }
-        }
-        float mn0 = fmaxf(m0, quad_max(mx0)), mn1 = fmaxf(m1, quad_max(mx1));
-        // Every row sees key kt * BK, so mn is finite unless the scores are NaN; then the NaN
-        // still reaches the output through the probabilities.
-        float base0 = mn0 == NEG_INF ? 0.f : mn0, base1 = mn1 == NEG_INF ? 0.f : mn1;
-        float al0 = exp2f(m0 - base0), al1 = exp2f(m1 - base1);
-        m0 = mn0;
-        m1 = mn1;
-        float rs0 = 0.f, rs1 = 0.f;
+            float mn0 = fmaxf(m0, quad_max(mx0) * sl2), mn1 = fmaxf(m1, quad_max(mx1) * sl2);
+            // Every row before t sees key 0 of the first tile, so from there on mn is finite
+            // unless the scores are NaN; then the NaN still reaches the output through the
+            // probabilities.
+            float base0 = mn0 == NEG_INF ? 0.f : mn0, base1 = mn1 == NEG_INF ? 0.f : mn1;
+            float al0 = ex2(m0 - base0), al1 = ex2(m1 - base1);
+            m0 = mn0;
+            m1 = mn1;
+            float rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
-        for (int n = 0; n < BK / 8; n++) {
-            s[n][0] = exp2f(s[n][0] - base0);
-            s[n][1] = exp2f(s[n][1] - base0);
-            s[n][2] = exp2f(s[n][2] - base1);
-            s[n][3] = exp2f(s[n][3] - base1);
-            rs0 += s[n][0] + s[n][1];
-            rs1 += s[n][2] + s[n][3];
-        }
-        l0 = l0 * al0 + rs0;
-        l1 = l1 * al1 + rs1;
+            for (int n = 0; n < BK / 8; n++) {
+                s[n][0] = ex2(fmaf(s[n][0], sl2, -base0));
+                s[n][1] = ex2(fmaf(s[n][1], sl2, -base0));
+                s[n][2] = ex2(fmaf(s[n][2], sl2, -base1));
+                s[n][3] = ex2(fmaf(s[n][3], sl2, -base1));
+                rs0 += s[n][0] + s[n][1];
+                rs1 += s[n][2] + s[n][3];
+            }
+            l0 = l0 * al0 + rs0;
+            l1 = l1 * al1 + rs1;
 #pragma unroll
-        for (int n = 0; n < DP / 8; n++) {
-            o[n][0] *= al0;
-            o[n][1] *= al0;
-            o[n][2] *= al1;
-            o[n][3] *= al1;
-        }
+            for (int n = 0; n < DP / 8; n++) {
+                o[n][0] *= al0;
+                o[n][1] *= al0;
+                o[n][2] *= al1;
+                o[n][3] *= al1;
+            }
 #pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++) {
-            u32 pa[4];
-            acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-            mma_rows(o, pa, vs, kk * 16, lane);
+            for (int kk = 0; kk < BK / 16; kk++) {
+                u32 pa[4];
+                acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+                mma_rows(o, pa, vs, kk * 16, lane);
+            }
         }
         __syncthreads();  // every warp is done with this stage before it is refilled
     }
@@ -334,11 +376,11 @@ extern "C" __global__ void attn_delta(const float* y, const float* dy, float* de
     if (lane == 0) delta[((long)b * h + hh) * t + i] = v;
 }
 
-// The queries' gradient: grid (query tiles, b h), 128 threads, dynamic shared memory of two
+// The queries' gradient: grid (query tiles, b h), NT threads, dynamic shared memory of two
 // stages of BK_DQ keys and values; each warp's 16 query rows go over the keys they see.
 // dq = scale dS K with dS = P (dP - delta), dP = dy V^T. Overwrites the queries' part of dqkv
 // (and of its bf16 twin). qkv and dy are the bf16 copies.
-extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq(const bf16_t* qkv, const bf16_t* dy, const float* lse,
+extern "C" __global__ void __launch_bounds__(NT) attn_bwd_dq(const bf16_t* qkv, const bf16_t* dy, const float* lse,
                                                               const float* delta, float* dqkv, bf16_t* dqkv_h, int t,
                                                               int h, float sl2, float scale) {
     extern __shared__ __align__(16) bf16_t sm[];
@@ -346,8 +388,9 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq(const bf16_t* qkv,
     int nqt = (t + BQ - 1) / BQ, qt = nqt - 1 - blockIdx.x;
     const bf16_t *qb = qkv + qoff, *kb = qb + (long)h * d, *vb = qb + 2L * h * d;
     int q0 = qt * BQ + warp * 16, row0 = q0 + g, row1 = row0 + 8;
-    stage(sm, BK_DQ, kb, ld3, 0, t);
-    stage(sm + BK_DQ * DS, BK_DQ, vb, ld3, 0, t);
+    const u32 smb = shared_addr(sm), kv = 2 * AT(BK_DQ, 0);  // a stage: keys, then values
+    stage<BK_DQ>(smb, kb, ld3, 0, t);
+    stage<BK_DQ>(smb + AT(BK_DQ, 0), vb, ld3, 0, t);
     cp_commit();
     u32 qf[DP / 16][4], df[DP / 16][4];
     frags_from_global(qf, qb, ld3, q0, t, lane);
@@ -360,11 +403,11 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq(const bf16_t* qkv,
     int stages = (min(t, (qt + 1) * BQ) + BK_DQ - 1) / BK_DQ;
     for (int i = 0; i < stages; i++) {
         int k0 = i * BK_DQ;
-        const bf16_t *ks = sm + (i & 1) * 2 * BK_DQ * DS, *vs = ks + BK_DQ * DS;
+        const u32 ks = smb + (i & 1) * kv, vs = ks + AT(BK_DQ, 0);
         if (i + 1 < stages) {
-            bf16_t* next = sm + ((i + 1) & 1) * 2 * BK_DQ * DS;
-            stage(next, BK_DQ, kb, ld3, k0 + BK_DQ, t);
-            stage(next + BK_DQ * DS, BK_DQ, vb, ld3, k0 + BK_DQ, t);
+            const u32 next = smb + ((i + 1) & 1) * kv;
+            stage<BK_DQ>(next, kb, ld3, k0 + BK_DQ, t);
+            stage<BK_DQ>(next + AT(BK_DQ, 0), vb, ld3, k0 + BK_DQ, t);
             cp_commit();
             cp_wait_all_but_one();
         } else {
@@ -393,7 +436,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq(const bf16_t* qkv,
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     // exp2(-inf) = 0 for the masked scores.
-                    float p = exp2f(s[n][e] * sl2 - (e >= 2 ? L1 : L0));
+                    float p = ex2(fmaf(s[n][e], sl2, -(e >= 2 ? L1 : L0)));
                     s[n][e] = p * (dp[n][e] - (e >= 2 ? D1 : D0)) * scale;
                 }
             }
@@ -409,45 +452,44 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq(const bf16_t* qkv,
     store_rows(dqkv + qoff, dqkv_h + qoff, ld3, dq, q0, t, lane, 1.f, 1.f);
 }
 
-// The keys' and values' gradients: grid (key tiles, b h), 128 threads, dynamic shared memory of
-// the block's BK keys and values and two stages of BQ_DKV queries, output gradients,
+// The keys' and values' gradients: grid (key tiles, b h), NT threads, dynamic shared memory of
+// the block's BKB keys and values and two stages of BQ_DKV queries, output gradients,
 // log-sum-exps and deltas (dkv_shared in attention.rs). Each warp's 16 key rows go over the
 // queries that see them with the transposed scores S^T = K Q^T in its accumulators:
 // dv += P^T dy, dk += scale dS^T Q. Overwrites the keys' and values' parts of dqkv (and of its
 // bf16 twin). qkv and dy are the bf16 copies.
-extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkv(const bf16_t* qkv, const bf16_t* dy, const float* lse,
+extern "C" __global__ void __launch_bounds__(NT) attn_bwd_dkv(const bf16_t* qkv, const bf16_t* dy, const float* lse,
                                                                const float* delta, float* dqkv, bf16_t* dqkv_h,
                                                                int t, int h, float sl2, float scale) {
     extern __shared__ __align__(16) bf16_t sm[];
-    const int step = 2 * BQ_DKV * DS;  // one stage: queries, then output gradients
-    bf16_t *ks = sm, *vs = ks + BK * DS, *stages = vs + BK * DS;
-    float* rows = reinterpret_cast<float*>(stages + 2 * step);  // per stage: lse, then delta
+    const u32 step = 2 * AT(BQ_DKV, 0);  // one stage: queries, then output gradients
+    const u32 ks = shared_addr(sm), vs = ks + AT(BKB, 0), stages = vs + AT(BKB, 0), rows_at = stages + 2 * step;
+    const float* rows = reinterpret_cast<const float*>(sm + 2 * BKB * DS + 4 * BQ_DKV * DS);  // per stage: lse, then delta
     HEAD
     const bf16_t *qb = qkv + qoff, *kb = qb + (long)h * d, *vb = qb + 2L * h * d, *dyb = dy + yoff;
-    int kt = blockIdx.x, kw = kt * BK + warp * 16;
+    int kt = blockIdx.x, kw = kt * BKB + warp * 16;
     long st = (long)bh * t;
-    stage(ks, BK, kb, ld3, kt * BK, t);
-    stage(vs, BK, vb, ld3, kt * BK, t);
-    stage(stages, BQ_DKV, qb, ld3, kt * BK, t);
-    stage(stages + BQ_DKV * DS, BQ_DKV, dyb, ld1, kt * BK, t);
-    stage_rows(rows, BQ_DKV, lse + st, kt * BK, t);
-    stage_rows(rows + BQ_DKV, BQ_DKV, delta + st, kt * BK, t);
+    stage<BKB>(ks, kb, ld3, kt * BKB, t);
+    stage<BKB>(vs, vb, ld3, kt * BKB, t);
+    stage<BQ_DKV>(stages, qb, ld3, kt * BKB, t);
+    stage<BQ_DKV>(stages + AT(BQ_DKV, 0), dyb, ld1, kt * BKB, t);
+    stage_rows<BQ_DKV>(rows_at, lse + st, kt * BKB, t);
+    stage_rows<BQ_DKV>(rows_at + 4 * BQ_DKV, delta + st, kt * BKB, t);
     cp_commit();
     float dk[DP / 8][4], dv[DP / 8][4];
     zero<DP / 8>(dk);
     zero<DP / 8>(dv);
-    int count = (t - kt * BK + BQ_DKV - 1) / BQ_DKV;
+    int count = (t - kt * BKB + BQ_DKV - 1) / BQ_DKV;
     for (int i = 0; i < count; i++) {
-        int q0 = kt * BK + i * BQ_DKV;
-        const bf16_t *qs = stages + (i & 1) * step, *dos = qs + BQ_DKV * DS;
+        int q0 = kt * BKB + i * BQ_DKV;
+        const u32 qs = stages + (i & 1) * step, dos = qs + AT(BQ_DKV, 0);
         const float *ls = rows + (i & 1) * 2 * BQ_DKV, *dl = ls + BQ_DKV;
         if (i + 1 < count) {
-            bf16_t* next = stages + ((i + 1) & 1) * step;
-            float* nrows = rows + ((i + 1) & 1) * 2 * BQ_DKV;
-            stage(next, BQ_DKV, qb, ld3, q0 + BQ_DKV, t);
-            stage(next + BQ_DKV * DS, BQ_DKV, dyb, ld1, q0 + BQ_DKV, t);
-            stage_rows(nrows, BQ_DKV, lse + st, q0 + BQ_DKV, t);
-            stage_rows(nrows + BQ_DKV, BQ_DKV, delta + st, q0 + BQ_DKV, t);
+            const u32 next = stages + ((i + 1) & 1) * step, nrows = rows_at + ((i + 1) & 1) * 8 * BQ_DKV;
+            stage<BQ_DKV>(next, qb, ld3, q0 + BQ_DKV, t);
+            stage<BQ_DKV>(next + AT(BQ_DKV, 0), dyb, ld1, q0 + BQ_DKV, t);
+            stage_rows<BQ_DKV>(nrows, lse + st, q0 + BQ_DKV, t);
+            stage_rows<BQ_DKV>(nrows + 4 * BQ_DKV, delta + st, q0 + BQ_DKV, t);
             cp_commit();
             cp_wait_all_but_one();
         } else {
@@ -481,7 +523,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkv(const bf16_t* qkv
                 for (int e = 0; e < 4; e++) {
                     int qi = n * 8 + c2 + (e & 1);
                     // exp2(-inf) = 0 for the masked scores.
-                    float p = exp2f(s[n][e] * sl2 - ls[qi] * LOG2E);
+                    float p = ex2(fmaf(s[n][e], sl2, -ls[qi] * LOG2E));
                     s[n][e] = p;
                     dp[n][e] = p * (dp[n][e] - dl[qi]) * scale;
                 }

@@ -16,11 +16,15 @@ const SOURCE: &str = include_str!("attention.cu");
 /// The largest head dimension the kernels hold in registers (a warp keeps a 16 x DP block of
 /// the output, or of two gradients, as fp32 accumulators).
 pub const MAX_HEAD_DIM: usize = 128;
-/// Rows of a block's tile (`BQ` and `BK` of attention.cu) and of a stage of the two backward
-/// kernels (`BK_DQ`, `BQ_DKV`).
-const TILE: usize = 64;
+/// Warps of every attention block (`WARPS` of attention.cu), 16 query or key rows each.
+const WARPS: usize = 4;
+/// Rows of a block: its queries (`BQ`), or its keys in the keys' gradient (`BKB`).
+const BLOCK_ROWS: usize = 16 * WARPS;
+/// Keys of a stage of the forward (`BK`), and rows of a stage of the two backward kernels
+/// (`BK_DQ`, `BQ_DKV`).
+const KEY_STAGE: usize = 64;
 const STAGE: usize = 32;
-const THREADS: u32 = 128;
+const THREADS: u32 = 32 * WARPS as u32;
 
 /// The kernels of one head dimension.
 pub(super) struct Kernels {
@@ -29,6 +33,11 @@ pub(super) struct Kernels {
     delta: CudaFunction,
     dq: CudaFunction,
     dkv: CudaFunction,
+}
+
+/// attention.cu for heads of `d` features.
+fn source(d: usize) -> String {
+    format!("#define D {d}\n#define WARPS {WARPS}\n{SOURCE}")
 }
 
 /// The padded head dimension of the kernels for heads of `d` features.
@@ -42,7 +51,7 @@ fn tile(rows: usize, dp: usize) -> usize {
 }
 /// Dynamic shared memory of `attn_fwd`: two stages of keys and values.
 fn fwd_shared(dp: usize) -> usize {
-    4 * tile(TILE, dp)
+    4 * tile(KEY_STAGE, dp)
 }
 /// Of `attn_bwd_dq`: two stages of keys and values.
 fn dq_shared(dp: usize) -> usize {
@@ -51,7 +60,7 @@ fn dq_shared(dp: usize) -> usize {
 /// Of `attn_bwd_dkv`: the block's keys and values, then two stages of queries and output
 /// gradients, then two stages of their log-sum-exps and deltas.
 fn dkv_shared(dp: usize) -> usize {
-    2 * tile(TILE, dp) + 4 * tile(STAGE, dp) + 4 * STAGE * 4
+    2 * tile(BLOCK_ROWS, dp) + 4 * tile(STAGE, dp) + 4 * STAGE * 4
 }
 
 fn check(what: &str, ok: bool) -> Result<()> {
@@ -80,7 +89,7 @@ impl CudaOps {
                 self.device.name()
             )));
         }
-        let (src, dp) = (format!("#define D {d}\n{SOURCE}"), padded(d));
+        let (src, dp) = (source(d), padded(d));
         let ptx = compile(&src, major, minor, "the attention kernels")?;
         let module = self.device.context().load_module(ptx).map_err(|e| dev("loading the attention kernels", e))?;
         // Past the default 48 KiB of dynamic shared memory only on request (head dim 128: 68 KiB).
@@ -114,7 +123,7 @@ impl CudaOps {
         check("attention", ok)?;
         let bh = u32::try_from(hs.b * hs.h).ok().filter(|x| *x <= 65_535);
         let bh = bh.ok_or_else(|| ModelError::Config(format!("attention: {} sequences x heads", hs.b * hs.h)))?;
-        let tiles = u32::try_from(hs.t.div_ceil(TILE)).map_err(|_| ModelError::Config("attention: t".into()))?;
+        let tiles = u32::try_from(hs.t.div_ceil(BLOCK_ROWS)).map_err(|_| ModelError::Config("attention: t".into()))?;
         let grid = LaunchConfig { grid_dim: (tiles, bh, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         Ok((grid, [int(hs.t)?, int(hs.h)?]))
     }
@@ -178,9 +187,10 @@ impl CudaOps {
             ops.with_scratch(lse.len(), |ops, delta| {
                 let k =
                     ops.attention.as_ref().ok_or_else(|| ModelError::Device("attention kernels not loaded".into()))?;
+                // attn_delta: a warp per row, four per block.
                 let warps = LaunchConfig {
                     grid_dim: ((rows as u32).div_ceil(4), 1, 1),
-                    block_dim: (THREADS, 1, 1),
+                    block_dim: (128, 1, 1),
                     shared_mem_bytes: 0,
                 };
                 let mut b = stream.launch_builder(&k.delta);
@@ -219,9 +229,10 @@ mod tests {
     fn head_dims_pad_to_sixteen_and_shared_memory_fits_an_a100() {
         assert_eq!((padded(16), padded(24), padded(64), padded(100), padded(128)), (16, 32, 64, 112, 128));
         assert_eq!((fwd_shared(128), dq_shared(128), dkv_shared(128)), (69_632, 34_816, 70_144));
-        // An A100 grants a block at most 163 KiB of shared memory; two blocks of each kernel fit.
+        // An A100 grants a block at most 163 KiB of shared memory (an H100 227 KiB): a block of
+        // each kernel fits at every head dimension.
         for f in [fwd_shared, dq_shared, dkv_shared] {
-            assert!(2 * f(padded(MAX_HEAD_DIM)) <= 163 * 1024);
+            assert!(f(padded(MAX_HEAD_DIM)) <= 163 * 1024);
         }
     }
 
@@ -230,7 +241,7 @@ mod tests {
     fn attention_compiles_for_every_padded_head_dim() {
         // Whole tiles of 16, 16-byte rows that pad (24), rows that are not 16-byte aligned (100, 7).
         for d in [7, 16, 24, 64, 100, 128] {
-            let ptx = compile(&format!("#define D {d}\n{SOURCE}"), 9, 0, "attention").unwrap();
+            let ptx = compile(&source(d), 9, 0, "attention").unwrap();
             for n in ["attn_fwd", "attn_delta", "attn_bwd_dq", "attn_bwd_dkv"] {
                 assert!(ptx.to_src().contains(&format!(".entry {n}(")), "{n} missing for head dim {d}");
             }
