@@ -54,43 +54,52 @@ extern "C" __global__ void add2(const float* a, const float* b, float* out, int 
     out[i] = relu && s < 0.f ? 0.f : s;
 }
 // Grid (column blocks of 256, row blocks of BIAS_ROWS): each thread keeps its bias in a
-// register and walks its column down the block's rows (no division per element).
+// register and walks its column down the block's rows (no division per element). The walk is
+// unrolled over the BIAS_ROWS of a whole block, loads first, so a thread's loads are all in flight
+// at once (the pointers are __restrict__: the backend's buffers never alias, a
+// kernel's outputs are distinct allocations from its inputs).
 #define BIAS_ROWS 16
-// y and its bf16 twin y_h (the attention's and the products' operand).
-extern "C" __global__ void add_bias(float* y, unsigned short* y_h, const float* b, int rows, int cols) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= cols) return;
-    float bj = b[j];
-    int r0 = blockIdx.y * BIAS_ROWS, r1 = min(rows, r0 + BIAS_ROWS);
-    for (int r = r0; r < r1; r++) {
-        long i = (long)r * cols + j; float v = y[i] + bj;
-        y[i] = v; y_h[i] = (unsigned short)bf16_bits(v);
+#define BIAS_WALK(LOAD, ...)                                               \
+    int j = blockIdx.x * blockDim.x + threadIdx.x;                         \
+    if (j >= cols) return;                                                 \
+    float bj = b[j];                                                       \
+    long i0 = (long)blockIdx.y * BIAS_ROWS * cols + j;                     \
+    int left = rows - blockIdx.y * BIAS_ROWS;                              \
+    if (left >= BIAS_ROWS) {                                               \
+        float ins[BIAS_ROWS];                                              \
+        _Pragma("unroll") for (int k = 0; k < BIAS_ROWS; k++) {            \
+            long i = i0 + (long)k * cols;                                  \
+            ins[k] = LOAD;                                                 \
+        }                                                                  \
+        _Pragma("unroll") for (int k = 0; k < BIAS_ROWS; k++) {            \
+            long i = i0 + (long)k * cols;                                  \
+            float in = ins[k];                                             \
+            __VA_ARGS__                                                    \
+        }                                                                  \
+    } else {                                                               \
+        for (int k = 0; k < left; k++) {                                   \
+            long i = i0 + (long)k * cols;                                  \
+            float in = LOAD;                                               \
+            __VA_ARGS__                                                    \
+        }                                                                  \
     }
+// y and its bf16 twin y_h (the attention's and the products' operand).
+extern "C" __global__ void add_bias(float* __restrict__ y, unsigned short* __restrict__ y_h, const float* __restrict__ b, int rows, int cols) {
+    BIAS_WALK(y[i], float v = in + bj; y[i] = v; y_h[i] = (unsigned short)bf16_bits(v);)
 }
 __device__ __forceinline__ float gelu(float v) { return 0.5f * v * (1.f + tanhf(GELU_K * (v + 0.044715f * v * v * v))); }
 // y += bias, out = GELU(y) and its bf16 twin out_h, on add_bias's grid.
-extern "C" __global__ void add_bias_gelu(float* y, const float* b, float* out, unsigned short* out_h, int rows, int cols) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= cols) return;
-    float bj = b[j];
-    int r0 = blockIdx.y * BIAS_ROWS, r1 = min(rows, r0 + BIAS_ROWS);
-    for (int r = r0; r < r1; r++) {
-        long i = (long)r * cols + j; float v = y[i] + bj, o = gelu(v);
-        y[i] = v; out[i] = o; out_h[i] = (unsigned short)bf16_bits(o);
-    }
+extern "C" __global__ void add_bias_gelu(float* __restrict__ y, const float* __restrict__ b, float* __restrict__ out, unsigned short* __restrict__ out_h, int rows, int cols) {
+    BIAS_WALK(y[i], float v = in + bj, o = gelu(v); y[i] = v; out[i] = o; out_h[i] = (unsigned short)bf16_bits(o);)
 }
 // out = x + z + bias (a projection's bias and the residual), on add_bias's grid.
-extern "C" __global__ void add_bias_residual(const float* z, const float* b, const float* x, float* out, int rows, int cols) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= cols) return;
-    float bj = b[j];
-    int r0 = blockIdx.y * BIAS_ROWS, r1 = min(rows, r0 + BIAS_ROWS);
-    for (int r = r0; r < r1; r++) { long i = (long)r * cols + j; out[i] = x[i] + z[i] + bj; }
+extern "C" __global__ void add_bias_residual(const float* __restrict__ z, const float* __restrict__ b, const float* __restrict__ x, float* __restrict__ out, int rows, int cols) {
+    BIAS_WALK(x[i] + z[i], out[i] = in + bj;)
 }
 // Column sums in two passes, summed in the same order every time (no atomics). Grid (column
 // blocks of 32, chunks), block (32, 8): part[chunk * cols + j] sums rows
 // [chunk * per, (chunk + 1) * per) of column j.
-extern "C" __global__ void col_part(const float* x, float* part, int rows, int cols, int per) {
+extern "C" __global__ void col_part(const float* __restrict__ x, float* __restrict__ part, int rows, int cols, int per) {
     __shared__ float sh[8][33];
     int j = blockIdx.x * 32 + threadIdx.x;
     int r0 = blockIdx.y * per, r1 = min(rows, r0 + per);
@@ -122,34 +131,122 @@ extern "C" __global__ void embed_bwd(const float* tok, const float* dout, float*
     atomicAdd(&dwte[(long)(int)tok[r] * c + j], dout[i]);
     atomicAdd(&dwpe[(r % t) * c + j], dout[i]);
 }
+// Layer norm rows of c features with c % 4 == 0 and c <= 128 LN_VEC (768 and 2048 in the
+// models) take the fast path: a warp reads its row once, as float4s kept in registers (rows
+// start 16-byte aligned: buffers are 256-byte aligned and c % 4 == 0), and writes float4s and
+// four bf16 at a time. Other rows go element by element, re-reading the row.
+#define LN_VEC 16
+__device__ __forceinline__ bool ln_fast(int c) { return (c & 3) == 0 && c <= 128 * LN_VEC; }
+__device__ __forceinline__ void store4(float* __restrict__ out, unsigned short* __restrict__ out_h, long i4, float4 v) {
+    reinterpret_cast<float4*>(out)[i4] = v;
+    uint2 h;
+    h.x = bf16_bits(v.x) | (bf16_bits(v.y) << 16);
+    h.y = bf16_bits(v.z) | (bf16_bits(v.w) << 16);
+    reinterpret_cast<uint2*>(out_h)[i4] = h;
+}
+__device__ __forceinline__ float sum4(float4 v) { return (v.x + v.y) + (v.z + v.w); }
 // One warp per row; out and its bf16 twin out_h.
-extern "C" __global__ void ln_fwd(const float* x, const float* g, const float* b, float* out, unsigned short* out_h, float* mean, float* rstd, int rows, int c) {
+extern "C" __global__ void ln_fwd(const float* __restrict__ x, const float* __restrict__ g, const float* __restrict__ b, float* __restrict__ out, unsigned short* __restrict__ out_h, float* __restrict__ mean, float* __restrict__ rstd, int rows, int c) {
     ROW_WARP
     if (row >= rows) return;
     const float* xr = x + (long)row * c;
-    float s = 0.f;
-    for (int j = lane; j < c; j += 32) s += xr[j];
-    float mu = warp_sum(s) / c;
-    float v = 0.f;
-    for (int j = lane; j < c; j += 32) { float d = xr[j] - mu; v += d * d; }
-    float rs = rsqrtf(warp_sum(v) / c + EPS);
-    for (int j = lane; j < c; j += 32) {
-        float o = (xr[j] - mu) * rs * g[j] + b[j];
-        out[(long)row * c + j] = o; out_h[(long)row * c + j] = (unsigned short)bf16_bits(o);
+    float mu, rs;
+    if (ln_fast(c)) {
+        int n4 = c >> 2;
+        const float4* x4 = reinterpret_cast<const float4*>(xr);
+        float4 v[LN_VEC];
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < LN_VEC; k++) {
+            int j = lane + 32 * k;
+            if (j < n4) { v[k] = x4[j]; s += sum4(v[k]); }
+        }
+        mu = warp_sum(s) / c;
+        float q = 0.f;
+#pragma unroll
+        for (int k = 0; k < LN_VEC; k++) {
+            if (lane + 32 * k < n4) {
+                float4 d = make_float4(v[k].x - mu, v[k].y - mu, v[k].z - mu, v[k].w - mu);
+                q += (d.x * d.x + d.y * d.y) + (d.z * d.z + d.w * d.w);
+            }
+        }
+        rs = rsqrtf(warp_sum(q) / c + EPS);
+        const float4 *g4 = reinterpret_cast<const float4*>(g), *b4 = reinterpret_cast<const float4*>(b);
+        long o4 = (long)row * n4;
+#pragma unroll
+        for (int k = 0; k < LN_VEC; k++) {
+            int j = lane + 32 * k;
+            if (j < n4) {
+                float4 gg = g4[j], bb = b4[j], o;
+                o.x = (v[k].x - mu) * rs * gg.x + bb.x;
+                o.y = (v[k].y - mu) * rs * gg.y + bb.y;
+                o.z = (v[k].z - mu) * rs * gg.z + bb.z;
+                o.w = (v[k].w - mu) * rs * gg.w + bb.w;
+                store4(out, out_h, o4 + j, o);
+            }
+        }
+    } else {
+        float s = 0.f;
+#pragma unroll 4
+        for (int j = lane; j < c; j += 32) s += xr[j];
+        mu = warp_sum(s) / c;
+        float v = 0.f;
+#pragma unroll 4
+        for (int j = lane; j < c; j += 32) { float d = xr[j] - mu; v += d * d; }
+        rs = rsqrtf(warp_sum(v) / c + EPS);
+#pragma unroll 4
+        for (int j = lane; j < c; j += 32) {
+            float o = (xr[j] - mu) * rs * g[j] + b[j];
+            out[(long)row * c + j] = o; out_h[(long)row * c + j] = (unsigned short)bf16_bits(o);
+        }
     }
     if (lane == 0) { mean[row] = mu; rstd[row] = rs; }
 }
 // dx (accumulated) and its bf16 twin dx_h.
-extern "C" __global__ void ln_bwd_dx(const float* x, const float* g, const float* mean, const float* rstd, const float* dout, float* dx, unsigned short* dx_h, int rows, int c) {
+extern "C" __global__ void ln_bwd_dx(const float* __restrict__ x, const float* __restrict__ g, const float* __restrict__ mean, const float* __restrict__ rstd, const float* __restrict__ dout, float* __restrict__ dx, unsigned short* __restrict__ dx_h, int rows, int c) {
     ROW_WARP
     if (row >= rows) return;
     long o = (long)row * c;
     float mu = mean[row], rs = rstd[row], s1 = 0.f, s2 = 0.f;
+    if (ln_fast(c)) {
+        int n4 = c >> 2;
+        const float4 *x4 = reinterpret_cast<const float4*>(x + o), *d4 = reinterpret_cast<const float4*>(dout + o);
+        const float4* g4 = reinterpret_cast<const float4*>(g);
+        float4 xh[LN_VEC], dg[LN_VEC];  // x normalised, dout times g
+#pragma unroll
+        for (int k = 0; k < LN_VEC; k++) {
+            int j = lane + 32 * k;
+            if (j < n4) {
+                float4 xv = x4[j], dv = d4[j], gv = g4[j];
+                xh[k] = make_float4((xv.x - mu) * rs, (xv.y - mu) * rs, (xv.z - mu) * rs, (xv.w - mu) * rs);
+                dg[k] = make_float4(dv.x * gv.x, dv.y * gv.y, dv.z * gv.z, dv.w * gv.w);
+                s1 += sum4(dg[k]);
+                s2 += (dg[k].x * xh[k].x + dg[k].y * xh[k].y) + (dg[k].z * xh[k].z + dg[k].w * xh[k].w);
+            }
+        }
+        s1 = warp_sum(s1) / c; s2 = warp_sum(s2) / c;
+        float4* dx4 = reinterpret_cast<float4*>(dx + o);
+#pragma unroll
+        for (int k = 0; k < LN_VEC; k++) {
+            int j = lane + 32 * k;
+            if (j < n4) {
+                float4 a = dx4[j], v;
+                v.x = a.x + rs * (dg[k].x - s1 - xh[k].x * s2);
+                v.y = a.y + rs * (dg[k].y - s1 - xh[k].y * s2);
+                v.z = a.z + rs * (dg[k].z - s1 - xh[k].z * s2);
+                v.w = a.w + rs * (dg[k].w - s1 - xh[k].w * s2);
+                store4(dx, dx_h, o / 4 + j, v);
+            }
+        }
+        return;
+    }
+#pragma unroll 4
     for (int j = lane; j < c; j += 32) {
         float xh = (x[o + j] - mu) * rs, d = dout[o + j] * g[j];
         s1 += d; s2 += d * xh;
     }
     s1 = warp_sum(s1) / c; s2 = warp_sum(s2) / c;
+#pragma unroll 4
     for (int j = lane; j < c; j += 32) {
         float xh = (x[o + j] - mu) * rs;
         float v = dx[o + j] + rs * (dout[o + j] * g[j] - s1 - xh * s2);
@@ -159,12 +256,14 @@ extern "C" __global__ void ln_bwd_dx(const float* x, const float* g, const float
 // dg = sum dout * xhat and db = sum dout by chunks of rows, as col_part: the parts of dg at
 // part[chunk * c + j], those of db after them at part[(chunks + chunk) * c + j]; col_finish
 // sums each half.
-extern "C" __global__ void ln_dgdb_part(const float* x, const float* mean, const float* rstd, const float* dout, float* part, int rows, int c, int per) {
+extern "C" __global__ void ln_dgdb_part(const float* __restrict__ x, const float* __restrict__ mean, const float* __restrict__ rstd, const float* __restrict__ dout, float* __restrict__ part, int rows, int c, int per) {
     __shared__ float sg[8][33], sb[8][33];
     int j = blockIdx.x * 32 + threadIdx.x;
     int r0 = blockIdx.y * per, r1 = min(rows, r0 + per);
     float a = 0.f, b = 0.f;
-    if (j < c) for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+    if (j < c)
+#pragma unroll 4
+    for (int r = r0 + threadIdx.y; r < r1; r += 8) {
         long i = (long)r * c + j;
         a += dout[i] * (x[i] - mean[r]) * rstd[r];
         b += dout[i];
@@ -178,12 +277,12 @@ extern "C" __global__ void ln_dgdb_part(const float* x, const float* mean, const
         part[(long)(gridDim.y + blockIdx.y) * c + j] = tb;
     }
 }
-extern "C" __global__ void gelu_fwd(const float* x, float* out, int n) {
+extern "C" __global__ void gelu_fwd(const float* __restrict__ x, float* __restrict__ out, int n) {
     int i = IDX; if (i >= n) return;
     out[i] = gelu(x[i]);
 }
 // dx and its bf16 twin dx_h.
-extern "C" __global__ void gelu_bwd(const float* x, const float* dout, float* dx, unsigned short* dx_h, int n) {
+extern "C" __global__ void gelu_bwd(const float* __restrict__ x, const float* __restrict__ dout, float* __restrict__ dx, unsigned short* __restrict__ dx_h, int n) {
     int i = IDX; if (i >= n) return;
     float v = x[i], th = tanhf(GELU_K * (v + 0.044715f * v * v * v));
     float o = dout[i] * (0.5f * (1.f + th) + 0.5f * v * (1.f - th * th) * GELU_K * (1.f + 3.f * 0.044715f * v * v));
