@@ -425,8 +425,26 @@ extern "C" __global__ void maxpool_fwd(const float* x, float* out, float* arg, i
     out[i] = best; arg[i] = (float)at;
 }
 // arg: the source's place in its h x w plane (exact in f32).
-extern "C" __global__ void maxpool_bwd(const float* dout, const float* arg, float* dx, int n, int hw, int ohw) {
-    int i = IDX; if (i < n) atomicAdd(&dx[(long)(i / ohw) * hw + (int)arg[i]], dout[i]);
+// Max pooling's input gradient, gathered: each input element sums the gradients of the windows
+// whose maximum it is, in the windows' order (the CPU backend's order). Windows overlap (3x3
+// stride 2), and adding them with atomics would sum in a different order each run: the same
+// step would give different weights from run to run.
+extern "C" __global__ void maxpool_bwd(const float* __restrict__ dout, const float* __restrict__ arg, float* __restrict__ dx, int cn, int h, int w, int k, int stride, int pad, int oh, int ow) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)cn * h * w) return;
+    int j = (int)(i % ((long)h * w)), iy = j / w, ix = j % w;
+    long plane = i / ((long)h * w);
+    // The windows that hold (iy, ix): oy * stride - pad <= iy < oy * stride - pad + k.
+    int oy0 = max(0, (iy + pad - k + stride) / stride), oy1 = min(oh - 1, (iy + pad) / stride);
+    int ox0 = max(0, (ix + pad - k + stride) / stride), ox1 = min(ow - 1, (ix + pad) / stride);
+    const float *a = arg + plane * oh * ow, *d = dout + plane * oh * ow;
+    float sum = 0.f;
+    for (int oy = oy0; oy <= oy1; oy++)
+        for (int ox = ox0; ox <= ox1; ox++) {
+            int o = oy * ow + ox;
+            if ((int)a[o] == j) sum += d[o];
+        }
+    dx[i] = sum;
 }
 // out [n, c] = mean over hw of x [c, n hw].
 extern "C" __global__ void avgpool_fwd(const float* x, float* out, int c, int n, int hw) {

@@ -395,10 +395,13 @@ impl Ops for CudaOps {
     }
     fn maxpool_bwd(&mut self, dout: &Buf, arg: &Buf, dx: &mut Buf, cv: Conv) -> Result<()> {
         self.twins.wrote(dx);
-        check("maxpool_bwd", dout.len() == arg.len() && dx.len() == cv.c * cv.n * cv.h * cv.w)?;
-        self.fill(dx, 0.0)?;
-        let (n, hw, ohw) = (int(dout.len())?, int(cv.h * cv.w)?, int(cv.oh() * cv.ow())?);
-        launch!(self, "maxpool_bwd", elems(dout.len()); dout, arg, dx, &n, &hw, &ohw)
+        check(
+            "maxpool_bwd",
+            dout.len() == cv.c * cv.col_cols() && arg.len() == dout.len() && dx.len() == cv.c * cv.n * cv.h * cv.w,
+        )?;
+        let a = ConvArgs::new(cv)?;
+        let cn = int(cv.c * cv.n)?;
+        launch!(self, "maxpool_bwd", elems(dx.len()); dout, arg, dx, &cn, &a.h, &a.w, &a.k, &a.stride, &a.pad, &a.oh, &a.ow)
     }
     fn avgpool_fwd(&mut self, x: &Buf, out: &mut Buf, c: usize, n: usize) -> Result<()> {
         self.twins.wrote(out);

@@ -252,7 +252,8 @@ fn cuda_conv_ops_match_cpu_ops() {
     close("maxpool", &po, &g.download(&gpo).unwrap(), 0.0);
     c.maxpool_bwd(&po, &pa, &mut dx, cv).unwrap();
     g.maxpool_bwd(&gpo, &gpa, &mut gdx, cv).unwrap();
-    close("maxpool bwd", &dx, &g.download(&gdx).unwrap(), 1e-5);
+    // Gathered in the windows' order, as the CPU sums them: the same bits.
+    close("maxpool bwd", &dx, &g.download(&gdx).unwrap(), 0.0);
     let (mut ap, mut gap) = (vec![0.0; cv.c * cv.n], g.zeros(cv.c * cv.n).unwrap());
     c.avgpool_fwd(&x, &mut ap, cv.c, cv.n).unwrap();
     g.avgpool_fwd(&gx, &mut gap, cv.c, cv.n).unwrap();
