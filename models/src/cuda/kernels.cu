@@ -281,12 +281,27 @@ extern "C" __global__ void gelu_fwd(const float* __restrict__ x, float* __restri
     int i = IDX; if (i >= n) return;
     out[i] = gelu(x[i]);
 }
-// dx and its bf16 twin dx_h.
+// Whether a buffer can be read or written four floats (or four bf16) at a time from element 0.
+__device__ __forceinline__ bool al16(const void* p) { return ((unsigned long long)p & 15) == 0; }
+__device__ __forceinline__ bool al8(const void* p) { return ((unsigned long long)p & 7) == 0; }
+__device__ __forceinline__ float gelu_grad(float v, float d) {
+    float th = tanhf(GELU_K * (v + 0.044715f * v * v * v));
+    return d * (0.5f * (1.f + th) + 0.5f * v * (1.f - th * th) * GELU_K * (1.f + 3.f * 0.044715f * v * v));
+}
+// dx and its bf16 twin dx_h; one thread per four elements (a grid-stride loop), as float4s when
+// every buffer allows, the rest one by one.
 extern "C" __global__ void gelu_bwd(const float* __restrict__ x, const float* __restrict__ dout, float* __restrict__ dx, unsigned short* __restrict__ dx_h, int n) {
-    int i = IDX; if (i >= n) return;
-    float v = x[i], th = tanhf(GELU_K * (v + 0.044715f * v * v * v));
-    float o = dout[i] * (0.5f * (1.f + th) + 0.5f * v * (1.f - th * th) * GELU_K * (1.f + 3.f * 0.044715f * v * v));
-    dx[i] = o; dx_h[i] = (unsigned short)bf16_bits(o);
+    long stride = (long)gridDim.x * blockDim.x, start = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    long n4 = al16(x) && al16(dout) && al16(dx) && al8(dx_h) ? n / 4 : 0;
+    for (long i = start; i < n4; i += stride) {
+        float4 v = reinterpret_cast<const float4*>(x)[i], d = reinterpret_cast<const float4*>(dout)[i];
+        float4 o = make_float4(gelu_grad(v.x, d.x), gelu_grad(v.y, d.y), gelu_grad(v.z, d.z), gelu_grad(v.w, d.w));
+        store4(dx, dx_h, i, o);
+    }
+    for (long i = n4 * 4 + start; i < n; i += stride) {
+        float o = gelu_grad(x[i], dout[i]);
+        dx[i] = o; dx_h[i] = (unsigned short)bf16_bits(o);
+    }
 }
 // NaN passes through (fmaxf would drop it).
 extern "C" __global__ void relu_fwd(const float* x, float* out, int n) { int i = IDX; if (i < n) out[i] = x[i] < 0.f ? 0.f : x[i]; }
@@ -309,13 +324,35 @@ extern "C" __global__ void cross_entropy(const float* logits, const float* targe
     if (lane == 0) losses[row] = -(logits[o + tgt] - m - logf(sum));
 }
 // The parameter and its bf16 twin p_h (what the next step's products read).
-extern "C" __global__ void adamw(float* p, unsigned short* p_h, const float* g, float* m, float* v, int n, float lr, float b1, float b2, float eps, float wd, float c1, float c2, float gs) {
-    int i = IDX; if (i >= n) return;
-    float gi = g[i] * gs;
-    float mi = b1 * m[i] + (1.f - b1) * gi, vi = b2 * v[i] + (1.f - b2) * gi * gi;
-    m[i] = mi; v[i] = vi;
-    float pi = p[i] - lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * p[i]);
-    p[i] = pi; p_h[i] = (unsigned short)bf16_bits(pi);
+// One AdamW update of element i (fp32 master weight, moments, and the weight's bf16 twin).
+struct AdamArgs { float lr, b1, b2, eps, wd, c1, c2, gs; };
+__device__ __forceinline__ void adam1(float& p, float g, float& m, float& v, const AdamArgs& a) {
+    float gi = g * a.gs;
+    m = a.b1 * m + (1.f - a.b1) * gi;
+    v = a.b2 * v + (1.f - a.b2) * gi * gi;
+    p = p - a.lr * ((m / a.c1) / (sqrtf(v / a.c2) + a.eps) + a.wd * p);
+}
+// One thread per four elements (a grid-stride loop), as float4s when every buffer allows.
+extern "C" __global__ void adamw(float* __restrict__ p, unsigned short* __restrict__ p_h, const float* __restrict__ g, float* __restrict__ m, float* __restrict__ v, int n, float lr, float b1, float b2, float eps, float wd, float c1, float c2, float gs) {
+    AdamArgs a = {lr, b1, b2, eps, wd, c1, c2, gs};
+    long stride = (long)gridDim.x * blockDim.x, start = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    long n4 = al16(p) && al8(p_h) && al16(g) && al16(m) && al16(v) ? n / 4 : 0;
+    for (long i = start; i < n4; i += stride) {
+        float4 pp = reinterpret_cast<float4*>(p)[i], gg = reinterpret_cast<const float4*>(g)[i];
+        float4 mm = reinterpret_cast<float4*>(m)[i], vv = reinterpret_cast<float4*>(v)[i];
+        adam1(pp.x, gg.x, mm.x, vv.x, a);
+        adam1(pp.y, gg.y, mm.y, vv.y, a);
+        adam1(pp.z, gg.z, mm.z, vv.z, a);
+        adam1(pp.w, gg.w, mm.w, vv.w, a);
+        reinterpret_cast<float4*>(m)[i] = mm;
+        reinterpret_cast<float4*>(v)[i] = vv;
+        store4(p, p_h, i, pp);
+    }
+    for (long i = n4 * 4 + start; i < n; i += stride) {
+        float pi = p[i], mi = m[i], vi = v[i];
+        adam1(pi, g[i], mi, vi, a);
+        m[i] = mi; v[i] = vi; p[i] = pi; p_h[i] = (unsigned short)bf16_bits(pi);
+    }
 }
 // cols [c k k, n oh ow] from x [c, n h w].
 extern "C" __global__ void im2col(const float* x, float* cols, int c, int n, int h, int w, int k, int stride, int pad, int oh, int ow) {

@@ -251,7 +251,7 @@ impl Ops for CudaOps {
         check("gelu_bwd", x.len() == dout.len() && x.len() == dx.len())?;
         let n = int(x.len())?;
         let at = twins::address(dx);
-        self.with_twin_out(at, dx.len(), |ops, h| launch!(ops, "gelu_bwd", elems(x.len()); x, dout, dx, h, &n))
+        self.with_twin_out(at, dx.len(), |ops, h| launch!(ops, "gelu_bwd", quads(x.len()); x, dout, dx, h, &n))
     }
     fn relu_fwd(&mut self, x: &Buf, out: &mut Buf) -> Result<()> {
         self.twins.wrote(out);
@@ -307,7 +307,7 @@ impl Ops for CudaOps {
         let (c1, c2) = (1.0 - a.beta1.powi(a.step as i32), 1.0 - a.beta2.powi(a.step as i32));
         let at = twins::address(p);
         self.with_twin_out(at, p.len(), |ops, h| {
-            launch!(ops, "adamw", elems(p.len()); p, h, g, m, v, &n, &a.lr, &a.beta1, &a.beta2, &a.eps, &a.weight_decay, &c1, &c2, &a.grad_scale)
+            launch!(ops, "adamw", quads(p.len()); p, h, g, m, v, &n, &a.lr, &a.beta1, &a.beta2, &a.eps, &a.weight_decay, &c1, &c2, &a.grad_scale)
         })
     }
     fn im2col(&mut self, x: &Buf, cols_: &mut Buf, cv: Conv) -> Result<()> {
