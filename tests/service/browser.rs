@@ -5,13 +5,14 @@
 use gpusanity_testkit::svc;
 
 use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use svc::{allocated, World, TOKEN};
+
+mod chrome;
+use chrome::{chromium, dom, screenshot};
 
 const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0";
 const HOSTILE: &str = "<script>alert(1)</script>\"'&";
@@ -62,82 +63,6 @@ pub(crate) fn login(port: u16, token: &str) -> (u16, String, String) {
 
 fn api(w: &World, path: &str) -> (u16, Value) {
     w.http_call("GET", path, Some(TOKEN), None).expect("HTTP")
-}
-
-/// Debian's Chromium, or None (and why) when it is not installed.
-fn chromium() -> Option<PathBuf> {
-    let p = PathBuf::from("/usr/bin/chromium");
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("SKIPPED: /usr/bin/chromium is missing (apt-get install -y chromium); the pages are not rendered");
-        None
-    }
-}
-
-/// Headless Chromium on `url` with `args` (--dump-dom or --screenshot=...): its stdout. A fresh
-/// profile, no network beyond the page, its process group killed after 60 s.
-fn chromium_run(bin: &Path, args: &[String], url: &str) -> String {
-    let profile = tempfile::tempdir().expect("tempdir");
-    let out_path = profile.path().join("stdout");
-    let out = std::fs::File::create(&out_path).expect("stdout file");
-    let mut child = Command::new(bin)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-        ])
-        .args(["--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"])
-        .arg(format!("--user-data-dir={}", profile.path().join("profile").display()))
-        .args(args)
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(Stdio::null())
-        // Its own process group, so that a hung browser goes with its helper processes.
-        .process_group(0)
-        .spawn()
-        .expect("spawn chromium");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match child.try_wait().expect("wait for chromium") {
-            Some(st) => {
-                assert!(st.success(), "chromium on {url} exited with {st}");
-                break;
-            }
-            None if Instant::now() > deadline => {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(child.id() as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-                let _ = child.wait();
-                panic!("chromium on {url} hung for 60 s (killed)");
-            }
-            None => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
-    std::fs::read_to_string(out_path).expect("chromium output")
-}
-
-fn dom(bin: &Path, w: &World, path: &str) -> String {
-    chromium_run(bin, &["--dump-dom".to_string()], &format!("http://127.0.0.1:{}{path}", w.http))
-}
-
-fn screenshot(bin: &Path, w: &World, path: &str, name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-artifacts");
-    std::fs::create_dir_all(&dir).expect("artifacts dir");
-    let file = dir.join(name);
-    let _ = std::fs::remove_file(&file);
-    chromium_run(
-        bin,
-        &[format!("--screenshot={}", file.display()), "--window-size=1300,2400".to_string()],
-        &format!("http://127.0.0.1:{}{path}", w.http),
-    );
-    assert!(std::fs::metadata(&file).map(|m| m.len() > 10_000).unwrap_or(false), "no screenshot at {}", file.display());
-    file
 }
 
 /// The number of runs in a rendered runs list.

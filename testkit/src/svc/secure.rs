@@ -9,7 +9,8 @@ use std::time::Duration;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
-use super::{broker, script_value, start_script_output, World, BROKER};
+use super::backends::{broker, script_value, start_script_output, BROKER};
+use super::World;
 
 /// A broker's SASL_SSL listener and what a client needs to use it.
 #[derive(Debug, Clone)]
