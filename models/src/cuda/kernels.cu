@@ -131,12 +131,17 @@ extern "C" __global__ void embed_bwd(const float* tok, const float* dout, float*
     atomicAdd(&dwte[(long)(int)tok[r] * c + j], dout[i]);
     atomicAdd(&dwpe[(r % t) * c + j], dout[i]);
 }
+// Whether a buffer can be read or written four floats (or four bf16) at a time from element 0.
+__device__ __forceinline__ bool al16(const void* p) { return ((unsigned long long)p & 15) == 0; }
+__device__ __forceinline__ bool al8(const void* p) { return ((unsigned long long)p & 7) == 0; }
 // Layer norm rows of c features with c % 4 == 0 and c <= 128 LN_VEC (768 and 2048 in the
-// models) take the fast path: a warp reads its row once, as float4s kept in registers (rows
-// start 16-byte aligned: buffers are 256-byte aligned and c % 4 == 0), and writes float4s and
-// four bf16 at a time. Other rows go element by element, re-reading the row.
+// models), in buffers that start 16-byte aligned (then so does every row), take the fast path:
+// a warp reads its row once, as float4s kept in registers, and writes float4s and four bf16 at
+// a time. Other rows go element by element, re-reading the row.
 #define LN_VEC 16
-__device__ __forceinline__ bool ln_fast(int c) { return (c & 3) == 0 && c <= 128 * LN_VEC; }
+__device__ __forceinline__ bool ln_fast(int c, const void* a, const void* b, const void* h) {
+    return (c & 3) == 0 && c <= 128 * LN_VEC && al16(a) && al16(b) && al8(h);
+}
 __device__ __forceinline__ void store4(float* __restrict__ out, unsigned short* __restrict__ out_h, long i4, float4 v) {
     reinterpret_cast<float4*>(out)[i4] = v;
     uint2 h;
@@ -151,7 +156,7 @@ extern "C" __global__ void ln_fwd(const float* __restrict__ x, const float* __re
     if (row >= rows) return;
     const float* xr = x + (long)row * c;
     float mu, rs;
-    if (ln_fast(c)) {
+    if (ln_fast(c, x, out, out_h) && al16(g) && al16(b)) {
         int n4 = c >> 2;
         const float4* x4 = reinterpret_cast<const float4*>(xr);
         float4 v[LN_VEC];
@@ -208,7 +213,7 @@ extern "C" __global__ void ln_bwd_dx(const float* __restrict__ x, const float* _
     if (row >= rows) return;
     long o = (long)row * c;
     float mu = mean[row], rs = rstd[row], s1 = 0.f, s2 = 0.f;
-    if (ln_fast(c)) {
+    if (ln_fast(c, x, dout, dx_h) && al16(dx) && al16(g)) {
         int n4 = c >> 2;
         const float4 *x4 = reinterpret_cast<const float4*>(x + o), *d4 = reinterpret_cast<const float4*>(dout + o);
         const float4* g4 = reinterpret_cast<const float4*>(g);
@@ -281,9 +286,6 @@ extern "C" __global__ void gelu_fwd(const float* __restrict__ x, float* __restri
     int i = IDX; if (i >= n) return;
     out[i] = gelu(x[i]);
 }
-// Whether a buffer can be read or written four floats (or four bf16) at a time from element 0.
-__device__ __forceinline__ bool al16(const void* p) { return ((unsigned long long)p & 15) == 0; }
-__device__ __forceinline__ bool al8(const void* p) { return ((unsigned long long)p & 7) == 0; }
 __device__ __forceinline__ float gelu_grad(float v, float d) {
     float th = tanhf(GELU_K * (v + 0.044715f * v * v * v));
     return d * (0.5f * (1.f + th) + 0.5f * v * (1.f - th * th) * GELU_K * (1.f + 3.f * 0.044715f * v * v));
