@@ -29,21 +29,13 @@ try:
 except Exception as e:
     print(f"{model} lr {lr} run {run}: no report ({e}), exit {rc}")
     sys.exit(0)
-def walk(o):
-    if isinstance(o, dict):
-        if o.get("name") == model or o.get("check") == model:
-            yield o
-        for v in o.values():
-            yield from walk(v)
-    elif isinstance(o, list):
-        for v in o:
-            yield from walk(v)
-for c in walk(rep):
-    for r in c.get("ranks", c.get("rank_results", [])) or []:
+for c in rep["checks"]:
+    if c["name"] != model:
+        continue
+    for r in c["ranks"]:
         m = r.get("metrics", {})
         print(f"{model} lr {lr} run {run}: exit {rc}, status {r.get('status')}, loss first {m.get('loss_first')}"
               f" final {m.get('loss_final')}, graph steps {m.get('graph_steps')}; {r.get('error') or ''}")
-    break
 PY
   done
 done

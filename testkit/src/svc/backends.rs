@@ -116,16 +116,29 @@ fn postgres_admin() -> &'static str {
 
 /// A fresh, empty PostgreSQL database for one test; its URL.
 pub fn postgres_database(name: &str) -> String {
-    let admin = postgres_admin();
+    fresh_database(postgres_admin(), name, "PostgreSQL")
+}
+
+/// Drops and creates database `name` on the server of admin URL `admin` (`server` names it in
+/// a panic when it does not answer); the database's URL.
+pub(super) fn fresh_database(admin: &str, name: &str, server: &str) -> String {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
         sqlx::any::install_default_drivers();
-        let pool = sqlx::AnyPool::connect(admin)
-            .await
-            .unwrap_or_else(|e| panic!("PostgreSQL at {admin} does not answer: {e}"));
+        let pool =
+            sqlx::AnyPool::connect(admin).await.unwrap_or_else(|e| panic!("{server} at {admin} does not answer: {e}"));
         sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&pool).await.expect("drop database");
         sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create database");
     });
-    let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(admin);
-    format!("{base}/{name}")
+    with_database(admin, name)
+}
+
+/// `url` (a server's URL) naming database `name` instead, its query kept.
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let base = base.rsplit_once('/').map_or(base, |(b, _)| b);
+    match query {
+        Some(q) => format!("{base}/{name}?{q}"),
+        None => format!("{base}/{name}"),
+    }
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
-use super::backends::{broker, script_value, start_script_output, BROKER};
+pub use super::backends::with_database;
+use super::backends::{broker, fresh_database, script_value, start_script_output, BROKER};
 use super::World;
 
 /// A broker's SASL_SSL listener and what a client needs to use it.
@@ -133,16 +134,6 @@ pub fn tls_postgres_admin() -> Result<&'static str, String> {
     .map_err(Clone::clone)
 }
 
-/// `url` with database `name` (its query, the TLS parameters, kept).
-pub fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
-    let base = base.rsplit_once('/').map_or(base, |(b, _)| b);
-    match query {
-        Some(q) => format!("{base}/{name}?{q}"),
-        None => format!("{base}/{name}"),
-    }
-}
-
 /// `url` with `sslmode=MODE` instead of its own (and no other TLS parameter).
 pub fn with_sslmode(url: &str, mode: &str) -> String {
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
@@ -154,17 +145,7 @@ pub fn with_sslmode(url: &str, mode: &str) -> String {
 
 /// A fresh, empty database on the TLS-only server; its URL (verify-full).
 pub fn tls_postgres_database(name: &str) -> Result<String, String> {
-    let admin = tls_postgres_admin()?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    rt.block_on(async {
-        sqlx::any::install_default_drivers();
-        let pool = sqlx::AnyPool::connect(admin)
-            .await
-            .unwrap_or_else(|e| panic!("the TLS-only PostgreSQL at {admin} does not answer: {e}"));
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&pool).await.expect("drop database");
-        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create database");
-    });
-    Ok(with_database(admin, name))
+    Ok(fresh_database(tls_postgres_admin()?, name, "the TLS-only PostgreSQL"))
 }
 
 impl World {
