@@ -1,6 +1,7 @@
 //! The CPU backend of [`Ops`]: matrix products through the `gemm` crate on one thread (the
 //! workers of a node share its cores) and plain loops for the rest.
 
+use crate::data::TokenRows;
 use crate::ops::{whole, Adam, Conv, Heads, Mm, Ops};
 use crate::{ModelError, Result};
 
@@ -204,6 +205,7 @@ impl Ops for CpuOps {
     fn embed_bwd(
         &mut self,
         tok: &Vec<f32>,
+        _by_token: &TokenRows<Vec<f32>>,
         dout: &Vec<f32>,
         dwte: &mut Vec<f32>,
         dwpe: &mut Vec<f32>,
@@ -211,6 +213,7 @@ impl Ops for CpuOps {
         c: usize,
     ) -> Result<()> {
         check("embed_bwd", dout.len() == tok.len() * c && dwpe.len() >= t * c)?;
+        // Row by row: every element's rows are summed in row order without the grouping.
         for (r, row) in dout.chunks(c).enumerate() {
             let id = tok[r] as usize;
             check("embed_bwd token", (id + 1) * c <= dwte.len())?;

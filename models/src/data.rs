@@ -90,3 +90,56 @@ impl ImageTask {
         (x, labels.iter().map(|l| *l as f32).collect())
     }
 }
+
+/// A batch's rows grouped by token, for an embedding backward that sums each token's rows in a
+/// fixed order (no atomic adds): `rows` lists the row indices (as f32) token by token, each
+/// token's in row order, and token `v`'s are `rows[starts[v]..starts[v + 1]]`.
+pub struct TokenRows<B> {
+    pub rows: B,
+    pub starts: B,
+}
+
+/// The host side of [`TokenRows`] for token ids `tok` of a vocabulary of `vocab`: (rows,
+/// starts), a stable counting sort. A token that is not a whole number below `vocab` is refused.
+pub fn group_by_token(tok: &[f32], vocab: usize) -> crate::Result<(Vec<f32>, Vec<f32>)> {
+    // f32 holds every index exactly below 2^24.
+    if tok.len() >= 1 << 24 || vocab >= 1 << 24 {
+        return Err(crate::ModelError::Config(format!("{} tokens of a vocabulary of {vocab}: too many", tok.len())));
+    }
+    let ids = tok
+        .iter()
+        .map(|&x| {
+            let ok = x >= 0.0 && x.fract() == 0.0 && (x as usize) < vocab;
+            ok.then_some(x as usize).ok_or_else(|| crate::ModelError::Config(format!("token {x} outside 0..{vocab}")))
+        })
+        .collect::<crate::Result<Vec<usize>>>()?;
+    let mut starts = vec![0usize; vocab + 1];
+    for &v in &ids {
+        starts[v + 1] += 1;
+    }
+    for v in 0..vocab {
+        starts[v + 1] += starts[v];
+    }
+    let mut next = starts.clone();
+    let mut rows = vec![0f32; ids.len()];
+    for (r, &v) in ids.iter().enumerate() {
+        rows[next[v]] = r as f32;
+        next[v] += 1;
+    }
+    Ok((rows, starts.into_iter().map(|s| s as f32).collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_group_stably_and_bad_ids_are_refused() {
+        let (rows, starts) = group_by_token(&[2.0, 0.0, 2.0, 1.0, 0.0], 4).unwrap();
+        assert_eq!(rows, [1.0, 4.0, 3.0, 0.0, 2.0]);
+        assert_eq!(starts, [0.0, 2.0, 3.0, 5.0, 5.0]);
+        for bad in [4.0, -1.0, 1.5, f32::NAN, f32::INFINITY] {
+            assert!(group_by_token(&[0.0, bad], 4).is_err(), "{bad}");
+        }
+    }
+}

@@ -7,7 +7,7 @@
 //! after a reduction and the LM head are replicated. With `tp = 1` it is mini-gpt.
 
 use crate::comm::Comm;
-use crate::data::{seed_of, TokenTask};
+use crate::data::{group_by_token, seed_of, TokenRows, TokenTask};
 use crate::ops::{Heads, Mm, Ops};
 use crate::train::{Model, Param};
 use crate::{ModelError, Result};
@@ -81,6 +81,8 @@ pub struct Gpt<B> {
     acts: Vec<LayerActs<B>>,
     sc: Scratch<B>,
     tok: B,
+    /// The batch's rows grouped by token, for the embedding's backward.
+    by_token: TokenRows<B>,
     tgt: B,
     task: TokenTask,
 }
@@ -176,7 +178,8 @@ impl<B> Gpt<B> {
             losses: ops.zeros(n)?,
         };
         let task = TokenTask::new(v, seed_of(cfg.seed, "task"));
-        Ok(Gpt { tok: ops.zeros(n)?, tgt: ops.zeros(n)?, task, params, xs, acts, sc, cfg })
+        let by_token = TokenRows { rows: ops.zeros(n)?, starts: ops.zeros(v + 1)? };
+        Ok(Gpt { tok: ops.zeros(n)?, by_token, tgt: ops.zeros(n)?, task, params, xs, acts, sc, cfg })
     }
 }
 
@@ -192,13 +195,16 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             seed_of(self.cfg.data_seed, &format!("step{step}")),
         );
         // Into the same buffers every step: a step graph reads them where it was recorded.
+        let (rows, starts) = group_by_token(&x, self.cfg.shape.vocab)?;
         ops.write(&mut self.tok, &x)?;
+        ops.write(&mut self.by_token.rows, &rows)?;
+        ops.write(&mut self.by_token.starts, &starts)?;
         ops.write(&mut self.tgt, &y)?;
         Ok(())
     }
 
     fn forward_backward(&mut self, ops: &mut O, tp: &mut dyn Comm<O::Buf>) -> Result<()> {
-        let Gpt { cfg, params: ps, xs, acts, sc, tok, tgt, .. } = self;
+        let Gpt { cfg, params: ps, xs, acts, sc, tok, by_token, tgt, .. } = self;
         let (v, t, c, l) = (cfg.shape.vocab, cfg.shape.ctx, cfg.shape.dim, cfg.shape.layers);
         let (cl, n) = (cfg.cl(), cfg.rows());
         let hs = cfg.local_heads();
@@ -308,7 +314,7 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
         let (wte, wpe) = ps.split_at_mut(1);
         ops.fill(&mut wte[0].g, 0.0)?;
         ops.fill(&mut wpe[0].g, 0.0)?;
-        ops.embed_bwd(tok, &sc.dx, &mut wte[0].g, &mut wpe[0].g, t, c)
+        ops.embed_bwd(tok, by_token, &sc.dx, &mut wte[0].g, &mut wpe[0].g, t, c)
     }
 
     fn loss(&mut self, ops: &mut O) -> Result<f32> {

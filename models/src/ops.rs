@@ -9,6 +9,7 @@
 //! f32 (exact below 2^24). "acc" in a doc means the result is added to the output buffer;
 //! otherwise it is overwritten.
 
+use crate::data::TokenRows;
 use crate::Result;
 
 /// Whether `len` is a whole number of `unit`s.
@@ -285,10 +286,14 @@ pub trait Ops {
         t: usize,
         c: usize,
     ) -> Result<()>;
-    /// acc: the gradients of [`Ops::embed_fwd`] into `dwte` and `dwpe`.
+    /// acc: the gradients of [`Ops::embed_fwd`] into `dwte` and `dwpe`, each element's rows
+    /// summed in row order (`by_token`: the same batch's rows grouped by token, which lets a
+    /// device sum a token's rows without atomic adds).
+    #[allow(clippy::too_many_arguments)]
     fn embed_bwd(
         &mut self,
         tok: &Self::Buf,
+        by_token: &TokenRows<Self::Buf>,
         dout: &Self::Buf,
         dwte: &mut Self::Buf,
         dwpe: &mut Self::Buf,

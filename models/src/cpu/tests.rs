@@ -216,7 +216,9 @@ fn embedding_backward_matches_finite_differences() {
     let tok = vec![1.0, 4.0, 1.0, 0.0, 2.0, 3.0];
     let (wte, wpe, r) = (rnd(vocab * c, 15), rnd(t * c, 16), rnd(b * t * c, 17));
     let (mut dwte, mut dwpe) = (vec![0.0; vocab * c], vec![0.0; t * c]);
-    CpuOps.embed_bwd(&tok, &r, &mut dwte, &mut dwpe, t, c).unwrap();
+    let (rows, starts) = crate::data::group_by_token(&tok, vocab).unwrap();
+    let by = crate::data::TokenRows { rows, starts };
+    CpuOps.embed_bwd(&tok, &by, &r, &mut dwte, &mut dwpe, t, c).unwrap();
     let fwd = |wte: &[f32], wpe: &[f32]| {
         let mut o = vec![0.0; b * t * c];
         CpuOps.embed_fwd(&tok, &wte.to_vec(), &wpe.to_vec(), &mut o, t, c).unwrap();

@@ -125,11 +125,31 @@ extern "C" __global__ void embed_fwd(const float* tok, const float* wte, const f
     int r = i / c, j = i % c;
     out[i] = wte[(long)(int)tok[r] * c + j] + wpe[(r % t) * c + j];
 }
-extern "C" __global__ void embed_bwd(const float* tok, const float* dout, float* dwte, float* dwpe, int n, int t, int c) {
-    int i = IDX; if (i >= n * c) return;
-    int r = i / c, j = i % c;
-    atomicAdd(&dwte[(long)(int)tok[r] * c + j], dout[i]);
-    atomicAdd(&dwpe[(r % t) * c + j], dout[i]);
+// The token embedding's gradient, one thread per (token, feature): the token's rows (rows,
+// grouped by token in row order; token v's at starts[v]..starts[v + 1]) added in that order,
+// the CPU backend's order, with no atomic adds: the same sums every run.
+extern "C" __global__ void embed_bwd_wte(const float* __restrict__ rows, const float* __restrict__ starts, const float* __restrict__ dout, float* __restrict__ dwte, int n, int vocab, int c) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)vocab * c) return;
+    int v = (int)(i / c), j = (int)(i % c);
+    int s = (int)starts[v], e = (int)starts[v + 1];
+    if (e == s) return;
+    float acc = dwte[i];
+    for (int k = max(s, 0); k < min(e, n); k++) {
+        int r = (int)rows[k];
+        if (r >= 0 && r < n) acc += dout[(long)r * c + j];
+    }
+    dwte[i] = acc;
+}
+// The position embedding's gradient, one thread per (position, feature): the sequences' rows at
+// that position in order.
+extern "C" __global__ void embed_bwd_wpe(const float* __restrict__ dout, float* __restrict__ dwpe, int n, int t, int c) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)t * c) return;
+    int p = (int)(i / c), j = (int)(i % c);
+    float acc = dwpe[i];
+    for (int r = p; r < n; r += t) acc += dout[(long)r * c + j];
+    dwpe[i] = acc;
 }
 // Whether a buffer can be read or written four floats (or four bf16) at a time from element 0.
 __device__ __forceinline__ bool al16(const void* p) { return ((unsigned long long)p & 15) == 0; }

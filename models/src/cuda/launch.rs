@@ -4,6 +4,7 @@ use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::grid::{bias_grid, channel_chunks, chunking, col_parts, elems, quads, rows, ConvArgs};
 use super::{dev, twins, CudaOps, BF16_MIN_SIDE};
+use crate::data::TokenRows;
 use crate::ops::{whole, Adam, Conv, GraphRun, Heads, Mm, Ops};
 use crate::{ModelError, Result};
 
@@ -174,12 +175,31 @@ impl Ops for CudaOps {
         let (n, tt, cc) = (int(tok.len())?, int(t)?, int(c)?);
         launch!(self, "embed_fwd", elems(out.len()); tok, wte, wpe, out, &n, &tt, &cc)
     }
-    fn embed_bwd(&mut self, tok: &Buf, dout: &Buf, dwte: &mut Buf, dwpe: &mut Buf, t: usize, c: usize) -> Result<()> {
+    fn embed_bwd(
+        &mut self,
+        tok: &Buf,
+        by_token: &TokenRows<Buf>,
+        dout: &Buf,
+        dwte: &mut Buf,
+        dwpe: &mut Buf,
+        t: usize,
+        c: usize,
+    ) -> Result<()> {
         self.twins.wrote(dwte);
         self.twins.wrote(dwpe);
-        check("embed_bwd", dout.len() == tok.len() * c && dwpe.len() >= t * c)?;
-        let (n, tt, cc) = (int(tok.len())?, int(t)?, int(c)?);
-        launch!(self, "embed_bwd", elems(dout.len()); tok, dout, dwte, dwpe, &n, &tt, &cc)
+        let vocab = dwte.len().checked_div(c).unwrap_or(0);
+        check(
+            "embed_bwd",
+            dout.len() == tok.len() * c
+                && dwpe.len() >= t * c
+                && t > 0
+                && whole(dwte.len(), c)
+                && by_token.rows.len() == tok.len()
+                && by_token.starts.len() == vocab + 1,
+        )?;
+        let (n, tt, cc, vv) = (int(tok.len())?, int(t)?, int(c)?, int(vocab)?);
+        launch!(self, "embed_bwd_wte", elems(dwte.len()); &by_token.rows, &by_token.starts, dout, dwte, &n, &vv, &cc)?;
+        launch!(self, "embed_bwd_wpe", elems(t * c); dout, dwpe, &n, &tt, &cc)
     }
     fn layernorm_fwd(
         &mut self,
