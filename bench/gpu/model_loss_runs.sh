@@ -35,7 +35,7 @@ for c in rep["checks"]:
     for r in c["ranks"]:
         m = r.get("metrics", {})
         print(f"{model} lr {lr} run {run}: exit {rc}, status {r.get('status')}, loss first {m.get('loss_first')}"
-              f" final {m.get('loss_final')}, graph steps {m.get('graph_steps')}; {r.get('error') or ''}")
+              f" final {m.get('loss_final')}, graph steps {m.get('graph_steps')}, step ms {m.get('step_ms_median')}; {r.get('error') or ''}")
 PY
   done
 done

@@ -218,8 +218,7 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             let (before, after) = xs.split_at_mut(i + 1);
             let (x, x2) = (&before[i], &mut after[0]);
             ops.layernorm_fwd(x, &ps[lp(i, LN1_G)].w, &ps[lp(i, LN1_B)].w, &mut a.a1, &mut a.mean1, &mut a.rstd1, c)?;
-            ops.matmul(Mm::new(n, 3 * cl, c), &a.a1, &ps[lp(i, QKV_W)].w, &mut a.qkv)?;
-            ops.add_bias(&mut a.qkv, &ps[lp(i, QKV_B)].w, n)?;
+            ops.matmul_bias(Mm::new(n, 3 * cl, c), &a.a1, &ps[lp(i, QKV_W)].w, &ps[lp(i, QKV_B)].w, &mut a.qkv)?;
             ops.attention_fwd(&a.qkv, &mut a.y, &mut a.lse, hs, scale)?;
             ops.matmul(Mm::new(n, c, cl), &a.y, &ps[lp(i, O_W)].w, &mut sc.z)?;
             tp.all_reduce_sum(&mut sc.z)?;
@@ -233,8 +232,8 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
                 &mut a.rstd2,
                 c,
             )?;
-            ops.matmul(Mm::new(n, 4 * cl, c), &a.a2, &ps[lp(i, FC_W)].w, &mut a.h)?;
-            ops.add_bias_gelu(&mut a.h, &ps[lp(i, FC_B)].w, &mut a.gl, n)?;
+            let (fc_w, fc_b) = (&ps[lp(i, FC_W)].w, &ps[lp(i, FC_B)].w);
+            ops.matmul_bias_gelu(Mm::new(n, 4 * cl, c), &a.a2, fc_w, fc_b, &mut a.h, &mut a.gl)?;
             ops.matmul(Mm::new(n, c, 4 * cl), &a.gl, &ps[lp(i, PROJ_W)].w, &mut sc.z)?;
             tp.all_reduce_sum(&mut sc.z)?;
             ops.add_bias_residual(&sc.z, &ps[lp(i, PROJ_B)].w, &a.x1, x2, n)?;
@@ -269,9 +268,12 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             // MLP: dx is the gradient of the block's output.
             ops.col_sum(&sc.dx, &mut lps[PROJ_B].g, n)?;
             ops.matmul(Mm::new(4 * cl, c, n).ta(), &a.gl, &sc.dx, &mut lps[PROJ_W].g)?;
-            ops.matmul(Mm::new(n, 4 * cl, c).tb(), &sc.dx, &lps[PROJ_W].w, &mut sc.dgl)?;
-            ops.gelu_bwd(&a.h, &sc.dgl, &mut sc.dh)?;
-            ops.col_sum(&sc.dh, &mut lps[FC_B].g, n)?;
+            {
+                // FC_B's gradient and PROJ_W's weight: the split keeps both borrows apart.
+                let (lo, hi) = lps.split_at_mut(PROJ_W);
+                let (dgl, dh) = (&mut sc.dgl, &mut sc.dh);
+                ops.matmul_dgelu(Mm::new(n, 4 * cl, c).tb(), &sc.dx, &hi[0].w, &a.h, dgl, dh, &mut lo[FC_B].g)?;
+            }
             ops.matmul(Mm::new(c, 4 * cl, n).ta(), &a.a2, &sc.dh, &mut lps[FC_W].g)?;
             ops.matmul(Mm::new(n, c, 4 * cl).tb(), &sc.dh, &lps[FC_W].w, &mut sc.dtmp)?;
             tp.all_reduce_sum(&mut sc.dtmp)?;

@@ -276,6 +276,57 @@ pub trait Ops {
     /// `out[j] = sum_r x[r, j]` for `x` of `rows x out.len()`.
     fn col_sum(&mut self, x: &Self::Buf, out: &mut Self::Buf, rows: usize) -> Result<()>;
 
+    // The products with their bias and activation fused. A backend may write their results
+    // (`out`, `pre`, `dpre`) only at the products' operand precision (bf16 on CUDA): read them
+    // only as operands of products, of the fused attention and of these ops; the default
+    // runs the separate ops, exact in f32.
+
+    /// `out = a w + bias` for `mm` (a projection with its bias; `bias` of `mm.n`).
+    fn matmul_bias(
+        &mut self,
+        mm: Mm,
+        a: &Self::Buf,
+        w: &Self::Buf,
+        bias: &Self::Buf,
+        out: &mut Self::Buf,
+    ) -> Result<()> {
+        self.matmul(mm, a, w, out)?;
+        self.add_bias(out, bias, mm.m)
+    }
+    /// `pre = a w + bias`, `out = GELU(pre)` (the MLP's first projection; `pre` is kept for
+    /// [`Ops::matmul_dgelu`]).
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_bias_gelu(
+        &mut self,
+        mm: Mm,
+        a: &Self::Buf,
+        w: &Self::Buf,
+        bias: &Self::Buf,
+        pre: &mut Self::Buf,
+        out: &mut Self::Buf,
+    ) -> Result<()> {
+        self.matmul(mm, a, w, pre)?;
+        self.add_bias_gelu(pre, bias, out, mm.m)
+    }
+    /// `dpre = GELU'(pre) * (dout w)` for `mm` and `dbias` = the column sums of `dpre` (the
+    /// gradients of [`Ops::matmul_bias_gelu`]'s `pre` and bias from its output's); `tmp`, of
+    /// `dpre`'s size, is scratch.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_dgelu(
+        &mut self,
+        mm: Mm,
+        dout: &Self::Buf,
+        w: &Self::Buf,
+        pre: &Self::Buf,
+        tmp: &mut Self::Buf,
+        dpre: &mut Self::Buf,
+        dbias: &mut Self::Buf,
+    ) -> Result<()> {
+        self.matmul(mm, dout, w, tmp)?;
+        self.gelu_bwd(pre, tmp, dpre)?;
+        self.col_sum(dpre, dbias, mm.m)
+    }
+
     /// `out[b t, :] = wte[tok[b t], :] + wpe[t, :]`, `c` features.
     fn embed_fwd(
         &mut self,

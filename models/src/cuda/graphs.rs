@@ -34,7 +34,7 @@ const MAX_RECORDINGS: usize = 3;
 /// valid) in address order, and the scratch buffer (address and length).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct State {
-    twins: Vec<(u64, u64, usize, bool)>,
+    twins: Vec<(u64, u64, usize, bool, bool)>,
     scratch: Option<(u64, usize)>,
 }
 
@@ -101,7 +101,9 @@ impl CudaOps {
                 Ok(GraphRun::Recorded)
             }
             Err(why) => {
-                // Nothing of the step ran, but the twins' bookkeeping thinks it did.
+                // Nothing of the step ran, but the twins' bookkeeping thinks it did. A buffer
+                // held only in bf16 loses its value here: a step writes those (the fused
+                // products' results) before it reads them.
                 self.twins.invalidate_all();
                 self.graphs.failed.insert(key, why.clone());
                 body(self)?;

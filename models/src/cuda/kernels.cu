@@ -325,6 +325,43 @@ extern "C" __global__ void gelu_bwd(const float* __restrict__ x, const float* __
         dx[i] = o; dx_h[i] = (unsigned short)bf16_bits(o);
     }
 }
+// The fused MLP's GELU backward on bf16 (its product wrote d_h alone, its forward x_h):
+// dx_h = GELU'(x_h) d_h, and part[chunk * cols + j] the f32 sum of column j of dx (before its
+// rounding) over rows [chunk * per, (chunk + 1) * per), for col_finish. Eight columns per
+// thread (16-byte loads; cols % 8 == 0, rows 16-byte aligned), block (32, 8) over 256 columns,
+// grid (column blocks, chunks).
+__device__ __forceinline__ float lo_bf16(unsigned u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float hi_bf16(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+extern "C" __global__ void dgelu_h_part(const uint4* __restrict__ x_h, const uint4* __restrict__ d_h, uint4* __restrict__ dx_h, float* __restrict__ part, int rows, int cols, int per) {
+    __shared__ float sh[8][257];
+    int groups = cols / 8, q = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * per, r1 = min(rows, r0 + per);
+    float s[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) s[k] = 0.f;
+    if (q < groups) for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+        long i = (long)r * groups + q;
+        uint4 xv = x_h[i], dv = d_h[i];
+        unsigned xs[4] = {xv.x, xv.y, xv.z, xv.w}, ds[4] = {dv.x, dv.y, dv.z, dv.w}, os[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float g0 = gelu_grad(lo_bf16(xs[k]), lo_bf16(ds[k])), g1 = gelu_grad(hi_bf16(xs[k]), hi_bf16(ds[k]));
+            s[2 * k] += g0;
+            s[2 * k + 1] += g1;
+            os[k] = bf16_bits(g0) | (bf16_bits(g1) << 16);
+        }
+        dx_h[i] = make_uint4(os[0], os[1], os[2], os[3]);
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) sh[threadIdx.y][threadIdx.x * 8 + k] = s[k];
+    __syncthreads();
+    int t = threadIdx.y * 32 + threadIdx.x, j = blockIdx.x * 256 + t;
+    if (j < cols) {
+        float acc = 0.f;
+        for (int k = 0; k < 8; k++) acc += sh[k][t];
+        part[(long)blockIdx.y * cols + j] = acc;
+    }
+}
 // NaN passes through (fmaxf would drop it).
 extern "C" __global__ void relu_fwd(const float* x, float* out, int n) { int i = IDX; if (i < n) out[i] = x[i] < 0.f ? 0.f : x[i]; }
 extern "C" __global__ void relu_bwd(const float* y, const float* dout, float* dx, int n) {

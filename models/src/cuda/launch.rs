@@ -28,6 +28,7 @@ fn check(what: &str, ok: bool) -> Result<()> {
 macro_rules! launch {
     ($self:ident, $name:literal, $cfg:expr; $($arg:expr),+ $(,)?) => {{
         let cfg = $cfg;
+        $( $crate::cuda::launch::KernelArg::readable(&$arg, &$self.twins)?; )+
         let f = $self.func($name)?;
         let mut b = $self.stream().launch_builder(f);
         $( b.arg($arg); )+
@@ -36,9 +37,36 @@ macro_rules! launch {
         // the caller checked that
         // the buffers hold every element the kernel indexes for these sizes; all buffers live
         // on this stream.
-        unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| dev(concat!("kernel ", $name), e))
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| $crate::cuda::dev(concat!("kernel ", $name), e))
     }};
 }
+pub(super) use launch;
+
+/// A kernel argument as [`launch!`] checks it: an f32 buffer must hold its value (not only a
+/// bf16 twin, [`twins::Twins::readable`]); scalars and bf16 buffers need nothing.
+pub(super) trait KernelArg {
+    fn readable(&self, _twins: &twins::Twins) -> Result<()> {
+        Ok(())
+    }
+}
+impl KernelArg for &Buf {
+    fn readable(&self, twins: &twins::Twins) -> Result<()> {
+        twins.readable(self)
+    }
+}
+impl KernelArg for &mut Buf {
+    fn readable(&self, twins: &twins::Twins) -> Result<()> {
+        twins.readable(self)
+    }
+}
+// A view into an f32 buffer (the convolutions' per-image slices): only whole buffers are ever
+// held in bf16 alone, and none of those is sliced.
+impl KernelArg for &cudarc::driver::CudaView<'_, f32> {}
+impl KernelArg for &CudaSlice<u16> {}
+impl KernelArg for &mut CudaSlice<u16> {}
+impl KernelArg for &i32 {}
+impl KernelArg for &i64 {}
+impl KernelArg for &f32 {}
 
 impl CudaOps {
     /// `y[..x.len()]` = bf16 of `x` (the products' operand copies).
@@ -54,8 +82,12 @@ impl Ops for CudaOps {
     type Buf = Buf;
 
     fn describe(&self) -> String {
+        let fused = match &self.lt_missing {
+            None => "projections with their bias and GELU fused into cuBLASLt epilogues, results in bf16".to_string(),
+            Some(why) => format!("no fused epilogues ({why})"),
+        };
         format!(
-            "cuda ({}; cuBLAS tensor-core products: bf16 copies of the operands where every side is at least {BF16_MIN_SIDE}, TF32 below, fp32 accumulation; NVRTC kernels)",
+            "cuda ({}; cuBLAS tensor-core products: bf16 copies of the operands where every side is at least {BF16_MIN_SIDE}, TF32 below, fp32 accumulation; {fused}; NVRTC kernels)",
             self.device.name()
         )
     }
@@ -73,6 +105,7 @@ impl Ops for CudaOps {
     }
     fn download(&mut self, b: &Buf) -> Result<Vec<f32>> {
         self.graphs.refuse("a download")?;
+        self.twins.readable(b)?;
         let v = self.stream().clone_dtoh(b).map_err(|e| dev("download", e))?;
         self.sync()?;
         Ok(v)
@@ -110,6 +143,24 @@ impl Ops for CudaOps {
     fn matmul(&mut self, mm: Mm, a: &Buf, b: &Buf, c: &mut Buf) -> Result<()> {
         self.twins.wrote(c);
         self.gemm(mm, a, b, c)
+    }
+    fn matmul_bias(&mut self, mm: Mm, a: &Buf, w: &Buf, bias: &Buf, out: &mut Buf) -> Result<()> {
+        self.fused_bias(mm, a, w, bias, out)
+    }
+    fn matmul_bias_gelu(&mut self, mm: Mm, a: &Buf, w: &Buf, bias: &Buf, pre: &mut Buf, out: &mut Buf) -> Result<()> {
+        self.fused_bias_gelu(mm, [a, w, bias], pre, out)
+    }
+    fn matmul_dgelu(
+        &mut self,
+        mm: Mm,
+        dout: &Buf,
+        w: &Buf,
+        pre: &Buf,
+        tmp: &mut Buf,
+        dpre: &mut Buf,
+        dbias: &mut Buf,
+    ) -> Result<()> {
+        self.fused_dgelu(mm, [dout, w, pre], tmp, dpre, dbias)
     }
     fn axpy(&mut self, alpha: f32, x: &Buf, y: &mut Buf) -> Result<()> {
         self.twins.wrote(y);

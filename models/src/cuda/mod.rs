@@ -10,9 +10,11 @@
 //! NVRTC (a library, so the node needs no compiler binary) for the device's own architecture.
 
 pub mod attention;
+mod fused;
 mod graphs;
 mod grid;
 mod launch;
+mod lt;
 #[cfg(test)]
 mod tests;
 pub mod twins;
@@ -50,6 +52,7 @@ const NAMES: &[&str] = &[
     "ln_dgdb_part",
     "gelu_fwd",
     "gelu_bwd",
+    "dgelu_h_part",
     "relu_fwd",
     "relu_bwd",
     "cross_entropy",
@@ -109,6 +112,10 @@ pub struct CudaOps {
     attention: Option<attention::Kernels>,
     /// The recorded step graphs.
     graphs: graphs::Graphs,
+    /// The products with fused epilogues; `None` where cuBLASLt lacks them (`lt_missing`
+    /// says why), and the fused ops run as separate ones.
+    lt: Option<lt::Lt>,
+    lt_missing: Option<String>,
 }
 
 /// A product runs on bf16 copies of its operands when each of its sides is at least this
@@ -135,7 +142,13 @@ impl CudaOps {
         for n in NAMES {
             funcs.insert(*n, module.load_function(n).map_err(|e| dev(&format!("kernel {n}"), e))?);
         }
+        let (lt, lt_missing) = match lt::Lt::new(device.stream()) {
+            Ok(lt) => (Some(lt), None),
+            Err(why) => (None, Some(why)),
+        };
         Ok(CudaOps {
+            lt,
+            lt_missing,
             funcs,
             device,
             scratch: None,
@@ -195,6 +208,16 @@ impl CudaOps {
         self.stream().alloc_zeros(n).map_err(|e| dev(&format!("allocating {n} bf16"), e))
     }
 
+    /// The twin of the f32 buffer at `at` (of `len` elements) for a kernel to write, taken out
+    /// of the twins (the caller puts it back): the one held if it is long enough, else a new
+    /// one; its value is not yet valid.
+    fn twin_for(&mut self, at: u64, len: usize) -> Result<Twin> {
+        match self.twins.take(at) {
+            Some(t) if t.half.len() >= len => Ok(t),
+            other => Ok(Twin::empty(self.alloc_twin(at, other, len)?)),
+        }
+    }
+
     /// The valid bf16 twin of `x`, made or brought up to date now (taken out of the twins:
     /// the caller puts it back).
     fn twin_of(&mut self, x: &CudaSlice<f32>) -> Result<Twin> {
@@ -209,7 +232,7 @@ impl CudaOps {
             other => {
                 let mut half = self.alloc_twin(at, other, x.len())?;
                 self.convert(x, &mut half)?;
-                Ok(Twin { half, valid: true })
+                Ok(Twin { half, valid: true, only: false })
             }
         }
     }
@@ -224,10 +247,7 @@ impl CudaOps {
         len: usize,
         f: impl FnOnce(&mut Self, &mut CudaSlice<u16>) -> Result<()>,
     ) -> Result<()> {
-        let mut t = match self.twins.take(at) {
-            Some(t) if t.half.len() >= len => t,
-            other => Twin { half: self.alloc_twin(at, other, len)?, valid: false },
-        };
+        let mut t = self.twin_for(at, len)?;
         let done = f(self, &mut t.half);
         t.valid = done.is_ok();
         self.twins.put(at, t);
@@ -274,6 +294,9 @@ impl CudaOps {
             self.twins.put(pb, hb);
             return done;
         }
+        // The f32 path reads the buffers themselves: refused where one is held only in bf16.
+        self.twins.readable(a)?;
+        self.twins.readable(b)?;
         self.gemm_raw(mm, a, b, c, false)
     }
 

@@ -13,6 +13,7 @@ use crate::ops::{Adam, Conv, Mm, Ops};
 use crate::resnet::{Resnet, ResnetConfig};
 use crate::train::{train, TrainOpts};
 
+mod fused;
 mod reductions;
 
 #[test]
@@ -261,24 +262,27 @@ fn cuda_conv_ops_match_cpu_ops() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpt_trains_alike_on_cuda_and_cpu() {
-    let cfg = GptConfig {
-        shape: GptShape { vocab: 64, ctx: 32, layers: 2, heads: 4, dim: 64, batch: 8 },
-        tp_size: 1,
-        tp_rank: 0,
-        seed: 5,
-        data_seed: 1,
-    };
-    let opts = train_opts(20, 3e-3, false);
-    let mut c = CpuOps;
-    let mut m = Gpt::new(&mut c, cfg.clone()).unwrap();
-    let cpu = train(&mut c, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();
-    let mut g = gpu();
-    let mut m = Gpt::new(&mut g, cfg).unwrap();
-    let cuda = train(&mut g, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();
-    // The first loss agrees closely; the curves (bf16 products) stay near each other.
-    assert!((cpu.losses[0] - cuda.losses[0]).abs() < 1e-2, "{:?} {:?}", cpu.losses, cuda.losses);
-    for (a, b) in cpu.losses.iter().zip(&cuda.losses) {
-        assert!((a - b).abs() < 0.1 * a.abs().max(0.5), "{:?} {:?}", cpu.losses, cuda.losses);
+    // Products too thin for bf16 (f32 ops throughout), then one wide enough that the
+    // projections run fused with their bias and GELU, their results held in bf16 alone.
+    for (shape, fused) in [
+        (GptShape { vocab: 64, ctx: 32, layers: 2, heads: 4, dim: 64, batch: 8 }, false),
+        (GptShape { vocab: 256, ctx: 128, layers: 1, heads: 4, dim: 256, batch: 4 }, true),
+    ] {
+        let cfg = GptConfig { shape, tp_size: 1, tp_rank: 0, seed: 5, data_seed: 1 };
+        let opts = train_opts(20, 3e-3, false);
+        let mut c = CpuOps;
+        let mut m = Gpt::new(&mut c, cfg.clone()).unwrap();
+        let cpu = train(&mut c, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();
+        let mut g = gpu();
+        let mut m = Gpt::new(&mut g, cfg).unwrap();
+        let cuda = train(&mut g, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();
+        let held_in_bf16 = g.twins.state().iter().filter(|t| t.4).count();
+        assert_eq!(held_in_bf16 > 0, fused, "{held_in_bf16} buffers held in bf16 alone");
+        // The first loss agrees closely; the curves (bf16 products) stay near each other.
+        assert!((cpu.losses[0] - cuda.losses[0]).abs() < 1e-2, "{:?} {:?}", cpu.losses, cuda.losses);
+        for (a, b) in cpu.losses.iter().zip(&cuda.losses) {
+            assert!((a - b).abs() < 0.1 * a.abs().max(0.5), "{:?} {:?}", cpu.losses, cuda.losses);
+        }
     }
 }
 

@@ -11,6 +11,12 @@
 //! `CudaOps` that writes a buffer marks its twin stale first (`launch.rs`), a new allocation
 //! drops any twin left at its address, and a writer outside the ops (the NCCL all-reduce of
 //! the model checks) calls [`Twins::wrote`] through the handle it holds.
+//!
+//! A product with a fused epilogue ([`super::lt`]) writes its result only as bf16, into the
+//! twin: then the twin is the buffer's value and the f32 buffer holds nothing current
+//! ([`Twin::only`]). Such a buffer may be read only through its twin (the products and the
+//! fused attention); a kernel or a download that would read its f32 gets an error instead
+//! ([`Twins::readable`]), and any write through the f32 makes the f32 current again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,6 +31,15 @@ pub(super) struct Twin {
     pub half: CudaSlice<u16>,
     /// The f32 buffer is unchanged since `half` was made from it.
     pub valid: bool,
+    /// `half` is the buffer's value and the f32 was not written with it (implies `valid`).
+    pub only: bool,
+}
+
+impl Twin {
+    /// A twin whose value is yet to be written.
+    pub fn empty(half: CudaSlice<u16>) -> Twin {
+        Twin { half, valid: false, only: false }
+    }
 }
 
 /// The device address of a buffer (its identity as long as it lives).
@@ -46,6 +61,18 @@ impl Twins {
     pub fn wrote(&self, b: &CudaSlice<f32>) {
         if let Some(t) = self.map().get_mut(&address(b)) {
             t.valid = false;
+            t.only = false;
+        }
+    }
+
+    /// An error where `b`'s value lives only in its bf16 twin (its f32 must not be read).
+    pub(super) fn readable(&self, b: &CudaSlice<f32>) -> crate::Result<()> {
+        match self.map().get(&address(b)) {
+            Some(t) if t.only => Err(crate::ModelError::Config(format!(
+                "a buffer of {} elements is held only in bf16 (the result of a fused product) and was read as f32",
+                b.len()
+            ))),
+            _ => Ok(()),
         }
     }
 
@@ -67,14 +94,16 @@ impl Twins {
     pub(super) fn invalidate_all(&self) {
         for t in self.map().values_mut() {
             t.valid = false;
+            t.only = false;
         }
     }
 
-    /// Every twin as (f32 address, bf16 address, bf16 length, valid), in address order: what a
-    /// step graph recorded with them depends on.
-    pub(super) fn state(&self) -> Vec<(u64, u64, usize, bool)> {
+    /// Every twin as (f32 address, bf16 address, bf16 length, valid, only), in address order:
+    /// what a step graph recorded with them depends on.
+    pub(super) fn state(&self) -> Vec<(u64, u64, usize, bool, bool)> {
         let m = self.map();
-        let mut v: Vec<_> = m.iter().map(|(at, t)| (*at, half_address(&t.half), t.half.len(), t.valid)).collect();
+        let mut v: Vec<_> =
+            m.iter().map(|(at, t)| (*at, half_address(&t.half), t.half.len(), t.valid, t.only)).collect();
         v.sort_unstable();
         v
     }
