@@ -220,9 +220,8 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             ops.layernorm_fwd(x, &ps[lp(i, LN1_G)].w, &ps[lp(i, LN1_B)].w, &mut a.a1, &mut a.mean1, &mut a.rstd1, c)?;
             ops.matmul_bias(Mm::new(n, 3 * cl, c), &a.a1, &ps[lp(i, QKV_W)].w, &ps[lp(i, QKV_B)].w, &mut a.qkv)?;
             ops.attention_fwd(&a.qkv, &mut a.y, &mut a.lse, hs, scale)?;
-            ops.matmul(Mm::new(n, c, cl), &a.y, &ps[lp(i, O_W)].w, &mut sc.z)?;
-            tp.all_reduce_sum(&mut sc.z)?;
-            ops.add_bias_residual(&sc.z, &ps[lp(i, O_B)].w, x, &mut a.x1, n)?;
+            let (o_w, o_b) = (&ps[lp(i, O_W)].w, &ps[lp(i, O_B)].w);
+            project_residual(ops, tp, Mm::new(n, c, cl), [&a.y, o_w, o_b, x], &mut sc.z, &mut a.x1)?;
             ops.layernorm_fwd(
                 &a.x1,
                 &ps[lp(i, LN2_G)].w,
@@ -234,9 +233,8 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             )?;
             let (fc_w, fc_b) = (&ps[lp(i, FC_W)].w, &ps[lp(i, FC_B)].w);
             ops.matmul_bias_gelu(Mm::new(n, 4 * cl, c), &a.a2, fc_w, fc_b, &mut a.h, &mut a.gl)?;
-            ops.matmul(Mm::new(n, c, 4 * cl), &a.gl, &ps[lp(i, PROJ_W)].w, &mut sc.z)?;
-            tp.all_reduce_sum(&mut sc.z)?;
-            ops.add_bias_residual(&sc.z, &ps[lp(i, PROJ_B)].w, &a.x1, x2, n)?;
+            let (p_w, p_b) = (&ps[lp(i, PROJ_W)].w, &ps[lp(i, PROJ_B)].w);
+            project_residual(ops, tp, Mm::new(n, c, 4 * cl), [&a.gl, p_w, p_b, &a.x1], &mut sc.z, x2)?;
         }
         ops.layernorm_fwd(&xs[l], &ps[fin].w, &ps[fin + 1].w, &mut sc.af, &mut sc.meanf, &mut sc.rstdf, c)?;
         ops.matmul(Mm::new(n, v, c), &sc.af, &ps[fin + 2].w, &mut sc.logits)?;
@@ -338,6 +336,25 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             + 2.0 * Mm::new(n, 4 * cl, c).flops();
         3.0 * (cfg.shape.layers as f64 * per_layer + Mm::new(n, v, c).flops())
     }
+}
+
+/// `out = x + (a w summed over the tensor-parallel ranks) + bias`: a projection into the
+/// residual stream. On one rank the product adds the bias and the residual itself; across
+/// ranks the partial products are summed (into `z`) before they are added.
+fn project_residual<O: Ops>(
+    ops: &mut O,
+    tp: &mut dyn Comm<O::Buf>,
+    mm: Mm,
+    [a, w, bias, x]: [&O::Buf; 4],
+    z: &mut O::Buf,
+    out: &mut O::Buf,
+) -> Result<()> {
+    if tp.size() == 1 {
+        return ops.matmul_bias_residual(mm, a, w, bias, x, z, out);
+    }
+    ops.matmul(mm, a, w, z)?;
+    tp.all_reduce_sum(z)?;
+    ops.add_bias_residual(z, bias, x, out, mm.m)
 }
 
 #[cfg(test)]

@@ -293,6 +293,22 @@ pub trait Ops {
         self.matmul(mm, a, w, out)?;
         self.add_bias(out, bias, mm.m)
     }
+    /// `out = x + a w + bias` for `mm` (a projection into the residual stream; `out` stays f32
+    /// and readable as any buffer); `tmp`, of `out`'s size, is scratch.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_bias_residual(
+        &mut self,
+        mm: Mm,
+        a: &Self::Buf,
+        w: &Self::Buf,
+        bias: &Self::Buf,
+        x: &Self::Buf,
+        tmp: &mut Self::Buf,
+        out: &mut Self::Buf,
+    ) -> Result<()> {
+        self.matmul(mm, a, w, tmp)?;
+        self.add_bias_residual(tmp, bias, x, out, mm.m)
+    }
     /// `pre = a w + bias`, `out = GELU(pre)` (the MLP's first projection; `pre` is kept for
     /// [`Ops::matmul_dgelu`]).
     #[allow(clippy::too_many_arguments)]

@@ -36,7 +36,29 @@ impl CudaOps {
             return self.add_bias(out, bias, mm.m);
         }
         self.twins.wrote(out);
-        self.epilogue(mm, Epilogue::Bias, [a, w], Some(bias), out, None)
+        self.epilogue(mm, Epilogue::Bias, [a, w], Some(bias), out, None, None)
+    }
+
+    pub(super) fn fused_bias_residual(
+        &mut self,
+        mm: Mm,
+        [a, w, bias, x]: [&Buf; 4],
+        tmp: &mut Buf,
+        out: &mut Buf,
+    ) -> Result<()> {
+        if !self.fuses(&mm) {
+            self.matmul(mm, a, w, tmp)?;
+            return self.add_bias_residual(tmp, bias, x, out, mm.m);
+        }
+        if x.len() != out.len() || twins::address(x) == twins::address(out) {
+            return Err(ModelError::Config(format!(
+                "fused residual product {mm:?}: x and out must differ in place, not in size"
+            )));
+        }
+        // cuBLASLt reads x's f32 as C.
+        self.twins.readable(x)?;
+        self.twins.wrote(out);
+        self.epilogue(mm, Epilogue::BiasResidual, [a, w], Some(bias), out, None, Some(x))
     }
 
     pub(super) fn fused_bias_gelu(
@@ -52,7 +74,7 @@ impl CudaOps {
         }
         self.twins.wrote(pre);
         self.twins.wrote(out);
-        self.epilogue(mm, Epilogue::GeluAuxBias, [a, w], Some(bias), out, Some(pre))
+        self.epilogue(mm, Epilogue::GeluAuxBias, [a, w], Some(bias), out, Some(pre), None)
     }
 
     /// The product into `tmp`'s twin alone, then one pass over bf16 values: `dpre`'s twin and
@@ -81,7 +103,7 @@ impl CudaOps {
         self.twins.wrote(tmp);
         self.twins.wrote(dpre);
         self.twins.wrote(dbias);
-        self.epilogue(mm, Epilogue::Plain, [dout, w], None, tmp, None)?;
+        self.epilogue(mm, Epilogue::Plain, [dout, w], None, tmp, None, None)?;
         self.holding_twins(|ops, held| ops.dgelu_on_twins(&mm, [pre, tmp, dpre], dbias, held))
     }
 
@@ -130,7 +152,9 @@ impl CudaOps {
     }
 
     /// `d = epi(a w)` on cuBLASLt: `a` and `w` through their twins, `d` (and `aux`, the
-    /// pre-activation, for the forward GELU) written into their twins alone.
+    /// pre-activation, for the forward GELU) written into their twins alone; for
+    /// [`Epilogue::BiasResidual`] `d` is written as f32 and `c` (f32) added.
+    #[allow(clippy::too_many_arguments)]
     fn epilogue(
         &mut self,
         mm: Mm,
@@ -139,39 +163,43 @@ impl CudaOps {
         bias: Option<&Buf>,
         d: &Buf,
         aux: Option<&Buf>,
+        c: Option<&Buf>,
     ) -> Result<()> {
         let (ea, ew, ed) = mm.extents();
         let ok = a.len() >= ea
             && w.len() >= ew
             && d.len() >= ed
             && bias.map_or(!epi.has_bias(), |b| epi.has_bias() && b.len() == mm.n)
-            && aux.map_or(!epi.has_aux(), |x| epi.has_aux() && x.len() == d.len());
+            && aux.map_or(!epi.has_aux(), |x| epi.has_aux() && x.len() == d.len())
+            && c.map_or(!epi.f32_out(), |x| epi.f32_out() && x.len() == d.len());
         if !ok {
             return Err(ModelError::Config(format!("fused product {epi:?} {mm:?}: buffer sizes do not match")));
         }
         let mut ats = vec![twins::address(a), twins::address(w), twins::address(d)];
         ats.extend(aux.map(twins::address));
         distinct(&format!("fused product {epi:?}"), &ats)?;
-        self.holding_twins(|ops, held| ops.epilogue_on_twins(&mm, epi, [a, w], bias, (d, aux), held))
+        self.holding_twins(|ops, held| ops.epilogue_on_twins(&mm, epi, [a, w], bias, (d, aux, c), held))
     }
 
-    /// [`CudaOps::epilogue`] with its twins in `held`: a, w, d, then aux, then the bias's
-    /// bf16 twin where cuBLASLt takes the bias in bf16.
+    /// [`CudaOps::epilogue`] with its twins in `held`: a, w, then d's and aux's where they
+    /// are written in bf16, then the bias's where cuBLASLt takes the bias in bf16.
     fn epilogue_on_twins(
         &mut self,
         mm: &Mm,
         epi: Epilogue,
         [a, w]: [&Buf; 2],
         bias: Option<&Buf>,
-        (d, aux): (&Buf, Option<&Buf>),
+        (d, aux, c): (&Buf, Option<&Buf>, Option<&Buf>),
         held: &mut Vec<(u64, Twin)>,
     ) -> Result<()> {
-        let bias_bf16 = bias.is_some() && self.lt.as_ref().is_some_and(Lt::bias_bf16);
+        let bias_bf16 = bias.is_some() && !epi.f32_out() && self.lt.as_ref().is_some_and(Lt::bias_bf16);
         for x in [a, w] {
             let t = self.twin_of(x)?;
             held.push((twins::address(x), t));
         }
-        for x in std::iter::once(d).chain(aux) {
+        let half_d = !epi.f32_out();
+        let outs: Vec<&Buf> = std::iter::once(d).filter(|_| half_d).chain(aux).collect();
+        for x in &outs {
             let t = self.twin_for(twins::address(x), x.len())?;
             held.push((twins::address(x), t));
         }
@@ -183,19 +211,26 @@ impl CudaOps {
         // The addresses alone: every access here is ordered by the one stream all the ops
         // run on, so the borrow guards (which order other streams) may end at once.
         let at: Vec<u64> = held.iter_mut().map(|(_, t)| t.half.device_ptr_mut(&stream).0).collect();
-        let bias_at = match bias {
-            Some(_) if bias_bf16 => at[at.len() - 1],
-            Some(b) => b.device_ptr(&stream).0,
-            None => 0,
+        let f32_at = |x: &Buf| x.device_ptr(&stream).0;
+        let p = Ptrs {
+            a: at[0],
+            b: at[1],
+            d: if half_d { at[2] } else { f32_at(d) },
+            aux: if aux.is_some() { at[2 + usize::from(half_d)] } else { 0 },
+            c: c.map_or(0, f32_at),
+            bias: match bias {
+                Some(_) if bias_bf16 => at[at.len() - 1],
+                Some(b) => f32_at(b),
+                None => 0,
+            },
         };
-        let p = Ptrs { a: at[0], b: at[1], d: at[2], aux: if aux.is_some() { at[3] } else { 0 }, bias: bias_at };
         let lt = self.lt.as_mut().ok_or_else(|| ModelError::Device("cuBLASLt not loaded".into()))?;
-        // The twins hold at least their buffers' element counts, which `epilogue` checked
-        // against mm's extents; the bias mm.n elements of the type cuBLASLt was told.
+        // The buffers hold at least the element counts `epilogue` checked against mm's
+        // extents (twins at least their buffers'), the bias mm.n elements of the type cuBLASLt
+        // was told, in the types Ptrs names.
         lt.matmul(&stream, mm, epi, p)?;
-        let outs = if aux.is_some() { 2..4 } else { 2..3 };
-        for (_, t) in &mut held[outs] {
-            // d, and the forward's aux: their values now live in their twins alone.
+        for (_, t) in &mut held[2..2 + outs.len()] {
+            // The results written in bf16: their values now live in their twins alone.
             t.valid = true;
             t.only = true;
         }

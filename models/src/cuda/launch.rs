@@ -83,7 +83,7 @@ impl Ops for CudaOps {
 
     fn describe(&self) -> String {
         let fused = match &self.lt_missing {
-            None => "projections with their bias and GELU fused into cuBLASLt epilogues, results in bf16".to_string(),
+            None => "projections with their bias, GELU and residual fused into cuBLASLt epilogues".to_string(),
             Some(why) => format!("no fused epilogues ({why})"),
         };
         format!(
@@ -146,6 +146,18 @@ impl Ops for CudaOps {
     }
     fn matmul_bias(&mut self, mm: Mm, a: &Buf, w: &Buf, bias: &Buf, out: &mut Buf) -> Result<()> {
         self.fused_bias(mm, a, w, bias, out)
+    }
+    fn matmul_bias_residual(
+        &mut self,
+        mm: Mm,
+        a: &Buf,
+        w: &Buf,
+        bias: &Buf,
+        x: &Buf,
+        tmp: &mut Buf,
+        out: &mut Buf,
+    ) -> Result<()> {
+        self.fused_bias_residual(mm, [a, w, bias, x], tmp, out)
     }
     fn matmul_bias_gelu(&mut self, mm: Mm, a: &Buf, w: &Buf, bias: &Buf, pre: &mut Buf, out: &mut Buf) -> Result<()> {
         self.fused_bias_gelu(mm, [a, w, bias], pre, out)

@@ -42,6 +42,9 @@ pub(super) enum Epilogue {
     /// separate passes: the GELU's backward reads this bf16 result instead
     /// (`CudaOps::fused_dgelu`).
     Plain,
+    /// `D = A B + bias + C` with C and D f32 (a projection's bias and the residual added by
+    /// the product that writes the residual stream; the bias f32).
+    BiasResidual,
 }
 
 impl Epilogue {
@@ -50,7 +53,12 @@ impl Epilogue {
             Epilogue::Bias => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
             Epilogue::GeluAuxBias => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
             Epilogue::Plain => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
+            Epilogue::BiasResidual => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
         }
+    }
+    /// Whether C and D are f32 (else bf16) and C is added (beta 1).
+    pub(super) fn f32_out(self) -> bool {
+        self == Epilogue::BiasResidual
     }
     pub(super) fn has_aux(self) -> bool {
         self == Epilogue::GeluAuxBias
@@ -61,12 +69,13 @@ impl Epilogue {
 }
 
 /// The device addresses of one call's buffers: A and B (bf16, row-major as in [`Mm`]), D
-/// (bf16, the result), the bias (f32 or bf16, [`Lt::bias_bf16`]; 0 for [`Epilogue::Plain`])
+/// (bf16, the result; f32 for [`Epilogue::BiasResidual`], which adds C, f32, else 0), the bias (f32 or bf16, [`Lt::bias_bf16`]; 0 for [`Epilogue::Plain`])
 /// and, for [`Epilogue::GeluAuxBias`], aux (bf16, D's shape; else 0).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Ptrs {
     pub a: u64,
     pub b: u64,
+    pub c: u64,
     pub d: u64,
     pub bias: u64,
     pub aux: u64,
@@ -170,6 +179,7 @@ impl Lt {
             let at = probe.device_ptr_mut(stream).0;
             let p = Ptrs {
                 a: at,
+                c: at + 2 * (m * k + k * n) as u64,
                 b: at + 2 * (m * k) as u64,
                 d: at + 2 * (m * k + k * n) as u64,
                 aux: at + 2 * (m * k + k * n + m * n) as u64,
@@ -179,6 +189,7 @@ impl Lt {
                 (Mm::new(m, n, k), Epilogue::Bias),
                 (Mm::new(m, n, k), Epilogue::GeluAuxBias),
                 (Mm::new(m, n, k).tb(), Epilogue::Plain),
+                (Mm::new(m, n, k), Epilogue::BiasResidual),
             ]
             .into_iter()
             .try_for_each(|(mm, epi)| me.plan(&mm, epi, &p).map(|_| ()));
@@ -236,10 +247,11 @@ impl Lt {
         let mut plan =
             Plan { desc, layouts: [std::ptr::null_mut(); 3], algo: sys::cublasLtMatmulAlgo_t { data: [0; 8] } };
         for (slot, (r, c, ld)) in [(ra, ca, mm.ldb), (rb, cb, mm.lda), (mm.n, mm.m, mm.ldc)].into_iter().enumerate() {
-            plan.layouts[slot] = lt::create_matrix_layout(CUDA_R_16BF, u(r), u(c), i(ld))
+            let ty = if slot == 2 && epi.f32_out() { CUDA_R_32F } else { CUDA_R_16BF };
+            plan.layouts[slot] = lt::create_matrix_layout(ty, u(r), u(c), i(ld))
                 .map_err(|e| blas_err(&what("cublasLtMatrixLayoutCreate"), e))?;
         }
-        let bias_type = if self.bias_bf16 { CUDA_R_16BF } else { CUDA_R_32F };
+        let bias_type = if self.bias_bf16 && !epi.f32_out() { CUDA_R_16BF } else { CUDA_R_32F };
         // SAFETY: `desc` is live (created above, owned by `plan`); each value has its
         // attribute's type: cublasOperation_t and the data types are i32 enums,
         // cublasLtEpilogue_t a u32, the aux leading dimension an i64.
@@ -280,9 +292,9 @@ impl Lt {
     }
 
     /// Queues `D = epilogue(A B)` on `stream` for `mm` (which [`Lt::fits`]), at the addresses
-    /// of `p`. The caller vouches for the buffers: A, B, D and aux bf16 holding `mm`'s
-    /// extents, the bias of `mm.n` in the type [`Lt::bias_bf16`] says, all alive until the
-    /// stream has run the call.
+    /// of `p`. The caller vouches for the buffers: A, B, D and aux holding `mm`'s extents in
+    /// the types [`Ptrs`] names, the bias of `mm.n` in the type [`Lt::bias_bf16`] says, all
+    /// alive until the stream has run the call.
     pub(super) fn matmul(&mut self, stream: &CudaStream, mm: &Mm, epi: Epilogue, p: Ptrs) -> Result<()> {
         if !Self::fits(mm) {
             return Err(ModelError::Config(format!("cuBLASLt epilogue {epi:?}: unsupported product {mm:?}")));
@@ -292,7 +304,7 @@ impl Lt {
         let plan = self.plans.get(&key).ok_or_else(|| ModelError::Device("cuBLASLt plan missing".into()))?;
         let (ws, _guard) = self.workspace.device_ptr_mut(stream);
         let ws = ws as *mut c_void;
-        let (alpha, beta) = (1.0f32, 0.0f32);
+        let (alpha, beta) = (1.0f32, if epi.f32_out() { 1.0f32 } else { 0.0 });
         // SAFETY: the plan's descriptors are live; the addresses are the caller's, vouched
         // for as above; alpha and beta are host f32 values alive for the call (the default
         // host pointer mode, f32 scale type); the workspace holds WORKSPACE bytes, which the
@@ -308,7 +320,7 @@ impl Lt {
                 plan.layouts[0],
                 p.a as *const c_void,
                 plan.layouts[1],
-                p.d as *const c_void,
+                if epi.f32_out() { p.c } else { p.d } as *const c_void,
                 plan.layouts[2],
                 p.d as *mut c_void,
                 plan.layouts[2],

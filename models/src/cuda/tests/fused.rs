@@ -53,6 +53,18 @@ fn fused_products_match_the_separate_ops() {
     let mut sink = z(&mut g, n * f);
     assert!(g.gelu_fwd(&got, &mut sink).is_err());
 
+    // The residual projection: out = x + h w3 + bias3, written in f32.
+    let (w3, bias3, x) = (up(&mut g, f * c, 45, 0.05), up(&mut g, c, 46, 0.5), up(&mut g, n * c, 47, 1.0));
+    let h = up(&mut g, n * f, 48, 1.0);
+    let mmr = Mm::new(n, c, f);
+    let (mut zr, mut want_r, mut zt, mut got_r) =
+        (z(&mut g, n * c), z(&mut g, n * c), z(&mut g, n * c), z(&mut g, n * c));
+    g.matmul(mmr, &h, &w3, &mut zr).unwrap();
+    g.add_bias_residual(&zr, &bias3, &x, &mut want_r, n).unwrap();
+    g.matmul_bias_residual(mmr, &h, &w3, &bias3, &x, &mut zt, &mut got_r).unwrap();
+    let (want_r, got_r) = (g.download(&want_r).unwrap(), g.download(&got_r).unwrap());
+    near("matmul_bias_residual", &want_r, &got_r, 1e-4);
+
     // pre = a w + bias, out = GELU(pre).
     let (mut pre_r, mut out_r, mut pre, mut out) =
         (z(&mut g, n * f), z(&mut g, n * f), z(&mut g, n * f), z(&mut g, n * f));
