@@ -7,7 +7,7 @@
 use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 
-use super::launch::int;
+use super::args::int;
 use super::{compile, dev, twins, CudaOps};
 use crate::ops::Heads;
 use crate::{ModelError, Result};

@@ -6,8 +6,8 @@
 
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 
+use super::args::{int, launch};
 use super::grid::{chunking, col_parts, elems};
-use super::launch::{int, launch};
 use super::lt::{Epilogue, Lt, Ptrs};
 use super::twins::{self, Twin};
 use super::{CudaOps, BF16_MIN_SIDE};

@@ -3,7 +3,7 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::launch::int;
+use super::args::int;
 use crate::ops::Conv;
 use crate::Result;
 

@@ -2,81 +2,14 @@
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
+use super::args::{check, int, launch};
 use super::grid::{bias_grid, channel_chunks, chunking, col_parts, elems, quads, rows, ConvArgs};
 use super::{dev, twins, CudaOps, BF16_MIN_SIDE};
 use crate::data::TokenRows;
 use crate::ops::{whole, Adam, Conv, GraphRun, Heads, Mm, Ops};
-use crate::{ModelError, Result};
+use crate::Result;
 
 type Buf = CudaSlice<f32>;
-
-/// `n` as a kernel's int argument.
-pub(super) fn int(n: usize) -> Result<i32> {
-    i32::try_from(n).map_err(|_| ModelError::Config(format!("size {n} exceeds the kernels' int range")))
-}
-
-fn check(what: &str, ok: bool) -> Result<()> {
-    if ok {
-        Ok(())
-    } else {
-        Err(ModelError::Config(format!("{what}: buffer sizes do not match")))
-    }
-}
-
-/// Launches kernel `$name` with `$cfg` and the arguments (references to buffers or to named
-/// scalar locals, which outlive the launch call).
-macro_rules! launch {
-    ($self:ident, $name:literal, $cfg:expr; $($arg:expr),+ $(,)?) => {{
-        let cfg = $cfg;
-        $( $crate::cuda::launch::KernelArg::readable(&$arg, &$self.twins)?; )+
-        let f = $self.func($name)?;
-        let mut b = $self.stream().launch_builder(f);
-        $( b.arg($arg); )+
-        // SAFETY: every argument matches the kernel's parameter list in kernels.cu in order and
-        // type (device pointers to f32 buffers, or u16 for bf16, int, long and float scalars);
-        // the caller checked that
-        // the buffers hold every element the kernel indexes for these sizes; all buffers live
-        // on this stream.
-        unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| $crate::cuda::dev(concat!("kernel ", $name), e))
-    }};
-}
-pub(super) use launch;
-
-/// A kernel argument as [`launch!`] checks it: an f32 buffer must hold its value (not only a
-/// bf16 twin, [`twins::Twins::readable`]); scalars and bf16 buffers need nothing.
-pub(super) trait KernelArg {
-    fn readable(&self, _twins: &twins::Twins) -> Result<()> {
-        Ok(())
-    }
-}
-impl KernelArg for &Buf {
-    fn readable(&self, twins: &twins::Twins) -> Result<()> {
-        twins.readable(self)
-    }
-}
-impl KernelArg for &mut Buf {
-    fn readable(&self, twins: &twins::Twins) -> Result<()> {
-        twins.readable(self)
-    }
-}
-// A view into an f32 buffer (the convolutions' per-image slices): only whole buffers are ever
-// held in bf16 alone, and none of those is sliced.
-impl KernelArg for &cudarc::driver::CudaView<'_, f32> {}
-impl KernelArg for &CudaSlice<u16> {}
-impl KernelArg for &mut CudaSlice<u16> {}
-impl KernelArg for &i32 {}
-impl KernelArg for &i64 {}
-impl KernelArg for &f32 {}
-
-impl CudaOps {
-    /// `y[..x.len()]` = bf16 of `x` (the products' operand copies).
-    pub(super) fn convert(&mut self, x: &Buf, y: &mut CudaSlice<u16>) -> Result<()> {
-        check("to_bf16", y.len() >= x.len())?;
-        // Whole buffers from their allocation: 16-byte aligned for the kernel's float4 loads.
-        let n = x.len() as i64;
-        launch!(self, "to_bf16", quads(x.len()); x, y, &n)
-    }
-}
 
 impl Ops for CudaOps {
     type Buf = Buf;

@@ -5,10 +5,13 @@
 //! fp32 accumulation and an fp32 result, the f32 tensors staying the master copy; thinner ones
 //! run on the f32 tensors with `CUBLAS_COMPUTE_32F_FAST_16BF` (on an H200 cuBLAS picks TF32
 //! kernels for those). The bf16 copies are kept and reused while their buffer is unchanged
-//! ([`twins`]). The causal attention is fused ([`attention`]: flash-style kernels on bf16
+//! ([`twins`]). The GPT's projections run with their bias, GELU or residual fused into
+//! cuBLASLt epilogues (`lt.rs`, `fused.rs`), most of their results held in bf16 alone. The causal
+//! attention is fused ([`attention`]: flash-style kernels on bf16
 //! tensor cores). Every other op is a kernel of `kernels.cu`. Both are compiled at run time by
 //! NVRTC (a library, so the node needs no compiler binary) for the device's own architecture.
 
+mod args;
 pub mod attention;
 mod fused;
 mod graphs;
@@ -311,7 +314,7 @@ impl CudaOps {
     ) -> Result<()> {
         use blas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
         use blas_sys::cudaDataType_t::{CUDA_R_16BF, CUDA_R_32F};
-        let i = launch::int;
+        let i = args::int;
         let (m, n, k) = (i(mm.m)?, i(mm.n)?, i(mm.k)?);
         let (op_b, ldb) = (if mm.tb { CUBLAS_OP_T } else { CUBLAS_OP_N }, i(mm.ldb)?);
         let (op_a, lda) = (if mm.ta { CUBLAS_OP_T } else { CUBLAS_OP_N }, i(mm.lda)?);
