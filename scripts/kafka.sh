@@ -48,14 +48,8 @@ POM
   touch "$CACHE/.complete"
 }
 
-# A port nothing listens on now (random in 20000-59999).
-free_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 40000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-}
+# shellcheck source=scripts/ports.sh
+. "$(dirname "$0")/ports.sh"
 
 start() {
   local ext=${KAFKA_LISTEN:-}
@@ -143,6 +137,26 @@ LOG
   wait_listening "$pid" "$dir" "$port" "$ext" "$sport"
 }
 
+# start, again on fresh ports (up to three times) when the broker exits while starting and no
+# port was asked for: its logger prints nothing, and a lost race for a port is the usual cause.
+start_retrying() {
+  local n rc
+  for n in 1 2 3; do
+    # Outside any && list, so that errexit holds inside start.
+    set +e
+    (
+      set -e
+      start "$@"
+    )
+    rc=$?
+    set -e
+    [ "$rc" = 0 ] && return 0
+    if [ "$rc" != 3 ] || [ -n "${1:-}" ]; then exit "$rc"; fi
+    echo "kafka exited while starting (attempt $n of 3)" >&2
+  done
+  exit 1
+}
+
 # Waits until the broker PID listens on PORT (and EXT and SPORT when given); prints the addresses.
 wait_listening() {
   local pid=$1 dir=$2 port=$3 ext=$4 sport=$5
@@ -150,7 +164,7 @@ wait_listening() {
     if ! kill -0 "$pid" 2>/dev/null; then
       echo "kafka exited; last lines of $dir/kafka.log:" >&2
       tail -20 "$dir/kafka.log" >&2
-      exit 1
+      return 3
     fi
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null \
       && { [ -z "$ext" ] || (exec 3<>"/dev/tcp/${ext%:*}/${ext##*:}") 2>/dev/null; } \
@@ -213,7 +227,7 @@ resume() {
 
 case "${1:-}" in
   fetch) fetch ;;
-  start) shift; start "$@" ;;
+  start) shift; start_retrying "$@" ;;
   stop) stop ;;
   halt) halt ;;
   resume) resume ;;

@@ -15,6 +15,8 @@
 set -euo pipefail
 STATE=${PG_STATE:-${TMPDIR:-/tmp}/gpusanity-pg.state}
 BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+# shellcheck source=scripts/ports.sh
+. "$(dirname "$0")/ports.sh"
 [ -n "$BIN" ] || { echo "no PostgreSQL server under /usr/lib/postgresql: apt-get install -y postgresql" >&2; exit 1; }
 
 as_owner() {
@@ -22,11 +24,7 @@ as_owner() {
 }
 
 start() {
-  local port=${1:-}
-  while [ -z "$port" ]; do
-    port=$((20000 + RANDOM % 40000))
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then port=; fi
-  done
+  local port=${1:-$(free_port)}
   local dir
   dir=$(mktemp -d "${TMPDIR:-/tmp}/gpusanity-pg.XXXXXX")
   chmod 755 "$dir"
