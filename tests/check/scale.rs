@@ -56,26 +56,42 @@ fn sixteen_and_thirty_two_loopback_nodes_pass_with_probes_growing_as_n_log_n() {
     }
 }
 
+/// Busy loops on every core, ended when dropped: a failing assertion must not leave them
+/// spinning under the tests that run after it.
+struct Hogs(Vec<Child>);
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for h in &mut self.0 {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
+    }
+}
+
 #[test]
 fn eight_nodes_beside_busy_loops_give_no_finding_in_twenty_runs() {
     let _g = serial();
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let mut hogs: Vec<Child> = (0..cores)
-        .map(|_| std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().expect("busy loop"))
-        .collect();
+    let hogs = Hogs(
+        (0..cores)
+            .map(|_| std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().expect("busy loop"))
+            .collect(),
+    );
     let mut bad = Vec::new();
     for i in 0..20 {
         let run = Run::new();
-        let r = run_nodes(&run, 8);
+        let port = free_port();
+        let nodes: Vec<Child> = (0..8).rev().map(|k| run.spawn_node(&CHECKS, 8, k, port)).collect();
+        // Every node's exit code, and the report's findings: a failing run says what it found.
+        let codes: Vec<i32> = nodes.into_iter().map(|child| code(&wait_output(child, LIMIT))).collect();
+        let r = run.report();
         let f = findings(&r);
-        if !f.is_empty() {
-            bad.push((i, f, r["summary"].clone()));
+        if !f.is_empty() || codes.iter().any(|&c| c != 0) {
+            bad.push((i, codes, f, r["summary"].clone()));
         }
         run.assert_nothing_left();
     }
-    for h in &mut hogs {
-        let _ = h.kill();
-        let _ = h.wait();
-    }
-    assert!(bad.is_empty(), "runs with findings on a busy machine: {bad:?}");
+    drop(hogs);
+    assert!(bad.is_empty(), "runs with findings or failed nodes on a busy machine: {bad:?}");
 }
