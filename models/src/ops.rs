@@ -12,6 +12,8 @@
 use crate::data::TokenRows;
 use crate::Result;
 
+pub mod separate;
+
 /// Whether `len` is a whole number of `unit`s.
 pub(crate) fn whole(len: usize, unit: usize) -> bool {
     unit != 0 && len / unit * unit == len
@@ -290,8 +292,7 @@ pub trait Ops {
         bias: &Self::Buf,
         out: &mut Self::Buf,
     ) -> Result<()> {
-        self.matmul(mm, a, w, out)?;
-        self.add_bias(out, bias, mm.m)
+        separate::matmul_bias(self, mm, [a, w, bias], out)
     }
     /// `out = x + a w + bias` for `mm` (a projection into the residual stream; `out` stays f32
     /// and readable as any buffer); `tmp`, of `out`'s size, is scratch.
@@ -306,8 +307,7 @@ pub trait Ops {
         tmp: &mut Self::Buf,
         out: &mut Self::Buf,
     ) -> Result<()> {
-        self.matmul(mm, a, w, tmp)?;
-        self.add_bias_residual(tmp, bias, x, out, mm.m)
+        separate::matmul_bias_residual(self, mm, [a, w, bias, x], tmp, out)
     }
     /// `pre = a w + bias`, `out = GELU(pre)` (the MLP's first projection; `pre` is kept for
     /// [`Ops::matmul_dgelu`]).
@@ -321,8 +321,7 @@ pub trait Ops {
         pre: &mut Self::Buf,
         out: &mut Self::Buf,
     ) -> Result<()> {
-        self.matmul(mm, a, w, pre)?;
-        self.add_bias_gelu(pre, bias, out, mm.m)
+        separate::matmul_bias_gelu(self, mm, [a, w, bias], pre, out)
     }
     /// `dpre = GELU'(pre) * (dout w)` for `mm` and `dbias` = the column sums of `dpre` (the
     /// gradients of [`Ops::matmul_bias_gelu`]'s `pre` and bias from its output's); `tmp`, of
@@ -338,9 +337,7 @@ pub trait Ops {
         dpre: &mut Self::Buf,
         dbias: &mut Self::Buf,
     ) -> Result<()> {
-        self.matmul(mm, dout, w, tmp)?;
-        self.gelu_bwd(pre, tmp, dpre)?;
-        self.col_sum(dpre, dbias, mm.m)
+        separate::matmul_dgelu(self, mm, [dout, w, pre], tmp, dpre, dbias)
     }
 
     /// `out[b t, :] = wte[tok[b t], :] + wpe[t, :]`, `c` features.

@@ -19,14 +19,20 @@ const CHECKS: [&str; 6] = [
     "--sanity-check-timeout-per-test=2",
 ];
 
-/// Runs `n` nodes of one worker on loopback; asserts every node exits 0 and returns node 0's
-/// report.
-fn run_nodes(run: &Run, n: usize) -> serde_json::Value {
+/// Runs `n` nodes of one worker on loopback (the highest first, node 0 last); their outputs,
+/// node 0's first.
+fn node_outputs(run: &Run, n: usize) -> Vec<std::process::Output> {
     let port = free_port();
     let nodes: Vec<Child> = (0..n).rev().map(|k| run.spawn_node(&CHECKS, n, k, port)).collect();
-    for (i, child) in nodes.into_iter().enumerate() {
-        let out = wait_output(child, LIMIT);
-        assert_eq!(code(&out), 0, "node {}: {}", n - 1 - i, stderr(&out));
+    let mut outs: Vec<_> = nodes.into_iter().map(|child| wait_output(child, LIMIT)).collect();
+    outs.reverse();
+    outs
+}
+
+/// [`node_outputs`], asserting every node exits 0; node 0's report.
+fn run_nodes(run: &Run, n: usize) -> serde_json::Value {
+    for (k, out) in node_outputs(run, n).iter().enumerate() {
+        assert_eq!(code(out), 0, "node {k}: {}", stderr(out));
     }
     run.report()
 }
@@ -81,10 +87,8 @@ fn eight_nodes_beside_busy_loops_give_no_finding_in_twenty_runs() {
     let mut bad = Vec::new();
     for i in 0..20 {
         let run = Run::new();
-        let port = free_port();
-        let nodes: Vec<Child> = (0..8).rev().map(|k| run.spawn_node(&CHECKS, 8, k, port)).collect();
         // Every node's exit code, and the report's findings: a failing run says what it found.
-        let codes: Vec<i32> = nodes.into_iter().map(|child| code(&wait_output(child, LIMIT))).collect();
+        let codes: Vec<i32> = node_outputs(&run, 8).iter().map(code).collect();
         let r = run.report();
         let f = findings(&r);
         if !f.is_empty() || codes.iter().any(|&c| c != 0) {

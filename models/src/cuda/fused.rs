@@ -11,7 +11,7 @@ use super::grid::{chunking, col_parts, elems};
 use super::lt::{Epilogue, Lt, Ptrs};
 use super::twins::{self, Twin};
 use super::{CudaOps, BF16_MIN_SIDE};
-use crate::ops::{Mm, Ops};
+use crate::ops::{separate, Mm};
 use crate::{ModelError, Result};
 
 type Buf = CudaSlice<f32>;
@@ -32,8 +32,7 @@ impl CudaOps {
 
     pub(super) fn fused_bias(&mut self, mm: Mm, a: &Buf, w: &Buf, bias: &Buf, out: &mut Buf) -> Result<()> {
         if !self.fuses(&mm) {
-            self.matmul(mm, a, w, out)?;
-            return self.add_bias(out, bias, mm.m);
+            return separate::matmul_bias(self, mm, [a, w, bias], out);
         }
         self.twins.wrote(out);
         self.epilogue(mm, Epilogue::Bias, [a, w], Some(bias), out, None, None)
@@ -47,15 +46,9 @@ impl CudaOps {
         out: &mut Buf,
     ) -> Result<()> {
         if !self.fuses(&mm) {
-            self.matmul(mm, a, w, tmp)?;
-            return self.add_bias_residual(tmp, bias, x, out, mm.m);
+            return separate::matmul_bias_residual(self, mm, [a, w, bias, x], tmp, out);
         }
-        if x.len() != out.len() || twins::address(x) == twins::address(out) {
-            return Err(ModelError::Config(format!(
-                "fused residual product {mm:?}: x and out must differ in place, not in size"
-            )));
-        }
-        // cuBLASLt reads x's f32 as C.
+        // cuBLASLt reads x's f32 as C (`epilogue` checks its size).
         self.twins.readable(x)?;
         self.twins.wrote(out);
         self.epilogue(mm, Epilogue::BiasResidual, [a, w], Some(bias), out, None, Some(x))
@@ -69,8 +62,7 @@ impl CudaOps {
         out: &mut Buf,
     ) -> Result<()> {
         if !self.fuses(&mm) {
-            self.matmul(mm, a, w, pre)?;
-            return self.add_bias_gelu(pre, bias, out, mm.m);
+            return separate::matmul_bias_gelu(self, mm, [a, w, bias], pre, out);
         }
         self.twins.wrote(pre);
         self.twins.wrote(out);
@@ -90,9 +82,7 @@ impl CudaOps {
         if !self.fuses(&mm) {
             // `pre` held only in bf16 (a fused forward at a shape this backward does not fuse)
             // is refused by gelu_bwd's argument check.
-            self.matmul(mm, dout, w, tmp)?;
-            self.gelu_bwd(pre, tmp, dpre)?;
-            return self.col_sum(dpre, dbias, mm.m);
+            return separate::matmul_dgelu(self, mm, [dout, w, pre], tmp, dpre, dbias);
         }
         let len = mm.m * mm.n;
         if [pre.len(), tmp.len(), dpre.len()] != [len; 3] || dbias.len() != mm.n {
@@ -136,18 +126,17 @@ impl CudaOps {
         // Blocks of 256 columns (Lt::fits: c % 8 == 0, so rows start 16-byte aligned).
         let (chunks, per) = chunking(r, c.div_ceil(256), 64);
         let (rr, cc, pp, kk) = (int(r)?, int(c)?, int(per)?, int(chunks)?);
-        if let [(_, x), (_, d), (_, dx)] = &mut held[..] {
-            let (x, d, dx) = (&x.half, &d.half, &mut dx.half);
-            self.with_scratch(chunks * c, |ops, part| {
-                let grid =
-                    LaunchConfig { grid_dim: (c.div_ceil(256) as u32, chunks as u32, 1), ..col_parts(c, chunks) };
-                launch!(ops, "dgelu_h_part", grid; x, d, &mut *dx, &mut *part, &rr, &cc, &pp)?;
-                launch!(ops, "col_finish", elems(c); &*part, dbias, &kk, &cc)
-            })?;
-        }
-        let (_, t) = &mut held[2];
-        t.valid = true;
-        t.only = true;
+        let [(_, x), (_, d), (_, dx)] = &mut held[..] else {
+            return Err(ModelError::Device("fused GELU backward: its three twins not held".into()));
+        };
+        let (xh, dh, dxh) = (&x.half, &d.half, &mut dx.half);
+        self.with_scratch(chunks * c, |ops, part| {
+            let grid = LaunchConfig { grid_dim: (c.div_ceil(256) as u32, chunks as u32, 1), ..col_parts(c, chunks) };
+            launch!(ops, "dgelu_h_part", grid; xh, dh, &mut *dxh, &mut *part, &rr, &cc, &pp)?;
+            launch!(ops, "col_finish", elems(c); &*part, dbias, &kk, &cc)
+        })?;
+        dx.valid = true;
+        dx.only = true;
         Ok(())
     }
 
