@@ -107,7 +107,7 @@ pub fn not_applicable(rank: usize, why: String) -> RankResult {
 /// Injected faults, from `GPUSANITY_FAULT=KIND@RANK,...`. Each makes the rank misbehave for
 /// real, through the same code paths a broken device would take:
 /// - `gemm-wrong`: flips one element of the product before verification;
-/// - `gemm-slow`: runs every timed product four times (the device really does the work);
+/// - `gemm-slow`: runs every timed product eight times (the device really does the work);
 /// - `memory-bandwidth-slow`, `host-bandwidth-slow`: every timed copy four times;
 /// - `memory-bandwidth-wrong`: overwrites one byte of the copy's destination before
 ///   verification;
