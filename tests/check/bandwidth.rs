@@ -51,10 +51,10 @@ fn memory_bandwidth_passes_on_cpu_and_names_a_corrupting_or_slow_rank() {
     assert_eq!(bad["metrics"]["wrong_words"], 1.0, "{bad}");
     run.assert_nothing_left();
 
-    // Rank 0 copies four times per timed copy: slow against its peer in both measurements. At
+    // Rank 0 copies eight times per timed copy: slow against its peer in both measurements. At
     // the CPU default size (64 MiB, two buffers per rank), not SMALL: two ranks' 16 MiB of
     // small buffers fit a shared 32 MiB L3 together, and the rank copying four times as often
-    // keeps its buffers cached while its peer's are evicted, so the peer measured as slow as the
+    // keeps its buffers cached while its peer's are evicted (at four times), so the peer measured as slow as the
     // faulty rank in 7 of 12 runs on the CI machine (none of 12 at 64 MiB).
     let run = Run::new();
     let envs = "--sanity-check-envs=GPUSANITY_FAULT=memory-bandwidth-slow@0";

@@ -157,7 +157,9 @@ fn a_rank_with_slow_compute_is_named() {
     let r = run.report();
     assert_eq!(findings(&r), [("MODEL_SLOW_STEP".to_string(), Some(1))]);
     let mini = check(&r, "mini-gpt");
-    assert!(metric(mini, 1, "compute_ms_median") > 3.0 * metric(mini, 0, "compute_ms_median"), "{mini}");
+    // Not six times: while rank 0 waits in the step's all-reduce, rank 1 has the cores to itself,
+    // and where the two CPUs are one core's hyperthreads it then runs up to twice as fast.
+    assert!(metric(mini, 1, "compute_ms_median") > 2.5 * metric(mini, 0, "compute_ms_median"), "{mini}");
     run.assert_nothing_left();
 }
 

@@ -58,8 +58,10 @@ fn measure(
     seed: u32,
 ) -> Result<RankResult> {
     let rank = ctx.place.rank;
-    // Injected slowness: the device copies four times per timed copy (it really does the work).
-    let reps = if ctx.faults.has("memory-bandwidth-slow", rank) { 4 } else { 1 };
+    // Injected slowness: the device copies eight times per timed copy (it really does the
+    // work). Eight for the reason `gemm-slow` does: on CPU a rank whose peers have finished
+    // copies faster, alone.
+    let reps = if ctx.faults.has("memory-bandwidth-slow", rank) { 8 } else { 1 };
     let mut paths = Vec::new();
     for (i, &path) in ctx.backend.copy_paths().iter().enumerate() {
         if i > 0 {

@@ -108,7 +108,7 @@ pub fn not_applicable(rank: usize, why: String) -> RankResult {
 /// real, through the same code paths a broken device would take:
 /// - `gemm-wrong`: flips one element of the product before verification;
 /// - `gemm-slow`: runs every timed product eight times (the device really does the work);
-/// - `memory-bandwidth-slow`, `host-bandwidth-slow`: every timed copy four times;
+/// - `memory-bandwidth-slow`: every timed copy eight times; `host-bandwidth-slow`: four times;
 /// - `memory-bandwidth-wrong`: overwrites one byte of the copy's destination before
 ///   verification;
 /// - `all-reduce-wrong`, `all-gather-wrong`, `all-to-all-wrong`: corrupts one received element
