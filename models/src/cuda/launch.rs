@@ -3,8 +3,8 @@
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::args::{check, int, launch};
-use super::grid::{bias_grid, channel_chunks, chunking, col_parts, elems, quads, rows, ConvArgs};
-use super::{dev, twins, CudaOps, BF16_MIN_SIDE};
+use super::grid::{bias_grid, channel_chunks, chunking, col_parts, elems, quads, rows};
+use super::{dev, twins, vision, CudaOps, BF16_MIN_SIDE};
 use crate::data::TokenRows;
 use crate::ops::{whole, Adam, Conv, GraphRun, Heads, Mm, Ops};
 use crate::Result;
@@ -326,17 +326,11 @@ impl Ops for CudaOps {
             launch!(ops, "adamw", quads(p.len()); p, h, g, m, v, &n, &a.lr, &a.beta1, &a.beta2, &a.eps, &a.weight_decay, &c1, &c2, &a.grad_scale)
         })
     }
-    fn im2col(&mut self, x: &Buf, cols_: &mut Buf, cv: Conv) -> Result<()> {
-        self.twins.wrote(cols_);
-        check("im2col", x.len() == cv.c * cv.n * cv.h * cv.w && cols_.len() == cv.col_rows() * cv.col_cols())?;
-        let a = ConvArgs::new(cv)?;
-        launch!(self, "im2col", elems(cols_.len()); x, cols_, &a.c, &a.n, &a.h, &a.w, &a.k, &a.stride, &a.pad, &a.oh, &a.ow)
+    fn im2col(&mut self, x: &Buf, cols: &mut Buf, cv: Conv) -> Result<()> {
+        vision::im2col(self, x, cols, cv)
     }
     fn col2im(&mut self, dcols: &Buf, dx: &mut Buf, cv: Conv) -> Result<()> {
-        self.twins.wrote(dx);
-        check("col2im", dx.len() == cv.c * cv.n * cv.h * cv.w && dcols.len() == cv.col_rows() * cv.col_cols())?;
-        let a = ConvArgs::new(cv)?;
-        launch!(self, "col2im", elems(dx.len()); dcols, dx, &a.c, &a.n, &a.h, &a.w, &a.k, &a.stride, &a.pad, &a.oh, &a.ow)
+        vision::col2im(self, dcols, dx, cv)
     }
     fn batchnorm_fwd(
         &mut self,
@@ -399,36 +393,15 @@ impl Ops for CudaOps {
         })
     }
     fn maxpool_fwd(&mut self, x: &Buf, out: &mut Buf, arg: &mut Buf, cv: Conv) -> Result<()> {
-        self.twins.wrote(out);
-        self.twins.wrote(arg);
-        check(
-            "maxpool_fwd",
-            x.len() == cv.c * cv.n * cv.h * cv.w && out.len() == cv.c * cv.col_cols() && arg.len() == out.len(),
-        )?;
-        let a = ConvArgs::new(cv)?;
-        let cn = int(cv.c * cv.n)?;
-        launch!(self, "maxpool_fwd", elems(out.len()); x, out, arg, &cn, &a.h, &a.w, &a.k, &a.stride, &a.pad, &a.oh, &a.ow)
+        vision::maxpool_fwd(self, x, out, arg, cv)
     }
     fn maxpool_bwd(&mut self, dout: &Buf, arg: &Buf, dx: &mut Buf, cv: Conv) -> Result<()> {
-        self.twins.wrote(dx);
-        check(
-            "maxpool_bwd",
-            dout.len() == cv.c * cv.col_cols() && arg.len() == dout.len() && dx.len() == cv.c * cv.n * cv.h * cv.w,
-        )?;
-        let a = ConvArgs::new(cv)?;
-        let cn = int(cv.c * cv.n)?;
-        launch!(self, "maxpool_bwd", elems(dx.len()); dout, arg, dx, &cn, &a.h, &a.w, &a.k, &a.stride, &a.pad, &a.oh, &a.ow)
+        vision::maxpool_bwd(self, dout, arg, dx, cv)
     }
     fn avgpool_fwd(&mut self, x: &Buf, out: &mut Buf, c: usize, n: usize) -> Result<()> {
-        self.twins.wrote(out);
-        check("avgpool_fwd", out.len() == n * c && whole(x.len(), n * c))?;
-        let (cc, nn, hw) = (int(c)?, int(n)?, int(x.len() / (n * c))?);
-        launch!(self, "avgpool_fwd", elems(out.len()); x, out, &cc, &nn, &hw)
+        vision::avgpool_fwd(self, x, out, c, n)
     }
     fn avgpool_bwd(&mut self, dout: &Buf, dx: &mut Buf, c: usize, n: usize) -> Result<()> {
-        self.twins.wrote(dx);
-        check("avgpool_bwd", dout.len() == n * c && whole(dx.len(), n * c))?;
-        let (cc, nn, hw) = (int(c)?, int(n)?, int(dx.len() / (n * c))?);
-        launch!(self, "avgpool_bwd", elems(dx.len()); dout, dx, &cc, &nn, &hw)
+        vision::avgpool_bwd(self, dout, dx, c, n)
     }
 }

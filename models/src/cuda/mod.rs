@@ -21,6 +21,7 @@ mod lt;
 #[cfg(test)]
 mod tests;
 pub mod twins;
+mod vision;
 
 use twins::{Twin, Twins};
 
