@@ -3,7 +3,7 @@
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::args::{check, int, launch};
-use super::grid::{bias_grid, channel_chunks, chunking, col_parts, elems, quads, rows};
+use super::grid::{bias_grid, chunking, col_parts, elems, quads, rows};
 use super::{dev, twins, vision, CudaOps, BF16_MIN_SIDE};
 use crate::data::TokenRows;
 use crate::ops::{whole, Adam, Conv, GraphRun, Heads, Mm, Ops};
@@ -342,21 +342,7 @@ impl Ops for CudaOps {
         rstd: &mut Buf,
         m: usize,
     ) -> Result<()> {
-        self.twins.wrote(out);
-        self.twins.wrote(mean);
-        self.twins.wrote(rstd);
-        let c = g.len();
-        check(
-            "batchnorm_fwd",
-            c > 0 && m > 0 && x.len() == c * m && out.len() == x.len() && mean.len() == c && rstd.len() == c,
-        )?;
-        let (chunks, per) = chunking(m, c, 2048);
-        let (mm, pp) = (int(m)?, int(per)?);
-        let cfg = channel_chunks(chunks, c);
-        self.with_scratch(2 * chunks * c, |ops, part| {
-            launch!(ops, "bn_stats", cfg; x, &mut *part, &mm, &pp)?;
-            launch!(ops, "bn_apply", cfg; x, g, b, &*part, out, mean, rstd, &mm, &pp)
-        })
+        vision::batchnorm_fwd(self, x, g, b, out, mean, rstd, m)
     }
     fn batchnorm_bwd(
         &mut self,
@@ -370,27 +356,7 @@ impl Ops for CudaOps {
         db: &mut Buf,
         m: usize,
     ) -> Result<()> {
-        self.twins.wrote(dx);
-        self.twins.wrote(dg);
-        self.twins.wrote(db);
-        let c = g.len();
-        check(
-            "batchnorm_bwd",
-            c > 0
-                && m > 0
-                && x.len() == c * m
-                && dout.len() == x.len()
-                && dx.len() == x.len()
-                && dg.len() == c
-                && db.len() == c,
-        )?;
-        let (chunks, per) = chunking(m, c, 2048);
-        let (mm, pp) = (int(m)?, int(per)?);
-        let cfg = channel_chunks(chunks, c);
-        self.with_scratch(2 * chunks * c, |ops, part| {
-            launch!(ops, "bn_bwd_part", cfg; x, mean, rstd, dout, &mut *part, &mm, &pp)?;
-            launch!(ops, "bn_bwd_apply", cfg; x, g, mean, rstd, dout, &*part, dx, dg, db, &mm, &pp)
-        })
+        vision::batchnorm_bwd(self, x, g, mean, rstd, dout, dx, dg, db, m)
     }
     fn maxpool_fwd(&mut self, x: &Buf, out: &mut Buf, arg: &mut Buf, cv: Conv) -> Result<()> {
         vision::maxpool_fwd(self, x, out, arg, cv)

@@ -1,10 +1,10 @@
-//! The convolution and pooling ops of [`Ops`](crate::ops::Ops) on CUDA (the ResNet's): im2col
-//! and its adjoint, max and average pooling, forward and backward.
+//! The convolution, batch-norm and pooling ops of [`Ops`](crate::ops::Ops) on CUDA (the
+//! ResNet's): im2col and its adjoint, batch norm, max and average pooling, forward and backward.
 
 use cudarc::driver::PushKernelArg;
 
 use super::args::{check, int, launch};
-use super::grid::{elems, ConvArgs};
+use super::grid::{channel_chunks, chunking, elems, ConvArgs};
 use super::CudaOps;
 use crate::ops::{whole, Conv};
 use crate::Result;
@@ -60,4 +60,68 @@ pub(super) fn avgpool_bwd(ops: &mut CudaOps, dout: &Buf, dx: &mut Buf, c: usize,
     check("avgpool_bwd", dout.len() == n * c && whole(dx.len(), n * c))?;
     let (cc, nn, hw) = (int(c)?, int(n)?, int(dx.len() / (n * c))?);
     launch!(ops, "avgpool_bwd", elems(dx.len()); dout, dx, &cc, &nn, &hw)
+}
+
+#[allow(clippy::too_many_arguments)] // the trait method's arguments
+pub(super) fn batchnorm_fwd(
+    ops: &mut CudaOps,
+    x: &Buf,
+    g: &Buf,
+    b: &Buf,
+    out: &mut Buf,
+    mean: &mut Buf,
+    rstd: &mut Buf,
+    m: usize,
+) -> Result<()> {
+    ops.twins.wrote(out);
+    ops.twins.wrote(mean);
+    ops.twins.wrote(rstd);
+    let c = g.len();
+    check(
+        "batchnorm_fwd",
+        c > 0 && m > 0 && x.len() == c * m && out.len() == x.len() && mean.len() == c && rstd.len() == c,
+    )?;
+    let (chunks, per) = chunking(m, c, 2048);
+    let (mm, pp) = (int(m)?, int(per)?);
+    let cfg = channel_chunks(chunks, c);
+    ops.with_scratch(2 * chunks * c, |ops, part| {
+        launch!(ops, "bn_stats", cfg; x, &mut *part, &mm, &pp)?;
+        launch!(ops, "bn_apply", cfg; x, g, b, &*part, out, mean, rstd, &mm, &pp)
+    })
+}
+
+#[allow(clippy::too_many_arguments)] // the trait method's arguments
+pub(super) fn batchnorm_bwd(
+    ops: &mut CudaOps,
+    x: &Buf,
+    g: &Buf,
+    mean: &Buf,
+    rstd: &Buf,
+    dout: &Buf,
+    dx: &mut Buf,
+    dg: &mut Buf,
+    db: &mut Buf,
+    m: usize,
+) -> Result<()> {
+    ops.twins.wrote(dx);
+    ops.twins.wrote(dg);
+    ops.twins.wrote(db);
+    let c = g.len();
+    check(
+        "batchnorm_bwd",
+        c > 0
+            && m > 0
+            && x.len() == c * m
+            && dout.len() == x.len()
+            && dx.len() == x.len()
+            && dg.len() == c
+            && db.len() == c,
+    )?;
+    let (chunks, per) = chunking(m, c, 2048);
+    let (mm, pp) = (int(m)?, int(per)?);
+    let cfg = channel_chunks(chunks, c);
+    ops.with_scratch(2 * chunks * c, |ops, part| {
+        launch!(ops, "bn_bwd_part", cfg; x, mean, rstd, dout, &mut *part, &mm, &pp)?;
+        launch!(ops, "bn_bwd_apply", cfg; x, g, mean, rstd, dout, &*part, dx, dg, db, &mm, &pp)
+    })
 }
