@@ -80,8 +80,9 @@ impl CudaDevice {
                 .map_err(|e| CudaError::driver(format!("opening CUDA device {ordinal}"), e))?;
             // SAFETY: with tracking off, cudarc stops recording an event on every buffer use;
             // it is then up to the users to order uses across streams. The models allocate,
-            // use and free every buffer on the main stream (their NCCL groups included), so
-            // stream order suffices there. The backend allocates, fills and reads its buffers
+            // use and free every buffer on the main stream; their NCCL groups run on a stream
+            // of their own that waits for the main stream before each collective, and the main
+            // stream waits for it before it reads a sum (the executor's models/comm.rs). The backend allocates, fills and reads its buffers
             // on the main stream with a synchronize after each step; a run on group streams
             // starts after its inputs are complete (they were synchronized) and its streams
             // wait for an event of the main stream; it ends by waiting for every stream.

@@ -9,7 +9,7 @@
 use crate::comm::Comm;
 use crate::data::{group_by_token, seed_of, TokenRows, TokenTask};
 use crate::ops::{Heads, Mm, Ops};
-use crate::train::{Model, Param};
+use crate::train::{GradsReady, Model, Param};
 use crate::{ModelError, Result};
 
 mod init;
@@ -203,7 +203,12 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
         Ok(())
     }
 
-    fn forward_backward(&mut self, ops: &mut O, tp: &mut dyn Comm<O::Buf>) -> Result<()> {
+    fn forward_backward(
+        &mut self,
+        ops: &mut O,
+        tp: &mut dyn Comm<O::Buf>,
+        grads: &mut dyn GradsReady<O::Buf>,
+    ) -> Result<()> {
         let Gpt { cfg, params: ps, xs, acts, sc, tok, by_token, tgt, .. } = self;
         let (v, t, c, l) = (cfg.shape.vocab, cfg.shape.ctx, cfg.shape.dim, cfg.shape.layers);
         let (cl, n) = (cfg.cl(), cfg.rows());
@@ -261,6 +266,7 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
                 c,
             )?;
         }
+        grads.ready(ps, fin)?;
         for (i, a) in acts.iter().enumerate().rev() {
             let lps = &mut ps[lp(i, 0)..lp(i, PER_LAYER)];
             // MLP: dx is the gradient of the block's output.
@@ -310,11 +316,13 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
                 &mut rest[0].g,
                 c,
             )?;
+            grads.ready(ps, lp(i, 0))?;
         }
         let (wte, wpe) = ps.split_at_mut(1);
         ops.fill(&mut wte[0].g, 0.0)?;
         ops.fill(&mut wpe[0].g, 0.0)?;
-        ops.embed_bwd(tok, by_token, &sc.dx, &mut wte[0].g, &mut wpe[0].g, t, c)
+        ops.embed_bwd(tok, by_token, &sc.dx, &mut wte[0].g, &mut wpe[0].g, t, c)?;
+        grads.ready(ps, 0)
     }
 
     fn loss(&mut self, ops: &mut O) -> Result<f32> {

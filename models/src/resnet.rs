@@ -10,7 +10,7 @@
 use crate::comm::Comm;
 use crate::data::{seed_of, uniform, ImageTask};
 use crate::ops::{Conv, Mm, Ops};
-use crate::train::{Model, Param};
+use crate::train::{GradsReady, Model, Param};
 use crate::{ModelError, Result};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -256,6 +256,13 @@ impl<B> Resnet<B> {
 }
 
 impl<B> Block<B> {
+    /// The index of the block's first parameter: the block's parameters are those from it up
+    /// to the next block's.
+    fn first_param(&self) -> usize {
+        let short = self.short.as_ref().map_or(usize::MAX, |s| s.p);
+        self.c1.p.min(self.c2.p).min(self.c3.p).min(short)
+    }
+
     fn forward<O: Ops<Buf = B>>(&mut self, ops: &mut O, ps: &[Param<B>], x: &B) -> Result<()> {
         self.c1.forward(ops, ps, x)?;
         ops.relu_fwd(&self.c1.out, &mut self.a1)?;
@@ -299,7 +306,12 @@ impl<O: Ops> Model<O> for Resnet<O::Buf> {
         Ok(())
     }
 
-    fn forward_backward(&mut self, ops: &mut O, _tp: &mut dyn Comm<O::Buf>) -> Result<()> {
+    fn forward_backward(
+        &mut self,
+        ops: &mut O,
+        _tp: &mut dyn Comm<O::Buf>,
+        grads: &mut dyn GradsReady<O::Buf>,
+    ) -> Result<()> {
         let Resnet {
             cfg,
             params: ps,
@@ -342,17 +354,20 @@ impl<O: Ops> Model<O> for Resnet<O::Buf> {
         ops.col_sum(dlogits, &mut ps[nfc + 1].g, n)?;
         ops.matmul(Mm::new(n, c, classes).tb(), dlogits, &ps[nfc].w, dfeat)?;
         ops.avgpool_bwd(dfeat, dlast, c, n)?;
+        grads.ready(ps, nfc)?;
         for i in (0..blocks.len()).rev() {
             let (before, rest) = blocks.split_at_mut(i);
             let (block, after) = rest.split_at_mut(1);
             let input = before.last().map_or(&*pooled, |b| &b.out);
             let dout = after.first().map_or(&*dlast, |b| &b.dx);
             block[0].backward(ops, ps, input, dout)?;
+            grads.ready(ps, block[0].first_param())?;
         }
         let dfirst = blocks.first().map_or(&*dlast, |b| &b.dx);
         ops.maxpool_bwd(dfirst, arg, dpooled, *pool)?;
         ops.relu_bwd(stem_act, dpooled, dstem)?;
-        stem.backward(ops, ps, x, dstem)
+        stem.backward(ops, ps, x, dstem)?;
+        grads.ready(ps, 0)
     }
 
     fn loss(&mut self, ops: &mut O) -> Result<f32> {

@@ -1,12 +1,17 @@
 //! The training loop shared by the models: a step is load batch, forward and backward
-//! (the model's), data-parallel gradient sum, AdamW. Records each step's loss and time and
-//! checksums the parameters at the end.
+//! (the model's, with the data-parallel gradient sums started in buckets as it goes), AdamW.
+//! Records each step's loss and time and checksums the parameters at the end.
 
 use std::time::Instant;
 
 use crate::comm::Comm;
 use crate::ops::{Adam, GraphRun, Ops};
 use crate::Result;
+
+mod buckets;
+
+use buckets::Overlap;
+pub use buckets::{buckets, GradsReady, NotWatching, BUCKET_BYTES};
 
 /// A learnable tensor with its gradient and AdamW moments.
 pub struct Param<B> {
@@ -35,8 +40,15 @@ pub trait Model<O: Ops> {
     /// parameters and each example's loss on the device; reads nothing back, so that a backend
     /// can record it as a graph (the same work on the same buffers for the same
     /// [`Model::graph_key`]). `tp` is the tensor-parallel group (a one-rank group for a model
-    /// without tensor parallelism).
-    fn forward_backward(&mut self, ops: &mut O, tp: &mut dyn Comm<O::Buf>) -> Result<()>;
+    /// without tensor parallelism). As the backward goes, it tells `grads` each time the
+    /// gradients of a further run of parameters are final, so that their data-parallel sum
+    /// can start while it computes the rest.
+    fn forward_backward(
+        &mut self,
+        ops: &mut O,
+        tp: &mut dyn Comm<O::Buf>,
+        grads: &mut dyn GradsReady<O::Buf>,
+    ) -> Result<()>;
     /// This rank's mean loss of the last forward (reads it back: waits for the device).
     fn loss(&mut self, ops: &mut O) -> Result<f32>;
     /// Which step graph the loaded batch's forward and backward are: steps with the same key
@@ -64,6 +76,8 @@ pub struct TrainOpts {
     /// Forward and backward as step graphs from step [`GRAPH_FROM`] on, where the backend has
     /// them ([`Ops::graph_step`]) and the model runs on one rank of tensor parallelism.
     pub graphs: bool,
+    /// The most gradient bytes per data-parallel collective ([`BUCKET_BYTES`]).
+    pub bucket_bytes: usize,
 }
 
 /// The first step that may run as a graph: the ones before make the operand copies and grow
@@ -89,6 +103,8 @@ pub struct TrainOutcome {
     pub graph_steps: usize,
     /// Why a step graph could not be recorded (the steps then ran op by op), if one could not.
     pub graph_error: Option<String>,
+    /// Data-parallel all-reduces per step (buckets of gradients; 0 on one replica).
+    pub dp_buckets: usize,
 }
 
 /// The hash of every parameter's value, in order.
@@ -133,6 +149,8 @@ pub fn train<O: Ops, M: Model<O>>(
     let grad_scale = 1.0 / dp.size() as f32;
     let graphs = opts.graphs && tp.size() == 1;
     let (mut graph_steps, mut graph_error) = (0, None);
+    let lens: Vec<usize> = model.params_mut().iter().map(|p| O::len(&p.g)).collect();
+    let dp_buckets = if dp.size() > 1 { buckets(&lens, opts.bucket_bytes) } else { Vec::new() };
     for step in 0..opts.steps {
         progress(step);
         ops.sync()?;
@@ -145,12 +163,20 @@ pub fn train<O: Ops, M: Model<O>>(
         }
         let key = model.graph_key();
         let mut graphed = false;
-        for _ in 0..opts.repeat.max(1) {
-            let mut body = |o: &mut O| model.forward_backward(o, tp);
+        let mut sums = Overlap { dp: &mut *dp, buckets: &dp_buckets, started: 0 };
+        let reps = opts.repeat.max(1);
+        for rep in 0..reps {
             if !graphs || step < GRAPH_FROM {
-                body(ops)?;
+                // The sums overlap the last pass's backward only: each pass rewrites the
+                // gradients.
+                if rep + 1 == reps {
+                    model.forward_backward(ops, tp, &mut sums)?;
+                } else {
+                    model.forward_backward(ops, tp, &mut NotWatching)?;
+                }
                 continue;
             }
+            let mut body = |o: &mut O| model.forward_backward(o, tp, &mut NotWatching);
             match ops.graph_step(key, &mut body)? {
                 GraphRun::Recorded | GraphRun::Replayed => graphed = true,
                 GraphRun::Failed(why) => {
@@ -163,8 +189,15 @@ pub fn train<O: Ops, M: Model<O>>(
         let loss = model.loss(ops)?;
         ops.sync()?;
         compute_s.push(start.elapsed().as_secs_f64());
-        for p in model.params_mut() {
-            dp.all_reduce_sum(&mut p.g)?;
+        let params = model.params_mut();
+        // The buckets the backward did not start (all of them after a graph), then every sum
+        // complete before the update reads it.
+        sums.start_from(params, 0)?;
+        for r in &dp_buckets {
+            let mut grads: Vec<&mut O::Buf> = params[r.clone()].iter_mut().map(|p| &mut p.g).collect();
+            dp.finish_bucket(&mut grads)?;
+        }
+        for p in params {
             let a = Adam {
                 lr: opts.lr * ((step + 1) as f32 / opts.lr_warmup.max(1) as f32).min(1.0),
                 beta1: 0.9,
@@ -204,6 +237,7 @@ pub fn train<O: Ops, M: Model<O>>(
         param_count,
         graph_steps,
         graph_error,
+        dp_buckets: dp_buckets.len(),
     })
 }
 
@@ -244,58 +278,4 @@ pub fn judge_losses(losses: &[f32], min_drop: f32) -> LossVerdict {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::comm::Solo;
-    use crate::cpu::CpuOps;
-    use crate::gpt::{Gpt, GptConfig, GptShape};
-
-    #[test]
-    fn progress_sees_every_step_then_the_end() {
-        let shape = GptShape { vocab: 8, ctx: 4, layers: 1, heads: 2, dim: 8, batch: 2 };
-        let mut ops = CpuOps;
-        let mut m = Gpt::new(&mut ops, GptConfig { shape, tp_size: 1, tp_rank: 0, seed: 1, data_seed: 1 }).unwrap();
-        let opts = TrainOpts {
-            steps: 3,
-            lr: 1e-3,
-            lr_warmup: 1,
-            weight_decay: 0.0,
-            nan_at: None,
-            repeat: 1,
-            corrupt: false,
-            graphs: false,
-        };
-        let mut seen = Vec::new();
-        train(&mut ops, &mut m, &mut Solo, &mut Solo, &opts, &mut |s| seen.push(s)).unwrap();
-        assert_eq!(seen, [0, 1, 2, 3]);
-    }
-
-    #[test]
-    fn chunked_hashing_is_the_digest_of_the_same_bytes() {
-        let values: Vec<f32> = (0..(2 * HASH_CHUNK + 17)).map(|i| i as f32 * 0.37 - 5.0).collect();
-        let mut one_by_one = xxhash_rust::xxh3::Xxh3::new();
-        for v in &values {
-            one_by_one.update(&v.to_le_bytes());
-        }
-        let mut chunked = xxhash_rust::xxh3::Xxh3::new();
-        hash_f32s(&mut chunked, &values, &mut Vec::new());
-        assert_eq!(chunked.digest(), one_by_one.digest());
-        let mut flipped = values.clone();
-        flipped[HASH_CHUNK + 3] = f32::from_bits(flipped[HASH_CHUNK + 3].to_bits() ^ (1 << 20));
-        let mut other = xxhash_rust::xxh3::Xxh3::new();
-        hash_f32s(&mut other, &flipped, &mut Vec::new());
-        assert_ne!(other.digest(), one_by_one.digest(), "one flipped bit changes the digest");
-    }
-
-    #[test]
-    fn loss_verdicts() {
-        assert_eq!(judge_losses(&[4.0, 3.0, 2.0, 1.0, 0.5], 0.2), LossVerdict::Ok);
-        assert!(matches!(judge_losses(&[4.0, 3.0, f32::NAN, 1.0], 0.2), LossVerdict::NotFinite { step: 2, .. }));
-        assert!(matches!(judge_losses(&[4.0, f32::INFINITY], 0.2), LossVerdict::NotFinite { step: 1, .. }));
-        assert!(matches!(
-            judge_losses(&[4.0, 4.0, 4.01, 3.99, 4.0], 0.2),
-            LossVerdict::NotFalling { rising: false, .. }
-        ));
-        assert!(matches!(judge_losses(&[1.0, 2.0, 3.0, 4.0, 5.0], 0.2), LossVerdict::NotFalling { rising: true, .. }));
-    }
-}
+mod tests;

@@ -357,5 +357,15 @@ fn bf16_twins_are_reused_and_never_stale() {
 
 /// AdamW training options of the GPU tests: `steps` at learning rate `lr`, no fault.
 pub(super) fn train_opts(steps: usize, lr: f32, graphs: bool) -> TrainOpts {
-    TrainOpts { steps, lr_warmup: 1, lr, weight_decay: 0.01, nan_at: None, repeat: 1, corrupt: false, graphs }
+    TrainOpts {
+        steps,
+        lr_warmup: 1,
+        lr,
+        weight_decay: 0.01,
+        nan_at: None,
+        repeat: 1,
+        corrupt: false,
+        graphs,
+        bucket_bytes: crate::train::BUCKET_BYTES,
+    }
 }

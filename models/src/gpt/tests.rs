@@ -6,7 +6,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use super::*;
 use crate::comm::Solo;
 use crate::cpu::CpuOps;
-use crate::train::{judge_losses, train, LossVerdict, TrainOpts};
+use crate::train::{judge_losses, train, LossVerdict, NotWatching, TrainOpts};
 
 fn tiny(tp_size: usize, tp_rank: usize) -> GptConfig {
     GptConfig {
@@ -23,7 +23,7 @@ fn gradients_match_finite_differences() {
     let mut ops = CpuOps;
     let mut m = Gpt::new(&mut ops, tiny(1, 0)).unwrap();
     m.load_batch(&mut ops, 0).unwrap();
-    m.forward_backward(&mut ops, &mut Solo).unwrap();
+    m.forward_backward(&mut ops, &mut Solo, &mut NotWatching).unwrap();
     let grads: Vec<Vec<f32>> = m.params.iter().map(|p| p.g.clone()).collect();
     let h = 1e-2f32;
     for (pi, g) in grads.iter().enumerate() {
@@ -33,7 +33,7 @@ fn gradients_match_finite_differences() {
             let w0 = m.params[pi].w[i];
             let mut loss_at = |w: f32| {
                 m.params[pi].w[i] = w;
-                m.forward_backward(&mut ops, &mut Solo).unwrap();
+                m.forward_backward(&mut ops, &mut Solo, &mut NotWatching).unwrap();
                 m.loss(&mut ops).unwrap() as f64
             };
             let num = (loss_at(w0 + h) - loss_at(w0 - h)) / (2.0 * h as f64);
@@ -93,6 +93,7 @@ fn opts(steps: usize) -> TrainOpts {
         repeat: 1,
         corrupt: false,
         graphs: false,
+        bucket_bytes: crate::train::BUCKET_BYTES,
     }
 }
 

@@ -3,7 +3,7 @@
 use super::*;
 use crate::comm::Solo;
 use crate::cpu::CpuOps;
-use crate::train::{judge_losses, train, LossVerdict, TrainOpts};
+use crate::train::{judge_losses, train, LossVerdict, NotWatching, TrainOpts};
 
 fn tiny() -> ResnetConfig {
     ResnetConfig { image: 12, batch: 3, width: 2, blocks: vec![1, 2], classes: 3, seed: 4, data_seed: 1 }
@@ -14,7 +14,7 @@ fn gradients_match_finite_differences() {
     let mut ops = CpuOps;
     let mut m = Resnet::new(&mut ops, tiny()).unwrap();
     m.load_batch(&mut ops, 0).unwrap();
-    m.forward_backward(&mut ops, &mut Solo).unwrap();
+    m.forward_backward(&mut ops, &mut Solo, &mut NotWatching).unwrap();
     let grads: Vec<Vec<f32>> = m.params.iter().map(|p| p.g.clone()).collect();
     // Small steps: ReLU and max-pool kinks make wide differences unreliable.
     let h = 3e-4f32;
@@ -24,7 +24,7 @@ fn gradients_match_finite_differences() {
         let w0 = m.params[pi].w[big];
         let mut loss_at = |w: f32| {
             m.params[pi].w[big] = w;
-            m.forward_backward(&mut ops, &mut Solo).unwrap();
+            m.forward_backward(&mut ops, &mut Solo, &mut NotWatching).unwrap();
             m.loss(&mut ops).unwrap() as f64
         };
         let num = (loss_at(w0 + h) - loss_at(w0 - h)) / (2.0 * h as f64);
@@ -51,6 +51,7 @@ fn loss_falls_on_the_image_task() {
         repeat: 1,
         corrupt: false,
         graphs: false,
+        bucket_bytes: crate::train::BUCKET_BYTES,
     };
     let out = train(&mut ops, &mut m, &mut Solo, &mut Solo, &opts, &mut |_| {}).unwrap();
     assert_eq!(judge_losses(&out.losses, 0.2), LossVerdict::Ok, "{:?}", out.losses);

@@ -12,6 +12,7 @@ pub mod comm;
 mod gpt;
 mod load;
 mod resnet;
+mod ring_comm;
 
 use anyhow::{Context, Result};
 use gpusanity_common::report::{CheckStatus, DeviceKind, RankResult};
@@ -137,6 +138,7 @@ fn train_opts(ctx: &CheckCtx<'_>, steps: usize, lr: f64, warmup: usize) -> Train
         repeat: if ctx.faults.has("model-slow", rank) { SLOW_REPEAT } else { 1 },
         corrupt: ctx.faults.has("model-corrupt", rank),
         graphs: true,
+        bucket_bytes: gpusanity_models::train::BUCKET_BYTES,
     }
 }
 
@@ -243,6 +245,7 @@ fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
         ("tflops", m.flops_per_step / step / 1e12),
         ("params", out.param_count as f64),
         ("graph_steps", out.graph_steps as f64),
+        ("dp_all_reduces_per_step", out.dp_buckets as f64),
     ] {
         // JSON has no NaN: a non-finite loss stays in the notes only.
         if v.is_finite() {
