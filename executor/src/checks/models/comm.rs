@@ -43,7 +43,7 @@ impl Groups for CpuOps {
         if members.len() == 1 {
             return Ok(Box::new(Solo));
         }
-        Ok(Box::new(RingComm::new(Ring::connect_group(place, store, key, members).map_err(comm_err)?)?))
+        Ok(Box::new(RingComm::new(Ring::connect_group(place, store, key, members).map_err(comm_err)?)))
     }
 }
 

@@ -1,7 +1,9 @@
-//! The models' [`Comm`] over the CPU workers' TCP ring. The ring lives on a thread of its own,
-//! which sums what it is sent in the order sent: a bucket of gradients started during the
-//! backward is summed there while the backward goes on, and a plain all-reduce waits for its
-//! own sum (after those sent before it).
+//! The models' [`Comm`] over the CPU workers' TCP ring. Plain all-reduces (tensor
+//! parallelism's, inside the forward and backward) run on the caller's thread. The first
+//! bucket started moves the ring to a thread of its own, which sums what it is sent in the
+//! order sent: a bucket of gradients started during the backward is summed there while the
+//! backward goes on, and a plain all-reduce after that waits for its own sum (after those sent
+//! before it).
 
 use std::collections::VecDeque;
 use std::sync::mpsc;
@@ -17,52 +19,76 @@ type Sum = std::result::Result<Vec<f32>, String>;
 pub(super) struct RingComm {
     size: usize,
     rank: usize,
-    /// To the ring's thread; it ends when this closes (or after a failed sum: a ring that
-    /// failed mid-way is out of step with its peers).
-    jobs: mpsc::Sender<Vec<f32>>,
-    sums: mpsc::Receiver<Sum>,
+    at: At,
     /// Buckets started and not yet finished.
     pending: usize,
     /// Their sums, when a later plain all-reduce had to read past them.
     early: VecDeque<Sum>,
 }
 
+/// Where the ring is.
+enum At {
+    /// On the caller's thread (no bucket started yet).
+    Here(Ring),
+    /// On its own thread. It ends when `jobs` closes, or after a failed sum (a ring that
+    /// failed mid-way is out of step with its peers).
+    Away { jobs: mpsc::Sender<Vec<f32>>, sums: mpsc::Receiver<Sum> },
+    /// Between the two, for a moment; left so only if the thread could not start.
+    Moving,
+}
+
 fn comm_err(e: impl std::fmt::Display) -> ModelError {
     ModelError::Comm(e.to_string())
 }
 
+const ENDED: &str = "the ring's thread has ended after an earlier failure";
+
 impl RingComm {
-    pub(super) fn new(mut ring: Ring) -> Result<RingComm> {
+    pub(super) fn new(ring: Ring) -> RingComm {
         let (size, rank) = (ring.size(), ring.rank());
-        let (jobs, job_rx) = mpsc::channel::<Vec<f32>>();
-        let (sum_tx, sums) = mpsc::channel::<Sum>();
-        // Not joined: it ends on its own when `jobs` closes, and a join could wait on a peer
-        // that never answers (the worker's stall detection names that case).
-        std::thread::Builder::new()
-            .name("ring-comm".into())
-            .spawn(move || {
-                for send in job_rx {
-                    let mut recv = vec![0f32; send.len()];
-                    let sum = ring.all_reduce_sum(&send, &mut recv).map(|()| recv).map_err(|e| e.to_string());
-                    let failed = sum.is_err();
-                    if sum_tx.send(sum).is_err() || failed {
-                        break;
+        RingComm { size, rank, at: At::Here(ring), pending: 0, early: VecDeque::new() }
+    }
+
+    /// Moves the ring to its thread, if it is not there yet.
+    fn away(&mut self) -> Result<(&mpsc::Sender<Vec<f32>>, &mpsc::Receiver<Sum>)> {
+        if let At::Here(_) = self.at {
+            let At::Here(mut ring) = std::mem::replace(&mut self.at, At::Moving) else {
+                return Err(comm_err("the ring moved twice"));
+            };
+            let (jobs, job_rx) = mpsc::channel::<Vec<f32>>();
+            let (sum_tx, sums) = mpsc::channel::<Sum>();
+            // Not joined: it ends on its own when `jobs` closes, and a join could wait on a
+            // peer that never answers (the worker's stall detection names that case).
+            std::thread::Builder::new()
+                .name("ring-comm".into())
+                .spawn(move || {
+                    for send in job_rx {
+                        let mut recv = vec![0f32; send.len()];
+                        let sum = ring.all_reduce_sum(&send, &mut recv).map(|()| recv).map_err(|e| e.to_string());
+                        let failed = sum.is_err();
+                        if sum_tx.send(sum).is_err() || failed {
+                            break;
+                        }
                     }
-                }
-            })
-            .map_err(|e| comm_err(format!("starting the ring's thread: {e}")))?;
-        Ok(RingComm { size, rank, jobs, sums, pending: 0, early: VecDeque::new() })
+                })
+                .map_err(|e| comm_err(format!("starting the ring's thread: {e}")))?;
+            self.at = At::Away { jobs, sums };
+        }
+        match &self.at {
+            At::Away { jobs, sums } => Ok((jobs, sums)),
+            _ => Err(comm_err("the ring's thread could not be started")),
+        }
     }
 
     fn send(&mut self, values: Vec<f32>) -> Result<()> {
-        self.jobs.send(values).map_err(|_| comm_err("the ring's thread has ended after an earlier failure"))
+        let (jobs, _) = self.away()?;
+        jobs.send(values).map_err(|_| comm_err(ENDED))
     }
 
-    fn receive(&mut self) -> Result<Vec<f32>> {
-        match self.sums.recv() {
-            Ok(sum) => sum.map_err(comm_err),
-            Err(_) => Err(comm_err("the ring's thread has ended after an earlier failure")),
-        }
+    /// The next sum from the ring's thread, failed or not.
+    fn next(&mut self) -> Result<Sum> {
+        let (_, sums) = self.away()?;
+        sums.recv().map_err(|_| comm_err(ENDED))
     }
 }
 
@@ -89,13 +115,17 @@ impl Comm<Vec<f32>> for RingComm {
         self.rank
     }
     fn all_reduce_sum(&mut self, buf: &mut Vec<f32>) -> Result<()> {
+        if let At::Here(ring) = &mut self.at {
+            let send = buf.clone();
+            return ring.all_reduce_sum(&send, buf).map_err(comm_err);
+        }
         self.send(buf.clone())?;
         // The sums of the buckets started before come first.
         while self.early.len() < self.pending {
-            let sum = self.sums.recv().map_err(|_| comm_err("the ring's thread has ended after an earlier failure"))?;
+            let sum = self.next()?;
             self.early.push_back(sum);
         }
-        let sum = self.receive()?;
+        let sum = self.next()?.map_err(comm_err)?;
         scatter(&sum, &mut [buf])
     }
     /// One pass of the ring over the buffers' concatenation: a bucket of small gradients
@@ -116,9 +146,10 @@ impl Comm<Vec<f32>> for RingComm {
         }
         self.pending -= 1;
         let sum = match self.early.pop_front() {
-            Some(sum) => sum.map_err(comm_err)?,
-            None => self.receive()?,
-        };
+            Some(sum) => sum,
+            None => self.next()?,
+        }
+        .map_err(comm_err)?;
         scatter(&sum, bufs)
     }
 }
@@ -132,6 +163,8 @@ mod tests {
     use crate::store::StoreClient;
 
     type Bufs = Vec<Vec<f32>>;
+    /// A rank's buffers after each step of the test.
+    type Got = (Vec<f32>, Bufs, Bufs, Vec<f32>, Bufs);
 
     /// Lengths of the test's buffers: uneven, one empty.
     const LENS: [usize; 4] = [5, 0, 1001, 3];
@@ -145,12 +178,13 @@ mod tests {
         (0..LENS[b]).map(|i| (0..ranks).map(|r| values(r, b)[i]).sum()).collect()
     }
 
-    /// Three ranks: a bucket summed at once; then two buckets started with a plain
-    /// all-reduce between them, finished after it: each buffer gets exactly its own sum.
+    /// Three ranks: a plain all-reduce (on the caller's thread), a bucket summed at once (the
+    /// ring moves to its thread); then two buckets started with a plain all-reduce between
+    /// them, finished after it: each buffer gets exactly its own sum.
     #[test]
     fn buckets_and_plain_all_reduces_get_their_own_sums_in_any_interleaving() {
         let (_rt, addr) = crate::store::test_store();
-        let got: Vec<(Bufs, Bufs, Vec<f32>, Bufs)> = std::thread::scope(|s| {
+        let got: Vec<Got> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..3)
                 .map(|rank| {
                     let addr = addr.clone();
@@ -158,7 +192,9 @@ mod tests {
                         let mut store = StoreClient::connect(&addr, Duration::from_secs(5), None).unwrap();
                         let place = WorkerPlace::single_node(rank, 3);
                         let ring = Ring::connect_group(&place, &mut store, "bucket", &[0, 1, 2]).unwrap();
-                        let mut comm = RingComm::new(ring).unwrap();
+                        let mut comm = RingComm::new(ring);
+                        let mut before = values(rank, 3);
+                        comm.all_reduce_sum(&mut before).unwrap();
                         let all = |rank| (0..LENS.len()).map(|b| values(rank, b)).collect::<Bufs>();
                         let mut at_once = all(rank);
                         comm.all_reduce_sum_bucket(&mut at_once.iter_mut().collect::<Vec<_>>()).unwrap();
@@ -170,13 +206,14 @@ mod tests {
                         comm.finish_bucket(&mut first.iter_mut().collect::<Vec<_>>()).unwrap();
                         comm.finish_bucket(&mut second[1..].iter_mut().collect::<Vec<_>>()).unwrap();
                         assert!(comm.finish_bucket(&mut []).is_err(), "a bucket never started");
-                        (at_once, first, plain, second)
+                        (before, at_once, first, plain, second)
                     })
                 })
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        for (rank, (at_once, first, plain, second)) in got.iter().enumerate() {
+        for (rank, (before, at_once, first, plain, second)) in got.iter().enumerate() {
+            assert_eq!(before, &sum_over_ranks(3, 3), "rank {rank}, plain all-reduce on the caller's thread");
             for b in 0..LENS.len() {
                 let want = sum_over_ranks(b, 3);
                 assert_eq!(at_once[b], want, "rank {rank} buffer {b}, summed at once");
