@@ -2,7 +2,7 @@
 //! workers of a node share its cores) and plain loops for the rest.
 
 use crate::data::TokenRows;
-use crate::ops::{whole, Adam, Conv, Heads, Mm, Ops};
+use crate::ops::{Adam, Conv, Heads, Mm, Ops};
 use crate::{ModelError, Result};
 
 pub struct CpuOps;
@@ -26,24 +26,6 @@ fn gelu_grad(x: f32) -> f32 {
     let u = GELU_K * (x + 0.044715 * x * x * x);
     let th = u.tanh();
     0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * GELU_K * (1.0 + 3.0 * 0.044715 * x * x)
-}
-
-/// For every (batch, head, time): where its `d` values start in the packed `[b t, parts h d]`
-/// layout (part `part`) and in the `[b, h, t, d]` layout.
-/// Every element of the im2col matrix of `cv`, with the index of the input element it copies
-/// (`None` in the zero padding).
-fn conv_taps(cv: Conv) -> impl Iterator<Item = (usize, Option<usize>)> {
-    let (oh, ow, hw) = (cv.oh(), cv.ow(), cv.h * cv.w);
-    let ncols = cv.col_cols();
-    (0..cv.col_rows() * ncols).map(move |e| {
-        let (row, col) = (e / ncols, e % ncols);
-        let (c, ky, kx) = (row / (cv.k * cv.k), row / cv.k % cv.k, row % cv.k);
-        let (n, oy, ox) = (col / (oh * ow), col / ow % oh, col % ow);
-        let iy = (oy * cv.stride + ky) as isize - cv.pad as isize;
-        let ix = (ox * cv.stride + kx) as isize - cv.pad as isize;
-        let inside = iy >= 0 && ix >= 0 && (iy as usize) < cv.h && (ix as usize) < cv.w;
-        (e, inside.then(|| (c * cv.n + n) * hw + iy as usize * cv.w + ix as usize))
-    })
 }
 
 impl Ops for CpuOps {
@@ -321,21 +303,10 @@ impl Ops for CpuOps {
     }
 
     fn im2col(&mut self, x: &Vec<f32>, cols: &mut Vec<f32>, cv: Conv) -> Result<()> {
-        check("im2col", x.len() == cv.c * cv.n * cv.h * cv.w && cols.len() == cv.col_rows() * cv.col_cols())?;
-        for (col, src) in conv_taps(cv) {
-            cols[col] = src.map_or(0.0, |i| x[i]);
-        }
-        Ok(())
+        vision::im2col(x, cols, cv)
     }
     fn col2im(&mut self, dcols: &Vec<f32>, dx: &mut Vec<f32>, cv: Conv) -> Result<()> {
-        check("col2im", dx.len() == cv.c * cv.n * cv.h * cv.w && dcols.len() == cv.col_rows() * cv.col_cols())?;
-        dx.fill(0.0);
-        for (col, src) in conv_taps(cv) {
-            if let Some(i) = src {
-                dx[i] += dcols[col];
-            }
-        }
-        Ok(())
+        vision::col2im(dcols, dx, cv)
     }
     fn batchnorm_fwd(
         &mut self,
@@ -367,35 +338,13 @@ impl Ops for CpuOps {
         vision::maxpool_fwd(x, out, arg, cv)
     }
     fn maxpool_bwd(&mut self, dout: &Vec<f32>, arg: &Vec<f32>, dx: &mut Vec<f32>, cv: Conv) -> Result<()> {
-        check("maxpool_bwd", dout.len() == arg.len() && dx.len() == cv.c * cv.n * cv.h * cv.w)?;
-        dx.fill(0.0);
-        let (hw, ohw) = (cv.h * cv.w, cv.oh() * cv.ow());
-        for (i, (d, a)) in dout.iter().zip(arg).enumerate() {
-            dx[i / ohw * hw + *a as usize] += d;
-        }
-        Ok(())
+        vision::maxpool_bwd(dout, arg, dx, cv)
     }
     fn avgpool_fwd(&mut self, x: &Vec<f32>, out: &mut Vec<f32>, c: usize, n: usize) -> Result<()> {
-        check("avgpool_fwd", out.len() == n * c && whole(x.len(), n * c))?;
-        let hw = x.len() / (n * c);
-        for ch in 0..c {
-            for b in 0..n {
-                let s: f32 = x[(ch * n + b) * hw..(ch * n + b + 1) * hw].iter().sum();
-                out[b * c + ch] = s / hw as f32;
-            }
-        }
-        Ok(())
+        vision::avgpool_fwd(x, out, c, n)
     }
     fn avgpool_bwd(&mut self, dout: &Vec<f32>, dx: &mut Vec<f32>, c: usize, n: usize) -> Result<()> {
-        check("avgpool_bwd", dout.len() == n * c && whole(dx.len(), n * c))?;
-        let hw = dx.len() / (n * c);
-        for ch in 0..c {
-            for b in 0..n {
-                let v = dout[b * c + ch] / hw as f32;
-                dx[(ch * n + b) * hw..(ch * n + b + 1) * hw].fill(v);
-            }
-        }
-        Ok(())
+        vision::avgpool_bwd(dout, dx, c, n)
     }
 }
 

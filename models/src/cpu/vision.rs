@@ -1,8 +1,8 @@
-//! The CPU's batch norm and max pooling (the ResNet ops with the longest loops), as plain
-//! loops over channel-major tensors.
+//! The CPU's convolution (im2col and its adjoint), batch norm and pooling: the ResNet's ops,
+//! as plain loops over channel-major tensors.
 
 use super::{check, LN_EPS};
-use crate::ops::Conv;
+use crate::ops::{whole, Conv};
 use crate::Result;
 
 pub(super) fn batchnorm_fwd(
@@ -89,6 +89,75 @@ pub(super) fn maxpool_fwd(x: &[f32], out: &mut [f32], arg: &mut [f32], cv: Conv)
                 out[o] = best;
                 arg[o] = at as f32;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Every element of the im2col matrix of `cv`, with the index of the input element it copies
+/// (`None` in the zero padding).
+fn conv_taps(cv: Conv) -> impl Iterator<Item = (usize, Option<usize>)> {
+    let (oh, ow, hw) = (cv.oh(), cv.ow(), cv.h * cv.w);
+    let ncols = cv.col_cols();
+    (0..cv.col_rows() * ncols).map(move |e| {
+        let (row, col) = (e / ncols, e % ncols);
+        let (c, ky, kx) = (row / (cv.k * cv.k), row / cv.k % cv.k, row % cv.k);
+        let (n, oy, ox) = (col / (oh * ow), col / ow % oh, col % ow);
+        let iy = (oy * cv.stride + ky) as isize - cv.pad as isize;
+        let ix = (ox * cv.stride + kx) as isize - cv.pad as isize;
+        let inside = iy >= 0 && ix >= 0 && (iy as usize) < cv.h && (ix as usize) < cv.w;
+        (e, inside.then(|| (c * cv.n + n) * hw + iy as usize * cv.w + ix as usize))
+    })
+}
+
+pub(super) fn im2col(x: &[f32], cols: &mut [f32], cv: Conv) -> Result<()> {
+    check("im2col", x.len() == cv.c * cv.n * cv.h * cv.w && cols.len() == cv.col_rows() * cv.col_cols())?;
+    for (col, src) in conv_taps(cv) {
+        cols[col] = src.map_or(0.0, |i| x[i]);
+    }
+    Ok(())
+}
+
+pub(super) fn col2im(dcols: &[f32], dx: &mut [f32], cv: Conv) -> Result<()> {
+    check("col2im", dx.len() == cv.c * cv.n * cv.h * cv.w && dcols.len() == cv.col_rows() * cv.col_cols())?;
+    dx.fill(0.0);
+    for (col, src) in conv_taps(cv) {
+        if let Some(i) = src {
+            dx[i] += dcols[col];
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn maxpool_bwd(dout: &[f32], arg: &[f32], dx: &mut [f32], cv: Conv) -> Result<()> {
+    check("maxpool_bwd", dout.len() == arg.len() && dx.len() == cv.c * cv.n * cv.h * cv.w)?;
+    dx.fill(0.0);
+    let (hw, ohw) = (cv.h * cv.w, cv.oh() * cv.ow());
+    for (i, (d, a)) in dout.iter().zip(arg).enumerate() {
+        dx[i / ohw * hw + *a as usize] += d;
+    }
+    Ok(())
+}
+
+pub(super) fn avgpool_fwd(x: &[f32], out: &mut [f32], c: usize, n: usize) -> Result<()> {
+    check("avgpool_fwd", out.len() == n * c && whole(x.len(), n * c))?;
+    let hw = x.len() / (n * c);
+    for ch in 0..c {
+        for b in 0..n {
+            let s: f32 = x[(ch * n + b) * hw..(ch * n + b + 1) * hw].iter().sum();
+            out[b * c + ch] = s / hw as f32;
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn avgpool_bwd(dout: &[f32], dx: &mut [f32], c: usize, n: usize) -> Result<()> {
+    check("avgpool_bwd", dout.len() == n * c && whole(dx.len(), n * c))?;
+    let hw = dx.len() / (n * c);
+    for ch in 0..c {
+        for b in 0..n {
+            let v = dout[b * c + ch] / hw as f32;
+            dx[(ch * n + b) * hw..(ch * n + b + 1) * hw].fill(v);
         }
     }
     Ok(())
