@@ -4,12 +4,14 @@
 # the same GPU minutes apart, free of the machine-to-machine spread between device calls.
 # Usage (repository root on the GPU machine):
 #   A=.carry/gpusanity-old B=.carry/gpusanity MODELS=mini-gpt,megatron-gpt ROUNDS=3 bash bench/gpu/ab_models.sh
+# DEVICE=cpu runs them on CPU workers (2 ranks, data parallel) instead, anywhere.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 A=${A:?the first binary}
 B=${B:?the second binary}
 MODELS=${MODELS:-mini-gpt,megatron-gpt,resnet}
 ROUNDS=${ROUNDS:-3}
+DEVICE=${DEVICE:-cuda}
 OUT=${OUT:-/tmp/gpusanity-ab}
 mkdir -p "$OUT"
 # shellcheck source=bench/gpu/env.sh
@@ -18,7 +20,7 @@ date -u +"date: %Y-%m-%dT%H:%M:%SZ"
 for r in $(seq 1 "$ROUNDS"); do
   for side in A B; do
     bin=${!side}
-    "$bin" check --device cuda --micro-benchmarks= --model-benchmarks "$MODELS" --report-dir "$OUT/$side-$r" > "$OUT/$side-$r.txt" 2>&1
+    "$bin" check --device "$DEVICE" --micro-benchmarks= --model-benchmarks "$MODELS" --report-dir "$OUT/$side-$r" > "$OUT/$side-$r.txt" 2>&1
     rc=$?
     python3 - "$OUT/$side-$r/report.json" "$side" "$r" "$rc" <<'PY'
 import json, sys
@@ -30,7 +32,8 @@ except Exception as e:
 cells = []
 for c in rep["checks"]:
     m = c["ranks"][0]["metrics"] if c["ranks"] else {}
-    cells.append("%s %.1f ms" % (c["name"], m.get("step_ms_median", float("nan"))))
+    extra = " (%d all-reduces a step)" % m["dp_all_reduces_per_step"] if m.get("dp_all_reduces_per_step") else ""
+    cells.append("%s %.1f ms%s" % (c["name"], m.get("step_ms_median", float("nan")), extra))
 print(f"round {r} {side}: exit {rc}, " + ", ".join(cells))
 PY
   done
