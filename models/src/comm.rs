@@ -48,10 +48,4 @@ impl<B> Comm<B> for Solo {
     fn all_reduce_sum(&mut self, _buf: &mut B) -> Result<()> {
         Ok(())
     }
-    fn all_reduce_sum_bucket(&mut self, _bufs: &mut [&mut B]) -> Result<()> {
-        Ok(())
-    }
-    fn start_bucket(&mut self, _bufs: &mut [&mut B]) -> Result<()> {
-        Ok(())
-    }
 }

@@ -169,11 +169,8 @@ pub fn train<O: Ops, M: Model<O>>(
             if !graphs || step < GRAPH_FROM {
                 // The sums overlap the last pass's backward only: each pass rewrites the
                 // gradients.
-                if rep + 1 == reps {
-                    model.forward_backward(ops, tp, &mut sums)?;
-                } else {
-                    model.forward_backward(ops, tp, &mut NotWatching)?;
-                }
+                let grads: &mut dyn GradsReady<O::Buf> = if rep + 1 == reps { &mut sums } else { &mut NotWatching };
+                model.forward_backward(ops, tp, grads)?;
                 continue;
             }
             let mut body = |o: &mut O| model.forward_backward(o, tp, &mut NotWatching);
@@ -190,13 +187,7 @@ pub fn train<O: Ops, M: Model<O>>(
         ops.sync()?;
         compute_s.push(start.elapsed().as_secs_f64());
         let params = model.params_mut();
-        // The buckets the backward did not start (all of them after a graph), then every sum
-        // complete before the update reads it.
-        sums.start_from(params, 0)?;
-        for r in &dp_buckets {
-            let mut grads: Vec<&mut O::Buf> = params[r.clone()].iter_mut().map(|p| &mut p.g).collect();
-            dp.finish_bucket(&mut grads)?;
-        }
+        sums.finish(params)?;
         for p in params {
             let a = Adam {
                 lr: opts.lr * ((step + 1) as f32 / opts.lr_warmup.max(1) as f32).min(1.0),

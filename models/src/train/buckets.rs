@@ -57,13 +57,27 @@ pub(super) struct Overlap<'a, B> {
     pub(super) started: usize,
 }
 
+/// The gradients of the parameters of bucket `r`.
+fn grads<'p, B>(params: &'p mut [Param<B>], r: &std::ops::Range<usize>) -> Vec<&'p mut B> {
+    params[r.clone()].iter_mut().map(|p| &mut p.g).collect()
+}
+
 impl<B> Overlap<'_, B> {
     /// Starts every bucket not yet started whose parameters all lie at or after `from`.
-    pub(super) fn start_from(&mut self, params: &mut [Param<B>], from: usize) -> Result<()> {
+    fn start_from(&mut self, params: &mut [Param<B>], from: usize) -> Result<()> {
         while let Some(r) = self.buckets.get(self.started).filter(|r| r.start >= from) {
-            let mut grads: Vec<&mut B> = params[r.clone()].iter_mut().map(|p| &mut p.g).collect();
-            self.dp.start_bucket(&mut grads)?;
+            self.dp.start_bucket(&mut grads(params, r))?;
             self.started += 1;
+        }
+        Ok(())
+    }
+
+    /// Starts the buckets the backward did not (all of them after a graph), then completes
+    /// every one: afterwards the update may read the sums.
+    pub(super) fn finish(&mut self, params: &mut [Param<B>]) -> Result<()> {
+        self.start_from(params, 0)?;
+        for r in self.buckets {
+            self.dp.finish_bucket(&mut grads(params, r))?;
         }
         Ok(())
     }

@@ -16,23 +16,24 @@ use crate::backend::cpu::ring::Ring;
 /// A sum from the ring's thread, or why it failed.
 type Sum = std::result::Result<Vec<f32>, String>;
 
+/// Values to sum, and where their sum goes.
+type Job = (Vec<f32>, mpsc::Sender<Sum>);
+
 pub(super) struct RingComm {
     size: usize,
     rank: usize,
     at: At,
-    /// Buckets started and not yet finished.
-    pending: usize,
-    /// Their sums, when a later plain all-reduce had to read past them.
-    early: VecDeque<Sum>,
+    /// Where the sums of the buckets started and not yet finished arrive, oldest first.
+    pending: VecDeque<mpsc::Receiver<Sum>>,
 }
 
 /// Where the ring is.
 enum At {
     /// On the caller's thread (no bucket started yet).
     Here(Ring),
-    /// On its own thread. It ends when `jobs` closes, or after a failed sum (a ring that
-    /// failed mid-way is out of step with its peers).
-    Away { jobs: mpsc::Sender<Vec<f32>>, sums: mpsc::Receiver<Sum> },
+    /// On its own thread, which sums the jobs in the order sent. It ends when this sender
+    /// closes, or after a failed sum (a ring that failed mid-way is out of step with its peers).
+    Away(mpsc::Sender<Job>),
     /// Between the two, for a moment; left so only if the thread could not start.
     Moving,
 }
@@ -46,50 +47,48 @@ const ENDED: &str = "the ring's thread has ended after an earlier failure";
 impl RingComm {
     pub(super) fn new(ring: Ring) -> RingComm {
         let (size, rank) = (ring.size(), ring.rank());
-        RingComm { size, rank, at: At::Here(ring), pending: 0, early: VecDeque::new() }
+        RingComm { size, rank, at: At::Here(ring), pending: VecDeque::new() }
     }
 
-    /// Moves the ring to its thread, if it is not there yet.
-    fn away(&mut self) -> Result<(&mpsc::Sender<Vec<f32>>, &mpsc::Receiver<Sum>)> {
+    /// Sends `values` to the ring's thread (moving the ring there first if it is not there
+    /// yet); their sum arrives on the receiver returned.
+    fn send(&mut self, values: Vec<f32>) -> Result<mpsc::Receiver<Sum>> {
         if let At::Here(_) = self.at {
             let At::Here(mut ring) = std::mem::replace(&mut self.at, At::Moving) else {
                 return Err(comm_err("the ring moved twice"));
             };
-            let (jobs, job_rx) = mpsc::channel::<Vec<f32>>();
-            let (sum_tx, sums) = mpsc::channel::<Sum>();
+            let (jobs, job_rx) = mpsc::channel::<Job>();
             // Not joined: it ends on its own when `jobs` closes, and a join could wait on a
             // peer that never answers (the worker's stall detection names that case).
             std::thread::Builder::new()
                 .name("ring-comm".into())
                 .spawn(move || {
-                    for send in job_rx {
+                    for (send, reply) in job_rx {
                         let mut recv = vec![0f32; send.len()];
                         let sum = ring.all_reduce_sum(&send, &mut recv).map(|()| recv).map_err(|e| e.to_string());
                         let failed = sum.is_err();
-                        if sum_tx.send(sum).is_err() || failed {
+                        // A caller that went away no longer wants its sum; the ring goes on.
+                        let _ = reply.send(sum);
+                        if failed {
                             break;
                         }
                     }
                 })
                 .map_err(|e| comm_err(format!("starting the ring's thread: {e}")))?;
-            self.at = At::Away { jobs, sums };
+            self.at = At::Away(jobs);
         }
-        match &self.at {
-            At::Away { jobs, sums } => Ok((jobs, sums)),
-            _ => Err(comm_err("the ring's thread could not be started")),
-        }
+        let At::Away(jobs) = &self.at else {
+            return Err(comm_err("the ring's thread could not be started"));
+        };
+        let (reply, sum) = mpsc::channel();
+        jobs.send((values, reply)).map_err(|_| comm_err(ENDED))?;
+        Ok(sum)
     }
+}
 
-    fn send(&mut self, values: Vec<f32>) -> Result<()> {
-        let (jobs, _) = self.away()?;
-        jobs.send(values).map_err(|_| comm_err(ENDED))
-    }
-
-    /// The next sum from the ring's thread, failed or not.
-    fn next(&mut self) -> Result<Sum> {
-        let (_, sums) = self.away()?;
-        sums.recv().map_err(|_| comm_err(ENDED))
-    }
+/// Waits for a sum from the ring's thread.
+fn receive(sum: &mpsc::Receiver<Sum>) -> Result<Vec<f32>> {
+    sum.recv().map_err(|_| comm_err(ENDED))?.map_err(comm_err)
 }
 
 /// Writes `sum` back into `bufs`, which it concatenates.
@@ -119,14 +118,9 @@ impl Comm<Vec<f32>> for RingComm {
             let send = buf.clone();
             return ring.all_reduce_sum(&send, buf).map_err(comm_err);
         }
-        self.send(buf.clone())?;
-        // The sums of the buckets started before come first.
-        while self.early.len() < self.pending {
-            let sum = self.next()?;
-            self.early.push_back(sum);
-        }
-        let sum = self.next()?.map_err(comm_err)?;
-        scatter(&sum, &mut [buf])
+        // After the buckets sent before it, on the ring's thread.
+        let sum = self.send(buf.clone())?;
+        scatter(&receive(&sum)?, &mut [buf])
     }
     /// One pass of the ring over the buffers' concatenation: a bucket of small gradients
     /// costs one ring's latency, not one per gradient.
@@ -135,22 +129,13 @@ impl Comm<Vec<f32>> for RingComm {
         self.finish_bucket(bufs)
     }
     fn start_bucket(&mut self, bufs: &mut [&mut Vec<f32>]) -> Result<()> {
-        let send: Vec<f32> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
-        self.send(send)?;
-        self.pending += 1;
+        let sum = self.send(bufs.iter().flat_map(|b| b.iter().copied()).collect())?;
+        self.pending.push_back(sum);
         Ok(())
     }
     fn finish_bucket(&mut self, bufs: &mut [&mut Vec<f32>]) -> Result<()> {
-        if self.pending == 0 {
-            return Err(comm_err("finishing a bucket that was not started"));
-        }
-        self.pending -= 1;
-        let sum = match self.early.pop_front() {
-            Some(sum) => sum,
-            None => self.next()?,
-        }
-        .map_err(comm_err)?;
-        scatter(&sum, bufs)
+        let sum = self.pending.pop_front().ok_or_else(|| comm_err("finishing a bucket that was not started"))?;
+        scatter(&receive(&sum)?, bufs)
     }
 }
 
