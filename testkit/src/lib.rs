@@ -2,11 +2,13 @@
 //! package (tests/check, tests/service, tests/testbed): [`common`] runs the real `gpusanity`
 //! binary with a deadline, reads its report and finds the processes it left; [`svc`] is one
 //! test's world of the service (a Kafka broker, topics of its own, a database, `gpusanity
-//! serve` and `gpusanity agent` processes) with notification receivers and an SMTP server.
+//! serve` and `gpusanity agent` processes) with notification receivers and an SMTP server;
+//! [`skip`] decides whether a test that lacks a prerequisite skips (counted) or fails.
 
 use std::path::Path;
 
 pub mod common;
+pub mod skip;
 pub mod svc;
 
 /// The repository's root (this crate lies in `testkit/` of it): its `scripts/` start the

@@ -2,6 +2,7 @@
 //! the documented exit code, and leaves no process behind.
 
 use gpusanity_testkit::common;
+use gpusanity_testkit::skip::{missing, Prereq};
 
 use std::time::{Duration, Instant};
 
@@ -214,8 +215,7 @@ fn a_missing_gpu_is_a_usage_error() {
     let out = run_with_timeout(c, Duration::from_secs(30));
     // This machine has no GPU; on one that has, the check itself runs.
     if code(&out) != 2 {
-        eprintln!("skipped: a GPU is present here");
-        return;
+        return missing(Prereq::NoGpu, "a GPU is present here");
     }
     assert!(stderr(&out).contains("no usable GPU"), "{}", stderr(&out));
 }

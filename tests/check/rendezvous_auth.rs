@@ -9,6 +9,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use gpusanity_testkit::common::*;
+use gpusanity_testkit::skip::{missing, Prereq};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
@@ -263,8 +264,7 @@ fn listening(pid: i32) -> Vec<String> {
 fn a_single_node_listens_on_loopback_only() {
     let _g = serial();
     let Some(ip) = non_loopback_ip() else {
-        println!("skipped: this host has no non-loopback IPv4 address");
-        return;
+        return missing(Prereq::Network, "this host has no non-loopback IPv4 address");
     };
     let run = Run::new();
     let port = free_port();

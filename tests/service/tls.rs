@@ -2,9 +2,10 @@
 //! over SASL_SSL (SCRAM-SHA-512, the broker's certificate checked against its CA) on a
 //! PostgreSQL that takes TLS only (verify-full); a wrong SASL password ends `serve` and `agent`
 //! at start-up with one error (exit 2); plaintext and an untrusted certificate are refused by
-//! the database. Skipped, saying why, where no secure broker or server can be had (`.ci/run`
-//! provides both).
+//! the database. Skipped (counted), saying why, where no secure broker or server can be had;
+//! a failure where GPUSANITY_REQUIRE lists `tls` (`.ci/run` provides both and lists it).
 
+use gpusanity_testkit::skip::{or_skip, Prereq};
 use gpusanity_testkit::svc;
 
 use std::path::Path;
@@ -17,11 +18,14 @@ use svc::{World, TOKEN};
 const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0";
 
 fn kafka_or_skip() -> Option<&'static SecureKafka> {
-    secure::secure_kafka().map_err(|why| eprintln!("SKIPPED: no Kafka broker with a SASL_SSL listener: {why}")).ok()
+    or_skip(
+        Prereq::Tls,
+        secure::secure_kafka().map_err(|why| format!("no Kafka broker with a SASL_SSL listener: {why}")),
+    )
 }
 
 fn database_or_skip(name: &str) -> Option<String> {
-    secure::tls_postgres_database(name).map_err(|why| eprintln!("SKIPPED: no TLS-only PostgreSQL: {why}")).ok()
+    or_skip(Prereq::Tls, secure::tls_postgres_database(name).map_err(|why| format!("no TLS-only PostgreSQL: {why}")))
 }
 
 /// `gpusanity ARGS --config CONFIG` with the test token and no inherited Kafka or database setting.

@@ -6,17 +6,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use gpusanity_testkit::skip::{or_skip, Prereq};
 use gpusanity_testkit::svc::World;
 
-/// Debian's Chromium, or None (and why) when it is not installed.
+/// Debian's Chromium, or None (a counted skip, or a failure where GPUSANITY_REQUIRE lists
+/// `chromium`) when it is not installed.
 pub fn chromium() -> Option<PathBuf> {
     let p = PathBuf::from("/usr/bin/chromium");
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("SKIPPED: /usr/bin/chromium is missing (apt-get install -y chromium); the pages are not rendered");
-        None
-    }
+    let found = p.exists().then_some(p).ok_or_else(|| {
+        "/usr/bin/chromium is missing (apt-get install -y chromium); the pages are not rendered".to_string()
+    });
+    or_skip(Prereq::Chromium, found)
 }
 
 /// Headless Chromium on `url` with `args` (--dump-dom or --screenshot=...): its stdout. A fresh

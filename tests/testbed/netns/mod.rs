@@ -7,7 +7,8 @@
 //! Where cgroup v1 cpu exists, every node runs in a cgroup of its own with a high
 //! `cpu.shares`: on a machine busy with other work the nodes still get the CPU between them,
 //! so that other load does not mask (or fake) a node's slowness. A quota is set on that cgroup. Needs root, iproute2 and (for quotas) /sys/fs/cgroup/cpu; [`Bed::new`]
-//! says why when something is missing, and the tests skip.
+//! says why when something is missing, and the tests skip ([`skip`]: counted, or a failure where
+//! GPUSANITY_REQUIRE lists `root`).
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,6 +17,7 @@ pub mod scenarios;
 pub mod service;
 
 use crate::common::Run;
+pub use gpusanity_testkit::skip::Prereq;
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
@@ -233,7 +235,8 @@ impl Drop for Bed {
     }
 }
 
-/// Prints why a test is skipped (the test then returns).
-pub fn skip(test: &str, why: &str) {
-    eprintln!("skipped {test}: {why}");
+/// `test` cannot run here for lack of `p` (`why`): a counted skip (the test then returns), or
+/// a failure where GPUSANITY_REQUIRE lists `p`.
+pub fn skip(p: Prereq, test: &str, why: &str) {
+    gpusanity_testkit::skip::missing_in(test, p, why);
 }

@@ -8,7 +8,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use super::{skip, Bed};
+use super::{skip, Bed, Prereq};
 use crate::common::{find_worker, serial, wait_output, Run};
 
 pub const NODES: usize = 3;
@@ -25,7 +25,7 @@ pub fn bed(test: &str) -> Option<Bed> {
     match Bed::new(NODES) {
         Ok(b) => Some(b),
         Err(why) => {
-            skip(test, &why);
+            skip(Prereq::Root, test, &why);
             None
         }
     }
@@ -45,7 +45,7 @@ pub fn setup(test: &str) -> Option<(std::sync::MutexGuard<'static, ()>, Bed, Run
 pub fn fault_scenario(test: &str, fault: impl FnOnce(&Bed) -> Result<(), String>) -> Option<Scenario> {
     let (g, bed, run) = setup(test)?;
     if let Err(why) = fault(&bed) {
-        skip(test, &why);
+        skip(Prereq::Root, test, &why);
         return None;
     }
     let start = Instant::now();

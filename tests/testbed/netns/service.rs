@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 use serde_json::{json, Value};
 
 use super::scenarios::{BAD, NODES};
-use super::{skip, Bed};
+use super::{skip, Bed, Prereq};
 use crate::common::{find_worker, serial};
 use crate::svc::{broker_listening_on, Reader, World, TOKEN};
 
@@ -50,7 +50,7 @@ impl ServiceBed {
         let bed = match Bed::with_host(NODES) {
             Ok(b) => b,
             Err(why) => {
-                skip(test, &why);
+                skip(Prereq::Root, test, &why);
                 return None;
             }
         };

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::cluster::{wait_for, Cluster, NODES};
 use crate::common::{bin, code, serial, stderr, tagged_processes};
-use crate::netns::{skip, Bed};
+use crate::netns::{skip, Bed, Prereq};
 
 const STEP_LIMIT: Duration = Duration::from_secs(120);
 /// slurmd runs the health check every 5 s; one quick check takes a few seconds here.
@@ -76,16 +76,16 @@ fn slurm_1_job_step_drain_health_check_program_and_resume() {
     let test = "slurm_1_job_step_drain_health_check_program_and_resume";
     let _g = serial();
     if let Some(why) = super::missing_programs() {
-        return skip(test, &why);
+        return skip(Prereq::Slurm, test, &why);
     }
     let bed = match Bed::with_host(NODES.len()) {
         Ok(b) => b,
-        Err(why) => return skip(test, &why),
+        Err(why) => return skip(Prereq::Root, test, &why),
     };
     let started = Instant::now();
     let mut c = match Cluster::start(bed) {
         Ok(c) => c,
-        Err(why) => return skip(test, &why),
+        Err(why) => return skip(Prereq::Slurm, test, &why),
     };
     let up = started.elapsed();
     let dir = c.dir.path().to_path_buf();
