@@ -47,6 +47,10 @@ pub struct AgentArgs {
     /// Test rigs only: let the jobs' GPUSANITY_FAULT through to the workers.
     #[arg(long)]
     test_faults: bool,
+    /// As node 0, host the rendezvous on the first free port of FIRST-LAST (the launcher binds
+    /// it and keeps it; all taken: the run fails, naming the range) [default: any free port].
+    #[arg(long, env = "GPUSANITY_RDZV_PORTS", value_name = "FIRST-LAST")]
+    rdzv_ports: Option<gpusanity_common::wire::launcher::PortRange>,
 }
 
 impl AgentArgs {
@@ -90,6 +94,7 @@ pub fn agent(args: &AgentArgs) -> ExitCode {
             max_age: Duration::from_secs(cfg.agent_auth.max_age_s),
             env_policy,
             topic_spec: cfg.kafka.topic_spec().map_err(UsageError)?,
+            rdzv_ports: args.rdzv_ports,
         };
         // One thread: each launcher is tied to it by PR_SET_PDEATHSIG.
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

@@ -9,6 +9,7 @@ use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::device::DeviceChoice;
 use gpusanity_common::envs::EnvPolicy;
 use gpusanity_common::report::DeviceKind;
+use gpusanity_common::wire::launcher::PortRange;
 use gpusanity_common::{Descriptor, ExitCode, Settings};
 use gpusanity_executor::launcher::{self, rendezvous::TopologyFlags, CheckOptions, Handover, UsageError};
 use gpusanity_executor::store::auth::SECRET_ENV;
@@ -78,6 +79,12 @@ pub struct CheckArgs {
     /// Rendezvous port on node 0 [env: PET_MASTER_PORT, MASTER_PORT; default 29500, any free port on one node].
     #[arg(long)]
     master_port: Option<u16>,
+    /// On node 0: listen on the first free port of FIRST-LAST instead of --master-port.
+    #[arg(long, value_name = "FIRST-LAST")]
+    master_port_range: Option<PortRange>,
+    /// On node 0: print the port it listens on, as one JSON line on stdout (for the agent).
+    #[arg(long, hide = true)]
+    announce_port: bool,
     /// The job's hosts in node-rank order, as a Slurm host list (`gpu[01-04],cpu1`), so that a
     /// node that never arrives is named [env: GPUSANITY_NODE_NAMES, SLURM_JOB_NODELIST].
     #[arg(long)]
@@ -250,6 +257,8 @@ impl CheckArgs {
             master_addr: self.master_addr.clone(),
             master_port: self.master_port,
             node_names: self.node_names.clone(),
+            port_range: self.master_port_range,
+            announce_port: self.announce_port,
         };
         if self.quick {
             crate::slurm::quick_topology(&flags)

@@ -20,8 +20,14 @@ pub const QUICK: [(&str, &str); 3] = [
 /// `--quick`: this node alone on loopback, whatever the job's environment says (a prolog of a
 /// multi-node job has its SLURM_* variables); flags that name other nodes are refused.
 pub fn quick_topology(flags: &TopologyFlags) -> Result<TopologyFlags, UsageError> {
-    if flags.nnodes.is_some_and(|n| n != 1) || flags.node_rank.is_some_and(|r| r != 0) || flags.node_names.is_some() {
-        return Err(UsageError("--quick checks this node alone: drop --nnodes, --node-rank and --node-names".into()));
+    if flags.nnodes.is_some_and(|n| n != 1)
+        || flags.node_rank.is_some_and(|r| r != 0)
+        || flags.node_names.is_some()
+        || flags.port_range.is_some()
+    {
+        return Err(UsageError(
+            "--quick checks this node alone: drop --nnodes, --node-rank, --node-names and --master-port-range".into(),
+        ));
     }
     Ok(TopologyFlags {
         nnodes: Some(1),
@@ -29,6 +35,8 @@ pub fn quick_topology(flags: &TopologyFlags) -> Result<TopologyFlags, UsageError
         master_addr: Some("127.0.0.1".into()),
         master_port: Some(flags.master_port.unwrap_or(0)),
         node_names: None,
+        port_range: None,
+        announce_port: flags.announce_port,
     })
 }
 

@@ -1,9 +1,11 @@
 //! Every wire format of the service, versioned: job lifecycle events in ([`job`]), output events
-//! out ([`output`]) and the agent protocol between the coordinator and the agents ([`agent`]).
+//! out ([`output`]), the agent protocol between the coordinator and the agents ([`agent`]) and
+//! between an agent and its launcher ([`launcher`]).
 //! Each message carries `version` ([`WIRE_VERSION`]); docs/events.md shows JSON examples.
 
 pub mod agent;
 pub mod job;
+pub mod launcher;
 pub mod output;
 
 /// The version of every message this build writes and the only one it accepts.

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use gpusanity_common::report::{DeviceKind, NodeInfo, RunStatus};
+use gpusanity_common::wire::launcher::LauncherNotice;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -276,38 +277,47 @@ impl Cluster {
     }
 }
 
-/// Node 0's store listener. A single node listens on loopback only: nothing outside the machine
-/// needs it. Else on the master address when it is one of this node's (a host name's loopback
-/// addresses are passed over: other nodes would resolve it otherwise), else on every interface,
-/// with a warning.
+/// Node 0's store listener, on `topo.listen` (its port, or the first free one of its range),
+/// announced to the parent process when asked. A single node listens on loopback only: nothing
+/// outside the machine needs it. Else on the master address when it is one of this node's (a
+/// host name's loopback addresses are passed over: other nodes would resolve it otherwise),
+/// else on every interface, with a warning.
 async fn host(topo: &Topology) -> Result<tokio::net::TcpListener> {
-    use std::net::{IpAddr, Ipv4Addr};
-    let port = topo.master_port;
-    let in_use = |e: std::io::Error| {
+    let listener = bind(topo).await.map_err(|e| {
         UsageError(format!(
-            "cannot host the rendezvous on port {port}: {e} (is another job using it? pick --master-port)"
+            "cannot host the rendezvous: {e} (is another job using it? pick --master-port or --master-port-range)"
         ))
-    };
+    })?;
+    if topo.announce_port {
+        use std::io::Write;
+        let notice = LauncherNotice::RendezvousBound { port: listener.local_addr()?.port() };
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", notice.line()).and_then(|()| out.flush()).context("telling the port to the parent")?;
+    }
+    Ok(listener)
+}
+
+async fn bind(topo: &Topology) -> Result<tokio::net::TcpListener, store::BindError> {
+    use std::net::{IpAddr, Ipv4Addr};
     if topo.nnodes == 1 {
-        return Ok(store::listen((Ipv4Addr::LOCALHOST, port).into()).map_err(in_use)?);
+        return store::listen_on(Ipv4Addr::LOCALHOST.into(), topo.listen);
     }
     let ips: Vec<IpAddr> = match topo.master_addr.parse::<IpAddr>() {
         Ok(ip) => vec![ip],
-        Err(_) => tokio::net::lookup_host((topo.master_addr.as_str(), port))
+        Err(_) => tokio::net::lookup_host((topo.master_addr.as_str(), 0))
             .await
             .map(|addrs| addrs.map(|a| a.ip()).filter(|ip| !ip.is_loopback()).collect())
             .unwrap_or_default(),
     };
     for ip in ips {
-        match store::listen((ip, port).into()) {
-            Ok(l) => return Ok(l),
-            Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {}
-            Err(e) => return Err(in_use(e).into()),
+        match store::listen_on(ip, topo.listen) {
+            Err(e) if e.address_not_here() => {}
+            found => return found,
         }
     }
     tracing::warn!(
         "--master-addr {} is not an address of this node: hosting the rendezvous on every interface",
         topo.master_addr
     );
-    Ok(store::listen((Ipv4Addr::UNSPECIFIED, port).into()).map_err(in_use)?)
+    store::listen_on(Ipv4Addr::UNSPECIFIED.into(), topo.listen)
 }

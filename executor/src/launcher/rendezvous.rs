@@ -5,7 +5,10 @@
 
 use std::collections::HashMap;
 
+use gpusanity_common::wire::launcher::PortRange;
 use thiserror::Error;
+
+use crate::store::Ports;
 
 pub const DEFAULT_PORT: u16 = 29500;
 
@@ -16,6 +19,10 @@ pub struct Topology {
     pub master_addr: String,
     /// 0 on a single node with no port given: node 0 picks a free port.
     pub master_port: u16,
+    /// Where node 0 listens: `master_port`, or the first free port of `--master-port-range`.
+    pub listen: Ports,
+    /// Node 0 tells its parent the port it listens on (`--announce-port`: a notice on stdout).
+    pub announce_port: bool,
     /// Where the values came from, for the logs.
     pub source: &'static str,
     /// The hosts by node rank, where the job says them (`--node-names`, `GPUSANITY_NODE_NAMES`,
@@ -31,6 +38,9 @@ pub struct TopologyFlags {
     pub master_addr: Option<String>,
     pub master_port: Option<u16>,
     pub node_names: Option<String>,
+    /// Node 0 listens on the first free port of this range (not with `master_port`).
+    pub port_range: Option<PortRange>,
+    pub announce_port: bool,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -45,6 +55,8 @@ pub enum TopologyError {
     NoMaster(usize),
     #[error("--node-names (or GPUSANITY_NODE_NAMES): {0}")]
     NodeNames(String),
+    #[error("--master-port and --master-port-range exclude each other")]
+    PortAndRange,
 }
 
 /// Resolves the topology from `flags` and the environment `env`.
@@ -91,6 +103,11 @@ pub fn resolve(flags: &TopologyFlags, env: &HashMap<String, String>) -> Result<T
         None => return Err(TopologyError::NoMaster(nnodes)),
     };
     let master_port = mport.unwrap_or(if nnodes == 1 { 0 } else { DEFAULT_PORT });
+    let listen = match (flags.port_range, flags.master_port) {
+        (Some(_), Some(_)) => return Err(TopologyError::PortAndRange),
+        (Some(range), None) => Ports::Range(range),
+        (None, _) => Ports::One(master_port),
+    };
     let node_names = match flags.node_names.clone().or_else(|| s("GPUSANITY_NODE_NAMES")) {
         Some(list) => {
             let names =
@@ -107,7 +124,8 @@ pub fn resolve(flags: &TopologyFlags, env: &HashMap<String, String>) -> Result<T
             .filter(|names| names.len() == nnodes)
             .unwrap_or_default(),
     };
-    Ok(Topology { nnodes, node_rank, master_addr, master_port, source, node_names })
+    let announce_port = flags.announce_port;
+    Ok(Topology { nnodes, node_rank, master_addr, master_port, listen, announce_port, source, node_names })
 }
 
 fn parse_env<T: std::str::FromStr>(
@@ -159,7 +177,7 @@ mod tests {
             node_rank: Some(1),
             master_addr: Some("10.0.0.1".into()),
             master_port: Some(1234),
-            node_names: None,
+            ..Default::default()
         };
         let t = resolve(&flags, &env(&[("WORLD_SIZE", "4"), ("RANK", "3"), ("MASTER_ADDR", "x")])).unwrap();
         assert_eq!(
@@ -219,6 +237,18 @@ mod tests {
         assert_eq!(resolve(&f, &env(&[])).unwrap_err(), TopologyError::RankOutOfRange(2, 2));
         let f = TopologyFlags { nnodes: Some(2), ..Default::default() };
         assert_eq!(resolve(&f, &env(&[])).unwrap_err(), TopologyError::NoMaster(2));
+    }
+
+    #[test]
+    fn node_0_listens_on_its_port_or_the_first_free_one_of_a_range() {
+        let t = resolve(&TopologyFlags::default(), &env(&[("MASTER_PORT", "29600")])).unwrap();
+        assert_eq!(t.listen, Ports::One(29600));
+        let range: PortRange = "29500-29599".parse().unwrap();
+        let flags = TopologyFlags { nnodes: Some(2), port_range: Some(range), ..Default::default() };
+        let t = resolve(&flags, &env(&[("MASTER_ADDR", "m"), ("MASTER_PORT", "29600")])).unwrap();
+        assert_eq!(t.listen, Ports::Range(range), "the flag wins over the environment's port");
+        let flags = TopologyFlags { master_port: Some(1), port_range: Some(range), ..Default::default() };
+        assert_eq!(resolve(&flags, &env(&[])).unwrap_err(), TopologyError::PortAndRange);
     }
 
     #[test]

@@ -30,6 +30,7 @@
 //! an attacker who can rewrite packets on the path between nodes is out of its reach.
 
 pub mod auth;
+pub mod bind;
 mod client;
 mod server;
 
@@ -37,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 pub use auth::{Secret, SecretError};
+pub use bind::{listen, listen_on, BindError, Ports};
 pub use client::StoreClient;
 pub use server::serve;
 
@@ -119,18 +121,6 @@ impl Reply {
 
 /// A store served on a runtime of its own, for unit tests: keep the runtime alive while the
 /// address is in use.
-/// Connections the store's listener queues before it accepts them: a thousand ranks arrive at
-/// once, and the default queue of the platform may be shorter.
-const BACKLOG: u32 = 4096;
-
-/// The store's listening socket on `addr` (must be called inside a tokio runtime).
-pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(BACKLOG)
-}
-
 #[cfg(test)]
 pub(crate) fn test_store() -> (tokio::runtime::Runtime, String) {
     test_store_with(None)

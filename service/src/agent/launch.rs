@@ -6,9 +6,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use gpusanity_common::report::Report;
 use gpusanity_common::wire::agent::{NodeResult, Task};
+use gpusanity_common::wire::launcher::LauncherNotice;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use tokio::process::Command;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{ChildStdout, Command};
 use tokio::sync::{mpsc, oneshot};
 
 use super::AgentConfig;
@@ -16,26 +18,35 @@ use crate::auth::rdzv;
 
 /// How long a cancelled launcher gets to stop its workers and tell the other nodes.
 const STOP_GRACE: Duration = Duration::from_secs(10);
+/// The longest line of the launcher's stdout read at once (a longer one is read in pieces).
+const MAX_LINE: u64 = 64 * 1024;
+
+/// Node 0's launcher listens for the rendezvous on `port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bound {
+    pub run_id: String,
+    pub port: u16,
+}
 
 pub struct Launch;
 
 impl Launch {
-    /// Starts the launcher; returns node 0's rendezvous port. Its end is sent on `exits`.
+    /// Starts the launcher; its end is sent on `exits`. Node 0's launcher binds the rendezvous
+    /// port itself (any free one, or the first free one of the agent's range) and keeps it; the
+    /// port it tells on its stdout is sent on `bound`. Returns whether one will be (node 0).
     pub fn start(
         cfg: &AgentConfig,
         t: &Task,
         secret: Option<[u8; rdzv::SECRET_LEN]>,
         cancel: oneshot::Receiver<()>,
         exits: mpsc::UnboundedSender<NodeResult>,
-    ) -> Result<Option<u16>> {
+        bound: mpsc::UnboundedSender<Bound>,
+    ) -> Result<bool> {
         let dir = cfg.work_dir.join(&t.run_id);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let (addr, port, own_port) = match &t.master {
-            Some((a, p)) => (a.clone(), *p, None),
-            None if t.node_rank == 0 => {
-                let p = std::net::TcpListener::bind(("0.0.0.0", 0))?.local_addr()?.port();
-                (cfg.address.clone(), p, Some(p))
-            }
+        let (addr, port) = match &t.master {
+            Some((a, p)) => (a.clone(), Some(*p)),
+            None if t.node_rank == 0 => (cfg.address.clone(), None),
             None => anyhow::bail!("task for node {} without node 0's address", t.node_rank),
         };
         let left = (t.deadline - chrono::Utc::now()).to_std().unwrap_or_default().max(Duration::from_secs(1));
@@ -44,8 +55,13 @@ impl Launch {
         cmd.arg("check")
             .args(["--device", cfg.device.as_str(), "--node-name", &cfg.node])
             .args(["--nnodes", &t.nnodes.to_string(), "--node-rank", &t.node_rank.to_string()])
-            .args(["--master-addr", &addr, "--master-port", &port.to_string()])
-            .arg("--report-dir")
+            .args(["--master-addr", &addr]);
+        match (port, cfg.rdzv_ports) {
+            (Some(p), _) => cmd.args(["--master-port", &p.to_string()]),
+            (None, Some(range)) => cmd.args(["--announce-port", "--master-port-range", &range.to_string()]),
+            (None, None) => cmd.args(["--announce-port", "--master-port", "0"]),
+        };
+        cmd.arg("--report-dir")
             .arg(dir.join("report"))
             .args(["--rdzv-timeout", &format!("{:.3}", left.as_secs_f64())])
             .arg(format!("--sanity-check-args={}", t.sanity_check_args))
@@ -69,7 +85,9 @@ impl Launch {
         for v in ["ENABLE_SANITY_CHECK", "SANITY_CHECK_ARGS", "GPUSANITY_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"] {
             cmd.env_remove(v);
         }
-        cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).kill_on_drop(true);
+        // Stdout through the agent, which takes node 0's notice from it; stderr straight to the log.
+        let relay_log = tokio::fs::File::from_std(log.try_clone()?);
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log).kill_on_drop(true);
         // SAFETY: set_pdeathsig only calls prctl(2), which is async-signal-safe, between fork
         // and exec. It makes the kernel SIGTERM the launcher when the agent dies, so a killed
         // agent leaves no launcher behind (and the launcher's workers follow it).
@@ -79,6 +97,10 @@ impl Launch {
         let mut child = cmd.spawn().context("starting the launcher")?;
         let pid = child.id().map(|p| Pid::from_raw(p as i32));
         let (run_id, node_rank) = (t.run_id.clone(), t.node_rank);
+        let announces = port.is_none();
+        if let Some(out) = child.stdout.take() {
+            tokio::spawn(relay(out, relay_log, announces.then(|| (bound, run_id.clone()))));
+        }
         tokio::spawn(async move {
             let status = tokio::select! {
                 s = child.wait() => s,
@@ -106,7 +128,26 @@ impl Launch {
             };
             let _ = exits.send(NodeResult { run_id, node_rank, exit_code, report, error });
         });
-        Ok(own_port)
+        Ok(announces)
+    }
+}
+
+/// Copies the launcher's stdout to its log; the first port notice on it (node 0) goes to `bound`.
+async fn relay(out: ChildStdout, mut log: tokio::fs::File, mut bound: Option<(mpsc::UnboundedSender<Bound>, String)>) {
+    let mut r = tokio::io::BufReader::new(out);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut r).take(MAX_LINE).read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let notice = bound.as_ref().and_then(|_| std::str::from_utf8(&line).ok()).and_then(LauncherNotice::parse);
+        if let (Some(LauncherNotice::RendezvousBound { port }), Some((tx, run_id))) = (notice, bound.take()) {
+            let _ = tx.send(Bound { run_id, port });
+        }
+        // A log that cannot be written loses the line; the pipe is still drained.
+        let _ = log.write_all(&line).await;
     }
 }
 

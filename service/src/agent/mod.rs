@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::auth::envelope;
 use crate::auth::keyring::Key;
 use crate::auth::{rdzv, Direction, Keyring, Verifier};
-use launch::Launch;
+use launch::{Bound, Launch};
 
 /// Results kept to answer a repeated task (after a service restart).
 const KEEP_DONE: usize = 64;
@@ -51,6 +51,8 @@ pub struct AgentConfig {
     pub env_policy: EnvPolicy,
     /// How the agent's topics are created if missing, and how long start-up waits for the broker.
     pub topic_spec: gpusanity_ingest::kafka::TopicSpec,
+    /// Node 0's rendezvous ports; `None`: any free port.
+    pub rdzv_ports: Option<gpusanity_common::wire::launcher::PortRange>,
 }
 
 struct Running {
@@ -107,6 +109,7 @@ struct Agent {
     running: HashMap<String, Running>,
     done: VecDeque<NodeResult>,
     exits: mpsc::UnboundedSender<NodeResult>,
+    bound: mpsc::UnboundedSender<Bound>,
 }
 
 /// An unreachable broker, or one that refuses the client (TLS, SASL), is bad input (exit 2), like an unreachable master for `check`.
@@ -130,6 +133,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         .context("reading the agent-tasks topic")?;
     std::fs::create_dir_all(&cfg.work_dir).with_context(|| format!("creating {}", cfg.work_dir.display()))?;
     let (exits, mut exited) = mpsc::unbounded_channel();
+    let (bound, mut bounds) = mpsc::unbounded_channel();
     let key = cfg.ring.signer_for(&cfg.node).cloned().context("no agent key covers this node")?;
     let verifier = Verifier::new(cfg.ring.clone(), cfg.max_age);
     let mut agent = Agent {
@@ -141,6 +145,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         running: HashMap::new(),
         done: VecDeque::new(),
         exits,
+        bound,
     };
     tracing::info!(node = agent.cfg.node, agent_id = agent.id, "agent up");
     let mut beat = tokio::time::interval(agent.cfg.heartbeat);
@@ -162,6 +167,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
                 }
             }
             Some(res) = exited.recv() => agent.exited(res),
+            Some(b) = bounds.recv() => agent.bound(b),
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
@@ -283,6 +289,10 @@ impl Agent {
         }
         // A repeated task (the service restarted): answer it again.
         if let Some(r) = self.running.get(&t.run_id) {
+            // Node 0 starts once its launcher has bound the rendezvous port (see `bound`).
+            if r.node_rank == 0 && r.master_port.is_none() {
+                return;
+            }
             let body =
                 ReportBody::Started { run_id: t.run_id.clone(), node_rank: r.node_rank, master_port: r.master_port };
             return self.send(body);
@@ -302,18 +312,20 @@ impl Agent {
                 "the task's rendezvous secret does not open: the run goes unauthenticated"
             );
         }
-        match Launch::start(&self.cfg, &t, secret, cancel_rx, self.exits.clone()) {
-            Ok(port) => {
+        match Launch::start(&self.cfg, &t, secret, cancel_rx, self.exits.clone(), self.bound.clone()) {
+            Ok(announces) => {
                 self.running.insert(
                     t.run_id.clone(),
                     Running {
                         node_rank: t.node_rank,
                         started: Instant::now(),
-                        master_port: port,
+                        master_port: None,
                         cancel: Some(cancel_tx),
                     },
                 );
-                self.send(ReportBody::Started { run_id: t.run_id, node_rank: t.node_rank, master_port: port });
+                if !announces {
+                    self.send(ReportBody::Started { run_id: t.run_id, node_rank: t.node_rank, master_port: None });
+                }
             }
             Err(e) => {
                 let res = NodeResult {
@@ -326,6 +338,14 @@ impl Agent {
                 self.exited(res);
             }
         }
+    }
+
+    /// Node 0's launcher listens on `b.port`: the run has started, the other nodes may join.
+    fn bound(&mut self, b: Bound) {
+        let Some(r) = self.running.get_mut(&b.run_id) else { return };
+        r.master_port = Some(b.port);
+        let body = ReportBody::Started { run_id: b.run_id, node_rank: r.node_rank, master_port: Some(b.port) };
+        self.send(body);
     }
 
     fn exited(&mut self, res: NodeResult) {
