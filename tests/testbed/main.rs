@@ -2,7 +2,8 @@
 //! running the real `gpusanity check` on CPU; one fault per scenario, and the verdict and the
 //! named node or rank asserted. Then the same bed through the service: `gpusanity serve` on
 //! the host, `gpusanity agent` in each namespace, the published events asserted. Skips
-//! (saying why) where root, iproute2, tc or cgroup v1 cpu are missing.
+//! (saying why, counted) where root, iproute2, tc or cgroup v1 cpu are missing, or fails where
+//! GPUSANITY_REQUIRE lists `root` (testkit/src/skip.rs).
 
 mod netns;
 mod slurm;

@@ -170,3 +170,25 @@ fn last_error(log: &std::path::Path) -> Option<String> {
     let text = std::fs::read_to_string(log).ok()?;
     text.lines().rev().find(|l| l.contains("error")).map(|l| l.trim().to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_port_notice_is_taken_from_stdout_and_every_line_logged() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("launcher.log");
+        let log = tokio::fs::File::create(&path).await.expect("log");
+        let notice = LauncherNotice::RendezvousBound { port: 29517 }.line();
+        let script = format!("echo before; echo '{notice}'; echo '{notice}'; echo after");
+        let mut child = Command::new("sh").args(["-c", &script]).stdout(Stdio::piped()).spawn().expect("sh");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        relay(child.stdout.take().expect("stdout"), log, Some((tx, "r1".into()))).await;
+        child.wait().await.expect("sh ends");
+        assert_eq!(rx.recv().await, Some(Bound { run_id: "r1".into(), port: 29517 }));
+        assert_eq!(rx.recv().await, None, "one notice is sent, once");
+        let text = std::fs::read_to_string(&path).expect("log");
+        assert_eq!(text, format!("before\n{notice}\n{notice}\nafter\n"));
+    }
+}

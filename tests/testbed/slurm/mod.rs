@@ -4,7 +4,8 @@
 //! `nsenter --net`, which, unlike `ip netns exec`, keeps /sys and its cgroup mounts that
 //! slurmd reads). Everything lives in a temporary folder and is stopped, by process group, when
 //! the cluster is dropped (also when a test fails). Skips, saying why, without root, iproute2,
-//! nsenter or the Slurm and munge packages (`.ci/run` installs them).
+//! nsenter or the Slurm and munge packages, or fails where GPUSANITY_REQUIRE lists `slurm`
+//! (`.ci/run` installs them and lists it).
 
 pub mod cluster;
 mod scenarios;
