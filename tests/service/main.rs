@@ -15,6 +15,7 @@ mod notify_webhook;
 mod ops;
 mod outbox;
 mod poison;
+mod ports;
 mod postgres;
 mod replicas;
 mod tls;
