@@ -22,9 +22,8 @@ fn an_agent_whose_rendezvous_ports_are_taken_fails_the_run_naming_them() {
     w.agent("node-b");
     let mut out = w.reader("check-events");
     w.allocate("ev-1", "job-ports", "--sanity-check-max-time=2 --sanity-check-timeout-per-test=1");
-    let end = out.wait_for(Duration::from_secs(60), "the verdict", |v| {
-        v["type"] == "CheckFailed" || v["type"] == "CheckPassed"
-    });
+    let end = out
+        .wait_for(Duration::from_secs(60), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
     assert_eq!(end["type"], "CheckFailed", "{end:#}");
     let summary = end["summary"].as_str().unwrap_or_default();
     assert!(summary.contains(&format!("every port of {port} is in use")), "{end:#}\n{}", w.log("serve"));

@@ -143,8 +143,10 @@ async fn relay(out: ChildStdout, mut log: tokio::fs::File, mut bound: Option<(mp
             Ok(_) => {}
         }
         let notice = bound.as_ref().and_then(|_| std::str::from_utf8(&line).ok()).and_then(LauncherNotice::parse);
-        if let (Some(LauncherNotice::RendezvousBound { port }), Some((tx, run_id))) = (notice, bound.take()) {
-            let _ = tx.send(Bound { run_id, port });
+        if let Some(LauncherNotice::RendezvousBound { port }) = notice {
+            if let Some((tx, run_id)) = bound.take() {
+                let _ = tx.send(Bound { run_id, port });
+            }
         }
         // A log that cannot be written loses the line; the pipe is still drained.
         let _ = log.write_all(&line).await;
