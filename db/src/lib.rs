@@ -2,11 +2,13 @@
 //! PostgreSQL (by URL), one schema each under `migrations/` at the top of the repository.
 //!
 //! Tables: jobs, job events (idempotency by event id), runs, state transitions, per-rank
-//! results, findings, node health history and the outbox of output events. Writes that belong
-//! together take a [`Tx`] so the caller commits them as one transaction.
+//! results, findings, node health history and the outbox of output events. Rows are read by
+//! column name (`sqlx::FromRow`, the schema's integer flags and JSON text through [`column`]).
+//! Writes that belong together take a [`Tx`] so the caller commits them as one transaction.
 
 pub mod browse;
 pub mod bulk;
+pub mod column;
 mod fault;
 pub mod lease;
 pub mod outbox;
