@@ -5,7 +5,6 @@
 
 use std::collections::HashSet;
 
-
 use crate::runs::JobRow;
 use crate::{now_ms, Result, Tx};
 

@@ -115,8 +115,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = crate::Db::connect(&format!("sqlite://{}", dir.path().join("c.db").display())).await.unwrap();
         let nodes = r#"[{"name":"n1","address":"10.0.0.1","gpus":8}]"#;
-        let p: Probe =
-            sqlx::query_as("SELECT $1 AS nodes, 7 AS flag").bind(nodes).fetch_one(&db.pool).await.unwrap();
+        let p: Probe = sqlx::query_as("SELECT $1 AS nodes, 7 AS flag").bind(nodes).fetch_one(&db.pool).await.unwrap();
         assert!(p.flag);
         assert_eq!(p.nodes, [JobNode { name: "n1".into(), address: "10.0.0.1".into(), gpus: 8 }]);
         let p: Probe = sqlx::query_as("SELECT '[]' AS nodes, 0 AS flag").fetch_one(&db.pool).await.unwrap();

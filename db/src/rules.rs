@@ -46,17 +46,19 @@ pub async fn enabled_rules(tx: &mut Tx, workspace: &str) -> Result<Vec<RuleRow>>
 
 impl Db {
     pub async fn insert_rule(&self, r: &RuleRow) -> Result<()> {
-        sqlx::query(&format!("INSERT INTO notification_rules ({RULE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"))
-            .bind(&r.rule_id)
-            .bind(&r.workspace_id)
-            .bind(&r.name)
-            .bind(i64::from(r.enabled))
-            .bind(&r.events)
-            .bind(&r.channels)
-            .bind(r.created_at)
-            .bind(r.updated_at)
-            .execute(&self.pool)
-            .await?;
+        sqlx::query(&format!(
+            "INSERT INTO notification_rules ({RULE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        ))
+        .bind(&r.rule_id)
+        .bind(&r.workspace_id)
+        .bind(&r.name)
+        .bind(i64::from(r.enabled))
+        .bind(&r.events)
+        .bind(&r.channels)
+        .bind(r.created_at)
+        .bind(r.updated_at)
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 

@@ -61,8 +61,13 @@ pub async fn get_rule(db: &Db, workspace: &str, id: &str) -> Result<Option<Rule>
 /// Replaces a rule; None when the workspace has no such rule.
 pub async fn update_rule(db: &Db, workspace: &str, id: &str, input: &RuleInput) -> Result<Option<Rule>> {
     let (events, channels) = (serde_json::to_string(&input.events)?, serde_json::to_string(&input.channels)?);
-    let change =
-        RuleChange { name: &input.name, enabled: input.enabled, events: &events, channels: &channels, updated_at: now_ms() };
+    let change = RuleChange {
+        name: &input.name,
+        enabled: input.enabled,
+        events: &events,
+        channels: &channels,
+        updated_at: now_ms(),
+    };
     if !db.update_rule(workspace, id, &change).await? {
         return Ok(None);
     }
