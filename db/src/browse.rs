@@ -3,9 +3,10 @@
 
 use std::collections::HashMap;
 
+use gpusanity_common::wire::job::JobNode;
 use serde::Serialize;
-use sqlx::Row;
 
+use crate::column::{CommaList, Flag, JsonText};
 use crate::{Backend, Db, Result};
 
 /// Which runs to list. Empty fields do not filter.
@@ -26,36 +27,49 @@ pub struct RunFilter {
 }
 
 /// One row of the runs list.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema, sqlx::FromRow)]
 pub struct RunListRow {
     pub run_id: String,
     pub job_id: String,
     pub workspace_id: String,
     pub state: String,
+    #[sqlx(try_from = "Flag")]
     pub held: bool,
+    /// The names of the job's nodes.
+    #[sqlx(try_from = "JsonText<Vec<JobNode>>")]
     pub nodes: Vec<String>,
     /// Nodes whose health entry of this run is not healthy.
+    #[sqlx(skip)]
     pub faulty_nodes: Vec<String>,
     pub created_at: i64,
     pub finished_at: Option<i64>,
     pub summary: String,
 }
 
+/// The names of the nodes of a stored node list (`runs.nodes`).
+impl From<JsonText<Vec<JobNode>>> for Vec<String> {
+    fn from(nodes: JsonText<Vec<JobNode>>) -> Self {
+        nodes.0.into_iter().map(|n| n.name).collect()
+    }
+}
+
 /// One node's entry of one ended run.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema, sqlx::FromRow)]
 pub struct NodeHealthRow {
     pub run_id: String,
     pub job_id: String,
     pub workspace_id: String,
     pub state: String,
+    #[sqlx(try_from = "Flag")]
     pub healthy: bool,
     /// The codes of the node's critical findings in that run.
+    #[sqlx(try_from = "CommaList")]
     pub codes: Vec<String>,
     pub at: i64,
 }
 
 /// A finding as the service stored it.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema, sqlx::FromRow)]
 pub struct FindingRow {
     pub severity: String,
     pub code: String,
@@ -114,10 +128,12 @@ enum Param {
     Int(i64),
 }
 
-fn bind_all<'q>(
-    mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+type Args<'q> = sqlx::any::AnyArguments<'q>;
+
+fn bind_all<'q, O>(
+    mut q: sqlx::query::QueryAs<'q, sqlx::Any, O, Args<'q>>,
     params: &[Param],
-) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+) -> sqlx::query::QueryAs<'q, sqlx::Any, O, Args<'q>> {
     for p in params {
         q = match p {
             Param::Text(s) => q.bind(s.clone()),
@@ -127,14 +143,26 @@ fn bind_all<'q>(
     q
 }
 
+/// A node whose health entry of a run is not healthy.
+#[derive(sqlx::FromRow)]
+struct UnhealthyNode {
+    run_id: String,
+    node_name: String,
+}
+
+/// A count of matching rows.
+#[derive(sqlx::FromRow)]
+struct Count {
+    total: i64,
+}
+
 impl Db {
     /// The runs matching `f`, newest first, one page of them, and how many match in all.
     pub async fn list_runs(&self, f: &RunFilter) -> Result<(Vec<RunListRow>, i64)> {
         let (clause, params) = where_clause(self.backend, f);
-        let total: i64 = bind_all(sqlx::query(&format!("SELECT COUNT(*) FROM runs{clause}")), &params)
+        let Count { total } = bind_all(sqlx::query_as(&format!("SELECT COUNT(*) AS total FROM runs{clause}")), &params)
             .fetch_one(&self.pool)
-            .await?
-            .try_get(0)?;
+            .await?;
         let n = params.len();
         let sql = format!(
             "SELECT run_id, job_id, workspace_id, state, held, nodes, created_at, finished_at, summary FROM runs{clause} \
@@ -142,26 +170,14 @@ impl Db {
             n + 1,
             n + 2
         );
-        let rows = bind_all(sqlx::query(&sql), &params).bind(f.limit).bind(f.offset).fetch_all(&self.pool).await?;
-        let ids: Vec<String> = rows.iter().map(|r| r.try_get(0)).collect::<std::result::Result<_, _>>()?;
+        let mut rows: Vec<RunListRow> =
+            bind_all(sqlx::query_as(&sql), &params).bind(f.limit).bind(f.offset).fetch_all(&self.pool).await?;
+        let ids: Vec<String> = rows.iter().map(|r| r.run_id.clone()).collect();
         let mut faulty = self.unhealthy_nodes(&ids).await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for (r, run_id) in rows.iter().zip(ids) {
-            let nodes: Vec<gpusanity_common::wire::job::JobNode> = serde_json::from_str(&r.try_get::<String, _>(5)?)?;
-            out.push(RunListRow {
-                faulty_nodes: faulty.remove(&run_id).unwrap_or_default(),
-                run_id,
-                job_id: r.try_get(1)?,
-                workspace_id: r.try_get(2)?,
-                state: r.try_get(3)?,
-                held: r.try_get::<i64, _>(4)? != 0,
-                nodes: nodes.into_iter().map(|n| n.name).collect(),
-                created_at: r.try_get(6)?,
-                finished_at: r.try_get(7)?,
-                summary: r.try_get(8)?,
-            });
+        for r in &mut rows {
+            r.faulty_nodes = faulty.remove(&r.run_id).unwrap_or_default();
         }
-        Ok((out, total))
+        Ok((rows, total))
     }
 
     /// The nodes of each run in `run_ids` whose health entry is not healthy, in node order.
@@ -175,36 +191,24 @@ impl Db {
             "SELECT run_id, node_name FROM node_health WHERE healthy = 0 AND run_id IN ({}) ORDER BY id",
             marks.join(", ")
         );
-        let mut q = sqlx::query(&sql);
+        let mut q = sqlx::query_as::<_, UnhealthyNode>(&sql);
         for id in run_ids {
             q = q.bind(id);
         }
         for r in q.fetch_all(&self.pool).await? {
-            out.entry(r.try_get(0)?).or_default().push(r.try_get(1)?);
+            out.entry(r.run_id).or_default().push(r.node_name);
         }
         Ok(out)
     }
 
     /// A run's findings as stored, in order.
     pub async fn run_findings(&self, run_id: &str) -> Result<Vec<FindingRow>> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as(
             "SELECT severity, code, check_name, node_name, rank, message FROM findings WHERE run_id = $1 ORDER BY id",
         )
         .bind(run_id)
         .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(FindingRow {
-                    severity: r.try_get(0)?,
-                    code: r.try_get(1)?,
-                    check_name: r.try_get(2)?,
-                    node_name: r.try_get(3)?,
-                    rank: r.try_get(4)?,
-                    message: r.try_get(5)?,
-                })
-            })
-            .collect()
+        .await?)
     }
 
     /// A node's entries, newest first, one page of them, and how many there are in all;
@@ -218,17 +222,17 @@ impl Db {
     ) -> Result<(Vec<NodeHealthRow>, i64)> {
         // An empty workspace is no filter (no run has an empty workspace id).
         let ws = workspace.unwrap_or("");
-        let total: i64 = sqlx::query(
-            "SELECT COUNT(*) FROM node_health h LEFT JOIN runs r ON r.run_id = h.run_id \
+        let Count { total } = sqlx::query_as(
+            "SELECT COUNT(*) AS total FROM node_health h LEFT JOIN runs r ON r.run_id = h.run_id \
              WHERE h.node_name = $1 AND ($2 = '' OR r.workspace_id = $2)",
         )
         .bind(node)
         .bind(ws)
         .fetch_one(&self.pool)
-        .await?
-        .try_get(0)?;
-        let rows = sqlx::query(
-            "SELECT h.run_id, h.job_id, COALESCE(r.workspace_id, ''), COALESCE(r.state, ''), h.healthy, h.codes, h.at \
+        .await?;
+        let history = sqlx::query_as(
+            "SELECT h.run_id AS run_id, h.job_id AS job_id, COALESCE(r.workspace_id, '') AS workspace_id, \
+             COALESCE(r.state, '') AS state, h.healthy AS healthy, h.codes AS codes, h.at AS at \
              FROM node_health h LEFT JOIN runs r ON r.run_id = h.run_id \
              WHERE h.node_name = $1 AND ($2 = '' OR r.workspace_id = $2) \
              ORDER BY h.at DESC, h.id DESC LIMIT $3 OFFSET $4",
@@ -239,21 +243,6 @@ impl Db {
         .bind(offset)
         .fetch_all(&self.pool)
         .await?;
-        let history = rows
-            .iter()
-            .map(|r| {
-                let codes: String = r.try_get(5)?;
-                Ok(NodeHealthRow {
-                    run_id: r.try_get(0)?,
-                    job_id: r.try_get(1)?,
-                    workspace_id: r.try_get(2)?,
-                    state: r.try_get(3)?,
-                    healthy: r.try_get::<i64, _>(4)? != 0,
-                    codes: codes.split(',').filter(|c| !c.is_empty()).map(str::to_string).collect(),
-                    at: r.try_get(6)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
         Ok((history, total))
     }
 }

@@ -5,8 +5,6 @@
 
 use std::collections::HashSet;
 
-use sqlx::Row;
-
 use crate::runs::JobRow;
 use crate::{now_ms, Result, Tx};
 
@@ -63,13 +61,11 @@ async fn texts_in(tx: &mut Tx, select: &str, values: &[&str]) -> Result<HashSet<
     let mut found = HashSet::new();
     for chunk in values.chunks(CHUNK) {
         let sql = format!("{select}{})", list(chunk.len(), 1));
-        let mut q = sqlx::query(&sql);
+        let mut q = sqlx::query_scalar::<_, String>(&sql);
         for v in chunk {
             q = q.bind(*v);
         }
-        for r in q.fetch_all(&mut **tx).await? {
-            found.insert(r.try_get::<String, _>(0)?);
-        }
+        found.extend(q.fetch_all(&mut **tx).await?);
     }
     Ok(found)
 }
@@ -125,13 +121,11 @@ pub async fn record_job_events(tx: &mut Tx, rows: &[JobEventRow<'_>]) -> Result<
              ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
             values(chunk.len(), 6, 1)
         );
-        let mut q = sqlx::query(&sql);
+        let mut q = sqlx::query_scalar::<_, String>(&sql);
         for r in chunk {
             q = q.bind(r.event_id).bind(r.job_id).bind(r.event_type).bind(&r.payload).bind(&r.decision).bind(now);
         }
-        for r in q.fetch_all(&mut **tx).await? {
-            done.insert(r.try_get::<String, _>(0)?);
-        }
+        done.extend(q.fetch_all(&mut **tx).await?);
     }
     Ok(done)
 }

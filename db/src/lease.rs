@@ -6,9 +6,7 @@
 //! run names the fence its writer holds ([`crate::runs::finish_run`]): a replica that lost its
 //! database connection, or whose lease ran out and was taken over, cannot end the run any more.
 
-use sqlx::Row;
-
-use crate::runs::{run_from_row, RunRow, RUN_COLUMNS};
+use crate::runs::{RunRow, RUN_COLUMNS};
 use crate::{Db, Result, Tx};
 
 /// A replica's hold on a run: the fence it must name to write the run's end.
@@ -18,10 +16,39 @@ pub struct Fence {
     pub token: i64,
 }
 
+/// A run's ownership columns.
+#[derive(sqlx::FromRow)]
+struct Owned {
+    owner: Option<String>,
+    fence: i64,
+    kpartition: Option<i64>,
+}
+
+/// A run's id with its fence, as a renewal returns them.
+#[derive(sqlx::FromRow)]
+struct Renewed {
+    run_id: String,
+    fence: i64,
+}
+
+/// A run taken by a claim, with its new fence and its partition.
+#[derive(sqlx::FromRow)]
+struct Claimed {
+    #[sqlx(flatten)]
+    run: RunRow,
+    fence: i64,
+    kpartition: Option<i64>,
+}
+
+/// A stored partition number (None when absent or out of range).
+fn partition_of(kpartition: Option<i64>) -> Option<i32> {
+    kpartition.and_then(|p| i32::try_from(p).ok())
+}
+
 /// Makes `owner` the holder of the run just stored (in the same transaction), with the
 /// job-events partition its event came from.
 pub async fn own_new(tx: &mut Tx, run_id: &str, owner: &str, partition: i32, until: i64) -> Result<Fence> {
-    let r = sqlx::query(
+    let token: i64 = sqlx::query_scalar(
         "UPDATE runs SET owner = $1, fence = fence + 1, lease_until = $2, kpartition = $3 WHERE run_id = $4 RETURNING fence",
     )
     .bind(owner)
@@ -30,7 +57,7 @@ pub async fn own_new(tx: &mut Tx, run_id: &str, owner: &str, partition: i32, unt
     .bind(run_id)
     .fetch_one(&mut **tx)
     .await?;
-    Ok(Fence { owner: owner.into(), token: r.try_get(0)? })
+    Ok(Fence { owner: owner.into(), token })
 }
 
 /// `col IN ($first, $first+1, ...)` for `n` values, or a false condition for none.
@@ -45,16 +72,11 @@ fn in_list(col: &str, first: usize, n: usize) -> String {
 impl Db {
     /// The fence the run's row holds now, with the run's job-events partition (None: no such run).
     pub async fn fence_of(&self, run_id: &str) -> Result<Option<(Fence, Option<i32>)>> {
-        let r = sqlx::query("SELECT owner, fence, kpartition FROM runs WHERE run_id = $1")
+        let r: Option<Owned> = sqlx::query_as("SELECT owner, fence, kpartition FROM runs WHERE run_id = $1")
             .bind(run_id)
             .fetch_optional(&self.pool)
             .await?;
-        r.map(|r| {
-            let owner = r.try_get::<Option<String>, _>(0)?.unwrap_or_default();
-            let partition = r.try_get::<Option<i64>, _>(2)?.and_then(|p| i32::try_from(p).ok());
-            Ok((Fence { owner, token: r.try_get(1)? }, partition))
-        })
-        .transpose()
+        Ok(r.map(|r| (Fence { owner: r.owner.unwrap_or_default(), token: r.fence }, partition_of(r.kpartition))))
     }
 
     /// Renews `owner`'s leases of `held` (run id, fence) until `until`; returns the ids of those
@@ -67,14 +89,13 @@ impl Db {
                 "UPDATE runs SET lease_until = $1 WHERE owner = $2 AND state = 'Checking' AND held = 0 AND {} RETURNING run_id, fence",
                 in_list("run_id", 3, chunk.len())
             );
-            let mut q = sqlx::query(&sql).bind(until).bind(owner);
+            let mut q = sqlx::query_as::<_, Renewed>(&sql).bind(until).bind(owner);
             for (id, _) in chunk {
                 q = q.bind(id);
             }
             for r in q.fetch_all(&self.pool).await? {
-                let (id, fence): (String, i64) = (r.try_get(0)?, r.try_get(1)?);
-                if chunk.iter().any(|(i, f)| *i == id && *f == fence) {
-                    kept.push(id);
+                if chunk.iter().any(|(i, f)| *i == r.run_id && *f == r.fence) {
+                    kept.push(r.run_id);
                 }
             }
         }
@@ -104,20 +125,20 @@ impl Db {
              ) RETURNING {RUN_COLUMNS}, fence, kpartition",
             in_list("kpartition", 6, partitions.len())
         );
-        let mut q =
-            sqlx::query(&sql).bind(owner).bind(until).bind(i64::from(own)).bind(now).bind(now.saturating_sub(stale_ms));
+        let mut q = sqlx::query_as::<_, Claimed>(&sql)
+            .bind(owner)
+            .bind(until)
+            .bind(i64::from(own))
+            .bind(now)
+            .bind(now.saturating_sub(stale_ms));
         for p in partitions {
             q = q.bind(i64::from(*p));
         }
         let rows = q.fetch_all(&self.pool).await?;
-        let fence_col = RUN_COLUMNS.split(',').count();
-        rows.iter()
-            .map(|r| {
-                let fence = Fence { owner: owner.into(), token: r.try_get(fence_col)? };
-                let partition = r.try_get::<Option<i64>, _>(fence_col + 1)?.and_then(|p| i32::try_from(p).ok());
-                Ok((run_from_row(r)?, fence, partition))
-            })
-            .collect()
+        Ok(rows
+            .into_iter()
+            .map(|c| (c.run, Fence { owner: owner.into(), token: c.fence }, partition_of(c.kpartition)))
+            .collect())
     }
 
     /// Gives a run up (its partition went to another replica): its lease ends now, so the new
@@ -145,7 +166,7 @@ impl Db {
     /// ran out before `now`) or already `holder`'s; its token then, None when another holds it.
     /// The token grows at every change of holder.
     pub async fn hold_lease(&self, name: &str, holder: &str, now: i64, until: i64) -> Result<Option<i64>> {
-        let r = sqlx::query(
+        Ok(sqlx::query_scalar(
             "INSERT INTO leases (name, holder, token, until) VALUES ($1, $2, 1, $3) \
              ON CONFLICT (name) DO UPDATE SET \
                token = CASE WHEN leases.holder = $2 THEN leases.token ELSE leases.token + 1 END, \
@@ -157,8 +178,7 @@ impl Db {
         .bind(until)
         .bind(now)
         .fetch_optional(&self.pool)
-        .await?;
-        r.map(|r| r.try_get(0)).transpose().map_err(Into::into)
+        .await?)
     }
 
     /// Ends `holder`'s lease `name` now (a clean stop hands it over at once).

@@ -2,15 +2,20 @@
 //! PostgreSQL (by URL), one schema each under `migrations/` at the top of the repository.
 //!
 //! Tables: jobs, job events (idempotency by event id), runs, state transitions, per-rank
-//! results, findings, node health history and the outbox of output events. Writes that belong
-//! together take a [`Tx`] so the caller commits them as one transaction.
+//! results, findings, node health history, the outbox of output events, and the notifier's
+//! rules, deliveries and attempts. Every query of the service is here; rows are read by column
+//! name (`sqlx::FromRow`, the schema's integer flags and JSON text through [`column`]). Writes
+//! that belong together take a [`Tx`] so the caller commits them as one transaction.
 
 pub mod browse;
 pub mod bulk;
+pub mod column;
+pub mod deliveries;
 mod fault;
 pub mod lease;
 pub mod outbox;
 pub mod results;
+pub mod rules;
 pub mod runs;
 pub mod stats;
 pub mod wake;
@@ -57,7 +62,8 @@ pub enum Backend {
 
 #[derive(Clone)]
 pub struct Db {
-    pub pool: AnyPool,
+    /// Private: every query of the service is a function of this crate.
+    pub(crate) pool: AnyPool,
     pub backend: Backend,
     /// The URL it was opened with (for a connection of its own: [`wake`]).
     url: Arc<str>,
@@ -110,6 +116,12 @@ impl Db {
     pub async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    /// Closes the pool: waits for the connections in use, and every later query fails with
+    /// `PoolClosed` (an outage).
+    pub async fn close(&self) {
+        self.pool.close().await;
     }
 
     /// A write transaction. On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`): a

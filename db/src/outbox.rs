@@ -2,17 +2,32 @@
 //! them, sent later by the publisher and then marked sent.
 
 use gpusanity_common::wire::output::OutputEvent;
-use sqlx::Row;
 
 use crate::{now_ms, Db, Result, Tx};
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct OutboxRow {
     pub id: i64,
     pub event_id: String,
     pub topic: String,
+    #[sqlx(rename = "msg_key")]
     pub key: String,
     pub payload: String,
+}
+
+/// A topic with unsent rows, and the creation time of its oldest unsent row.
+#[derive(sqlx::FromRow)]
+struct UnsentTopic {
+    topic: String,
+    oldest: i64,
+}
+
+/// The outbox backlog as [`Db::outbox_backlog`] reads it.
+#[derive(sqlx::FromRow)]
+struct Backlog {
+    unsent: i64,
+    oldest: Option<i64>,
+    failed: i64,
 }
 
 /// Queues `event` for `topic`, keyed by its job id (one partition keeps a job's events in order).
@@ -36,23 +51,12 @@ pub async fn enqueue_raw(tx: &mut Tx, topic: &str, key: &str, event_id: &str, pa
 impl Db {
     /// The oldest unsent rows, in the order they were written.
     pub async fn unsent(&self, limit: i64) -> Result<Vec<OutboxRow>> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as(
             "SELECT id, event_id, topic, msg_key, payload FROM outbox WHERE sent_at IS NULL AND failed_at IS NULL ORDER BY id LIMIT $1",
         )
         .bind(limit)
         .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(OutboxRow {
-                    id: r.try_get(0)?,
-                    event_id: r.try_get(1)?,
-                    topic: r.try_get(2)?,
-                    key: r.try_get(3)?,
-                    payload: r.try_get(4)?,
-                })
-            })
-            .collect()
+        .await?)
     }
 
     pub async fn mark_sent(&self, ids: &[i64]) -> Result<()> {
@@ -90,18 +94,18 @@ impl Db {
     /// The topics that have unsent rows, with the creation time of the oldest unsent row of
     /// each (no message of that row can be older on the topic).
     pub async fn unsent_topics(&self) -> Result<Vec<(String, i64)>> {
-        let rows = sqlx::query(
-            "SELECT topic, MIN(created_at) FROM outbox WHERE sent_at IS NULL AND failed_at IS NULL GROUP BY topic",
+        let rows: Vec<UnsentTopic> = sqlx::query_as(
+            "SELECT topic, MIN(created_at) AS oldest FROM outbox WHERE sent_at IS NULL AND failed_at IS NULL GROUP BY topic",
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
+        Ok(rows.into_iter().map(|t| (t.topic, t.oldest)).collect())
     }
 
     /// Counts a refused attempt to send row `id`; after `max_attempts` the row is marked
     /// failed with `error` and is not sent again. True when it was marked failed now.
     pub async fn outbox_refused(&self, id: i64, error: &str, max_attempts: i64) -> Result<bool> {
-        let failed = sqlx::query(
+        let failed: Option<Option<i64>> = sqlx::query_scalar(
             "UPDATE outbox SET attempts = attempts + 1, error = $2, \
              failed_at = CASE WHEN attempts + 1 >= $3 THEN $4 ELSE NULL END \
              WHERE id = $1 AND sent_at IS NULL AND failed_at IS NULL RETURNING failed_at",
@@ -112,21 +116,18 @@ impl Db {
         .bind(now_ms())
         .fetch_optional(&self.pool)
         .await?;
-        Ok(match failed {
-            Some(r) => r.try_get::<Option<i64>, _>(0)?.is_some(),
-            None => false,
-        })
+        Ok(failed.flatten().is_some())
     }
 
     /// The outbox backlog: (unsent rows, creation time of the oldest, rows failed for good).
     pub async fn outbox_backlog(&self) -> Result<(i64, Option<i64>, i64)> {
-        let r = sqlx::query(
-            "SELECT COUNT(*), MIN(created_at), \
-             (SELECT COUNT(*) FROM outbox WHERE failed_at IS NOT NULL) \
+        let b: Backlog = sqlx::query_as(
+            "SELECT COUNT(*) AS unsent, MIN(created_at) AS oldest, \
+             (SELECT COUNT(*) FROM outbox WHERE failed_at IS NOT NULL) AS failed \
              FROM outbox WHERE sent_at IS NULL AND failed_at IS NULL",
         )
         .fetch_one(&self.pool)
         .await?;
-        Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))
+        Ok((b.unsent, b.oldest, b.failed))
     }
 }

@@ -2,9 +2,8 @@
 
 use gpusanity_common::wire::job::JobNode;
 use serde::{Deserialize, Serialize};
-use sqlx::any::AnyRow;
-use sqlx::Row;
 
+use crate::column::{Flag, JsonText};
 use crate::lease::Fence;
 use crate::{now_ms, Db, Result, Tx};
 
@@ -29,6 +28,7 @@ impl ServiceRunState {
         }
     }
 
+    /// The stored name; an unknown one reads as `Checking` (the state a person can resolve).
     fn parse(s: &str) -> ServiceRunState {
         match s {
             "CheckPassed" => ServiceRunState::CheckPassed,
@@ -39,19 +39,27 @@ impl ServiceRunState {
     }
 }
 
+impl From<String> for ServiceRunState {
+    fn from(s: String) -> ServiceRunState {
+        ServiceRunState::parse(&s)
+    }
+}
+
 /// The job as its last allocation described it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct JobRow {
     pub job_id: String,
     pub workspace_id: String,
     pub attempt: i64,
     pub framework: Option<String>,
+    #[sqlx(try_from = "JsonText<Vec<JobNode>>")]
     pub nodes: Vec<JobNode>,
+    #[sqlx(try_from = "Flag")]
     pub enable_check: bool,
     pub check_args: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema, sqlx::FromRow)]
 pub struct RunRow {
     pub run_id: String,
     pub job_id: String,
@@ -60,13 +68,17 @@ pub struct RunRow {
     pub cause_event_id: String,
     /// The job's nodes: `{name, address, gpus}` each.
     #[schema(value_type = Vec<Object>)]
+    #[sqlx(try_from = "JsonText<Vec<JobNode>>")]
     pub nodes: Vec<JobNode>,
     pub check_args: String,
     /// The validated settings, as JSON.
     #[schema(value_type = Object)]
+    #[sqlx(try_from = "JsonText<serde_json::Value>")]
     pub settings: serde_json::Value,
+    #[sqlx(try_from = "String")]
     pub state: ServiceRunState,
     /// A KeepJobHang overrun waiting for a person.
+    #[sqlx(try_from = "Flag")]
     pub held: bool,
     pub created_at: i64,
     pub deadline_at: i64,
@@ -76,25 +88,6 @@ pub struct RunRow {
 
 pub(crate) const RUN_COLUMNS: &str =
     "run_id, job_id, workspace_id, attempt, cause_event_id, nodes, check_args, settings, state, held, created_at, deadline_at, finished_at, summary";
-
-pub(crate) fn run_from_row(r: &AnyRow) -> Result<RunRow> {
-    Ok(RunRow {
-        run_id: r.try_get(0)?,
-        job_id: r.try_get(1)?,
-        workspace_id: r.try_get(2)?,
-        attempt: r.try_get(3)?,
-        cause_event_id: r.try_get(4)?,
-        nodes: serde_json::from_str(&r.try_get::<String, _>(5)?)?,
-        check_args: r.try_get(6)?,
-        settings: serde_json::from_str(&r.try_get::<String, _>(7)?)?,
-        state: ServiceRunState::parse(&r.try_get::<String, _>(8)?),
-        held: r.try_get::<i64, _>(9)? != 0,
-        created_at: r.try_get(10)?,
-        deadline_at: r.try_get(11)?,
-        finished_at: r.try_get(12)?,
-        summary: r.try_get(13)?,
-    })
-}
 
 /// Records a job event by id; false when it was seen before (a redelivery: do nothing).
 pub async fn record_job_event(
@@ -125,24 +118,12 @@ pub async fn upsert_job(tx: &mut Tx, j: &JobRow) -> Result<()> {
 }
 
 pub async fn get_job(tx: &mut Tx, job_id: &str) -> Result<Option<JobRow>> {
-    let row = sqlx::query(
+    Ok(sqlx::query_as(
         "SELECT job_id, workspace_id, attempt, framework, nodes, enable_check, check_args FROM jobs WHERE job_id = $1",
     )
     .bind(job_id)
     .fetch_optional(&mut **tx)
-    .await?;
-    row.map(|r| {
-        Ok(JobRow {
-            job_id: r.try_get(0)?,
-            workspace_id: r.try_get(1)?,
-            attempt: r.try_get(2)?,
-            framework: r.try_get(3)?,
-            nodes: serde_json::from_str(&r.try_get::<String, _>(4)?)?,
-            enable_check: r.try_get::<i64, _>(5)? != 0,
-            check_args: r.try_get(6)?,
-        })
-    })
-    .transpose()
+    .await?)
 }
 
 pub async fn mark_job_stopped(tx: &mut Tx, job_id: &str) -> Result<()> {
@@ -250,56 +231,60 @@ async fn transition_if(tx: &mut Tx, changed: u64, run_id: &str, state: &str, det
 }
 
 pub async fn active_run_of_job(tx: &mut Tx, job_id: &str) -> Result<Option<RunRow>> {
-    let row = sqlx::query(&format!(
+    Ok(sqlx::query_as(&format!(
         "SELECT {RUN_COLUMNS} FROM runs WHERE job_id = $1 AND state = 'Checking' ORDER BY created_at DESC LIMIT 1"
     ))
     .bind(job_id)
     .fetch_optional(&mut **tx)
-    .await?;
-    row.as_ref().map(run_from_row).transpose()
+    .await?)
 }
 
 pub async fn get_run_tx(tx: &mut Tx, run_id: &str) -> Result<Option<RunRow>> {
-    let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1"))
+    Ok(sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1"))
         .bind(run_id)
         .fetch_optional(&mut **tx)
-        .await?;
-    row.as_ref().map(run_from_row).transpose()
+        .await?)
 }
 
 impl Db {
     pub async fn get_run(&self, run_id: &str) -> Result<Option<RunRow>> {
-        let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1"))
+        Ok(sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1"))
             .bind(run_id)
             .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(run_from_row).transpose()
+            .await?)
     }
 
     /// The run's report.json as stored, if any.
     pub async fn run_report(&self, run_id: &str) -> Result<Option<String>> {
-        let row =
-            sqlx::query("SELECT report FROM runs WHERE run_id = $1").bind(run_id).fetch_optional(&self.pool).await?;
-        Ok(match row {
-            Some(r) => r.try_get::<Option<String>, _>(0)?,
-            None => None,
-        })
+        let report: Option<Option<String>> = sqlx::query_scalar("SELECT report FROM runs WHERE run_id = $1")
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(report.flatten())
     }
 
     /// Runs in `Checking` (held or not), oldest first: what a restarted service resumes.
     pub async fn active_runs(&self) -> Result<Vec<RunRow>> {
-        let rows = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE state = 'Checking' ORDER BY created_at"))
+        Ok(sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE state = 'Checking' ORDER BY created_at"))
             .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(run_from_row).collect()
+            .await?)
     }
 
     /// A run's transitions as (state, detail, at ms), in order.
     pub async fn transitions(&self, run_id: &str) -> Result<Vec<(String, String, i64)>> {
-        let rows = sqlx::query("SELECT state, detail, at FROM transitions WHERE run_id = $1 ORDER BY id")
-            .bind(run_id)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
+        let rows: Vec<TransitionRow> =
+            sqlx::query_as("SELECT state, detail, at FROM transitions WHERE run_id = $1 ORDER BY id")
+                .bind(run_id)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().map(|t| (t.state, t.detail, t.at)).collect())
     }
+}
+
+/// One row of `transitions`.
+#[derive(sqlx::FromRow)]
+struct TransitionRow {
+    state: String,
+    detail: String,
+    at: i64,
 }

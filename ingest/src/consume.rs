@@ -13,6 +13,9 @@ use std::time::Duration;
 
 pub use crate::dead_letter::dead_letter;
 use anyhow::Result;
+use gpusanity_bus::backoff::Backoff;
+use gpusanity_bus::kafka::{self, KafkaConn};
+use gpusanity_bus::signals::SIGNALS;
 use gpusanity_common::wire::job::{JobEvent, JobEventBody};
 use gpusanity_common::wire::output::{OutputBody, OutputEvent};
 use gpusanity_common::wire::{Topics, WIRE_VERSION};
@@ -24,7 +27,6 @@ use rdkafka::message::{Message, OwnedMessage};
 use thiserror::Error;
 use tokio::sync::{mpsc, Notify};
 
-use crate::retry::Backoff;
 use crate::validate::Reject;
 use crate::Notice;
 
@@ -107,7 +109,7 @@ impl Ingest {
             let first = match consumer.recv().await {
                 Ok(m) => m.detach(),
                 Err(e) => {
-                    crate::signals::SIGNALS.kafka_error();
+                    SIGNALS.kafka_error();
                     tracing::warn!("reading job events: {e}");
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     continue;
@@ -123,7 +125,7 @@ impl Ingest {
                         batch.push(m);
                     }
                     Ok(Err(e)) => {
-                        crate::signals::SIGNALS.kafka_error();
+                        SIGNALS.kafka_error();
                         tracing::warn!("reading job events: {e}");
                         break;
                     }
@@ -135,7 +137,7 @@ impl Ingest {
                 // Fails only when the partition was taken away meanwhile (a rebalance): its new
                 // owner reads the batch again, and the stored event ids make that a no-op.
                 if let Err(e) = consumer.store_offset(m.topic(), m.partition(), m.offset()) {
-                    crate::signals::SIGNALS.kafka_error();
+                    SIGNALS.kafka_error();
                     tracing::warn!(partition = m.partition(), offset = m.offset(), "storing a consumed offset: {e}");
                 }
             }
@@ -153,11 +155,11 @@ impl Ingest {
         loop {
             match self.apply_batch(batch).await {
                 Ok(notices) => {
-                    crate::signals::SIGNALS.db_ok();
+                    SIGNALS.db_ok();
                     return notices;
                 }
                 Err(e) => {
-                    crate::signals::SIGNALS.db_error();
+                    SIGNALS.db_error();
                     let wait = backoff.step();
                     tracing::warn!(events = batch.len(), "applying job events failed, retrying in {wait:?}: {e}");
                     tokio::time::sleep(wait).await;
@@ -230,8 +232,8 @@ fn message_bytes(m: &OwnedMessage) -> usize {
 
 /// Subscribes a group consumer to the job-events topic.
 /// `instance`: this replica's id, its static membership of the group.
-pub fn subscribe(conn: &crate::kafka::KafkaConn, group: &str, instance: &str, topic: &str) -> Result<StreamConsumer> {
-    let c = crate::kafka::static_member(conn, group, instance)?;
+pub fn subscribe(conn: &KafkaConn, group: &str, instance: &str, topic: &str) -> Result<StreamConsumer> {
+    let c = kafka::static_member(conn, group, instance)?;
     c.subscribe(&[topic])?;
     Ok(c)
 }

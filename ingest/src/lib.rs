@@ -1,16 +1,13 @@
-//! The Kafka side of the service: the job-event consumer (validation, dead letters, idempotency
-//! by event id, the scope rule and the timing policy, runs stored before offsets are committed)
-//! and the Kafka helpers (topics, producers, consumers) the rest of the service uses. The outbox
-//! publisher is `gpusanity_service::outbox`.
+//! The job-event consumer of the service: validation, dead letters, idempotency by event id,
+//! the scope rule and the timing policy, runs stored before offsets are committed. Its Kafka
+//! clients, backoff and error signals are `gpusanity_bus`'s, shared with the rest of the
+//! service; the outbox publisher is `gpusanity_service::outbox`.
 
 mod apply;
 mod batch;
 pub mod consume;
 pub mod dead_letter;
-pub mod kafka;
 pub mod policy;
-pub mod retry;
-pub mod signals;
 pub mod text;
 pub mod validate;
 

@@ -11,12 +11,13 @@
 use std::time::Duration;
 
 use gpusanity_common::wire::output::OutputEvent;
+use gpusanity_db::deliveries::{self, NewDelivery};
 use gpusanity_db::{Db, DbError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::rules::{Channel, WebhookFormat};
-use crate::store::{self, NewDelivery};
+use crate::store;
 
 /// Where one delivery goes; stored with the delivery as JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,11 +77,11 @@ pub fn idempotency_key(event_id: &str, rule_id: &str, channel: usize, recipient:
 
 /// Plans up to `limit` unplanned outbox rows; returns how many deliveries it inserted.
 pub async fn plan_batch(db: &Db, output_topic: &str, limit: i64) -> Result<usize, DbError> {
-    if !store::any_unplanned(db).await? {
+    if !db.any_unplanned().await? {
         return Ok(0);
     }
     let mut tx = db.begin().await?;
-    let rows = store::unplanned(&mut tx, limit).await?;
+    let rows = deliveries::unplanned(&mut tx, limit).await?;
     let mut planned = 0;
     for row in &rows {
         if row.topic == output_topic {
@@ -103,7 +104,7 @@ pub async fn plan_batch(db: &Db, output_topic: &str, limit: i64) -> Result<usize
                                     target: serde_json::to_string(&t)?,
                                     event: &row.payload,
                                 };
-                                store::insert_delivery(&mut tx, &d).await?;
+                                deliveries::insert_delivery(&mut tx, &d).await?;
                                 planned += 1;
                             }
                         }
@@ -115,7 +116,7 @@ pub async fn plan_batch(db: &Db, output_topic: &str, limit: i64) -> Result<usize
                 }
             }
         }
-        store::mark_planned(&mut tx, row.id).await?;
+        deliveries::mark_planned(&mut tx, row.id).await?;
     }
     tx.commit().await?;
     Ok(planned)
@@ -129,7 +130,7 @@ pub async fn run(db: &Db, output_topic: &str, poll: Duration, wake: &tokio::sync
             tracing::debug!("planned {n} deliveries");
             wake.notify_one();
         }
-        if store::any_unplanned(db).await? {
+        if db.any_unplanned().await? {
             continue;
         }
         tokio::time::sleep(poll).await;

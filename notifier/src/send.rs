@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gpusanity_common::wire::output::OutputEvent;
+use gpusanity_db::deliveries::{Due, Outcome};
 use gpusanity_db::{now_ms, Db, DbError};
 use rand::Rng;
 use tokio::sync::{Notify, Semaphore};
@@ -18,7 +19,6 @@ use crate::email::{Mailed, Mailer};
 use crate::guard::Policy;
 use crate::notice::Notice;
 use crate::plan::Target;
-use crate::store::{self, Due, Outcome};
 use crate::webhook::{self, Sent};
 
 pub struct Sender {
@@ -101,7 +101,7 @@ impl Sender {
             let free = slots.available_permits() as i64;
             if free > 0 {
                 let busy = inflight.lock().map(|s| s.busy()).unwrap_or(0) as i64;
-                for d in store::due(&self.db, free + busy).await? {
+                for d in self.db.due_deliveries(free + busy).await? {
                     let fresh = inflight.lock().map(|mut s| s.claim(&d)).unwrap_or(false);
                     if !fresh {
                         continue;
@@ -115,7 +115,7 @@ impl Sender {
                     let (me, inflight) = (self.clone(), inflight.clone());
                     tokio::spawn(async move {
                         let (id, attempts) = (d.id, d.attempts + 1);
-                        let claimed = store::claim(&me.db, &d, &me.holder, me.claim_ms()).await;
+                        let claimed = me.db.claim_delivery(&d, &me.holder, me.claim_ms()).await;
                         if !matches!(claimed, Ok(true)) {
                             // Another replica took it (or the database is away): not ours now.
                             if let Ok(mut s) = inflight.lock() {
@@ -188,7 +188,7 @@ impl Sender {
             }
         };
         let o = Outcome { ok, status_code: code.map(i64::from), error, took_ms, status, next_at };
-        store::record(&self.db, &d, &o).await
+        self.db.record_attempt(&d, &o).await
     }
 
     async fn attempt(&self, d: &Due) -> Tried {

@@ -9,8 +9,8 @@ use crate::coordinator::CoordinatorConfig;
 use crate::http::browser::session::SessionConfig;
 use crate::http::browser::BrowserConfig;
 use crate::http::scope::{read_token_file, Tokens};
+use gpusanity_bus::kafka::KafkaConn;
 use gpusanity_common::wire::Topics;
-use gpusanity_ingest::kafka::KafkaConn;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -103,14 +103,14 @@ impl KafkaConfig {
     }
 
     /// How missing topics are created and how long start-up waits for the broker.
-    pub fn topic_spec(&self) -> Result<gpusanity_ingest::kafka::TopicSpec, String> {
+    pub fn topic_spec(&self) -> Result<gpusanity_bus::kafka::TopicSpec, String> {
         if self.partitions < 1 || self.replication_factor < 1 {
             return Err("kafka.partitions and kafka.replication_factor must be at least 1".into());
         }
         if !self.startup_wait_s.is_finite() || self.startup_wait_s < 0.0 || self.startup_wait_s > 1e9 {
             return Err("kafka.startup_wait_s must be a number of seconds, 0 or more".into());
         }
-        Ok(gpusanity_ingest::kafka::TopicSpec {
+        Ok(gpusanity_bus::kafka::TopicSpec {
             partitions: self.partitions,
             replication_factor: self.replication_factor,
             startup_wait: (self.startup_wait_s > 0.0).then(|| Duration::from_secs_f64(self.startup_wait_s)),

@@ -13,8 +13,8 @@
 use std::time::Duration;
 
 use anyhow::Result;
+use gpusanity_bus::kafka::KafkaConn;
 use gpusanity_common::wire::output::{OutputBody, OutputEvent};
-use gpusanity_ingest::kafka::KafkaConn;
 use gpusanity_slurm::{drain_reason, Action, Scontrol, DEFAULT_PREFIX};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::Message;
@@ -89,7 +89,7 @@ pub fn action(payload: &[u8], prefix: &str, max_age: Duration) -> Result<Option<
 
 /// The backend's consumer in `group`: offsets committed only for the events handled.
 pub fn subscribe(conn: &KafkaConn, group: &str, topic: &str) -> Result<StreamConsumer> {
-    let c = gpusanity_ingest::kafka::group_consumer(conn, group)?;
+    let c = gpusanity_bus::kafka::group_consumer(conn, group)?;
     c.subscribe(&[topic])?;
     Ok(c)
 }

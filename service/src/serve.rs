@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::future::IntoFuture;
 
 use anyhow::{Context, Result};
+use gpusanity_bus::kafka;
 use gpusanity_db::Db;
 use gpusanity_ingest::consume::{self, Ingest, Owner};
-use gpusanity_ingest::kafka;
 use tokio::sync::{mpsc, Notify};
 
 use crate::auth::Verifier;

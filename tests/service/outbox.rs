@@ -6,10 +6,10 @@ use gpusanity_testkit::svc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpusanity_bus::kafka;
 use gpusanity_common::wire::output::OutputBody;
 use gpusanity_db::{outbox, Db};
 use gpusanity_ingest::consume::output_event;
-use gpusanity_ingest::kafka;
 use gpusanity_service::outbox::lease::Keeper;
 use gpusanity_service::outbox::Publisher;
 use rdkafka::message::{Header, OwnedHeaders};

@@ -33,7 +33,7 @@ const KEEP_DONE: usize = 64;
 pub struct AgentConfig {
     pub node: String,
     /// The brokers and the client properties (TLS, SASL).
-    pub kafka: gpusanity_ingest::kafka::KafkaConn,
+    pub kafka: gpusanity_bus::kafka::KafkaConn,
     pub topics: Topics,
     /// The address the other nodes reach this node at (node 0 hosts the rendezvous on it).
     pub address: String,
@@ -50,7 +50,7 @@ pub struct AgentConfig {
     /// Passed to each launcher (--allow-env, --test-faults).
     pub env_policy: EnvPolicy,
     /// How the agent's topics are created if missing, and how long start-up waits for the broker.
-    pub topic_spec: gpusanity_ingest::kafka::TopicSpec,
+    pub topic_spec: gpusanity_bus::kafka::TopicSpec,
     /// Node 0's rendezvous ports; `None`: any free port.
     pub rdzv_ports: Option<gpusanity_common::wire::launcher::PortRange>,
 }
@@ -113,9 +113,9 @@ struct Agent {
 }
 
 /// An unreachable broker, or one that refuses the client (TLS, SASL), is bad input (exit 2), like an unreachable master for `check`.
-pub fn topics_error(e: gpusanity_ingest::kafka::TopicsError) -> anyhow::Error {
+pub fn topics_error(e: gpusanity_bus::kafka::TopicsError) -> anyhow::Error {
     match e {
-        gpusanity_ingest::kafka::TopicsError::Unreachable(..) | gpusanity_ingest::kafka::TopicsError::Refused(..) => {
+        gpusanity_bus::kafka::TopicsError::Unreachable(..) | gpusanity_bus::kafka::TopicsError::Refused(..) => {
             crate::UsageError(e.to_string()).into()
         }
         e => anyhow::Error::from(e).context("creating the Kafka topics"),
@@ -125,11 +125,11 @@ pub fn topics_error(e: gpusanity_ingest::kafka::TopicsError) -> anyhow::Error {
 /// Runs the agent until SIGTERM/SIGINT; its launchers are stopped before it returns.
 pub async fn run(cfg: AgentConfig) -> Result<()> {
     let k = &cfg.topics;
-    gpusanity_ingest::kafka::ensure_topics(&cfg.kafka, &[&k.agent_tasks, &k.agent_reports], &cfg.topic_spec)
+    gpusanity_bus::kafka::ensure_topics(&cfg.kafka, &[&k.agent_tasks, &k.agent_reports], &cfg.topic_spec)
         .await
         .map_err(topics_error)?;
-    let producer = gpusanity_ingest::kafka::producer(&cfg.kafka)?;
-    let consumer = gpusanity_ingest::kafka::tail_consumer(&cfg.kafka, &cfg.topics.agent_tasks)
+    let producer = gpusanity_bus::kafka::producer(&cfg.kafka)?;
+    let consumer = gpusanity_bus::kafka::tail_consumer(&cfg.kafka, &cfg.topics.agent_tasks)
         .context("reading the agent-tasks topic")?;
     std::fs::create_dir_all(&cfg.work_dir).with_context(|| format!("creating {}", cfg.work_dir.display()))?;
     let (exits, mut exited) = mpsc::unbounded_channel();

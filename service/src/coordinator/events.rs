@@ -3,8 +3,8 @@
 //! until its end is stored; a report's offset is stored only after it was handled).
 
 use anyhow::Result;
-use gpusanity_ingest::retry::Backoff;
-use gpusanity_ingest::signals::SIGNALS;
+use gpusanity_bus::backoff::Backoff;
+use gpusanity_bus::signals::SIGNALS;
 use rdkafka::message::Message;
 use tokio::sync::mpsc;
 

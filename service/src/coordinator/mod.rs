@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use gpusanity_bus::kafka::KafkaConn;
 use gpusanity_common::report::{Report, RunStatus};
 use gpusanity_common::wire::agent::{AgentCommand, AgentReport, CommandBody, NodeResult, ReportBody, Task};
 use gpusanity_common::wire::output::FailReason;
@@ -31,7 +32,6 @@ use gpusanity_common::{Settings, TimeoutOps};
 use gpusanity_db::lease::Fence;
 use gpusanity_db::runs::{RunRow, ServiceRunState};
 use gpusanity_db::Db;
-use gpusanity_ingest::kafka::KafkaConn;
 use gpusanity_ingest::Notice;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -379,7 +379,7 @@ fn task(a: &Active, k: usize, master: Option<(String, u16)>) -> AgentCommand {
 /// replica reads the topic once from its start (reports older than `agent_auth.max_age_s` are
 /// refused as stale); a restarted one goes on from its committed offsets.
 pub fn subscribe(conn: &KafkaConn, group: &str, topic: &str) -> Result<StreamConsumer> {
-    let c = gpusanity_ingest::kafka::group_consumer(conn, group)?;
+    let c = gpusanity_bus::kafka::group_consumer(conn, group)?;
     c.subscribe(&[topic])?;
     Ok(c)
 }

@@ -6,13 +6,13 @@
 //! handled again after a backoff, and nothing is dead-lettered.
 
 use anyhow::Result;
+use gpusanity_bus::backoff::Backoff;
 use gpusanity_common::report::Finding;
 use gpusanity_common::wire::agent::{AgentReport, ReportBody};
 use gpusanity_common::wire::output::FailReason;
 use gpusanity_db::runs::RunRow;
 use gpusanity_db::{outbox, DbError};
 use gpusanity_ingest::consume::dead_letter;
-use gpusanity_ingest::retry::Backoff;
 use gpusanity_ingest::validate;
 use rdkafka::message::Message;
 

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use gpusanity_bus::signals::SIGNALS;
 use gpusanity_db::Db;
-use gpusanity_ingest::signals::SIGNALS;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{json, Value};

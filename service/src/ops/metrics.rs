@@ -6,8 +6,8 @@
 
 use std::sync::LazyLock;
 
+use gpusanity_bus::signals::SIGNALS;
 use gpusanity_db::Db;
-use gpusanity_ingest::signals::SIGNALS;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
@@ -188,7 +188,7 @@ trait Logged {
     fn db_error_logged(&self, e: &gpusanity_db::DbError);
 }
 
-impl Logged for gpusanity_ingest::signals::Signals {
+impl Logged for gpusanity_bus::signals::Signals {
     fn db_error_logged(&self, e: &gpusanity_db::DbError) {
         self.db_error();
         tracing::debug!("reading the metrics' counts: {e}");

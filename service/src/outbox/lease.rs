@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpusanity_bus::signals::SIGNALS;
 use gpusanity_db::{now_ms, Db};
-use gpusanity_ingest::signals::SIGNALS;
 
 use crate::ops::metrics::METRICS;
 

@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
+use gpusanity_bus::backoff::Backoff;
+use gpusanity_bus::kafka::{self, KafkaError};
+use gpusanity_bus::signals::SIGNALS;
 use gpusanity_db::{Db, DbError};
-use gpusanity_ingest::kafka::{self, KafkaError};
-use gpusanity_ingest::retry::Backoff;
-use gpusanity_ingest::signals::SIGNALS;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;

@@ -16,7 +16,7 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 
-use gpusanity_ingest::kafka;
+use gpusanity_bus::kafka;
 
 use super::Publisher;
 

@@ -104,7 +104,7 @@ pub fn partition_ends<C: rdkafka::client::ClientContext>(
     topic: &str,
 ) -> Result<Vec<(i32, i64)>, KafkaError> {
     let deadline = std::time::Instant::now() + LEADER_WAIT;
-    let mut backoff = crate::retry::Backoff::default();
+    let mut backoff = crate::backoff::Backoff::default();
     loop {
         match partition_ends_once(client, topic) {
             Err(e) if leader_moving(&e) && std::time::Instant::now() < deadline => {

@@ -1,0 +1,130 @@
+//! Column types the row structs read by name (`#[derive(sqlx::FromRow)]` with
+//! `#[sqlx(try_from = ...)]`): the schema keeps flags as integers and structured values as JSON
+//! text, the same on SQLite and PostgreSQL, which sqlx's `Any` driver does not map by itself.
+//! A value that does not decode is a `sqlx::Error::ColumnDecode` naming the column.
+
+use serde::de::DeserializeOwned;
+use sqlx::any::{Any, AnyTypeInfo, AnyValueRef};
+use sqlx::decode::Decode;
+use sqlx::error::BoxDynError;
+use sqlx::types::Type;
+
+use gpusanity_common::wire::job::JobNode;
+
+/// An integer column read as a flag: 0 is false, anything else true.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flag(pub bool);
+
+impl Type<Any> for Flag {
+    fn type_info() -> AnyTypeInfo {
+        <i64 as Type<Any>>::type_info()
+    }
+
+    fn compatible(ty: &AnyTypeInfo) -> bool {
+        <i64 as Type<Any>>::compatible(ty)
+    }
+}
+
+impl<'r> Decode<'r, Any> for Flag {
+    fn decode(value: AnyValueRef<'r>) -> Result<Self, BoxDynError> {
+        Ok(Flag(<i64 as Decode<'r, Any>>::decode(value)? != 0))
+    }
+}
+
+impl From<Flag> for bool {
+    fn from(f: Flag) -> bool {
+        f.0
+    }
+}
+
+/// A text column holding JSON, parsed into `T` on read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonText<T>(pub T);
+
+impl<T> Type<Any> for JsonText<T> {
+    fn type_info() -> AnyTypeInfo {
+        <String as Type<Any>>::type_info()
+    }
+
+    fn compatible(ty: &AnyTypeInfo) -> bool {
+        <String as Type<Any>>::compatible(ty)
+    }
+}
+
+impl<'r, T: DeserializeOwned> Decode<'r, Any> for JsonText<T> {
+    fn decode(value: AnyValueRef<'r>) -> Result<Self, BoxDynError> {
+        let text = <String as Decode<'r, Any>>::decode(value)?;
+        Ok(JsonText(serde_json::from_str(&text)?))
+    }
+}
+
+impl From<JsonText<Vec<JobNode>>> for Vec<JobNode> {
+    fn from(j: JsonText<Vec<JobNode>>) -> Self {
+        j.0
+    }
+}
+
+impl From<JsonText<serde_json::Value>> for serde_json::Value {
+    fn from(j: JsonText<serde_json::Value>) -> Self {
+        j.0
+    }
+}
+
+/// A text column holding a comma-separated list (empty items dropped).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommaList(pub Vec<String>);
+
+impl Type<Any> for CommaList {
+    fn type_info() -> AnyTypeInfo {
+        <String as Type<Any>>::type_info()
+    }
+
+    fn compatible(ty: &AnyTypeInfo) -> bool {
+        <String as Type<Any>>::compatible(ty)
+    }
+}
+
+impl<'r> Decode<'r, Any> for CommaList {
+    fn decode(value: AnyValueRef<'r>) -> Result<Self, BoxDynError> {
+        let text = <String as Decode<'r, Any>>::decode(value)?;
+        Ok(CommaList(text.split(',').filter(|c| !c.is_empty()).map(str::to_string).collect()))
+    }
+}
+
+impl From<CommaList> for Vec<String> {
+    fn from(l: CommaList) -> Self {
+        l.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::Row;
+
+    #[derive(sqlx::FromRow)]
+    struct Probe {
+        #[sqlx(try_from = "Flag")]
+        flag: bool,
+        #[sqlx(try_from = "JsonText<Vec<JobNode>>")]
+        nodes: Vec<JobNode>,
+    }
+
+    #[tokio::test]
+    async fn flags_and_json_read_by_name_and_bad_json_is_a_column_decode_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::Db::connect(&format!("sqlite://{}", dir.path().join("c.db").display())).await.unwrap();
+        let nodes = r#"[{"name":"n1","address":"10.0.0.1","gpus":8}]"#;
+        let p: Probe = sqlx::query_as("SELECT $1 AS nodes, 7 AS flag").bind(nodes).fetch_one(&db.pool).await.unwrap();
+        assert!(p.flag);
+        assert_eq!(p.nodes, [JobNode { name: "n1".into(), address: "10.0.0.1".into(), gpus: 8 }]);
+        let p: Probe = sqlx::query_as("SELECT '[]' AS nodes, 0 AS flag").fetch_one(&db.pool).await.unwrap();
+        assert!(!p.flag && p.nodes.is_empty());
+        let e = sqlx::query_as::<_, Probe>("SELECT '[{' AS nodes, 1 AS flag").fetch_one(&db.pool).await.err().unwrap();
+        assert!(matches!(&e, sqlx::Error::ColumnDecode { index, .. } if index.contains("nodes")), "{e:?}");
+        assert!(crate::DbError::Sql(e).is_poison());
+        // A text where a flag belongs is refused too, not read as false.
+        let row = sqlx::query("SELECT 'yes' AS flag").fetch_one(&db.pool).await.unwrap();
+        assert!(row.try_get::<Flag, _>("flag").is_err());
+    }
+}
