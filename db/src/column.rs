@@ -11,25 +11,34 @@ use sqlx::types::Type;
 
 use gpusanity_common::wire::job::JobNode;
 
+/// `Type<Any>` and `Decode<Any>` for a column type: the value is read as `$stored` (whose SQL
+/// types it accepts) and turned into the column type by `$from`.
+macro_rules! column_type {
+    ($name:ident $(<$t:ident: $bound:path>)?, $stored:ty, $from:expr) => {
+        impl$(<$t: $bound>)? Type<Any> for $name$(<$t>)? {
+            fn type_info() -> AnyTypeInfo {
+                <$stored as Type<Any>>::type_info()
+            }
+
+            fn compatible(ty: &AnyTypeInfo) -> bool {
+                <$stored as Type<Any>>::compatible(ty)
+            }
+        }
+
+        impl<'r $(, $t: $bound)?> Decode<'r, Any> for $name$(<$t>)? {
+            fn decode(value: AnyValueRef<'r>) -> Result<Self, BoxDynError> {
+                let from: fn($stored) -> Result<Self, BoxDynError> = $from;
+                from(<$stored as Decode<'r, Any>>::decode(value)?)
+            }
+        }
+    };
+}
+
 /// An integer column read as a flag: 0 is false, anything else true.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Flag(pub bool);
 
-impl Type<Any> for Flag {
-    fn type_info() -> AnyTypeInfo {
-        <i64 as Type<Any>>::type_info()
-    }
-
-    fn compatible(ty: &AnyTypeInfo) -> bool {
-        <i64 as Type<Any>>::compatible(ty)
-    }
-}
-
-impl<'r> Decode<'r, Any> for Flag {
-    fn decode(value: AnyValueRef<'r>) -> Result<Self, BoxDynError> {
-        Ok(Flag(<i64 as Decode<'r, Any>>::decode(value)? != 0))
-    }
-}
+column_type!(Flag, i64, |n| Ok(Flag(n != 0)));
 
 impl From<Flag> for bool {
     fn from(f: Flag) -> bool {
@@ -41,22 +50,7 @@ impl From<Flag> for bool {
 #[derive(Debug, Clone, PartialEq)]
 pub struct JsonText<T>(pub T);
 
-impl<T> Type<Any> for JsonText<T> {
-    fn type_info() -> AnyTypeInfo {
-        <String as Type<Any>>::type_info()
-    }
-
-    fn compatible(ty: &AnyTypeInfo) -> bool {
-        <String as Type<Any>>::compatible(ty)
-    }
-}
-
-impl<'r, T: DeserializeOwned> Decode<'r, Any> for JsonText<T> {
-    fn decode(value: AnyValueRef<'r>) -> Result<Self, BoxDynError> {
-        let text = <String as Decode<'r, Any>>::decode(value)?;
-        Ok(JsonText(serde_json::from_str(&text)?))
-    }
-}
+column_type!(JsonText<T: DeserializeOwned>, String, |text| Ok(JsonText(serde_json::from_str(&text)?)));
 
 impl From<JsonText<Vec<JobNode>>> for Vec<JobNode> {
     fn from(j: JsonText<Vec<JobNode>>) -> Self {
@@ -74,22 +68,9 @@ impl From<JsonText<serde_json::Value>> for serde_json::Value {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommaList(pub Vec<String>);
 
-impl Type<Any> for CommaList {
-    fn type_info() -> AnyTypeInfo {
-        <String as Type<Any>>::type_info()
-    }
-
-    fn compatible(ty: &AnyTypeInfo) -> bool {
-        <String as Type<Any>>::compatible(ty)
-    }
-}
-
-impl<'r> Decode<'r, Any> for CommaList {
-    fn decode(value: AnyValueRef<'r>) -> Result<Self, BoxDynError> {
-        let text = <String as Decode<'r, Any>>::decode(value)?;
-        Ok(CommaList(text.split(',').filter(|c| !c.is_empty()).map(str::to_string).collect()))
-    }
-}
+column_type!(CommaList, String, |text| Ok(CommaList(
+    text.split(',').filter(|c| !c.is_empty()).map(str::to_string).collect()
+)));
 
 impl From<CommaList> for Vec<String> {
     fn from(l: CommaList) -> Self {
@@ -126,5 +107,8 @@ mod tests {
         // A text where a flag belongs is refused too, not read as false.
         let row = sqlx::query("SELECT 'yes' AS flag").fetch_one(&db.pool).await.unwrap();
         assert!(row.try_get::<Flag, _>("flag").is_err());
+        let row = sqlx::query("SELECT 'NO_AGENT,,GEMM_SLOW' AS codes, '' AS empty").fetch_one(&db.pool).await.unwrap();
+        assert_eq!(row.try_get::<CommaList, _>("codes").unwrap().0, ["NO_AGENT", "GEMM_SLOW"]);
+        assert!(row.try_get::<CommaList, _>("empty").unwrap().0.is_empty());
     }
 }

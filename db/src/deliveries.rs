@@ -228,3 +228,98 @@ impl Db {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::{RuleChange, RuleRow};
+
+    async fn db(dir: &tempfile::TempDir) -> Db {
+        Db::connect(&format!("sqlite://{}", dir.path().join("d.db").display())).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_delivery_is_planned_once_claimed_once_and_listed_with_its_attempts() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = db(&dir).await;
+        let mut tx = db.begin().await.unwrap();
+        crate::outbox::enqueue_raw(&mut tx, "out", "job-1", "ev-1", "{}").await.unwrap();
+        tx.commit().await.unwrap();
+        assert!(db.any_unplanned().await.unwrap());
+        let mut tx = db.begin().await.unwrap();
+        let rows = unplanned(&mut tx, 10).await.unwrap();
+        assert_eq!(rows.iter().map(|r| (r.topic.as_str(), r.payload.as_str())).collect::<Vec<_>>(), [("out", "{}")]);
+        let d = NewDelivery {
+            key: "k1",
+            workspace: "ws",
+            rule_id: "r1",
+            event_id: "ev-1",
+            event_type: "CheckFailed",
+            channel: "webhook",
+            target: "{}".into(),
+            event: "{}",
+        };
+        insert_delivery(&mut tx, &d).await.unwrap();
+        insert_delivery(&mut tx, &d).await.unwrap();
+        mark_planned(&mut tx, rows[0].id).await.unwrap();
+        tx.commit().await.unwrap();
+        assert!(!db.any_unplanned().await.unwrap());
+        let due = db.due_deliveries(10).await.unwrap();
+        assert_eq!(due.iter().map(|d| (d.key.as_str(), d.attempts)).collect::<Vec<_>>(), [("k1", 0)]);
+        assert!(db.claim_delivery(&due[0], "a", 60_000).await.unwrap());
+        assert!(!db.claim_delivery(&due[0], "b", 60_000).await.unwrap(), "claimed twice");
+        let failed = Outcome {
+            ok: false,
+            status_code: Some(503),
+            error: Some("busy".into()),
+            took_ms: 7,
+            status: "pending",
+            next_at: 0,
+        };
+        db.record_attempt(&due[0], &failed).await.unwrap();
+        let listed = db.deliveries("ws", Some("pending"), 10).await.unwrap();
+        assert_eq!(listed.len(), 1);
+        let (d, log) = (&listed[0], &listed[0].attempt_log);
+        assert_eq!((d.idempotency_key.as_str(), d.attempts, d.last_error.as_deref()), ("k1", 1, Some("busy")));
+        assert_eq!(log.iter().map(|a| (a.attempt, a.ok, a.status_code)).collect::<Vec<_>>(), [(1, false, Some(503))]);
+        assert!(db.deliveries("ws", Some("sent"), 10).await.unwrap().is_empty());
+        assert!(db.deliveries("other", None, 10).await.unwrap().is_empty());
+        let mut counts = db.deliveries_by_status().await.unwrap();
+        counts.sort();
+        assert_eq!(counts, [("webhook".to_string(), "pending".to_string(), 1)]);
+    }
+
+    #[tokio::test]
+    async fn rules_are_kept_per_workspace_and_only_enabled_ones_are_planned() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = db(&dir).await;
+        let rule = |id: &str, ws: &str, at: i64| RuleRow {
+            rule_id: id.into(),
+            workspace_id: ws.into(),
+            name: format!("rule {id}"),
+            enabled: true,
+            events: r#"["CheckFailed"]"#.into(),
+            channels: "[]".into(),
+            created_at: at,
+            updated_at: at,
+        };
+        db.insert_rule(&rule("r2", "ws", 2)).await.unwrap();
+        db.insert_rule(&rule("r1", "ws", 1)).await.unwrap();
+        db.insert_rule(&rule("r3", "other", 1)).await.unwrap();
+        let ids = |rows: Vec<RuleRow>| rows.into_iter().map(|r| r.rule_id).collect::<Vec<_>>();
+        assert_eq!(ids(db.rules("ws").await.unwrap()), ["r1", "r2"]);
+        assert_eq!(db.rule("ws", "r2").await.unwrap(), Some(rule("r2", "ws", 2)));
+        assert_eq!(db.rule("other", "r2").await.unwrap(), None);
+        let off = RuleChange { name: "off", enabled: false, events: "[]", channels: "[]", updated_at: 9 };
+        assert!(db.update_rule("ws", "r1", &off).await.unwrap());
+        assert!(!db.update_rule("other", "r1", &off).await.unwrap());
+        let r1 = db.rule("ws", "r1").await.unwrap().unwrap();
+        assert_eq!((r1.name.as_str(), r1.enabled, r1.updated_at, r1.created_at), ("off", false, 9, 1));
+        let mut tx = db.begin().await.unwrap();
+        assert_eq!(ids(crate::rules::enabled_rules(&mut tx, "ws").await.unwrap()), ["r2"]);
+        tx.commit().await.unwrap();
+        assert!(db.delete_rule("ws", "r2").await.unwrap());
+        assert!(!db.delete_rule("ws", "r2").await.unwrap());
+        assert_eq!(ids(db.rules("ws").await.unwrap()), ["r1"]);
+    }
+}
