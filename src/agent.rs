@@ -25,7 +25,8 @@ pub struct AgentArgs {
     /// The address other nodes reach this node at (node 0 hosts the rendezvous on it).
     #[arg(long, default_value = "127.0.0.1")]
     address: String,
-    /// Backend for the checks: auto, cuda or cpu.
+    /// Backend for the checks: auto or cuda (a job's GPUs are checked on CUDA, and a node whose
+    /// GPUs CUDA cannot use fails), or cpu (test rigs only: GPU jobs checked on CPU workers).
     #[arg(long, default_value_t = DeviceChoice::Auto, value_parser = crate::cli::device_parser())]
     device: DeviceChoice,
     /// Worker processes on this node [default: the number of GPUs, or 2 CPU workers].

@@ -13,6 +13,7 @@ fn every_finding_code_is_documented() {
         include_str!("links.rs"),
         include_str!("results.rs"),
         include_str!("../launcher/gather.rs"),
+        include_str!("../launcher/readiness.rs"),
         include_str!("micro.rs"),
         include_str!("hostlink.rs"),
         include_str!("models.rs"),

@@ -4,6 +4,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use gpusanity_common::device::DeviceChoice;
 use gpusanity_common::report::Report;
 use gpusanity_common::wire::agent::{NodeResult, Task};
 use nix::sys::signal::{kill, Signal};
@@ -42,7 +43,7 @@ impl Launch {
         let log = std::fs::File::create(dir.join("launcher.log"))?;
         let mut cmd = Command::new(std::env::current_exe().context("finding the gpusanity binary")?);
         cmd.arg("check")
-            .args(["--device", cfg.device.as_str(), "--node-name", &cfg.node])
+            .args(["--device", launcher_device(cfg.device).as_str(), "--node-name", &cfg.node])
             .args(["--nnodes", &t.nnodes.to_string(), "--node-rank", &t.node_rank.to_string()])
             .args(["--master-addr", &addr, "--master-port", &port.to_string()])
             .arg("--report-dir")
@@ -110,6 +111,17 @@ impl Launch {
     }
 }
 
+/// The launcher's `--device` for a job the service checks (one with GPUs: the others are out
+/// of scope and never reach an agent): CUDA, so that a node whose GPUs cannot be used fails
+/// the check instead of passing it on CPUs; the CPU backend only where the operator started
+/// the agent with `--device cpu` (a test rig), which the report's backend then says.
+fn launcher_device(agent: DeviceChoice) -> DeviceChoice {
+    match agent {
+        DeviceChoice::Cpu => DeviceChoice::Cpu,
+        DeviceChoice::Auto | DeviceChoice::Cuda => DeviceChoice::Cuda,
+    }
+}
+
 /// Writes `bytes` to a new file only its owner can read.
 fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
@@ -128,4 +140,16 @@ fn read_report(path: &std::path::Path) -> Option<Box<Report>> {
 fn last_error(log: &std::path::Path) -> Option<String> {
     let text = std::fs::read_to_string(log).ok()?;
     text.lines().rev().find(|l| l.contains("error")).map(|l| l.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_job_is_checked_on_cuda_unless_the_agent_was_started_on_cpu() {
+        assert_eq!(launcher_device(DeviceChoice::Auto), DeviceChoice::Cuda);
+        assert_eq!(launcher_device(DeviceChoice::Cuda), DeviceChoice::Cuda);
+        assert_eq!(launcher_device(DeviceChoice::Cpu), DeviceChoice::Cpu);
+    }
 }
