@@ -19,6 +19,7 @@ fn every_finding_code_is_documented() {
         include_str!("models.rs"),
         include_str!("health.rs"),
         include_str!("../../../common/src/health/decide.rs"),
+        include_str!("../../../common/src/health/readiness.rs"),
         include_str!("../../../common/src/checks/gemm.rs"),
         include_str!("../../../common/src/checks/kernel_launch.rs"),
         include_str!("../../../common/src/checks/memory_bandwidth.rs"),

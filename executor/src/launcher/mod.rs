@@ -290,12 +290,14 @@ fn resolve_device(
                 eprintln!("gpusanity: {why}");
             }
             let nproc = match opts.nproc_per_node {
-                Some(n) if n > max_cpu_workers() => return Err(UsageError(format!(
+                Some(n) if n > max_cpu_workers() => {
+                    return Err(UsageError(format!(
                     "--nproc-per-node {n} asks for more CPU workers than this node can run ({} at most: {} per core)",
                     max_cpu_workers(),
                     CPU_WORKERS_PER_CORE
                 ))
-                .into()),
+                    .into())
+                }
                 Some(n) => n,
                 None => 2,
             };
