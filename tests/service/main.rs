@@ -16,5 +16,6 @@ mod ops;
 mod outbox;
 mod poison;
 mod postgres;
+mod readiness;
 mod replicas;
 mod tls;
