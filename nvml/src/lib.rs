@@ -16,6 +16,7 @@
 
 mod monitor;
 mod raw;
+mod readiness;
 mod sample;
 
 use std::ffi::OsStr;

@@ -55,13 +55,15 @@ pub struct Monitor {
     index: u32,
     pci_bus_id: String,
     started: Instant,
+    /// The window's start as NVML's process samples time it (microseconds since the epoch).
+    started_us: u64,
     window_from: String,
     events: Result<EventSet<'static>, String>,
     seen: RefCell<Vec<XidEvent>>,
     baseline: Counters,
 }
 
-fn read<T>(r: Result<T, WrapperError>) -> Read<T> {
+pub(crate) fn read<T>(r: Result<T, WrapperError>) -> Read<T> {
     match r {
         Ok(v) => Read::Value(v),
         Err(WrapperError::NotSupported | WrapperError::FailedToLoadSymbol(_) | WrapperError::FunctionNotFound) => {
@@ -120,6 +122,9 @@ impl Monitor {
             index,
             pci_bus_id: pci_bus_id.to_string(),
             started: Instant::now(),
+            started_us: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
             window_from: window_from.to_string(),
             events,
             seen: RefCell::new(Vec::new()),
@@ -295,6 +300,8 @@ impl Monitor {
                 Some(v) => Read::Value(v),
                 None => Read::NotSupported,
             },
+            processes: crate::readiness::processes(d, self.started_us),
+            settings: crate::readiness::settings(d),
         }
     }
 }

@@ -2,7 +2,6 @@
 //! the documented exit code, and leaves no process behind.
 
 use gpusanity_testkit::common;
-use gpusanity_testkit::skip::{missing, Prereq};
 
 use std::time::{Duration, Instant};
 
@@ -204,20 +203,6 @@ fn bad_input_is_one_clear_line_and_exit_code_2() {
         &[],
         "cannot reach the rendezvous",
     );
-}
-
-#[test]
-fn a_missing_gpu_is_a_usage_error() {
-    let _g = serial();
-    let run = Run::new();
-    let mut c = std::process::Command::new(bin());
-    c.args(["check", "--device", "cuda", "--nproc-per-node", "1", "--report-dir"]).arg(run.report_dir());
-    let out = run_with_timeout(c, Duration::from_secs(30));
-    // This machine has no GPU; on one that has, the check itself runs.
-    if code(&out) != 2 {
-        return missing(Prereq::NoGpu, "a GPU is present here");
-    }
-    assert!(stderr(&out).contains("no usable GPU"), "{}", stderr(&out));
 }
 
 #[test]

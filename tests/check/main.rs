@@ -9,6 +9,7 @@ mod job_settings;
 mod micro_checks;
 mod models;
 mod one_rank;
+mod readiness;
 mod remeasure;
 mod rendezvous_auth;
 mod report_page;

@@ -17,5 +17,6 @@ mod outbox;
 mod poison;
 mod ports;
 mod postgres;
+mod readiness;
 mod replicas;
 mod tls;

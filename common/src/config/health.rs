@@ -30,6 +30,29 @@ pub struct GpuHealthConfig {
     pub sample_ms: u64,
     /// An SM clock under load below this fraction of its maximum is a warning.
     pub min_clock_fraction: f64,
+    /// GPU memory held by other processes above this fails the GPU, MiB.
+    #[serde(default = "default_leftover_mib")]
+    pub leftover_memory_mib: u64,
+    /// Another process computing on the GPU is a warning, not a failure.
+    #[serde(default)]
+    pub foreign_compute_warns: bool,
+    /// MIG enabled is expected (the job asked for MIG).
+    #[serde(default)]
+    pub allow_mig: bool,
+    /// The lowest driver version accepted (dotted numbers); none: any.
+    #[serde(default)]
+    pub min_driver: Option<String>,
+}
+
+/// Memory other processes may hold on a job's GPU before it fails, MiB (a CUDA context of
+/// another process is about 500 MiB).
+pub const DEFAULT_LEFTOVER_MIB: u64 = 1024;
+/// The most `leftover-memory-mib` takes (1 PiB).
+pub const MAX_LEFTOVER_MIB: u64 = 1 << 30;
+const MAX_DRIVER_CHARS: usize = 32;
+
+fn default_leftover_mib() -> u64 {
+    DEFAULT_LEFTOVER_MIB
 }
 
 impl Default for GpuHealthConfig {
@@ -41,13 +64,27 @@ impl Default for GpuHealthConfig {
             load_size: 4096,
             sample_ms: 10,
             min_clock_fraction: 0.5,
+            leftover_memory_mib: DEFAULT_LEFTOVER_MIB,
+            foreign_compute_warns: false,
+            allow_mig: false,
+            min_driver: None,
         }
     }
 }
 
 impl GpuHealthConfig {
-    pub const KEYS: &'static [&'static str] =
-        &["expected-gpus", "fatal-xids", "load-ms", "load-size", "sample-ms", "min-clock-fraction"];
+    pub const KEYS: &'static [&'static str] = &[
+        "expected-gpus",
+        "fatal-xids",
+        "load-ms",
+        "load-size",
+        "sample-ms",
+        "min-clock-fraction",
+        "leftover-memory-mib",
+        "foreign-compute",
+        "allow-mig",
+        "min-driver",
+    ];
 
     pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
         match p.field {
@@ -57,10 +94,44 @@ impl GpuHealthConfig {
             "load-size" => self.load_size = p.bounded(16_384)? as usize,
             "sample-ms" => self.sample_ms = p.bounded(1000)?,
             "min-clock-fraction" => self.min_clock_fraction = p.fraction("a fraction between 0 and 1")?,
+            "leftover-memory-mib" => {
+                self.leftover_memory_mib = match p.value {
+                    "0" => 0,
+                    _ => p.bounded(MAX_LEFTOVER_MIB)?,
+                }
+            }
+            "foreign-compute" => {
+                self.foreign_compute_warns = match p.value {
+                    "critical" => false,
+                    "warning" => true,
+                    _ => return Err(p.bad("`critical` or `warning`")),
+                }
+            }
+            "allow-mig" => {
+                self.allow_mig = match p.value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(p.bad("`true` or `false`")),
+                }
+            }
+            "min-driver" => self.min_driver = parse_driver(p)?,
             _ => return Ok(false),
         }
         Ok(true)
     }
+}
+
+/// `none`, or a driver version of dotted numbers (`580.65.06`, at most 32 characters).
+fn parse_driver(p: &Param<'_>) -> Result<Option<String>, ParamError> {
+    if p.value == "none" {
+        return Ok(None);
+    }
+    let ok = p.value.len() <= MAX_DRIVER_CHARS
+        && p.value.split('.').all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()));
+    if !ok {
+        return Err(p.bad("`none` or a driver version of dotted numbers, e.g. 580.65.06"));
+    }
+    Ok(Some(p.value.to_string()))
 }
 
 /// `none`, or a comma list of XIDs (1 to [`MAX_XID`], at most [`MAX_FATAL_XIDS`]): it replaces
@@ -84,4 +155,50 @@ fn parse_xids(p: &Param<'_>) -> Result<Vec<u32>, ParamError> {
     xids.sort_unstable();
     xids.dedup();
     Ok(xids)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::CheckConfigs;
+    use crate::report::DeviceKind;
+
+    fn apply(param: &str) -> Result<super::GpuHealthConfig, String> {
+        let mut c = CheckConfigs::defaults(DeviceKind::Cuda);
+        c.apply_params(&[param.to_string()]).map_err(|e| e.to_string())?;
+        Ok(c.micro.gpu_health)
+    }
+
+    #[test]
+    fn the_readiness_policy_is_the_operators_and_bounded() {
+        let d = apply("gpu-health.load-ms=300").unwrap();
+        assert_eq!(
+            (d.leftover_memory_mib, d.foreign_compute_warns, d.allow_mig, d.min_driver),
+            (1024, false, false, None)
+        );
+        assert_eq!(apply("gpu-health.leftover-memory-mib=0").unwrap().leftover_memory_mib, 0);
+        assert_eq!(apply("gpu-health.leftover-memory-mib=4096").unwrap().leftover_memory_mib, 4096);
+        assert!(apply("gpu-health.foreign-compute=warning").unwrap().foreign_compute_warns);
+        assert!(apply("gpu-health.allow-mig=true").unwrap().allow_mig);
+        assert_eq!(apply("gpu-health.min-driver=580.65.06").unwrap().min_driver.as_deref(), Some("580.65.06"));
+        assert_eq!(apply("gpu-health.min-driver=none").unwrap().min_driver, None);
+        let long = format!("gpu-health.min-driver={}", "5".repeat(40));
+        for bad in [
+            "gpu-health.leftover-memory-mib=-1",
+            "gpu-health.leftover-memory-mib=99999999999999",
+            "gpu-health.foreign-compute=ignore",
+            "gpu-health.allow-mig=yes",
+            "gpu-health.min-driver=580..1",
+            "gpu-health.min-driver=580.x",
+            long.as_str(),
+        ] {
+            assert!(apply(bad).is_err(), "{bad} was taken");
+        }
+        // A configuration recorded before these keys existed still reads, with their defaults.
+        let mut old = serde_json::to_value(super::GpuHealthConfig::default()).unwrap();
+        for k in ["leftover_memory_mib", "foreign_compute_warns", "allow_mig", "min_driver"] {
+            old.as_object_mut().unwrap().remove(k);
+        }
+        let back: super::GpuHealthConfig = serde_json::from_value(old).unwrap();
+        assert_eq!(back, super::GpuHealthConfig::default());
+    }
 }

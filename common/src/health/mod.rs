@@ -4,6 +4,9 @@
 //! Reading NVML is the `gpusanity-nvml` crate's; placing findings on ranks is the diagnosis's.
 
 mod decide;
+pub mod readiness;
+#[cfg(test)]
+mod readiness_tests;
 #[cfg(test)]
 mod tests;
 pub mod xid;
@@ -11,6 +14,7 @@ pub mod xid;
 use serde::{Deserialize, Serialize};
 
 pub use decide::{census, decide, nvml_unavailable, Policy};
+pub use readiness::{GpuProcess, GpuSettings, Readiness};
 
 /// One reading: its value, "not supported" by this device or driver (not an error: recorded as
 /// such, decided on as absent), or the error NVML returned.
@@ -216,4 +220,16 @@ pub struct Readings {
     /// The driver's recommended recovery action (`NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`):
     /// 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset.
     pub recovery_action: Read<u64>,
+    /// The processes NVML lists on the GPU (running compute and graphics), the check's own
+    /// workers among them.
+    #[serde(default = "not_read")]
+    pub processes: Read<Vec<GpuProcess>>,
+    /// Compute mode, MIG, pending ECC, application clocks, persistence.
+    #[serde(default)]
+    pub settings: GpuSettings,
+}
+
+/// A reading absent from older records.
+fn not_read<T>() -> Read<T> {
+    Read::NotSupported
 }

@@ -121,6 +121,18 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
         r.metrics.insert("xids".into(), x.len() as f64);
     }
     r.metrics.insert("visible_gpus".into(), f64::from(readings.visible_gpus));
+    if let Some(ps) = readings.processes.value() {
+        // Every process on the GPU, this worker's own among them, on every run.
+        r.metrics.insert("gpu_processes".into(), ps.len() as f64);
+        let list: Vec<String> = ps
+            .iter()
+            .map(|p| {
+                let mem = p.used_mib.map_or("? MiB".to_string(), |m| format!("{m} MiB"));
+                format!("{} {} {} {mem}", p.pid, p.name.as_deref().unwrap_or("?"), p.kind)
+            })
+            .collect();
+        r.notes.insert("processes".into(), if list.is_empty() { "none".into() } else { list.join("; ") });
+    }
     match load {
         Ok(text) => {
             r.notes.insert("load".into(), text);

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use gpusanity_common::config::health::GpuHealthConfig;
-use gpusanity_common::health::{census, decide, nvml_unavailable, Policy, Readings};
+use gpusanity_common::health::{census, decide, nvml_unavailable, readiness, Policy, Readiness, Readings};
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckReport, Finding, RankInfo};
 
@@ -19,6 +19,7 @@ pub fn findings(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
     }
     let cfg: GpuHealthConfig = serde_json::from_value(c.config.clone()).unwrap_or_default();
     let policy = Policy::from_config(&cfg);
+    let ready = Readiness::from_config(&cfg);
     // The most GPUs any rank of a node saw there (they all see the same node).
     let mut visible: BTreeMap<usize, u32> = BTreeMap::new();
     for r in &c.ranks {
@@ -33,7 +34,14 @@ pub fn findings(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
             let v = visible.entry(node).or_insert(0);
             *v = (*v).max(readings.visible_gpus);
         }
-        findings.extend(decide(&readings, &policy).into_iter().map(|f| place(f, ranks, r.rank)));
+        // The run's own workers on this node are never another job's processes.
+        let node = ranks.iter().find(|i| i.rank == r.rank).map(|i| i.node_rank);
+        let own: Vec<u32> = ranks.iter().filter(|i| Some(i.node_rank) == node).map(|i| i.pid).collect();
+        let judged = decide(&readings, &policy)
+            .into_iter()
+            .chain(readiness::leftovers(&readings, &own, &ready))
+            .chain(readiness::settings(&readings, &own, &ready));
+        findings.extend(judged.map(|f| place(f, ranks, r.rank)));
     }
     for (node, seen) in visible {
         let on_node: Vec<&RankInfo> = ranks.iter().filter(|i| i.node_rank == node).collect();
@@ -118,6 +126,34 @@ mod tests {
         let mut found = Vec::new();
         findings(&c, &[info(0)], &mut found);
         assert!(found.is_empty(), "{found:?}");
+    }
+
+    #[test]
+    fn the_runs_own_workers_are_never_leftovers_and_a_leftover_is_placed_on_its_rank() {
+        use gpusanity_common::health::{GpuProcess, Read};
+        let proc_ = |pid: u32, mib: u64| GpuProcess {
+            pid,
+            name: Some("python3".into()),
+            used_mib: Some(mib),
+            kind: "compute".into(),
+            sm_util: None,
+        };
+        // Rank 0's GPU holds its own worker, the node's other worker (a peer's context) and a
+        // previous job's process.
+        let c = report(
+            vec![with_readings(0, |r| {
+                r.visible_gpus = 2;
+                r.processes = Read::Value(vec![proc_(100, 2000), proc_(101, 500), proc_(555, 130_000)]);
+            })],
+            &GpuHealthConfig::default(),
+        );
+        let ranks = [RankInfo { pid: 100, ..info(0) }, RankInfo { pid: 101, ..info(1) }];
+        let mut found = Vec::new();
+        findings(&c, &ranks, &mut found);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!((found[0].code.as_str(), found[0].rank), ("GPU_HEALTH_LEFTOVER_MEMORY", Some(0)));
+        assert!(found[0].message.contains("130000 MiB held by other processes: pid 555"), "{}", found[0].message);
+        assert!(!found[0].message.contains("pid 100") && !found[0].message.contains("pid 101"));
     }
 
     #[test]

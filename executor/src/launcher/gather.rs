@@ -174,7 +174,6 @@ fn check_config(configs: &CheckConfigs, name: &str) -> serde_json::Value {
 /// The report of a run some of whose nodes never arrived at the rendezvous: no check ran, each
 /// missing node is named (rank and what is known of it), and the run fails.
 pub fn missing_report(meta: &RunMeta, nodes: &[NodeInfo], missing: &[usize], waited: std::time::Duration) -> Report {
-    let checks = not_run_checks(meta);
     let mut findings = Vec::new();
     for &k in missing {
         let mut f = Finding::new(
@@ -200,6 +199,13 @@ pub fn missing_report(meta: &RunMeta, nodes: &[NodeInfo], missing: &[usize], wai
     }
     let list: Vec<String> = missing.iter().map(|k| k.to_string()).collect();
     let summary = format!("NODE_MISSING: node(s) {} never arrived at the rendezvous", list.join(", "));
+    early_report(meta, nodes, findings, summary)
+}
+
+/// The report of a run that failed before any check ran: every selected check not run, the
+/// findings that stopped it, and the nodes they name faulty.
+pub fn early_report(meta: &RunMeta, nodes: &[NodeInfo], findings: Vec<Finding>, summary: String) -> Report {
+    let checks = not_run_checks(meta);
     let node_verdicts = diagnosis::verdict::node_verdicts(nodes, &findings);
     let faulty_nodes = diagnosis::verdict::faulty_nodes(&node_verdicts);
     Report {

@@ -6,6 +6,7 @@ mod events;
 mod fit;
 mod gather;
 mod node;
+mod readiness;
 pub mod rendezvous;
 pub mod supervise;
 
@@ -16,7 +17,7 @@ use anyhow::{Context, Result};
 use gpusanity_common::config::CheckConfigs;
 pub use gpusanity_common::device::DeviceChoice;
 use gpusanity_common::events::CheckState;
-use gpusanity_common::report::{DeviceKind, RunStatus};
+use gpusanity_common::report::{DeviceKind, Finding, RunStatus};
 use gpusanity_common::timing;
 use gpusanity_common::{ExitCode, Settings, TimeoutOps};
 use thiserror::Error;
@@ -93,7 +94,13 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
         return finish_pass(&opts, &mut log).map(Finished::from);
     }
 
-    let (device, nproc, devices) = resolve_device(&opts)?;
+    let host = opts.node_name.clone().unwrap_or_else(|| {
+        nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "localhost".into())
+    });
+    let (device, nproc, devices) = match resolve_device(&opts, &env, topo.node_rank, &host)? {
+        Ok(resolved) => resolved,
+        Err((configs, findings)) => return readiness::fail(&opts, topo.node_rank, &host, &configs, findings),
+    };
     let mut configs = CheckConfigs::defaults(device);
     configs.apply_params(&opts.check_params).map_err(|e| UsageError(e.to_string()))?;
     fit::check_fits(&configs, &opts.settings.selected_checks(), device, nproc)?;
@@ -256,47 +263,47 @@ fn finish_pass(opts: &CheckOptions, log: &mut EventLog) -> Result<Handover> {
     Ok(Handover::Exec(opts.command.clone()))
 }
 
-fn resolve_device(opts: &CheckOptions) -> Result<(DeviceKind, usize, Vec<String>)> {
-    let gpus = match opts.device {
-        DeviceChoice::Cpu => Err("--device cpu".to_string()),
-        _ => crate::backend::cuda::probe(),
-    };
-    // A GPU node whose cuBLAS or NCCL cannot be loaded is an error, not a reason to check CPUs.
-    if let Ok(names) = &gpus {
-        if !names.is_empty() {
-            crate::backend::cuda::check_libraries().map_err(|why| {
-                UsageError(format!("{} GPU(s) found but the CUDA libraries are incomplete: {why}", names.len()))
-            })?;
+/// The backend, its worker count and devices; or, where the node cannot run the job's GPUs,
+/// the configuration and the findings its report holds (readiness.rs).
+type Resolution = std::result::Result<(DeviceKind, usize, Vec<String>), (CheckConfigs, Vec<Finding>)>;
+
+fn resolve_device(
+    opts: &CheckOptions,
+    env: &std::collections::HashMap<String, String>,
+    node_rank: usize,
+    host: &str,
+) -> Result<Resolution> {
+    if opts.nproc_per_node == Some(0) {
+        return Err(UsageError("--nproc-per-node must be at least 1".into()).into());
+    }
+    let mut gpu_configs = CheckConfigs::defaults(DeviceKind::Cuda);
+    gpu_configs.apply_params(&opts.check_params).map_err(|e| UsageError(e.to_string()))?;
+    let asked = readiness::asked_gpus(opts.nproc_per_node, gpu_configs.micro.gpu_health.expected_gpus, env);
+    let at = readiness::Place { node_rank, host, env };
+    match readiness::resolve(opts.device, readiness::Probe::this_node, asked.as_ref(), &at) {
+        readiness::Resolved::NotReady(findings) => Ok(Err((gpu_configs, findings))),
+        readiness::Resolved::Cuda(names) => {
+            Ok(Ok((DeviceKind::Cuda, opts.nproc_per_node.unwrap_or(names.len()), names)))
+        }
+        readiness::Resolved::Cpu(why) => {
+            if opts.device != DeviceChoice::Cpu {
+                eprintln!("gpusanity: {why}");
+            }
+            let nproc = match opts.nproc_per_node {
+                Some(n) if n > max_cpu_workers() => {
+                    return Err(UsageError(format!(
+                    "--nproc-per-node {n} asks for more CPU workers than this node can run ({} at most: {} per core)",
+                    max_cpu_workers(),
+                    CPU_WORKERS_PER_CORE
+                ))
+                    .into())
+                }
+                Some(n) => n,
+                None => 2,
+            };
+            Ok(Ok((DeviceKind::Cpu, nproc, Vec::new())))
         }
     }
-    let (kind, devices) = match (opts.device, gpus) {
-        (DeviceChoice::Cuda, Err(why)) => return Err(UsageError(format!("--device cuda: no usable GPU: {why}")).into()),
-        (DeviceChoice::Cuda | DeviceChoice::Auto, Ok(names)) if !names.is_empty() => (DeviceKind::Cuda, names),
-        (DeviceChoice::Cuda, Ok(_)) => return Err(UsageError("--device cuda: no GPU found".into()).into()),
-        _ => (DeviceKind::Cpu, Vec::new()),
-    };
-    let nproc = match (opts.nproc_per_node, kind) {
-        (Some(0), _) => return Err(UsageError("--nproc-per-node must be at least 1".into()).into()),
-        (Some(n), DeviceKind::Cuda) if n > devices.len() => {
-            return Err(UsageError(format!(
-                "--nproc-per-node {n} asks for more workers than this node's {} GPU(s)",
-                devices.len()
-            ))
-            .into())
-        }
-        (Some(n), DeviceKind::Cpu) if n > max_cpu_workers() => {
-            return Err(UsageError(format!(
-                "--nproc-per-node {n} asks for more CPU workers than this node can run ({} at most: {} per core)",
-                max_cpu_workers(),
-                CPU_WORKERS_PER_CORE
-            ))
-            .into())
-        }
-        (Some(n), _) => n,
-        (None, DeviceKind::Cuda) => devices.len(),
-        (None, DeviceKind::Cpu) => 2,
-    };
-    Ok((kind, nproc, devices))
 }
 
 /// CPU workers share the host's cores; beyond a few per core every check only waits for its

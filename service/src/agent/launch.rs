@@ -4,6 +4,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use gpusanity_common::device::DeviceChoice;
 use gpusanity_common::report::Report;
 use gpusanity_common::wire::agent::{NodeResult, Task};
 use gpusanity_common::wire::launcher::LauncherNotice;
@@ -53,7 +54,7 @@ impl Launch {
         let log = std::fs::File::create(dir.join("launcher.log"))?;
         let mut cmd = Command::new(std::env::current_exe().context("finding the gpusanity binary")?);
         cmd.arg("check")
-            .args(["--device", cfg.device.as_str(), "--node-name", &cfg.node])
+            .args(["--device", launcher_device(cfg.device).as_str(), "--node-name", &cfg.node])
             .args(["--nnodes", &t.nnodes.to_string(), "--node-rank", &t.node_rank.to_string()])
             .args(["--master-addr", &addr]);
         match (port, cfg.rdzv_ports) {
@@ -153,6 +154,17 @@ async fn relay(out: ChildStdout, mut log: tokio::fs::File, mut bound: Option<(mp
     }
 }
 
+/// The launcher's `--device` for a job the service checks (one with GPUs: the others are out
+/// of scope and never reach an agent): CUDA, so that a node whose GPUs cannot be used fails
+/// the check instead of passing it on CPUs; the CPU backend only where the operator started
+/// the agent with `--device cpu` (a test rig), which the report's backend then says.
+fn launcher_device(agent: DeviceChoice) -> DeviceChoice {
+    match agent {
+        DeviceChoice::Cpu => DeviceChoice::Cpu,
+        DeviceChoice::Auto | DeviceChoice::Cuda => DeviceChoice::Cuda,
+    }
+}
+
 /// Writes `bytes` to a new file only its owner can read.
 fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
@@ -192,5 +204,12 @@ mod tests {
         assert_eq!(rx.recv().await, None, "one notice is sent, once");
         let text = std::fs::read_to_string(&path).expect("log");
         assert_eq!(text, format!("before\n{notice}\n{notice}\nafter\n"));
+    }
+
+    #[test]
+    fn a_gpu_job_is_checked_on_cuda_unless_the_agent_was_started_on_cpu() {
+        assert_eq!(launcher_device(DeviceChoice::Auto), DeviceChoice::Cuda);
+        assert_eq!(launcher_device(DeviceChoice::Cuda), DeviceChoice::Cuda);
+        assert_eq!(launcher_device(DeviceChoice::Cpu), DeviceChoice::Cpu);
     }
 }

@@ -1,0 +1,240 @@
+//! Whether a GPU is ready for the job, beside whether it is healthy: other processes on it
+//! (leftovers of a previous job, a co-runner) and the settings that break or slow a job
+//! (compute mode, MIG, ECC pending, application clocks, persistence, the driver's version).
+//! Pure decisions on [`Readings`] and a [`Readiness`] policy (docs/health.md, "Ready for the
+//! job").
+
+use serde::{Deserialize, Serialize};
+
+use super::Readings;
+use crate::config::health::GpuHealthConfig;
+use crate::report::{Finding, Severity};
+
+/// A process NVML lists on the GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    /// Its name from `/proc/PID/comm`, where readable.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// GPU memory it holds, MiB (`None`: the driver does not say).
+    #[serde(default)]
+    pub used_mib: Option<u64>,
+    /// `compute` or `graphics`.
+    pub kind: String,
+    /// The highest SM utilisation NVML sampled for it over the window, percent.
+    #[serde(default)]
+    pub sm_util: Option<u32>,
+}
+
+/// The GPU's settings that decide whether a job runs on it as fast as it can.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuSettings {
+    /// `default`, `exclusive_process`, `prohibited` (or `exclusive_thread`, old drivers).
+    #[serde(default)]
+    pub compute_mode: Option<String>,
+    #[serde(default)]
+    pub mig_enabled: Option<bool>,
+    #[serde(default)]
+    pub mig_pending: Option<bool>,
+    /// ECC mode after the next reset (ECC now is in [`Readings::ecc`]).
+    #[serde(default)]
+    pub ecc_pending: Option<bool>,
+    /// Application SM clock now and its default, MHz.
+    #[serde(default)]
+    pub app_sm_mhz: Option<u32>,
+    #[serde(default)]
+    pub default_app_sm_mhz: Option<u32>,
+    #[serde(default)]
+    pub persistence: Option<bool>,
+}
+
+/// What the readiness decisions compare with (from `gpu-health.*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Readiness {
+    /// Memory held by other processes above this fails the GPU, MiB.
+    pub leftover_memory_mib: u64,
+    /// Severity of another process computing on the GPU.
+    pub foreign_compute: Severity,
+    /// MIG enabled is expected (the job asked for MIG).
+    pub allow_mig: bool,
+    /// The lowest driver accepted, as dotted numbers (`580.65.06`); none: any.
+    pub min_driver: Option<String>,
+}
+
+impl Readiness {
+    pub fn from_config(c: &GpuHealthConfig) -> Readiness {
+        Readiness {
+            leftover_memory_mib: c.leftover_memory_mib,
+            foreign_compute: if c.foreign_compute_warns { Severity::Warning } else { Severity::Critical },
+            allow_mig: c.allow_mig,
+            min_driver: c.min_driver.clone(),
+        }
+    }
+}
+
+fn finding(sev: Severity, code: &str, gpu: &Readings, what: String, action: &str) -> Finding {
+    let mut f = Finding::new(sev, code, "gpu-health", format!("GPU {} ({}): {what}", gpu.index, gpu.pci_bus_id));
+    f.action = Some(action.into());
+    f
+}
+
+fn describe(p: &GpuProcess) -> String {
+    let mem = p.used_mib.map_or("memory unknown".to_string(), |m| format!("{m} MiB"));
+    let util = p.sm_util.filter(|u| *u > 0).map_or(String::new(), |u| format!(", SM {u}%"));
+    format!("pid {} ({}, {}, {mem}{util})", p.pid, p.name.as_deref().unwrap_or("name unreadable"), p.kind)
+}
+
+/// The processes on the GPU that are not the check's own (`own`: the pids of the run's workers
+/// on this node).
+pub fn others<'a>(gpu: &'a Readings, own: &[u32]) -> Vec<&'a GpuProcess> {
+    gpu.processes.value().map_or(Vec::new(), |ps| ps.iter().filter(|p| !own.contains(&p.pid)).collect())
+}
+
+/// Findings about other processes on the GPU.
+pub fn leftovers(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding> {
+    let others = others(gpu, own);
+    if others.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let held: u64 = others.iter().filter_map(|p| p.used_mib).fold(0, u64::saturating_add);
+    let listed: Vec<String> = others.iter().map(|p| describe(p)).collect();
+    let computing: Vec<String> =
+        others.iter().filter(|p| p.sm_util.is_some_and(|u| u > 0)).map(|p| describe(p)).collect();
+    if held > policy.leftover_memory_mib {
+        let mut f = finding(
+            Severity::Critical,
+            "GPU_HEALTH_LEFTOVER_MEMORY",
+            gpu,
+            format!("{held} MiB held by other processes: {}", listed.join("; ")),
+            "end the processes (a previous job's that did not exit) or exclude the node",
+        );
+        f.measured = Some(held as f64);
+        f.expected = Some(policy.leftover_memory_mib as f64);
+        out.push(f);
+    }
+    if !computing.is_empty() {
+        out.push(finding(
+            policy.foreign_compute,
+            "GPU_HEALTH_FOREIGN_COMPUTE",
+            gpu,
+            format!("another process computes on the GPU: {}", computing.join("; ")),
+            "end the process or exclude the node: the job would share the GPU",
+        ));
+    }
+    if out.is_empty() {
+        out.push(finding(
+            Severity::Warning,
+            "GPU_HEALTH_OTHER_PROCESS",
+            gpu,
+            format!("other processes on the GPU: {}", listed.join("; ")),
+            "check what they are; they hold memory the job cannot use",
+        ));
+    }
+    out
+}
+
+/// Findings about the GPU's settings.
+pub fn settings(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding> {
+    let s = &gpu.settings;
+    let mut out = Vec::new();
+    match s.compute_mode.as_deref() {
+        Some("prohibited") => out.push(finding(
+            Severity::Critical,
+            "GPU_HEALTH_COMPUTE_MODE",
+            gpu,
+            "compute mode is Prohibited: no process can use the GPU".into(),
+            "set the default compute mode (nvidia-smi -c DEFAULT)",
+        )),
+        Some("exclusive_process" | "exclusive_thread") if !others(gpu, own).is_empty() => out.push(finding(
+            Severity::Critical,
+            "GPU_HEALTH_COMPUTE_MODE",
+            gpu,
+            "compute mode is Exclusive_Process and another process already holds the GPU: the job cannot open it"
+                .into(),
+            "end the other process, or set the default compute mode (nvidia-smi -c DEFAULT)",
+        )),
+        _ => {}
+    }
+    if s.mig_enabled == Some(true) && !policy.allow_mig {
+        out.push(finding(
+            Severity::Critical,
+            "GPU_HEALTH_MIG_ENABLED",
+            gpu,
+            "MIG mode is enabled and the job did not ask for MIG: it gets a slice of the GPU, or none".into(),
+            "disable MIG (nvidia-smi -mig 0) and reset the GPU, or set gpu-health.allow-mig=true",
+        ));
+    } else if s.mig_pending.is_some() && s.mig_pending != s.mig_enabled {
+        out.push(finding(
+            Severity::Warning,
+            "GPU_HEALTH_MIG_PENDING",
+            gpu,
+            format!("a MIG mode change is pending (to {}) until the GPU is reset", on_off(s.mig_pending)),
+            "reset the GPU to apply the pending MIG mode",
+        ));
+    }
+    let ecc_now = gpu.ecc.value().map(|e| e.enabled);
+    if s.ecc_pending.is_some() && ecc_now.is_some() && s.ecc_pending != ecc_now {
+        out.push(finding(
+            Severity::Warning,
+            "GPU_HEALTH_ECC_PENDING",
+            gpu,
+            format!("an ECC mode change is pending (to {}) until the GPU is reset", on_off(s.ecc_pending)),
+            "reset the GPU to apply the pending ECC mode",
+        ));
+    }
+    if let (Some(now), Some(default)) = (s.app_sm_mhz, s.default_app_sm_mhz) {
+        if now < default {
+            let mut f = finding(
+                Severity::Warning,
+                "GPU_HEALTH_APP_CLOCKS_LOW",
+                gpu,
+                format!("application SM clock {now} MHz is below its default {default} MHz"),
+                "reset the application clocks (nvidia-smi -rac)",
+            );
+            f.measured = Some(f64::from(now));
+            f.expected = Some(f64::from(default));
+            out.push(f);
+        }
+    }
+    if s.persistence == Some(false) {
+        out.push(finding(
+            Severity::Warning,
+            "GPU_HEALTH_PERSISTENCE_OFF",
+            gpu,
+            "persistence mode is off: every job pays the driver's initialisation".into(),
+            "enable persistence (nvidia-persistenced, or nvidia-smi -pm 1)",
+        ));
+    }
+    if let (Some(min), Some(have)) = (policy.min_driver.as_deref(), gpu.driver_version.as_deref()) {
+        if version_below(have, min) {
+            out.push(finding(
+                Severity::Critical,
+                "GPU_HEALTH_DRIVER_OLD",
+                gpu,
+                format!("driver {have} is below the minimum {min} (gpu-health.min-driver)"),
+                "upgrade the driver",
+            ));
+        }
+    }
+    out
+}
+
+fn on_off(v: Option<bool>) -> &'static str {
+    if v == Some(true) {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// Whether dotted version `have` is below `min`, number by number (a missing part is 0; a part
+/// that is not a number compares as 0).
+pub fn version_below(have: &str, min: &str) -> bool {
+    let parts = |v: &str| -> Vec<u64> { v.trim().split('.').take(8).map(|p| p.parse().unwrap_or(0)).collect() };
+    let (h, m) = (parts(have), parts(min));
+    let n = h.len().max(m.len());
+    let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
+    (0..n).map(|i| (at(&h, i), at(&m, i))).find(|(a, b)| a != b).is_some_and(|(a, b)| a < b)
+}

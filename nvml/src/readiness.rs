@@ -1,0 +1,87 @@
+//! What decides whether a GPU is ready for a job beside its health: the processes on it (with
+//! their memory and SM utilisation) and its settings. NVML calls of a few milliseconds, read
+//! with the rest of [`crate::Monitor::read`].
+
+use std::collections::BTreeMap;
+
+use nvml_wrapper::enum_wrappers::device::{Clock, ComputeMode};
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::struct_wrappers::device::ProcessInfo;
+use nvml_wrapper::Device;
+
+use gpusanity_common::health::{GpuProcess, GpuSettings, Read};
+
+use crate::monitor::read;
+
+/// The most processes recorded per GPU.
+const MAX_PROCESSES: usize = 256;
+/// The longest process name kept (`/proc/PID/comm` holds at most 16 bytes).
+const MAX_NAME: usize = 64;
+
+/// The running compute and graphics processes of the GPU, each with its memory, its name from
+/// `/proc` and the highest SM utilisation sampled since `since_us` (CPU time, microseconds
+/// since the epoch).
+pub(crate) fn processes(d: &Device<'_>, since_us: u64) -> Read<Vec<GpuProcess>> {
+    let compute = read(d.running_compute_processes());
+    let graphics = read(d.running_graphics_processes());
+    let mut util: BTreeMap<u32, u32> = BTreeMap::new();
+    // No sample since then is NVML's NotFound: nobody computed.
+    if let Ok(samples) = d.process_utilization_stats(since_us) {
+        for s in samples {
+            let e = util.entry(s.pid).or_insert(0);
+            *e = (*e).max(s.sm_util.min(100));
+        }
+    }
+    let mut out = Vec::new();
+    let lists = [("compute", &compute), ("graphics", &graphics)];
+    for (kind, list) in lists {
+        let Some(list) = list.value() else { continue };
+        for p in list.iter().take(MAX_PROCESSES.saturating_sub(out.len())) {
+            out.push(one(p, kind, util.get(&p.pid).copied()));
+        }
+    }
+    match (&compute, &graphics) {
+        (Read::Value(_), _) | (_, Read::Value(_)) => Read::Value(out),
+        (Read::Error(e), _) | (_, Read::Error(e)) => Read::Error(e.clone()),
+        _ => Read::NotSupported,
+    }
+}
+
+fn one(p: &ProcessInfo, kind: &str, sm_util: Option<u32>) -> GpuProcess {
+    let used_mib = match p.used_gpu_memory {
+        UsedGpuMemory::Used(b) => Some(b >> 20),
+        UsedGpuMemory::Unavailable => None,
+    };
+    GpuProcess { pid: p.pid, name: comm(p.pid), used_mib, kind: kind.into(), sm_util }
+}
+
+/// A process's name from `/proc/PID/comm`, where this process may read it (another
+/// container's process is not visible).
+fn comm(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    let name: String = text.trim().chars().filter(|c| !c.is_control()).take(MAX_NAME).collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// Compute mode, MIG mode, pending ECC, application clocks and persistence; each `None` where
+/// the device or driver does not have it.
+pub(crate) fn settings(d: &Device<'_>) -> GpuSettings {
+    let mig = d.mig_mode().ok();
+    GpuSettings {
+        compute_mode: d.compute_mode().ok().map(|m| {
+            match m {
+                ComputeMode::Default => "default",
+                ComputeMode::ExclusiveThread => "exclusive_thread",
+                ComputeMode::Prohibited => "prohibited",
+                ComputeMode::ExclusiveProcess => "exclusive_process",
+            }
+            .to_string()
+        }),
+        mig_enabled: mig.as_ref().map(|m| m.current != 0),
+        mig_pending: mig.as_ref().map(|m| m.pending != 0),
+        ecc_pending: d.is_ecc_enabled().ok().map(|e| e.pending_enabled),
+        app_sm_mhz: d.applications_clock(Clock::SM).ok(),
+        default_app_sm_mhz: d.default_applications_clock(Clock::SM).ok(),
+        persistence: d.is_in_persistent_mode().ok(),
+    }
+}
