@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::events::StateEvent;
+pub use crate::registry::{CheckId, Scope};
 use crate::settings::Settings;
 
 /// Bumped on every incompatible change of [`Report`].
@@ -167,7 +168,7 @@ pub fn common_link(ranks: &[RankInfo]) -> Option<Link> {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckReport {
-    pub name: String,
+    pub name: CheckId,
     pub status: CheckStatus,
     pub duration_s: f64,
     /// The configuration the check ran with.
@@ -223,7 +224,8 @@ pub struct Finding {
     pub severity: Severity,
     /// A stable code, listed in docs/findings.md, e.g. `GEMM_SLOW`, `WORKER_CRASHED`.
     pub code: String,
-    pub check: String,
+    /// The check it is about, or `run`, `agent`, `service`.
+    pub check: Scope,
     pub node_rank: Option<usize>,
     pub host: Option<String>,
     pub rank: Option<usize>,
@@ -254,7 +256,7 @@ pub struct Finding {
 
 impl Finding {
     /// A finding about the whole job; set `node_rank`, `host` and `rank` to place it.
-    pub fn new(severity: Severity, code: &str, check: &str, message: String) -> Self {
+    pub fn new(severity: Severity, code: &str, check: impl Into<Scope>, message: String) -> Self {
         Finding {
             severity,
             code: code.into(),

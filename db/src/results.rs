@@ -28,7 +28,7 @@ pub async fn store_results(
                     "INSERT INTO rank_results (run_id, check_name, rank, node_rank, host, status, metrics, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                 )
                 .bind(run_id)
-                .bind(&check.name)
+                .bind(check.name.as_str())
                 .bind(r.rank as i64)
                 .bind(info.map(|i| i.node_rank as i64))
                 .bind(info.map(|i| i.host.clone()))
@@ -47,7 +47,7 @@ pub async fn store_results(
         .bind(run_id)
         .bind(serde_json::to_value(f.severity)?.as_str().unwrap_or_default().to_string())
         .bind(&f.code)
-        .bind(&f.check)
+        .bind(f.check.as_str())
         .bind(finding_node(f, nodes).map(str::to_string))
         .bind(f.rank.map(|r| r as i64))
         .bind(&f.message)

@@ -85,7 +85,7 @@ fn nodes(s: &mut String, report: &Report) {
 
 fn table(s: &mut String, report: &Report, c: &CheckReport) {
     let _ = writeln!(s, "{} — {} in {:.1} s", c.name, status_word(c.status), c.duration_s);
-    let cols = columns(&c.name);
+    let cols = columns(c.name);
     let mut head = format!("  {:>4}  {:<16} {:<24}", "rank", "host", "device");
     for (_, title) in cols {
         let _ = write!(head, " {title:>16}");

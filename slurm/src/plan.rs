@@ -42,7 +42,7 @@ pub fn plan(report: &Report, prefix: &str) -> Vec<Action> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpusanity_common::report::{DeviceKind, Finding, NodeVerdict};
+    use gpusanity_common::report::{CheckId, DeviceKind, Finding, NodeVerdict};
 
     fn report(status: RunStatus, health: [NodeHealth; 3]) -> Report {
         let now = chrono::Utc::now();
@@ -56,9 +56,10 @@ mod tests {
                 codes: if *h == NodeHealth::Healthy { vec![] } else { vec!["GEMM_WRONG_RESULT".into()] },
             })
             .collect();
-        let mut warn = Finding::new(Severity::Warning, "GEMM_SLOW", "gemm", "a bit slow".into());
+        let mut warn = Finding::new(Severity::Warning, "GEMM_SLOW", CheckId::Gemm, "a bit slow".into());
         warn.node_rank = Some(1);
-        let mut crit = Finding::new(Severity::Critical, "GEMM_WRONG_RESULT", "gemm", "tile differs \"x\"\n".into());
+        let mut crit =
+            Finding::new(Severity::Critical, "GEMM_WRONG_RESULT", CheckId::Gemm, "tile differs \"x\"\n".into());
         crit.node_rank = Some(1);
         Report {
             schema_version: 1,

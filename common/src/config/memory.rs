@@ -87,7 +87,14 @@ pub fn need(configs: &CheckConfigs, check: CheckId, device: DeviceKind) -> Optio
             // No device link on CPU workers: the check allocates nothing.
             DeviceKind::Cpu => Need { device: 0, host: 0 },
         },
-        _ => return None,
+        CheckId::KernelLaunch
+        | CheckId::NetworkConnectivity
+        | CheckId::MiniGpt
+        | CheckId::MegatronGpt
+        | CheckId::Resnet
+        | CheckId::RdmaPorts
+        | CheckId::GpuHealth
+        | CheckId::PairBandwidth => return None,
     })
 }
 

@@ -30,8 +30,8 @@ impl Policy {
     }
 }
 
-fn name() -> &'static str {
-    CheckId::GpuHealth.as_str()
+fn name() -> CheckId {
+    CheckId::GpuHealth
 }
 
 fn finding(sev: Severity, code: &str, gpu: &Readings, what: String, action: &str) -> Finding {

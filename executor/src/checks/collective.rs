@@ -9,6 +9,7 @@
 use anyhow::{Context, Result};
 use gpusanity_common::bandwidth::{algbw_gbps, busbw_gbps, Collective};
 use gpusanity_common::config::sweep::SweepConfig;
+use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckStatus, RankResult, SweepPoint};
 
 use super::CheckCtx;
@@ -35,7 +36,7 @@ pub fn exchange_expected(rank: usize, offset: usize, dtype: Dtype) -> Vec<u8> {
 pub struct Sweep<'a> {
     /// The check's name, for progress and fault injection (`NAME-wrong@RANK` corrupts one
     /// received element before verification).
-    pub check: &'static str,
+    pub check: CheckId,
     pub op: CollOp,
     pub collective: Collective,
     pub group: GroupId,

@@ -36,7 +36,7 @@ pub const BARRIER_WAIT: std::time::Duration = std::time::Duration::from_secs(7 *
 
 /// Reports where a check is (the worker forwards it to its launcher).
 pub trait Progress {
-    fn phase(&self, check: &str, phase: &str, step: u64);
+    fn phase(&self, check: CheckId, phase: &str, step: u64);
 }
 
 /// Everything a check needs.
@@ -61,14 +61,10 @@ pub struct Baseline {
     pub rdma: Option<rdma_ports::Snapshot>,
 }
 
-/// Runs the check `name` on this rank. Errors become a rank result with status `Error`.
-pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
+/// Runs the check `id` on this rank. Errors become a rank result with status `Error`.
+pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>) -> RankResult {
     let rank = ctx.place.rank;
-    let outcome = match name.parse::<CheckId>() {
-        Ok(id) => run_check(id, ctx),
-        Err(_) => Err(anyhow::anyhow!("check `{name}` is not implemented by this worker")),
-    };
-    outcome.unwrap_or_else(|e| {
+    run_check(id, ctx).unwrap_or_else(|e| {
         let mut r = RankResult::new(rank, CheckStatus::Error);
         r.error = Some(format!("{e:#}"));
         r
@@ -91,7 +87,7 @@ fn run_check(id: CheckId, ctx: &mut CheckCtx<'_>) -> anyhow::Result<RankResult> 
         CheckId::MemoryBandwidth => memory_bandwidth::run(ctx),
         CheckId::HostBandwidth => host_bandwidth::run(ctx),
         CheckId::RdmaPorts => rdma_ports::run(ctx),
-        CheckId::MiniGpt | CheckId::MegatronGpt | CheckId::Resnet => models::run(id.as_str(), ctx),
+        CheckId::MiniGpt | CheckId::MegatronGpt | CheckId::Resnet => models::run(id, ctx),
         CheckId::GpuHealth => gpu_health::run(ctx),
         CheckId::PairBandwidth => pair_bandwidth::run(ctx),
     }

@@ -63,7 +63,7 @@ pub fn attribute(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding
                 "none: a consequence of the crash",
             )
         };
-        let mut f = place(Finding::new(sev, code, &c.name, msg), ranks, r.rank);
+        let mut f = place(Finding::new(sev, code, c.name, msg), ranks, r.rank);
         f.evidence = tail;
         f.action = Some(action.into());
         findings.push(f);

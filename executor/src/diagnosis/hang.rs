@@ -63,7 +63,7 @@ pub fn attribute(checks: &[CheckReport], ranks: &[RankInfo], overrun: Overrun, f
         if !waiting.is_empty() {
             msg.push_str(&format!("; ranks {} were waiting for it", waiting_list.join(", ")));
         }
-        let mut f = place(Finding::new(Severity::Critical, "TEST_HANG", &checks[*k].name, msg), ranks, r.rank);
+        let mut f = place(Finding::new(Severity::Critical, "TEST_HANG", checks[*k].name, msg), ranks, r.rank);
         f.evidence.push(format!("rank {}: last progress {}, heartbeat age {:.1} s", r.rank, last(r), age(r)));
         f.evidence.extend(
             waiting.iter().map(|(wk, w)| format!("rank {} waiting in {}: {}", w.rank, checks[*wk].name, last(w))),

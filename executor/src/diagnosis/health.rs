@@ -73,7 +73,7 @@ mod tests {
 
     fn report(ranks: Vec<RankResult>, cfg: &GpuHealthConfig) -> CheckReport {
         CheckReport {
-            name: NAME_OF.into(),
+            name: NAME_OF,
             status: CheckStatus::Passed,
             duration_s: 0.5,
             config: serde_json::to_value(cfg).unwrap(),
@@ -81,7 +81,7 @@ mod tests {
         }
     }
 
-    const NAME_OF: &str = CheckId::GpuHealth.as_str();
+    const NAME_OF: CheckId = CheckId::GpuHealth;
 
     fn with_readings(rank: usize, edit: impl FnOnce(&mut Readings)) -> RankResult {
         let mut readings: Readings =

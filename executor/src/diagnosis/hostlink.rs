@@ -16,7 +16,7 @@ pub(super) fn rdma_ports(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec
         };
         let info = ranks.iter().find(|i| i.rank == r.rank);
         for i in issues {
-            let mut f = Finding::new(i.severity, &i.code, &c.name, i.message.clone());
+            let mut f = Finding::new(i.severity, &i.code, c.name, i.message.clone());
             f.node_rank = info.map(|i| i.node_rank);
             f.host = info.map(|i| i.host.clone());
             f.evidence = i.deltas.iter().map(|(counter, d)| format!("{}: {counter} grew by {d}", i.port)).collect();
@@ -60,7 +60,7 @@ pub(super) fn host_concurrent(c: &CheckReport, ranks: &[RankInfo], slow_fraction
                 "{v:.1} GB/s host link with every GPU of the node copying at once, {:.0}% of the peers' median {med:.1}",
                 100.0 * v / med
             );
-            let mut f = place(Finding::new(Severity::Warning, "HOST_BW_CONCURRENT_SLOW", &c.name, msg), ranks, rank);
+            let mut f = place(Finding::new(Severity::Warning, "HOST_BW_CONCURRENT_SLOW", c.name, msg), ranks, rank);
             f.measured = Some(v);
             f.peers_median = Some(med);
             f.action = Some(
@@ -94,7 +94,7 @@ mod tests {
 
     fn report(name: &str, ranks: Vec<RankResult>) -> CheckReport {
         CheckReport {
-            name: name.into(),
+            name: name.parse().expect("a check's name"),
             status: CheckStatus::NotRun,
             duration_s: 1.0,
             config: serde_json::Value::Null,

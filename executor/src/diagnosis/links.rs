@@ -9,7 +9,7 @@ use gpusanity_common::report::{Finding, PairBandwidth, Severity};
 use crate::checks::pair_schedule::{classify, figure, SLOW_FRACTION};
 
 /// The check that runs the link test (hidden: added by the launcher on multi-node runs).
-pub const CHECK: &str = CheckId::PairBandwidth.as_str();
+pub const CHECK: CheckId = CheckId::PairBandwidth;
 
 /// Findings from the link test's figures. A slow pair with a node in `known_bad` (already named
 /// critical by another check, e.g. starved of CPU) is explained by that node, not by the link.

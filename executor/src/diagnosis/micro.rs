@@ -14,12 +14,23 @@ use crate::checks::network_connectivity::Probe;
 
 /// Findings of `c` beyond per-rank statuses and figures.
 pub fn diagnose(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, findings: &mut Vec<Finding>) {
-    match c.name.parse() {
-        Ok(CheckId::NetworkConnectivity) => connectivity(c, ranks, findings),
-        Ok(CheckId::MultiAllReduce) => multi_all_reduce(c, ranks, slow_fraction, findings),
-        Ok(CheckId::HostBandwidth) => super::hostlink::host_concurrent(c, ranks, slow_fraction, findings),
-        Ok(CheckId::RdmaPorts) => super::hostlink::rdma_ports(c, ranks, findings),
-        _ => {}
+    match c.name {
+        CheckId::NetworkConnectivity => connectivity(c, ranks, findings),
+        CheckId::MultiAllReduce => multi_all_reduce(c, ranks, slow_fraction, findings),
+        CheckId::HostBandwidth => super::hostlink::host_concurrent(c, ranks, slow_fraction, findings),
+        CheckId::RdmaPorts => super::hostlink::rdma_ports(c, ranks, findings),
+        CheckId::Gemm
+        | CheckId::KernelLaunch
+        | CheckId::MemoryBandwidth
+        | CheckId::AllReduce
+        | CheckId::AllToAll
+        | CheckId::AllGather
+        | CheckId::MatmulAllReduceOverlap
+        | CheckId::MiniGpt
+        | CheckId::MegatronGpt
+        | CheckId::Resnet
+        | CheckId::GpuHealth
+        | CheckId::PairBandwidth => {}
     }
 }
 
@@ -35,7 +46,7 @@ fn place_on(f: Finding, ranks: &[RankInfo], info: Option<&RankInfo>) -> Finding 
 /// Back end: a rank whose every cross-node probe failed (with two or more peers) is named;
 /// other failed exchanges name the pair. RDMA ports not ACTIVE are warned about.
 fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) {
-    let name = c.name.as_str();
+    let name = c.name;
     let info = |rank: usize| ranks.iter().find(|r| r.rank == rank);
     let first_of_node = |node: usize| ranks.iter().filter(|r| r.node_rank == node).min_by_key(|r| r.rank);
     let host = |node: usize| {
@@ -159,7 +170,7 @@ fn multi_all_reduce(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, fin
                 members(g),
                 slow_fraction * 100.0
             );
-            let mut f = Finding::new(Severity::Critical, "MULTI_ALLREDUCE_SLOW_GROUP", &c.name, msg);
+            let mut f = Finding::new(Severity::Critical, "MULTI_ALLREDUCE_SLOW_GROUP", c.name, msg);
             if let Some(node) = g.strip_prefix("node").and_then(|n| n.parse::<usize>().ok()) {
                 f.node_rank = Some(node);
                 f.host = ranks.iter().find(|r| r.node_rank == node).map(|r| r.host.clone());
@@ -179,7 +190,7 @@ mod tests {
 
     fn report(name: &str, ranks: Vec<RankResult>) -> CheckReport {
         CheckReport {
-            name: name.into(),
+            name: name.parse().expect("a check's name"),
             status: CheckStatus::NotRun,
             duration_s: 1.0,
             config: serde_json::Value::Null,

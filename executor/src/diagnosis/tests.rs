@@ -23,7 +23,7 @@ fn ranks(devices: &[&str]) -> Vec<RankInfo> {
 
 fn check(name: &str, results: Vec<RankResult>) -> CheckReport {
     CheckReport {
-        name: name.into(),
+        name: name.parse().expect("a check's name"),
         status: CheckStatus::NotRun,
         duration_s: 1.0,
         config: serde_json::Value::Null,
@@ -274,7 +274,7 @@ fn a_rank_stuck_in_one_check_is_the_culprit_for_peers_waiting_in_the_next() {
     ];
     let d = diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu);
     assert_eq!(codes(&d), [("TEST_HANG".to_string(), Some(2))]);
-    assert_eq!(d.findings[0].check, "gemm");
+    assert_eq!(d.findings[0].check, CheckId::Gemm);
     assert!(d.findings[0].message.contains("ranks 0, 1 were waiting"), "{}", d.findings[0].message);
     assert!(d.findings[0].evidence.iter().any(|e| e.contains("waiting in all-reduce")), "{:?}", d.findings[0].evidence);
 }

@@ -29,7 +29,7 @@ use super::CheckCtx;
 pub use judge::{judge, Issue};
 pub use sysfs::{Port, Snapshot, SYSFS_ROOT};
 
-pub const NAME: &str = gpusanity_common::CheckId::RdmaPorts.as_str();
+pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::RdmaPorts;
 
 /// The test hook: a fake /sys/class/infiniband for the workers (honoured only with
 /// `--test-faults`: the launcher removes it from its workers' environment otherwise).

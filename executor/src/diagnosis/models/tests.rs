@@ -26,7 +26,7 @@ fn rank(rank: usize, checksum: &str, compute_ms: f64) -> RankResult {
 
 fn report(ranks: Vec<RankResult>) -> CheckReport {
     CheckReport {
-        name: "mini-gpt".into(),
+        name: CheckId::MiniGpt,
         status: CheckStatus::Passed,
         duration_s: 1.0,
         config: serde_json::Value::Null,
@@ -47,7 +47,7 @@ fn healthy_ranks_give_no_finding_and_other_checks_are_ignored() {
     let c = report(vec![rank(0, "a", 10.0), rank(1, "a", 11.0)]);
     assert!(codes(&c, 2).is_empty());
     let mut gemm = report(vec![rank(0, "a", 10.0), rank(1, "b", 50.0)]);
-    gemm.name = "gemm".into();
+    gemm.name = CheckId::Gemm;
     assert!(codes(&gemm, 2).is_empty());
 }
 
