@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::events::StateEvent;
+pub use crate::findings::Code;
 pub use crate::registry::{CheckId, Scope};
 use crate::settings::Settings;
 
@@ -104,7 +105,7 @@ pub struct NodeVerdict {
     pub health: NodeHealth,
     /// The codes of the findings behind the verdict.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub codes: Vec<String>,
+    pub codes: Vec<Code>,
 }
 
 /// One measured node pair of the link test: bus bandwidth of a 2-member all-reduce between
@@ -223,7 +224,7 @@ pub enum Severity {
 pub struct Finding {
     pub severity: Severity,
     /// A stable code, listed in docs/findings.md, e.g. `GEMM_SLOW`, `WORKER_CRASHED`.
-    pub code: String,
+    pub code: Code,
     /// The check it is about, or `run`, `agent`, `service`.
     pub check: Scope,
     pub node_rank: Option<usize>,
@@ -256,10 +257,10 @@ pub struct Finding {
 
 impl Finding {
     /// A finding about the whole job; set `node_rank`, `host` and `rank` to place it.
-    pub fn new(severity: Severity, code: &str, check: impl Into<Scope>, message: String) -> Self {
+    pub fn new(severity: Severity, code: Code, check: impl Into<Scope>, message: String) -> Self {
         Finding {
             severity,
-            code: code.into(),
+            code,
             check: check.into(),
             node_rank: None,
             host: None,

@@ -46,7 +46,7 @@ pub async fn store_results(
         )
         .bind(run_id)
         .bind(serde_json::to_value(f.severity)?.as_str().unwrap_or_default().to_string())
-        .bind(&f.code)
+        .bind(f.code.as_str())
         .bind(f.check.as_str())
         .bind(finding_node(f, nodes).map(str::to_string))
         .bind(f.rank.map(|r| r as i64))

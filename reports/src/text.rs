@@ -61,7 +61,12 @@ fn nodes(s: &mut String, report: &Report) {
             if v.codes.is_empty() {
                 format!("{} ({}) {h}", v.node_rank, v.host)
             } else {
-                format!("{} ({}) {h}: {}", v.node_rank, v.host, v.codes.join(", "))
+                format!(
+                    "{} ({}) {h}: {}",
+                    v.node_rank,
+                    v.host,
+                    v.codes.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
+                )
             }
         })
         .collect();

@@ -100,7 +100,6 @@ pub fn validate(r: &Report) -> Result<(), InvalidReport> {
             node(&at("pair[0]"), a, n)?;
             node(&at("pair[1]"), b, n)?;
         }
-        bytes(&at("code"), f.code.len(), MAX_NAME)?;
         bytes(&at("host"), f.host.as_ref().map_or(0, String::len), MAX_NAME)?;
         bytes(&at("message"), f.message.len(), MAX_TEXT)?;
         bytes(&at("action"), f.action.as_ref().map_or(0, String::len), MAX_TEXT)?;

@@ -32,6 +32,7 @@ crate::registry::for_each_check!(descriptor_modules);
 use serde::Serialize;
 
 use crate::config::{CheckConfigs, Param, ParamError};
+use crate::findings::Code;
 pub use crate::registry::{CheckGroup, CheckId, UnknownCheck};
 
 /// A report column: the metric key and its title.
@@ -53,9 +54,9 @@ pub struct Metric {
     pub key: &'static str,
     pub unit: &'static str,
     /// Code for a rank below its peers.
-    pub slow: &'static str,
+    pub slow: Code,
     /// Code for a figure below the expected value of the device model.
-    pub below: &'static str,
+    pub below: Code,
     pub bad: Bad,
     /// Every rank measures the same collective operation: one figure for the job.
     pub collective: bool,
@@ -97,7 +98,7 @@ impl Needs {
 #[serde(rename_all = "snake_case")]
 pub enum WrongResult {
     /// A wrong result, under this code.
-    Code(&'static str),
+    Code(Code),
     /// The check names its own failures (a failed probe or a diverging loss is not a wrong
     /// product); the diagnosis of its family reports them.
     Own,

@@ -19,8 +19,6 @@
 //!
 //! Every code is listed in docs/findings.md.
 
-#[cfg(test)]
-mod codes_doc;
 pub mod crash;
 pub mod hang;
 pub mod health;

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use gpusanity_common::checks::WrongResult;
+use gpusanity_common::findings::Code;
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckReport, CheckStatus, Finding, RankInfo, Severity};
 
@@ -50,14 +51,15 @@ fn hash_disagreement(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Fin
         if 2 * n > group.len() {
             for (rank, h) in group.iter().filter(|(_, h)| *h != major) {
                 let msg = format!("GEMM result differs from the majority of its peers (hash {h}, majority {major})");
-                let mut f = place(Finding::new(Severity::Critical, "GEMM_RESULT_MISMATCH", c.name, msg), ranks, *rank);
+                let mut f =
+                    place(Finding::new(Severity::Critical, Code::GemmResultMismatch, c.name, msg), ranks, *rank);
                 f.action = Some("exclude the node; the device computes wrongly (reset the GPU, then re-check)".into());
                 findings.push(f);
             }
         } else {
             let list: Vec<String> = group.iter().map(|(r, h)| format!("rank {r}: {h}")).collect();
             let msg = format!("GEMM results differ between ranks with no majority ({})", list.join(", "));
-            findings.push(Finding::new(Severity::Warning, "GEMM_RESULT_MISMATCH", c.name, msg));
+            findings.push(Finding::new(Severity::Warning, Code::GemmResultMismatch, c.name, msg));
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Node 0 merges the nodes' outcomes into one report and diagnoses it.
 
 use gpusanity_common::config::CheckConfigs;
+use gpusanity_common::findings::Code;
 use gpusanity_common::registry::{CheckId, Scope};
 use gpusanity_common::report::{
     CheckReport, CheckStatus, DeviceKind, Finding, NodeInfo, RankInfo, RankResult, Report, Severity,
@@ -86,7 +87,7 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
         let line = format!(
             "{check} stopped by node {node_rank} after {stall_s:.0} s in which {why} (diagnosis.stall-s), before the per-test limit"
         );
-        for f in diag.findings.iter_mut().filter(|f| f.code == "TEST_HANG") {
+        for f in diag.findings.iter_mut().filter(|f| f.code == Code::TestHang) {
             f.evidence.push(line.clone());
         }
     }
@@ -94,10 +95,10 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
     for stop in stops.iter().take(1) {
         let (code, message) = match stop {
             Stop::RunTimeout { limit_s, .. } => {
-                ("RUN_TIMEOUT", format!("the whole check overran --sanity-check-max-time ({limit_s:.0} s)"))
+                (Code::RunTimeout, format!("the whole check overran --sanity-check-max-time ({limit_s:.0} s)"))
             }
             Stop::Interrupted { node_rank, signal } => {
-                ("RUN_INTERRUPTED", format!("the launcher of node {node_rank} was stopped by {signal}"))
+                (Code::RunInterrupted, format!("the launcher of node {node_rank} was stopped by {signal}"))
             }
             _ => continue,
         };
@@ -109,7 +110,7 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
     for node in &lost {
         let mut f = Finding::new(
             Severity::Critical,
-            "NODE_LOST",
+            Code::NodeLost,
             Scope::Rendezvous,
             format!(
                 "node {} ({}, {}) never reported its results: unreachable (network down) or dead",
@@ -174,7 +175,7 @@ pub fn missing_report(meta: &RunMeta, nodes: &[NodeInfo], missing: &[usize], wai
     for &k in missing {
         let mut f = Finding::new(
             Severity::Critical,
-            "NODE_MISSING",
+            Code::NodeMissing,
             Scope::Rendezvous,
             format!(
                 "node {k}{} of {} never arrived at the rendezvous within {:.0} s: not started, unreachable, or dead",

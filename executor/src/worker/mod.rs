@@ -58,7 +58,7 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
     let faults = Faults::from_env();
     // The RDMA ports at the start of the run, before anything of ours moves data: the end of
     // `rdma-ports` compares its own reading with this one.
-    let rdma_selected = spec.checks.iter().any(|c| *c == gpusanity_common::CheckId::RdmaPorts);
+    let rdma_selected = spec.checks.contains(&gpusanity_common::CheckId::RdmaPorts);
     let baseline = Baseline {
         rdma: (rdma_selected && spec.local_rank == 0)
             .then(|| rdma_ports::Snapshot::take(&rdma_ports::root(faults.ib_root()))),

@@ -89,7 +89,7 @@ pub fn check_view(report: &Report, index: usize, c: &CheckReport) -> CheckView {
                     .findings
                     .iter()
                     .filter(|f| f.check == c.name && f.rank == Some(r.rank))
-                    .map(|f| f.code.clone())
+                    .map(|f| f.code.to_string())
                     .collect(),
                 flag: rank_class(report, c.name, r.rank),
             }

@@ -74,7 +74,7 @@ fn report(host_b: &str) -> Report {
     conn.ranks[0].notes.insert("front_end_cells".into(), r#"[["-","FAIL"],["0.30ms","-"]]"#.into());
     let mut f = Finding::new(
         Severity::Critical,
-        "GEMM_SLOW",
+        Code::GemmSlow,
         CheckId::Gemm,
         "401.5 TFLOP/s, 53% of the peers' median 759".into(),
     );
@@ -119,12 +119,7 @@ fn report(host_b: &str) -> Report {
         ],
         node_verdicts: vec![
             NodeVerdict { node_rank: 0, host: "gpu-a".into(), health: NodeHealth::Healthy, codes: vec![] },
-            NodeVerdict {
-                node_rank: 1,
-                host: host_b.into(),
-                health: NodeHealth::Faulty,
-                codes: vec!["GEMM_SLOW".into()],
-            },
+            NodeVerdict { node_rank: 1, host: host_b.into(), health: NodeHealth::Faulty, codes: vec![Code::GemmSlow] },
         ],
         faulty_nodes: vec![1],
         remeasured: vec![],

@@ -15,6 +15,7 @@ mod resnet;
 mod ring_comm;
 
 use anyhow::{Context, Result};
+use gpusanity_common::findings::Code;
 use gpusanity_common::report::{CheckStatus, DeviceKind, RankResult};
 use gpusanity_models::cpu::CpuOps;
 use gpusanity_models::cuda::CudaOps;
@@ -210,11 +211,11 @@ fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
         LossVerdict::Ok => {}
         LossVerdict::NotFinite { step, value } => {
             r.metrics.insert("first_bad_step".into(), step as f64);
-            r.notes.insert("finding".into(), "MODEL_LOSS_NOT_FINITE".into());
+            r.notes.insert("finding".into(), Code::ModelLossNotFinite.to_string());
             problems.push(format!("loss is {value} at step {step}"));
         }
         LossVerdict::NotFalling { first, last, rising } => {
-            r.notes.insert("finding".into(), "MODEL_LOSS_NOT_FALLING".into());
+            r.notes.insert("finding".into(), Code::ModelLossNotFalling.to_string());
             let how = if rising { "rising" } else { "flat" };
             problems.push(format!(
                 "loss {how}: mean {first:.4} over the first steps, {last:.4} over the last (steps {}..{}), less than the {:.0}% drop required",
