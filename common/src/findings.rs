@@ -160,6 +160,15 @@ finding_codes! {
     AllgatherBelowExpected = "ALLGATHER_BELOW_EXPECTED", Critical, "critical / warning", [Check(CheckId::AllGather)], "job",
         "busbw below the expected band of its device model (where the data file has one)",
         "inspect NVLink/NIC state, NCCL settings";
+    ReducescatterWrongResult = "REDUCESCATTER_WRONG_RESULT", Critical, "critical", [Check(CheckId::ReduceScatter)], "rank",
+        "this rank's block of the sum differs from the exact one",
+        "exclude the node";
+    ReducescatterSlow = "REDUCESCATTER_SLOW", Critical, "critical / warning", [Check(CheckId::ReduceScatter)], "rank",
+        "busbw below the peers' band",
+        "inspect the interconnect";
+    ReducescatterBelowExpected = "REDUCESCATTER_BELOW_EXPECTED", Critical, "critical / warning", [Check(CheckId::ReduceScatter)], "job",
+        "busbw below the expected band of its device model (where the data file has one)",
+        "inspect NVLink/NIC state, NCCL settings";
     AlltoallWrongResult = "ALLTOALL_WRONG_RESULT", Critical, "critical", [Check(CheckId::AllToAll)], "rank",
         "a received block differs from what its sender sent to this rank",
         "exclude the node";

@@ -67,6 +67,7 @@ check_ids! {
     AllReduce = "all-reduce" => all_reduce,
     AllToAll = "all-to-all" => all_to_all,
     AllGather = "all-gather" => all_gather,
+    ReduceScatter = "reduce-scatter" => reduce_scatter,
     MultiAllReduce = "multi-all-reduce" => multi_all_reduce,
     NetworkConnectivity = "network-connectivity" => network_connectivity,
     MatmulAllReduceOverlap = "matmul-all-reduce-overlap" => overlap,

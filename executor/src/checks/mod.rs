@@ -21,6 +21,7 @@ pub mod pair_bandwidth;
 pub mod pair_schedule;
 pub mod probe_plan;
 pub mod rdma_ports;
+pub mod reduce_scatter;
 pub mod remeasure;
 
 use gpusanity_common::config::CheckConfigs;
@@ -79,6 +80,7 @@ fn run_check(id: CheckId, ctx: &mut CheckCtx<'_>) -> anyhow::Result<RankResult> 
         CheckId::Gemm => gemm::run(ctx),
         CheckId::AllReduce => all_reduce::run(ctx),
         CheckId::AllGather => all_gather::run(ctx),
+        CheckId::ReduceScatter => reduce_scatter::run(ctx),
         CheckId::AllToAll => all_to_all::run(ctx),
         CheckId::NetworkConnectivity => network_connectivity::run(ctx),
         CheckId::MultiAllReduce => multi_all_reduce::run(ctx),
@@ -107,7 +109,8 @@ pub fn not_applicable(rank: usize, why: String) -> RankResult {
 /// - `memory-bandwidth-slow`: every timed copy eight times; `host-bandwidth-slow`: four times;
 /// - `memory-bandwidth-wrong`: overwrites one byte of the copy's destination before
 ///   verification;
-/// - `all-reduce-wrong`, `all-gather-wrong`, `all-to-all-wrong`: corrupts one received element
+/// - `all-reduce-wrong`, `all-gather-wrong`, `reduce-scatter-wrong`, `all-to-all-wrong`:
+///   corrupts one received element
 ///   before verification;
 /// - `multi-all-reduce-wrong`: corrupts one element of this rank's first group's sum;
 /// - `overlap-wrong`: corrupts one element of the all-reduce run under overlap;

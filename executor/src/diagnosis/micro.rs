@@ -26,6 +26,7 @@ pub fn diagnose(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, finding
         | CheckId::AllReduce
         | CheckId::AllToAll
         | CheckId::AllGather
+        | CheckId::ReduceScatter
         | CheckId::MatmulAllReduceOverlap
         | CheckId::MiniGpt
         | CheckId::MegatronGpt
