@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use crate::registry::CheckId;
 use crate::report::{Link, Severity};
 
 const DATA: &str = include_str!("../data/expected.toml");
@@ -22,7 +23,7 @@ pub struct Entry {
     /// Name parts of other variants of the model that this figure does not hold for.
     #[serde(default)]
     pub exclude: Vec<String>,
-    pub check: String,
+    pub check: CheckId,
     pub metric: String,
     pub value: f64,
     /// The GEMM size the figure holds for.
@@ -108,7 +109,7 @@ impl Expected {
     }
 
     /// The entry for `device`'s `check.metric` that holds under `when`, if any.
-    pub fn lookup(&self, device: &str, check: &str, metric: &str, when: Conditions) -> Option<&Entry> {
+    pub fn lookup(&self, device: &str, check: CheckId, metric: &str, when: Conditions) -> Option<&Entry> {
         self.entries.iter().find(|e| {
             device.contains(&e.device)
                 && !e.exclude.iter().any(|x| device.contains(x.as_str()))
@@ -126,7 +127,13 @@ impl Expected {
 /// The expected figure for `device`'s `check.metric` under `when`, and where `value` (higher
 /// is better) falls: below `critical` x expected critical, below `warn` x expected a warning.
 /// None when the table has no figure for this device and configuration (CPUs never do).
-pub fn judge(device: &str, check: &str, metric: &str, when: Conditions, value: f64) -> Option<(f64, Option<Severity>)> {
+pub fn judge(
+    device: &str,
+    check: CheckId,
+    metric: &str,
+    when: Conditions,
+    value: f64,
+) -> Option<(f64, Option<Severity>)> {
     let table = Expected::builtin();
     let e = table.lookup(device, check, metric, when)?.value;
     let sev = if value < table.bands.critical * e {
@@ -148,7 +155,7 @@ mod tests {
         let t = Expected::parse(DATA).expect("expected.toml parses");
         assert!(t.bands.critical < t.bands.warn && t.bands.warn < 1.0);
         for model in ["H100", "H200", "A100"] {
-            for check in ["gemm", "all-reduce"] {
+            for check in [CheckId::Gemm, CheckId::AllReduce] {
                 assert!(t.entries.iter().any(|e| e.device == model && e.check == check), "{model} {check}");
             }
         }
@@ -159,21 +166,27 @@ mod tests {
     fn entries_hold_only_for_their_configuration() {
         let t = Expected::builtin();
         let gemm = Conditions { size: Some(8192), ..Default::default() };
-        assert_eq!(t.lookup("NVIDIA H200", "gemm", "tflops", gemm).map(|e| e.value), Some(690.0));
+        assert_eq!(t.lookup("NVIDIA H200", CheckId::Gemm, "tflops", gemm).map(|e| e.value), Some(690.0));
         assert!(t
-            .lookup("NVIDIA H200", "gemm", "tflops", Conditions { size: Some(4096), ..Default::default() })
+            .lookup("NVIDIA H200", CheckId::Gemm, "tflops", Conditions { size: Some(4096), ..Default::default() })
             .is_none());
-        assert!(t.lookup("AMD EPYC 7B13", "gemm", "tflops", gemm).is_none());
-        assert!(t.lookup("NVIDIA H100 PCIe", "gemm", "tflops", gemm).is_none(), "PCIe reaches less");
-        assert!(t.lookup("NVIDIA H100 80GB HBM3", "gemm", "tflops", gemm).is_some());
+        assert!(t.lookup("AMD EPYC 7B13", CheckId::Gemm, "tflops", gemm).is_none());
+        assert!(t.lookup("NVIDIA H100 PCIe", CheckId::Gemm, "tflops", gemm).is_none(), "PCIe reaches less");
+        assert!(t.lookup("NVIDIA H100 80GB HBM3", CheckId::Gemm, "tflops", gemm).is_some());
         let ar = Conditions { max_bytes: Some(1 << 30), ..Default::default() };
-        assert!(t.lookup("NVIDIA H200", "all-reduce", "busbw_gbps", ar).is_none(), "multi-node: no NVLink figure");
+        assert!(
+            t.lookup("NVIDIA H200", CheckId::AllReduce, "busbw_gbps", ar).is_none(),
+            "multi-node: no NVLink figure"
+        );
         let ar = Conditions { nodes: 1, ranks_per_node: Some(2), link: Some(Link::Nvlink), ..ar };
-        assert_eq!(t.lookup("NVIDIA A100-SXM4-80GB", "all-reduce", "busbw_gbps", ar).map(|e| e.value), Some(220.0));
+        assert_eq!(
+            t.lookup("NVIDIA A100-SXM4-80GB", CheckId::AllReduce, "busbw_gbps", ar).map(|e| e.value),
+            Some(220.0)
+        );
         // A two-GPU NVLink figure holds neither for one GPU nor for eight.
         for k in [1, 8] {
             let other = Conditions { ranks_per_node: Some(k), ..ar };
-            assert!(t.lookup("NVIDIA H200", "all-reduce", "busbw_gbps", other).is_none(), "{k} GPUs");
+            assert!(t.lookup("NVIDIA H200", CheckId::AllReduce, "busbw_gbps", other).is_none(), "{k} GPUs");
         }
         let one = Conditions::from_config(&serde_json::json!({"max_bytes": 1u64 << 30}), &[1]);
         assert_eq!((one.nodes, one.ranks_per_node, one.topology().as_str()), (1, Some(1), "1 node of 1 rank"));
@@ -181,35 +194,35 @@ mod tests {
         assert!(Expected::parse("[bands]\nwarn = 0.9\n").is_err());
         // Memory: only the H200 it was measured on, at the size it was measured with.
         let mem = Conditions { size: Some(4 << 30), ..Default::default() };
-        assert_eq!(t.lookup("NVIDIA H200", "memory-bandwidth", "gbps", mem).map(|e| e.value), Some(4200.0));
+        assert_eq!(t.lookup("NVIDIA H200", CheckId::MemoryBandwidth, "gbps", mem).map(|e| e.value), Some(4200.0));
         for other in ["NVIDIA H100 80GB HBM3", "NVIDIA H200 NVL", "NVIDIA GH200 480GB"] {
-            assert!(t.lookup(other, "memory-bandwidth", "gbps", mem).is_none(), "{other}");
+            assert!(t.lookup(other, CheckId::MemoryBandwidth, "gbps", mem).is_none(), "{other}");
         }
         let small = Conditions { size: Some(1 << 20), ..Default::default() };
-        assert!(t.lookup("NVIDIA H200", "memory-bandwidth", "gbps", small).is_none());
+        assert!(t.lookup("NVIDIA H200", CheckId::MemoryBandwidth, "gbps", small).is_none());
         let host = Conditions { size: Some(256 << 20), ..Default::default() };
         for model in ["NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"] {
-            assert_eq!(t.lookup(model, "host-bandwidth", "gbps", host).map(|e| e.value), Some(55.0), "{model}");
+            assert_eq!(t.lookup(model, CheckId::HostBandwidth, "gbps", host).map(|e| e.value), Some(55.0), "{model}");
         }
-        assert!(t.lookup("NVIDIA GH200 480GB", "host-bandwidth", "gbps", host).is_none());
+        assert!(t.lookup("NVIDIA GH200 480GB", CheckId::HostBandwidth, "gbps", host).is_none());
     }
 
     #[test]
     fn bands_of_the_expected_figure() {
         let when = Conditions { size: Some(8192), ..Default::default() };
-        assert_eq!(judge("NVIDIA H200", "gemm", "tflops", when, 770.0), Some((690.0, None)));
-        assert_eq!(judge("NVIDIA H200", "gemm", "tflops", when, 600.0), Some((690.0, Some(Severity::Warning))));
-        assert_eq!(judge("NVIDIA H200", "gemm", "tflops", when, 400.0), Some((690.0, Some(Severity::Critical))));
-        assert_eq!(judge("Intel(R) Xeon(R)", "gemm", "tflops", when, 0.1), None);
+        assert_eq!(judge("NVIDIA H200", CheckId::Gemm, "tflops", when, 770.0), Some((690.0, None)));
+        assert_eq!(judge("NVIDIA H200", CheckId::Gemm, "tflops", when, 600.0), Some((690.0, Some(Severity::Warning))));
+        assert_eq!(judge("NVIDIA H200", CheckId::Gemm, "tflops", when, 400.0), Some((690.0, Some(Severity::Critical))));
+        assert_eq!(judge("Intel(R) Xeon(R)", CheckId::Gemm, "tflops", when, 0.1), None);
     }
 
     #[test]
     fn a_collective_figure_holds_only_over_the_link_it_was_measured_on() {
         let t = Expected::builtin();
         let two = Conditions { max_bytes: Some(1 << 30), nodes: 1, ranks_per_node: Some(2), ..Default::default() };
-        assert!(t.lookup("NVIDIA H200", "all-reduce", "busbw_gbps", two.with_link(Some(Link::Nvlink))).is_some());
-        assert!(t.lookup("NVIDIA H200", "all-reduce", "busbw_gbps", two.with_link(Some(Link::Pcie))).is_none());
-        assert!(t.lookup("NVIDIA H200", "all-reduce", "busbw_gbps", two).is_none(), "link unknown: peers only");
+        assert!(t.lookup("NVIDIA H200", CheckId::AllReduce, "busbw_gbps", two.with_link(Some(Link::Nvlink))).is_some());
+        assert!(t.lookup("NVIDIA H200", CheckId::AllReduce, "busbw_gbps", two.with_link(Some(Link::Pcie))).is_none());
+        assert!(t.lookup("NVIDIA H200", CheckId::AllReduce, "busbw_gbps", two).is_none(), "link unknown: peers only");
         assert_eq!(two.with_link(Some(Link::Nvlink)).topology(), "1 node of 2 ranks over NVLink");
     }
 }

@@ -10,6 +10,7 @@ pub mod envs;
 pub mod events;
 pub mod exit;
 pub mod expected;
+pub mod findings;
 pub mod health;
 pub mod hostlist;
 pub mod peers;

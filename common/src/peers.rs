@@ -4,6 +4,7 @@
 //! decide from the same figures whether to re-measure a check before a verdict.
 
 use crate::expected::Conditions;
+use crate::registry::CheckId;
 use crate::report::Severity;
 
 use crate::stats::median;
@@ -99,7 +100,7 @@ pub type Figures = Vec<(usize, String, f64)>;
 /// Judges every rank's figure (higher is better) against its peers (the other ranks of its
 /// device model: the rank itself does not pull the median) and against the expected figure
 /// for its model under `when`.
-pub fn judge(check: &str, metric: &str, figures: &Figures, bands: PeerBands, when: Conditions) -> Vec<Judged> {
+pub fn judge(check: CheckId, metric: &str, figures: &Figures, bands: PeerBands, when: Conditions) -> Vec<Judged> {
     let mut out = Vec::new();
     for (rank, device, value) in figures {
         // The rank's peers: the other ranks of its device model.
@@ -128,7 +129,13 @@ pub fn judge(check: &str, metric: &str, figures: &Figures, bands: PeerBands, whe
 }
 
 /// The ranks that a worker re-measures for: critical against peers or expected.
-pub fn critical_ranks(check: &str, metric: &str, figures: &Figures, bands: PeerBands, when: Conditions) -> Vec<usize> {
+pub fn critical_ranks(
+    check: CheckId,
+    metric: &str,
+    figures: &Figures,
+    bands: PeerBands,
+    when: Conditions,
+) -> Vec<usize> {
     judge(check, metric, figures, bands, when)
         .into_iter()
         .filter(|j| j.severity() == Some(Severity::Critical))
@@ -157,16 +164,16 @@ mod tests {
     #[test]
     fn bands_name_a_slow_rank_and_spare_a_noisy_group() {
         let b = PeerBands::new(0.5, true);
-        let j = judge("gemm", "tflops", &figs(&[10.0, 10.5, 3.0, 9.8]), b, Conditions::default());
+        let j = judge(CheckId::Gemm, "tflops", &figs(&[10.0, 10.5, 3.0, 9.8]), b, Conditions::default());
         let named: Vec<_> = j.iter().filter(|j| j.severity().is_some()).map(|j| j.rank).collect();
         assert_eq!(named, [2]);
         // Peers that spread widely: the low one is not clear of the spread.
-        let j = judge("gemm", "tflops", &figs(&[10.0, 2.0, 18.0, 4.0, 16.0]), b, Conditions::default());
+        let j = judge(CheckId::Gemm, "tflops", &figs(&[10.0, 2.0, 18.0, 4.0, 16.0]), b, Conditions::default());
         assert!(j.iter().all(|j| j.severity().is_none()), "{j:?}");
         // A warning band on GPU.
         let b = PeerBands::new(0.8, false);
         assert!((b.warn - 0.9).abs() < 1e-12);
-        let j = judge("gemm", "tflops", &figs(&[100.0, 101.0, 85.0, 100.0]), b, Conditions::default());
+        let j = judge(CheckId::Gemm, "tflops", &figs(&[100.0, 101.0, 85.0, 100.0]), b, Conditions::default());
         assert_eq!(j[2].vs_peers, Some(Severity::Warning));
     }
 
@@ -174,12 +181,12 @@ mod tests {
     fn a_rank_alone_is_judged_against_its_expected_figure() {
         let f = vec![(0, "NVIDIA H200".to_string(), 500.0)];
         let when = Conditions { size: Some(8192), ..Default::default() };
-        let j = judge("gemm", "tflops", &f, PeerBands::new(0.8, false), when);
+        let j = judge(CheckId::Gemm, "tflops", &f, PeerBands::new(0.8, false), when);
         assert_eq!((j[0].vs_peers, j[0].vs_expected, j[0].expected), (None, Some(Severity::Critical), Some(690.0)));
         let f = vec![(0, "NVIDIA H200".to_string(), 600.0)];
-        let j = judge("gemm", "tflops", &f, PeerBands::new(0.8, false), when);
+        let j = judge(CheckId::Gemm, "tflops", &f, PeerBands::new(0.8, false), when);
         assert_eq!(j[0].vs_expected, Some(Severity::Warning));
         let f = vec![(0, "NVIDIA H200".to_string(), 760.0), (1, "NVIDIA H200".to_string(), 300.0)];
-        assert_eq!(critical_ranks("gemm", "tflops", &f, PeerBands::new(0.8, false), when), [1]);
+        assert_eq!(critical_ranks(CheckId::Gemm, "tflops", &f, PeerBands::new(0.8, false), when), [1]);
     }
 }

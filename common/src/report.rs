@@ -6,6 +6,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::events::StateEvent;
+pub use crate::findings::Code;
+pub use crate::registry::{CheckId, Scope};
 use crate::settings::Settings;
 
 /// Bumped on every incompatible change of [`Report`].
@@ -103,7 +105,7 @@ pub struct NodeVerdict {
     pub health: NodeHealth,
     /// The codes of the findings behind the verdict.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub codes: Vec<String>,
+    pub codes: Vec<Code>,
 }
 
 /// One measured node pair of the link test: bus bandwidth of a 2-member all-reduce between
@@ -167,7 +169,7 @@ pub fn common_link(ranks: &[RankInfo]) -> Option<Link> {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckReport {
-    pub name: String,
+    pub name: CheckId,
     pub status: CheckStatus,
     pub duration_s: f64,
     /// The configuration the check ran with.
@@ -222,8 +224,9 @@ pub enum Severity {
 pub struct Finding {
     pub severity: Severity,
     /// A stable code, listed in docs/findings.md, e.g. `GEMM_SLOW`, `WORKER_CRASHED`.
-    pub code: String,
-    pub check: String,
+    pub code: Code,
+    /// The check it is about, or `run`, `agent`, `service`.
+    pub check: Scope,
     pub node_rank: Option<usize>,
     pub host: Option<String>,
     pub rank: Option<usize>,
@@ -254,10 +257,10 @@ pub struct Finding {
 
 impl Finding {
     /// A finding about the whole job; set `node_rank`, `host` and `rank` to place it.
-    pub fn new(severity: Severity, code: &str, check: &str, message: String) -> Self {
+    pub fn new(severity: Severity, code: Code, check: impl Into<Scope>, message: String) -> Self {
         Finding {
             severity,
-            code: code.into(),
+            code,
             check: check.into(),
             node_rank: None,
             host: None,

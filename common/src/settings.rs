@@ -102,8 +102,8 @@ pub struct Settings {
     pub envs: Vec<(String, String)>,
     /// Minutes for each test.
     pub timeout_per_test_minutes: f64,
-    pub micro_benchmarks: Vec<String>,
-    pub model_benchmarks: Vec<String>,
+    pub micro_benchmarks: Vec<CheckId>,
+    pub model_benchmarks: Vec<CheckId>,
 }
 
 impl Default for Settings {
@@ -114,7 +114,7 @@ impl Default for Settings {
             timeout_ops: TimeoutOps::MarkJobFail,
             envs: Vec::new(),
             timeout_per_test_minutes: 6.0,
-            micro_benchmarks: vec![CheckId::Gemm.into(), CheckId::AllReduce.into(), CheckId::GpuHealth.into()],
+            micro_benchmarks: vec![CheckId::Gemm, CheckId::AllReduce, CheckId::GpuHealth],
             model_benchmarks: Vec::new(),
         }
     }
@@ -162,8 +162,8 @@ impl Settings {
             "--sanity-check-timeout-ops" => self.timeout_ops = value.parse()?,
             "--sanity-check-envs" => self.envs = parse_envs(value)?,
             "--sanity-check-timeout-per-test" => self.timeout_per_test_minutes = parse_minutes(option, value)?,
-            "--micro-benchmarks" => self.micro_benchmarks = parse_list(value),
-            "--model-benchmarks" => self.model_benchmarks = parse_list(value),
+            "--micro-benchmarks" => self.micro_benchmarks = parse_checks(option, CheckGroup::Micro, value)?,
+            "--model-benchmarks" => self.model_benchmarks = parse_checks(option, CheckGroup::Model, value)?,
             other => return Err(SettingsError::UnknownOption(other.to_string())),
         }
         Ok(())
@@ -176,24 +176,16 @@ impl Settings {
             ("--micro-benchmarks", CheckGroup::Micro, &self.micro_benchmarks),
             ("--model-benchmarks", CheckGroup::Model, &self.model_benchmarks),
         ] {
-            for (i, name) in names.iter().enumerate() {
-                if names[..i].contains(name) {
-                    return Err(SettingsError::DuplicateCheck { option: option.into(), name: name.clone() });
+            for (i, id) in names.iter().enumerate() {
+                if names[..i].contains(id) {
+                    return Err(SettingsError::DuplicateCheck { option: option.into(), name: id.to_string() });
                 }
-                match checks::find(name) {
-                    Some(info) if info.group == group => {
-                        if !info.available {
-                            return Err(SettingsError::NotAvailable(name.clone()));
-                        }
-                    }
-                    _ => {
-                        return Err(SettingsError::UnknownCheck {
-                            option: option.into(),
-                            name: name.clone(),
-                            group,
-                            known: checks::names(group).join(", "),
-                        })
-                    }
+                let info = id.descriptor();
+                if !info.listed || info.group != group {
+                    return Err(unknown_check(option, group, id.as_str()));
+                }
+                if !info.available {
+                    return Err(SettingsError::NotAvailable(id.to_string()));
                 }
             }
         }
@@ -204,8 +196,8 @@ impl Settings {
     }
 
     /// The selected checks in run order: micro-benchmarks, then model benchmarks.
-    pub fn selected_checks(&self) -> Vec<String> {
-        self.micro_benchmarks.iter().chain(&self.model_benchmarks).cloned().collect()
+    pub fn selected_checks(&self) -> Vec<CheckId> {
+        self.micro_benchmarks.iter().chain(&self.model_benchmarks).copied().collect()
     }
 
     pub fn max_time(&self) -> Duration {
@@ -219,14 +211,15 @@ impl Settings {
     /// The settings written back as one `SanityCheckArgs` string.
     pub fn to_args_string(&self) -> String {
         let envs: Vec<String> = self.envs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let names = |ids: &[CheckId]| ids.iter().map(|id| id.as_str()).collect::<Vec<_>>().join(",");
         let parts = [
             format!("--sanity-check-timing={}", self.timing),
             format!("--sanity-check-max-time={}", self.max_time_minutes),
             format!("--sanity-check-timeout-ops={}", self.timeout_ops),
             format!("--sanity-check-envs={}", envs.join(",")),
             format!("--sanity-check-timeout-per-test={}", self.timeout_per_test_minutes),
-            format!("--micro-benchmarks={}", self.micro_benchmarks.join(",")),
-            format!("--model-benchmarks={}", self.model_benchmarks.join(",")),
+            format!("--micro-benchmarks={}", names(&self.micro_benchmarks)),
+            format!("--model-benchmarks={}", names(&self.model_benchmarks)),
         ];
         parts
             .iter()
@@ -250,8 +243,24 @@ fn parse_minutes(option: &str, value: &str) -> Result<f64, SettingsError> {
     Ok(m)
 }
 
-fn parse_list(value: &str) -> Vec<String> {
-    value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+/// Parses a comma list of check names given to `option` (which selects checks of `group`);
+/// whether each belongs to the group is [`Settings::validate`]'s question.
+fn parse_checks(option: &str, group: CheckGroup, value: &str) -> Result<Vec<CheckId>, SettingsError> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|name| name.parse::<CheckId>().map_err(|_| unknown_check(option, group, name)))
+        .collect()
+}
+
+fn unknown_check(option: &str, group: CheckGroup, name: &str) -> SettingsError {
+    SettingsError::UnknownCheck {
+        option: option.into(),
+        name: name.into(),
+        group,
+        known: checks::names(group).join(", "),
+    }
 }
 
 /// Parses `k1=v1,k2=v2`. Keys must be environment variable names; values may be empty.

@@ -4,6 +4,7 @@
 //! variable; the worker writes [`WorkerMsg`] JSON lines on its stdout (its logs go to stderr).
 
 use gpusanity_common::config::CheckConfigs;
+use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{DeviceKind, RankResult};
 use serde::{Deserialize, Serialize};
 
@@ -31,7 +32,7 @@ pub struct WorkerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdzv_secret: Option<Secret>,
     pub device: DeviceKind,
-    pub checks: Vec<String>,
+    pub checks: Vec<CheckId>,
     pub configs: CheckConfigs,
 }
 
@@ -50,12 +51,12 @@ pub enum WorkerMsg {
     Heartbeat,
     /// Where the worker is: check, phase (`start`, `warmup`, `timed`, `verify`...) and step.
     Progress {
-        check: String,
+        check: CheckId,
         phase: String,
         step: u64,
     },
     CheckDone {
-        check: String,
+        check: CheckId,
         duration_s: f64,
         result: RankResult,
     },

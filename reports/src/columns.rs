@@ -7,14 +7,14 @@ use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::CheckStatus;
 
 /// The headline metrics shown per check, with their column titles (from its descriptor).
-pub fn columns(check: &str) -> &'static [Column] {
-    check.parse::<CheckId>().map_or(&[], |id| id.descriptor().columns)
+pub fn columns(check: CheckId) -> &'static [Column] {
+    check.descriptor().columns
 }
 
 /// The per-rank figures drawn as bar charts, a subset of [`columns`] (counts and losses are
 /// left to the tables).
-pub fn charted(check: &str) -> &'static [Column] {
-    check.parse::<CheckId>().map_or(&[], |id| id.descriptor().charted)
+pub fn charted(check: CheckId) -> &'static [Column] {
+    check.descriptor().charted
 }
 
 pub fn status_word(s: CheckStatus) -> &'static str {
@@ -34,7 +34,7 @@ mod tests {
 
     #[test]
     fn every_charted_figure_is_a_column() {
-        for check in CheckId::ALL.map(CheckId::as_str) {
+        for check in CheckId::ALL {
             for (key, _) in charted(check) {
                 assert!(columns(check).iter().any(|(k, _)| k == key), "{check}.{key}");
             }

@@ -61,7 +61,12 @@ fn nodes(s: &mut String, report: &Report) {
             if v.codes.is_empty() {
                 format!("{} ({}) {h}", v.node_rank, v.host)
             } else {
-                format!("{} ({}) {h}: {}", v.node_rank, v.host, v.codes.join(", "))
+                format!(
+                    "{} ({}) {h}: {}",
+                    v.node_rank,
+                    v.host,
+                    v.codes.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
+                )
             }
         })
         .collect();
@@ -85,7 +90,7 @@ fn nodes(s: &mut String, report: &Report) {
 
 fn table(s: &mut String, report: &Report, c: &CheckReport) {
     let _ = writeln!(s, "{} — {} in {:.1} s", c.name, status_word(c.status), c.duration_s);
-    let cols = columns(&c.name);
+    let cols = columns(c.name);
     let mut head = format!("  {:>4}  {:<16} {:<24}", "rank", "host", "device");
     for (_, title) in cols {
         let _ = write!(head, " {title:>16}");

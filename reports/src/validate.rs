@@ -68,7 +68,6 @@ pub fn validate(r: &Report) -> Result<(), InvalidReport> {
     }
     for (i, c) in r.checks.iter().enumerate() {
         let at = |s: &str| format!("checks[{i}].{s}");
-        bytes(&at("name"), c.name.len(), MAX_NAME)?;
         finite(&at("duration_s"), c.duration_s)?;
         count(&at("ranks"), c.ranks.len(), MAX_RANKS)?;
         for (j, x) in c.ranks.iter().enumerate() {
@@ -101,8 +100,6 @@ pub fn validate(r: &Report) -> Result<(), InvalidReport> {
             node(&at("pair[0]"), a, n)?;
             node(&at("pair[1]"), b, n)?;
         }
-        bytes(&at("code"), f.code.len(), MAX_NAME)?;
-        bytes(&at("check"), f.check.len(), MAX_NAME)?;
         bytes(&at("host"), f.host.as_ref().map_or(0, String::len), MAX_NAME)?;
         bytes(&at("message"), f.message.len(), MAX_TEXT)?;
         bytes(&at("action"), f.action.as_ref().map_or(0, String::len), MAX_TEXT)?;

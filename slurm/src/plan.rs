@@ -33,7 +33,8 @@ pub fn plan(report: &Report, prefix: &str) -> Vec<Action> {
                     .find(|f| f.severity == Severity::Critical && f.node_rank == Some(v.node_rank))
                     .map(|f| format!("in {}: {}", f.check, f.message))
                     .unwrap_or_default();
-                Action::Drain { node: v.host.clone(), reason: drain_reason(prefix, &v.codes, &evidence) }
+                let codes: Vec<String> = v.codes.iter().map(|c| c.to_string()).collect();
+                Action::Drain { node: v.host.clone(), reason: drain_reason(prefix, &codes, &evidence) }
             })
             .collect(),
     }
@@ -42,7 +43,7 @@ pub fn plan(report: &Report, prefix: &str) -> Vec<Action> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpusanity_common::report::{DeviceKind, Finding, NodeVerdict};
+    use gpusanity_common::report::{CheckId, Code, DeviceKind, Finding, NodeVerdict};
 
     fn report(status: RunStatus, health: [NodeHealth; 3]) -> Report {
         let now = chrono::Utc::now();
@@ -53,12 +54,13 @@ mod tests {
                 node_rank: k,
                 host: format!("node{}", k + 1),
                 health: *h,
-                codes: if *h == NodeHealth::Healthy { vec![] } else { vec!["GEMM_WRONG_RESULT".into()] },
+                codes: if *h == NodeHealth::Healthy { vec![] } else { vec![Code::GemmWrongResult] },
             })
             .collect();
-        let mut warn = Finding::new(Severity::Warning, "GEMM_SLOW", "gemm", "a bit slow".into());
+        let mut warn = Finding::new(Severity::Warning, Code::GemmSlow, CheckId::Gemm, "a bit slow".into());
         warn.node_rank = Some(1);
-        let mut crit = Finding::new(Severity::Critical, "GEMM_WRONG_RESULT", "gemm", "tile differs \"x\"\n".into());
+        let mut crit =
+            Finding::new(Severity::Critical, Code::GemmWrongResult, CheckId::Gemm, "tile differs \"x\"\n".into());
         crit.node_rank = Some(1);
         Report {
             schema_version: 1,

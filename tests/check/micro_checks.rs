@@ -258,3 +258,38 @@ fn the_whole_micro_suite_passes_on_two_nodes_with_overlap_figures_and_kernel_lau
     assert_eq!(findings(&run.report()), [("OVERLAP_WRONG_RESULT".to_string(), Some(1))]);
     run.assert_nothing_left();
 }
+
+#[test]
+fn reduce_scatter_sums_exactly_on_three_cpu_workers_and_names_a_wrong_rank() {
+    let _g = serial();
+    let run = Run::new();
+    let out = run_with_timeout(run.command(&["--micro-benchmarks=reduce-scatter", "--nproc-per-node=3", CALM]), LIMIT);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let r = run.report();
+    let c = check(&r, "reduce-scatter");
+    assert_eq!(c["status"], "passed", "{c}");
+    assert_eq!(c["ranks"].as_array().unwrap().len(), 3);
+    for rank in c["ranks"].as_array().unwrap() {
+        let sweep = rank["sweep"].as_array().unwrap();
+        assert!(sweep.len() >= 5, "sweep too short");
+        for p in sweep {
+            assert_eq!(p["wrong"], 0);
+            // 3 ranks: busbw = algbw * 2/3; the size is the send buffer, whole blocks per rank.
+            let (alg, bus) = (p["algbw_gbps"].as_f64().unwrap(), p["busbw_gbps"].as_f64().unwrap());
+            assert!(bus > 0.0 && (alg * 2.0 / 3.0 - bus).abs() < 1e-9, "{p}");
+            assert_eq!(p["bytes"].as_u64().unwrap() % 12, 0);
+        }
+    }
+    assert!(c["config"]["sizes"].as_array().unwrap().len() >= 5);
+    run.assert_nothing_left();
+
+    let run = Run::new();
+    let envs = "--sanity-check-envs=GPUSANITY_FAULT=reduce-scatter-wrong@2";
+    let out = run_with_timeout(
+        run.command(&["--micro-benchmarks=reduce-scatter", "--nproc-per-node=3", "--test-faults", envs, CALM]),
+        LIMIT,
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_eq!(findings(&run.report()), [("REDUCESCATTER_WRONG_RESULT".to_string(), Some(2))]);
+    run.assert_nothing_left();
+}

@@ -1,5 +1,6 @@
 //! `all-gather`: a sweep of message sizes, verified, with the bus bandwidth of each.
 
+use crate::findings::Code;
 use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult, SWEEP_COLUMNS};
 use crate::config::sweep::SweepConfig;
 
@@ -21,12 +22,12 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     metric: Some(Metric {
         key: "busbw_gbps",
         unit: "GB/s busbw",
-        slow: "ALLGATHER_SLOW",
-        below: "ALLGATHER_BELOW_EXPECTED",
+        slow: Code::AllgatherSlow,
+        below: Code::AllgatherBelowExpected,
         bad: Bad::Low,
         collective: true,
     }),
-    wrong_result: WrongResult::Code("ALLGATHER_WRONG_RESULT"),
+    wrong_result: WrongResult::Code(Code::AllgatherWrongResult),
     columns: SWEEP_COLUMNS,
     charted: &[("busbw_gbps", "busbw GB/s at the largest message")],
 };

@@ -1,5 +1,6 @@
 //! `all-reduce`: a sweep of message sizes, verified, with the bus bandwidth of each.
 
+use crate::findings::Code;
 use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult, SWEEP_COLUMNS};
 use crate::config::sweep::SweepConfig;
 
@@ -21,12 +22,12 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     metric: Some(Metric {
         key: "busbw_gbps",
         unit: "GB/s busbw",
-        slow: "ALLREDUCE_SLOW",
-        below: "ALLREDUCE_BELOW_EXPECTED",
+        slow: Code::AllreduceSlow,
+        below: Code::AllreduceBelowExpected,
         bad: Bad::Low,
         collective: true,
     }),
-    wrong_result: WrongResult::Code("ALLREDUCE_WRONG_RESULT"),
+    wrong_result: WrongResult::Code(Code::AllreduceWrongResult),
     columns: SWEEP_COLUMNS,
     charted: &[("busbw_gbps", "busbw GB/s at the largest message")],
 };

@@ -1,5 +1,6 @@
 //! `gemm`: a square product per rank, verified, timed and hashed.
 
+use crate::findings::Code;
 use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::micro::GemmConfig;
 
@@ -24,12 +25,12 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     metric: Some(Metric {
         key: "tflops",
         unit: "TFLOP/s",
-        slow: "GEMM_SLOW",
-        below: "GEMM_BELOW_EXPECTED",
+        slow: Code::GemmSlow,
+        below: Code::GemmBelowExpected,
         bad: Bad::Low,
         collective: false,
     }),
-    wrong_result: WrongResult::Code("GEMM_WRONG_RESULT"),
+    wrong_result: WrongResult::Code(Code::GemmWrongResult),
     columns: &[("tflops", "TFLOP/s"), ("tflops_best", "best"), ("wrong_elements", "wrong")],
     charted: &[("tflops", "TFLOP/s")],
 };

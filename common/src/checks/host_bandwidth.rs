@@ -1,6 +1,7 @@
 //! `host-bandwidth`: pinned host-to-device and device-to-host copies per GPU, alone and with
 //! every GPU of the node at once.
 
+use crate::findings::Code;
 use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::bandwidth::HostBandwidthConfig;
 
@@ -23,12 +24,12 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     metric: Some(Metric {
         key: "gbps",
         unit: "GB/s",
-        slow: "HOST_BW_SLOW",
-        below: "HOST_BW_BELOW_EXPECTED",
+        slow: Code::HostBwSlow,
+        below: Code::HostBwBelowExpected,
         bad: Bad::Low,
         collective: false,
     }),
-    wrong_result: WrongResult::Code("HOST_BW_WRONG_RESULT"),
+    wrong_result: WrongResult::Code(Code::HostBwWrongResult),
     columns: &[
         ("h2d_gbps", "H2D GB/s"),
         ("d2h_gbps", "D2H GB/s"),

@@ -1,5 +1,6 @@
 //! `kernel-launch`: launch latency and launch-and-synchronize round trips.
 
+use crate::findings::Code;
 use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::micro::KernelLaunchConfig;
 
@@ -21,12 +22,12 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     metric: Some(Metric {
         key: "launches_per_s",
         unit: "round trips/s",
-        slow: "KERNEL_LAUNCH_SLOW",
-        below: "KERNEL_LAUNCH_BELOW_EXPECTED",
+        slow: Code::KernelLaunchSlow,
+        below: Code::KernelLaunchBelowExpected,
         bad: Bad::Low,
         collective: false,
     }),
-    wrong_result: WrongResult::Code("KERNEL_LAUNCH_FAILED"),
+    wrong_result: WrongResult::Code(Code::KernelLaunchFailed),
     columns: &[("launch_us", "launch us"), ("round_trip_us", "launch+sync us"), ("round_trip_best_us", "best")],
     charted: &[("round_trip_us", "launch+sync us")],
 };

@@ -1,5 +1,6 @@
 //! `memory-bandwidth`: a device-to-device copy, verified, timed on the device.
 
+use crate::findings::Code;
 use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::bandwidth::MemoryBandwidthConfig;
 
@@ -21,12 +22,12 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     metric: Some(Metric {
         key: "gbps",
         unit: "GB/s (read+write)",
-        slow: "MEMORY_BW_SLOW",
-        below: "MEMORY_BW_BELOW_EXPECTED",
+        slow: Code::MemoryBwSlow,
+        below: Code::MemoryBwBelowExpected,
         bad: Bad::Low,
         collective: false,
     }),
-    wrong_result: WrongResult::Code("MEMORY_BW_WRONG_RESULT"),
+    wrong_result: WrongResult::Code(Code::MemoryBwWrongResult),
     columns: &[("gbps", "GB/s r+w"), ("gbps_best", "best"), ("kernel_gbps", "kernel GB/s"), ("wrong_words", "wrong")],
     charted: &[("gbps", "GB/s r+w")],
 };

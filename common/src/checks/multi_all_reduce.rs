@@ -1,5 +1,6 @@
 //! `multi-all-reduce`: concurrent all-reduces per rail, per node and on the world group.
 
+use crate::findings::Code;
 use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
 use crate::config::micro::MultiAllReduceConfig;
 
@@ -20,7 +21,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     },
     // Slow groups, not slow ranks: judged by the micro-benchmarks' diagnosis.
     metric: None,
-    wrong_result: WrongResult::Code("MULTI_ALLREDUCE_WRONG_RESULT"),
+    wrong_result: WrongResult::Code(Code::MultiAllreduceWrongResult),
     columns: &[("busbw_gbps_min", "min group busbw"), ("wrong_elements", "wrong")],
     charted: &[("busbw_gbps_min", "min group busbw GB/s")],
 };

@@ -1,5 +1,6 @@
 //! `matmul-all-reduce-overlap`: a GEMM and an all-reduce at once, against each alone.
 
+use crate::findings::Code;
 use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::micro::OverlapConfig;
 
@@ -21,12 +22,12 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     metric: Some(Metric {
         key: "overlapped_steps_per_s",
         unit: "overlapped steps/s",
-        slow: "OVERLAP_SLOW",
-        below: "OVERLAP_BELOW_EXPECTED",
+        slow: Code::OverlapSlow,
+        below: Code::OverlapBelowExpected,
         bad: Bad::Low,
         collective: false,
     }),
-    wrong_result: WrongResult::Code("OVERLAP_WRONG_RESULT"),
+    wrong_result: WrongResult::Code(Code::OverlapWrongResult),
     columns: &[
         ("gemm_ms_alone", "gemm ms"),
         ("allreduce_ms_alone", "allreduce ms"),

@@ -1,6 +1,7 @@
 //! `pair-bandwidth`: the pairwise link test, slow node or slow link. Nobody selects it: the
 //! launcher adds it to CPU runs of three nodes or more with a communication check.
 
+use crate::findings::Code;
 use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -16,7 +17,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     config: ConfigAccess { apply: |_, _| Ok(false), settle: no_settling, to_value: |_| serde_json::Value::Null },
     // Judged by the link diagnosis from the pairs' figures, not per rank.
     metric: None,
-    wrong_result: WrongResult::Code("LINK_WRONG_RESULT"),
+    wrong_result: WrongResult::Code(Code::LinkWrongResult),
     columns: &[("rounds", "rounds"), ("pairs", "pairs"), ("busbw_gbps_min", "slowest GB/s")],
     charted: &[],
 };

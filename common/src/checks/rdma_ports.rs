@@ -1,5 +1,6 @@
 //! `rdma-ports`: every RDMA port of every node, its state, rate and error counters.
 
+use crate::findings::Code;
 use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
 use crate::config::bandwidth::RdmaPortsConfig;
 
@@ -26,7 +27,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
 };
 
 /// The finding codes of the check, placed on the node.
-pub const PORT_DOWN: &str = "RDMA_PORT_DOWN";
-pub const RATE_LOW: &str = "RDMA_PORT_RATE_LOW";
-pub const FLAPPED: &str = "RDMA_PORT_FLAPPED";
-pub const ERRORS: &str = "RDMA_PORT_ERRORS";
+pub const PORT_DOWN: Code = Code::RdmaPortDown;
+pub const RATE_LOW: Code = Code::RdmaPortRateLow;
+pub const FLAPPED: Code = Code::RdmaPortFlapped;
+pub const ERRORS: Code = Code::RdmaPortErrors;

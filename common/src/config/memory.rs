@@ -62,6 +62,7 @@ pub fn need(configs: &CheckConfigs, check: CheckId, device: DeviceKind) -> Optio
         CheckId::Gemm => gemm(configs.gemm.size, device),
         CheckId::AllReduce => collective(configs.all_reduce.max_bytes, device),
         CheckId::AllGather => collective(m.all_gather.max_bytes, device),
+        CheckId::ReduceScatter => collective(m.reduce_scatter.max_bytes, device),
         CheckId::AllToAll => collective(m.all_to_all.max_bytes, device),
         CheckId::MultiAllReduce => {
             // Every group at once: the world's streams and the two group kinds beside them.
@@ -87,7 +88,14 @@ pub fn need(configs: &CheckConfigs, check: CheckId, device: DeviceKind) -> Optio
             // No device link on CPU workers: the check allocates nothing.
             DeviceKind::Cpu => Need { device: 0, host: 0 },
         },
-        _ => return None,
+        CheckId::KernelLaunch
+        | CheckId::NetworkConnectivity
+        | CheckId::MiniGpt
+        | CheckId::MegatronGpt
+        | CheckId::Resnet
+        | CheckId::RdmaPorts
+        | CheckId::GpuHealth
+        | CheckId::PairBandwidth => return None,
     })
 }
 

@@ -157,6 +157,7 @@ impl KernelLaunchConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MicroConfigs {
     pub all_gather: SweepConfig,
+    pub reduce_scatter: SweepConfig,
     pub all_to_all: SweepConfig,
     pub multi_all_reduce: MultiAllReduceConfig,
     pub network_connectivity: ConnectivityConfig,
@@ -177,6 +178,7 @@ impl MicroConfigs {
         match device {
             DeviceKind::Cuda => MicroConfigs {
                 all_gather: sweep.clone(),
+                reduce_scatter: sweep.clone(),
                 all_to_all: sweep,
                 multi_all_reduce: MultiAllReduceConfig {
                     bytes: 256 << 20,
@@ -195,6 +197,7 @@ impl MicroConfigs {
             },
             DeviceKind::Cpu => MicroConfigs {
                 all_gather: sweep.clone(),
+                reduce_scatter: sweep.clone(),
                 all_to_all: sweep,
                 multi_all_reduce: MultiAllReduceConfig {
                     bytes: 1 << 20,

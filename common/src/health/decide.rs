@@ -4,7 +4,7 @@
 use super::{xid, ClockEvents, Readings};
 use crate::config::health::GpuHealthConfig;
 use crate::registry::CheckId;
-use crate::report::{Finding, Severity};
+use crate::report::{Code, Finding, Severity};
 
 /// What the decisions compare with: the fatal XIDs and the thresholds.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,11 +30,11 @@ impl Policy {
     }
 }
 
-fn name() -> &'static str {
-    CheckId::GpuHealth.as_str()
+fn name() -> CheckId {
+    CheckId::GpuHealth
 }
 
-fn finding(sev: Severity, code: &str, gpu: &Readings, what: String, action: &str) -> Finding {
+fn finding(sev: Severity, code: Code, gpu: &Readings, what: String, action: &str) -> Finding {
     let mut f = Finding::new(sev, code, name(), format!("GPU {} ({}): {what}", gpu.index, gpu.pci_bus_id));
     f.action = Some(action.into());
     f
@@ -46,7 +46,7 @@ pub fn census(visible: u32, expected: usize) -> Option<Finding> {
     (visible < expected_u32).then(|| {
         let mut f = Finding::new(
             Severity::Critical,
-            "GPU_HEALTH_MISSING_GPU",
+            Code::GpuHealthMissingGpu,
             name(),
             format!("{visible} of {expected} GPUs visible"),
         );
@@ -61,7 +61,7 @@ pub fn census(visible: u32, expected: usize) -> Option<Finding> {
 pub fn nvml_unavailable(why: &str) -> Finding {
     let mut f = Finding::new(
         Severity::Warning,
-        "GPU_HEALTH_NVML_UNAVAILABLE",
+        Code::GpuHealthNvmlUnavailable,
         name(),
         format!("GPU health unknown: NVML could not be read ({why})"),
     );
@@ -88,7 +88,7 @@ pub fn decide(gpu: &Readings, policy: &Policy) -> Vec<Finding> {
             };
             out.push(finding(
                 Severity::Critical,
-                "GPU_HEALTH_RECOVERY_ACTION",
+                Code::GpuHealthRecoveryAction,
                 gpu,
                 format!("the driver recommends a recovery action: {what} (code {action})"),
                 "exclude the node and carry out the driver's recovery action",
@@ -103,7 +103,7 @@ fn memory(gpu: &Readings, policy: &Policy, out: &mut Vec<Finding>) {
         if !ecc.enabled {
             out.push(finding(
                 Severity::Warning,
-                "GPU_HEALTH_ECC_DISABLED",
+                Code::GpuHealthEccDisabled,
                 gpu,
                 "ECC is disabled: memory errors go undetected".into(),
                 "enable ECC (nvidia-smi -e 1) and reset the GPU",
@@ -112,7 +112,7 @@ fn memory(gpu: &Readings, policy: &Policy, out: &mut Vec<Finding>) {
         if ecc.volatile_uncorrected > 0 {
             out.push(finding(
                 Severity::Critical,
-                "GPU_HEALTH_ECC_UNCORRECTABLE",
+                Code::GpuHealthEccUncorrectable,
                 gpu,
                 format!("{} uncorrectable ECC errors since the driver loaded", ecc.volatile_uncorrected),
                 "exclude the node; reset the GPU; replace it if they recur",
@@ -120,7 +120,7 @@ fn memory(gpu: &Readings, policy: &Policy, out: &mut Vec<Finding>) {
         } else if ecc.aggregate_uncorrected > 0 {
             out.push(finding(
                 Severity::Warning,
-                "GPU_HEALTH_ECC_UNCORRECTABLE",
+                Code::GpuHealthEccUncorrectable,
                 gpu,
                 format!(
                     "{} uncorrectable ECC errors over the device's life (none since the driver loaded)",
@@ -134,7 +134,7 @@ fn memory(gpu: &Readings, policy: &Policy, out: &mut Vec<Finding>) {
         if rows.failure {
             out.push(finding(
                 Severity::Critical,
-                "GPU_HEALTH_ROW_REMAP_FAILED",
+                Code::GpuHealthRowRemapFailed,
                 gpu,
                 "a row remapping failed: the memory has an error it cannot repair".into(),
                 "exclude the node; replace the GPU",
@@ -143,7 +143,7 @@ fn memory(gpu: &Readings, policy: &Policy, out: &mut Vec<Finding>) {
         if rows.pending {
             out.push(finding(
                 Severity::Critical,
-                "GPU_HEALTH_ROW_REMAP_PENDING",
+                Code::GpuHealthRowRemapPending,
                 gpu,
                 format!(
                     "a row remap is pending ({} correctable, {} uncorrectable rows remapped)",
@@ -157,7 +157,7 @@ fn memory(gpu: &Readings, policy: &Policy, out: &mut Vec<Finding>) {
         if h.none > 0 {
             out.push(finding(
                 Severity::Warning,
-                "GPU_HEALTH_BANKS_EXHAUSTED",
+                Code::GpuHealthBanksExhausted,
                 gpu,
                 format!("{} memory banks have no spare rows left ({} low)", h.none, h.low),
                 "plan to replace the GPU: a further error in those banks cannot be remapped",
@@ -169,7 +169,7 @@ fn memory(gpu: &Readings, policy: &Policy, out: &mut Vec<Finding>) {
         if p.pending {
             out.push(finding(
                 Severity::Critical,
-                "GPU_HEALTH_PAGE_RETIREMENT_PENDING",
+                Code::GpuHealthPageRetirementPending,
                 gpu,
                 format!("a page retirement is pending ({total} pages retired)"),
                 "exclude the node; reset the GPU so the retirement takes effect",
@@ -177,7 +177,7 @@ fn memory(gpu: &Readings, policy: &Policy, out: &mut Vec<Finding>) {
         } else if total >= policy.retired_pages_limit {
             out.push(finding(
                 Severity::Critical,
-                "GPU_HEALTH_PAGES_RETIRED",
+                Code::GpuHealthPagesRetired,
                 gpu,
                 format!("{total} pages retired, at or over the replacement limit of {}", policy.retired_pages_limit),
                 "exclude the node; replace the GPU",
@@ -210,7 +210,7 @@ fn xids(gpu: &Readings, policy: &Policy, out: &mut Vec<Finding>) {
     if !fatal.is_empty() {
         let mut f = finding(
             Severity::Critical,
-            "GPU_HEALTH_XID_FATAL",
+            Code::GpuHealthXidFatal,
             gpu,
             format!("fatal XID {} {window}", list(&fatal)),
             "exclude the node; reset the GPU (or reboot the node) as the XID catalogue says",
@@ -221,7 +221,7 @@ fn xids(gpu: &Readings, policy: &Policy, out: &mut Vec<Finding>) {
     if !other.is_empty() {
         out.push(finding(
             Severity::Warning,
-            "GPU_HEALTH_XID",
+            Code::GpuHealthXid,
             gpu,
             format!("XID {} {window}", list(&other)),
             "read the kernel log (dmesg) for the XID's detail",
@@ -248,7 +248,7 @@ fn clocks(gpu: &Readings, policy: &Policy, out: &mut Vec<Finding>) {
     if !hw.is_empty() {
         out.push(finding(
             Severity::Critical,
-            "GPU_HEALTH_HW_SLOWDOWN",
+            Code::GpuHealthHwSlowdown,
             gpu,
             format!("clocks held down by hardware: {}", hw.join(", ")),
             "exclude the node; check cooling, the power supply and the power-brake signal",
@@ -258,7 +258,7 @@ fn clocks(gpu: &Readings, policy: &Policy, out: &mut Vec<Finding>) {
     if active & ClockEvents::SW_THERMAL != 0 || sw_thermal_ms > 0 {
         out.push(finding(
             Severity::Warning,
-            "GPU_HEALTH_SW_THERMAL",
+            Code::GpuHealthSwThermal,
             gpu,
             format!("clocks lowered by the driver for temperature ({sw_thermal_ms} ms of the window)"),
             "check the node's cooling and airflow",
@@ -271,7 +271,7 @@ fn clocks(gpu: &Readings, policy: &Policy, out: &mut Vec<Finding>) {
         {
             let mut f = finding(
                 Severity::Warning,
-                "GPU_HEALTH_SM_CLOCK_LOW",
+                Code::GpuHealthSmClockLow,
                 gpu,
                 format!(
                     "SM clock {} MHz under load, below {:.0}% of its maximum {} MHz",
@@ -298,7 +298,7 @@ fn clocks(gpu: &Readings, policy: &Policy, out: &mut Vec<Finding>) {
             if let Some(sev) = sev {
                 let mut f = finding(
                     sev,
-                    "GPU_HEALTH_HOT",
+                    Code::GpuHealthHot,
                     gpu,
                     format!("{} C, slowdown at {} C", temp.gpu_c, slow),
                     "check the node's cooling and airflow; exclude it if it stays this hot",
@@ -314,7 +314,7 @@ fn clocks(gpu: &Readings, policy: &Policy, out: &mut Vec<Finding>) {
             if p.enforced_limit_w + 1.0 < default {
                 let mut f = finding(
                     Severity::Warning,
-                    "GPU_HEALTH_POWER_CAPPED",
+                    Code::GpuHealthPowerCapped,
                     gpu,
                     format!("enforced power limit {:.0} W, below the default {:.0} W", p.enforced_limit_w, default),
                     "restore the power limit (nvidia-smi -pl) unless it was lowered on purpose",
@@ -332,7 +332,7 @@ fn links(gpu: &Readings, out: &mut Vec<Finding>) {
         if p.width < p.max_width {
             out.push(finding(
                 Severity::Critical,
-                "GPU_HEALTH_PCIE_DEGRADED",
+                Code::GpuHealthPcieDegraded,
                 gpu,
                 format!("PCIe link x{} of x{} (gen {} of {})", p.width, p.max_width, p.gen, p.max_gen),
                 "exclude the node; reseat the GPU or its riser, inspect the slot",
@@ -340,7 +340,7 @@ fn links(gpu: &Readings, out: &mut Vec<Finding>) {
         } else if p.gen < p.max_gen {
             out.push(finding(
                 Severity::Warning,
-                "GPU_HEALTH_PCIE_DEGRADED",
+                Code::GpuHealthPcieDegraded,
                 gpu,
                 format!("PCIe link gen {} of {} under load (x{})", p.gen, p.max_gen, p.width),
                 "check the slot's and the BIOS's PCIe settings",
@@ -349,7 +349,7 @@ fn links(gpu: &Readings, out: &mut Vec<Finding>) {
         if let Some(replays) = p.replay_delta.filter(|r| *r > 0) {
             out.push(finding(
                 Severity::Warning,
-                "GPU_HEALTH_PCIE_REPLAYS",
+                Code::GpuHealthPcieReplays,
                 gpu,
                 format!("{replays} PCIe replays in the window"),
                 "inspect the PCIe link (riser, slot); exclude the node if they keep rising",
@@ -364,7 +364,7 @@ fn links(gpu: &Readings, out: &mut Vec<Finding>) {
         if up > 0 && !down.is_empty() {
             out.push(finding(
                 Severity::Critical,
-                "GPU_HEALTH_NVLINK_DOWN",
+                Code::GpuHealthNvlinkDown,
                 gpu,
                 format!("NVLink {} down, {up} up", down.join(", ")),
                 "exclude the node; inspect the NVLink/NVSwitch fabric (nvidia-smi nvlink -s)",
@@ -388,7 +388,7 @@ fn links(gpu: &Readings, out: &mut Vec<Finding>) {
         if !errors.is_empty() {
             out.push(finding(
                 Severity::Warning,
-                "GPU_HEALTH_NVLINK_ERRORS",
+                Code::GpuHealthNvlinkErrors,
                 gpu,
                 format!("NVLink errors in the window: {}", errors.join("; ")),
                 "inspect the NVLink fabric; exclude the node if the counters keep rising",

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Readings;
 use crate::config::health::GpuHealthConfig;
-use crate::report::{Finding, Severity};
+use crate::report::{CheckId, Code, Finding, Severity};
 
 /// A process NVML lists on the GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,8 +73,8 @@ impl Readiness {
     }
 }
 
-fn finding(sev: Severity, code: &str, gpu: &Readings, what: String, action: &str) -> Finding {
-    let mut f = Finding::new(sev, code, "gpu-health", format!("GPU {} ({}): {what}", gpu.index, gpu.pci_bus_id));
+fn finding(sev: Severity, code: Code, gpu: &Readings, what: String, action: &str) -> Finding {
+    let mut f = Finding::new(sev, code, CheckId::GpuHealth, format!("GPU {} ({}): {what}", gpu.index, gpu.pci_bus_id));
     f.action = Some(action.into());
     f
 }
@@ -105,7 +105,7 @@ pub fn leftovers(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding
     if held > policy.leftover_memory_mib {
         let mut f = finding(
             Severity::Critical,
-            "GPU_HEALTH_LEFTOVER_MEMORY",
+            Code::GpuHealthLeftoverMemory,
             gpu,
             format!("{held} MiB held by other processes: {}", listed.join("; ")),
             "end the processes (a previous job's that did not exit) or exclude the node",
@@ -117,7 +117,7 @@ pub fn leftovers(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding
     if !computing.is_empty() {
         out.push(finding(
             policy.foreign_compute,
-            "GPU_HEALTH_FOREIGN_COMPUTE",
+            Code::GpuHealthForeignCompute,
             gpu,
             format!("another process computes on the GPU: {}", computing.join("; ")),
             "end the process or exclude the node: the job would share the GPU",
@@ -126,7 +126,7 @@ pub fn leftovers(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding
     if out.is_empty() {
         out.push(finding(
             Severity::Warning,
-            "GPU_HEALTH_OTHER_PROCESS",
+            Code::GpuHealthOtherProcess,
             gpu,
             format!("other processes on the GPU: {}", listed.join("; ")),
             "check what they are; they hold memory the job cannot use",
@@ -142,14 +142,14 @@ pub fn settings(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding>
     match s.compute_mode.as_deref() {
         Some("prohibited") => out.push(finding(
             Severity::Critical,
-            "GPU_HEALTH_COMPUTE_MODE",
+            Code::GpuHealthComputeMode,
             gpu,
             "compute mode is Prohibited: no process can use the GPU".into(),
             "set the default compute mode (nvidia-smi -c DEFAULT)",
         )),
         Some("exclusive_process" | "exclusive_thread") if !others(gpu, own).is_empty() => out.push(finding(
             Severity::Critical,
-            "GPU_HEALTH_COMPUTE_MODE",
+            Code::GpuHealthComputeMode,
             gpu,
             "compute mode is Exclusive_Process and another process already holds the GPU: the job cannot open it"
                 .into(),
@@ -160,7 +160,7 @@ pub fn settings(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding>
     if s.mig_enabled == Some(true) && !policy.allow_mig {
         out.push(finding(
             Severity::Critical,
-            "GPU_HEALTH_MIG_ENABLED",
+            Code::GpuHealthMigEnabled,
             gpu,
             "MIG mode is enabled and the job did not ask for MIG: it gets a slice of the GPU, or none".into(),
             "disable MIG (nvidia-smi -mig 0) and reset the GPU, or set gpu-health.allow-mig=true",
@@ -168,7 +168,7 @@ pub fn settings(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding>
     } else if s.mig_pending.is_some() && s.mig_pending != s.mig_enabled {
         out.push(finding(
             Severity::Warning,
-            "GPU_HEALTH_MIG_PENDING",
+            Code::GpuHealthMigPending,
             gpu,
             format!("a MIG mode change is pending (to {}) until the GPU is reset", on_off(s.mig_pending)),
             "reset the GPU to apply the pending MIG mode",
@@ -178,7 +178,7 @@ pub fn settings(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding>
     if s.ecc_pending.is_some() && ecc_now.is_some() && s.ecc_pending != ecc_now {
         out.push(finding(
             Severity::Warning,
-            "GPU_HEALTH_ECC_PENDING",
+            Code::GpuHealthEccPending,
             gpu,
             format!("an ECC mode change is pending (to {}) until the GPU is reset", on_off(s.ecc_pending)),
             "reset the GPU to apply the pending ECC mode",
@@ -188,7 +188,7 @@ pub fn settings(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding>
         if now < default {
             let mut f = finding(
                 Severity::Warning,
-                "GPU_HEALTH_APP_CLOCKS_LOW",
+                Code::GpuHealthAppClocksLow,
                 gpu,
                 format!("application SM clock {now} MHz is below its default {default} MHz"),
                 "reset the application clocks (nvidia-smi -rac)",
@@ -201,7 +201,7 @@ pub fn settings(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding>
     if s.persistence == Some(false) {
         out.push(finding(
             Severity::Warning,
-            "GPU_HEALTH_PERSISTENCE_OFF",
+            Code::GpuHealthPersistenceOff,
             gpu,
             "persistence mode is off: every job pays the driver's initialisation".into(),
             "enable persistence (nvidia-persistenced, or nvidia-smi -pm 1)",
@@ -211,7 +211,7 @@ pub fn settings(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding>
         if version_below(have, min) {
             out.push(finding(
                 Severity::Critical,
-                "GPU_HEALTH_DRIVER_OLD",
+                Code::GpuHealthDriverOld,
                 gpu,
                 format!("driver {have} is below the minimum {min} (gpu-health.min-driver)"),
                 "upgrade the driver",

@@ -38,7 +38,7 @@ fn judge(r: &Readings, policy: &Readiness) -> Vec<(String, Severity, String)> {
     leftovers(r, &[OWN], policy)
         .into_iter()
         .chain(settings(r, &[OWN], policy))
-        .map(|f| (f.code, f.severity, f.message))
+        .map(|f| (f.code.to_string(), f.severity, f.message))
         .collect()
 }
 

@@ -8,7 +8,7 @@ fn defaults_are_the_specified_ones() {
     assert_eq!(s.timeout_ops, TimeoutOps::MarkJobFail);
     assert!(s.envs.is_empty());
     assert_eq!(s.timeout_per_test_minutes, 6.0);
-    assert_eq!(s.micro_benchmarks, ["gemm", "all-reduce", "gpu-health"]);
+    assert_eq!(s.micro_benchmarks, [CheckId::Gemm, CheckId::AllReduce, CheckId::GpuHealth]);
     assert!(s.model_benchmarks.is_empty());
     assert_eq!(s.max_time(), Duration::from_secs(1800));
 }
@@ -20,7 +20,7 @@ fn a_jobs_example_string() {
             .unwrap();
     assert_eq!(s.timing, Timing::AfterJobFaultTolerant);
     assert_eq!(s.timeout_ops, TimeoutOps::MarkJobFail);
-    assert_eq!(s.micro_benchmarks, ["gemm", "all-reduce", "gpu-health"]);
+    assert_eq!(s.micro_benchmarks, [CheckId::Gemm, CheckId::AllReduce, CheckId::GpuHealth]);
 }
 
 #[test]
@@ -35,7 +35,7 @@ fn every_option_both_spellings() {
     assert_eq!(s.timeout_ops, TimeoutOps::KeepJobHang);
     assert_eq!(s.envs, [("A".into(), "1".into()), ("B_2".into(), "x y".into())]);
     assert_eq!(s.timeout_per_test(), Duration::from_secs(30));
-    assert_eq!(s.micro_benchmarks, ["all-reduce"]);
+    assert_eq!(s.micro_benchmarks, [CheckId::AllReduce]);
     // Round trip through the string form.
     assert_eq!(Settings::from_args_str(&s.to_args_string()).unwrap(), s);
 }
@@ -80,6 +80,6 @@ fn checks_not_built_yet_are_rejected_not_skipped() {
             CheckGroup::Model => "--model-benchmarks",
         };
         let err = Settings::from_args_str(&format!("{opt}={}", info.id)).unwrap_err();
-        assert_eq!(err, SettingsError::NotAvailable(info.id.into()));
+        assert_eq!(err, SettingsError::NotAvailable(info.id.to_string()));
     }
 }

@@ -4,6 +4,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::registry::CheckId;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutputEvent {
     pub version: u32,
@@ -24,7 +26,7 @@ pub struct OutputEvent {
 #[serde(tag = "type")]
 pub enum OutputBody {
     /// A run started: the job is in `Checking`.
-    SanityCheckStarted { attempt: u32, nodes: Vec<String>, checks: Vec<String> },
+    SanityCheckStarted { attempt: u32, nodes: Vec<String>, checks: Vec<CheckId> },
     /// Every check passed: the platform may start the job.
     CheckPassed { summary: String, report_url: String },
     /// A problem was found, a deadline overran under MarkJobFail, or a person failed a held run.

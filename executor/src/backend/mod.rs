@@ -57,6 +57,8 @@ pub enum CollOp {
     AllReduce,
     /// Rank `i`'s `send[..elems / n]` lands in `recv[i * elems / n..]` on every rank.
     AllGather,
+    /// Rank `i`'s `recv[..elems / n]` is the sum over the ranks of block `i` of `send[..elems]`.
+    ReduceScatter,
     /// Block `j` of `send[..elems]` (`elems / n` elements) lands in block `i` of rank `j`'s
     /// `recv`, for rank `i`.
     AllToAll,
@@ -139,7 +141,7 @@ pub(crate) fn check_work(
         if calls.iter().any(|d| d.recv == c.send) {
             return bad("a buffer is sent by one operation and received by another".into());
         }
-        let splits = matches!(c.op, CollOp::AllGather | CollOp::AllToAll);
+        let splits = matches!(c.op, CollOp::AllGather | CollOp::ReduceScatter | CollOp::AllToAll);
         if splits && c.elems % n != 0 {
             return bad(format!("{:?} of {} elements over {n} ranks: not a multiple", c.op, c.elems));
         }

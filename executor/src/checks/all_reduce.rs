@@ -13,7 +13,7 @@ use super::collective::{run_sweep, sweep_result, Sweep};
 use super::CheckCtx;
 use crate::backend::{CollOp, Dtype, GroupId};
 
-pub const NAME: &str = gpusanity_common::CheckId::AllReduce.as_str();
+pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::AllReduce;
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let (rank, world) = (ctx.place.rank, ctx.place.world);

@@ -12,7 +12,7 @@ use super::collective::{exchange_expected, exchange_period, run_sweep, sweep_res
 use super::CheckCtx;
 use crate::backend::{CollOp, Dtype, GroupId};
 
-pub const NAME: &str = gpusanity_common::CheckId::AllToAll.as_str();
+pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::AllToAll;
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let (rank, world) = (ctx.place.rank, ctx.place.world);

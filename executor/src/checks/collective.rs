@@ -9,6 +9,7 @@
 use anyhow::{Context, Result};
 use gpusanity_common::bandwidth::{algbw_gbps, busbw_gbps, Collective};
 use gpusanity_common::config::sweep::SweepConfig;
+use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckStatus, RankResult, SweepPoint};
 
 use super::CheckCtx;
@@ -35,7 +36,7 @@ pub fn exchange_expected(rank: usize, offset: usize, dtype: Dtype) -> Vec<u8> {
 pub struct Sweep<'a> {
     /// The check's name, for progress and fault injection (`NAME-wrong@RANK` corrupts one
     /// received element before verification).
-    pub check: &'static str,
+    pub check: CheckId,
     pub op: CollOp,
     pub collective: Collective,
     pub group: GroupId,
@@ -68,7 +69,9 @@ pub fn run_sweep(
     let rank = ctx.place.rank;
     let dtype = ctx.backend.coll_dtype();
     let n = ctx.backend.group_size(s.group)?;
-    let splits = matches!(s.op, CollOp::AllGather | CollOp::AllToAll);
+    let splits = matches!(s.op, CollOp::AllGather | CollOp::ReduceScatter | CollOp::AllToAll);
+    // What each rank receives of a call of `elems`: its block for a reduce-scatter.
+    let received = |elems: usize| if s.op == CollOp::ReduceScatter { elems / n } else { elems };
     let elems_of = |bytes: u64| {
         let e = bytes as usize / dtype.size();
         if splits {
@@ -93,14 +96,14 @@ pub fn run_sweep(
     for bytes in sizes {
         let elems = elems_of(bytes);
         ctx.progress.phase(s.check, "size", bytes);
-        ctx.backend.buf_poison(recv, elems).context("poisoning the receive buffer")?;
+        ctx.backend.buf_poison(recv, received(elems)).context("poisoning the receive buffer")?;
         let call = CollCall::new(s.op, s.group, send, recv, elems);
         let t = ctx
             .backend
             .run(&[Work::Coll(call)], s.cfg.warmup, s.cfg.iters)
             .with_context(|| format!("{} of {bytes} bytes", s.check))?;
         let secs = t.each.first().copied().unwrap_or(t.total);
-        let mut out = ctx.backend.buf_read(recv, elems).context("reading the result back")?;
+        let mut out = ctx.backend.buf_read(recv, received(elems)).context("reading the result back")?;
         if ctx.faults.has(&wrong_fault, rank) && !out.is_empty() {
             out[0] ^= 0x40;
         }

@@ -16,7 +16,7 @@ use gpusanity_common::stats::median;
 use super::CheckCtx;
 use crate::backend::Dtype;
 
-pub const NAME: &str = gpusanity_common::CheckId::Gemm.as_str();
+pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::Gemm;
 
 /// The same on every rank, so that every rank computes the same C.
 const INPUT_SEED: u64 = 0x6765_6d6d;

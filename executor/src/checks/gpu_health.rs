@@ -29,7 +29,7 @@ use gpusanity_nvml::{Monitor, NvmlError, Sampler};
 use super::CheckCtx;
 use crate::backend::Backend;
 
-pub const NAME: &str = CheckId::GpuHealth.as_str();
+pub const NAME: CheckId = CheckId::GpuHealth;
 
 /// The note that says why NVML could not be read.
 pub const UNAVAILABLE_NOTE: &str = "nvml_unavailable";
@@ -38,8 +38,8 @@ pub const READINGS_NOTE: &str = "readings";
 
 /// The reader of a worker's GPU, started when the worker starts if `checks` has this check
 /// and the backend drives a GPU; `None` otherwise.
-pub fn watch(backend: &dyn Backend, checks: &[String]) -> Option<Result<Monitor, NvmlError>> {
-    if !checks.iter().any(|c| c == NAME) {
+pub fn watch(backend: &dyn Backend, checks: &[CheckId]) -> Option<Result<Monitor, NvmlError>> {
+    if !checks.contains(&NAME) {
         return None;
     }
     let dev = backend.cuda_device()?;

@@ -14,7 +14,7 @@ use gpusanity_common::stats::median;
 use super::{CheckCtx, BARRIER_WAIT};
 use crate::backend::{BackendError, HostDir, HostSide, Verified};
 
-pub const NAME: &str = gpusanity_common::CheckId::HostBandwidth.as_str();
+pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::HostBandwidth;
 
 /// Seeds of the pattern: one for what goes to the device, one for what comes back.
 const TO_DEVICE_SEED: u32 = 0x6832_6400;

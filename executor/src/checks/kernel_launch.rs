@@ -9,7 +9,7 @@ use gpusanity_common::report::{CheckStatus, RankResult};
 use super::CheckCtx;
 use crate::backend::BackendError;
 
-pub const NAME: &str = gpusanity_common::CheckId::KernelLaunch.as_str();
+pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::KernelLaunch;
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let rank = ctx.place.rank;

@@ -14,7 +14,7 @@ use gpusanity_common::stats::median;
 use super::CheckCtx;
 use crate::backend::mem::{pattern_byte, CopyPath, Verified, WORD_BYTES};
 
-pub const NAME: &str = gpusanity_common::CheckId::MemoryBandwidth.as_str();
+pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::MemoryBandwidth;
 
 /// The pattern's seed: any value; the rank is mixed in so that ranks hold different data.
 const SEED: u32 = 0x6d65_6d00;

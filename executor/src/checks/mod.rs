@@ -21,6 +21,7 @@ pub mod pair_bandwidth;
 pub mod pair_schedule;
 pub mod probe_plan;
 pub mod rdma_ports;
+pub mod reduce_scatter;
 pub mod remeasure;
 
 use gpusanity_common::config::CheckConfigs;
@@ -36,7 +37,7 @@ pub const BARRIER_WAIT: std::time::Duration = std::time::Duration::from_secs(7 *
 
 /// Reports where a check is (the worker forwards it to its launcher).
 pub trait Progress {
-    fn phase(&self, check: &str, phase: &str, step: u64);
+    fn phase(&self, check: CheckId, phase: &str, step: u64);
 }
 
 /// Everything a check needs.
@@ -61,14 +62,10 @@ pub struct Baseline {
     pub rdma: Option<rdma_ports::Snapshot>,
 }
 
-/// Runs the check `name` on this rank. Errors become a rank result with status `Error`.
-pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> RankResult {
+/// Runs the check `id` on this rank. Errors become a rank result with status `Error`.
+pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>) -> RankResult {
     let rank = ctx.place.rank;
-    let outcome = match name.parse::<CheckId>() {
-        Ok(id) => run_check(id, ctx),
-        Err(_) => Err(anyhow::anyhow!("check `{name}` is not implemented by this worker")),
-    };
-    outcome.unwrap_or_else(|e| {
+    run_check(id, ctx).unwrap_or_else(|e| {
         let mut r = RankResult::new(rank, CheckStatus::Error);
         r.error = Some(format!("{e:#}"));
         r
@@ -83,6 +80,7 @@ fn run_check(id: CheckId, ctx: &mut CheckCtx<'_>) -> anyhow::Result<RankResult> 
         CheckId::Gemm => gemm::run(ctx),
         CheckId::AllReduce => all_reduce::run(ctx),
         CheckId::AllGather => all_gather::run(ctx),
+        CheckId::ReduceScatter => reduce_scatter::run(ctx),
         CheckId::AllToAll => all_to_all::run(ctx),
         CheckId::NetworkConnectivity => network_connectivity::run(ctx),
         CheckId::MultiAllReduce => multi_all_reduce::run(ctx),
@@ -91,7 +89,7 @@ fn run_check(id: CheckId, ctx: &mut CheckCtx<'_>) -> anyhow::Result<RankResult> 
         CheckId::MemoryBandwidth => memory_bandwidth::run(ctx),
         CheckId::HostBandwidth => host_bandwidth::run(ctx),
         CheckId::RdmaPorts => rdma_ports::run(ctx),
-        CheckId::MiniGpt | CheckId::MegatronGpt | CheckId::Resnet => models::run(id.as_str(), ctx),
+        CheckId::MiniGpt | CheckId::MegatronGpt | CheckId::Resnet => models::run(id, ctx),
         CheckId::GpuHealth => gpu_health::run(ctx),
         CheckId::PairBandwidth => pair_bandwidth::run(ctx),
     }
@@ -111,7 +109,8 @@ pub fn not_applicable(rank: usize, why: String) -> RankResult {
 /// - `memory-bandwidth-slow`: every timed copy eight times; `host-bandwidth-slow`: four times;
 /// - `memory-bandwidth-wrong`: overwrites one byte of the copy's destination before
 ///   verification;
-/// - `all-reduce-wrong`, `all-gather-wrong`, `all-to-all-wrong`: corrupts one received element
+/// - `all-reduce-wrong`, `all-gather-wrong`, `reduce-scatter-wrong`, `all-to-all-wrong`:
+///   corrupts one received element
 ///   before verification;
 /// - `multi-all-reduce-wrong`: corrupts one element of this rank's first group's sum;
 /// - `overlap-wrong`: corrupts one element of the all-reduce run under overlap;

@@ -14,7 +14,7 @@ use super::all_reduce::{count_wrong, Pattern};
 use super::CheckCtx;
 use crate::backend::{BufId, CollCall, CollOp, Work, WorkerPlace};
 
-pub const NAME: &str = gpusanity_common::CheckId::MultiAllReduce.as_str();
+pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::MultiAllReduce;
 
 /// One group of the check: its name and global ranks.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use super::gemm::{random_inputs, verify_tile, Tile};
 use super::{CheckCtx, BARRIER_WAIT};
 use crate::backend::{BufId, CollCall, CollOp, Work};
 
-pub const NAME: &str = gpusanity_common::CheckId::MatmulAllReduceOverlap.as_str();
+pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::MatmulAllReduceOverlap;
 
 /// Figures of the three phases, seconds per step.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -15,7 +15,7 @@ use super::pair_schedule;
 use super::{CheckCtx, BARRIER_WAIT};
 use crate::backend::cpu::ring::Ring;
 
-pub const NAME: &str = gpusanity_common::CheckId::PairBandwidth.as_str();
+pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::PairBandwidth;
 
 /// Bytes of one all-reduce: large enough that a healthy link's figure is not a scheduler
 /// hiccup, small enough that a throttled one still ends in seconds.

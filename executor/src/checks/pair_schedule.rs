@@ -30,7 +30,7 @@ pub const SLOW_FRACTION: f64 = 0.3;
 /// with a communication check (two nodes alone have nothing to compare their pair with). On
 /// CPU no expected figure says whether a collective is slow, so the link test always runs
 /// there; the CUDA backend has no 2-member NCCL rail test yet.
-pub fn with_link_test(mut checks: Vec<String>, device: DeviceKind, nnodes: usize) -> Vec<String> {
+pub fn with_link_test(mut checks: Vec<CheckId>, device: DeviceKind, nnodes: usize) -> Vec<CheckId> {
     const COMM: &[CheckId] = &[
         CheckId::AllReduce,
         CheckId::AllToAll,
@@ -38,9 +38,9 @@ pub fn with_link_test(mut checks: Vec<String>, device: DeviceKind, nnodes: usize
         CheckId::MultiAllReduce,
         CheckId::MatmulAllReduceOverlap,
     ];
-    let comm = checks.iter().any(|c| COMM.iter().any(|id| c == id));
+    let comm = checks.iter().any(|c| COMM.contains(c));
     if nnodes >= 3 && device == DeviceKind::Cpu && comm {
-        checks.push(CheckId::PairBandwidth.into());
+        checks.push(CheckId::PairBandwidth);
     }
     checks
 }

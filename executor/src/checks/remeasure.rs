@@ -19,23 +19,20 @@ struct Figure {
     value: Option<f64>,
 }
 
-/// Runs check `name` on this rank, and once more on every rank if any rank's figure is
+/// Runs check `id` on this rank, and once more on every rank if any rank's figure is
 /// critical against its peers or its expected value.
-pub fn run(name: &str, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
+pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
     let first_faults = ctx.faults.first_attempt();
     let first = {
         let mut c = CheckCtx { faults: &first_faults, ..reborrow(ctx) };
-        super::run(name, &mut c)
-    };
-    let Ok(id) = name.parse::<CheckId>() else {
-        return first;
+        super::run(id, &mut c)
     };
     let Some(m) = id.metric() else {
         return first;
     };
     let value = (first.status == CheckStatus::Passed).then(|| first.metrics.get(m.key).copied()).flatten();
     let fig = Figure { device: device.to_string(), value };
-    let figures = match exchange(ctx, name, &fig) {
+    let figures = match exchange(ctx, id, &fig) {
         Ok(f) => f,
         Err(e) => {
             tracing::warn!("could not share figures for a re-measure: {e}");
@@ -48,16 +45,16 @@ pub fn run(name: &str, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
     let link = super::gpu_health::link(&*ctx.backend, local_gpus);
     let when = Conditions::from_config(&id.config_value(ctx.configs), &ctx.place.node_sizes).with_link(link);
     let bands = PeerBands::new(ctx.configs.slow_fraction, ctx.backend.kind() == DeviceKind::Cpu);
-    let slow = peers::critical_ranks(name, m.key, &figures, bands, when);
+    let slow = peers::critical_ranks(id, m.key, &figures, bands, when);
     if slow.is_empty() {
         return first;
     }
     let list: Vec<String> = slow.iter().map(|r| r.to_string()).collect();
-    tracing::info!(check = name, "re-measuring: ranks {} were slow", list.join(", "));
-    ctx.progress.phase(name, "re-measure", 0);
+    tracing::info!(check = id.as_str(), "re-measuring: ranks {} were slow", list.join(", "));
+    ctx.progress.phase(id, "re-measure", 0);
     // Fresh store keys, so that the check's own barriers synchronize the ranks again.
-    ctx.store.set_namespace(&format!("remeasure/{name}/"));
-    let mut second = super::run(name, ctx);
+    ctx.store.set_namespace(&format!("remeasure/{id}/"));
+    let mut second = super::run(id, ctx);
     ctx.store.set_namespace("");
     let firsts: Vec<String> = figures
         .iter()
@@ -88,12 +85,12 @@ fn reborrow<'b>(ctx: &'b mut CheckCtx<'_>) -> CheckCtx<'b> {
 }
 
 /// Publishes this rank's figure and reads every rank's (the same list on every rank).
-fn exchange(ctx: &mut CheckCtx<'_>, name: &str, fig: &Figure) -> anyhow::Result<peers::Figures> {
+fn exchange(ctx: &mut CheckCtx<'_>, id: CheckId, fig: &Figure) -> anyhow::Result<peers::Figures> {
     let (rank, world) = (ctx.place.rank, ctx.place.world);
-    ctx.store.set(&format!("diag/{name}/{rank}"), &serde_json::to_string(fig)?)?;
+    ctx.store.set(&format!("diag/{id}/{rank}"), &serde_json::to_string(fig)?)?;
     let mut out = Vec::new();
     for r in 0..world {
-        let f: Figure = serde_json::from_str(&ctx.store.get(&format!("diag/{name}/{r}"), BARRIER_WAIT)?)?;
+        let f: Figure = serde_json::from_str(&ctx.store.get(&format!("diag/{id}/{r}"), BARRIER_WAIT)?)?;
         if let Some(v) = f.value {
             out.push((r, f.device, v));
         }

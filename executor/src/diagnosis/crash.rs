@@ -3,6 +3,7 @@
 //! are not at fault, and an error beside a crash in the same check is most likely its
 //! consequence (a peer gone): a warning.
 
+use gpusanity_common::findings::Code;
 use gpusanity_common::report::{CheckReport, CheckStatus, Finding, RankInfo, RankResult, Severity};
 
 use super::place;
@@ -37,33 +38,33 @@ pub fn attribute(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding
             let after = died_at(r).unwrap_or(t) - t;
             (
                 Severity::Warning,
-                "WORKER_CRASHED",
+                Code::WorkerCrashed,
                 format!("the worker process {exit}, {after:.0} ms after rank {rank} died first"),
                 "none: most likely a consequence of the first crash",
             )
         } else if let Some(exit) = r.notes.get("exit") {
             (
                 Severity::Critical,
-                "WORKER_CRASHED",
+                Code::WorkerCrashed,
                 format!("the worker process {exit}"),
                 "exclude the node; read the worker's last output (driver or hardware fault?)",
             )
         } else if crashed.is_empty() {
             (
                 Severity::Critical,
-                "CHECK_ERROR",
+                Code::CheckError,
                 head.clone(),
                 "exclude the node; the device or its link raised an error",
             )
         } else {
             (
                 Severity::Warning,
-                "CHECK_ERROR",
+                Code::CheckError,
                 format!("{head} (after rank {} crashed)", crashed.join(", ")),
                 "none: a consequence of the crash",
             )
         };
-        let mut f = place(Finding::new(sev, code, &c.name, msg), ranks, r.rank);
+        let mut f = place(Finding::new(sev, code, c.name, msg), ranks, r.rank);
         f.evidence = tail;
         f.action = Some(action.into());
         findings.push(f);

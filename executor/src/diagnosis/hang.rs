@@ -6,6 +6,7 @@
 //! else the ranks that made the least progress (check, phase, step) — unless the whole run
 //! merely ran out of time with every rank alive.
 
+use gpusanity_common::findings::Code;
 use gpusanity_common::report::{CheckReport, CheckStatus, Finding, RankInfo, RankResult, Severity};
 
 use super::{place, Overrun};
@@ -63,7 +64,7 @@ pub fn attribute(checks: &[CheckReport], ranks: &[RankInfo], overrun: Overrun, f
         if !waiting.is_empty() {
             msg.push_str(&format!("; ranks {} were waiting for it", waiting_list.join(", ")));
         }
-        let mut f = place(Finding::new(Severity::Critical, "TEST_HANG", &checks[*k].name, msg), ranks, r.rank);
+        let mut f = place(Finding::new(Severity::Critical, Code::TestHang, checks[*k].name, msg), ranks, r.rank);
         f.evidence.push(format!("rank {}: last progress {}, heartbeat age {:.1} s", r.rank, last(r), age(r)));
         f.evidence.extend(
             waiting.iter().map(|(wk, w)| format!("rank {} waiting in {}: {}", w.rank, checks[*wk].name, last(w))),

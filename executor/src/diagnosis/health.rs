@@ -65,7 +65,7 @@ pub fn findings(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpusanity_common::report::{CheckStatus, RankResult, Severity};
+    use gpusanity_common::report::{CheckStatus, Code, RankResult, Severity};
 
     fn info(rank: usize) -> RankInfo {
         RankInfo {
@@ -81,7 +81,7 @@ mod tests {
 
     fn report(ranks: Vec<RankResult>, cfg: &GpuHealthConfig) -> CheckReport {
         CheckReport {
-            name: NAME_OF.into(),
+            name: NAME_OF,
             status: CheckStatus::Passed,
             duration_s: 0.5,
             config: serde_json::to_value(cfg).unwrap(),
@@ -89,7 +89,7 @@ mod tests {
         }
     }
 
-    const NAME_OF: &str = CheckId::GpuHealth.as_str();
+    const NAME_OF: CheckId = CheckId::GpuHealth;
 
     fn with_readings(rank: usize, edit: impl FnOnce(&mut Readings)) -> RankResult {
         let mut readings: Readings =
@@ -117,9 +117,9 @@ mod tests {
         );
         let mut found = Vec::new();
         findings(&c, &[info(0), info(1)], &mut found);
-        let got: Vec<(&str, Option<usize>, Option<usize>)> =
-            found.iter().map(|f| (f.code.as_str(), f.rank, f.node_rank)).collect();
-        assert_eq!(got, [("GPU_HEALTH_XID_FATAL", Some(1), Some(0)), ("GPU_HEALTH_MISSING_GPU", None, Some(0))]);
+        let got: Vec<(Code, Option<usize>, Option<usize>)> =
+            found.iter().map(|f| (f.code, f.rank, f.node_rank)).collect();
+        assert_eq!(got, [(Code::GpuHealthXidFatal, Some(1), Some(0)), (Code::GpuHealthMissingGpu, None, Some(0))]);
         assert_eq!(found[1].message, "7 of 8 GPUs visible");
         // Without the key, the workers of the node are the expected count.
         let c = report(vec![with_readings(0, |r| r.visible_gpus = 1)], &GpuHealthConfig::default());
@@ -164,8 +164,8 @@ mod tests {
         findings(&report(vec![r], &GpuHealthConfig::default()), &[info(0)], &mut found);
         assert_eq!(found.len(), 1);
         assert_eq!(
-            (found[0].code.as_str(), found[0].severity, found[0].rank),
-            ("GPU_HEALTH_NVML_UNAVAILABLE", Severity::Warning, Some(0))
+            (found[0].code, found[0].severity, found[0].rank),
+            (Code::GpuHealthNvmlUnavailable, Severity::Warning, Some(0))
         );
     }
 }

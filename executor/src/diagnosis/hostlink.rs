@@ -1,6 +1,7 @@
 //! Diagnosis of the node-level hardware checks: the RDMA ports' faults as the check listed
 //! them, and a GPU whose host link drops when every GPU of its node copies at once.
 
+use gpusanity_common::findings::Code;
 use gpusanity_common::report::{CheckReport, Finding, RankInfo, Severity};
 use gpusanity_common::stats::median;
 
@@ -16,7 +17,7 @@ pub(super) fn rdma_ports(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec
         };
         let info = ranks.iter().find(|i| i.rank == r.rank);
         for i in issues {
-            let mut f = Finding::new(i.severity, &i.code, &c.name, i.message.clone());
+            let mut f = Finding::new(i.severity, i.code, c.name, i.message.clone());
             f.node_rank = info.map(|i| i.node_rank);
             f.host = info.map(|i| i.host.clone());
             f.evidence = i.deltas.iter().map(|(counter, d)| format!("{}: {counter} grew by {d}", i.port)).collect();
@@ -24,7 +25,7 @@ pub(super) fn rdma_ports(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec
                 f.evidence.push(format!("counters compared {span}"));
             }
             f.action = Some(
-                match i.code.as_str() {
+                match i.code {
                     PORT_DOWN => {
                         "check the port's cable, transceiver and switch port, and the subnet manager; exclude the node"
                     }
@@ -60,7 +61,7 @@ pub(super) fn host_concurrent(c: &CheckReport, ranks: &[RankInfo], slow_fraction
                 "{v:.1} GB/s host link with every GPU of the node copying at once, {:.0}% of the peers' median {med:.1}",
                 100.0 * v / med
             );
-            let mut f = place(Finding::new(Severity::Warning, "HOST_BW_CONCURRENT_SLOW", &c.name, msg), ranks, rank);
+            let mut f = place(Finding::new(Severity::Warning, Code::HostBwConcurrentSlow, c.name, msg), ranks, rank);
             f.measured = Some(v);
             f.peers_median = Some(med);
             f.action = Some(
@@ -94,7 +95,7 @@ mod tests {
 
     fn report(name: &str, ranks: Vec<RankResult>) -> CheckReport {
         CheckReport {
-            name: name.into(),
+            name: name.parse().expect("a check's name"),
             status: CheckStatus::NotRun,
             duration_s: 1.0,
             config: serde_json::Value::Null,
@@ -123,7 +124,7 @@ mod tests {
         let mut f = Vec::new();
         rdma_ports(&report("rdma-ports", vec![RankResult::new(0, CheckStatus::Passed), r]), &infos(4, 2), &mut f);
         assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!((f[0].code.as_str(), f[0].node_rank, f[0].rank), ("RDMA_PORT_FLAPPED", Some(1), None));
+        assert_eq!((f[0].code, f[0].node_rank, f[0].rank), (Code::RdmaPortFlapped, Some(1), None));
         assert_eq!(f[0].host.as_deref(), Some("h1"));
         assert!(f[0].evidence[0].contains("link_downed grew by 1"), "{:?}", f[0].evidence);
     }
@@ -140,10 +141,7 @@ mod tests {
         let mut f = Vec::new();
         host_concurrent(&report("host-bandwidth", ranks.clone()), &infos(4, 4), 0.8, &mut f);
         assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!(
-            (f[0].code.as_str(), f[0].rank, f[0].severity),
-            ("HOST_BW_CONCURRENT_SLOW", Some(3), Severity::Warning)
-        );
+        assert_eq!((f[0].code, f[0].rank, f[0].severity), (Code::HostBwConcurrentSlow, Some(3), Severity::Warning));
         let even: Vec<RankResult> = ranks[..3].to_vec();
         let mut f = Vec::new();
         host_concurrent(&report("host-bandwidth", even), &infos(4, 4), 0.8, &mut f);

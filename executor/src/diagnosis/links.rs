@@ -3,13 +3,14 @@
 
 use std::collections::BTreeSet;
 
+use gpusanity_common::findings::Code;
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{Finding, PairBandwidth, Severity};
 
 use crate::checks::pair_schedule::{classify, figure, SLOW_FRACTION};
 
 /// The check that runs the link test (hidden: added by the launcher on multi-node runs).
-pub const CHECK: &str = CheckId::PairBandwidth.as_str();
+pub const CHECK: CheckId = CheckId::PairBandwidth;
 
 /// Findings from the link test's figures. A slow pair with a node in `known_bad` (already named
 /// critical by another check, e.g. starved of CPU) is explained by that node, not by the link.
@@ -34,7 +35,7 @@ pub fn findings(
             .collect();
         let mut f = Finding::new(
             Severity::Critical,
-            "NODE_COMM_SLOW",
+            Code::NodeCommSlow,
             CHECK,
             format!(
                 "every pair with node {n} is slow, measured alone twice (below {:.0}% of the reference pair, {:.3} GB/s): {}",
@@ -64,7 +65,7 @@ pub fn findings(
     {
         let mut f = Finding::new(
             sev,
-            "LINK_SLOW",
+            Code::LinkSlow,
             CHECK,
             format!(
                 "nodes {} and {}: {:.3} GB/s measured alone twice, reference pair {:.3} GB/s; {why}",
@@ -114,7 +115,7 @@ mod tests {
             assert!(rounds <= 14, "n {n}: {rounds} rounds");
             let f = findings(n, &m, |k| format!("n{k}"), &BTreeSet::new());
             assert_eq!(f.len(), 1);
-            assert_eq!((f[0].code.as_str(), f[0].node_rank), ("NODE_COMM_SLOW", Some(bad)));
+            assert_eq!((f[0].code, f[0].node_rank), (Code::NodeCommSlow, Some(bad)));
         }
     }
 
@@ -127,7 +128,7 @@ mod tests {
             let l = classify(n, &m);
             assert_eq!((l.slow_nodes.clone(), l.slow_links.clone()), (vec![], vec![link]), "{l:?}");
             let f = findings(n, &m, |k| format!("n{k}"), &BTreeSet::new());
-            assert_eq!((f[0].code.as_str(), f[0].pair, f[0].severity), ("LINK_SLOW", Some(link), Severity::Critical));
+            assert_eq!((f[0].code, f[0].pair, f[0].severity), (Code::LinkSlow, Some(link), Severity::Critical));
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use gpusanity_common::findings::Code;
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckReport, Finding, RankInfo, Severity};
 use gpusanity_common::stats::median;
@@ -14,12 +15,24 @@ use crate::checks::network_connectivity::Probe;
 
 /// Findings of `c` beyond per-rank statuses and figures.
 pub fn diagnose(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, findings: &mut Vec<Finding>) {
-    match c.name.parse() {
-        Ok(CheckId::NetworkConnectivity) => connectivity(c, ranks, findings),
-        Ok(CheckId::MultiAllReduce) => multi_all_reduce(c, ranks, slow_fraction, findings),
-        Ok(CheckId::HostBandwidth) => super::hostlink::host_concurrent(c, ranks, slow_fraction, findings),
-        Ok(CheckId::RdmaPorts) => super::hostlink::rdma_ports(c, ranks, findings),
-        _ => {}
+    match c.name {
+        CheckId::NetworkConnectivity => connectivity(c, ranks, findings),
+        CheckId::MultiAllReduce => multi_all_reduce(c, ranks, slow_fraction, findings),
+        CheckId::HostBandwidth => super::hostlink::host_concurrent(c, ranks, slow_fraction, findings),
+        CheckId::RdmaPorts => super::hostlink::rdma_ports(c, ranks, findings),
+        CheckId::Gemm
+        | CheckId::KernelLaunch
+        | CheckId::MemoryBandwidth
+        | CheckId::AllReduce
+        | CheckId::AllToAll
+        | CheckId::AllGather
+        | CheckId::ReduceScatter
+        | CheckId::MatmulAllReduceOverlap
+        | CheckId::MiniGpt
+        | CheckId::MegatronGpt
+        | CheckId::Resnet
+        | CheckId::GpuHealth
+        | CheckId::PairBandwidth => {}
     }
 }
 
@@ -35,7 +48,7 @@ fn place_on(f: Finding, ranks: &[RankInfo], info: Option<&RankInfo>) -> Finding 
 /// Back end: a rank whose every cross-node probe failed (with two or more peers) is named;
 /// other failed exchanges name the pair. RDMA ports not ACTIVE are warned about.
 fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) {
-    let name = c.name.as_str();
+    let name = c.name;
     let info = |rank: usize| ranks.iter().find(|r| r.rank == rank);
     let first_of_node = |node: usize| ranks.iter().filter(|r| r.node_rank == node).min_by_key(|r| r.rank);
     let host = |node: usize| {
@@ -61,7 +74,7 @@ fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
                 host(target),
                 why.join("; ")
             );
-            let f = Finding::new(Severity::Critical, "NET_FRONTEND_UNREACHABLE", name, msg);
+            let f = Finding::new(Severity::Critical, Code::NetFrontendUnreachable, name, msg);
             findings.push(place_on(f, ranks, first_of_node(target)));
             named.insert(target);
         }
@@ -73,7 +86,7 @@ fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
             host(p.to),
             p.error.clone().unwrap_or_default()
         );
-        findings.push(Finding::new(Severity::Critical, "NET_FRONTEND_PAIR_FAILED", name, msg));
+        findings.push(Finding::new(Severity::Critical, Code::NetFrontendPairFailed, name, msg));
     }
 
     let back = parse("back_end_failed");
@@ -100,7 +113,7 @@ fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
                 "rank {} failed the back-end exchange with every rank it was paired with on other nodes ({expected} peers)",
                 r.rank
             );
-            let f = Finding::new(Severity::Critical, "NET_BACKEND_RANK_UNREACHABLE", name, msg);
+            let f = Finding::new(Severity::Critical, Code::NetBackendRankUnreachable, name, msg);
             findings.push(place(f, ranks, r.rank));
             blamed.insert(r.rank);
         }
@@ -109,13 +122,13 @@ fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
         let why: Vec<String> = back.iter().filter(|p| pair(p) == (a, b)).filter_map(|p| p.error.clone()).collect();
         let side = |r: usize| info(r).map_or(format!("rank {r}"), |i| format!("rank {r} ({})", host(i.node_rank)));
         let msg = format!("back-end exchange between {} and {} failed: {}", side(a), side(b), why.join("; "));
-        findings.push(Finding::new(Severity::Critical, "NET_BACKEND_PAIR_FAILED", name, msg));
+        findings.push(Finding::new(Severity::Critical, Code::NetBackendPairFailed, name, msg));
     }
     for r in &c.ranks {
         if let Some(down) = r.notes.get("ib_ports_not_active") {
             let f = Finding::new(
                 Severity::Warning,
-                "NET_IB_PORT_NOT_ACTIVE",
+                Code::NetIbPortNotActive,
                 name,
                 format!("RDMA ports not ACTIVE: {down}"),
             );
@@ -159,7 +172,7 @@ fn multi_all_reduce(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, fin
                 members(g),
                 slow_fraction * 100.0
             );
-            let mut f = Finding::new(Severity::Critical, "MULTI_ALLREDUCE_SLOW_GROUP", &c.name, msg);
+            let mut f = Finding::new(Severity::Critical, Code::MultiAllreduceSlowGroup, c.name, msg);
             if let Some(node) = g.strip_prefix("node").and_then(|n| n.parse::<usize>().ok()) {
                 f.node_rank = Some(node);
                 f.host = ranks.iter().find(|r| r.node_rank == node).map(|r| r.host.clone());
@@ -179,7 +192,7 @@ mod tests {
 
     fn report(name: &str, ranks: Vec<RankResult>) -> CheckReport {
         CheckReport {
-            name: name.into(),
+            name: name.parse().expect("a check's name"),
             status: CheckStatus::NotRun,
             duration_s: 1.0,
             config: serde_json::Value::Null,
@@ -221,7 +234,7 @@ mod tests {
         c.config = serde_json::json!({ "compare_groups": true });
         diagnose(&c, &infos(8, 4), 0.8, &mut f);
         assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!(f[0].code, "MULTI_ALLREDUCE_SLOW_GROUP");
+        assert_eq!(f[0].code, Code::MultiAllreduceSlowGroup);
         assert!(f[0].message.contains("rail2 (ranks [2, 6])"), "{}", f[0].message);
         // The same figures without the slow rail: nothing.
         let even: Vec<RankResult> = ranks
@@ -249,7 +262,7 @@ mod tests {
 
     #[test]
     fn connectivity_names_an_unreachable_node_a_silent_rank_or_else_the_pair() {
-        let codes = |f: &[Finding]| f.iter().map(|f| (f.code.clone(), f.node_rank, f.rank)).collect::<Vec<_>>();
+        let codes = |f: &[Finding]| f.iter().map(|f| (f.code, f.node_rank, f.rank)).collect::<Vec<_>>();
         // 3 nodes of 1: nobody reaches node 2.
         let mut f = Vec::new();
         diagnose(
@@ -258,7 +271,7 @@ mod tests {
             0.8,
             &mut f,
         );
-        assert_eq!(codes(&f), [("NET_FRONTEND_UNREACHABLE".into(), Some(2), Some(2))]);
+        assert_eq!(codes(&f), [(Code::NetFrontendUnreachable, Some(2), Some(2))]);
         // Only node 0 -> node 2 fails: the pair, nobody blamed.
         let mut f = Vec::new();
         diagnose(
@@ -267,7 +280,7 @@ mod tests {
             0.8,
             &mut f,
         );
-        assert_eq!(codes(&f), [("NET_FRONTEND_PAIR_FAILED".into(), None, None)]);
+        assert_eq!(codes(&f), [(Code::NetFrontendPairFailed, None, None)]);
         // Back end, 3 nodes of 1: rank 1 fails with both peers.
         let mut f = Vec::new();
         diagnose(
@@ -276,7 +289,7 @@ mod tests {
             0.8,
             &mut f,
         );
-        assert_eq!(codes(&f), [("NET_BACKEND_RANK_UNREACHABLE".into(), Some(1), Some(1))]);
+        assert_eq!(codes(&f), [(Code::NetBackendRankUnreachable, Some(1), Some(1))]);
         // Two nodes of one: only the pair can be named.
         let mut f = Vec::new();
         diagnose(
@@ -285,7 +298,7 @@ mod tests {
             0.8,
             &mut f,
         );
-        assert_eq!(codes(&f), [("NET_BACKEND_PAIR_FAILED".into(), None, None)]);
+        assert_eq!(codes(&f), [(Code::NetBackendPairFailed, None, None)]);
         // Nothing failed: nothing said.
         let mut f = Vec::new();
         diagnose(&report("network-connectivity", vec![probes("back_end_failed", &[])]), &infos(2, 1), 0.8, &mut f);

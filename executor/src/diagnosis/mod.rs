@@ -19,8 +19,6 @@
 //!
 //! Every code is listed in docs/findings.md.
 
-#[cfg(test)]
-mod codes_doc;
 pub mod crash;
 pub mod hang;
 pub mod health;
@@ -91,12 +89,12 @@ pub fn diagnose(
         let before = findings.len();
         crash::attribute(c, ranks, &mut findings);
         results::wrong_results(c, ranks, &mut findings);
-        let id = c.name.parse::<CheckId>().ok();
-        if let Some(m) = id.and_then(CheckId::metric) {
+        let id = c.name;
+        if let Some(m) = id.metric() {
             note_comparison(c, m, ranks);
             slow_ranks(c, m, ranks, bands, &mut findings);
         }
-        if id == Some(CheckId::PairBandwidth) {
+        if id == CheckId::PairBandwidth {
             pair_bandwidth = link_findings(c, ranks, &mut findings);
         }
         // Hooks of other check families: one line each.
@@ -161,7 +159,7 @@ fn note_comparison(c: &mut CheckReport, m: &Metric, ranks: &[RankInfo]) {
     for r in c.ranks.iter_mut() {
         let Some((_, model)) = measured.iter().find(|(rank, _)| *rank == r.rank) else { continue };
         let peers = measured.iter().filter(|(rank, d)| d == model && *rank != r.rank).count();
-        let expected = Expected::builtin().lookup(model, &c.name, m.key, when);
+        let expected = Expected::builtin().lookup(model, c.name, m.key, when);
         let peers_text = format!("{peers} peer{} of its model", if peers == 1 { "" } else { "s" });
         let text = match (peers > 0, expected) {
             (true, Some(e)) => {
@@ -190,7 +188,7 @@ fn slow_ranks(c: &CheckReport, m: &Metric, ranks: &[RankInfo], bands: PeerBands,
         .filter_map(|r| Some((r.rank, info(r.rank)?.device.clone(), *r.metrics.get(m.key)?)))
         .collect();
     let judged = peers::judge(
-        &c.name,
+        c.name,
         m.key,
         &figures,
         bands,
@@ -205,7 +203,7 @@ fn slow_ranks(c: &CheckReport, m: &Metric, ranks: &[RankInfo], bands: PeerBands,
         let mut f = Finding::new(
             sev,
             m.below,
-            &c.name,
+            c.name,
             format!("{:.1} {}, below the {:.1} a healthy device reaches", j.value, m.unit, j.expected.unwrap_or(0.0)),
         );
         f.measured = Some(j.value);
@@ -238,7 +236,7 @@ fn slow_ranks(c: &CheckReport, m: &Metric, ranks: &[RankInfo], bands: PeerBands,
                 ),
             )
         };
-        let mut f = place(Finding::new(sev, code, &c.name, msg), ranks, j.rank);
+        let mut f = place(Finding::new(sev, code, c.name, msg), ranks, j.rank);
         f.measured = Some(j.value);
         f.peers_median = Some(j.stats.median).filter(|_| figures.len() >= 2);
         f.peers_mad = Some(j.stats.mad).filter(|_| figures.len() >= 2);
@@ -295,7 +293,7 @@ fn summarize(status: RunStatus, findings: &[Finding], checks: &[CheckReport]) ->
                 .iter()
                 .map(|c| match c.status {
                     CheckStatus::NotApplicable => format!("{} (not applicable)", c.name),
-                    _ => c.name.clone(),
+                    _ => c.name.to_string(),
                 })
                 .collect();
             format!("all checks passed: {}", names.join(", "))

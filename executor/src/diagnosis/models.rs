@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use gpusanity_common::findings::Code;
 use gpusanity_common::registry::{CheckGroup, CheckId};
 use gpusanity_common::report::{CheckReport, CheckStatus, Finding, RankInfo, RankResult, Severity};
 
@@ -19,16 +20,16 @@ use gpusanity_common::stats::median;
 use super::place;
 
 /// Whether `check` is a model check.
-pub fn is_model(check: &str) -> bool {
-    check.parse::<CheckId>().is_ok_and(|id| id.group() == CheckGroup::Model)
+pub fn is_model(check: CheckId) -> bool {
+    check.group() == CheckGroup::Model
 }
 
 /// Adds the findings of model check `c` (a no-op for other checks).
 pub fn findings(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, out: &mut Vec<Finding>) {
-    if !is_model(&c.name) {
+    if !is_model(c.name) {
         return;
     }
-    let name = c.name.as_str();
+    let name = c.name;
     let failed: Vec<&RankResult> = c.ranks.iter().filter(|r| r.status == CheckStatus::Failed).collect();
     let bad_step = |r: &RankResult| r.metrics.get("first_bad_step").copied();
     let first_nan = failed.iter().filter_map(|r| bad_step(r)).fold(f64::INFINITY, f64::min);
@@ -36,13 +37,16 @@ pub fn findings(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, out: &m
         failed.iter().filter(|r| bad_step(r) == Some(first_nan)).map(|r| r.rank.to_string()).collect();
     for r in &failed {
         let why = r.error.clone().unwrap_or_else(|| "training failed".into());
-        let (sev, code, msg) = match (r.notes.get("finding").map(String::as_str), bad_step(r)) {
-            (Some("MODEL_LOSS_NOT_FINITE"), Some(s)) if s > first_nan => (
+        let noted = r.notes.get("finding").map(|s| s.parse::<Code>());
+        let (sev, code, msg) = match (noted, bad_step(r)) {
+            (Some(Ok(Code::ModelLossNotFinite)), Some(s)) if s > first_nan => (
                 Severity::Warning,
-                "MODEL_LOSS_NOT_FINITE",
+                Code::ModelLossNotFinite,
                 format!("{why} (after rank {}'s at step {first_nan}, through the shared gradients)", firsts.join(", ")),
             ),
-            (Some(code), _) => (Severity::Critical, code, why),
+            (Some(Ok(code)), _) => (Severity::Critical, code, why),
+            // A code this build does not know: the rank still failed, and says so.
+            (Some(Err(e)), _) => (Severity::Critical, Code::CheckError, format!("{why} ({e})")),
             // Only the parameter self-check failed: reported below with the checksums.
             (None, _) => continue,
         };
@@ -60,7 +64,7 @@ fn checksums(c: &CheckReport, ranks: &[RankInfo], out: &mut Vec<Finding>) {
             groups.entry(g.as_str()).or_default().push(r);
         }
     }
-    const CODE: &str = "MODEL_SILENT_DATA_CORRUPTION";
+    const CODE: Code = Code::ModelSilentDataCorruption;
     for group in groups.values() {
         let sum = |r: &RankResult| r.notes.get("param_checksum").cloned().unwrap_or_default();
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
@@ -91,13 +95,13 @@ fn checksums(c: &CheckReport, ranks: &[RankInfo], out: &mut Vec<Finding>) {
                 parts.push(format!("its parameters changed in memory after the last optimizer update ({sums})"));
             }
             let why = parts.join("; ");
-            out.push(place(Finding::new(Severity::Critical, CODE, &c.name, why), ranks, r.rank));
+            out.push(place(Finding::new(Severity::Critical, CODE, c.name, why), ranks, r.rank));
             named.push(r.rank);
         }
         if named.is_empty() {
             let list: Vec<String> = group.iter().map(|r| format!("rank {}: {}", r.rank, sum(r))).collect();
             let msg = format!("parameters differ between data-parallel ranks with no majority ({})", list.join(", "));
-            out.push(Finding::new(Severity::Critical, CODE, &c.name, msg));
+            out.push(Finding::new(Severity::Critical, CODE, c.name, msg));
         }
     }
 }
@@ -120,7 +124,7 @@ fn slow(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, out: &mut Vec<F
                 "{ms:.1} ms of compute per training step ({rate:.1} steps/s), below {:.0}% of the peers' median {med:.1} steps/s",
                 slow_fraction * 100.0
             );
-            let mut f = place(Finding::new(Severity::Critical, "MODEL_SLOW_STEP", &c.name, msg), ranks, *rank);
+            let mut f = place(Finding::new(Severity::Critical, Code::ModelSlowStep, c.name, msg), ranks, *rank);
             f.measured = Some(*rate);
             f.peers_median = Some(med);
             out.push(f);

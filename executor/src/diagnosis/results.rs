@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use gpusanity_common::checks::WrongResult;
+use gpusanity_common::findings::Code;
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckReport, CheckStatus, Finding, RankInfo, Severity};
 
@@ -12,21 +13,19 @@ use super::place;
 /// Wrong results found by the checks' own verifiers, and GEMM products that differ.
 pub fn wrong_results(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) {
     // Some checks name their own failures (a failed probe or a diverging loss is not a wrong
-    // product); a check this build does not know has a generic code.
-    let id = c.name.parse::<CheckId>().ok();
-    let code = match id.map(|id| id.descriptor().wrong_result) {
-        Some(WrongResult::Own) => return,
-        Some(WrongResult::Code(code)) => code,
-        None => "WRONG_RESULT",
+    // product).
+    let code = match c.name.descriptor().wrong_result {
+        WrongResult::Own => return,
+        WrongResult::Code(code) => code,
     };
     for r in c.ranks.iter().filter(|r| r.status == CheckStatus::Failed) {
         let why = r.error.clone().unwrap_or_else(|| "verification failed".into());
-        let mut f = place(Finding::new(Severity::Critical, code, &c.name, why), ranks, r.rank);
+        let mut f = place(Finding::new(Severity::Critical, code, c.name, why), ranks, r.rank);
         f.action =
             Some("exclude the node; the device computes or moves data wrongly (reset the GPU, then re-check)".into());
         findings.push(f);
     }
-    if id == Some(CheckId::Gemm) {
+    if c.name == CheckId::Gemm {
         hash_disagreement(c, ranks, findings);
     }
 }
@@ -52,14 +51,15 @@ fn hash_disagreement(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Fin
         if 2 * n > group.len() {
             for (rank, h) in group.iter().filter(|(_, h)| *h != major) {
                 let msg = format!("GEMM result differs from the majority of its peers (hash {h}, majority {major})");
-                let mut f = place(Finding::new(Severity::Critical, "GEMM_RESULT_MISMATCH", &c.name, msg), ranks, *rank);
+                let mut f =
+                    place(Finding::new(Severity::Critical, Code::GemmResultMismatch, c.name, msg), ranks, *rank);
                 f.action = Some("exclude the node; the device computes wrongly (reset the GPU, then re-check)".into());
                 findings.push(f);
             }
         } else {
             let list: Vec<String> = group.iter().map(|(r, h)| format!("rank {r}: {h}")).collect();
             let msg = format!("GEMM results differ between ranks with no majority ({})", list.join(", "));
-            findings.push(Finding::new(Severity::Warning, "GEMM_RESULT_MISMATCH", &c.name, msg));
+            findings.push(Finding::new(Severity::Warning, Code::GemmResultMismatch, c.name, msg));
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Unit tests of the whole diagnosis, on hand-built results (right and wrong).
 
 use gpusanity_common::report::{CheckReport, CheckStatus, DeviceKind, RankInfo, Severity};
-use gpusanity_common::report::{RankResult, RunStatus};
+use gpusanity_common::report::{Code, RankResult, RunStatus};
 
 use super::*;
 
@@ -23,7 +23,7 @@ fn ranks(devices: &[&str]) -> Vec<RankInfo> {
 
 fn check(name: &str, results: Vec<RankResult>) -> CheckReport {
     CheckReport {
-        name: name.into(),
+        name: name.parse().expect("a check's name"),
         status: CheckStatus::NotRun,
         duration_s: 1.0,
         config: serde_json::Value::Null,
@@ -38,8 +38,8 @@ fn gemm_rank(rank: usize, tflops: f64, hash: &str) -> RankResult {
     r
 }
 
-fn codes(d: &Diagnosis) -> Vec<(String, Option<usize>)> {
-    d.findings.iter().map(|f| (f.code.clone(), f.rank)).collect()
+fn codes(d: &Diagnosis) -> Vec<(Code, Option<usize>)> {
+    d.findings.iter().map(|f| (f.code, f.rank)).collect()
 }
 
 #[test]
@@ -56,7 +56,7 @@ fn a_slow_rank_is_named_against_peers_of_its_own_model() {
         ],
     )];
     let d = diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda);
-    assert_eq!(codes(&d), [("GEMM_SLOW".to_string(), Some(2))]);
+    assert_eq!(codes(&d), [(Code::GemmSlow, Some(2))]);
     assert_eq!(d.findings[0].host.as_deref(), Some("n1"));
     assert_eq!(d.findings[0].peers_median, Some(765.0));
     assert_eq!(c[0].status, CheckStatus::Failed);
@@ -79,7 +79,7 @@ fn a_product_differing_from_the_majority_is_named_without_a_majority_warned() {
     let info = ranks(&["H200", "H200", "H200"]);
     let mut c = vec![check("gemm", vec![gemm_rank(0, 760.0, "a"), gemm_rank(1, 760.0, "x"), gemm_rank(2, 760.0, "a")])];
     let d = diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda);
-    assert_eq!(codes(&d), [("GEMM_RESULT_MISMATCH".to_string(), Some(1))]);
+    assert_eq!(codes(&d), [(Code::GemmResultMismatch, Some(1))]);
 
     let info = ranks(&["H200", "H200"]);
     let mut c = vec![check("gemm", vec![gemm_rank(0, 760.0, "a"), gemm_rank(1, 760.0, "x")])];
@@ -102,15 +102,12 @@ fn hang_culprits_apart_from_waiters() {
     // A stopped process outranks progress counts.
     let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 3.0), hung(1, 9.0, 7.0), hung(2, 0.2, 3.0)])];
     let d = diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu);
-    assert_eq!(codes(&d), [("TEST_HANG".to_string(), Some(1))]);
+    assert_eq!(codes(&d), [(Code::TestHang, Some(1))]);
     assert!(d.findings[0].message.contains("ranks 0, 2 were waiting"), "{}", d.findings[0].message);
     assert_eq!((d.status, c[0].status), (RunStatus::TimedOut, CheckStatus::TimedOut));
     // All alive: the rank that made the least progress.
     let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 9.0), hung(1, 0.1, 2.0), hung(2, 0.2, 9.0)])];
-    assert_eq!(
-        codes(&diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu)),
-        [("TEST_HANG".to_string(), Some(1))]
-    );
+    assert_eq!(codes(&diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu)), [(Code::TestHang, Some(1))]);
     // Out of time overall with everyone alive: nobody is blamed.
     let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 9.0), hung(1, 0.1, 2.0), hung(2, 0.2, 9.0)])];
     let d = diagnose(&mut c, &info, 0.5, Overrun::Run, DeviceKind::Cpu);
@@ -128,7 +125,7 @@ fn ranks_stopped_because_of_another_are_not_blamed() {
     stopped.notes.insert("stopped".into(), "stopped after rank 0 failed".into());
     let mut c = vec![check("gemm", vec![crashed, stopped])];
     let d = diagnose(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cuda);
-    assert_eq!(codes(&d), [("WORKER_CRASHED".to_string(), Some(0))]);
+    assert_eq!(codes(&d), [(Code::WorkerCrashed, Some(0))]);
     assert_eq!(c[0].status, CheckStatus::Error);
 }
 
@@ -157,7 +154,7 @@ fn a_collective_below_expected_is_one_job_finding_and_only_on_one_node() {
     let mut c = vec![check("all-reduce", vec![ar_rank(0, 150.0), ar_rank(1, 150.0)])];
     c[0].config = serde_json::json!({ "max_bytes": 1u64 << 30 });
     let d = diagnose(&mut c, &info, 0.8, Overrun::None, DeviceKind::Cuda);
-    assert_eq!(codes(&d), [("ALLREDUCE_BELOW_EXPECTED".to_string(), None)]);
+    assert_eq!(codes(&d), [(Code::AllreduceBelowExpected, None)]);
     assert_eq!(d.findings[0].expected, Some(330.0));
     assert_eq!(d.status, RunStatus::Failed);
     // Healthy figures pass.
@@ -182,7 +179,7 @@ fn a_re_measured_slow_rank_carries_both_figures_and_a_blip_is_only_reported() {
     };
     let mut c = remeasured(2.0);
     let d = diagnose(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu);
-    assert_eq!(codes(&d), [("GEMM_SLOW".to_string(), Some(2))]);
+    assert_eq!(codes(&d), [(Code::GemmSlow, Some(2))]);
     assert!(d.findings[0].evidence[0].contains("slow in both measurements"), "{:?}", d.findings[0].evidence);
     assert_eq!(d.remeasured, ["gemm: rank 2 slow in the first measurement"]);
     // The second measurement was fine: reported, no finding, a pass.
@@ -233,8 +230,8 @@ fn the_link_test_names_a_slow_node_from_the_pair_matrix() {
     let d = diagnose(&mut c, info, 0.5, Overrun::None, DeviceKind::Cpu);
     assert_eq!(d.findings.len(), 1);
     assert_eq!(
-        (d.findings[0].code.as_str(), d.findings[0].node_rank, d.findings[0].host.as_deref()),
-        ("NODE_COMM_SLOW", Some(2), Some("n2"))
+        (d.findings[0].code, d.findings[0].node_rank, d.findings[0].host.as_deref()),
+        (Code::NodeCommSlow, Some(2), Some("n2"))
     );
     assert_eq!(d.pair_bandwidth.len(), 5);
     assert_eq!(d.status, RunStatus::Failed);
@@ -273,8 +270,8 @@ fn a_rank_stuck_in_one_check_is_the_culprit_for_peers_waiting_in_the_next() {
         check("all-reduce", vec![hung(0, 0.1, 30.0), hung(1, 0.1, 30.0), not_run]),
     ];
     let d = diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu);
-    assert_eq!(codes(&d), [("TEST_HANG".to_string(), Some(2))]);
-    assert_eq!(d.findings[0].check, "gemm");
+    assert_eq!(codes(&d), [(Code::TestHang, Some(2))]);
+    assert_eq!(d.findings[0].check, CheckId::Gemm);
     assert!(d.findings[0].message.contains("ranks 0, 1 were waiting"), "{}", d.findings[0].message);
     assert!(d.findings[0].evidence.iter().any(|e| e.contains("waiting in all-reduce")), "{:?}", d.findings[0].evidence);
 }

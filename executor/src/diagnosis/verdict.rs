@@ -20,7 +20,7 @@ pub fn node_verdicts(nodes: &[NodeInfo], findings: &[Finding]) -> Vec<NodeVerdic
                 };
                 health = health.max(h);
                 if !codes.contains(&f.code) {
-                    codes.push(f.code.clone());
+                    codes.push(f.code);
                 }
             }
             NodeVerdict { node_rank: n.node_rank, host: n.hostname.clone(), health, codes }
@@ -35,23 +35,24 @@ pub fn faulty_nodes(verdicts: &[NodeVerdict]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpusanity_common::report::{CheckId, Code, Scope};
 
     #[test]
     fn verdicts_follow_the_findings_that_place_a_node() {
         let nodes: Vec<NodeInfo> = (0..4)
             .map(|k| NodeInfo { node_rank: k, hostname: format!("n{k}"), addr: String::new(), nproc: 1 })
             .collect();
-        let mut crit = Finding::new(Severity::Critical, "GEMM_SLOW", "gemm", String::new());
+        let mut crit = Finding::new(Severity::Critical, Code::GemmSlow, CheckId::Gemm, String::new());
         crit.node_rank = Some(1);
-        let mut warn = Finding::new(Severity::Warning, "GEMM_SLOW", "gemm", String::new());
+        let mut warn = Finding::new(Severity::Warning, Code::GemmSlow, CheckId::Gemm, String::new());
         warn.node_rank = Some(2);
-        let mut link = Finding::new(Severity::Critical, "LINK_SLOW", "pair-bandwidth", String::new());
+        let mut link = Finding::new(Severity::Critical, Code::LinkSlow, CheckId::PairBandwidth, String::new());
         link.pair = Some([2, 3]);
-        let job = Finding::new(Severity::Critical, "RUN_TIMEOUT", "run", String::new());
+        let job = Finding::new(Severity::Critical, Code::RunTimeout, Scope::Run, String::new());
         let v = node_verdicts(&nodes, &[crit, warn, link, job]);
         let h: Vec<NodeHealth> = v.iter().map(|v| v.health).collect();
         assert_eq!(h, [NodeHealth::Healthy, NodeHealth::Faulty, NodeHealth::Suspect, NodeHealth::Suspect]);
         assert_eq!(faulty_nodes(&v), [1]);
-        assert_eq!(v[2].codes, ["GEMM_SLOW", "LINK_SLOW"]);
+        assert_eq!(v[2].codes, [Code::GemmSlow, Code::LinkSlow]);
     }
 }

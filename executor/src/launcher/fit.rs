@@ -20,12 +20,11 @@ fn host_available() -> Option<u64> {
 /// Checks that the largest selected check fits on this node with `nproc` workers.
 pub fn check_fits(
     configs: &CheckConfigs,
-    checks: &[String],
+    checks: &[CheckId],
     device: DeviceKind,
     nproc: usize,
 ) -> Result<(), UsageError> {
-    let ids: Vec<CheckId> = checks.iter().filter_map(|c| c.parse().ok()).collect();
-    let Some((check, need)) = largest(configs, &ids, device) else { return Ok(()) };
+    let Some((check, need)) = largest(configs, checks, device) else { return Ok(()) };
     let hint = "lower its sizes with --check-param (gpusanity list shows them)";
     if device == DeviceKind::Cuda && need.device > 0 {
         let memory = crate::backend::cuda::probe_memory().unwrap_or_default();

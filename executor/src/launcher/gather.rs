@@ -1,7 +1,8 @@
 //! Node 0 merges the nodes' outcomes into one report and diagnoses it.
 
 use gpusanity_common::config::CheckConfigs;
-use gpusanity_common::registry::CheckId;
+use gpusanity_common::findings::Code;
+use gpusanity_common::registry::{CheckId, Scope};
 use gpusanity_common::report::{
     CheckReport, CheckStatus, DeviceKind, Finding, NodeInfo, RankInfo, RankResult, Report, Severity,
     REPORT_SCHEMA_VERSION,
@@ -17,7 +18,7 @@ pub struct RunMeta {
     pub settings: Settings,
     pub backend: DeviceKind,
     pub configs: CheckConfigs,
-    pub checks: Vec<String>,
+    pub checks: Vec<CheckId>,
 }
 
 /// `outcomes[k]` is node k's outcome, or None if it never reported.
@@ -86,7 +87,7 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
         let line = format!(
             "{check} stopped by node {node_rank} after {stall_s:.0} s in which {why} (diagnosis.stall-s), before the per-test limit"
         );
-        for f in diag.findings.iter_mut().filter(|f| f.code == "TEST_HANG") {
+        for f in diag.findings.iter_mut().filter(|f| f.code == Code::TestHang) {
             f.evidence.push(line.clone());
         }
     }
@@ -94,14 +95,14 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
     for stop in stops.iter().take(1) {
         let (code, message) = match stop {
             Stop::RunTimeout { limit_s, .. } => {
-                ("RUN_TIMEOUT", format!("the whole check overran --sanity-check-max-time ({limit_s:.0} s)"))
+                (Code::RunTimeout, format!("the whole check overran --sanity-check-max-time ({limit_s:.0} s)"))
             }
             Stop::Interrupted { node_rank, signal } => {
-                ("RUN_INTERRUPTED", format!("the launcher of node {node_rank} was stopped by {signal}"))
+                (Code::RunInterrupted, format!("the launcher of node {node_rank} was stopped by {signal}"))
             }
             _ => continue,
         };
-        diag.findings.push(Finding::new(Severity::Critical, code, "run", message.clone()));
+        diag.findings.push(Finding::new(Severity::Critical, code, Scope::Run, message.clone()));
         if diag.summary == "a check did not pass" || diag.summary.is_empty() {
             diag.summary = format!("{code}: {message}");
         }
@@ -109,8 +110,8 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
     for node in &lost {
         let mut f = Finding::new(
             Severity::Critical,
-            "NODE_LOST",
-            "rendezvous",
+            Code::NodeLost,
+            Scope::Rendezvous,
             format!(
                 "node {} ({}, {}) never reported its results: unreachable (network down) or dead",
                 node.node_rank, node.hostname, node.addr
@@ -157,18 +158,13 @@ fn not_run_checks(meta: &RunMeta) -> Vec<CheckReport> {
     meta.checks
         .iter()
         .map(|name| CheckReport {
-            name: name.clone(),
+            name: *name,
             status: CheckStatus::NotRun,
             duration_s: 0.0,
-            config: check_config(&meta.configs, name),
+            config: name.config_value(&meta.configs),
             ranks: Vec::new(),
         })
         .collect()
-}
-
-/// The configuration check `name` ran with, from its descriptor.
-fn check_config(configs: &CheckConfigs, name: &str) -> serde_json::Value {
-    name.parse::<CheckId>().map_or(serde_json::Value::Null, |id| id.config_value(configs))
 }
 
 /// The report of a run some of whose nodes never arrived at the rendezvous: no check ran, each
@@ -178,8 +174,8 @@ pub fn missing_report(meta: &RunMeta, nodes: &[NodeInfo], missing: &[usize], wai
     for &k in missing {
         let mut f = Finding::new(
             Severity::Critical,
-            "NODE_MISSING",
-            "rendezvous",
+            Code::NodeMissing,
+            Scope::Rendezvous,
             format!(
                 "node {k}{} of {} never arrived at the rendezvous within {:.0} s: not started, unreachable, or dead",
                 nodes

@@ -123,7 +123,15 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
     };
     let checks =
         crate::checks::pair_schedule::with_link_test(opts.settings.selected_checks(), device, cluster.nodes.len());
-    log.push(CheckState::Checking, format!("{} on {} rank(s): {}", device, cluster.world, checks.join(", ")))?;
+    log.push(
+        CheckState::Checking,
+        format!(
+            "{} on {} rank(s): {}",
+            device,
+            cluster.world,
+            checks.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    )?;
     let meta = gather::RunMeta {
         run_id: cluster.run_id.clone(),
         started_at: chrono::Utc::now(),

@@ -13,14 +13,12 @@ use gpusanity_common::config::health::MAX_GPUS_PER_NODE;
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::device::{DeviceChoice, NvidiaHardware};
 use gpusanity_common::events::CheckState;
-use gpusanity_common::report::{DeviceKind, Finding, NodeInfo, Severity};
+use gpusanity_common::report::{Code, DeviceKind, Finding, NodeInfo, Scope, Severity};
 use gpusanity_common::ExitCode;
 
 use super::events::EventLog;
 use super::gather;
 
-/// The `check` field of the findings made here.
-pub const CHECK: &str = "device";
 /// The longest `SLURM_JOB_GPUS` read.
 const MAX_SLURM_LIST: usize = 8192;
 
@@ -131,8 +129,8 @@ pub fn resolve(choice: DeviceChoice, probe: impl FnOnce() -> Probe, asked: Optio
     }
 }
 
-fn placed(code: &str, message: String, at: &Place<'_>) -> Finding {
-    let mut f = Finding::new(Severity::Critical, code, CHECK, message);
+fn placed(code: Code, message: String, at: &Place<'_>) -> Finding {
+    let mut f = Finding::new(Severity::Critical, code, Scope::Device, message);
     f.node_rank = Some(at.node_rank);
     f.host = Some(at.host.to_string());
     f
@@ -149,7 +147,7 @@ fn visible_devices(at: &Place<'_>) -> Vec<String> {
 fn unusable(why: &str, hw: &NvidiaHardware, at: &Place<'_>) -> Finding {
     let gpus = if hw.pci_gpus.is_empty() { "(no PCI GPU listed)".to_string() } else { hw.pci_gpus.join(", ") };
     let mut f = placed(
-        "NODE_GPU_UNUSABLE",
+        Code::NodeGpuUnusable,
         format!("node {}: NVIDIA GPU {gpus} present but CUDA cannot use it: {why}", at.host),
         at,
     );
@@ -164,7 +162,7 @@ fn unusable(why: &str, hw: &NvidiaHardware, at: &Place<'_>) -> Finding {
 
 fn no_gpu(why: &str, hw: &NvidiaHardware, at: &Place<'_>) -> Finding {
     let mut f = placed(
-        "NODE_NO_GPU",
+        Code::NodeNoGpu,
         format!("node {}: a GPU check was asked for (--device cuda) but the node has no NVIDIA GPU: {why}", at.host),
         at,
     );
@@ -177,7 +175,7 @@ fn no_gpu(why: &str, hw: &NvidiaHardware, at: &Place<'_>) -> Finding {
 fn gpus_missing(names: &[String], asked: &Asked, hw: &NvidiaHardware, at: &Place<'_>) -> Finding {
     let missing: Vec<String> = (names.len()..asked.count).map(|i| i.to_string()).collect();
     let mut f = placed(
-        "NODE_GPUS_MISSING",
+        Code::NodeGpusMissing,
         format!(
             "node {}: the job asks for {} GPU(s) ({}) but CUDA can use {}: local GPU(s) {} missing",
             at.host,

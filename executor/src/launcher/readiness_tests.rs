@@ -71,7 +71,7 @@ fn incomplete_cuda_libraries_fail_a_gpu_node() {
     let at = Place { node_rank: 0, host: "gpu-a", env: &e };
     let p = || Probe { cuda: one_h200(), libraries: Err("libnccl.so: not found".into()), hardware: h200_node };
     let Resolved::NotReady(f) = resolve(DeviceChoice::Auto, p, None, &at) else { panic!("must fail") };
-    assert_eq!(f[0].code, "NODE_GPU_UNUSABLE");
+    assert_eq!(f[0].code, Code::NodeGpuUnusable);
     assert!(f[0].message.contains("libnccl.so"), "{}", f[0].message);
 }
 
@@ -85,7 +85,7 @@ fn fewer_usable_gpus_than_asked_names_the_missing_ones() {
     let Resolved::NotReady(f) = resolve(DeviceChoice::Auto, probe(two(), h200_node), Some(&asked), &at) else {
         panic!("2 of 4 GPUs must fail");
     };
-    assert_eq!(f[0].code, "NODE_GPUS_MISSING");
+    assert_eq!(f[0].code, Code::NodeGpusMissing);
     assert!(f[0].message.contains("local GPU(s) 2, 3 missing"), "{}", f[0].message);
     assert!(f[0].message.contains("SLURM_JOB_GPUS"), "{}", f[0].message);
     assert_eq!((f[0].measured, f[0].expected), (Some(2.0), Some(4.0)));

@@ -166,7 +166,7 @@ impl Supervisor {
                             WorkerMsg::Progress { check, phase, step } => {
                                 bar.set_message(format!("{check}: rank {} {phase} {step}", r.spec.rank));
                                 r.progress_seq += 1;
-                                r.progress = Some((check, phase, step));
+                                r.progress = Some((check.to_string(), phase, step));
                             }
                             WorkerMsg::CheckDone { check, duration_s, result } => {
                                 if let Some(k) = r.spec.checks.iter().position(|c| *c == check) {
@@ -207,7 +207,7 @@ impl Supervisor {
                         break Some(stop);
                     }
                     if now.duration_since(stage_start) >= self.per_test {
-                        let check = if stage == 0 { "set-up".to_string() } else { self.specs[0].checks[stage - 1].clone() };
+                        let check = if stage == 0 { "set-up".to_string() } else { self.specs[0].checks[stage - 1].to_string() };
                         break Some(Stop::TestTimeout { node_rank: self.node_rank, check, limit_s: self.per_test.as_secs_f64() });
                     }
                 }
@@ -285,7 +285,7 @@ impl Supervisor {
     /// beating or made the least progress, as after a per-test overrun; a slow rank that still
     /// progresses keeps the node moving and is never stopped here.
     fn stalled(&self, ranks: &[Rank], stage: usize, now: Instant, last_move: Instant) -> Option<Stop> {
-        let check = if stage == 0 { "set-up".to_string() } else { self.specs[0].checks[stage - 1].clone() };
+        let check = if stage == 0 { "set-up".to_string() } else { self.specs[0].checks[stage - 1].to_string() };
         let stall_s = self.stall.as_secs_f64();
         let silent = ranks.iter().find(|r| r.exited.is_none() && now.duration_since(r.last_beat) >= self.stall);
         if let Some(r) = silent {

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use gpusanity_common::registry::CheckId;
 
 use crate::backend::{self, WorkerPlace};
 use crate::checks::{rdma_ports, Baseline, CheckCtx, Faults, Progress, BARRIER_WAIT};
@@ -28,8 +29,8 @@ impl Emitter {
 }
 
 impl Progress for Emitter {
-    fn phase(&self, check: &str, phase: &str, step: u64) {
-        self.send(&WorkerMsg::Progress { check: check.into(), phase: phase.into(), step });
+    fn phase(&self, check: CheckId, phase: &str, step: u64) {
+        self.send(&WorkerMsg::Progress { check, phase: phase.into(), step });
     }
 }
 
@@ -57,7 +58,7 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
     let faults = Faults::from_env();
     // The RDMA ports at the start of the run, before anything of ours moves data: the end of
     // `rdma-ports` compares its own reading with this one.
-    let rdma_selected = spec.checks.iter().any(|c| *c == gpusanity_common::CheckId::RdmaPorts);
+    let rdma_selected = spec.checks.contains(&gpusanity_common::CheckId::RdmaPorts);
     let baseline = Baseline {
         rdma: (rdma_selected && spec.local_rank == 0)
             .then(|| rdma_ports::Snapshot::take(&rdma_ports::root(faults.ib_root()))),
@@ -89,7 +90,7 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
             std::thread::sleep(Duration::from_secs(2));
         }
         store.barrier(&format!("check/{i}"), spec.rank, spec.world, BARRIER_WAIT)?;
-        out.phase(name, "start", 0);
+        out.phase(*name, "start", 0);
         if i == 0 && faults.has("exit", spec.rank) {
             std::process::exit(17);
         }
@@ -109,8 +110,8 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
             health: health.as_ref(),
             baseline: &baseline,
         };
-        let result = crate::checks::remeasure::run(name, &mut ctx, &device);
-        out.send(&WorkerMsg::CheckDone { check: name.clone(), duration_s: start.elapsed().as_secs_f64(), result });
+        let result = crate::checks::remeasure::run(*name, &mut ctx, &device);
+        out.send(&WorkerMsg::CheckDone { check: *name, duration_s: start.elapsed().as_secs_f64(), result });
     }
     Ok(())
 }

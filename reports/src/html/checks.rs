@@ -3,6 +3,7 @@
 //! connectivity heat maps.
 
 use gpusanity_common::expected::{Conditions, Expected};
+use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckReport, CheckStatus, Report, Severity};
 use gpusanity_common::stats::median;
 
@@ -70,7 +71,7 @@ pub fn pairs(v: &serde_json::Value) -> Vec<(String, String)> {
 }
 
 pub fn check_view(report: &Report, index: usize, c: &CheckReport) -> CheckView {
-    let cols = columns(&c.name);
+    let cols = columns(c.name);
     let rows = c
         .ranks
         .iter()
@@ -88,15 +89,15 @@ pub fn check_view(report: &Report, index: usize, c: &CheckReport) -> CheckView {
                     .findings
                     .iter()
                     .filter(|f| f.check == c.name && f.rank == Some(r.rank))
-                    .map(|f| f.code.clone())
+                    .map(|f| f.code.to_string())
                     .collect(),
-                flag: rank_class(report, &c.name, r.rank),
+                flag: rank_class(report, c.name, r.rank),
             }
         })
         .collect();
     CheckView {
         anchor: format!("check-{index}"),
-        name: c.name.clone(),
+        name: c.name.to_string(),
         status: status_word(c.status),
         status_class: status_class(c.status),
         duration: format!("{:.1} s", c.duration_s),
@@ -130,7 +131,7 @@ fn notes(c: &CheckReport) -> Vec<(String, String, String)> {
 }
 
 /// The bar class of a rank: the severity of the worst finding of this check naming it.
-fn rank_class(report: &Report, check: &str, rank: usize) -> &'static str {
+fn rank_class(report: &Report, check: CheckId, rank: usize) -> &'static str {
     let worst = report.findings.iter().filter(|f| f.check == check && f.rank == Some(rank)).map(|f| f.severity).max();
     match worst {
         Some(Severity::Critical) => "critical",
@@ -144,15 +145,14 @@ fn expected(report: &Report, c: &CheckReport, key: &str) -> Option<f64> {
     let when = Conditions::from_config(&c.config, &report.nodes.iter().map(|n| n.nproc).collect::<Vec<_>>());
     let mut figures = c.ranks.iter().map(|r| {
         let device = report.ranks.iter().find(|i| i.rank == r.rank).map(|i| i.device.as_str())?;
-        Expected::builtin().lookup(device, &c.name, key, when).map(|e| e.value)
+        Expected::builtin().lookup(device, c.name, key, when).map(|e| e.value)
     });
     let first = figures.next()??;
     figures.all(|f| f == Some(first)).then_some(first)
 }
 
 fn bars(report: &Report, c: &CheckReport) -> Vec<BarChart> {
-    let mut keys: Vec<(String, String)> =
-        charted(&c.name).iter().map(|(k, t)| (k.to_string(), t.to_string())).collect();
+    let mut keys: Vec<(String, String)> = charted(c.name).iter().map(|(k, t)| (k.to_string(), t.to_string())).collect();
     // multi-all-reduce: one chart per concurrent group too.
     if let Some(r) = c.ranks.first() {
         for (k, group) in r.metrics.keys().filter_map(|k| k.strip_prefix("busbw_gbps.").map(|g| (k, g))) {
@@ -168,7 +168,7 @@ fn bars(report: &Report, c: &CheckReport) -> Vec<BarChart> {
                     r.metrics.get(key).map(|v| BarInput {
                         label: format!("rank {}", r.rank),
                         value: *v,
-                        class: rank_class(report, &c.name, r.rank),
+                        class: rank_class(report, c.name, r.rank),
                     })
                 })
                 .collect();

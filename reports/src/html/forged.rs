@@ -132,7 +132,7 @@ fn empty_lists_render() {
         }
     }
     r.checks.push(CheckReport {
-        name: "gemm".into(),
+        name: CheckId::Gemm,
         status: CheckStatus::Passed,
         duration_s: 0.0,
         config: serde_json::Value::Null,

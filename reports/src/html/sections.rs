@@ -137,10 +137,12 @@ pub fn timelines(report: &Report, ctx: &RunContext) -> Vec<TimelineView> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpusanity_common::registry::CheckId;
+    use gpusanity_common::report::Code;
 
     #[test]
     fn a_finding_names_its_place_and_only_the_figures_it_carries() {
-        let mut f = Finding::new(Severity::Critical, "GEMM_SLOW", "gemm", "slow".into());
+        let mut f = Finding::new(Severity::Critical, Code::GemmSlow, CheckId::Gemm, "slow".into());
         assert_eq!(finding_view(&f).place, "the whole job");
         assert!(finding_view(&f).figures.is_empty());
         f.node_rank = Some(1);

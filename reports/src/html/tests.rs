@@ -17,7 +17,7 @@ fn rank(rank: usize, metrics: &[(&str, f64)]) -> RankResult {
 }
 
 fn check(name: &str, status: CheckStatus, config: serde_json::Value, ranks: Vec<RankResult>) -> CheckReport {
-    CheckReport { name: name.into(), status, duration_s: 1.5, config, ranks }
+    CheckReport { name: name.parse().expect("a check's name"), status, duration_s: 1.5, config, ranks }
 }
 
 fn sweep(scale: f64) -> Vec<SweepPoint> {
@@ -72,8 +72,12 @@ fn report(host_b: &str) -> Report {
     }
     let mut conn = check("network-connectivity", CheckStatus::Failed, serde_json::Value::Null, vec![rank(0, &[])]);
     conn.ranks[0].notes.insert("front_end_cells".into(), r#"[["-","FAIL"],["0.30ms","-"]]"#.into());
-    let mut f =
-        Finding::new(Severity::Critical, "GEMM_SLOW", "gemm", "401.5 TFLOP/s, 53% of the peers' median 759".into());
+    let mut f = Finding::new(
+        Severity::Critical,
+        Code::GemmSlow,
+        CheckId::Gemm,
+        "401.5 TFLOP/s, 53% of the peers' median 759".into(),
+    );
     f.node_rank = Some(1);
     f.host = Some(host_b.into());
     f.rank = Some(3);
@@ -115,12 +119,7 @@ fn report(host_b: &str) -> Report {
         ],
         node_verdicts: vec![
             NodeVerdict { node_rank: 0, host: "gpu-a".into(), health: NodeHealth::Healthy, codes: vec![] },
-            NodeVerdict {
-                node_rank: 1,
-                host: host_b.into(),
-                health: NodeHealth::Faulty,
-                codes: vec!["GEMM_SLOW".into()],
-            },
+            NodeVerdict { node_rank: 1, host: host_b.into(), health: NodeHealth::Faulty, codes: vec![Code::GemmSlow] },
         ],
         faulty_nodes: vec![1],
         remeasured: vec![],
@@ -228,7 +227,6 @@ fn hostile_strings_render_as_text() {
     r.findings[0].message = evil.into();
     r.findings[0].action = Some(evil.into());
     r.checks[0].ranks[0].notes.insert(evil.into(), evil.into());
-    r.checks[0].name = evil.into();
     let ctx = RunContext {
         job: Some(evil.into()),
         workspace: Some(evil.into()),

@@ -1,6 +1,6 @@
 //! Ending a run: the verdict, the findings, the rows and the output events, in one transaction.
 
-use gpusanity_common::report::{Finding, Report, Severity};
+use gpusanity_common::report::{Code, Finding, Report, Scope, Severity};
 use gpusanity_common::wire::output::{FailReason, OutputBody};
 use gpusanity_common::wire::Topics;
 use gpusanity_db::lease::Fence;
@@ -98,7 +98,7 @@ pub async fn finish(
         let codes: Vec<String> = findings
             .iter()
             .filter(|f| f.severity == Severity::Critical && finding_node(f, &run.nodes) == Some(node.as_str()))
-            .map(|f| f.code.clone())
+            .map(|f| f.code.to_string())
             .collect();
         let body = OutputBody::NodeIsolated {
             node: node.clone(),
@@ -125,8 +125,8 @@ fn faulty_nodes(run: &RunRow, findings: &[Finding]) -> Vec<String> {
 }
 
 /// A critical finding about node `k` of the run, found by the service itself.
-pub fn node_finding(run: &RunRow, k: usize, code: &str, message: String) -> Finding {
-    let mut f = Finding::new(Severity::Critical, code, "agent", message);
+pub fn node_finding(run: &RunRow, k: usize, code: Code, message: String) -> Finding {
+    let mut f = Finding::new(Severity::Critical, code, Scope::Agent, message);
     f.node_rank = Some(k);
     f.host = run.nodes.get(k).map(|n| n.name.clone());
     f

@@ -8,8 +8,6 @@
 //! again, so re-dispatching after a crash is harmless.
 
 mod agents;
-#[cfg(test)]
-mod codes_doc;
 pub mod config;
 mod events;
 pub mod finish;
@@ -24,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use gpusanity_bus::kafka::KafkaConn;
-use gpusanity_common::report::{Report, RunStatus};
+use gpusanity_common::report::{Code, Report, RunStatus};
 use gpusanity_common::wire::agent::{AgentCommand, AgentReport, CommandBody, NodeResult, ReportBody, Task};
 use gpusanity_common::wire::output::FailReason;
 use gpusanity_common::wire::{Topics, WIRE_VERSION};
@@ -266,7 +264,7 @@ impl Coordinator {
                 findings.push(node_finding(
                     &a.run,
                     0,
-                    "DATA_PLANE_ERROR",
+                    Code::DataPlaneError,
                     format!("node 0's launcher ended without a report: {why}"),
                 ));
                 self.end(

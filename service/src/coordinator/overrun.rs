@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use gpusanity_common::report::{Finding, Severity};
+use gpusanity_common::report::{Code, Finding, Scope, Severity};
 
 use super::agents::Agents;
 use super::finish::{node_finding, Verdict};
@@ -21,7 +21,7 @@ pub(super) fn ending(a: &Active, agents: &Agents) -> (Verdict, String, Vec<Findi
     if !names.is_empty() {
         summary = format!("{summary}; not finished: node(s) {}", names.join(", "));
     }
-    let mut findings = vec![Finding::new(Severity::Critical, "RUN_TIMEOUT", "service", summary.clone())];
+    let mut findings = vec![Finding::new(Severity::Critical, Code::RunTimeout, Scope::Service, summary.clone())];
     for &k in &unfinished {
         let name = a.run.nodes.get(k).map(|n| n.name.as_str()).unwrap_or_default();
         let state = match agents.live(name, Duration::MAX) {
@@ -32,8 +32,8 @@ pub(super) fn ending(a: &Active, agents: &Agents) -> (Verdict, String, Vec<Findi
         let message = format!(
             "node {name} (node rank {k}) had not finished when the run overran --sanity-check-max-time ({limit} min): {state}"
         );
-        let mut f = node_finding(&a.run, k, "RUN_UNFINISHED", message);
-        f.check = "service".into();
+        let mut f = node_finding(&a.run, k, Code::RunUnfinished, message);
+        f.check = Scope::Service;
         findings.push(f);
     }
     let v = if a.settings.timeout_ops == TimeoutOps::KeepJobHang {

@@ -7,7 +7,7 @@
 
 use anyhow::Result;
 use gpusanity_bus::backoff::Backoff;
-use gpusanity_common::report::Finding;
+use gpusanity_common::report::{Code, Finding};
 use gpusanity_common::wire::agent::{AgentReport, ReportBody};
 use gpusanity_common::wire::output::FailReason;
 use gpusanity_db::runs::RunRow;
@@ -83,7 +83,7 @@ impl Coordinator {
             return Ok(());
         }
         let message = format!("the result of node {k} was refused: {reason}");
-        let f = node_finding(&a.run, k, "DATA_PLANE_ERROR", message.clone());
+        let f = node_finding(&a.run, k, Code::DataPlaneError, message.clone());
         let run_id = res.run_id.clone();
         let mut backoff = Backoff::default();
         loop {
@@ -114,7 +114,7 @@ impl Coordinator {
             Err(e) if e.is_poison() && with_report => {
                 tracing::error!(run_id = run.run_id, "the run's report was refused, ending the run without it: {e}");
                 let message = format!("node 0's report could not be stored: {e}");
-                let f: Finding = node_finding(run, 0, "DATA_PLANE_ERROR", message.clone());
+                let f: Finding = node_finding(run, 0, Code::DataPlaneError, message.clone());
                 let end = Ending {
                     verdict: Verdict::Failed(FailReason::Error),
                     summary: &message,

@@ -46,7 +46,7 @@ impl Coordinator {
                                 node_finding(
                                     &a.run,
                                     k,
-                                    "NO_AGENT",
+                                    Code::NoAgent,
                                     format!("node {} has no live gpusanity agent", names[k]),
                                 )
                             })
@@ -79,7 +79,7 @@ impl Coordinator {
                                 node_finding(
                                     &a.run,
                                     k,
-                                    "AGENT_LOST",
+                                    Code::AgentLost,
                                     format!("the agent of node {} went silent during the run", names[k]),
                                 )
                             })
@@ -97,7 +97,7 @@ impl Coordinator {
                         let f = node_finding(
                             &a.run,
                             0,
-                            "AGENT_NO_START",
+                            Code::AgentNoStart,
                             format!("the agent of node {} did not start the run", names[0]),
                         );
                         ends.push((

@@ -119,6 +119,7 @@ fn op(c: &CollCall, g: &mut CpuGroup, send: &[f32], recv: &mut [f32]) -> Result<
     match c.op {
         CollOp::AllReduce => g.ring.all_reduce_sum(&send[..e], &mut recv[..e]),
         CollOp::AllGather => g.ring.all_gather(&send[..e / n], &mut recv[..e]),
+        CollOp::ReduceScatter => g.ring.reduce_scatter_sum(&send[..e], &mut recv[..e / n]),
         CollOp::AllToAll => g.mesh.all_to_all(&send[..e], &mut recv[..e]),
         CollOp::SendRecv { peer } => {
             let deadline = c.timeout.map(|t| Instant::now() + t);

@@ -130,6 +130,27 @@ impl Ring {
         Ok(())
     }
 
+    /// NCCL's reduce-scatter: `recv` is the sum over the ranks of block `rank` of `send`
+    /// (`send` holds `size()` blocks of `recv.len()`). Each step passes one partial sum along
+    /// the ring; after `size() - 1` steps this rank holds the whole sum of its own block.
+    pub fn reduce_scatter_sum(&mut self, send: &[f32], recv: &mut [f32]) -> Result<(), BackendError> {
+        let (w, r, c) = (self.world, self.rank, recv.len());
+        if send.len() != w * c {
+            return Err(BackendError::Comm(format!("reduce-scatter of {} into {c} over {w} ranks", send.len())));
+        }
+        let mut acc = send.to_vec();
+        let mut scratch = vec![0f32; c];
+        for s in 0..w.saturating_sub(1) {
+            let (sb, rb) = ((r + 2 * w - s - 1) % w, (r + 2 * w - s - 2) % w);
+            self.exchange(&acc[sb * c..(sb + 1) * c], &mut scratch)?;
+            for (d, x) in acc[rb * c..(rb + 1) * c].iter_mut().zip(&scratch) {
+                *d += *x;
+            }
+        }
+        recv.copy_from_slice(&acc[r * c..(r + 1) * c]);
+        Ok(())
+    }
+
     /// NCCL's all-gather: this rank's `send` lands in block `rank` of `recv` on every rank
     /// (`recv` holds `size()` blocks of `send.len()`). Each step passes one block along the ring.
     pub fn all_gather(&mut self, send: &[f32], recv: &mut [f32]) -> Result<(), BackendError> {

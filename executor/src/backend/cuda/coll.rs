@@ -86,6 +86,10 @@ fn issue(comm: &Comm, c: &CollCall, send: &CudaSlice<bf16>, recv: &mut CudaSlice
             .all_gather(&send.slice(..in_elems), &mut recv.slice_mut(..e))
             .map(|_| ())
             .map_err(|err| comm_err(&what("AllGather"), &err)),
+        CollOp::ReduceScatter => comm
+            .reduce_scatter(&send.slice(..e), &mut recv.slice_mut(..e / n), &ReduceOp::Sum)
+            .map(|_| ())
+            .map_err(|err| comm_err(&what("ReduceScatter"), &err)),
         CollOp::AllToAll => {
             let b = e / n;
             grouped(|| {

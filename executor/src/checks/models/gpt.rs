@@ -3,6 +3,7 @@
 
 use anyhow::Result;
 use gpusanity_common::config::models::GptCheckConfig;
+use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::RankResult;
 use gpusanity_models::gpt::{Gpt, GptConfig};
 
@@ -15,7 +16,7 @@ const WEIGHT_SEED: u64 = 0x0067_7074;
 
 pub fn run<O: Groups>(
     ops: &mut O,
-    name: &str,
+    name: CheckId,
     cfg: &GptCheckConfig,
     megatron: bool,
     ctx: &mut CheckCtx<'_>,

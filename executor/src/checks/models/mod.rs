@@ -15,6 +15,7 @@ mod resnet;
 mod ring_comm;
 
 use anyhow::{Context, Result};
+use gpusanity_common::findings::Code;
 use gpusanity_common::report::{CheckStatus, DeviceKind, RankResult};
 use gpusanity_models::cpu::CpuOps;
 use gpusanity_models::cuda::CudaOps;
@@ -29,14 +30,14 @@ use comm::Groups;
 
 /// Runs model check `name` on this rank's device. A panic inside the CUDA bindings becomes an
 /// error of this rank.
-pub fn run(name: &str, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
+pub fn run(name: CheckId, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_here(name, ctx))).unwrap_or_else(|p| {
         let why = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
         anyhow::bail!("{name} panicked: {}", why.unwrap_or_default())
     })
 }
 
-fn run_here(name: &str, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
+fn run_here(name: CheckId, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     match ctx.backend.kind() {
         DeviceKind::Cpu => run_on(&mut CpuOps, name, ctx),
         DeviceKind::Cuda => {
@@ -47,13 +48,13 @@ fn run_here(name: &str, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     }
 }
 
-fn run_on<O: Groups>(ops: &mut O, name: &str, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
+fn run_on<O: Groups>(ops: &mut O, name: CheckId, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let models = &ctx.configs.models;
-    match name.parse() {
-        Ok(CheckId::MiniGpt) => gpt::run(ops, name, &models.mini_gpt.clone(), false, ctx),
-        Ok(CheckId::MegatronGpt) => gpt::run(ops, name, &models.megatron_gpt.clone(), true, ctx),
-        Ok(CheckId::Resnet) => resnet::run(ops, name, &models.resnet.clone(), ctx),
-        _ => anyhow::bail!("model check `{name}` is not implemented"),
+    match name {
+        CheckId::MiniGpt => gpt::run(ops, name, &models.mini_gpt.clone(), false, ctx),
+        CheckId::MegatronGpt => gpt::run(ops, name, &models.megatron_gpt.clone(), true, ctx),
+        CheckId::Resnet => resnet::run(ops, name, &models.resnet.clone(), ctx),
+        other => anyhow::bail!("`{other}` is not a model check"),
     }
 }
 
@@ -144,7 +145,7 @@ fn train_opts(ctx: &CheckCtx<'_>, steps: usize, lr: f64, warmup: usize) -> Train
 
 /// What a model check trains and how it is judged.
 pub struct Plan<'a> {
-    pub name: &'a str,
+    pub name: CheckId,
     pub layout: Layout,
     pub steps: usize,
     pub lr: f64,
@@ -210,11 +211,11 @@ fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
         LossVerdict::Ok => {}
         LossVerdict::NotFinite { step, value } => {
             r.metrics.insert("first_bad_step".into(), step as f64);
-            r.notes.insert("finding".into(), "MODEL_LOSS_NOT_FINITE".into());
+            r.notes.insert("finding".into(), Code::ModelLossNotFinite.to_string());
             problems.push(format!("loss is {value} at step {step}"));
         }
         LossVerdict::NotFalling { first, last, rising } => {
-            r.notes.insert("finding".into(), "MODEL_LOSS_NOT_FALLING".into());
+            r.notes.insert("finding".into(), Code::ModelLossNotFalling.to_string());
             let how = if rising { "rising" } else { "flat" };
             problems.push(format!(
                 "loss {how}: mean {first:.4} over the first steps, {last:.4} over the last (steps {}..{}), less than the {:.0}% drop required",

@@ -4,6 +4,7 @@
 
 use anyhow::Result;
 use gpusanity_common::config::models::ResnetCheckConfig;
+use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::RankResult;
 use gpusanity_models::resnet::{Resnet, ResnetConfig};
 
@@ -14,7 +15,12 @@ use crate::checks::CheckCtx;
 /// Initial weights: the same on every rank.
 const WEIGHT_SEED: u64 = 0x7265_736e;
 
-pub fn run<O: Groups>(ops: &mut O, name: &str, cfg: &ResnetCheckConfig, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
+pub fn run<O: Groups>(
+    ops: &mut O,
+    name: CheckId,
+    cfg: &ResnetCheckConfig,
+    ctx: &mut CheckCtx<'_>,
+) -> Result<RankResult> {
     let place = ctx.place;
     let model_cfg = ResnetConfig {
         image: cfg.image,

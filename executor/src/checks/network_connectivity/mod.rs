@@ -33,7 +33,7 @@ use crate::backend::{CollCall, CollOp, GroupId, Work, WorkerPlace};
 pub use front::{ib_ports, IbPort};
 use front::{probe_front, EchoServer};
 
-pub const NAME: &str = gpusanity_common::CheckId::NetworkConnectivity.as_str();
+pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::NetworkConnectivity;
 
 /// One probe: `from` and `to` are node ranks on the front end, global ranks on the back end.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

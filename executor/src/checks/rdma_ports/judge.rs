@@ -2,7 +2,7 @@
 //! is wrong with each port. Pure functions of the two snapshots and the expected rate.
 
 use gpusanity_common::checks::rdma_ports::{ERRORS, FLAPPED, PORT_DOWN, RATE_LOW};
-use gpusanity_common::report::Severity;
+use gpusanity_common::report::{Code, Severity};
 use serde::{Deserialize, Serialize};
 
 use super::sysfs::{Port, ERROR_COUNTERS, FLAP_COUNTERS};
@@ -10,7 +10,7 @@ use super::sysfs::{Port, ERROR_COUNTERS, FLAP_COUNTERS};
 /// One thing wrong with one port.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Issue {
-    pub code: String,
+    pub code: Code,
     pub severity: Severity,
     /// `mlx5_0 port 1`.
     pub port: String,
@@ -55,8 +55,8 @@ fn list(d: &[(String, u64)]) -> String {
 /// `span` the span in words ("since the worker started, 12.3 s").
 pub fn judge(start: &[Port], end: &[Port], configured_rate: Option<u64>, span: &str) -> Vec<Issue> {
     let mut out = Vec::new();
-    let issue = |code: &str, severity, port: &Port, message: String, deltas| Issue {
-        code: code.into(),
+    let issue = |code: Code, severity, port: &Port, message: String, deltas| Issue {
+        code,
         severity,
         port: port.name(),
         message,
@@ -122,8 +122,8 @@ mod tests {
         }
     }
 
-    fn codes(v: &[Issue]) -> Vec<(&str, &str)> {
-        v.iter().map(|i| (i.code.as_str(), i.port.as_str())).collect()
+    fn codes(v: &[Issue]) -> Vec<(Code, &str)> {
+        v.iter().map(|i| (i.code, i.port.as_str())).collect()
     }
 
     #[test]

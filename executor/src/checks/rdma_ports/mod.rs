@@ -23,13 +23,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use gpusanity_common::report::{CheckStatus, RankResult, Severity};
+use gpusanity_common::report::{CheckStatus, Code, RankResult, Severity};
 
 use super::CheckCtx;
 pub use judge::{judge, Issue};
 pub use sysfs::{Port, Snapshot, SYSFS_ROOT};
 
-pub const NAME: &str = gpusanity_common::CheckId::RdmaPorts.as_str();
+pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::RdmaPorts;
 
 /// The test hook: a fake /sys/class/infiniband for the workers (honoured only with
 /// `--test-faults`: the launcher removes it from its workers' environment otherwise).
@@ -72,7 +72,7 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
 
     let critical = issues.iter().any(|i| i.severity == Severity::Critical);
     let mut r = RankResult::new(rank, if critical { CheckStatus::Failed } else { CheckStatus::Passed });
-    let count = |code: &str| issues.iter().filter(|i| i.code == code).count() as f64;
+    let count = |code: Code| issues.iter().filter(|i| i.code == code).count() as f64;
     use gpusanity_common::checks::rdma_ports as codes;
     r.metrics.insert("ports".into(), end.ports.len() as f64);
     r.metrics.insert("ports_down".into(), count(codes::PORT_DOWN));
