@@ -129,6 +129,18 @@ impl Hearing {
         self.spells.iter().filter(|s| s.to_wall.timestamp_millis() > since_ms).copied().collect()
     }
 
+    /// [`Hearing::spells_since`] and, while blind, the spell under way (a result read back
+    /// from the broker before the first proof after an outage ends its run inside it).
+    pub fn spells_with_current(&self, since_ms: i64) -> Vec<Spell> {
+        let mut spells = self.spells_since(since_ms);
+        if let (true, Some(last)) = (self.blind(), self.heard_upto) {
+            let now = Utc::now();
+            let from_wall = now - chrono::Duration::from_std(last.elapsed()).unwrap_or_default();
+            spells.push(Spell { from: last, to: Instant::now(), from_wall, to_wall: now });
+        }
+        spells
+    }
+
     /// The blind time after `since_ms` (Unix ms), in spells that ended: what a run created
     /// then adds to its deadline.
     pub fn blind_since(&self, since_ms: i64) -> Duration {

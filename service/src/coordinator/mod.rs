@@ -331,13 +331,14 @@ impl Coordinator {
         report: Option<&Report>,
         extra: Vec<gpusanity_common::report::Finding>,
     ) -> Result<()> {
+        self.hearing.update();
         let Some(a) = self.active.get(run_id) else { return Ok(()) };
         let mut extra = extra;
         let mut summary = summary.to_string();
         // A verdict reached across a blind spell of the service's own says so, in the event and
         // in the stored findings; nodes whose only evidence is a silence that overlapped it are
         // named but not isolated.
-        let across = hearing::across(&self.hearing.spells_since(a.run.created_at));
+        let across = hearing::across(&self.hearing.spells_with_current(a.run.created_at));
         if let Some(note) = &across {
             summary = format!("{summary}; {note}");
             extra.push(gpusanity_common::report::Finding::new(
