@@ -373,6 +373,12 @@ finding_codes! {
     AgentLost = "AGENT_LOST", Critical, "critical", [Service], "node",
         "the node's agent went silent during the run",
         "check the node; restart its agent";
+    SettingsUnreadable = "SETTINGS_UNREADABLE", Critical, "critical", [Service], "run",
+        "the run's stored settings do not parse (a corrupt row), so its timeout policy is unknown: the run ends failed (`reason: error`) rather than guessing MarkJobFail or KeepJobHang",
+        "repair or remove the row; publish the job again";
+    ServiceBlind = "SERVICE_BLIND", Warning, "warning", [Service], "run",
+        "the verdict was reached across an outage of the service's own broker connection (it could not hear its agents for the times listed); silence in that time was not held against any node",
+        "none: a node named only for a silence that overlapped it is not isolated";
     AgentNoStart = "AGENT_NO_START", Critical, "critical", [Service], "node",
         "node 0's agent did not start the run in time",
         "check node 0 and its agent";

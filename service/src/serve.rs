@@ -83,7 +83,8 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         db.clone(),
         cfg.topics.clone(),
         cfg.coordinator.clone(),
-        kafka::producer(&conn)?,
+        // Commands wait out a broker outage in the producer's queue as long as an agent takes them.
+        kafka::producer_with_timeout(&conn, std::time::Duration::from_secs(cfg.agent_auth.max_age_s))?,
         wake.clone(),
         Verifier::new(ring, std::time::Duration::from_secs(cfg.agent_auth.max_age_s)),
         replica.clone(),

@@ -13,6 +13,7 @@ mod notify_email;
 mod notify_restart;
 mod notify_webhook;
 mod ops;
+mod outages;
 mod outbox;
 mod poison;
 mod ports;

@@ -18,6 +18,11 @@ pub use topics::{ensure_topics, TopicSpec, TopicsError};
 pub(crate) fn base(conn: &KafkaConn) -> ClientConfig {
     let mut c = conn.client_config();
     c.set("log_level", "3");
+    // A broker back from an outage is found within a second (librdkafka's default backs off
+    // to 10 s), unless the properties say otherwise.
+    if c.get("reconnect.backoff.max.ms").is_none() {
+        c.set("reconnect.backoff.max.ms", "1000");
+    }
     c
 }
 

@@ -128,7 +128,10 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     gpusanity_bus::kafka::ensure_topics(&cfg.kafka, &[&k.agent_tasks, &k.agent_reports], &cfg.topic_spec)
         .await
         .map_err(topics_error)?;
-    let producer = gpusanity_bus::kafka::producer(&cfg.kafka)?;
+    // Reports wait out a broker outage in the producer's queue, in order, for as long as the
+    // service would take them (older ones it refuses as stale): a result made while the broker
+    // was away reaches the service once it is back.
+    let producer = gpusanity_bus::kafka::producer_with_timeout(&cfg.kafka, cfg.max_age)?;
     let consumer = gpusanity_bus::kafka::tail_consumer(&cfg.kafka, &cfg.topics.agent_tasks)
         .context("reading the agent-tasks topic")?;
     std::fs::create_dir_all(&cfg.work_dir).with_context(|| format!("creating {}", cfg.work_dir.display()))?;

@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+use super::hearing::Hearing;
+
 #[derive(Debug, Clone)]
 pub struct AgentSeen {
     pub agent_id: String,
@@ -42,13 +44,19 @@ impl Agents {
         true
     }
 
-    /// The node's agent if it was heard from within `timeout`.
-    pub fn live(&self, node: &str, timeout: Duration) -> Option<&AgentSeen> {
-        self.by_node.get(node).filter(|a| a.last_seen.elapsed() <= timeout)
+    /// The node's agent if it was heard from within `timeout` of the time the service could
+    /// hear ([`Hearing::silence`]: a blind spell of the service's own is no silence of the agent).
+    pub fn live(&self, node: &str, timeout: Duration, hearing: &Hearing) -> Option<&AgentSeen> {
+        self.by_node.get(node).filter(|a| hearing.silence(a.last_seen) <= timeout)
     }
 
-    /// How many agents were heard from within `timeout`.
-    pub fn live_count(&self, timeout: Duration) -> usize {
-        self.by_node.values().filter(|a| a.last_seen.elapsed() <= timeout).count()
+    /// The node's agent, however long ago it was heard from.
+    pub fn known(&self, node: &str) -> Option<&AgentSeen> {
+        self.by_node.get(node)
+    }
+
+    /// How many agents were heard from within `timeout` (as [`Agents::live`]).
+    pub fn live_count(&self, timeout: Duration, hearing: &Hearing) -> usize {
+        self.by_node.values().filter(|a| hearing.silence(a.last_seen) <= timeout).count()
     }
 }

@@ -19,6 +19,10 @@ impl Coordinator {
         events: Arc<StreamConsumer>,
     ) -> Result<()> {
         self.events = Some(events);
+        self.hearing = super::hearing::Hearing::new(super::hearing::spawn_probe(
+            reports.clone(),
+            self.topics.agent_reports.clone(),
+        ));
         self.lease_state.last = Some(Instant::now());
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -56,7 +60,7 @@ impl Coordinator {
                 _ = tick.tick() => {
                     crate::ops::metrics::METRICS
                         .agents_live
-                        .set(i64::try_from(self.agents.live_count(self.config.agent_timeout())).unwrap_or(i64::MAX));
+                        .set(i64::try_from(self.agents.live_count(self.config.agent_timeout(), &self.hearing)).unwrap_or(i64::MAX));
                     self.tick().await
                 }
                 _ = tokio::time::sleep_until(self.next_lease_round()) => {

@@ -43,7 +43,15 @@ pub struct Ending<'a> {
     /// The fence of the replica that owns the run (None: a person's decision, which holds no
     /// lease: the stored state alone decides).
     pub fence: Option<&'a Fence>,
+    /// Nodes whose loss of contact overlapped a blind spell of the service's own: no
+    /// NodeIsolated for them when that is their only critical evidence.
+    pub withheld: &'a [String],
+    /// Set when the verdict was reached across such a spell: said in every NodeIsolated.
+    pub across: Option<&'a str>,
 }
+
+/// The service's own findings that mean only a loss of contact with a node's agent.
+const CONTACT_LOSS: [&str; 4] = ["AGENT_LOST", "NO_AGENT", "AGENT_NO_START", "RUN_UNFINISHED"];
 
 /// Stores the end of `run` and queues its output events. False when the run had already ended
 /// (or was already held): nothing is written twice.
@@ -54,7 +62,7 @@ pub async fn finish(
     run: &RunRow,
     end: Ending<'_>,
 ) -> Result<bool, DbError> {
-    let Ending { verdict, summary, report, extra, fence } = end;
+    let Ending { verdict, summary, report, extra, fence, withheld, across } = end;
     let mut findings: Vec<Finding> = report.map(|r| r.findings.clone()).unwrap_or_default();
     findings.extend(extra.iter().cloned());
     let report_json = report.map(serde_json::to_string).transpose()?;
@@ -100,11 +108,19 @@ pub async fn finish(
             .filter(|f| f.severity == Severity::Critical && finding_node(f, &run.nodes) == Some(node.as_str()))
             .map(|f| f.code.to_string())
             .collect();
-        let body = OutputBody::NodeIsolated {
-            node: node.clone(),
-            reason: format!("critical finding(s) in run {}", run.run_id),
-            codes,
-        };
+        if withheld.contains(node) && codes.iter().all(|c| CONTACT_LOSS.contains(&c.as_str())) {
+            tracing::warn!(
+                run_id = run.run_id,
+                node,
+                "no NodeIsolated: the node's only evidence is a silence that overlapped the service's own outage"
+            );
+            continue;
+        }
+        let mut reason = format!("critical finding(s) in run {}", run.run_id);
+        if let Some(note) = across {
+            reason = format!("{reason}; {note}");
+        }
+        let body = OutputBody::NodeIsolated { node: node.clone(), reason, codes };
         outbox::enqueue(&mut tx, &topics.output, &emit(body)).await?;
     }
     tx.commit().await?;
@@ -164,7 +180,15 @@ pub async fn resolve(
     let summary = format!("resolved by an operator as {}: {note}", if pass { "passed" } else { "failed" });
     let verdict = if pass { Verdict::Passed } else { Verdict::Failed(FailReason::ResolvedByOperator) };
     let report: Option<Report> = db.run_report(run_id).await?.and_then(|r| serde_json::from_str(&r).ok());
-    let end = Ending { verdict, summary: &summary, report: report.as_ref(), extra: &[], fence: None };
+    let end = Ending {
+        verdict,
+        summary: &summary,
+        report: report.as_ref(),
+        extra: &[],
+        fence: None,
+        withheld: &[],
+        across: None,
+    };
     if !finish(db, topics, report_url, &run, end).await? {
         return Err(ResolveError::ResolvedMeanwhile(run_id.to_string()));
     }

@@ -67,6 +67,11 @@ impl Coordinator {
             self.active.remove(&id);
         }
         self.read_assignment(now);
+        // A partition missing while the broker cannot be heard is no evidence of a rebalance:
+        // the absence counts from when it can.
+        if self.hearing.blind() {
+            self.lease_state.absent_since.clear();
+        }
         let started = Instant::now();
         let held: Vec<(String, i64)> = self.active.iter().map(|(id, a)| (id.clone(), a.fence.token)).collect();
         let kept: HashSet<String> =

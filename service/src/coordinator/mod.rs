@@ -11,12 +11,13 @@ mod agents;
 pub mod config;
 mod events;
 pub mod finish;
+mod hearing;
 pub mod lease;
 mod overrun;
 mod poison;
 mod tick;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,7 @@ use crate::auth::{envelope, rdzv, Direction, Verifier};
 use agents::Agents;
 pub use config::CoordinatorConfig;
 use finish::{node_finding, Ending, Verdict};
+use hearing::Hearing;
 use lease::LeaseState;
 pub use lease::Replica;
 
@@ -53,9 +55,17 @@ enum Phase {
     Running,
 }
 
+/// A run whose stored settings do not parse (a corrupt row): its timeout policy (MarkJobFail or
+/// KeepJobHang) is unknown and is not guessed; the run ends failed at the next tick, saying why.
+#[derive(Debug, thiserror::Error)]
+#[error("the run's stored settings do not parse, so its timeout policy is unknown: {0}")]
+struct UnreadableSettings(#[from] serde_json::Error);
+
 struct Active {
     run: RunRow,
+    /// Read only when `unreadable` is None.
     settings: Settings,
+    unreadable: Option<UnreadableSettings>,
     phase: Phase,
     /// When the current phase began.
     since: Instant,
@@ -71,6 +81,26 @@ struct Active {
     partition: Option<i32>,
     /// Until when the last renewal of the lease lets this replica act on the run.
     trusted_until: Instant,
+    /// Nodes found out of contact whose silence overlapped a blind spell of the service's own:
+    /// named, not isolated on that evidence alone.
+    withheld: BTreeSet<usize>,
+}
+
+impl Active {
+    /// The blind time of the service since the run was created: its deadline moves by it.
+    fn blind(&self, hearing: &Hearing) -> Duration {
+        hearing.blind_since(self.run.created_at)
+    }
+
+    /// Whether node `k`'s silence overlapped a blind spell: its agent last heard before the
+    /// spell, or never heard and the service blind since the run was created.
+    fn overlapped(&self, k: usize, agents: &Agents, hearing: &Hearing) -> bool {
+        let Some(node) = self.run.nodes.get(k) else { return false };
+        match agents.known(&node.name) {
+            Some(s) => hearing.overlapped(s.last_seen),
+            None => !hearing.spells_since(self.run.created_at).is_empty(),
+        }
+    }
 }
 
 pub struct Coordinator {
@@ -88,6 +118,8 @@ pub struct Coordinator {
     lease_state: LeaseState,
     /// The job-events consumer, whose assignment says which runs this replica may take over.
     events: Option<Arc<StreamConsumer>>,
+    /// Whether the agent reports can reach this replica now, and since when.
+    hearing: Hearing,
 }
 
 impl Coordinator {
@@ -112,6 +144,7 @@ impl Coordinator {
             replica,
             lease_state: LeaseState::default(),
             events: None,
+            hearing: Hearing::new(tokio::sync::watch::channel(None).1),
         }
     }
 
@@ -123,10 +156,18 @@ impl Coordinator {
     }
 
     fn admit(&mut self, run: RunRow, fence: Fence, partition: Option<i32>, trusted_until: Instant) {
-        let settings: Settings = serde_json::from_value(run.settings.clone()).unwrap_or_default();
+        let (settings, unreadable) = match serde_json::from_value::<Settings>(run.settings.clone()) {
+            Ok(s) => (s, None),
+            Err(e) => {
+                let e = UnreadableSettings::from(e);
+                tracing::error!(run_id = run.run_id, "{e}");
+                (Settings::default(), Some(e))
+            }
+        };
         let a = Active {
             run,
             settings,
+            unreadable,
             phase: Phase::WaitAgents,
             since: Instant::now(),
             assigned: HashMap::new(),
@@ -135,6 +176,7 @@ impl Coordinator {
             fence,
             partition,
             trusted_until,
+            withheld: BTreeSet::new(),
         };
         self.active.insert(a.run.run_id.clone(), a);
     }
@@ -202,7 +244,7 @@ impl Coordinator {
                 }
                 if node_rank == 0 && a.phase == Phase::WaitMaster {
                     let Some(port) = master_port else { return Ok(()) };
-                    let addr = self.agents.live(&r.node, Duration::MAX).map(|s| s.address.clone()).unwrap_or_default();
+                    let addr = self.agents.known(&r.node).map(|s| s.address.clone()).unwrap_or_default();
                     a.phase = Phase::Running;
                     a.since = Instant::now();
                     let others: Vec<usize> = (1..a.run.nodes.len()).collect();
@@ -210,8 +252,7 @@ impl Coordinator {
                         others.iter().map(|&k| task(a, k, Some((addr.clone(), port)))).collect();
                     for (k, c) in others.iter().zip(&cmds) {
                         // An agent unknown here counts as lost at the next tick.
-                        let id =
-                            self.agents.live(&c.node, Duration::MAX).map(|s| s.agent_id.clone()).unwrap_or_default();
+                        let id = self.agents.known(&c.node).map(|s| s.agent_id.clone()).unwrap_or_default();
                         a.assigned.insert(*k, id);
                     }
                     for c in cmds {
@@ -288,11 +329,43 @@ impl Coordinator {
         report: Option<&Report>,
         extra: Vec<gpusanity_common::report::Finding>,
     ) -> Result<()> {
+        self.hearing.update();
         let Some(a) = self.active.get(run_id) else { return Ok(()) };
+        let mut extra = extra;
+        let mut summary = summary.to_string();
+        // A verdict reached across a blind spell of the service's own says so, in the event and
+        // in the stored findings; nodes whose only evidence is a silence that overlapped it are
+        // named but not isolated.
+        let across = hearing::across(&self.hearing.spells_with_current(a.run.created_at));
+        if let Some(note) = &across {
+            summary = format!("{summary}; {note}");
+            extra.push(gpusanity_common::report::Finding::new(
+                gpusanity_common::report::Severity::Warning,
+                Code::ServiceBlind,
+                gpusanity_common::report::Scope::Service,
+                note.clone(),
+            ));
+        }
+        let withheld: Vec<String> =
+            a.withheld.iter().filter_map(|&k| a.run.nodes.get(k).map(|n| n.name.clone())).collect();
+        if !withheld.is_empty() && matches!(verdict, Verdict::Failed(_)) {
+            summary = format!(
+                "{summary}; not isolated: node(s) {}, whose only evidence is a silence that overlapped the service's own outage",
+                withheld.join(", ")
+            );
+        }
         tracing::info!(run_id, ?verdict, summary, "run ends");
         // The run stays active until it is stored: a retry after a database outage finds it.
         let label = verdict.label();
-        let end = Ending { verdict, summary, report, extra: &extra, fence: Some(&a.fence) };
+        let end = Ending {
+            verdict,
+            summary: &summary,
+            report,
+            extra: &extra,
+            fence: Some(&a.fence),
+            withheld: &withheld,
+            across: across.as_deref(),
+        };
         let changed = self.finish_checked(&a.run, end).await?;
         if changed {
             crate::ops::metrics::METRICS.verdict(label.0, &label.1, a.run.created_at);
@@ -305,7 +378,7 @@ impl Coordinator {
         self.outbox_wake.notify_one();
         let pending = (0..a.run.nodes.len()).any(|k| !a.results.contains_key(&k));
         if pending {
-            self.cancel_agents(&a, summary);
+            self.cancel_agents(&a, &summary);
         }
         Ok(())
     }

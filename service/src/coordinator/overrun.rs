@@ -4,8 +4,6 @@
 //! from them): a `RUN_UNFINISHED` finding per node, critical, so a failed run isolates them
 //! (NodeIsolated), beside the run's `RUN_TIMEOUT`.
 
-use std::time::Duration;
-
 use gpusanity_common::report::{Code, Finding, Scope, Severity};
 
 use super::agents::Agents;
@@ -24,7 +22,7 @@ pub(super) fn ending(a: &Active, agents: &Agents) -> (Verdict, String, Vec<Findi
     let mut findings = vec![Finding::new(Severity::Critical, Code::RunTimeout, Scope::Service, summary.clone())];
     for &k in &unfinished {
         let name = a.run.nodes.get(k).map(|n| n.name.as_str()).unwrap_or_default();
-        let state = match agents.live(name, Duration::MAX) {
+        let state = match agents.known(name) {
             Some(s) if a.assigned.get(&k).is_some_and(|id| id == &s.agent_id) => "its launcher was still running",
             Some(_) => "its task went to an agent that is gone",
             None => "its agent was never heard from",

@@ -1,6 +1,8 @@
 //! The coordinator's clock: on every tick, the deadlines of the active runs (the whole-run
 //! limit, waiting for agents, node 0's rendezvous port, silent or replaced agents) and the
-//! dispatches that are due.
+//! dispatches that are due. Every wait is counted on the clock of the service's hearing
+//! ([`super::hearing`]): while the service cannot hear its agents, nothing is judged or sent,
+//! and the whole-run limit moves by the time it could not.
 
 use anyhow::Result;
 
@@ -9,6 +11,11 @@ use super::*;
 
 impl Coordinator {
     pub(super) async fn tick(&mut self) -> Result<()> {
+        self.hearing.update();
+        if self.hearing.blind() {
+            return Ok(());
+        }
+        let hearing = &self.hearing;
         let timeout = self.config.agent_timeout();
         let wait = self.config.agent_wait();
         let now_ms = gpusanity_db::now_ms();
@@ -23,23 +30,44 @@ impl Coordinator {
                 continue;
             }
             let names: Vec<String> = a.run.nodes.iter().map(|n| n.name.clone()).collect();
-            if now_ms > a.run.deadline_at + grace_ms {
+            if let Some(e) = &a.unreadable {
+                let f = gpusanity_common::report::Finding::new(
+                    gpusanity_common::report::Severity::Critical,
+                    gpusanity_common::report::Code::SettingsUnreadable,
+                    gpusanity_common::report::Scope::Service,
+                    e.to_string(),
+                );
+                ends.push((id.clone(), Verdict::Failed(FailReason::Error), e.to_string(), vec![f]));
+                continue;
+            }
+            let blind_ms = i64::try_from(a.blind(hearing).as_millis()).unwrap_or(i64::MAX);
+            if now_ms > a.run.deadline_at.saturating_add(grace_ms).saturating_add(blind_ms) {
                 let (v, summary, findings) = overrun::ending(a, &self.agents);
+                for k in (0..names.len()).filter(|k| !a.results.contains_key(k)) {
+                    if a.overlapped(k, &self.agents, hearing) {
+                        a.withheld.insert(k);
+                    }
+                }
                 ends.push((id.clone(), v, summary, findings));
                 continue;
             }
             match a.phase {
                 Phase::WaitAgents => {
                     let missing: Vec<usize> =
-                        (0..names.len()).filter(|&k| self.agents.live(&names[k], timeout).is_none()).collect();
+                        (0..names.len()).filter(|&k| self.agents.live(&names[k], timeout, hearing).is_none()).collect();
                     if missing.is_empty() {
-                        if let Some(s) = self.agents.live(&names[0], timeout) {
+                        if let Some(s) = self.agents.live(&names[0], timeout, hearing) {
                             a.assigned.insert(0, s.agent_id.clone());
                         }
                         sends.push(task(a, 0, None));
                         a.phase = Phase::WaitMaster;
                         a.since = Instant::now();
-                    } else if a.since.elapsed() > wait {
+                    } else if hearing.silence(a.since) > wait {
+                        for &k in &missing {
+                            if a.overlapped(k, &self.agents, hearing) {
+                                a.withheld.insert(k);
+                            }
+                        }
                         let findings = missing
                             .iter()
                             .map(|&k| {
@@ -67,10 +95,18 @@ impl Coordinator {
                         .iter()
                         .filter(|(k, agent_id)| {
                             !a.results.contains_key(k)
-                                && self.agents.live(&names[**k], timeout).is_none_or(|s| &s.agent_id != *agent_id)
+                                && self
+                                    .agents
+                                    .live(&names[**k], timeout, hearing)
+                                    .is_none_or(|s| &s.agent_id != *agent_id)
                         })
                         .map(|(k, _)| *k)
                         .collect();
+                    for &k in &lost {
+                        if a.overlapped(k, &self.agents, hearing) {
+                            a.withheld.insert(k);
+                        }
+                    }
                     let lost_findings: Vec<gpusanity_common::report::Finding> = {
                         let mut lost = lost;
                         lost.sort_unstable();
@@ -86,14 +122,17 @@ impl Coordinator {
                             .collect()
                     };
                     if let Some(done) = a.node0_done {
-                        if !lost_findings.is_empty() || done.elapsed() > timeout {
+                        if !lost_findings.is_empty() || hearing.silence(done) > timeout {
                             concludes.push((id.clone(), lost_findings));
                         }
                     } else if !lost_findings.is_empty() {
                         let list: Vec<&str> = lost_findings.iter().filter_map(|f| f.host.as_deref()).collect();
                         let summary = format!("lost the agent of node(s) {}", list.join(", "));
                         ends.push((id.clone(), Verdict::Failed(FailReason::CheckFailed), summary, lost_findings));
-                    } else if a.phase == Phase::WaitMaster && a.since.elapsed() > wait {
+                    } else if a.phase == Phase::WaitMaster && hearing.silence(a.since) > wait {
+                        if a.overlapped(0, &self.agents, hearing) {
+                            a.withheld.insert(0);
+                        }
                         let f = node_finding(
                             &a.run,
                             0,

@@ -20,7 +20,7 @@ mod replicas;
 mod scenario;
 pub mod secure;
 
-pub use backends::{broker, broker_listening_on, postgres_database};
+pub use backends::{broker, broker_listening_on, postgres_database, with_database};
 pub use reader::Reader;
 pub use scenario::{allocated, crash_restart, restarted, stopped, two_node_pass};
 use secure::{client_config, publish_with};
