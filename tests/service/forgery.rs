@@ -127,6 +127,7 @@ fn task(node: &str, run_id: &str, args: &str) -> String {
             sanity_check_args: args.into(),
             deadline: chrono::Utc::now() + chrono::Duration::seconds(30),
             rdzv_secret: None,
+            gpus: None,
         }),
     };
     serde_json::to_string(&c).expect("json")

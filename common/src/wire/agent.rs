@@ -41,6 +41,10 @@ pub struct Task {
     /// The run's rendezvous secret, sealed under the key that signs this task (hex).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdzv_secret: Option<String>,
+    /// The GPUs the job asked for on this node (the job event's `gpus`); fewer usable ones
+    /// fail the node (`NODE_GPUS_MISSING`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,6 +4,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use gpusanity_common::config::health::MAX_GPUS_PER_NODE;
 use gpusanity_common::device::DeviceChoice;
 use gpusanity_common::report::Report;
 use gpusanity_common::wire::agent::{NodeResult, Task};
@@ -70,6 +71,9 @@ impl Launch {
             .args(["--sanity-check-timing=BeforeJobRunning", "--sanity-check-timeout-ops=MarkJobFail"]);
         if let Some(n) = cfg.nproc_per_node {
             cmd.args(["--nproc-per-node", &n.to_string()]);
+        }
+        if let Some(param) = expected_gpus(cfg.device, t.gpus) {
+            cmd.args(["--check-param", &param]);
         }
         // This node's policy for the job's environment, enforced by the launcher too.
         cmd.arg(format!("--allow-env={}", cfg.env_policy.allowed_patterns().join(",")));
@@ -165,6 +169,14 @@ fn launcher_device(agent: DeviceChoice) -> DeviceChoice {
     }
 }
 
+/// The GPU count the job asked for on this node, as the launcher's `--check-param`: on a GPU
+/// node only (a CPU test rig has none to count), and within what the parameter takes (a larger
+/// count cannot be met by any node: it is left to the workers' own count).
+fn expected_gpus(agent: DeviceChoice, gpus: Option<u32>) -> Option<String> {
+    let n = gpus.filter(|n| *n > 0 && u64::from(*n) <= MAX_GPUS_PER_NODE)?;
+    (launcher_device(agent) == DeviceChoice::Cuda).then(|| format!("gpu-health.expected-gpus={n}"))
+}
+
 /// Writes `bytes` to a new file only its owner can read.
 fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
@@ -211,5 +223,15 @@ mod tests {
         assert_eq!(launcher_device(DeviceChoice::Auto), DeviceChoice::Cuda);
         assert_eq!(launcher_device(DeviceChoice::Cuda), DeviceChoice::Cuda);
         assert_eq!(launcher_device(DeviceChoice::Cpu), DeviceChoice::Cpu);
+    }
+
+    #[test]
+    fn the_gpus_the_job_asked_for_are_counted_on_gpu_nodes_only() {
+        assert_eq!(expected_gpus(DeviceChoice::Auto, Some(8)).as_deref(), Some("gpu-health.expected-gpus=8"));
+        assert_eq!(expected_gpus(DeviceChoice::Cuda, Some(1)).as_deref(), Some("gpu-health.expected-gpus=1"));
+        assert_eq!(expected_gpus(DeviceChoice::Cpu, Some(8)), None);
+        assert_eq!(expected_gpus(DeviceChoice::Cuda, None), None);
+        assert_eq!(expected_gpus(DeviceChoice::Cuda, Some(0)), None);
+        assert_eq!(expected_gpus(DeviceChoice::Cuda, Some(u32::MAX)), None);
     }
 }

@@ -440,6 +440,7 @@ fn task(a: &Active, k: usize, master: Option<(String, u16)>) -> AgentCommand {
             sanity_check_args: a.run.check_args.clone(),
             deadline,
             rdzv_secret: None,
+            gpus: Some(a.run.nodes[k].gpus).filter(|g| *g > 0),
         }),
     }
 }
