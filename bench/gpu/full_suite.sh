@@ -14,7 +14,7 @@ mkdir -p "$OUT"
 . "$HERE/env.sh"
 nvidia-smi -L
 date -u +"date: %Y-%m-%dT%H:%M:%SZ"
-MICRO=gemm,kernel-launch,memory-bandwidth,host-bandwidth,all-reduce,all-to-all,all-gather,multi-all-reduce,network-connectivity,matmul-all-reduce-overlap,rdma-ports,gpu-health
+MICRO=gemm,kernel-launch,memory-bandwidth,host-bandwidth,all-reduce,all-to-all,all-gather,reduce-scatter,multi-all-reduce,network-connectivity,matmul-all-reduce-overlap,rdma-ports,gpu-health
 MODELS=mini-gpt,megatron-gpt,resnet
 to() { # file, then the command: its output goes to the file (so `wall` still prints here)
   local f=$1; shift
