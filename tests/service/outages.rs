@@ -216,9 +216,16 @@ fn run_all(list: &[Scenario]) {
 }
 
 #[test]
-fn outage_broker_30s_one_replica_with_an_agent_killed_and_postgres_30s() {
+fn outage_broker_30s_and_120s_one_replica_with_an_agent_killed_and_postgres_30s() {
     run_all(&[
         Scenario { name: "b30r1", down: Down::Broker, outage: Duration::from_secs(30), replicas: 1, kill_agent: true },
+        Scenario {
+            name: "b120r1",
+            down: Down::Broker,
+            outage: Duration::from_secs(120),
+            replicas: 1,
+            kill_agent: false,
+        },
         Scenario {
             name: "p30r1",
             down: Down::Postgres,
@@ -230,8 +237,9 @@ fn outage_broker_30s_one_replica_with_an_agent_killed_and_postgres_30s() {
 }
 
 #[test]
-fn outage_broker_120s_and_postgres_30s_three_replicas() {
+fn outage_broker_30s_and_120s_and_postgres_30s_three_replicas() {
     run_all(&[
+        Scenario { name: "b30r3", down: Down::Broker, outage: Duration::from_secs(30), replicas: 3, kill_agent: true },
         Scenario {
             name: "b120r3",
             down: Down::Broker,
