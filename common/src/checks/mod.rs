@@ -31,6 +31,7 @@ crate::registry::for_each_check!(descriptor_modules);
 
 use serde::Serialize;
 
+use crate::config::sweep::SweepConfig;
 use crate::config::{CheckConfigs, Param, ParamError};
 use crate::findings::Code;
 pub use crate::registry::{CheckGroup, CheckId, UnknownCheck};
@@ -187,6 +188,47 @@ pub fn names(group: CheckGroup) -> Vec<&'static str> {
 /// Every `--check-param` key, in run order of the checks, then the diagnosis's.
 pub fn param_keys() -> Vec<String> {
     params::keys()
+}
+
+/// The codes of a collective sweep: a rank below its peers, a figure below the expected one of
+/// its device model, a wrong result.
+struct SweepCodes {
+    slow: Code,
+    below: Code,
+    wrong: Code,
+}
+
+/// The descriptor of a collective sweep over all ranks (all-gather, all-to-all,
+/// reduce-scatter): they differ only in name, description, configuration and codes.
+const fn sweep_descriptor(
+    id: CheckId,
+    description: &'static str,
+    config: ConfigAccess,
+    codes: SweepCodes,
+) -> Descriptor {
+    Descriptor {
+        id,
+        group: CheckGroup::Micro,
+        description,
+        available: true,
+        listed: true,
+        needs: Needs::TwoRanks,
+        reference_estimate_s: 300,
+        estimate_s: 5,
+        params: SweepConfig::KEYS,
+        config,
+        metric: Some(Metric {
+            key: "busbw_gbps",
+            unit: "GB/s busbw",
+            slow: codes.slow,
+            below: codes.below,
+            bad: Bad::Low,
+            collective: true,
+        }),
+        wrong_result: WrongResult::Code(codes.wrong),
+        columns: SWEEP_COLUMNS,
+        charted: &[("busbw_gbps", "busbw GB/s at the largest message")],
+    }
 }
 
 /// The columns of the collective sweeps.
