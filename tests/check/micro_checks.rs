@@ -62,16 +62,7 @@ fn all_gather_and_all_to_all_pass_on_three_cpu_workers_and_name_a_wrong_rank() {
     for (fault, code_name, rank) in
         [("all-gather-wrong@1", "ALLGATHER_WRONG_RESULT", 1), ("all-to-all-wrong@0", "ALLTOALL_WRONG_RESULT", 0)]
     {
-        let run = Run::new();
-        let envs = format!("--sanity-check-envs=GPUSANITY_FAULT={fault}");
-        let out = run_with_timeout(
-            run.command(&["--micro-benchmarks=all-gather,all-to-all", "--test-faults", &envs, CALM]),
-            LIMIT,
-        );
-        assert_eq!(code(&out), 1, "{}", stderr(&out));
-        let f = findings(&run.report());
-        assert_eq!(f, [(code_name.to_string(), Some(rank))], "{fault}");
-        run.assert_nothing_left();
+        a_wrong_rank_is_named("all-gather,all-to-all", &[], fault, code_name, rank);
     }
 }
 
@@ -197,15 +188,13 @@ fn multi_all_reduce_runs_every_rail_node_and_world_group_at_once_on_two_nodes() 
     assert_eq!(n["back_end_matrix"].as_str().unwrap().matches("ok 4/4").count(), 2);
     run.assert_nothing_left();
 
-    let run = Run::new();
-    let envs = "--sanity-check-envs=GPUSANITY_FAULT=multi-all-reduce-wrong@2";
-    let out = run_with_timeout(
-        run.command(&["--micro-benchmarks=multi-all-reduce", "--nproc-per-node=3", "--test-faults", envs, CALM]),
-        LIMIT,
+    a_wrong_rank_is_named(
+        "multi-all-reduce",
+        &["--nproc-per-node=3"],
+        "multi-all-reduce-wrong@2",
+        "MULTI_ALLREDUCE_WRONG_RESULT",
+        2,
     );
-    assert_eq!(code(&out), 1, "{}", stderr(&out));
-    assert_eq!(findings(&run.report()), [("MULTI_ALLREDUCE_WRONG_RESULT".to_string(), Some(2))]);
-    run.assert_nothing_left();
 }
 
 const SUITE: &str = "--micro-benchmarks=gemm,kernel-launch,all-reduce,all-to-all,all-gather,multi-all-reduce,\
@@ -248,15 +237,7 @@ fn the_whole_micro_suite_passes_on_two_nodes_with_overlap_figures_and_kernel_lau
     }
     run.assert_nothing_left();
 
-    let run = Run::new();
-    let envs = "--sanity-check-envs=GPUSANITY_FAULT=overlap-wrong@1";
-    let out = run_with_timeout(
-        run.command(&["--micro-benchmarks=matmul-all-reduce-overlap", "--test-faults", envs, CALM]),
-        LIMIT,
-    );
-    assert_eq!(code(&out), 1, "{}", stderr(&out));
-    assert_eq!(findings(&run.report()), [("OVERLAP_WRONG_RESULT".to_string(), Some(1))]);
-    run.assert_nothing_left();
+    a_wrong_rank_is_named("matmul-all-reduce-overlap", &[], "overlap-wrong@1", "OVERLAP_WRONG_RESULT", 1);
 }
 
 #[test]
@@ -283,13 +264,26 @@ fn reduce_scatter_sums_exactly_on_three_cpu_workers_and_names_a_wrong_rank() {
     assert!(c["config"]["sizes"].as_array().unwrap().len() >= 5);
     run.assert_nothing_left();
 
-    let run = Run::new();
-    let envs = "--sanity-check-envs=GPUSANITY_FAULT=reduce-scatter-wrong@2";
-    let out = run_with_timeout(
-        run.command(&["--micro-benchmarks=reduce-scatter", "--nproc-per-node=3", "--test-faults", envs, CALM]),
-        LIMIT,
+    a_wrong_rank_is_named(
+        "reduce-scatter",
+        &["--nproc-per-node=3"],
+        "reduce-scatter-wrong@2",
+        "REDUCESCATTER_WRONG_RESULT",
+        2,
     );
+}
+
+/// Runs `checks` with the test fault `fault` (a wrong result on one rank): the run fails, and
+/// its one finding is `code` on `rank`.
+fn a_wrong_rank_is_named(checks: &str, extra: &[&str], fault: &str, code_name: &str, rank: u64) {
+    let run = Run::new();
+    let selected = format!("--micro-benchmarks={checks}");
+    let envs = format!("--sanity-check-envs=GPUSANITY_FAULT={fault}");
+    let mut args = vec![selected.as_str()];
+    args.extend_from_slice(extra);
+    args.extend(["--test-faults", envs.as_str(), CALM]);
+    let out = run_with_timeout(run.command(&args), LIMIT);
     assert_eq!(code(&out), 1, "{}", stderr(&out));
-    assert_eq!(findings(&run.report()), [("REDUCESCATTER_WRONG_RESULT".to_string(), Some(2))]);
+    assert_eq!(findings(&run.report()), [(code_name.to_string(), Some(rank))], "{fault}");
     run.assert_nothing_left();
 }

@@ -20,6 +20,8 @@ use crate::auth::rdzv;
 
 /// How long a cancelled launcher gets to stop its workers and tell the other nodes.
 const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long a finished launcher's stdout may take to drain into its log.
+const RELAY_GRACE: Duration = Duration::from_secs(2);
 /// The longest line of the launcher's stdout read at once (a longer one is read in pieces).
 const MAX_LINE: u64 = 64 * 1024;
 
@@ -103,9 +105,10 @@ impl Launch {
         let pid = child.id().map(|p| Pid::from_raw(p as i32));
         let (run_id, node_rank) = (t.run_id.clone(), t.node_rank);
         let announces = port.is_none();
-        if let Some(out) = child.stdout.take() {
-            tokio::spawn(relay(out, relay_log, announces.then(|| (bound, run_id.clone()))));
-        }
+        let relaying = child
+            .stdout
+            .take()
+            .map(|out| tokio::spawn(relay(out, relay_log, announces.then(|| (bound, run_id.clone())))));
         tokio::spawn(async move {
             let status = tokio::select! {
                 s = child.wait() => s,
@@ -122,6 +125,11 @@ impl Launch {
                     }
                 }
             };
+            // The launcher's last stdout lines reach its log before the log is read; a pipe kept
+            // open by something the launcher left behind does not hold the result back.
+            if let Some(relaying) = relaying {
+                let _ = tokio::time::timeout(RELAY_GRACE, relaying).await;
+            }
             let exit_code = status.as_ref().ok().and_then(|s| s.code());
             let report = if node_rank == 0 { read_report(&dir.join("report").join("report.json")) } else { None };
             let error = match &status {
@@ -144,7 +152,7 @@ async fn relay(out: ChildStdout, mut log: tokio::fs::File, mut bound: Option<(mp
     loop {
         line.clear();
         match (&mut r).take(MAX_LINE).read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
         let notice = bound.as_ref().and_then(|_| std::str::from_utf8(&line).ok()).and_then(LauncherNotice::parse);
@@ -156,6 +164,9 @@ async fn relay(out: ChildStdout, mut log: tokio::fs::File, mut bound: Option<(mp
         // A log that cannot be written loses the line; the pipe is still drained.
         let _ = log.write_all(&line).await;
     }
+    // tokio's file hands each write to a blocking thread and returns before it lands: without
+    // the flush, the launcher's last lines may not be in the log when its exit is reported.
+    let _ = log.flush().await;
 }
 
 /// The launcher's `--device` for a job the service checks (one with GPUs: the others are out
