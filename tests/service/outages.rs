@@ -135,6 +135,12 @@ fn scenario(kafka: &Private, pg: &Private, s: &Scenario) -> Tally {
             out.seen
         );
     };
+    if matches!(s.down, Down::Postgres) {
+        // The runs whose leases lapsed are taken up again and asked from their agents: each
+        // ends on node 0's answer, without waiting agent_timeout_s (10 s) for the other node
+        // of the two-node run, which is asked nothing (a task for it needs node 0's port).
+        assert!(settle < Duration::from_secs(8), "{}: the last verdict {settle:?} after the outage", s.name);
+    }
     // Late duplicates, if any, would come within a few seconds.
     out.drain(Duration::from_secs(3));
     let by_job = verdicts(&out.seen);
@@ -216,7 +222,7 @@ fn run_all(list: &[Scenario]) {
 }
 
 #[test]
-fn outage_broker_30s_and_120s_one_replica_with_an_agent_killed_and_postgres_30s() {
+fn outage_broker_30s_with_an_agent_killed_and_120s_one_replica() {
     run_all(&[
         Scenario { name: "b30r1", down: Down::Broker, outage: Duration::from_secs(30), replicas: 1, kill_agent: true },
         Scenario {
@@ -226,18 +232,11 @@ fn outage_broker_30s_and_120s_one_replica_with_an_agent_killed_and_postgres_30s(
             replicas: 1,
             kill_agent: false,
         },
-        Scenario {
-            name: "p30r1",
-            down: Down::Postgres,
-            outage: Duration::from_secs(30),
-            replicas: 1,
-            kill_agent: false,
-        },
     ]);
 }
 
 #[test]
-fn outage_broker_30s_and_120s_and_postgres_30s_three_replicas() {
+fn outage_broker_30s_with_an_agent_killed_and_120s_three_replicas() {
     run_all(&[
         Scenario { name: "b30r3", down: Down::Broker, outage: Duration::from_secs(30), replicas: 3, kill_agent: true },
         Scenario {
@@ -245,6 +244,19 @@ fn outage_broker_30s_and_120s_and_postgres_30s_three_replicas() {
             down: Down::Broker,
             outage: Duration::from_secs(120),
             replicas: 3,
+            kill_agent: false,
+        },
+    ]);
+}
+
+#[test]
+fn outage_postgres_30s_one_and_three_replicas() {
+    run_all(&[
+        Scenario {
+            name: "p30r1",
+            down: Down::Postgres,
+            outage: Duration::from_secs(30),
+            replicas: 1,
             kill_agent: false,
         },
         Scenario {

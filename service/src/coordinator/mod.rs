@@ -92,6 +92,16 @@ impl Active {
         hearing.blind_since(self.run.created_at)
     }
 
+    /// Whether every result that can still come is in: node 0's, and that of every node that
+    /// got its task from this replica. Once node 0's launcher has ended before the run started
+    /// (its result came in `WaitMaster`: it failed before binding its port, or it had finished
+    /// before this replica took the run over), no other node gets a task (a task for them
+    /// needs node 0's rendezvous port), so none of theirs is waited for: node 0's result
+    /// decides the verdict alone.
+    fn evidence_complete(&self) -> bool {
+        self.results.contains_key(&0) && self.assigned.keys().all(|k| self.results.contains_key(k))
+    }
+
     /// Whether node `k`'s silence overlapped a blind spell: its agent last heard before the
     /// spell, or never heard and the service blind since the run was created.
     fn overlapped(&self, k: usize, agents: &Agents, hearing: &Hearing) -> bool {
@@ -263,14 +273,18 @@ impl Coordinator {
             ReportBody::Result(res) => {
                 let run_id = res.run_id.clone();
                 let Some(a) = self.active.get_mut(&run_id) else { return Ok(()) };
-                if !Self::holds(a, &node, &agent_id, res.node_rank) || a.results.contains_key(&res.node_rank) {
+                if !Self::holds(a, &node, &agent_id, res.node_rank) {
                     return Ok(());
                 }
-                if res.node_rank == 0 {
-                    a.node0_done = Some(Instant::now());
+                // A result already in is not taken again, but it may conclude the run: the
+                // same report handled again after its run's end failed (a database outage).
+                if !a.results.contains_key(&res.node_rank) {
+                    if res.node_rank == 0 {
+                        a.node0_done = Some(Instant::now());
+                    }
+                    a.results.insert(res.node_rank, res);
                 }
-                a.results.insert(res.node_rank, res);
-                if a.results.len() == a.run.nodes.len() {
+                if a.evidence_complete() {
                     self.conclude(&run_id, vec![]).await?;
                 }
             }
