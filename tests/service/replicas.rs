@@ -6,30 +6,13 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use gpusanity_testkit::svc;
-use serde_json::{json, Value};
+use serde_json::json;
 use svc::notify::{Mode, Receiver};
+pub use svc::verdicts;
 use svc::{allocated, World};
 
 /// Short leases, so takeovers are quick.
 pub const REPLICA: &str = "lease_s = 3.0";
-
-/// Every event id once; (verdicts by job, with their types).
-pub fn verdicts(seen: &[Value]) -> HashMap<String, Vec<String>> {
-    let mut ids: HashMap<&str, usize> = HashMap::new();
-    for v in seen {
-        *ids.entry(v["event_id"].as_str().unwrap_or("")).or_default() += 1;
-    }
-    let twice: Vec<&&str> = ids.iter().filter(|(_, n)| **n > 1).map(|(id, _)| id).collect();
-    assert!(twice.is_empty(), "event ids on the output topic twice: {twice:?}");
-    let mut by_job: HashMap<String, Vec<String>> = HashMap::new();
-    for v in seen {
-        let t = v["type"].as_str().unwrap_or("");
-        if t == "CheckPassed" || t == "CheckFailed" {
-            by_job.entry(v["job_id"].as_str().unwrap_or("").to_string()).or_default().push(t.to_string());
-        }
-    }
-    by_job
-}
 
 /// The replica that owns the most runs in Checking now, and how many.
 fn busiest_owner(w: &World) -> (String, usize) {

@@ -8,12 +8,13 @@
 mod netns;
 mod slurm;
 use gpusanity_testkit::svc;
+use svc::verdicts;
 
 use std::time::Duration;
 
 use common::*;
 use netns::scenarios::*;
-use netns::service::{node_name, node_names, ServiceKind};
+use netns::service::{args, node_name, node_names, ServiceBed, ServiceKind};
 use serde_json::{json, Value};
 use svc::common;
 
@@ -202,6 +203,64 @@ fn testbed_8_through_the_service_a_killed_worker_isolates_its_node_and_nothing_i
     assert_eq!(sc.s.health(&sc.run_id), health);
     // Every launcher and worker has ended; the agents stay until stopped.
     sc.s.assert_nothing_left();
+}
+
+#[test]
+fn testbed_9_through_the_service_an_agent_cut_off_from_the_broker_is_named_lost_within_the_agent_timeout() {
+    let Some(mut s) = ServiceBed::new("testbed service agent cut off") else {
+        return;
+    };
+    let (n0, n1, cut) = (node_name(0), node_name(1), node_name(BAD as usize));
+    let (job_cut, job_ok) = ("bed-job-cut", "bed-job-healthy");
+    // A two-node run on nodes 1 and 2 whose node-2 worker (rank 1) holds at its first check
+    // (heartbeats go on): in flight, whatever the machine's speed, when node 2 is cut off.
+    let hang = format!("{} --sanity-check-envs=GPUSANITY_FAULT=hang@1", args());
+    let run_cut = s.allocate_on(job_cut, &[&n1, &cut], &hang);
+    find_worker(&s.w.tag, 1, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(1500));
+    // Node 2's link goes down: its agent cannot reach the broker; the service, on the host,
+    // still can (and hears every other agent).
+    s.bed.link_down(BAD as usize).expect("take node 2's link down");
+    let cut_at = std::time::Instant::now();
+    let v = s.verdict(job_cut);
+    let took = cut_at.elapsed();
+    assert_eq!(v["type"], "CheckFailed", "{v:#}\n{}", s.logs());
+    assert_eq!(v["faulty_nodes"], json!([cut]), "{v:#}");
+    let summary = v["summary"].as_str().unwrap_or_default();
+    assert!(summary.contains(&format!("lost the agent of node(s) {cut}")), "{summary}");
+    // No outage of the service's own: nothing withheld, nothing said of one.
+    assert!(!summary.contains("not isolated") && !summary.contains("across an outage"), "{summary}");
+    // Named within agent_timeout_s (2 s) of its last heartbeat, which came at most one beat
+    // (0.3 s) before the cut; the rest is the tick and the event's way out through the outbox.
+    assert!(took < Duration::from_millis(3500), "AGENT_LOST {took:?} after the cut");
+    // A healthy agent's run, on nodes 0 and 1, passes while node 2 is still cut off.
+    let run_ok = s.allocate_on(job_ok, &[&n0, &n1], &args());
+    assert_eq!(s.verdict(job_ok)["type"], "CheckPassed", "{}", s.logs());
+    // Node 2 back: its agent's queued heartbeats and its cancelled launcher's result reach the
+    // service, which publishes nothing more for either run.
+    s.bed.link_up(BAD as usize).expect("bring node 2's link up");
+    s.out.drain(Duration::from_secs(5));
+    let by_job = verdicts(&s.out.seen);
+    assert_eq!(by_job.get(job_cut), Some(&vec!["CheckFailed".to_string()]), "{by_job:?}");
+    assert_eq!(by_job.get(job_ok), Some(&vec!["CheckPassed".to_string()]), "{by_job:?}");
+    let isolated: Vec<&serde_json::Value> = s.out.seen.iter().filter(|v| v["type"] == "NodeIsolated").collect();
+    assert_eq!(isolated.len(), 1, "{isolated:#?}");
+    assert_eq!(isolated[0]["node"], cut.as_str(), "{:#}", isolated[0]);
+    assert_eq!(isolated[0]["codes"], json!(["AGENT_LOST"]), "{:#}", isolated[0]);
+    // The service ended that run itself (no report from its node 0): its stored findings.
+    let critical =
+        format!("SELECT code || ' ' || node_name FROM findings WHERE run_id = '{run_cut}' AND severity = 'critical'");
+    assert_eq!(s.w.sql(&critical), [format!("AGENT_LOST {cut}")]);
+    assert_eq!(s.health(&run_cut), [format!("{n1}:1"), format!("{cut}:0")]);
+    assert_eq!(s.health(&run_ok), [format!("{n0}:1"), format!("{n1}:1")]);
+    eprintln!(
+        "agent cut off: AGENT_LOST for {cut} {:.1} s after the cut (agent_timeout_s 2); 2 runs: 1 CheckPassed, \
+         1 CheckFailed; {} NodeIsolated ({cut}), {} output events, 0 twice",
+        took.as_secs_f64(),
+        isolated.len(),
+        s.out.seen.len()
+    );
+    s.assert_nothing_left();
 }
 
 /// The repeat figures (bench/testbed_repeat.sh): the clean scenario `TESTBED_CLEAN_RUNS` times

@@ -7,6 +7,24 @@ use serde_json::Value;
 
 use super::{World, TOKEN};
 
+/// Every event id once; (verdicts by job, with their types).
+pub fn verdicts(seen: &[Value]) -> HashMap<String, Vec<String>> {
+    let mut ids: HashMap<&str, usize> = HashMap::new();
+    for v in seen {
+        *ids.entry(v["event_id"].as_str().unwrap_or("")).or_default() += 1;
+    }
+    let twice: Vec<&&str> = ids.iter().filter(|(_, n)| **n > 1).map(|(id, _)| id).collect();
+    assert!(twice.is_empty(), "event ids on the output topic twice: {twice:?}");
+    let mut by_job: HashMap<String, Vec<String>> = HashMap::new();
+    for v in seen {
+        let t = v["type"].as_str().unwrap_or("");
+        if t == "CheckPassed" || t == "CheckFailed" {
+            by_job.entry(v["job_id"].as_str().unwrap_or("").to_string()).or_default().push(t.to_string());
+        }
+    }
+    by_job
+}
+
 /// A JobResourcesAllocated event for nodes named `nodes` (one GPU each).
 pub fn allocated(event_id: &str, job: &str, nodes: &[&str], args: &str) -> String {
     let nodes: Vec<Value> =

@@ -206,6 +206,11 @@ impl Bed {
         sh(&["ip", "link", "set", &self.nodes[k].veth_host, "down"])
     }
 
+    /// Brings node `k`'s link up again after [`Bed::link_down`].
+    pub fn link_up(&self, k: usize) -> Result<(), String> {
+        sh(&["ip", "link", "set", &self.nodes[k].veth_host, "up"])
+    }
+
     /// Limits node `k`'s processes to `percent` of one CPU (cgroup v1 cpu quota).
     pub fn cpu_quota(&self, k: usize, percent: u32) -> Result<(), String> {
         let cg = self.nodes[k].cgroup.as_ref().ok_or_else(|| format!("needs cgroup v1 cpu at {CGROUP_CPU}"))?;

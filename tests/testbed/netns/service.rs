@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::scenarios::{BAD, NODES};
 use super::{skip, Bed, Prereq};
 use crate::common::{find_worker, serial};
-use crate::svc::{broker_listening_on, Reader, World, TOKEN};
+use crate::svc::{allocated, broker_listening_on, Reader, World, TOKEN};
 
 /// The service's timing: agents beat every 0.3 s and count as lost after 2 s.
 const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0";
@@ -68,11 +68,18 @@ impl ServiceBed {
     /// Publishes a JobResourcesAllocated for `job` on the bed's nodes with these
     /// SanityCheckArgs; returns the run's id once SanityCheckStarted names the three nodes.
     pub fn allocate(&mut self, job: &str, args: &str) -> String {
-        self.w.allocate(&format!("{job}-allocated"), job, args);
+        let names = node_names();
+        let nodes: Vec<&str> = names.iter().map(String::as_str).collect();
+        self.allocate_on(job, &nodes, args)
+    }
+
+    /// [`ServiceBed::allocate`] on some of the bed's nodes (`nodes`, in node-rank order).
+    pub fn allocate_on(&mut self, job: &str, nodes: &[&str], args: &str) -> String {
+        self.w.publish(allocated(&format!("{job}-allocated"), job, nodes, args).as_bytes());
         let started = self.wait(Duration::from_secs(60), "SanityCheckStarted", |v| {
             v["job_id"] == job && v["type"] == "SanityCheckStarted"
         });
-        assert_eq!(started["nodes"], json!(node_names()), "{started:#}");
+        assert_eq!(started["nodes"], json!(nodes), "{started:#}");
         started["run_id"].as_str().expect("run_id").to_string()
     }
 
@@ -164,7 +171,7 @@ impl ServiceBed {
 
 /// The settings of the scenarios: the checks of the test bed's (with their defaults: a
 /// job's SanityCheckArgs set no sizes), a 30 s per-test deadline.
-fn args() -> String {
+pub fn args() -> String {
     "--micro-benchmarks=gemm,all-reduce --sanity-check-timeout-per-test=0.5".to_string()
 }
 
