@@ -15,6 +15,8 @@ mod hearing;
 pub mod lease;
 mod overrun;
 mod poison;
+mod reports;
+mod tasks;
 mod tick;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -22,27 +24,28 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use gpusanity_bus::kafka::KafkaConn;
 use gpusanity_common::report::{Code, Report, RunStatus};
-use gpusanity_common::wire::agent::{AgentCommand, AgentReport, CommandBody, NodeResult, ReportBody, Task};
+use gpusanity_common::wire::agent::NodeResult;
 use gpusanity_common::wire::output::FailReason;
-use gpusanity_common::wire::{Topics, WIRE_VERSION};
+use gpusanity_common::wire::Topics;
 use gpusanity_common::{Settings, TimeoutOps};
 use gpusanity_db::lease::Fence;
 use gpusanity_db::runs::{RunRow, ServiceRunState};
 use gpusanity_db::Db;
 use gpusanity_ingest::Notice;
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
 use tokio::sync::Notify;
 
-use crate::auth::{envelope, rdzv, Direction, Verifier};
+use crate::auth::Verifier;
 use agents::Agents;
 pub use config::CoordinatorConfig;
 use finish::{node_finding, Ending, Verdict};
 use hearing::Hearing;
 use lease::LeaseState;
 pub use lease::Replica;
+pub use reports::subscribe;
+use tasks::task;
 
 /// Where a run is.
 #[derive(Debug, Clone, PartialEq)]
@@ -191,107 +194,6 @@ impl Coordinator {
         self.active.insert(a.run.run_id.clone(), a);
     }
 
-    /// The report in `bytes` if it is authentic, fresh, of this version and signed by a key
-    /// that may speak for its node; anything else is refused with a warning.
-    fn authentic(&mut self, bytes: &[u8]) -> Option<AgentReport> {
-        let (payload, key) = match self.auth.open(Direction::Report, bytes) {
-            Ok(opened) => opened,
-            Err(e) => {
-                tracing::warn!("agent report refused: {e}");
-                return None;
-            }
-        };
-        match serde_json::from_str::<AgentReport>(&payload) {
-            Ok(r) if !key.covers(&r.node) => {
-                tracing::warn!(node = r.node, key = key.id, "agent report refused: the key may not speak for its node");
-                None
-            }
-            Ok(r) if r.version == WIRE_VERSION => Some(r),
-            Ok(r) => {
-                tracing::warn!(node = r.node, version = r.version, "agent report of another version ignored");
-                None
-            }
-            Err(e) => {
-                tracing::warn!("malformed agent report ignored: {e}");
-                None
-            }
-        }
-    }
-
-    /// Whether a report about `node_rank` of run `a` comes from that node, from the agent its
-    /// task went to: a report about another node's part, or from another agent, is refused.
-    fn holds(a: &Active, node: &str, agent_id: &str, node_rank: usize) -> bool {
-        let ok = a.run.nodes.get(node_rank).is_some_and(|n| n.name == node)
-            && a.assigned.get(&node_rank).is_some_and(|id| id == agent_id);
-        if !ok {
-            tracing::warn!(
-                run_id = a.run.run_id,
-                node,
-                node_rank,
-                agent_id,
-                "agent report refused: not from the agent that holds that node of the run"
-            );
-        }
-        ok
-    }
-
-    async fn report(&mut self, r: AgentReport) -> Result<()> {
-        let address = match &r.body {
-            ReportBody::Heartbeat { address, .. } => Some(address.as_str()),
-            _ => None,
-        };
-        if !self.agents.seen(&r.node, &r.agent_id, address, r.at) {
-            tracing::warn!(node = r.node, "agent report older than one already seen from that node ignored");
-            return Ok(());
-        }
-        let (node, agent_id) = (r.node.clone(), r.agent_id.clone());
-        match r.body {
-            ReportBody::Heartbeat { .. } => {}
-            ReportBody::Started { run_id, node_rank, master_port } => {
-                let Some(a) = self.active.get_mut(&run_id) else { return Ok(()) };
-                if !Self::holds(a, &node, &agent_id, node_rank) {
-                    return Ok(());
-                }
-                if node_rank == 0 && a.phase == Phase::WaitMaster {
-                    let Some(port) = master_port else { return Ok(()) };
-                    let addr = self.agents.known(&r.node).map(|s| s.address.clone()).unwrap_or_default();
-                    a.phase = Phase::Running;
-                    a.since = Instant::now();
-                    let others: Vec<usize> = (1..a.run.nodes.len()).collect();
-                    let cmds: Vec<AgentCommand> =
-                        others.iter().map(|&k| task(a, k, Some((addr.clone(), port)))).collect();
-                    for (k, c) in others.iter().zip(&cmds) {
-                        // An agent unknown here counts as lost at the next tick.
-                        let id = self.agents.known(&c.node).map(|s| s.agent_id.clone()).unwrap_or_default();
-                        a.assigned.insert(*k, id);
-                    }
-                    for c in cmds {
-                        self.send(&c);
-                    }
-                }
-            }
-            ReportBody::Result(res) => {
-                let run_id = res.run_id.clone();
-                let Some(a) = self.active.get_mut(&run_id) else { return Ok(()) };
-                if !Self::holds(a, &node, &agent_id, res.node_rank) {
-                    return Ok(());
-                }
-                // A result already in is not taken again, but it may conclude the run: the
-                // same report handled again after its run's end failed (a database outage).
-                if !a.results.contains_key(&res.node_rank) {
-                    if res.node_rank == 0 {
-                        a.node0_done = Some(Instant::now());
-                    }
-                    a.results.insert(res.node_rank, res);
-                }
-                if a.evidence_complete() {
-                    self.conclude(&run_id, vec![]).await?;
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Node 0's launcher ended: its report decides the verdict, with `lost` (findings about
     /// nodes whose agent was lost meanwhile) making it a failure.
     async fn conclude(&mut self, run_id: &str, lost: Vec<gpusanity_common::report::Finding>) -> Result<()> {
@@ -396,76 +298,4 @@ impl Coordinator {
         }
         Ok(())
     }
-
-    fn cancel_agents(&self, a: &Active, reason: &str) {
-        for n in &a.run.nodes {
-            let c = AgentCommand {
-                version: WIRE_VERSION,
-                node: n.name.clone(),
-                body: CommandBody::Cancel { run_id: a.run.run_id.clone(), reason: reason.into() },
-            };
-            self.send(&c);
-        }
-    }
-
-    /// Queues a command for its node's agent and returns at once (the loop must not wait on
-    /// the broker); a failed delivery is logged (the agent then times out).
-    /// Tasks carry the run's rendezvous secret, sealed for their node; every command is signed
-    /// with the key that covers its node (none: not sent, and the node's agent times out).
-    fn send(&self, c: &AgentCommand) {
-        let ring = &self.auth.ring;
-        let Some(key) = ring.signer_for(&c.node) else {
-            tracing::warn!(node = c.node, "no agent key covers this node: its command is not sent");
-            return;
-        };
-        let mut c = c.clone();
-        if let CommandBody::Task(t) = &mut c.body {
-            let secret = rdzv::run_secret(ring.first(), &t.run_id);
-            t.rdzv_secret = Some(rdzv::seal(key, &t.run_id, &c.node, &secret));
-        }
-        let Ok(payload) = serde_json::to_string(&c) else { return };
-        let payload = envelope::seal(key, Direction::Task, payload);
-        let rec = FutureRecord::to(&self.topics.agent_tasks).key(&c.node).payload(&payload);
-        match self.producer.send_result(rec) {
-            Ok(delivery) => {
-                let node = c.node.clone();
-                tokio::spawn(async move {
-                    if let Ok(Err((e, _))) = delivery.await {
-                        tracing::warn!(node, "could not send a command to the agent: {e}");
-                    }
-                });
-            }
-            Err((e, _)) => tracing::warn!(node = c.node, "could not queue a command for the agent: {e}"),
-        }
-    }
-}
-
-fn task(a: &Active, k: usize, master: Option<(String, u16)>) -> AgentCommand {
-    let deadline =
-        chrono::DateTime::<chrono::Utc>::from_timestamp_millis(a.run.deadline_at).unwrap_or_else(chrono::Utc::now);
-    AgentCommand {
-        version: WIRE_VERSION,
-        node: a.run.nodes[k].name.clone(),
-        body: CommandBody::Task(Task {
-            run_id: a.run.run_id.clone(),
-            nnodes: a.run.nodes.len(),
-            node_rank: k,
-            master,
-            sanity_check_args: a.run.check_args.clone(),
-            deadline,
-            rdzv_secret: None,
-            gpus: Some(a.run.nodes[k].gpus).filter(|g| *g > 0),
-        }),
-    }
-}
-
-/// Subscribes the coordinator's consumer to the agent-reports topic. Every replica reads every
-/// report (a group of its own, `group` being this replica's): a run's reports reach its owner
-/// wherever the node's partition is, and every replica knows which agents are alive. A new
-/// replica reads the topic once from its start (reports older than `agent_auth.max_age_s` are
-/// refused as stale); a restarted one goes on from its committed offsets.
-pub fn subscribe(conn: &KafkaConn, group: &str, topic: &str) -> Result<StreamConsumer> {
-    let c = gpusanity_bus::kafka::group_consumer(conn, group)?;
-    c.subscribe(&[topic])?;
-    Ok(c)
 }
