@@ -8,6 +8,7 @@
 mod netns;
 mod slurm;
 use gpusanity_testkit::svc;
+use svc::notify::{Mode, Receiver};
 use svc::verdicts;
 
 use std::time::Duration;
@@ -212,6 +213,12 @@ fn testbed_9_through_the_service_an_agent_cut_off_from_the_broker_is_named_lost_
     };
     let (n0, n1, cut) = (node_name(0), node_name(1), node_name(BAD as usize));
     let (job_cut, job_ok) = ("bed-job-cut", "bed-job-healthy");
+    let hook = Receiver::start(None, Mode::Ok);
+    s.w.rule(
+        "ws-1",
+        json!({ "name": "verdicts", "events": ["CheckPassed", "CheckFailed"], "channels": [
+            { "type": "webhook", "url": hook.url("/verdict"), "format": "generic" } ] }),
+    );
     // A two-node run on nodes 1 and 2 whose node-2 worker (rank 1) holds at its first check
     // (heartbeats go on): in flight, whatever the machine's speed, when node 2 is cut off.
     let hang = format!("{} --sanity-check-envs=GPUSANITY_FAULT=hang@1", args());
@@ -253,9 +260,10 @@ fn testbed_9_through_the_service_an_agent_cut_off_from_the_broker_is_named_lost_
     assert_eq!(s.w.sql(&critical), [format!("AGENT_LOST {cut}")]);
     assert_eq!(s.health(&run_cut), [format!("{n1}:1"), format!("{cut}:0")]);
     assert_eq!(s.health(&run_ok), [format!("{n0}:1"), format!("{n1}:1")]);
+    let webhooks = hook.once_each(2, Duration::from_secs(30));
     eprintln!(
         "agent cut off: AGENT_LOST for {cut} {:.1} s after the cut (agent_timeout_s 2); 2 runs: 1 CheckPassed, \
-         1 CheckFailed; {} NodeIsolated ({cut}), {} output events, 0 twice",
+         1 CheckFailed; {} NodeIsolated ({cut}), {} output events, 0 twice, {webhooks} webhooks, 0 twice",
         took.as_secs_f64(),
         isolated.len(),
         s.out.seen.len()

@@ -87,6 +87,20 @@ impl Receiver {
         self.requests().into_iter().filter(|r| r.path == path).collect()
     }
 
+    /// Waits until `n` requests came in and 2 s more (a late duplicate would come by then);
+    /// asserts that they carry `n` idempotency keys, each once, and returns `n`.
+    pub fn once_each(&self, n: usize, limit: Duration) -> usize {
+        let got = self.wait_for(n, limit);
+        std::thread::sleep(Duration::from_secs(2));
+        let mut keys: HashMap<String, usize> = HashMap::new();
+        for r in self.requests() {
+            *keys.entry(r.header("idempotency-key").to_string()).or_default() += 1;
+        }
+        assert_eq!(keys.len(), n, "{got:#?}");
+        assert!(keys.values().all(|&k| k == 1), "a notification arrived twice: {keys:?}");
+        keys.len()
+    }
+
     /// Waits until `n` requests came in; all of them.
     pub fn wait_for(&self, n: usize, limit: Duration) -> Vec<Request> {
         let deadline = Instant::now() + limit;
