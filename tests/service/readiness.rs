@@ -43,3 +43,56 @@ fn a_gpu_job_on_a_node_whose_cuda_cannot_use_its_gpu_ends_check_failed_naming_th
     assert_eq!(w.sql("SELECT DISTINCT node_name FROM findings WHERE severity = 'critical'"), ["gpu-x"]);
     w.shutdown();
 }
+
+/// A GPU job (`gpus: 1`) checked by an agent started with `--device cpu` (the test kit's) says
+/// so in its verdict event, a field and the text; and the agent's operator parameters reach its
+/// launcher (here a GEMM size the job did not ask for, seen in the run's report).
+#[test]
+fn a_gpu_job_checked_on_the_cpu_backend_says_so_in_its_verdict_and_the_agent_passes_its_check_params() {
+    let _g = svc::common::serial();
+    let mut w = World::new(None, FAST);
+    w.serve();
+    w.agent_via("cpu-x", &[], &["--check-param", "gemm.size=48"]);
+    let mut out = w.reader("check-events");
+    w.allocate("rd-2", "job-cpu", "--micro-benchmarks=gemm");
+    let end = out
+        .wait_for(Duration::from_secs(90), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    assert_eq!(end["type"], "CheckPassed", "{end:#}");
+    assert_eq!(end["backend"], "cpu", "{end:#}");
+    let summary = end["summary"].as_str().unwrap_or("");
+    assert!(summary.contains("CPU backend") && summary.contains("GPUs were not checked"), "{end:#}");
+    let run_id = end["run_id"].as_str().expect("run_id");
+    let report = svc::common::read_json(&w.dir.path().join("agent-cpu-x").join(run_id).join("report/report.json"));
+    let gemm = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == "gemm").cloned().unwrap_or_default();
+    assert_eq!(gemm["config"]["size"], 48, "{gemm:#}");
+    w.shutdown();
+}
+
+/// An operator parameter the launchers would refuse stops the agent at its start (exit 2, one
+/// line naming it), before it reads its keys or reaches Kafka; so do too many or too long ones.
+#[test]
+fn an_agent_with_an_unknown_or_bad_check_param_refuses_to_start() {
+    let long = format!("gemm.size={}", "9".repeat(5000));
+    let many: Vec<String> = (0..300).flat_map(|_| ["--check-param".to_string(), "gemm.size=64".to_string()]).collect();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--check-param".into(), "gpu-health.leftover-memory-share=0.1".into()],
+            "gpu-health.leftover-memory-share",
+        ),
+        (vec!["--check-param".into(), "nope.key=1".into()], "nope.key"),
+        (vec!["--check-param".into(), "gemm.size=-3".into()], "gemm.size"),
+        (vec!["--check-param".into(), "no-equals-sign".into()], "no-equals-sign"),
+        (vec!["--check-param".into(), long], "longer than"),
+        (many, "at most 256"),
+    ];
+    for (args, says) in cases {
+        let mut c = std::process::Command::new(svc::common::bin());
+        c.args(["agent", "--node", "n1", "--kafka", "127.0.0.1:9"]).args(&args);
+        c.env_remove("GPUSANITY_CONFIG").env_remove("GPUSANITY_AGENT_KEYS");
+        let out = svc::common::run_with_timeout(c, Duration::from_secs(20));
+        let err = svc::common::stderr(&out);
+        assert_eq!(svc::common::code(&out), 2, "{says}: {err}");
+        assert!(err.contains(says), "{says}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
