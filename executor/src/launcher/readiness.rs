@@ -81,12 +81,22 @@ pub struct Probe {
 
 impl Probe {
     /// This node's CUDA and hardware.
+    /// The library check (opening cuBLAS, cuBLASLt and NCCL, hundreds of MB read from disk on
+    /// a cold node) runs beside the driver's initialisation, not after it; its answer counts
+    /// only where CUDA has devices.
     pub fn this_node() -> Probe {
-        let cuda = crate::backend::cuda::probe();
+        let started = std::time::Instant::now();
+        let (cuda, libraries) = std::thread::scope(|s| {
+            let libraries = s.spawn(crate::backend::cuda::check_libraries);
+            let cuda = crate::backend::cuda::probe();
+            let libraries = libraries.join().unwrap_or_else(|_| Err("the CUDA library check panicked".into()));
+            (cuda, libraries)
+        });
         let libraries = match &cuda {
-            Ok(names) if !names.is_empty() => crate::backend::cuda::check_libraries(),
+            Ok(names) if !names.is_empty() => libraries,
             _ => Ok(()),
         };
+        tracing::info!(probe_ms = started.elapsed().as_millis() as u64, "CUDA probed and libraries checked");
         Probe { cuda, libraries, hardware: NvidiaHardware::of_this_node }
     }
 }
