@@ -44,6 +44,42 @@ fn a_gpu_job_on_a_node_whose_cuda_cannot_use_its_gpu_ends_check_failed_naming_th
     w.shutdown();
 }
 
+/// A two-node job whose node 1 has an NVIDIA GPU that CUDA cannot use: node 1's launcher
+/// brings its finding to the rendezvous and node 0's report names it, so the verdict names
+/// node 1 with NODE_GPU_UNUSABLE and its bus id (not a node that never arrived).
+#[test]
+fn a_two_node_job_whose_second_node_cannot_use_its_gpu_names_it_with_its_evidence() {
+    let _g = svc::common::serial();
+    let tree = tempfile::tempdir().unwrap();
+    let bus = "0000:3b:00.0";
+    std::fs::create_dir_all(tree.path().join("proc/driver/nvidia")).unwrap();
+    let dev = tree.path().join("sys/bus/pci/devices").join(bus);
+    std::fs::create_dir_all(&dev).unwrap();
+    std::fs::write(dev.join("vendor"), "0x10de\n").unwrap();
+    std::fs::write(dev.join("class"), "0x030200\n").unwrap();
+
+    let mut w = World::new(None, FAST);
+    w.serve();
+    w.agent("cpu-0");
+    let wrap = vec![
+        "env".to_string(),
+        format!("GPUSANITY_TEST_HW_ROOT={}", tree.path().display()),
+        "CUDA_VISIBLE_DEVICES=99".to_string(),
+    ];
+    w.agent_via("gpu-1", &wrap, &["--device", "auto"]);
+    let mut out = w.reader("check-events");
+    w.allocate("rd-3", "job-two", "--micro-benchmarks=gemm");
+    let end = out
+        .wait_for(Duration::from_secs(90), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
+    assert_eq!(end["type"], "CheckFailed", "{end:#}");
+    assert_eq!(end["faulty_nodes"], serde_json::json!(["gpu-1"]), "{end:#}");
+    let summary = end["summary"].as_str().unwrap_or("");
+    assert!(summary.contains("NODE_GPU_UNUSABLE") && summary.contains("gpu-1") && summary.contains(bus), "{end:#}");
+    assert!(!summary.contains("NODE_MISSING"), "{end:#}");
+    assert_eq!(w.sql("SELECT DISTINCT code FROM findings WHERE node_name = 'gpu-1'"), ["NODE_GPU_UNUSABLE"]);
+    w.shutdown();
+}
+
 /// A GPU job (`gpus: 1`) checked by an agent started with `--device cpu` (the test kit's) says
 /// so in its verdict event, a field and the text; and the agent's operator parameters reach its
 /// launcher (here a GEMM size the job did not ask for, seen in the run's report).
