@@ -11,24 +11,34 @@ use svc::World;
 
 const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0";
 
-#[test]
-fn a_gpu_job_on_a_node_whose_cuda_cannot_use_its_gpu_ends_check_failed_naming_the_node() {
-    let _g = svc::common::serial();
+/// A node tree with the NVIDIA driver loaded and an NVIDIA 3D controller at `bus`.
+fn gpu_tree(bus: &str) -> tempfile::TempDir {
     let tree = tempfile::tempdir().unwrap();
-    let bus = "0000:19:00.0";
     std::fs::create_dir_all(tree.path().join("proc/driver/nvidia")).unwrap();
     let dev = tree.path().join("sys/bus/pci/devices").join(bus);
     std::fs::create_dir_all(&dev).unwrap();
     std::fs::write(dev.join("vendor"), "0x10de\n").unwrap();
     std::fs::write(dev.join("class"), "0x030200\n").unwrap();
+    tree
+}
 
-    let mut w = World::new(None, FAST);
-    w.serve();
-    let wrap = vec![
+/// An agent's wrapper: that node tree, and a CUDA that cannot use its GPU.
+fn unusable_cuda(tree: &tempfile::TempDir) -> Vec<String> {
+    vec![
         "env".to_string(),
         format!("GPUSANITY_TEST_HW_ROOT={}", tree.path().display()),
         "CUDA_VISIBLE_DEVICES=99".to_string(),
-    ];
+    ]
+}
+
+#[test]
+fn a_gpu_job_on_a_node_whose_cuda_cannot_use_its_gpu_ends_check_failed_naming_the_node() {
+    let _g = svc::common::serial();
+    let bus = "0000:19:00.0";
+    let tree = gpu_tree(bus);
+    let mut w = World::new(None, FAST);
+    w.serve();
+    let wrap = unusable_cuda(&tree);
     // The last --device counts: the test kit's `cpu`, then the default of a GPU node.
     w.agent_via("gpu-x", &wrap, &["--device", "auto"]);
     let mut out = w.reader("check-events");
@@ -50,22 +60,12 @@ fn a_gpu_job_on_a_node_whose_cuda_cannot_use_its_gpu_ends_check_failed_naming_th
 #[test]
 fn a_two_node_job_whose_second_node_cannot_use_its_gpu_names_it_with_its_evidence() {
     let _g = svc::common::serial();
-    let tree = tempfile::tempdir().unwrap();
     let bus = "0000:3b:00.0";
-    std::fs::create_dir_all(tree.path().join("proc/driver/nvidia")).unwrap();
-    let dev = tree.path().join("sys/bus/pci/devices").join(bus);
-    std::fs::create_dir_all(&dev).unwrap();
-    std::fs::write(dev.join("vendor"), "0x10de\n").unwrap();
-    std::fs::write(dev.join("class"), "0x030200\n").unwrap();
-
+    let tree = gpu_tree(bus);
     let mut w = World::new(None, FAST);
     w.serve();
     w.agent("cpu-0");
-    let wrap = vec![
-        "env".to_string(),
-        format!("GPUSANITY_TEST_HW_ROOT={}", tree.path().display()),
-        "CUDA_VISIBLE_DEVICES=99".to_string(),
-    ];
+    let wrap = unusable_cuda(&tree);
     w.agent_via("gpu-1", &wrap, &["--device", "auto"]);
     let mut out = w.reader("check-events");
     w.allocate("rd-3", "job-two", "--micro-benchmarks=gemm");
