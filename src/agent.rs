@@ -53,6 +53,11 @@ pub struct AgentArgs {
     /// it and keeps it; all taken: the run fails, naming the range) [default: any free port].
     #[arg(long, env = "GPUSANITY_RDZV_PORTS", value_name = "FIRST-LAST")]
     rdzv_ports: Option<gpusanity_common::wire::launcher::PortRange>,
+    /// This node's policy for every run: a check parameter CHECK.KEY=VALUE passed to each
+    /// launcher after the job's own (so it wins), e.g. gpu-health.leftover-memory-mib=2048
+    /// (repeatable; `gpusanity list` shows the keys; an unknown key or a bad value: no start).
+    #[arg(long = "check-param", value_name = "CHECK.KEY=VALUE")]
+    check_params: Vec<String>,
 }
 
 impl AgentArgs {
@@ -73,6 +78,7 @@ pub fn agent(args: &AgentArgs) -> ExitCode {
         if !(args.heartbeat_s.is_finite() && args.heartbeat_s > 0.0 && args.heartbeat_s <= 3600.0) {
             return Err(UsageError("--heartbeat-s must be a positive number of seconds".into()).into());
         }
+        agent::validate_check_params(args.device, &args.check_params).map_err(UsageError)?;
         if let Some(k) = &args.agent_keys {
             cfg.agent_auth.keys_file = Some(k.clone());
         }
@@ -97,6 +103,7 @@ pub fn agent(args: &AgentArgs) -> ExitCode {
             env_policy,
             topic_spec: cfg.kafka.topic_spec().map_err(UsageError)?,
             rdzv_ports: args.rdzv_ports,
+            check_params: args.check_params.clone(),
         };
         // One thread: each launcher is tied to it by PR_SET_PDEATHSIG.
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

@@ -120,6 +120,7 @@ mod tests {
                 faulty_nodes: vec!["n9".into()],
                 report_url: "http://r/r1".into(),
                 reason: FailReason::CheckFailed,
+                backend: None,
             },
         };
         let n = Notice::from_event(&ev, "");

@@ -218,6 +218,7 @@ mod tests {
             faulty_nodes: vec![],
             report_url: String::new(),
             reason,
+            backend: None,
         };
         assert!(EventKind::CheckTimedOut.matches(&failed(FailReason::TimedOut)));
         assert!(!EventKind::CheckTimedOut.matches(&failed(FailReason::CheckFailed)));

@@ -253,6 +253,7 @@ mod tests {
                 faulty_nodes: vec!["n2".into()],
                 report_url: "http://r/run-1".into(),
                 reason: FailReason::TimedOut,
+                backend: None,
             },
         }
     }

@@ -301,7 +301,7 @@ impl Monitor {
                 None => Read::NotSupported,
             },
             processes: crate::readiness::processes(d, self.started_us),
-            settings: crate::readiness::settings(d),
+            settings: crate::readiness::settings(self.nvml, d),
         }
     }
 }

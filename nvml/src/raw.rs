@@ -1,8 +1,11 @@
-//! The readings `nvml-wrapper` has no safe call for (row remapping), through its raw bindings.
+//! The readings `nvml-wrapper` has no safe call for (row remapping, a P-state's clock range),
+//! through its raw bindings.
 
 use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::Device;
-use nvml_wrapper_sys::bindings::nvmlRowRemapperHistogramValues_t;
+use nvml_wrapper_sys::bindings::{
+    nvmlClockType_enum_NVML_CLOCK_SM, nvmlPStates_enum_NVML_PSTATE_0, nvmlRowRemapperHistogramValues_t,
+};
 
 use gpusanity_common::health::{BankHistogram, RemappedRows};
 
@@ -18,6 +21,24 @@ pub fn remapped_rows(nvml: &nvml_wrapper::Nvml, device: &Device<'_>) -> Result<R
     let ret = unsafe { sym(device.handle(), &mut corr, &mut unc, &mut pending, &mut failure) };
     nvml_try(ret)?;
     Ok(RemappedRows { correctable: corr, uncorrectable: unc, pending: pending != 0, failure: failure != 0 })
+}
+
+/// `nvmlDeviceGetMinMaxClockOfPState` of the SM clock in P0: (lowest, highest) MHz. Its highest
+/// below the device's maximum SM clock means the clocks are locked.
+pub fn p0_sm_clock_range(nvml: &nvml_wrapper::Nvml, device: &Device<'_>) -> Result<(u32, u32), NvmlError> {
+    let sym = nvml
+        .lib()
+        .nvmlDeviceGetMinMaxClockOfPState
+        .as_ref()
+        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+    let (mut min, mut max) = (0u32, 0u32);
+    // SAFETY: as above; the clock type and P-state are the enums' own constants, the two
+    // out-pointers are to local u32s (`unsigned int *`), valid for the call.
+    let ret = unsafe {
+        sym(device.handle(), nvmlClockType_enum_NVML_CLOCK_SM, nvmlPStates_enum_NVML_PSTATE_0, &mut min, &mut max)
+    };
+    nvml_try(ret)?;
+    Ok((min, max))
 }
 
 /// `nvmlDeviceGetRowRemapperHistogram`.

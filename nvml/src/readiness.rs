@@ -9,9 +9,12 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::Device;
 
-use gpusanity_common::health::{GpuProcess, GpuSettings, Read};
+use std::path::Path;
+
+use gpusanity_common::health::{GpuProcess, GpuSettings, Mps, Read};
 
 use crate::monitor::read;
+use crate::raw;
 
 /// The most processes recorded per GPU.
 const MAX_PROCESSES: usize = 256;
@@ -63,9 +66,10 @@ fn comm(pid: u32) -> Option<String> {
     (!name.is_empty()).then_some(name)
 }
 
-/// Compute mode, MIG mode, pending ECC, application clocks and persistence; each `None` where
-/// the device or driver does not have it.
-pub(crate) fn settings(d: &Device<'_>) -> GpuSettings {
+/// Compute mode, MIG mode, pending ECC, application clocks, persistence, P0's highest SM clock
+/// against the maximum (locked clocks), and the node's MPS daemon; each `None` where the
+/// device or driver does not have it.
+pub(crate) fn settings(nvml: &nvml_wrapper::Nvml, d: &Device<'_>) -> GpuSettings {
     let mig = d.mig_mode().ok();
     GpuSettings {
         compute_mode: d.compute_mode().ok().map(|m| {
@@ -83,5 +87,62 @@ pub(crate) fn settings(d: &Device<'_>) -> GpuSettings {
         app_sm_mhz: d.applications_clock(Clock::SM).ok(),
         default_app_sm_mhz: d.default_applications_clock(Clock::SM).ok(),
         persistence: d.is_in_persistent_mode().ok(),
+        p0_max_sm_mhz: raw::p0_sm_clock_range(nvml, d).ok().map(|(_, max)| max),
+        max_sm_mhz: d.max_clock_info(Clock::SM).ok(),
+        mps: Some(mps(Path::new("/"), std::env::var("CUDA_MPS_PIPE_DIRECTORY").ok().as_deref())),
+    }
+}
+
+/// MPS's default pipe directory.
+const MPS_PIPE_DIR: &str = "/tmp/nvidia-mps";
+/// The most `/proc` entries looked at for MPS's processes.
+const MAX_PROC_ENTRIES: usize = 1 << 20;
+
+/// The node's MPS daemon under `root` (`/`; a tree of its own in tests): the `control` socket
+/// of the pipe directory (`pipe_dir`, from `CUDA_MPS_PIPE_DIRECTORY`, else MPS's default) and
+/// the `nvidia-cuda-mps-control` and `-server` processes this process can see.
+pub(crate) fn mps(root: &Path, pipe_dir: Option<&str>) -> Mps {
+    let dir = pipe_dir.filter(|d| !d.is_empty() && d.len() <= 4096).unwrap_or(MPS_PIPE_DIR);
+    let control = root.join(dir.trim_start_matches('/')).join("control");
+    let mut daemons = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(root.join("proc")) {
+        for e in entries.take(MAX_PROC_ENTRIES).flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Ok(comm) = std::fs::read_to_string(e.path().join("comm")) else { continue };
+            let name = comm.trim();
+            if name.starts_with("nvidia-cuda-mps") && daemons.len() < MAX_PROCESSES {
+                daemons.push((pid, name.chars().take(MAX_NAME).collect()));
+            }
+        }
+    }
+    daemons.sort_unstable();
+    Mps { pipe_dir: dir.to_string(), control: std::fs::symlink_metadata(control).is_ok(), daemons }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_mps_daemon_is_seen_by_its_socket_and_its_processes_and_nothing_else_is() {
+        let root = tempfile::tempdir().unwrap();
+        let proc_ = root.path().join("proc");
+        for (pid, comm) in
+            [("1", "systemd\n"), ("3131", "nvidia-cuda-mps-control\n"), ("self", "x\n"), ("77", "nvidia-smi\n")]
+        {
+            std::fs::create_dir_all(proc_.join(pid)).unwrap();
+            std::fs::write(proc_.join(pid).join("comm"), comm).unwrap();
+        }
+        let m = mps(root.path(), None);
+        assert_eq!((m.pipe_dir.as_str(), m.control), (MPS_PIPE_DIR, false));
+        assert_eq!(m.daemons, [(3131, "nvidia-cuda-mps-control".to_string())]);
+        assert!(m.active());
+        std::fs::create_dir_all(root.path().join("run/mps")).unwrap();
+        std::fs::write(root.path().join("run/mps/control"), b"").unwrap();
+        std::fs::remove_dir_all(proc_.join("3131")).unwrap();
+        let m = mps(root.path(), Some("/run/mps"));
+        assert!(m.control && m.daemons.is_empty() && m.active(), "{m:?}");
+        let bare = tempfile::tempdir().unwrap();
+        assert!(!mps(bare.path(), Some("")).active());
     }
 }

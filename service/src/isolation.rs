@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn other_events_are_ignored_and_stale_or_malformed_ones_say_why() {
-        let passed = OutputBody::CheckPassed { summary: "ok".into(), report_url: String::new() };
+        let passed = OutputBody::CheckPassed { summary: "ok".into(), report_url: String::new(), backend: None };
         assert_eq!(action(&event(passed, 1), "gpusanity:", HOUR), Ok(None));
         let old = OutputBody::NodeIsolated { node: "n1".into(), codes: vec![], reason: String::new() };
         assert!(action(&event(old, 7200), "gpusanity:", HOUR).unwrap_err().contains("old"));

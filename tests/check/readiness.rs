@@ -28,6 +28,10 @@ fn gpu_node(root: &Path) {
 
 /// `gpusanity check` with `args` (no `--device` unless given) on the node tree at `root`.
 fn check(run: &Run, root: &Path, args: &[&str]) -> std::process::Output {
+    run_with_timeout(command(run, root, args), LIMIT)
+}
+
+fn command(run: &Run, root: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(bin());
     c.arg("check").arg("--report-dir").arg(run.report_dir()).args(args);
     c.env("GPUSANITY_TEST_HW_ROOT", root).env("GPUSANITY_TEST_TAG", &run.tag).env("CUDA_VISIBLE_DEVICES", "99");
@@ -51,7 +55,80 @@ fn check(run: &Run, root: &Path, args: &[&str]) -> std::process::Output {
         c.env_remove(v);
     }
     c.stdin(Stdio::null());
-    run_with_timeout(c, LIMIT)
+    c
+}
+
+/// Node `rank` of a two-node loopback run with an authenticated rendezvous, on the node tree
+/// at `root`, named `name`.
+fn node(run: &Run, root: &Path, rank: usize, port: u16, name: &str) -> std::process::Child {
+    let (r, p) = (rank.to_string(), port.to_string());
+    let args = ["--nnodes", "2", "--node-rank", &r, "--master-addr", "127.0.0.1", "--master-port", &p];
+    let mut c = command(run, root, &args);
+    c.args(["--nproc-per-node", "1", "--rdzv-timeout", "30", "--node-name", name]);
+    c.args(["--micro-benchmarks=gemm", "--check-param", "gemm.size=64"]);
+    c.env("GPUSANITY_RDZV_SECRET", "a-secret-of-the-two-node-run-0123456789");
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.spawn().expect("spawn gpusanity")
+}
+
+/// A two-node run, node K on the tree `roots[K]` named `names[K]`: both nodes' output.
+fn two_nodes(run: &Run, roots: [&Path; 2], names: [&str; 2]) -> (std::process::Output, std::process::Output) {
+    let port = free_port();
+    let n0 = node(run, roots[0], 0, port, names[0]);
+    let n1 = node(run, roots[1], 1, port, names[1]);
+    (wait_output(n0, LIMIT), wait_output(n1, LIMIT))
+}
+
+/// The NODE_GPU_UNUSABLE finding of node `rank` in `r`, checked for its evidence.
+fn named_unusable(r: &serde_json::Value, rank: u64, host: &str) {
+    let all = r["findings"].as_array().unwrap();
+    let f = all.iter().find(|f| f["node_rank"] == rank).unwrap_or_else(|| panic!("node {rank} not named: {r}"));
+    assert_eq!(f["code"], "NODE_GPU_UNUSABLE", "{r}");
+    assert_eq!(f["severity"], "critical");
+    assert_eq!(f["host"], host);
+    let msg = f["message"].as_str().unwrap();
+    assert!(msg.contains(host) && msg.contains(BUS_ID), "{msg}");
+    assert!(f["evidence"].to_string().contains("CUDA_VISIBLE_DEVICES=99"), "{f}");
+}
+
+/// Was: node 0 named a node whose GPUs CUDA cannot use only NODE_MISSING, after the whole
+/// rendezvous wait, with no bus id and no error.
+#[test]
+fn a_node_other_than_node_0_that_cannot_use_its_gpu_is_named_by_node_0_with_its_evidence() {
+    let _g = serial();
+    let (cpu, gpu) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    gpu_node(gpu.path());
+    let run = Run::new();
+    let started = std::time::Instant::now();
+    let (o0, o1) = two_nodes(&run, [cpu.path(), gpu.path()], ["cpu-a", "gpu-b"]);
+    assert!(started.elapsed() < Duration::from_secs(25), "waited for the rendezvous: {:?}", started.elapsed());
+    assert_eq!(code(&o0), 1, "{}", stderr(&o0));
+    assert_eq!(code(&o1), 1, "{}", stderr(&o1));
+    assert!(stderr(&o1).contains("NODE_GPU_UNUSABLE"), "{}", stderr(&o1));
+    let r = run.report();
+    assert_eq!(r["status"], "failed");
+    assert_eq!(findings(&r), [("NODE_GPU_UNUSABLE".to_string(), None)], "{r}");
+    named_unusable(&r, 1, "gpu-b");
+    assert_eq!(r["faulty_nodes"], serde_json::json!([1]));
+    assert!(r["summary"].as_str().unwrap().contains("gpu-b"), "{}", r["summary"]);
+    assert_eq!(run.events(), ["Checking", "CheckFailed"]);
+    assert!(String::from_utf8_lossy(&o0.stdout).contains("NODE_GPU_UNUSABLE"));
+    run.assert_nothing_left();
+}
+
+#[test]
+fn when_node_0_and_another_node_cannot_use_their_gpus_node_0_names_both() {
+    let _g = serial();
+    let gpu = tempfile::tempdir().unwrap();
+    gpu_node(gpu.path());
+    let run = Run::new();
+    let (o0, o1) = two_nodes(&run, [gpu.path(), gpu.path()], ["gpu-a", "gpu-b"]);
+    assert_eq!((code(&o0), code(&o1)), (1, 1), "{}\n{}", stderr(&o0), stderr(&o1));
+    let r = run.report();
+    named_unusable(&r, 0, "gpu-a");
+    named_unusable(&r, 1, "gpu-b");
+    assert_eq!(r["faulty_nodes"], serde_json::json!([0, 1]));
+    run.assert_nothing_left();
 }
 
 #[test]

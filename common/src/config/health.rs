@@ -42,6 +42,12 @@ pub struct GpuHealthConfig {
     /// The lowest driver version accepted (dotted numbers); none: any.
     #[serde(default)]
     pub min_driver: Option<String>,
+    /// Locked SM clocks are expected (the operator locks them on purpose).
+    #[serde(default)]
+    pub allow_locked_clocks: bool,
+    /// An MPS control daemon on the node is expected (the job runs under MPS).
+    #[serde(default)]
+    pub allow_mps: bool,
 }
 
 /// Memory other processes may hold on a job's GPU before it fails, MiB (a CUDA context of
@@ -68,6 +74,8 @@ impl Default for GpuHealthConfig {
             foreign_compute_warns: false,
             allow_mig: false,
             min_driver: None,
+            allow_locked_clocks: false,
+            allow_mps: false,
         }
     }
 }
@@ -84,6 +92,8 @@ impl GpuHealthConfig {
         "foreign-compute",
         "allow-mig",
         "min-driver",
+        "allow-locked-clocks",
+        "allow-mps",
     ];
 
     pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
@@ -107,17 +117,22 @@ impl GpuHealthConfig {
                     _ => return Err(p.bad("`critical` or `warning`")),
                 }
             }
-            "allow-mig" => {
-                self.allow_mig = match p.value {
-                    "true" => true,
-                    "false" => false,
-                    _ => return Err(p.bad("`true` or `false`")),
-                }
-            }
+            "allow-mig" => self.allow_mig = flag(p)?,
+            "allow-locked-clocks" => self.allow_locked_clocks = flag(p)?,
+            "allow-mps" => self.allow_mps = flag(p)?,
             "min-driver" => self.min_driver = parse_driver(p)?,
             _ => return Ok(false),
         }
         Ok(true)
+    }
+}
+
+/// `true` or `false`.
+fn flag(p: &Param<'_>) -> Result<bool, ParamError> {
+    match p.value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(p.bad("`true` or `false`")),
     }
 }
 
@@ -179,6 +194,9 @@ mod tests {
         assert_eq!(apply("gpu-health.leftover-memory-mib=4096").unwrap().leftover_memory_mib, 4096);
         assert!(apply("gpu-health.foreign-compute=warning").unwrap().foreign_compute_warns);
         assert!(apply("gpu-health.allow-mig=true").unwrap().allow_mig);
+        assert!(apply("gpu-health.allow-locked-clocks=true").unwrap().allow_locked_clocks);
+        assert!(apply("gpu-health.allow-mps=true").unwrap().allow_mps);
+        assert!(!apply("gpu-health.allow-mps=false").unwrap().allow_mps);
         assert_eq!(apply("gpu-health.min-driver=580.65.06").unwrap().min_driver.as_deref(), Some("580.65.06"));
         assert_eq!(apply("gpu-health.min-driver=none").unwrap().min_driver, None);
         let long = format!("gpu-health.min-driver={}", "5".repeat(40));
@@ -187,6 +205,8 @@ mod tests {
             "gpu-health.leftover-memory-mib=99999999999999",
             "gpu-health.foreign-compute=ignore",
             "gpu-health.allow-mig=yes",
+            "gpu-health.allow-mps=1",
+            "gpu-health.allow-locked-clocks=",
             "gpu-health.min-driver=580..1",
             "gpu-health.min-driver=580.x",
             long.as_str(),
@@ -195,7 +215,14 @@ mod tests {
         }
         // A configuration recorded before these keys existed still reads, with their defaults.
         let mut old = serde_json::to_value(super::GpuHealthConfig::default()).unwrap();
-        for k in ["leftover_memory_mib", "foreign_compute_warns", "allow_mig", "min_driver"] {
+        for k in [
+            "leftover_memory_mib",
+            "foreign_compute_warns",
+            "allow_mig",
+            "min_driver",
+            "allow_locked_clocks",
+            "allow_mps",
+        ] {
             old.as_object_mut().unwrap().remove(k);
         }
         let back: super::GpuHealthConfig = serde_json::from_value(old).unwrap();

@@ -223,6 +223,12 @@ finding_codes! {
     GpuHealthAppClocksLow = "GPU_HEALTH_APP_CLOCKS_LOW", Warning, "warning", [Check(CheckId::GpuHealth)], "rank",
         "the application SM clock is set below its default",
         "reset the application clocks (`nvidia-smi -rac`)";
+    GpuHealthClocksLocked = "GPU_HEALTH_CLOCKS_LOCKED", Warning, "warning", [Check(CheckId::GpuHealth)], "rank",
+        "the SM clocks are locked below the GPU's maximum (`nvidia-smi -lgc`); allowed by `gpu-health.allow-locked-clocks=true`",
+        "reset them (`nvidia-smi -rgc`)";
+    GpuHealthMpsActive = "GPU_HEALTH_MPS_ACTIVE", Critical, "critical", [Check(CheckId::GpuHealth)], "rank",
+        "an MPS control daemon serves the node (its pipe directory's control socket, or its processes); allowed by `gpu-health.allow-mps=true`",
+        "stop it (`quit` on `nvidia-cuda-mps-control`'s stdin) or exclude the node";
     GpuHealthPersistenceOff = "GPU_HEALTH_PERSISTENCE_OFF", Warning, "warning", [Check(CheckId::GpuHealth)], "rank",
         "persistence mode is off",
         "enable nvidia-persistenced";

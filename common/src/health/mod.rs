@@ -14,7 +14,7 @@ pub mod xid;
 use serde::{Deserialize, Serialize};
 
 pub use decide::{census, decide, nvml_unavailable, Policy};
-pub use readiness::{GpuProcess, GpuSettings, Readiness};
+pub use readiness::{GpuProcess, GpuSettings, Mps, Readiness};
 
 /// One reading: its value, "not supported" by this device or driver (not an error: recorded as
 /// such, decided on as absent), or the error NVML returned.

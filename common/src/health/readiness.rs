@@ -47,6 +47,35 @@ pub struct GpuSettings {
     pub default_app_sm_mhz: Option<u32>,
     #[serde(default)]
     pub persistence: Option<bool>,
+    /// The highest SM clock of performance state P0 and the device's maximum SM clock, MHz
+    /// (NVML's min/max clock of a P-state, and its maximum clock): the first below the second
+    /// means the SM clocks are locked (`nvidia-smi -lgc`).
+    #[serde(default)]
+    pub p0_max_sm_mhz: Option<u32>,
+    #[serde(default)]
+    pub max_sm_mhz: Option<u32>,
+    /// The node's MPS control daemon, as seen from the worker (`None`: not read).
+    #[serde(default)]
+    pub mps: Option<Mps>,
+}
+
+/// What shows an MPS control daemon on the node: its pipe directory's control socket
+/// (`CUDA_MPS_PIPE_DIRECTORY`, else `/tmp/nvidia-mps`) and its processes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mps {
+    /// The pipe directory looked at.
+    pub pipe_dir: String,
+    /// Its `control` socket exists.
+    pub control: bool,
+    /// `nvidia-cuda-mps-control` and `nvidia-cuda-mps-server` processes: pid and name.
+    #[serde(default)]
+    pub daemons: Vec<(u32, String)>,
+}
+
+impl Mps {
+    pub fn active(&self) -> bool {
+        self.control || !self.daemons.is_empty()
+    }
 }
 
 /// What the readiness decisions compare with (from `gpu-health.*`).
@@ -60,6 +89,10 @@ pub struct Readiness {
     pub allow_mig: bool,
     /// The lowest driver accepted, as dotted numbers (`580.65.06`); none: any.
     pub min_driver: Option<String>,
+    /// Locked SM clocks are expected.
+    pub allow_locked_clocks: bool,
+    /// An MPS control daemon is expected.
+    pub allow_mps: bool,
 }
 
 impl Readiness {
@@ -69,6 +102,8 @@ impl Readiness {
             foreign_compute: if c.foreign_compute_warns { Severity::Warning } else { Severity::Critical },
             allow_mig: c.allow_mig,
             min_driver: c.min_driver.clone(),
+            allow_locked_clocks: c.allow_locked_clocks,
+            allow_mps: c.allow_mps,
         }
     }
 }
@@ -198,6 +233,26 @@ pub fn settings(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding>
             out.push(f);
         }
     }
+    if !policy.allow_locked_clocks {
+        out.extend(locked_clocks(gpu));
+    }
+    if let Some(mps) = s.mps.as_ref().filter(|m| m.active() && !policy.allow_mps) {
+        let daemons: Vec<String> = mps.daemons.iter().map(|(pid, name)| format!("pid {pid} ({name})")).collect();
+        let mut f = finding(
+            Severity::Critical,
+            Code::GpuHealthMpsActive,
+            gpu,
+            format!(
+                "an MPS control daemon serves the node (pipe directory {}{}{}): the job's CUDA processes become its clients, sharing the GPU, or fail to start under another user's daemon",
+                mps.pipe_dir,
+                if mps.control { ", control socket present" } else { "" },
+                if daemons.is_empty() { String::new() } else { format!(", {}", daemons.join(", ")) }
+            ),
+            "stop it (echo quit | nvidia-cuda-mps-control) or exclude the node; set gpu-health.allow-mps=true when the job runs under MPS",
+        );
+        f.evidence.extend(daemons);
+        out.push(f);
+    }
     if s.persistence == Some(false) {
         out.push(finding(
             Severity::Warning,
@@ -219,6 +274,47 @@ pub fn settings(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding>
         }
     }
     out
+}
+
+/// Locked SM clocks: P0's highest SM clock below the device's maximum, or, with the application
+/// clocks at their default, NVML's applications-clocks-setting event active at the end of the
+/// load (a clock setting, not the application clocks, held the GPU down).
+fn locked_clocks(gpu: &Readings) -> Option<Finding> {
+    let s = &gpu.settings;
+    let (what, measured, expected) = match (s.p0_max_sm_mhz, s.max_sm_mhz) {
+        (Some(p0), Some(max)) if p0 < max => {
+            (format!("SM clocks are locked at most {p0} MHz, below the maximum {max} MHz"), Some(p0), Some(max))
+        }
+        _ => {
+            let events = gpu.clock_events.value().map_or(0, |c| c.mask);
+            let app_default = matches!((s.app_sm_mhz, s.default_app_sm_mhz), (Some(a), Some(d)) if a >= d);
+            if events & super::ClockEvents::APPLICATIONS_CLOCKS == 0 || !app_default {
+                return None;
+            }
+            let under = gpu.sm_clock.value().map(|c| (c.under_load_mhz, c.max_mhz));
+            // At its maximum the GPU is held by nothing that matters.
+            if under.is_some_and(|(now, max)| now >= max) {
+                return None;
+            }
+            let what = match under {
+                Some((now, max)) => format!(
+                    "SM clocks held by a clock setting under load ({now} of {max} MHz) with the application clocks at their default: locked clocks"
+                ),
+                None => "SM clocks held by a clock setting under load with the application clocks at their default: locked clocks".into(),
+            };
+            (what, under.map(|u| u.0), under.map(|u| u.1))
+        }
+    };
+    let mut f = finding(
+        Severity::Warning,
+        Code::GpuHealthClocksLocked,
+        gpu,
+        what,
+        "reset the locked clocks (nvidia-smi -rgc), or set gpu-health.allow-locked-clocks=true when they are locked on purpose",
+    );
+    f.measured = measured.map(f64::from);
+    f.expected = expected.map(f64::from);
+    Some(f)
 }
 
 fn on_off(v: Option<bool>) -> &'static str {

@@ -2,7 +2,7 @@
 //! processes and settings of the cases met on a node: the check's own worker alone, a leftover
 //! holding most of the memory, a co-running matmul, and settings that break or slow a job.
 
-use super::readiness::{leftovers, settings, version_below};
+use super::readiness::{leftovers, settings, version_below, Mps};
 use super::*;
 use crate::config::health::GpuHealthConfig;
 use crate::report::Severity;
@@ -26,6 +26,9 @@ fn clean() -> Readings {
         app_sm_mhz: Some(1980),
         default_app_sm_mhz: Some(1980),
         persistence: Some(true),
+        p0_max_sm_mhz: Some(1980),
+        max_sm_mhz: Some(1980),
+        mps: Some(Mps { pipe_dir: "/tmp/nvidia-mps".into(), control: false, daemons: Vec::new() }),
     };
     r
 }
@@ -102,6 +105,7 @@ fn settings_that_break_or_slow_a_job_are_each_named() {
         app_sm_mhz: Some(1200),
         default_app_sm_mhz: Some(1980),
         persistence: Some(false),
+        ..Default::default()
     };
     let policy = Readiness { min_driver: Some("590.1".into()), ..ready() };
     let got: Vec<(String, Severity)> = judge(&r, &policy).into_iter().map(|(c, s, _)| (c, s)).collect();
@@ -136,4 +140,61 @@ fn driver_versions_compare_number_by_number() {
     assert!(!version_below("580.82", "580.82.0"));
     assert!(version_below("99", "580"));
     assert!(!version_below("garbage", "0"));
+}
+
+#[test]
+fn locked_sm_clocks_are_a_warning_unless_the_operator_allows_them() {
+    let mut r = clean();
+    r.settings.p0_max_sm_mhz = Some(1200);
+    let found = judge(&r, &ready());
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (code, sev, msg) = &found[0];
+    assert_eq!((code.as_str(), *sev), ("GPU_HEALTH_CLOCKS_LOCKED", Severity::Warning));
+    assert!(msg.contains("1200 MHz") && msg.contains("1980 MHz") && msg.contains(&r.pci_bus_id), "{msg}");
+    assert_eq!(judge(&r, &Readiness { allow_locked_clocks: true, ..ready() }), []);
+}
+
+#[test]
+fn a_clock_setting_holding_the_gpu_below_its_maximum_under_load_is_read_as_locked_clocks() {
+    let mut r = clean();
+    // P0's range not readable; NVML's applications-clocks-setting event under load, below the
+    // maximum, with the application clocks at their default.
+    r.settings.p0_max_sm_mhz = None;
+    r.clock_events = Read::Value(ClockEvents { mask: ClockEvents::APPLICATIONS_CLOCKS });
+    if let Read::Value(c) = &mut r.sm_clock {
+        c.under_load_mhz = 1410;
+    }
+    let found = judge(&r, &ready());
+    let codes: Vec<&str> = found.iter().map(|f| f.0.as_str()).collect();
+    assert!(codes.contains(&"GPU_HEALTH_CLOCKS_LOCKED"), "{found:?}");
+    // At its maximum, the same event is nothing; with low application clocks, those are named.
+    if let Read::Value(c) = &mut r.sm_clock {
+        c.under_load_mhz = 1980;
+    }
+    assert!(!judge(&r, &ready()).iter().any(|f| f.0 == "GPU_HEALTH_CLOCKS_LOCKED"));
+    r.settings.app_sm_mhz = Some(1200);
+    if let Read::Value(c) = &mut r.sm_clock {
+        c.under_load_mhz = 1200;
+    }
+    let codes: Vec<String> = judge(&r, &ready()).into_iter().map(|f| f.0).collect();
+    assert_eq!(codes, ["GPU_HEALTH_APP_CLOCKS_LOW"]);
+}
+
+#[test]
+fn an_mps_daemon_on_the_node_fails_the_gpu_unless_the_job_runs_under_mps() {
+    let mut r = clean();
+    r.settings.mps = Some(Mps {
+        pipe_dir: "/tmp/nvidia-mps".into(),
+        control: true,
+        daemons: vec![(3131, "nvidia-cuda-mps-control".into())],
+    });
+    let found = judge(&r, &ready());
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (code, sev, msg) = &found[0];
+    assert_eq!((code.as_str(), *sev), ("GPU_HEALTH_MPS_ACTIVE", Severity::Critical));
+    assert!(msg.contains("/tmp/nvidia-mps") && msg.contains("pid 3131 (nvidia-cuda-mps-control)"), "{msg}");
+    assert_eq!(judge(&r, &Readiness { allow_mps: true, ..ready() }), []);
+    // The socket alone (a daemon in another process namespace) is enough.
+    r.settings.mps = Some(Mps { pipe_dir: "/run/mps".into(), control: true, daemons: Vec::new() });
+    assert_eq!(judge(&r, &ready()).len(), 1);
 }

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::registry::CheckId;
+use crate::report::DeviceKind;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutputEvent {
@@ -28,9 +29,24 @@ pub enum OutputBody {
     /// A run started: the job is in `Checking`.
     SanityCheckStarted { attempt: u32, nodes: Vec<String>, checks: Vec<CheckId> },
     /// Every check passed: the platform may start the job.
-    CheckPassed { summary: String, report_url: String },
+    CheckPassed {
+        summary: String,
+        report_url: String,
+        /// The backend the checks ran on, from node 0's report (absent without one): `cpu` on a
+        /// GPU job means an agent started with `--device cpu` checked it, not the job's GPUs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        backend: Option<DeviceKind>,
+    },
     /// A problem was found, a deadline overran under MarkJobFail, or a person failed a held run.
-    CheckFailed { summary: String, faulty_nodes: Vec<String>, report_url: String, reason: FailReason },
+    CheckFailed {
+        summary: String,
+        faulty_nodes: Vec<String>,
+        report_url: String,
+        reason: FailReason,
+        /// As in CheckPassed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        backend: Option<DeviceKind>,
+    },
     /// No check for this start, and why (timing policy, EnableSanityCheck off, out of scope).
     CheckSkipped { reason: String },
     /// A run was cancelled because its job stopped.

@@ -168,8 +168,15 @@ fn not_run_checks(meta: &RunMeta) -> Vec<CheckReport> {
 }
 
 /// The report of a run some of whose nodes never arrived at the rendezvous: no check ran, each
-/// missing node is named (rank and what is known of it), and the run fails.
-pub fn missing_report(meta: &RunMeta, nodes: &[NodeInfo], missing: &[usize], waited: std::time::Duration) -> Report {
+/// missing node is named (rank and what is known of it), and the run fails. `not_ready` holds
+/// the findings of the nodes that arrived but cannot run the job's GPUs.
+pub fn missing_report(
+    meta: &RunMeta,
+    nodes: &[NodeInfo],
+    missing: &[usize],
+    waited: std::time::Duration,
+    not_ready: Vec<Finding>,
+) -> Report {
     let mut findings = Vec::new();
     for &k in missing {
         let mut f = Finding::new(
@@ -195,6 +202,7 @@ pub fn missing_report(meta: &RunMeta, nodes: &[NodeInfo], missing: &[usize], wai
     }
     let list: Vec<String> = missing.iter().map(|k| k.to_string()).collect();
     let summary = format!("NODE_MISSING: node(s) {} never arrived at the rendezvous", list.join(", "));
+    findings.extend(not_ready);
     early_report(meta, nodes, findings, summary)
 }
 

@@ -6,6 +6,7 @@ mod events;
 mod fit;
 mod gather;
 mod node;
+mod not_ready;
 mod readiness;
 pub mod rendezvous;
 pub mod supervise;
@@ -25,7 +26,7 @@ use tokio::sync::mpsc;
 
 use crate::protocol::WorkerSpec;
 use events::EventLog;
-use node::{Cluster, Joined, Verdict};
+use node::{Cluster, Joined, Offer, Verdict};
 use rendezvous::TopologyFlags;
 use supervise::{Stop, Supervisor};
 
@@ -97,13 +98,23 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
     let host = opts.node_name.clone().unwrap_or_else(|| {
         nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "localhost".into())
     });
-    let (device, nproc, devices) = match resolve_device(&opts, &env, topo.node_rank, &host)? {
-        Ok(resolved) => resolved,
-        Err((configs, findings)) => return readiness::fail(&opts, topo.node_rank, &host, &configs, findings),
+    let (offer, configs) = match resolve_device(&opts, &env, topo.node_rank, &host)? {
+        Ok((device, nproc, devices)) => {
+            let mut configs = CheckConfigs::defaults(device);
+            configs.apply_params(&opts.check_params).map_err(|e| UsageError(e.to_string()))?;
+            fit::check_fits(&configs, &opts.settings.selected_checks(), device, nproc)?;
+            (Offer { device, nproc, devices, not_ready: Vec::new() }, configs)
+        }
+        Err((configs, findings)) if topo.nnodes == 1 => {
+            return readiness::fail(&opts, topo.node_rank, &host, &configs, findings)
+        }
+        // Node 0 names this node with its evidence once every node has arrived.
+        Err((configs, findings)) => {
+            (Offer { device: DeviceKind::Cuda, nproc: 0, devices: Vec::new(), not_ready: findings }, configs)
+        }
     };
-    let mut configs = CheckConfigs::defaults(device);
-    configs.apply_params(&opts.check_params).map_err(|e| UsageError(e.to_string()))?;
-    fit::check_fits(&configs, &opts.settings.selected_checks(), device, nproc)?;
+    let (device, nproc) = (offer.device, offer.nproc);
+    let own_findings = offer.not_ready.clone();
     // A node that never arrives is named within the run's own limit, not after a longer wait.
     let rdzv_wait = opts.rdzv_timeout.min(opts.settings.max_time().saturating_sub(started.elapsed()));
     if topo.nnodes > 1 && opts.rdzv_secret.is_none() {
@@ -115,11 +126,22 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
         );
     }
     let secret = opts.rdzv_secret.clone();
-    let joined = Cluster::join(&topo, opts.node_name.as_deref(), device, nproc, &devices, rdzv_wait, secret).await?;
+    let joined = match Cluster::join(&topo, opts.node_name.as_deref(), offer, rdzv_wait, secret).await {
+        Ok(joined) => joined,
+        // Not ready and no rendezvous either: say why here, as a node alone would.
+        Err(e) if !own_findings.is_empty() => {
+            tracing::warn!("rendezvous of a node that is not ready: {e:#}");
+            return readiness::fail(&opts, topo.node_rank, &host, &configs, own_findings);
+        }
+        Err(e) => return Err(e),
+    };
     let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
     let cluster = match joined {
         Joined::All(cluster) => cluster,
         Joined::Missing(m) => return missing_nodes(&opts, is_master, device, &configs, &mut log, m),
+        Joined::NotReady(cluster, findings) => {
+            return not_ready::conclude(&opts, &cluster, device, &configs, findings).await
+        }
     };
     let checks =
         crate::checks::pair_schedule::with_link_test(opts.settings.selected_checks(), device, cluster.nodes.len());
@@ -244,7 +266,7 @@ fn missing_nodes(
         configs: configs.clone(),
         checks,
     };
-    let mut report = gather::missing_report(&meta, &m.nodes, &m.missing, m.waited);
+    let mut report = gather::missing_report(&meta, &m.nodes, &m.missing, m.waited, m.not_ready);
     log.push(CheckState::CheckFailed, report.summary.clone())?;
     report.events = log.events.clone();
     write_report(&opts.report_dir, &report)?;

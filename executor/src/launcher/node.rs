@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use gpusanity_common::report::{DeviceKind, NodeInfo, RunStatus};
+use gpusanity_common::report::{DeviceKind, Finding, NodeInfo, RunStatus};
 use gpusanity_common::wire::launcher::LauncherNotice;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -30,6 +30,18 @@ struct Registration {
     info: NodeInfo,
     device: DeviceKind,
     devices: Vec<String>,
+    /// Why this node cannot run the job's GPUs (readiness.rs); empty on a ready node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    not_ready: Vec<Finding>,
+}
+
+/// What this node brings to the rendezvous: its backend and devices, or why it cannot run the
+/// job (then no check runs anywhere and node 0 names it with its evidence).
+pub struct Offer {
+    pub device: DeviceKind,
+    pub nproc: usize,
+    pub devices: Vec<String>,
+    pub not_ready: Vec<Finding>,
 }
 
 pub struct AbortHandle(StoreClient);
@@ -67,6 +79,9 @@ pub enum Joined {
     All(Cluster),
     /// Some nodes never arrived within the wait.
     Missing(MissingNodes),
+    /// Every node arrived, but some cannot run the job's GPUs: their findings (bounded and
+    /// placed on the node that sent them, `not_ready::accepted`).
+    NotReady(Cluster, Vec<Finding>),
 }
 
 /// The nodes of a run some of which never arrived at the rendezvous.
@@ -78,6 +93,8 @@ pub struct MissingNodes {
     /// How long node 0 waited for them.
     pub waited: Duration,
     pub run_id: String,
+    /// The findings of the nodes that arrived but cannot run the job's GPUs.
+    pub not_ready: Vec<Finding>,
 }
 
 /// Runs a blocking store call off the async runtime.
@@ -98,9 +115,7 @@ impl Cluster {
     pub async fn join(
         topo: &Topology,
         name: Option<&str>,
-        device: DeviceKind,
-        nproc: usize,
-        devices: &[String],
+        offer: Offer,
         timeout: Duration,
         secret: Option<Secret>,
     ) -> Result<Joined> {
@@ -130,10 +145,17 @@ impl Cluster {
             }
         };
         let me = Registration {
-            info: NodeInfo { node_rank: topo.node_rank, hostname: hostname.clone(), addr: node_addr.clone(), nproc },
-            device,
-            devices: devices.to_vec(),
+            info: NodeInfo {
+                node_rank: topo.node_rank,
+                hostname: hostname.clone(),
+                addr: node_addr.clone(),
+                nproc: offer.nproc,
+            },
+            device: offer.device,
+            devices: offer.devices,
+            not_ready: offer.not_ready,
         };
+        let device = offer.device;
         let key = format!("node/{}", topo.node_rank);
         let value = serde_json::to_string(&me)?;
         let nnodes = topo.nnodes;
@@ -155,6 +177,8 @@ impl Cluster {
             Arrival::All(regs) => regs.iter().map(parse).collect::<Result<_>>()?,
             Arrival::Missing { present, missing } => {
                 let present = present.iter().map(|r| r.as_ref().map(parse).transpose()).collect::<Result<Vec<_>>>()?;
+                let not_ready =
+                    present.iter().flatten().flat_map(|r| super::not_ready::accepted(&r.info, &r.not_ready)).collect();
                 let nodes = present
                     .into_iter()
                     .enumerate()
@@ -168,10 +192,13 @@ impl Cluster {
                         },
                     })
                     .collect();
-                return Ok(Joined::Missing(MissingNodes { nodes, missing, waited: timeout, run_id }));
+                return Ok(Joined::Missing(MissingNodes { nodes, missing, waited: timeout, run_id, not_ready }));
             }
         };
-        if let Some(other) = regs.iter().find(|r| r.device != device) {
+        let not_ready: Vec<Finding> =
+            regs.iter().flat_map(|r| super::not_ready::accepted(&r.info, &r.not_ready)).collect();
+        let all_ready = not_ready.is_empty();
+        if let Some(other) = regs.iter().find(|r| all_ready && r.device != device) {
             return Err(UsageError(format!(
                 "node {} runs the {} backend but this node runs {}: every node must use the same --device",
                 other.info.node_rank, other.device, device
@@ -181,8 +208,8 @@ impl Cluster {
         let nodes: Vec<NodeInfo> = regs.into_iter().map(|r| r.info).collect();
         let rank_offset = nodes[..topo.node_rank].iter().map(|n| n.nproc).sum();
         let world = nodes.iter().map(|n| n.nproc).sum();
-        tracing::info!(node = topo.node_rank, world, rank_offset, %store_addr, "rendezvous complete");
-        Ok(Joined::All(Cluster {
+        tracing::info!(node = topo.node_rank, world, rank_offset, %store_addr, all_ready, "rendezvous complete");
+        let cluster = Cluster {
             client,
             store_addr,
             secret,
@@ -193,7 +220,8 @@ impl Cluster {
             world,
             rank_offset,
             run_id,
-        }))
+        };
+        Ok(if all_ready { Joined::All(cluster) } else { Joined::NotReady(cluster, not_ready) })
     }
 
     /// A second connection to the store. Off the runtime's thread: the handshake needs node 0's

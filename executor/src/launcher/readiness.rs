@@ -12,12 +12,8 @@ use std::collections::HashMap;
 use gpusanity_common::config::health::MAX_GPUS_PER_NODE;
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::device::{DeviceChoice, NvidiaHardware};
-use gpusanity_common::events::CheckState;
 use gpusanity_common::report::{Code, DeviceKind, Finding, NodeInfo, Scope, Severity};
 use gpusanity_common::ExitCode;
-
-use super::events::EventLog;
-use super::gather;
 
 /// The longest `SLURM_JOB_GPUS` read.
 const MAX_SLURM_LIST: usize = 8192;
@@ -85,12 +81,22 @@ pub struct Probe {
 
 impl Probe {
     /// This node's CUDA and hardware.
+    /// The library check (opening cuBLAS, cuBLASLt and NCCL, hundreds of MB read from disk on
+    /// a cold node) runs beside the driver's initialisation, not after it; its answer counts
+    /// only where CUDA has devices.
     pub fn this_node() -> Probe {
-        let cuda = crate::backend::cuda::probe();
+        let started = std::time::Instant::now();
+        let (cuda, libraries) = std::thread::scope(|s| {
+            let libraries = s.spawn(crate::backend::cuda::check_libraries);
+            let cuda = crate::backend::cuda::probe();
+            let libraries = libraries.join().unwrap_or_else(|_| Err("the CUDA library check panicked".into()));
+            (cuda, libraries)
+        });
         let libraries = match &cuda {
-            Ok(names) if !names.is_empty() => crate::backend::cuda::check_libraries(),
+            Ok(names) if !names.is_empty() => libraries,
             _ => Ok(()),
         };
+        tracing::info!(probe_ms = started.elapsed().as_millis() as u64, "CUDA probed and libraries checked");
         Probe { cuda, libraries, hardware: NvidiaHardware::of_this_node }
     }
 }
@@ -198,9 +204,9 @@ fn gpus_missing(names: &[String], asked: &Asked, hw: &NvidiaHardware, at: &Place
     f
 }
 
-/// The node cannot run the job: node 0 (or a node alone) writes a report of the findings and
-/// fails the run (exit 1); another node says why on stderr and exits 1, and node 0 names it
-/// missing. No check runs.
+/// A node alone cannot run the job: it writes a report of the findings and fails the run
+/// (exit 1). No check runs. (On a run of several nodes every node takes its findings to the
+/// rendezvous, and node 0 names them all: not_ready.rs.)
 pub(super) fn fail(
     opts: &super::CheckOptions,
     node_rank: usize,
@@ -208,28 +214,13 @@ pub(super) fn fail(
     configs: &CheckConfigs,
     findings: Vec<Finding>,
 ) -> anyhow::Result<super::Finished> {
-    let lines: Vec<String> = findings.iter().map(|f| format!("{}: {}", f.code, f.message)).collect();
-    let summary = lines.join("; ");
     if node_rank != 0 {
-        eprintln!("gpusanity: error: {summary}");
+        eprintln!("gpusanity: error: {}", super::not_ready::summary(&findings));
         return Ok(super::Handover::Exit(ExitCode::CheckFailed).into());
     }
-    let mut log = EventLog::new(Some(opts.report_dir.as_path()))?;
-    log.push(CheckState::Checking, format!("{}: node {host} not ready", opts.device))?;
-    let meta = gather::RunMeta {
-        run_id: format!("{}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ"), std::process::id()),
-        started_at: chrono::Utc::now(),
-        settings: opts.settings.clone(),
-        backend: DeviceKind::Cuda,
-        configs: configs.clone(),
-        checks: opts.settings.selected_checks(),
-    };
+    let run_id = format!("{}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ"), std::process::id());
     let node = NodeInfo { node_rank, hostname: host.to_string(), addr: String::new(), nproc: 0 };
-    let mut report = gather::early_report(&meta, &[node], findings, summary);
-    log.push(CheckState::CheckFailed, report.summary.clone())?;
-    report.events = log.events.clone();
-    super::write_report(&opts.report_dir, &report)?;
-    print!("{}", gpusanity_reports::text::summary(&report));
+    let report = super::not_ready::write_report(opts, run_id, DeviceKind::Cuda, configs, &[node], findings)?;
     Ok(super::Finished { handover: super::Handover::Exit(ExitCode::CheckFailed), report: Some(report) })
 }
 

@@ -72,8 +72,20 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
         node_addr: spec.node_addr.clone(),
         node_sizes: spec.node_sizes.clone(),
     };
+    // NVML's load and initialisation (a few hundred ms on a cold node) run beside the CUDA
+    // context's and cuBLAS's creation, not after them: the health monitor and the link reading
+    // below then find it ready (the library is initialised once per process).
+    if spec.device == gpusanity_common::report::DeviceKind::Cuda {
+        std::thread::spawn(|| {
+            let t = Instant::now();
+            let ok = gpusanity_nvml::available();
+            tracing::info!(nvml_ms = t.elapsed().as_millis() as u64, ok, "NVML loaded beside the backend's open");
+        });
+    }
+    let opening = Instant::now();
     let mut backend = backend::open(spec.device, &place, &mut store)
         .with_context(|| format!("opening the {} backend on local device {}", spec.device, spec.local_rank))?;
+    tracing::info!(open_ms = opening.elapsed().as_millis() as u64, "backend open");
     let device = backend.device_name();
     let local_gpus = spec.node_sizes.get(spec.node_rank).copied().unwrap_or(1);
     let link = crate::checks::gpu_health::link(backend.as_ref(), local_gpus);

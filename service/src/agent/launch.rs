@@ -77,6 +77,10 @@ impl Launch {
         if let Some(param) = expected_gpus(cfg.device, t.gpus) {
             cmd.args(["--check-param", &param]);
         }
+        // The operator's policy last: the launcher applies its parameters in order.
+        for param in &cfg.check_params {
+            cmd.args(["--check-param", param]);
+        }
         // This node's policy for the job's environment, enforced by the launcher too.
         cmd.arg(format!("--allow-env={}", cfg.env_policy.allowed_patterns().join(",")));
         if cfg.env_policy.test_faults {

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use gpusanity_common::device::DeviceChoice;
 use gpusanity_common::envs::EnvPolicy;
+use gpusanity_common::report::DeviceKind;
 use gpusanity_common::wire::agent::{AgentCommand, AgentReport, CommandBody, NodeResult, ReportBody, Task};
 use gpusanity_common::wire::{Topics, WIRE_VERSION};
 use rdkafka::message::Message;
@@ -53,6 +54,29 @@ pub struct AgentConfig {
     pub topic_spec: gpusanity_bus::kafka::TopicSpec,
     /// Node 0's rendezvous ports; `None`: any free port.
     pub rdzv_ports: Option<gpusanity_common::wire::launcher::PortRange>,
+    /// The operator's check parameters, passed to each launcher after the job's (validated by
+    /// [`validate_check_params`]).
+    pub check_params: Vec<String>,
+}
+
+/// The most `--check-param` values an agent takes, and the longest one.
+const MAX_CHECK_PARAMS: usize = 256;
+const MAX_CHECK_PARAM_LEN: usize = 4096;
+
+/// The operator's `--check-param` values, checked at the agent's start as its launchers will
+/// apply them (the configuration of the backend `device` gives): an unknown key or a bad value
+/// stops the agent there, not every run later.
+pub fn validate_check_params(device: DeviceChoice, params: &[String]) -> Result<(), String> {
+    if params.len() > MAX_CHECK_PARAMS {
+        return Err(format!("--check-param: {} given, at most {MAX_CHECK_PARAMS}", params.len()));
+    }
+    if let Some(p) = params.iter().find(|p| p.len() > MAX_CHECK_PARAM_LEN) {
+        let head: String = p.chars().take(64).collect();
+        return Err(format!("--check-param {head}...: longer than {MAX_CHECK_PARAM_LEN} bytes"));
+    }
+    let kind = if device == DeviceChoice::Cpu { DeviceKind::Cpu } else { DeviceKind::Cuda };
+    let mut configs = gpusanity_common::config::CheckConfigs::defaults(kind);
+    configs.apply_params(params).map_err(|e| e.to_string())
 }
 
 struct Running {

@@ -1,6 +1,6 @@
 //! Ending a run: the verdict, the findings, the rows and the output events, in one transaction.
 
-use gpusanity_common::report::{Code, Finding, Report, Scope, Severity};
+use gpusanity_common::report::{Code, DeviceKind, Finding, Report, Scope, Severity};
 use gpusanity_common::wire::output::{FailReason, OutputBody};
 use gpusanity_common::wire::Topics;
 use gpusanity_db::lease::Fence;
@@ -88,14 +88,17 @@ pub async fn finish(
     }
     // Nodes are isolated only by a failure (not while held, not when a person passes the run).
     let faulty = if matches!(verdict, Verdict::Failed(_)) { faulty_nodes(run, &findings) } else { Vec::new() };
+    let backend = report.map(|r| r.backend);
+    let said = with_backend(summary, backend, run);
     let body = match verdict {
         Verdict::Hold => None,
-        Verdict::Passed => Some(OutputBody::CheckPassed { summary: summary.into(), report_url: url }),
+        Verdict::Passed => Some(OutputBody::CheckPassed { summary: said, report_url: url, backend }),
         Verdict::Failed(reason) => Some(OutputBody::CheckFailed {
-            summary: summary.into(),
+            summary: said,
             faulty_nodes: faulty.clone(),
             report_url: url,
             reason,
+            backend,
         }),
     };
     let emit = |body| output_event(&run.job_id, &run.workspace_id, Some(&run.run_id), &run.cause_event_id, body);
@@ -125,6 +128,17 @@ pub async fn finish(
     }
     tx.commit().await?;
     Ok(true)
+}
+
+/// The verdict event's summary: a GPU job checked on the CPU backend (an agent started with
+/// `--device cpu`, a test rig) says so, so that nobody reads it as a check of the job's GPUs.
+fn with_backend(summary: &str, backend: Option<DeviceKind>, run: &RunRow) -> String {
+    match backend {
+        Some(DeviceKind::Cpu) if run.nodes.iter().any(|n| n.gpus > 0) => {
+            format!("{summary} [CPU backend: the agent runs with --device cpu; the job's GPUs were not checked]")
+        }
+        _ => summary.to_string(),
+    }
 }
 
 /// Names of the run's nodes with a critical finding, in node order.
