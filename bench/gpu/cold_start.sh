@@ -19,6 +19,10 @@ date -u +"date: %Y-%m-%dT%H:%M:%SZ"
 "$BIN" --version 2>/dev/null || true
 nvidia-smi --query-gpu=index,name,driver_version,persistence_mode --format=csv,noheader
 
+check_once() { # report dir: the default check, its output beside the dir (the wall line stays in the log)
+  env GPUSANITY_LOG=debug "$BIN" check --report-dir "$1" >"$1.out" 2>"$1.err"
+}
+
 one() { # name, drop: runs the default check once, prints wall, exit and the start-up phases
   local name=$1 drop=$2 dir="$OUT/$1"
   rm -rf "$dir"
@@ -26,7 +30,7 @@ one() { # name, drop: runs the default check once, prints wall, exit and the sta
     sync
     if ! echo 3 2>/dev/null >/proc/sys/vm/drop_caches; then echo "   (page cache not dropped: not root)"; fi
   fi
-  wall "$name" env GPUSANITY_LOG=debug "$BIN" check --report-dir "$dir" >"$dir.out" 2>"$dir.err"
+  wall "$name" check_once "$dir"
   grep -ohE '(probe_ms|open_ms|nvml_ms)=[0-9]+' "$dir.err" | sort | uniq -c | sed 's/^/   /'
   grep -E '^\s*(gemm|gpu-health|all-reduce) ' "$dir.out" | sed 's/^/   /'
 }
