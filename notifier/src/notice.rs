@@ -26,7 +26,7 @@ impl Notice {
     pub fn from_event(ev: &OutputEvent, report_url: &str) -> Notice {
         let template_url = ev.run_id.as_ref().map(|r| report_url.replace("{run_id}", r));
         let (verdict, reason, summary, faulty, codes, url) = match &ev.body {
-            OutputBody::CheckPassed { summary, report_url } => {
+            OutputBody::CheckPassed { summary, report_url, .. } => {
                 ("passed", None, summary.clone(), vec![], vec![], Some(report_url.clone()))
             }
             OutputBody::CheckFailed { summary, faulty_nodes, report_url, reason } => {

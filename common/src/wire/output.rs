@@ -28,7 +28,15 @@ pub enum OutputBody {
     /// A run started: the job is in `Checking`.
     SanityCheckStarted { attempt: u32, nodes: Vec<String>, checks: Vec<CheckId> },
     /// Every check passed: the platform may start the job.
-    CheckPassed { summary: String, report_url: String },
+    CheckPassed {
+        summary: String,
+        report_url: String,
+        /// The nodes whose check passed (an isolation backend returns them to service if it
+        /// isolated them); empty when a person passed a held run. Absent in events of older
+        /// versions, read as empty.
+        #[serde(default)]
+        passed_nodes: Vec<String>,
+    },
     /// A problem was found, a deadline overran under MarkJobFail, or a person failed a held run.
     CheckFailed { summary: String, faulty_nodes: Vec<String>, report_url: String, reason: FailReason },
     /// No check for this start, and why (timing policy, EnableSanityCheck off, out of scope).

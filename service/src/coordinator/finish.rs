@@ -90,7 +90,12 @@ pub async fn finish(
     let faulty = if matches!(verdict, Verdict::Failed(_)) { faulty_nodes(run, &findings) } else { Vec::new() };
     let body = match verdict {
         Verdict::Hold => None,
-        Verdict::Passed => Some(OutputBody::CheckPassed { summary: summary.into(), report_url: url }),
+        Verdict::Passed => Some(OutputBody::CheckPassed {
+            summary: summary.into(),
+            report_url: url,
+            // A held run a person passed proves nothing about its nodes.
+            passed_nodes: if run.held { Vec::new() } else { run.nodes.iter().map(|n| n.name.clone()).collect() },
+        }),
         Verdict::Failed(reason) => Some(OutputBody::CheckFailed {
             summary: summary.into(),
             faulty_nodes: faulty.clone(),
