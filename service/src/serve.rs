@@ -122,6 +122,15 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         let max_age = std::time::Duration::from_secs(cfg.isolation.max_event_age_s);
         tokio::spawn(crate::isolation::run(consumer, scontrol, max_age));
     }
+    if cfg.isolation.backend == crate::isolation::Backend::Kubernetes {
+        let k = &cfg.isolation.kubernetes;
+        let client = k.client_settings().client().await.map_err(|e| UsageError(e.to_string()))?;
+        let isolator = gpusanity_kube::Isolator::new(client, k.taint_effect, cfg.isolation.dry_run);
+        let group = format!("{}-isolation", cfg.kafka.group);
+        let consumer = crate::isolation::subscribe(&conn, &group, &cfg.topics.output)?;
+        let max_age = std::time::Duration::from_secs(cfg.isolation.max_event_age_s);
+        tokio::spawn(crate::isolation::kubernetes::run(consumer, isolator, k.clone(), max_age));
+    }
     tracing::info!(replica = replica.id, kafka = conn.bootstrap(), kafka_security = conn.protocol(), database = %cfg.database.url.split('@').next_back().unwrap_or_default(), listen = cfg.http.listen, "serving");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     // Outages of the broker or the database are waited out inside each part: none of them

@@ -34,10 +34,13 @@ pub enum Prereq {
     Network,
     /// No GPU on this host (the tests of the CPU fallback and of a missing GPU).
     NoGpu,
+    /// A Kubernetes API server (scripts/kube-apiserver.sh, built with Go, or
+    /// GPUSANITY_TEST_KUBECONFIG).
+    Kubernetes,
 }
 
 impl Prereq {
-    pub const ALL: [Prereq; 8] = [
+    pub const ALL: [Prereq; 9] = [
         Prereq::Root,
         Prereq::Slurm,
         Prereq::Kafka,
@@ -46,6 +49,7 @@ impl Prereq {
         Prereq::Chromium,
         Prereq::Network,
         Prereq::NoGpu,
+        Prereq::Kubernetes,
     ];
 
     /// The name `GPUSANITY_REQUIRE` lists it by.
@@ -59,6 +63,7 @@ impl Prereq {
             Prereq::Chromium => "chromium",
             Prereq::Network => "network",
             Prereq::NoGpu => "no-gpu",
+            Prereq::Kubernetes => "kubernetes",
         }
     }
 

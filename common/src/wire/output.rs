@@ -36,6 +36,11 @@ pub enum OutputBody {
         /// GPU job means an agent started with `--device cpu` checked it, not the job's GPUs.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         backend: Option<DeviceKind>,
+        /// The nodes whose check passed (an isolation backend returns them to service if it
+        /// isolated them); empty when a person passed a held run. Absent in events of older
+        /// versions, read as empty.
+        #[serde(default)]
+        passed_nodes: Vec<String>,
     },
     /// A problem was found, a deadline overran under MarkJobFail, or a person failed a held run.
     CheckFailed {

@@ -92,7 +92,13 @@ pub async fn finish(
     let said = with_backend(summary, backend, run);
     let body = match verdict {
         Verdict::Hold => None,
-        Verdict::Passed => Some(OutputBody::CheckPassed { summary: said, report_url: url, backend }),
+        Verdict::Passed => Some(OutputBody::CheckPassed {
+            summary: said,
+            report_url: url,
+            backend,
+            // A held run a person passed proves nothing about its nodes.
+            passed_nodes: if run.held { Vec::new() } else { run.nodes.iter().map(|n| n.name.clone()).collect() },
+        }),
         Verdict::Failed(reason) => Some(OutputBody::CheckFailed {
             summary: said,
             faulty_nodes: faulty.clone(),

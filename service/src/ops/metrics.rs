@@ -31,6 +31,7 @@ pub struct Metrics {
     pub runs_taken_over: IntCounter,
     pub runs_owned: IntGauge,
     pub outbox_leader: IntGauge,
+    pub isolation_actions: IntCounterVec,
 }
 
 fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
@@ -43,6 +44,12 @@ fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
     let g = IntGauge::new(name, help).expect("a valid metric");
     r.register(Box::new(g.clone())).expect("registered once");
     g
+}
+
+fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("a valid metric");
+    r.register(Box::new(c.clone())).expect("registered once");
+    c
 }
 
 fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
@@ -119,6 +126,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         ),
         runs_owned: gauge(&r, "gpusanity_runs_owned", "Runs this replica holds the lease of"),
         outbox_leader: gauge(&r, "gpusanity_outbox_leader", "1 while this replica holds the outbox publisher's lease"),
+        isolation_actions: counter_vec(
+            &r,
+            "gpusanity_isolation_actions_total",
+            "Isolation backend actions by this process, by outcome (isolated, already_isolated, returned, not_ours, refused_by_breaker, failed)",
+            &["outcome"],
+        ),
         registry: r,
     }
 });

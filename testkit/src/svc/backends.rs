@@ -69,6 +69,15 @@ pub(super) fn script_value(text: &str, key: &str) -> Option<String> {
 
 /// Runs `scripts/SCRIPT start` as [`start_script`] does; its whole stdout, or why it failed.
 pub(super) fn start_script_output(script: &str, state_var: &str, env: &[(&str, &str)]) -> Result<String, String> {
+    start_script_state(script, state_var, env).map(|(text, _)| text)
+}
+
+/// [`start_script_output`], with the script's state file (for its other subcommands).
+pub(super) fn start_script_state(
+    script: &str,
+    state_var: &str,
+    env: &[(&str, &str)],
+) -> Result<(String, std::path::PathBuf), String> {
     let dir = tempfile::tempdir().expect("tempdir").keep();
     // Readable by the `postgres` user the database server runs as under root.
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
@@ -99,7 +108,7 @@ pub(super) fn start_script_output(script: &str, state_var: &str, env: &[(&str, &
     let status =
         Command::new("sh").arg("-c").arg(format!("({watch}) >/dev/null 2>&1 </dev/null &")).status().expect("watchdog");
     assert!(status.success(), "starting the watchdog failed");
-    Ok(text)
+    Ok((text, state))
 }
 
 /// A PostgreSQL server's admin URL: GPUSANITY_TEST_POSTGRES when set (it must answer), else a

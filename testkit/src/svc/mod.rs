@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub use crate::common;
-mod backends;
+pub(crate) mod backends;
+pub mod kube;
 pub mod notify;
 pub mod outage;
 mod probe;

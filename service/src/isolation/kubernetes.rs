@@ -1,0 +1,248 @@
+//! The Kubernetes isolation backend of the service: NodeIsolated isolates the Node (cordon,
+//! taint, label, condition, Event; `gpusanity-kube`), CheckPassed returns the passed nodes it
+//! had isolated. An API server that cannot be reached (or answers 429/5xx) is waited out with
+//! backoff for as long as the event is younger than `max_event_age_s`, and the offset is stored
+//! only after: the change is applied afterwards, and once (isolating an isolated Node changes
+//! nothing).
+//!
+//! A circuit breaker refuses to isolate past `breaker.max_share` of the nodes this replica has
+//! seen in runs (at least `breaker.min_nodes`) within `breaker.window_s`: a wrong threshold or a
+//! failed switch then isolates a few nodes, not the fleet. Its state is in this replica's
+//! memory (each replica's consumer sees its own partitions of the output topic); a refusal is
+//! logged as an error and counted (`gpusanity_isolation_actions_total{outcome="refused_by_breaker"}`).
+
+use std::collections::{HashSet, VecDeque};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use gpusanity_kube::{ClientSettings, Effect, Isolator, KubeError, Outcome};
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::Message;
+use serde::{Deserialize, Serialize};
+
+use super::{next, request, Request};
+use crate::ops::metrics::METRICS;
+
+/// `[isolation.kubernetes]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct KubeSettings {
+    /// A kubeconfig file; without it and without `api_server`: `$KUBECONFIG`, `~/.kube/config`,
+    /// then the pod's service account (in-cluster).
+    pub kubeconfig: Option<PathBuf>,
+    /// The API server's URL (with `ca_file` and `token_file`), instead of a kubeconfig.
+    pub api_server: Option<String>,
+    pub ca_file: Option<PathBuf>,
+    /// A bearer token file replacing the kubeconfig user's credentials.
+    pub token_file: Option<PathBuf>,
+    /// `NoSchedule` (default) or `NoExecute` (also evicts running pods without a toleration).
+    pub taint_effect: Effect,
+    pub breaker: BreakerSettings,
+}
+
+/// `[isolation.kubernetes.breaker]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BreakerSettings {
+    /// The largest share of the known nodes isolated within the window (0 to 1).
+    pub max_share: f64,
+    /// Isolations always allowed within the window, whatever the share.
+    pub min_nodes: usize,
+    pub window_s: u64,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        BreakerSettings { max_share: 0.1, min_nodes: 1, window_s: 3600 }
+    }
+}
+
+impl KubeSettings {
+    pub fn check(&self) -> Result<(), String> {
+        let b = &self.breaker;
+        if !(0.0..=1.0).contains(&b.max_share) || b.window_s == 0 {
+            return Err("isolation.kubernetes.breaker: max_share within 0..=1 and window_s > 0".into());
+        }
+        if self.api_server.is_some() && self.kubeconfig.is_some() {
+            return Err("isolation.kubernetes: api_server or kubeconfig, not both".into());
+        }
+        Ok(())
+    }
+
+    pub fn client_settings(&self) -> ClientSettings {
+        ClientSettings {
+            kubeconfig: self.kubeconfig.clone(),
+            api_server: self.api_server.clone(),
+            ca_file: self.ca_file.clone(),
+            token_file: self.token_file.clone(),
+        }
+    }
+}
+
+/// The breaker's state: the nodes seen, the isolations within the window.
+#[derive(Debug)]
+pub struct Breaker {
+    settings: BreakerSettings,
+    known: HashSet<String>,
+    recent: VecDeque<Instant>,
+}
+
+impl Breaker {
+    pub fn new(settings: BreakerSettings) -> Self {
+        Breaker { settings, known: HashSet::new(), recent: VecDeque::new() }
+    }
+
+    /// Nodes seen in a run (they count towards the fleet).
+    pub fn seen<'a>(&mut self, nodes: impl IntoIterator<Item = &'a String>) {
+        self.known.extend(nodes.into_iter().cloned());
+    }
+
+    /// The cap within the window now.
+    pub fn cap(&self) -> usize {
+        let share = (self.settings.max_share * self.known.len() as f64).floor() as usize;
+        share.max(self.settings.min_nodes)
+    }
+
+    /// Whether one more isolation is allowed now (`Err` says why not).
+    pub fn allow(&mut self, now: Instant) -> Result<(), String> {
+        let window = Duration::from_secs(self.settings.window_s);
+        while self.recent.front().is_some_and(|t| now.duration_since(*t) > window) {
+            self.recent.pop_front();
+        }
+        if self.recent.len() >= self.cap() {
+            return Err(format!(
+                "circuit breaker: {} node(s) isolated in the last {} s, the cap is {} ({} of {} known node(s), at least {})",
+                self.recent.len(),
+                self.settings.window_s,
+                self.cap(),
+                self.settings.max_share,
+                self.known.len(),
+                self.settings.min_nodes
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn record(&mut self, now: Instant) {
+        self.recent.push_back(now);
+    }
+}
+
+/// The backend's consumer loop (see the module's description).
+pub async fn run(
+    consumer: StreamConsumer,
+    isolator: Isolator,
+    settings: KubeSettings,
+    max_age: Duration,
+) -> Result<()> {
+    tracing::info!(effect = ?settings.taint_effect, "isolation backend: kubernetes");
+    let mut breaker = Breaker::new(settings.breaker.clone());
+    loop {
+        let m = next(&consumer).await;
+        match request(m.payload().unwrap_or_default(), max_age) {
+            Ok(Some(r)) => handle(&isolator, &mut breaker, r, max_age).await,
+            Ok(None) => {}
+            Err(why) => tracing::warn!(offset = m.offset(), "isolation backend: {why}"),
+        }
+        if let Err(e) = consumer.store_offset(m.topic(), m.partition(), m.offset()) {
+            tracing::warn!(partition = m.partition(), offset = m.offset(), "isolation backend: storing an offset: {e}");
+        }
+    }
+}
+
+async fn handle(isolator: &Isolator, breaker: &mut Breaker, r: Request, max_age: Duration) {
+    match r {
+        Request::Seen { nodes } => breaker.seen(&nodes),
+        Request::Isolate { node, codes, reason } => {
+            breaker.seen([&node]);
+            if let Err(why) = breaker.allow(Instant::now()) {
+                tracing::error!(node, "isolation backend: not isolated: {why}");
+                count("refused_by_breaker");
+                return;
+            }
+            let code = codes.first().cloned().unwrap_or_else(|| "UNKNOWN".into());
+            let message = format!("{}: {reason}", codes.join(","));
+            let out = retry(max_age, || isolator.isolate(&node, &code, &message)).await;
+            if matches!(out, Some(Outcome::Isolated(_))) {
+                breaker.record(Instant::now());
+            }
+        }
+        Request::Return { nodes } => {
+            breaker.seen(&nodes);
+            for node in nodes {
+                retry(max_age, || isolator.restore(&node)).await;
+            }
+        }
+    }
+}
+
+fn count(outcome: &str) {
+    METRICS.isolation_actions.with_label_values(&[outcome]).inc();
+}
+
+/// `op` until it succeeds, a refusal, or `limit` of transient failures (backoff 0.5 s to 15 s).
+async fn retry<F, Fut>(limit: Duration, mut op: F) -> Option<Outcome>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Outcome, KubeError>>,
+{
+    let start = Instant::now();
+    let mut wait = Duration::from_millis(500);
+    loop {
+        match op().await {
+            Ok(out) => {
+                tracing::info!("isolation backend: {out:?}");
+                count(match &out {
+                    Outcome::Isolated(_) => "isolated",
+                    Outcome::AlreadyIsolated => "already_isolated",
+                    Outcome::Returned(_) => "returned",
+                    Outcome::NotOurs => "not_ours",
+                });
+                return Some(out);
+            }
+            Err(e) if e.is_transient() && start.elapsed() < limit => {
+                tracing::warn!("isolation backend: {e}; retrying in {} ms", wait.as_millis());
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(15));
+            }
+            Err(e) => {
+                tracing::error!("isolation backend: {e}");
+                count("failed");
+                return None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_breaker_caps_isolations_within_the_window() {
+        let mut b = Breaker::new(BreakerSettings { max_share: 0.2, min_nodes: 1, window_s: 60 });
+        let nodes: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
+        b.seen(&nodes);
+        assert_eq!(b.cap(), 2);
+        let t = Instant::now();
+        for _ in 0..2 {
+            b.allow(t).expect("under the cap");
+            b.record(t);
+        }
+        let why = b.allow(t).expect_err("the cap");
+        assert!(why.contains("the cap is 2"), "{why}");
+        assert!(b.allow(t + Duration::from_secs(61)).is_ok(), "the window moved on");
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        let s: KubeSettings = toml::from_str("taint_effect = \"NoExecute\"\n[breaker]\nmax_share = 0.5").unwrap();
+        assert_eq!(s.taint_effect, Effect::NoExecute);
+        assert!(s.check().is_ok());
+        let bad =
+            KubeSettings { breaker: BreakerSettings { max_share: 2.0, ..Default::default() }, ..Default::default() };
+        assert!(bad.check().is_err());
+        assert!(toml::from_str::<KubeSettings>("taint_effect = \"Evict\"").is_err());
+    }
+}
