@@ -317,16 +317,23 @@ fn report(args: &ReportArgs) -> ExitCode {
     let result = std::fs::read(&args.report)
         .map_err(|e| UsageError(format!("cannot read {}: {e}", args.report.display())))
         .and_then(|bytes| {
-            serde_json::from_slice(&bytes)
+            let text = String::from_utf8_lossy(&bytes);
+            gpusanity_reports::lenient::read(&text)
                 .map_err(|e| UsageError(format!("{} is not a gpusanity report: {e}", args.report.display())))
         })
         .and_then(|r| {
-            gpusanity_reports::validate::validate(&r)
+            gpusanity_reports::validate::validate(&r.report)
                 .map(|()| r)
                 .map_err(|e| UsageError(format!("{} is not a valid gpusanity report: {e}", args.report.display())))
         })
         .map_err(anyhow::Error::from)
-        .and_then(|r| launcher::write_html(&out, &r));
+        .and_then(|r| {
+            for part in &r.left_out {
+                tracing::warn!("left out of the page (written by another gpusanity version): {part}");
+            }
+            let ctx = gpusanity_reports::html::RunContext { left_out: r.left_out, ..Default::default() };
+            launcher::write_html(&out, &r.report, &ctx)
+        });
     match result {
         Ok(()) => {
             println!("{}", out.display());

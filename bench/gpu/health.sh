@@ -46,8 +46,9 @@ with open(sys.argv[2], "w") as out:
     for c in r["checks"]:
         if c["name"] == "gpu-health":
             for k in c["ranks"]:
-                if "readings" in k.get("notes", {}):
-                    out.write(k["notes"]["readings"] + "\n")
+                d = k.get("detail") or {}
+                if "readings" in d:
+                    out.write(json.dumps(d["readings"]) + "\n")
 print(open(sys.argv[2]).read())
 PY
 }

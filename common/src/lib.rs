@@ -5,6 +5,7 @@
 pub mod bandwidth;
 pub mod checks;
 pub mod config;
+pub mod detail;
 pub mod device;
 pub mod envs;
 pub mod events;
@@ -20,6 +21,7 @@ pub mod secret;
 pub mod settings;
 pub mod stats;
 pub mod timing;
+pub mod verdict;
 pub mod wire;
 
 pub use checks::Descriptor;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+pub use crate::detail::CheckDetail;
 use crate::events::StateEvent;
 pub use crate::findings::Code;
 pub use crate::registry::{CheckId, Scope};
@@ -187,16 +188,28 @@ pub struct RankResult {
     /// Per-message-size figures of a collective.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sweep: Vec<SweepPoint>,
-    /// Free-form facts: the result hash, the verifier's detail...
+    /// Free-form facts for people: the result hash, the verifier's detail...
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub notes: BTreeMap<String, String>,
+    /// The check's structured result, read by the diagnosis and the report (absent in
+    /// reports written before it existed: see [`crate::detail`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<CheckDetail>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
 impl RankResult {
     pub fn new(rank: usize, status: CheckStatus) -> Self {
-        RankResult { rank, status, metrics: BTreeMap::new(), sweep: Vec::new(), notes: BTreeMap::new(), error: None }
+        RankResult {
+            rank,
+            status,
+            metrics: BTreeMap::new(),
+            sweep: Vec::new(),
+            notes: BTreeMap::new(),
+            detail: None,
+            error: None,
+        }
     }
 }
 

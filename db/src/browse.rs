@@ -7,7 +7,7 @@ use gpusanity_common::wire::job::JobNode;
 use serde::Serialize;
 
 use crate::column::{CommaList, Flag, JsonText};
-use crate::{Backend, Db, Result};
+use crate::{Db, DbBackend, Result};
 
 /// Which runs to list. Empty fields do not filter.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -80,7 +80,7 @@ pub struct FindingRow {
 }
 
 /// The WHERE clause of `f` with its parameters in order (`$1`, `$2`, ...).
-fn where_clause(backend: Backend, f: &RunFilter) -> (String, Vec<Param>) {
+fn where_clause(backend: DbBackend, f: &RunFilter) -> (String, Vec<Param>) {
     let mut conds: Vec<String> = Vec::new();
     let mut params: Vec<Param> = Vec::new();
     let mut add = |cond: &str, p: Param| {
@@ -100,10 +100,10 @@ fn where_clause(backend: Backend, f: &RunFilter) -> (String, Vec<Param>) {
         // A run that ended passed or failed has a health entry per node (indexed by node); the
         // others (checking, cancelled) are found in `nodes`, the JSON list of the job's nodes.
         let json = match backend {
-            Backend::Sqlite => {
+            DbBackend::Sqlite => {
                 "EXISTS (SELECT 1 FROM json_each(runs.nodes) n WHERE json_extract(n.value, '$.name') = ?)"
             }
-            Backend::Postgres => {
+            DbBackend::Postgres => {
                 "EXISTS (SELECT 1 FROM jsonb_array_elements(CAST(runs.nodes AS jsonb)) n WHERE n->>'name' = ?)"
             }
         };

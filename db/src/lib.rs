@@ -55,7 +55,7 @@ pub enum DbError {
 pub type Result<T> = std::result::Result<T, DbError>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
+pub enum DbBackend {
     Sqlite,
     Postgres,
 }
@@ -64,7 +64,7 @@ pub enum Backend {
 pub struct Db {
     /// Private: every query of the service is a function of this crate.
     pub(crate) pool: AnyPool,
-    pub backend: Backend,
+    pub backend: DbBackend,
     /// The URL it was opened with (for a connection of its own: [`wake`]).
     url: Arc<str>,
 }
@@ -77,23 +77,23 @@ impl Db {
     pub async fn connect(url: &str) -> Result<Db> {
         sqlx::any::install_default_drivers();
         let backend = if url.starts_with("sqlite:") {
-            Backend::Sqlite
+            DbBackend::Sqlite
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            Backend::Postgres
+            DbBackend::Postgres
         } else {
             return Err(DbError::BadUrl(url.into()));
         };
         let url = match backend {
-            Backend::Sqlite if !url.contains('?') => format!("{url}?mode=rwc"),
+            DbBackend::Sqlite if !url.contains('?') => format!("{url}?mode=rwc"),
             _ => url.to_string(),
         };
         // The URL's parameters (sslmode, sslrootcert, sslcert, sslkey...) go to the driver as they are.
         let opts = AnyConnectOptions::from_str(&url).map_err(DbError::Options)?.disable_statement_logging();
         let pool = AnyPoolOptions::new()
-            .max_connections(if backend == Backend::Sqlite { 4 } else { 8 })
+            .max_connections(if backend == DbBackend::Sqlite { 4 } else { 8 })
             .after_connect(move |conn, _| {
                 Box::pin(async move {
-                    if backend == Backend::Sqlite {
+                    if backend == DbBackend::Sqlite {
                         // WAL: readers do not block the writer; NORMAL: no fsync per commit
                         // (a power cut may lose the last commits, a process crash loses none).
                         conn.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=10000;")
@@ -106,8 +106,8 @@ impl Db {
             .await
             .map_err(connect_error)?;
         match backend {
-            Backend::Sqlite => SQLITE.run(&pool).await?,
-            Backend::Postgres => POSTGRES.run(&pool).await?,
+            DbBackend::Sqlite => SQLITE.run(&pool).await?,
+            DbBackend::Postgres => POSTGRES.run(&pool).await?,
         }
         Ok(Db { pool, backend, url: url.into() })
     }
@@ -129,8 +129,8 @@ impl Db {
     /// (SQLITE_BUSY_SNAPSHOT, which no busy timeout retries).
     pub async fn begin(&self) -> Result<Tx> {
         Ok(match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => self.pool.begin().await?,
+            DbBackend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            DbBackend::Postgres => self.pool.begin().await?,
         })
     }
 }

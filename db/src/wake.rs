@@ -8,7 +8,7 @@ use std::time::Duration;
 use sqlx::postgres::PgListener;
 use tokio::sync::Notify;
 
-use crate::{Backend, Db};
+use crate::{Db, DbBackend};
 
 /// The channel of the commits that queued outbox rows.
 pub const OUTBOX_CHANNEL: &str = "gpusanity_outbox";
@@ -22,7 +22,7 @@ impl Db {
     /// pause when it fails (the database away): the publisher's own looks at the table find
     /// what was committed meanwhile, and `wake` is woken once the listening is back.
     pub async fn wake_on_outbox(&self, wake: Arc<Notify>) {
-        if self.backend != Backend::Postgres {
+        if self.backend != DbBackend::Postgres {
             return;
         }
         loop {

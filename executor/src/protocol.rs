@@ -50,20 +50,15 @@ pub enum WorkerMsg {
     /// worker that stops beating is stopped or dead, not merely waiting.
     Heartbeat,
     /// Where the worker is: check, phase (`start`, `warmup`, `timed`, `verify`...) and step.
-    Progress {
-        check: CheckId,
-        phase: String,
-        step: u64,
-    },
+    Progress { check: CheckId, phase: String, step: u64 },
     CheckDone {
         check: CheckId,
         duration_s: f64,
-        result: RankResult,
+        /// Boxed: a result with its detail is far larger than the other messages.
+        result: Box<RankResult>,
     },
     /// The worker cannot go on (backend failed to open...).
-    Fatal {
-        error: String,
-    },
+    Fatal { error: String },
 }
 
 pub const HEARTBEAT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);

@@ -16,7 +16,7 @@ use gpusanity_common::timing::Decision;
 use gpusanity_common::wire::job::{JobEvent, JobEventBody};
 use gpusanity_db::bulk::{self, JobEventRow, OutboxInsert};
 use gpusanity_db::runs::JobRow;
-use gpusanity_db::{lease, now_ms, Backend, DbError};
+use gpusanity_db::{lease, now_ms, DbBackend, DbError};
 use rdkafka::message::{Message, OwnedMessage};
 
 use crate::apply::{skip_decision, skipped_event};
@@ -59,7 +59,7 @@ impl Ingest {
         // On SQLite a statement is a call within the process, not a round trip, and one
         // multi-row statement costs more than the rows one by one (about 200 ms against 50 ms
         // for 1,000 allocations): there every event is applied on its own.
-        let multi_row = self.db.backend == Backend::Postgres;
+        let multi_row = self.db.backend == DbBackend::Postgres;
         let mut skips: Vec<Option<Skip>> = parsed
             .iter()
             .zip(batch)

@@ -26,6 +26,9 @@ pub struct RunContext {
     pub timeline: Vec<TimelineEntry>,
     /// Links shown at the top of the page (the browser's run list, the JSON report...).
     pub links: Vec<Link>,
+    /// Parts of a stored report that this version could not read and left out
+    /// ([`crate::lenient`]), listed at the top of the page.
+    pub left_out: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -53,6 +56,7 @@ struct RunPage<'a> {
     verdict: &'static str,
     verdict_text: &'static str,
     links: &'a [Link],
+    left_out: &'a [String],
     faulty: Vec<NodeVerdict>,
     suspect: Vec<NodeVerdict>,
     findings: Vec<sections::FindingView<'a>>,
@@ -92,6 +96,7 @@ pub fn run_page(report: &Report, ctx: &RunContext) -> Result<String, RenderError
         verdict,
         verdict_text,
         links: &ctx.links,
+        left_out: &ctx.left_out,
         faulty: sections::faulty_nodes(report),
         suspect: sections::with_health(report, NodeHealth::Suspect),
         findings: report.findings.iter().map(sections::finding_view).collect(),

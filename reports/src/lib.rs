@@ -3,6 +3,7 @@
 
 pub mod columns;
 pub mod html;
+pub mod lenient;
 pub mod svg;
 pub mod text;
 pub mod validate;

@@ -12,7 +12,8 @@ use thiserror::Error;
 pub const MAX_NODES: usize = 4096;
 /// Rank numbers are below this (ranks are matched by number, never used as indexes).
 pub const MAX_RANKS: usize = 1 << 17;
-/// The most entries of one list: checks, findings, events, sweep points, metrics, notes.
+/// The most entries of one list: checks, findings, events, sweep points, metrics, notes, the
+/// items of a check's detail.
 pub const MAX_ITEMS: usize = 1 << 17;
 /// The most node pairs of the link test.
 pub const MAX_PAIRS: usize = 1 << 20;
@@ -76,6 +77,9 @@ pub fn validate(r: &Report) -> Result<(), InvalidReport> {
             count(&at("metrics"), x.metrics.len(), MAX_ITEMS)?;
             count(&at("sweep"), x.sweep.len(), MAX_ITEMS)?;
             count(&at("notes"), x.notes.len(), MAX_ITEMS)?;
+            if let Some(d) = &x.detail {
+                count(&at("detail"), d.len(), MAX_ITEMS)?;
+            }
             for k in x.metrics.keys() {
                 bytes(&at("metrics key"), k.len(), MAX_NAME)?;
             }

@@ -122,7 +122,7 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         let max_age = std::time::Duration::from_secs(cfg.isolation.max_event_age_s);
         tokio::spawn(crate::isolation::run(consumer, scontrol, max_age));
     }
-    if cfg.isolation.backend == crate::isolation::Backend::Kubernetes {
+    if cfg.isolation.backend == crate::isolation::IsolationBackend::Kubernetes {
         let k = &cfg.isolation.kubernetes;
         let client = k.client_settings().client().await.map_err(|e| UsageError(e.to_string()))?;
         let isolator = gpusanity_kube::Isolator::new(client, k.taint_effect, cfg.isolation.dry_run);

@@ -18,6 +18,13 @@ fn note<'a>(c: &'a Value, rank: usize, key: &str) -> &'a str {
     c["ranks"][rank]["notes"][key].as_str().unwrap_or_else(|| panic!("no note {key} in {c}"))
 }
 
+/// A field of a rank's structured detail.
+fn detail<'a>(c: &'a Value, rank: usize, key: &str) -> &'a Value {
+    let v = &c["ranks"][rank]["detail"][key];
+    assert!(!v.is_null(), "no detail {key} in {c}");
+    v
+}
+
 fn metric(c: &Value, rank: usize, key: &str) -> f64 {
     c["ranks"][rank]["metrics"][key].as_f64().unwrap_or_else(|| panic!("no metric {key} in {c}"))
 }
@@ -48,18 +55,18 @@ fn the_three_models_train_and_agree_across_ranks() {
         }
     }
     // Data parallel: both ranks end with the same parameters.
-    assert_eq!(note(mini, 0, "param_checksum"), note(mini, 1, "param_checksum"));
+    assert_eq!(detail(mini, 0, "param_checksum"), detail(mini, 1, "param_checksum"));
     let meg = check(&r, "megatron-gpt");
     assert_eq!(meg["status"], "passed");
     assert_eq!(note(meg, 0, "layout"), "TP 2 x DP 1");
     // Tensor parallel: each rank holds its own shard, and both see the same (reduced) loss.
-    assert_ne!(note(meg, 0, "param_checksum"), note(meg, 1, "param_checksum"));
-    assert_eq!(note(meg, 0, "losses"), note(meg, 1, "losses"));
+    assert_ne!(detail(meg, 0, "param_checksum"), detail(meg, 1, "param_checksum"));
+    assert_eq!(detail(meg, 0, "losses"), detail(meg, 1, "losses"));
     let res = check(&r, "resnet");
     assert_eq!(res["status"], "passed");
     assert!(metric(res, 1, "loss_final") < 0.8 * metric(res, 1, "loss_first"));
     assert!(metric(res, 0, "images_per_s") > 0.0);
-    assert_eq!(note(res, 0, "param_checksum"), note(res, 1, "param_checksum"));
+    assert_eq!(detail(res, 0, "param_checksum"), detail(res, 1, "param_checksum"));
     assert!(note(res, 0, "convolution").starts_with("im2col + GEMM"));
     run.assert_nothing_left();
 }
@@ -82,7 +89,7 @@ fn a_parameter_corrupted_on_one_rank_is_silent_data_corruption_of_that_rank() {
     assert_eq!(findings(&r), [("MODEL_SILENT_DATA_CORRUPTION".to_string(), Some(1))]);
     let mini = check(&r, "mini-gpt");
     assert_eq!(mini["status"], "failed");
-    assert_ne!(note(mini, 0, "param_checksum"), note(mini, 1, "param_checksum"));
+    assert_ne!(detail(mini, 0, "param_checksum"), detail(mini, 1, "param_checksum"));
     assert_eq!(r["status"], "failed");
     run.assert_nothing_left();
 }
@@ -194,16 +201,16 @@ fn megatron_gpt_runs_tensor_parallel_inside_nodes_and_data_parallel_across_them(
     let r = run.report();
     let meg = check(&r, "megatron-gpt");
     assert_eq!(meg["status"], "passed");
-    let sum = |rank: usize| note(meg, rank, "param_checksum").to_string();
+    let sum = |rank: usize| detail(meg, rank, "param_checksum").clone();
     for rank in 0..4 {
         assert_eq!(note(meg, rank, "layout"), "TP 2 x DP 2");
     }
     // Ranks 0 and 2 hold the same shard on different nodes and end identical; so do 1 and 3.
     assert_eq!((sum(0), sum(1)), (sum(2), sum(3)));
     assert_ne!(sum(0), sum(1));
-    assert_eq!((note(meg, 0, "dp_group"), note(meg, 3, "dp_group")), ("0", "1"));
+    assert_eq!((detail(meg, 0, "dp_group"), detail(meg, 3, "dp_group")), (&Value::from(0), &Value::from(1)));
     // Each node's TP pair saw its own data: the same losses inside a node, different across.
-    assert_eq!(note(meg, 0, "losses"), note(meg, 1, "losses"));
-    assert_ne!(note(meg, 0, "losses"), note(meg, 2, "losses"));
+    assert_eq!(detail(meg, 0, "losses"), detail(meg, 1, "losses"));
+    assert_ne!(detail(meg, 0, "losses"), detail(meg, 2, "losses"));
     run.assert_nothing_left();
 }

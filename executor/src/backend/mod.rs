@@ -1,5 +1,5 @@
 //! Compute and communication backends. A worker owns one backend for its device; the checks are
-//! written once over the [`Backend`] trait.
+//! written once over the [`DeviceBackend`] trait.
 //!
 //! - `cpu`: fp32 GEMM through the `gemm` crate; collectives between worker processes over TCP
 //!   with NCCL's semantics (ring all-reduce, exact results).
@@ -36,7 +36,7 @@ pub enum BackendError {
 }
 
 /// A communicator handle: [`GroupId::WORLD`] (every rank, made when the backend opens) or a
-/// group made with [`Backend::group`].
+/// group made with [`DeviceBackend::group`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct GroupId(pub(crate) usize);
 
@@ -44,7 +44,7 @@ impl GroupId {
     pub const WORLD: GroupId = GroupId(0);
 }
 
-/// A device buffer handle from [`Backend::buf_alloc`].
+/// A device buffer handle from [`DeviceBackend::buf_alloc`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BufId(pub(crate) usize);
 
@@ -86,15 +86,15 @@ impl CollCall {
     }
 }
 
-/// One item of [`Backend::run`].
+/// One item of [`DeviceBackend::run`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Work {
     Coll(CollCall),
-    /// One product C = A B of the buffers of [`Backend::gemm_load`].
+    /// One product C = A B of the buffers of [`DeviceBackend::gemm_load`].
     Gemm,
 }
 
-/// What [`Backend::run`] measured: mean seconds per round.
+/// What [`DeviceBackend::run`] measured: mean seconds per round.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Timing {
     /// Per item, from the common start to the item's end, divided by the rounds.
@@ -114,7 +114,7 @@ pub struct LaunchTiming {
     pub round_trip_best_us: f64,
 }
 
-/// Checks the calls of a [`Work`] list against the rules of [`Backend::run`]: distinct groups,
+/// Checks the calls of a [`Work`] list against the rules of [`DeviceBackend::run`]: distinct groups,
 /// distinct receive buffers, no buffer both sent and received, at most one GEMM; `elems` a
 /// multiple of the group size where the operation splits it.
 pub(crate) fn check_work(
@@ -246,7 +246,7 @@ impl WorkerPlace {
 ///
 /// Timing contract: every duration returned is measured on the device's own clock (CUDA events
 /// on GPU) after the work is complete, never by a host timer around an asynchronous launch.
-pub trait Backend {
+pub trait DeviceBackend {
     fn kind(&self) -> DeviceKind;
     /// The device model, e.g. `NVIDIA H200` or the CPU's model name.
     fn device_name(&self) -> String;
@@ -275,7 +275,7 @@ pub trait Backend {
     /// Makes the communicator of the group `members` (global ranks; group rank = index in it),
     /// which must contain this rank. Every member calls this with the same `key`, unique per
     /// group in the run. On CUDA each group gets a stream of its own, so operations on
-    /// different groups in one [`Backend::run`] proceed at the same time.
+    /// different groups in one [`DeviceBackend::run`] proceed at the same time.
     fn group(&mut self, store: &mut StoreClient, key: &str, members: &[usize]) -> Result<GroupId, BackendError>;
     /// The number of ranks of `group`.
     fn group_size(&self, group: GroupId) -> Result<usize, BackendError>;
@@ -340,7 +340,11 @@ pub trait Backend {
 }
 
 /// Which backend a worker opens.
-pub fn open(kind: DeviceKind, place: &WorkerPlace, store: &mut StoreClient) -> Result<Box<dyn Backend>, BackendError> {
+pub fn open(
+    kind: DeviceKind,
+    place: &WorkerPlace,
+    store: &mut StoreClient,
+) -> Result<Box<dyn DeviceBackend>, BackendError> {
     match kind {
         DeviceKind::Cpu => Ok(Box::new(cpu::CpuBackend::new(place, store)?)),
         DeviceKind::Cuda => Ok(Box::new(cuda::CudaBackend::new(place, store)?)),

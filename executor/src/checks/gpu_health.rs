@@ -22,23 +22,21 @@ use anyhow::{Context, Result};
 use cudarc::driver::sys::CUdevice_attribute;
 use gpusanity_common::config::health::GpuHealthConfig;
 use gpusanity_common::registry::CheckId;
-use gpusanity_common::report::{CheckStatus, RankResult};
+use gpusanity_common::report::{CheckDetail, CheckStatus, RankResult};
 use gpusanity_cuda::CudaDevice;
 use gpusanity_nvml::{Monitor, NvmlError, Sampler};
 
 use super::CheckCtx;
-use crate::backend::Backend;
+use crate::backend::DeviceBackend;
 
 pub const NAME: CheckId = CheckId::GpuHealth;
 
 /// The note that says why NVML could not be read.
 pub const UNAVAILABLE_NOTE: &str = "nvml_unavailable";
-/// The note that holds the readings, as JSON.
-pub const READINGS_NOTE: &str = "readings";
 
 /// The reader of a worker's GPU, started when the worker starts if `checks` has this check
 /// and the backend drives a GPU; `None` otherwise.
-pub fn watch(backend: &dyn Backend, checks: &[CheckId]) -> Option<Result<Monitor, NvmlError>> {
+pub fn watch(backend: &dyn DeviceBackend, checks: &[CheckId]) -> Option<Result<Monitor, NvmlError>> {
     if !checks.contains(&NAME) {
         return None;
     }
@@ -49,7 +47,7 @@ pub fn watch(backend: &dyn Backend, checks: &[CheckId]) -> Option<Result<Monitor
 /// How the worker's GPU is linked to the node's others, as NVML reads it: NVLink when one of
 /// its links is up, PCIe when none is; `None` on CPU, on a node of one GPU (nothing to link
 /// to), or where NVML cannot tell.
-pub fn link(backend: &dyn Backend, local_gpus: usize) -> Option<gpusanity_common::report::Link> {
+pub fn link(backend: &dyn DeviceBackend, local_gpus: usize) -> Option<gpusanity_common::report::Link> {
     use gpusanity_common::report::Link;
     if local_gpus < 2 {
         return None;
@@ -104,7 +102,6 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     ctx.progress.phase(NAME, "read", 1);
     let readings = monitor.read(&samples);
     let mut r = RankResult::new(rank, CheckStatus::Passed);
-    r.notes.insert(READINGS_NOTE.into(), serde_json::to_string(&readings).context("readings as JSON")?);
     r.notes.insert("window".into(), format!("{:.2} s from the {}", readings.window_s, readings.window_from));
     if let Some(c) = readings.sm_clock.value() {
         r.metrics.insert("sm_clock_load_mhz".into(), f64::from(c.under_load_mhz));
@@ -143,6 +140,7 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
             r.error = Some(format!("{e:#}"));
         }
     }
+    r.detail = Some(CheckDetail::GpuHealth { readings: Box::new(readings) });
     Ok(r)
 }
 
@@ -155,7 +153,7 @@ fn unavailable(rank: usize, e: &NvmlError) -> RankResult {
 /// The load the clocks are sampled under: square GEMMs of side `load_size` for `load_ms`, on
 /// inputs exact in bf16 (multiples of 1/8 up to 1), not verified (the `gemm` check verifies
 /// products). Returns what ran.
-fn run_load(backend: &mut dyn Backend, cfg: &GpuHealthConfig) -> Result<String> {
+fn run_load(backend: &mut dyn DeviceBackend, cfg: &GpuHealthConfig) -> Result<String> {
     let n = cfg.load_size;
     let elems = n.checked_mul(n).context("load size overflows")?;
     let a: Vec<f32> = (0..elems).map(|i| ((i % 17) as f32 - 8.0) / 8.0).collect();

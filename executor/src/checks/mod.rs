@@ -1,5 +1,5 @@
-//! The check items, one module each, run by a worker over its [`Backend`], and the helpers they
-//! share: progress reporting, fault injection for tests, fill patterns; [`remeasure`] runs a
+//! The check items, one module each, run by a worker over its [`DeviceBackend`], and the
+//! helpers they share: progress reporting, fault injection for tests, fill patterns; [`remeasure`] runs a
 //! check and re-runs it before a slow rank is named, [`pair_schedule`] orders the link test.
 //! What each check is (its configuration, metric, codes) is its descriptor in
 //! [`gpusanity_common::checks`].
@@ -28,7 +28,7 @@ use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckStatus, RankResult};
 
-use crate::backend::{Backend, WorkerPlace};
+use crate::backend::{DeviceBackend, WorkerPlace};
 use crate::store::StoreClient;
 
 /// Barriers inside a check wait as long as a run may last: the launcher, not the worker,
@@ -42,7 +42,7 @@ pub trait Progress {
 
 /// Everything a check needs.
 pub struct CheckCtx<'a> {
-    pub backend: &'a mut dyn Backend,
+    pub backend: &'a mut dyn DeviceBackend,
     pub store: &'a mut StoreClient,
     pub place: &'a WorkerPlace,
     pub configs: &'a CheckConfigs,

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use gpusanity_common::bandwidth::{busbw_gbps, Collective};
-use gpusanity_common::report::{CheckStatus, PairBandwidth, RankResult};
+use gpusanity_common::report::{CheckDetail, CheckStatus, PairBandwidth, RankResult};
 
 use super::pair_schedule;
 use super::{CheckCtx, BARRIER_WAIT};
@@ -72,7 +72,7 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     if let Some(min) = measured.iter().map(|p| p.busbw_gbps).reduce(f64::min) {
         r.metrics.insert("busbw_gbps_min".into(), min);
     }
-    r.notes.insert("pair_matrix".into(), serde_json::to_string(&measured)?);
+    r.detail = Some(CheckDetail::PairBandwidth { pairs: measured });
     if wrong > 0 {
         r.error = Some(format!("{wrong} reduced elements are wrong in the link test"));
     }

@@ -5,12 +5,12 @@
 use std::collections::BTreeMap;
 
 use gpusanity_common::config::health::GpuHealthConfig;
-use gpusanity_common::health::{census, decide, nvml_unavailable, readiness, Policy, Readiness, Readings};
+use gpusanity_common::health::{census, decide, nvml_unavailable, readiness, Policy, Readiness};
 use gpusanity_common::registry::CheckId;
-use gpusanity_common::report::{CheckReport, Finding, RankInfo};
+use gpusanity_common::report::{CheckDetail, CheckReport, Finding, RankInfo};
 
 use super::place;
-use crate::checks::gpu_health::{READINGS_NOTE, UNAVAILABLE_NOTE};
+use crate::checks::gpu_health::UNAVAILABLE_NOTE;
 
 /// Findings of `c`, if it is the health check.
 pub fn findings(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) {
@@ -27,7 +27,7 @@ pub fn findings(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
             findings.push(place(nvml_unavailable(why), ranks, r.rank));
             continue;
         }
-        let Some(readings) = r.notes.get(READINGS_NOTE).and_then(|s| serde_json::from_str::<Readings>(s).ok()) else {
+        let Some(readings) = r.detail.as_ref().and_then(CheckDetail::readings) else {
             continue;
         };
         if let Some(node) = ranks.iter().find(|i| i.rank == r.rank).map(|i| i.node_rank) {
@@ -37,10 +37,10 @@ pub fn findings(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
         // The run's own workers on this node are never another job's processes.
         let node = ranks.iter().find(|i| i.rank == r.rank).map(|i| i.node_rank);
         let own: Vec<u32> = ranks.iter().filter(|i| Some(i.node_rank) == node).map(|i| i.pid).collect();
-        let judged = decide(&readings, &policy)
+        let judged = decide(readings, &policy)
             .into_iter()
-            .chain(readiness::leftovers(&readings, &own, &ready))
-            .chain(readiness::settings(&readings, &own, &ready));
+            .chain(readiness::leftovers(readings, &own, &ready))
+            .chain(readiness::settings(readings, &own, &ready));
         findings.extend(judged.map(|f| place(f, ranks, r.rank)));
     }
     for (node, seen) in visible {
@@ -65,6 +65,7 @@ pub fn findings(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpusanity_common::health::Readings;
     use gpusanity_common::report::{CheckStatus, Code, RankResult, Severity};
 
     fn info(rank: usize) -> RankInfo {
@@ -97,7 +98,7 @@ mod tests {
         readings.index = rank as u32;
         edit(&mut readings);
         let mut r = RankResult::new(rank, CheckStatus::Passed);
-        r.notes.insert(READINGS_NOTE.into(), serde_json::to_string(&readings).unwrap());
+        r.detail = Some(CheckDetail::GpuHealth { readings: Box::new(readings) });
         r
     }
 

@@ -2,17 +2,16 @@
 //! them, and a GPU whose host link drops when every GPU of its node copies at once.
 
 use gpusanity_common::findings::Code;
-use gpusanity_common::report::{CheckReport, Finding, RankInfo, Severity};
+use gpusanity_common::report::{CheckDetail, CheckReport, Finding, RankInfo, Severity};
 use gpusanity_common::stats::median;
 
 use super::place;
-use crate::checks::rdma_ports::Issue;
 
 /// The RDMA ports' faults as local rank 0 of each node listed them, each placed on its node.
 pub(super) fn rdma_ports(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) {
     use gpusanity_common::checks::rdma_ports::{ERRORS, FLAPPED, PORT_DOWN, RATE_LOW};
     for r in &c.ranks {
-        let Some(issues) = r.notes.get("rdma_issues").and_then(|s| serde_json::from_str::<Vec<Issue>>(s).ok()) else {
+        let Some(CheckDetail::RdmaPorts { issues, .. }) = &r.detail else {
             continue;
         };
         let info = ranks.iter().find(|i| i.rank == r.rank);
@@ -119,7 +118,7 @@ mod tests {
         flapped.counters.insert("link_downed".into(), 1);
         let issues = judge(&[up], &[flapped], None, "since the worker started (3.0 s)");
         let mut r = RankResult::new(2, CheckStatus::Failed);
-        r.notes.insert("rdma_issues".into(), serde_json::to_string(&issues).unwrap());
+        r.detail = Some(CheckDetail::RdmaPorts { ports: Vec::new(), issues });
         r.notes.insert("span".into(), "since the worker started (3.0 s)".into());
         let mut f = Vec::new();
         rdma_ports(&report("rdma-ports", vec![RankResult::new(0, CheckStatus::Passed), r]), &infos(4, 2), &mut f);

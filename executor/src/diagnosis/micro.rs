@@ -5,13 +5,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use gpusanity_common::detail::Probe;
 use gpusanity_common::findings::Code;
 use gpusanity_common::registry::CheckId;
-use gpusanity_common::report::{CheckReport, Finding, RankInfo, Severity};
+use gpusanity_common::report::{CheckDetail, CheckReport, Finding, RankInfo, Severity};
 use gpusanity_common::stats::median;
 
 use super::place;
-use crate::checks::network_connectivity::Probe;
 
 /// Findings of `c` beyond per-rank statuses and figures.
 pub fn diagnose(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, findings: &mut Vec<Finding>) {
@@ -55,13 +55,20 @@ fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
         first_of_node(node).map_or_else(|| format!("node {node}"), |r| format!("node {node} ({})", r.host))
     };
     let nodes: BTreeSet<usize> = ranks.iter().map(|r| r.node_rank).collect();
-    let note = |key: &str| c.ranks.iter().find(|r| r.rank == 0).and_then(|r| r.notes.get(key));
-    let parse = |key: &str| -> Vec<Probe> { note(key).and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default() };
+    let empty = Vec::new();
     // How many partners probed each node and rank (a run beyond the whole-matrix size probes a
     // few partners each); reports without them probed every other node and rank.
-    let counts = |key: &str| -> Option<Vec<usize>> { note(key).and_then(|s| serde_json::from_str(s).ok()) };
-    let (front_probers, back_peers) = (counts("front_end_probers"), counts("back_end_peers"));
-    let front = parse("front_end_failed");
+    let (front, back, front_probers, back_peers) =
+        match c.ranks.iter().find(|r| r.rank == 0).and_then(|r| r.detail.as_ref()) {
+            Some(CheckDetail::Connectivity {
+                front_end_failed,
+                back_end_failed,
+                front_end_probers,
+                back_end_peers,
+                ..
+            }) => (front_end_failed, back_end_failed, front_end_probers.clone(), back_end_peers.clone()),
+            _ => (&empty, &empty, None, None),
+        };
     let mut named = BTreeSet::new();
     for &target in &nodes {
         let from: BTreeSet<usize> = front.iter().filter(|p| p.to == target).map(|p| p.from).collect();
@@ -89,7 +96,6 @@ fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
         findings.push(Finding::new(Severity::Critical, Code::NetFrontendPairFailed, name, msg));
     }
 
-    let back = parse("back_end_failed");
     let pair = |p: &Probe| (p.from.min(p.to), p.from.max(p.to));
     let failed: BTreeSet<(usize, usize)> = back.iter().map(pair).collect();
     let mut blamed = BTreeSet::new();
@@ -252,11 +258,20 @@ mod tests {
         assert!(f.is_empty(), "{f:?}");
     }
 
-    fn probes(key: &str, list: &[(usize, usize)]) -> RankResult {
+    /// Rank 0's result with failed probes `list` on the front end (`front`) or the back end.
+    fn probes(front: bool, list: &[(usize, usize)]) -> RankResult {
         let mut r = RankResult::new(0, CheckStatus::Failed);
         let v: Vec<Probe> =
             list.iter().map(|&(from, to)| Probe { from, to, ms: 0.0, error: Some("refused".into()) }).collect();
-        r.notes.insert(key.into(), serde_json::to_string(&v).unwrap());
+        let (front_end_failed, back_end_failed) = if front { (v, Vec::new()) } else { (Vec::new(), v) };
+        r.detail = Some(CheckDetail::Connectivity {
+            front_end: None,
+            back_end: None,
+            front_end_failed,
+            back_end_failed,
+            front_end_probers: None,
+            back_end_peers: None,
+        });
         r
     }
 
@@ -265,43 +280,23 @@ mod tests {
         let codes = |f: &[Finding]| f.iter().map(|f| (f.code, f.node_rank, f.rank)).collect::<Vec<_>>();
         // 3 nodes of 1: nobody reaches node 2.
         let mut f = Vec::new();
-        diagnose(
-            &report("network-connectivity", vec![probes("front_end_failed", &[(0, 2), (1, 2)])]),
-            &infos(3, 1),
-            0.8,
-            &mut f,
-        );
+        diagnose(&report("network-connectivity", vec![probes(true, &[(0, 2), (1, 2)])]), &infos(3, 1), 0.8, &mut f);
         assert_eq!(codes(&f), [(Code::NetFrontendUnreachable, Some(2), Some(2))]);
         // Only node 0 -> node 2 fails: the pair, nobody blamed.
         let mut f = Vec::new();
-        diagnose(
-            &report("network-connectivity", vec![probes("front_end_failed", &[(0, 2)])]),
-            &infos(3, 1),
-            0.8,
-            &mut f,
-        );
+        diagnose(&report("network-connectivity", vec![probes(true, &[(0, 2)])]), &infos(3, 1), 0.8, &mut f);
         assert_eq!(codes(&f), [(Code::NetFrontendPairFailed, None, None)]);
         // Back end, 3 nodes of 1: rank 1 fails with both peers.
         let mut f = Vec::new();
-        diagnose(
-            &report("network-connectivity", vec![probes("back_end_failed", &[(0, 1), (1, 2)])]),
-            &infos(3, 1),
-            0.8,
-            &mut f,
-        );
+        diagnose(&report("network-connectivity", vec![probes(false, &[(0, 1), (1, 2)])]), &infos(3, 1), 0.8, &mut f);
         assert_eq!(codes(&f), [(Code::NetBackendRankUnreachable, Some(1), Some(1))]);
         // Two nodes of one: only the pair can be named.
         let mut f = Vec::new();
-        diagnose(
-            &report("network-connectivity", vec![probes("back_end_failed", &[(1, 0)])]),
-            &infos(2, 1),
-            0.8,
-            &mut f,
-        );
+        diagnose(&report("network-connectivity", vec![probes(false, &[(1, 0)])]), &infos(2, 1), 0.8, &mut f);
         assert_eq!(codes(&f), [(Code::NetBackendPairFailed, None, None)]);
         // Nothing failed: nothing said.
         let mut f = Vec::new();
-        diagnose(&report("network-connectivity", vec![probes("back_end_failed", &[])]), &infos(2, 1), 0.8, &mut f);
+        diagnose(&report("network-connectivity", vec![probes(false, &[])]), &infos(2, 1), 0.8, &mut f);
         assert!(f.is_empty());
     }
 }

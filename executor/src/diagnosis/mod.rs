@@ -37,7 +37,7 @@ use gpusanity_common::peers::{self, Figures, PeerBands};
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::common_link;
 use gpusanity_common::report::{
-    CheckReport, CheckStatus, DeviceKind, Finding, PairBandwidth, RankInfo, RunStatus, Severity,
+    CheckDetail, CheckReport, CheckStatus, DeviceKind, Finding, PairBandwidth, RankInfo, RunStatus, Severity,
 };
 
 /// Which deadline, if any, ended the run.
@@ -258,12 +258,10 @@ fn slow_ranks(c: &CheckReport, m: &Metric, ranks: &[RankInfo], bands: PeerBands,
 
 /// The link test's findings and its figures (the same on every rank: the first rank's).
 fn link_findings(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) -> Vec<PairBandwidth> {
-    let Some(m) = c
-        .ranks
-        .iter()
-        .find_map(|r| r.notes.get("pair_matrix"))
-        .and_then(|s| serde_json::from_str::<Vec<PairBandwidth>>(s).ok())
-    else {
+    let Some(m) = c.ranks.iter().find_map(|r| match &r.detail {
+        Some(CheckDetail::PairBandwidth { pairs }) => Some(pairs.clone()),
+        _ => None,
+    }) else {
         return Vec::new();
     };
     let nnodes = ranks.iter().map(|r| r.node_rank + 1).max().unwrap_or(0);

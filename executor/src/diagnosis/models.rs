@@ -13,11 +13,32 @@ use std::collections::BTreeMap;
 
 use gpusanity_common::findings::Code;
 use gpusanity_common::registry::{CheckGroup, CheckId};
-use gpusanity_common::report::{CheckReport, CheckStatus, Finding, RankInfo, RankResult, Severity};
+use gpusanity_common::report::{CheckDetail, CheckReport, CheckStatus, Finding, RankInfo, RankResult, Severity};
 
 use gpusanity_common::stats::median;
 
 use super::place;
+
+/// What the diagnosis reads of a model check's detail.
+struct Model<'a> {
+    loss_finding: Option<Code>,
+    dp_group: usize,
+    param_checksum: &'a str,
+    changed_at_rest: Option<&'a str>,
+}
+
+/// The model detail of rank result `r`, if it has one.
+fn model(r: &RankResult) -> Option<Model<'_>> {
+    match &r.detail {
+        Some(CheckDetail::Model { loss_finding, dp_group, param_checksum, changed_at_rest, .. }) => Some(Model {
+            loss_finding: *loss_finding,
+            dp_group: *dp_group,
+            param_checksum,
+            changed_at_rest: changed_at_rest.as_deref(),
+        }),
+        _ => None,
+    }
+}
 
 /// Whether `check` is a model check.
 pub fn is_model(check: CheckId) -> bool {
@@ -37,16 +58,14 @@ pub fn findings(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, out: &m
         failed.iter().filter(|r| bad_step(r) == Some(first_nan)).map(|r| r.rank.to_string()).collect();
     for r in &failed {
         let why = r.error.clone().unwrap_or_else(|| "training failed".into());
-        let noted = r.notes.get("finding").map(|s| s.parse::<Code>());
+        let noted = model(r).and_then(|m| m.loss_finding);
         let (sev, code, msg) = match (noted, bad_step(r)) {
-            (Some(Ok(Code::ModelLossNotFinite)), Some(s)) if s > first_nan => (
+            (Some(Code::ModelLossNotFinite), Some(s)) if s > first_nan => (
                 Severity::Warning,
                 Code::ModelLossNotFinite,
                 format!("{why} (after rank {}'s at step {first_nan}, through the shared gradients)", firsts.join(", ")),
             ),
-            (Some(Ok(code)), _) => (Severity::Critical, code, why),
-            // A code this build does not know: the rank still failed, and says so.
-            (Some(Err(e)), _) => (Severity::Critical, Code::CheckError, format!("{why} ({e})")),
+            (Some(code), _) => (Severity::Critical, code, why),
             // Only the parameter self-check failed: reported below with the checksums.
             (None, _) => continue,
         };
@@ -58,29 +77,29 @@ pub fn findings(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, out: &m
 
 /// Parameters of one data-parallel group must be bit-identical after training.
 fn checksums(c: &CheckReport, ranks: &[RankInfo], out: &mut Vec<Finding>) {
-    let mut groups: BTreeMap<&str, Vec<&RankResult>> = BTreeMap::new();
+    let mut groups: BTreeMap<usize, Vec<(usize, Model<'_>)>> = BTreeMap::new();
     for r in &c.ranks {
-        if let (Some(g), true) = (r.notes.get("dp_group"), r.notes.contains_key("param_checksum")) {
-            groups.entry(g.as_str()).or_default().push(r);
+        if let Some(m) = model(r) {
+            groups.entry(m.dp_group).or_default().push((r.rank, m));
         }
     }
     const CODE: Code = Code::ModelSilentDataCorruption;
     for group in groups.values() {
-        let sum = |r: &RankResult| r.notes.get("param_checksum").cloned().unwrap_or_default();
+        let sum = |m: &Model<'_>| m.param_checksum.to_string();
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-        for r in group {
-            *counts.entry(sum(r)).or_default() += 1;
+        for (_, m) in group {
+            *counts.entry(sum(m)).or_default() += 1;
         }
-        let at_rest: Vec<&&RankResult> = group.iter().filter(|r| r.notes.contains_key("changed_at_rest")).collect();
+        let at_rest: Vec<&(usize, Model<'_>)> = group.iter().filter(|(_, m)| m.changed_at_rest.is_some()).collect();
         if counts.len() < 2 && at_rest.is_empty() {
             continue;
         }
         let (major, n) = counts.iter().max_by_key(|(_, n)| **n).map(|(h, n)| (h.clone(), *n)).unwrap_or_default();
         let has_majority = 2 * n > group.len();
         let mut named = Vec::new();
-        for r in group {
-            let rest = r.notes.contains_key("changed_at_rest");
-            let minority = has_majority && sum(r) != major;
+        for (rank, m) in group {
+            let rest = m.changed_at_rest.is_some();
+            let minority = has_majority && sum(m) != major;
             if !(rest || minority) {
                 continue;
             }
@@ -88,18 +107,18 @@ fn checksums(c: &CheckReport, ranks: &[RankInfo], out: &mut Vec<Finding>) {
             if minority {
                 parts.push(format!(
                     "parameters after training differ from its data-parallel peers' (checksum {}, majority {major})",
-                    sum(r)
+                    sum(m)
                 ));
             }
-            if let Some(sums) = r.notes.get("changed_at_rest") {
+            if let Some(sums) = m.changed_at_rest {
                 parts.push(format!("its parameters changed in memory after the last optimizer update ({sums})"));
             }
             let why = parts.join("; ");
-            out.push(place(Finding::new(Severity::Critical, CODE, c.name, why), ranks, r.rank));
-            named.push(r.rank);
+            out.push(place(Finding::new(Severity::Critical, CODE, c.name, why), ranks, *rank));
+            named.push(*rank);
         }
         if named.is_empty() {
-            let list: Vec<String> = group.iter().map(|r| format!("rank {}: {}", r.rank, sum(r))).collect();
+            let list: Vec<String> = group.iter().map(|(rank, m)| format!("rank {rank}: {}", sum(m))).collect();
             let msg = format!("parameters differ between data-parallel ranks with no majority ({})", list.join(", "));
             out.push(Finding::new(Severity::Critical, CODE, c.name, msg));
         }

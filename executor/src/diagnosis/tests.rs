@@ -1,6 +1,6 @@
 //! Unit tests of the whole diagnosis, on hand-built results (right and wrong).
 
-use gpusanity_common::report::{CheckReport, CheckStatus, DeviceKind, RankInfo, Severity};
+use gpusanity_common::report::{CheckDetail, CheckReport, CheckStatus, DeviceKind, RankInfo, Severity};
 use gpusanity_common::report::{Code, RankResult, RunStatus};
 
 use super::*;
@@ -222,7 +222,7 @@ fn the_link_test_names_a_slow_node_from_the_pair_matrix() {
     let results = (0..3)
         .map(|k| {
             let mut r = RankResult::new(k, CheckStatus::Passed);
-            r.notes.insert("pair_matrix".into(), m.to_string());
+            r.detail = Some(CheckDetail::PairBandwidth { pairs: serde_json::from_value(m.clone()).expect("pairs") });
             r
         })
         .collect();

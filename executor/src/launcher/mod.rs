@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 
 use crate::protocol::WorkerSpec;
 use events::EventLog;
-use node::{Cluster, Joined, Offer, Verdict};
+use node::{Cluster, Joined, Offer, RunEnd};
 use rendezvous::TopologyFlags;
 use supervise::{Stop, Supervisor};
 
@@ -213,7 +213,7 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
         report.events = log.events.clone();
         write_report(&opts.report_dir, &report)?;
         print!("{}", gpusanity_reports::text::summary(&report));
-        let v = Verdict { status: report.status, summary: report.summary.clone(), hold };
+        let v = RunEnd { status: report.status, summary: report.summary.clone(), hold };
         cluster.publish_verdict(&v).await;
         written = Some(report);
         v
@@ -371,12 +371,16 @@ async fn wait_for_sigterm() {
 fn write_report(dir: &std::path::Path, report: &gpusanity_common::report::Report) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     write_atomic(&dir.join("report.json"), &serde_json::to_vec_pretty(report)?)?;
-    write_html(&dir.join("report.html"), report)
+    write_html(&dir.join("report.html"), report, &Default::default())
 }
 
 /// The HTML page beside report.json.
-pub fn write_html(path: &std::path::Path, report: &gpusanity_common::report::Report) -> Result<()> {
-    let page = gpusanity_reports::html::run_page(report, &Default::default()).context("rendering the HTML report")?;
+pub fn write_html(
+    path: &std::path::Path,
+    report: &gpusanity_common::report::Report,
+    ctx: &gpusanity_reports::html::RunContext,
+) -> Result<()> {
+    let page = gpusanity_reports::html::run_page(report, ctx).context("rendering the HTML report")?;
     write_atomic(path, page.as_bytes())
 }
 

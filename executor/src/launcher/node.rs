@@ -16,9 +16,10 @@ use super::supervise::{NodeOutcome, Stop};
 use super::UsageError;
 use crate::store::{self, Secret, StoreClient, StoreError, ABORT_KEY, VERDICT_KEY};
 
-/// What node 0 decides and every node acts on.
+/// How the run ended, as node 0 tells every node to act on it (the report's status and
+/// summary; the verdict itself is the report's, see `gpusanity_common::verdict`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Verdict {
+pub struct RunEnd {
     pub status: RunStatus,
     pub summary: String,
     /// A timeout under KeepJobHang: stay in Checking.
@@ -276,7 +277,7 @@ impl Cluster {
 
     /// Node 0: publishes the verdict and waits briefly until every node has read it, so the
     /// store outlives their reads.
-    pub async fn publish_verdict(&self, v: &Verdict) {
+    pub async fn publish_verdict(&self, v: &RunEnd) {
         let Ok(value) = serde_json::to_string(v) else { return };
         let n = self.nodes.len();
         let res = blocking(&self.client, move |c| {
@@ -292,7 +293,7 @@ impl Cluster {
         }
     }
 
-    pub async fn await_verdict(&self, wait: Duration) -> Result<Verdict> {
+    pub async fn await_verdict(&self, wait: Duration) -> Result<RunEnd> {
         let key = format!("ack/{}", self.node_rank);
         let v = blocking(&self.client, move |c| {
             let v = c.get(VERDICT_KEY, wait)?;

@@ -17,7 +17,7 @@ use gpusanity_common::ExitCode;
 
 use super::events::EventLog;
 use super::gather;
-use super::node::{Cluster, Verdict};
+use super::node::{Cluster, RunEnd};
 use super::{CheckOptions, Finished, Handover};
 
 /// The most findings one node's registration may bring.
@@ -123,7 +123,7 @@ pub async fn conclude(
         return Ok(Handover::Exit(ExitCode::CheckFailed).into());
     }
     let report = write_report(opts, cluster.run_id.clone(), backend, configs, &cluster.nodes, findings)?;
-    let v = Verdict { status: RunStatus::Failed, summary: report.summary.clone(), hold: false };
+    let v = RunEnd { status: RunStatus::Failed, summary: report.summary.clone(), hold: false };
     cluster.publish_verdict(&v).await;
     Ok(Finished { handover: Handover::Exit(ExitCode::CheckFailed), report: Some(report) })
 }

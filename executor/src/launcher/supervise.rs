@@ -170,7 +170,7 @@ impl Supervisor {
                             }
                             WorkerMsg::CheckDone { check, duration_s, result } => {
                                 if let Some(k) = r.spec.checks.iter().position(|c| *c == check) {
-                                    r.results[k] = Some((duration_s, result));
+                                    r.results[k] = Some((duration_s, *result));
                                     bar.inc(1);
                                 }
                             }

@@ -123,7 +123,11 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
             baseline: &baseline,
         };
         let result = crate::checks::remeasure::run(*name, &mut ctx, &device);
-        out.send(&WorkerMsg::CheckDone { check: *name, duration_s: start.elapsed().as_secs_f64(), result });
+        out.send(&WorkerMsg::CheckDone {
+            check: *name,
+            duration_s: start.elapsed().as_secs_f64(),
+            result: Box::new(result),
+        });
     }
     Ok(())
 }

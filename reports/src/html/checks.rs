@@ -4,14 +4,11 @@
 
 use gpusanity_common::expected::{Conditions, Expected};
 use gpusanity_common::registry::CheckId;
-use gpusanity_common::report::{CheckReport, CheckStatus, Report, Severity};
+use gpusanity_common::report::{CheckDetail, CheckReport, CheckStatus, Report, Severity};
 use gpusanity_common::stats::median;
 
 use crate::columns::{charted, columns, status_word};
 use crate::svg::{self, BarChart, BarInput, HeatInput, HeatMap, LineChart, Series};
-
-/// Notes drawn as charts rather than listed.
-const DRAWN_NOTES: &[&str] = &["losses", "front_end_cells", "back_end_cells", "pair_matrix"];
 
 pub struct CheckView {
     pub anchor: String,
@@ -115,7 +112,7 @@ pub fn check_view(report: &Report, index: usize, c: &CheckReport) -> CheckView {
 fn notes(c: &CheckReport) -> Vec<(String, String, String)> {
     let keys: std::collections::BTreeSet<&String> = c.ranks.iter().flat_map(|r| r.notes.keys()).collect();
     let mut out = Vec::new();
-    for key in keys.into_iter().filter(|k| !DRAWN_NOTES.contains(&k.as_str())) {
+    for key in keys {
         let values: Vec<(usize, &String)> =
             c.ranks.iter().filter_map(|r| r.notes.get(key).map(|v| (r.rank, v))).collect();
         match values.first().map(|(_, v)| *v) {
@@ -204,18 +201,17 @@ fn sweep_chart(c: &CheckReport) -> Option<LineChart> {
     svg::line_chart(&format!("{}: bandwidth vs message size", c.name), "message size", "GB/s", &series, true)
 }
 
-/// The training loss of every step, per rank (from the rank's `losses` note).
+/// The training loss of every step, per rank (from the rank's model detail; a step whose loss
+/// is not a finite number has no point).
 fn loss_chart(c: &CheckReport) -> Option<LineChart> {
     let series: Vec<Series> = c
         .ranks
         .iter()
         .filter_map(|r| {
-            let losses = r.notes.get("losses")?;
-            let points = losses
-                .split_whitespace()
-                .enumerate()
-                .filter_map(|(i, l)| l.parse::<f64>().ok().map(|v| ((i + 1) as f64, v)))
-                .collect();
+            let Some(CheckDetail::Model { losses, .. }) = &r.detail else {
+                return None;
+            };
+            let points = losses.iter().enumerate().filter_map(|(i, l)| l.map(|v| ((i + 1) as f64, v))).collect();
             Some(Series { name: format!("rank {}", r.rank), points, dashed: false, colour: r.rank })
         })
         .collect();
@@ -232,16 +228,17 @@ pub fn node_labels(report: &Report, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Front-end and back-end reachability, node x node, from the check's JSON cells.
+/// Front-end and back-end reachability, node x node, from the cells of the check's detail.
 fn connectivity_maps(report: &Report, c: &CheckReport) -> Vec<HeatMap> {
     let mut maps = Vec::new();
-    for (key, title) in [("front_end_cells", "front-end network"), ("back_end_cells", "back-end network")] {
-        let Some(cells) = c
-            .ranks
-            .iter()
-            .find_map(|r| r.notes.get(key))
-            .and_then(|s| serde_json::from_str::<Vec<Vec<String>>>(s).ok())
-        else {
+    let Some((front, back)) = c.ranks.iter().find_map(|r| match &r.detail {
+        Some(CheckDetail::Connectivity { front_end, back_end, .. }) => Some((front_end, back_end)),
+        _ => None,
+    }) else {
+        return maps;
+    };
+    for (grid, title) in [(front, "front-end network"), (back, "back-end network")] {
+        let Some(cells) = grid else {
             continue;
         };
         let ms = |s: &str| s.strip_suffix("ms").and_then(|v| v.parse::<f64>().ok());

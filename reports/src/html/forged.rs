@@ -1,11 +1,12 @@
 //! Forged reports: indexes out of range, figures that are not finite, empty lists, long
 //! strings. None may panic; an invalid one is an error naming what is wrong.
 
+use gpusanity_common::detail;
 use gpusanity_common::report::*;
 
 use super::sections::pair_map;
 use super::{run_page, RenderError, RunContext};
-use crate::validate::{validate, InvalidReport, MAX_NAME, MAX_NODES};
+use crate::validate::{validate, InvalidReport, MAX_ITEMS, MAX_NAME, MAX_NODES};
 
 fn example() -> Report {
     serde_json::from_str(include_str!("../../../docs/examples/report-cpu.json")).expect("example report")
@@ -158,16 +159,43 @@ fn bounds_on_lengths_and_counts() {
 }
 
 #[test]
-fn connectivity_notes_of_any_shape_render() {
+fn details_of_any_shape_render() {
     let mut r = example();
-    let odd = [r#"[]"#, r#"[[]]"#, r#"[["ok"],["FAIL","ok","x","1.5ms"]]"#, "not json"];
+    let odd: [Vec<Vec<&str>>; 4] =
+        [vec![], vec![vec![]], vec![vec!["ok"], vec!["FAIL", "ok", "x", "1.5ms"]], vec![vec!["-1e308ms", "NaNms"]]];
     for (i, cells) in odd.iter().enumerate() {
-        if let Some(c) = r.checks.first_mut() {
+        let grid: Vec<Vec<String>> = cells.iter().map(|row| row.iter().map(|c| c.to_string()).collect()).collect();
+        // Any detail on any check: the connectivity grids on the first, losses on the second.
+        for (k, c) in r.checks.iter_mut().enumerate() {
             if let Some(x) = c.ranks.first_mut() {
-                x.notes.insert("front_end_cells".into(), (*cells).into());
-                x.notes.insert("losses".into(), format!("1 NaN inf -3 {i}"));
+                x.detail = Some(if k % 2 == 0 {
+                    CheckDetail::Connectivity {
+                        front_end: Some(grid.clone()),
+                        back_end: Some(vec![vec!["FAIL 1/0".into()]; i]),
+                        front_end_failed: vec![detail::Probe { from: MAX_NODES, to: 0, ms: f64::NAN, error: None }],
+                        back_end_failed: Vec::new(),
+                        front_end_probers: Some(vec![usize::MAX]),
+                        back_end_peers: None,
+                    }
+                } else {
+                    CheckDetail::Model {
+                        losses: vec![Some(1.0), None, Some(f64::INFINITY), Some(-3.0), Some(i as f64)],
+                        loss_finding: Some(Code::GemmSlow),
+                        dp_group: usize::MAX,
+                        param_checksum: String::new(),
+                        changed_at_rest: None,
+                    }
+                });
             }
         }
         run_page(&r, &RunContext::default()).expect("renders");
     }
+    // A detail past the bound on items is refused before rendering.
+    let mut r = example();
+    if let Some(x) = r.checks.first_mut().and_then(|c| c.ranks.first_mut()) {
+        x.detail = Some(CheckDetail::PairBandwidth {
+            pairs: vec![PairBandwidth { nodes: [0, 0], busbw_gbps: 1.0, round: 1 }; MAX_ITEMS + 1],
+        });
+    }
+    assert!(matches!(invalid(&r), InvalidReport::TooMany { .. }));
 }

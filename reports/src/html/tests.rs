@@ -67,11 +67,24 @@ fn report(host_b: &str) -> Report {
     let mut gpt = check("mini-gpt", CheckStatus::Passed, serde_json::Value::Null, vec![]);
     for r in 0..2 {
         let mut x = rank(r, &[("step_ms_median", 12.0), ("tokens_per_s", 5000.0), ("mfu", 0.41)]);
-        x.notes.insert("losses".into(), "4.15 3.80 NaN 2.10 1.05".into());
+        x.detail = Some(CheckDetail::Model {
+            losses: vec![Some(4.15), Some(3.80), None, Some(2.10), Some(1.05)],
+            loss_finding: None,
+            dp_group: 0,
+            param_checksum: "00000000000000aa".into(),
+            changed_at_rest: None,
+        });
         gpt.ranks.push(x);
     }
     let mut conn = check("network-connectivity", CheckStatus::Failed, serde_json::Value::Null, vec![rank(0, &[])]);
-    conn.ranks[0].notes.insert("front_end_cells".into(), r#"[["-","FAIL"],["0.30ms","-"]]"#.into());
+    conn.ranks[0].detail = Some(CheckDetail::Connectivity {
+        front_end: Some(vec![vec!["-".into(), "FAIL".into()], vec!["0.30ms".into(), "-".into()]]),
+        back_end: None,
+        front_end_failed: Vec::new(),
+        back_end_failed: Vec::new(),
+        front_end_probers: None,
+        back_end_peers: None,
+    });
     let mut f = Finding::new(
         Severity::Critical,
         Code::GemmSlow,
@@ -206,6 +219,7 @@ fn sections_timeline_settings_and_facts() {
             detail: "queued".into(),
         }],
         links: vec![Link { label: "all runs".into(), href: "/runs".into() }],
+        left_out: Vec::new(),
     };
     let html = page(&report("gpu-b"), &ctx);
     for id in ["findings", "nodes", "checks", "pairs", "timeline", "settings", "facts"] {
@@ -232,6 +246,7 @@ fn hostile_strings_render_as_text() {
         workspace: Some(evil.into()),
         timeline: vec![TimelineEntry { state: evil.into(), at: at("2026-11-30T09:59:58Z"), detail: evil.into() }],
         links: vec![Link { label: evil.into(), href: evil.into() }],
+        left_out: vec![evil.into()],
     };
     let html = page(&r, &ctx);
     assert!(!html.contains("<script"), "a raw script tag");

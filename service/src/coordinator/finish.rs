@@ -1,6 +1,7 @@
 //! Ending a run: the verdict, the findings, the rows and the output events, in one transaction.
 
 use gpusanity_common::report::{Code, DeviceKind, Finding, Report, Scope, Severity};
+use gpusanity_common::verdict;
 use gpusanity_common::wire::output::{FailReason, OutputBody};
 use gpusanity_common::wire::Topics;
 use gpusanity_db::lease::Fence;
@@ -10,28 +11,8 @@ use gpusanity_db::{outbox, Db, DbError};
 use gpusanity_ingest::consume::output_event;
 use thiserror::Error;
 
-/// How a run ends.
-#[derive(Debug, Clone)]
-pub enum Verdict {
-    Passed,
-    Failed(FailReason),
-    /// A KeepJobHang overrun: stays Checking, held for a person.
-    Hold,
-}
-
-impl Verdict {
-    /// (verdict, reason) for the metrics.
-    pub fn label(&self) -> (&'static str, String) {
-        match self {
-            Verdict::Passed => ("passed", String::new()),
-            Verdict::Hold => ("held", String::new()),
-            Verdict::Failed(r) => (
-                "failed",
-                serde_json::to_value(r).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
-            ),
-        }
-    }
-}
+/// How a run ends: derived from the report and the service's facts in one place.
+pub use gpusanity_common::verdict::Verdict;
 
 /// How a run ended, with its evidence: the report of node 0 if any, and findings of the
 /// service's own (lost agents, overruns).
@@ -87,7 +68,7 @@ pub async fn finish(
         store_results(&mut tx, &run.run_id, &run.job_id, &run.nodes, report, &findings).await?;
     }
     // Nodes are isolated only by a failure (not while held, not when a person passes the run).
-    let faulty = if matches!(verdict, Verdict::Failed(_)) { faulty_nodes(run, &findings) } else { Vec::new() };
+    let faulty = if matches!(verdict, Verdict::Failed(_)) { faulty_nodes(run, report, extra) } else { Vec::new() };
     let backend = report.map(|r| r.backend);
     let said = with_backend(summary, backend, run);
     let body = match verdict {
@@ -147,17 +128,10 @@ fn with_backend(summary: &str, backend: Option<DeviceKind>, run: &RunRow) -> Str
     }
 }
 
-/// Names of the run's nodes with a critical finding, in node order.
-fn faulty_nodes(run: &RunRow, findings: &[Finding]) -> Vec<String> {
-    run.nodes
-        .iter()
-        .filter(|n| {
-            findings
-                .iter()
-                .any(|f| f.severity == Severity::Critical && finding_node(f, &run.nodes) == Some(n.name.as_str()))
-        })
-        .map(|n| n.name.clone())
-        .collect()
+/// Names of the run's nodes to isolate ([`verdict::faulty_nodes`]: the report's and those the
+/// service's own critical findings name), in node order.
+fn faulty_nodes(run: &RunRow, report: Option<&Report>, own: &[Finding]) -> Vec<String> {
+    verdict::faulty_nodes(report, own).into_iter().filter_map(|k| run.nodes.get(k)).map(|n| n.name.clone()).collect()
 }
 
 /// A critical finding about node `k` of the run, found by the service itself.

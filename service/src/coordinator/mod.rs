@@ -24,7 +24,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use gpusanity_common::report::{Code, Report, RunStatus};
+use gpusanity_common::report::{Code, Report};
+use gpusanity_common::verdict::{run_verdict, ServiceFacts};
 use gpusanity_common::wire::agent::NodeResult;
 use gpusanity_common::wire::output::FailReason;
 use gpusanity_common::wire::Topics;
@@ -201,13 +202,8 @@ impl Coordinator {
         let Some(res) = a.results.get(&0).cloned() else { return Ok(()) };
         match res.report.as_deref() {
             Some(report) => {
-                let verdict = match report.status {
-                    _ if !lost.is_empty() => Verdict::Failed(FailReason::CheckFailed),
-                    RunStatus::Passed | RunStatus::Skipped => Verdict::Passed,
-                    RunStatus::Failed => Verdict::Failed(FailReason::CheckFailed),
-                    RunStatus::TimedOut if a.settings.timeout_ops == TimeoutOps::KeepJobHang => Verdict::Hold,
-                    RunStatus::TimedOut => Verdict::Failed(FailReason::TimedOut),
-                };
+                let keep_job_hang = a.settings.timeout_ops == TimeoutOps::KeepJobHang;
+                let verdict = run_verdict(Some(report), ServiceFacts { own: &lost, keep_job_hang });
                 let mut summary = report.summary.clone();
                 if !lost.is_empty() {
                     let names: Vec<&str> = lost.iter().filter_map(|f| f.host.as_deref()).collect();
@@ -226,7 +222,7 @@ impl Coordinator {
                 ));
                 self.end(
                     run_id,
-                    Verdict::Failed(FailReason::Error),
+                    run_verdict(None, ServiceFacts { own: &findings, keep_job_hang: false }),
                     &format!("the check could not run: {why}"),
                     None,
                     findings,

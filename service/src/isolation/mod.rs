@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
-pub enum Backend {
+pub enum IsolationBackend {
     /// NodeIsolated is published only.
     #[default]
     None,
@@ -42,7 +42,7 @@ pub enum Backend {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct IsolationConfig {
-    pub backend: Backend,
+    pub backend: IsolationBackend,
     /// Log `scontrol update ...` instead of running it.
     pub dry_run: bool,
     /// The reason prefix that marks gpusanity's drains (a passing check resumes only those).
@@ -58,7 +58,7 @@ pub struct IsolationConfig {
 impl Default for IsolationConfig {
     fn default() -> Self {
         IsolationConfig {
-            backend: Backend::None,
+            backend: IsolationBackend::None,
             dry_run: false,
             reason_prefix: DEFAULT_PREFIX.into(),
             scontrol: "scontrol".into(),
@@ -72,8 +72,8 @@ impl IsolationConfig {
     /// The scontrol runner when the Slurm backend is on.
     pub fn scontrol(&self) -> Result<Option<Scontrol>, String> {
         match self.backend {
-            Backend::None | Backend::Kubernetes => Ok(None),
-            Backend::Slurm => Scontrol::new(&self.scontrol, &self.reason_prefix, self.dry_run)
+            IsolationBackend::None | IsolationBackend::Kubernetes => Ok(None),
+            IsolationBackend::Slurm => Scontrol::new(&self.scontrol, &self.reason_prefix, self.dry_run)
                 .map(Some)
                 .map_err(|e| format!("isolation.reason_prefix: {e}")),
         }
@@ -252,12 +252,13 @@ mod tests {
     #[test]
     fn off_by_default_and_the_prefix_is_checked() {
         let c = IsolationConfig::default();
-        assert_eq!(c.backend, Backend::None);
+        assert_eq!(c.backend, IsolationBackend::None);
         assert!(c.scontrol().unwrap().is_none());
         let on: IsolationConfig = toml::from_str("backend = \"slurm\"\ndry_run = true").unwrap();
         let s = on.scontrol().unwrap().unwrap();
         assert!(s.dry_run && s.prefix == "gpusanity:");
-        let bad = IsolationConfig { backend: Backend::Slurm, reason_prefix: "a\"b".into(), ..Default::default() };
+        let bad =
+            IsolationConfig { backend: IsolationBackend::Slurm, reason_prefix: "a\"b".into(), ..Default::default() };
         assert!(bad.scontrol().is_err());
         assert!(toml::from_str::<IsolationConfig>("backend = \"lsf\"").is_err());
     }

@@ -105,8 +105,8 @@ impl Publisher {
                     // while its connection was down (50 ms on PostgreSQL, where other replicas
                     // commit rows; 500 ms on SQLite, one replica).
                     let idle = match self.db.backend {
-                        gpusanity_db::Backend::Postgres => Duration::from_millis(50),
-                        gpusanity_db::Backend::Sqlite => Duration::from_millis(500),
+                        gpusanity_db::DbBackend::Postgres => Duration::from_millis(50),
+                        gpusanity_db::DbBackend::Sqlite => Duration::from_millis(500),
                     };
                     let _ = tokio::time::timeout(idle, self.wake.notified()).await;
                 }

@@ -1,6 +1,6 @@
-//! [`Backend::run`](crate::backend::Backend::run) on CPU: every item of the work list on a
-//! thread of its own (the CPU's "streams"), each group's transport and each receive buffer
-//! moved onto its thread for the run and put back after.
+//! [`DeviceBackend::run`](crate::backend::DeviceBackend::run) on CPU: every item of the work
+//! list on a thread of its own (the CPU's "streams"), each group's transport and each receive
+//! buffer moved onto its thread for the run and put back after.
 
 use std::sync::Barrier;
 use std::time::Instant;
@@ -16,7 +16,7 @@ enum Taken {
 }
 
 pub(super) fn run(be: &mut CpuBackend, work: &[Work], warmup: usize, iters: usize) -> Result<Timing, BackendError> {
-    check_work(work, |g| crate::backend::Backend::group_size(be, g))?;
+    check_work(work, |g| crate::backend::DeviceBackend::group_size(be, g))?;
     for w in work {
         if let Work::Coll(c) = w {
             if !matches!(be.bufs.get(c.send.0), Some(Some(_))) {

@@ -12,8 +12,8 @@ use std::time::Instant;
 use gpusanity_common::report::DeviceKind;
 
 use super::{
-    Backend, BackendError, BufId, CopyPath, Dtype, GroupId, HostDir, HostSide, LaunchTiming, Timing, Verified, Work,
-    WorkerPlace,
+    BackendError, BufId, CopyPath, DeviceBackend, Dtype, GroupId, HostDir, HostSide, LaunchTiming, Timing, Verified,
+    Work, WorkerPlace,
 };
 use crate::store::StoreClient;
 use mesh::Mesh;
@@ -129,7 +129,7 @@ fn not_prepared(what: &str) -> BackendError {
     BackendError::Device(format!("{what} buffers are not prepared"))
 }
 
-impl Backend for CpuBackend {
+impl DeviceBackend for CpuBackend {
     fn kind(&self) -> DeviceKind {
         DeviceKind::Cpu
     }

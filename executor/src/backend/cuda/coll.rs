@@ -1,6 +1,6 @@
 //! Collectives on CUDA: bf16 buffers by handle, one NCCL communicator (on a stream of its own)
-//! per group, and [`Backend::run`](crate::backend::Backend::run): every item issued on its own
-//! stream each round, timed with CUDA events from a common start event.
+//! per group, and [`DeviceBackend::run`](crate::backend::DeviceBackend::run): every item issued
+//! on its own stream each round, timed with CUDA events from a common start event.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -134,7 +134,7 @@ fn wait(event: &CudaEvent, deadline: Option<Instant>) -> Result<bool, BackendErr
 }
 
 pub(super) fn run(be: &mut CudaBackend, work: &[Work], warmup: usize, iters: usize) -> Result<Timing, BackendError> {
-    check_work(work, |g| crate::backend::Backend::group_size(be, g))?;
+    check_work(work, |g| crate::backend::DeviceBackend::group_size(be, g))?;
     // The stream of every item, distinct.
     let mut streams: Vec<Arc<CudaStream>> = Vec::with_capacity(work.len());
     for w in work {

@@ -6,7 +6,7 @@
 //! (see `docs/cuda.md`). [`probe`] and [`check_libraries`] (of the `gpusanity-cuda` crate) look
 //! for them first, so a machine without them gets an error message rather than cudarc's panic.
 //! The context, the main stream and the cuBLAS handle are one [`CudaDevice`], which the model
-//! checks share through [`Backend::cuda_device`].
+//! checks share through [`DeviceBackend::cuda_device`].
 //!
 //! - `gemm`: cuBLAS GEMM and its timing.
 //! - `nccl`: communicator set-up through the rendezvous store.
@@ -32,8 +32,8 @@ use gpusanity_cuda::{driver_error, panic_message, CudaDevice, CudaError};
 use half::bf16;
 
 use super::{
-    Backend, BackendError, BufId, CopyPath, Dtype, GroupId, HostDir, HostSide, LaunchTiming, Timing, Verified, Work,
-    WorkerPlace,
+    BackendError, BufId, CopyPath, DeviceBackend, Dtype, GroupId, HostDir, HostSide, LaunchTiming, Timing, Verified,
+    Work, WorkerPlace,
 };
 use crate::store::StoreClient;
 
@@ -144,7 +144,7 @@ fn not_prepared(what: &str) -> BackendError {
     BackendError::Device(format!("{what} buffers are not prepared"))
 }
 
-impl Backend for CudaBackend {
+impl DeviceBackend for CudaBackend {
     fn kind(&self) -> DeviceKind {
         DeviceKind::Cuda
     }

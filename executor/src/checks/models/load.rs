@@ -11,7 +11,7 @@ use std::time::Duration;
 use gpusanity_common::report::RankResult;
 use gpusanity_nvml::{LoadSamples, Sampler};
 
-use crate::backend::Backend;
+use crate::backend::DeviceBackend;
 use crate::checks::gpu_health::pci_bus_id;
 
 /// How often the sampler reads the GPU.
@@ -32,7 +32,7 @@ pub struct Watch {
 
 impl Watch {
     /// The watch of a run of `steps` steps whose steps from `first_timed` on are timed.
-    pub fn new(backend: &dyn Backend, first_timed: usize, steps: usize) -> Watch {
+    pub fn new(backend: &dyn DeviceBackend, first_timed: usize, steps: usize) -> Watch {
         let index = match backend.cuda_device() {
             None => Err("CPU backend: no GPU whose power and SM clock NVML could read".to_string()),
             Some(dev) => pci_bus_id(&dev)

@@ -16,7 +16,7 @@ mod ring_comm;
 
 use anyhow::{Context, Result};
 use gpusanity_common::findings::Code;
-use gpusanity_common::report::{CheckStatus, DeviceKind, RankResult};
+use gpusanity_common::report::{CheckDetail, CheckStatus, DeviceKind, RankResult};
 use gpusanity_models::cpu::CpuOps;
 use gpusanity_models::cuda::CudaOps;
 use gpusanity_models::train::{judge_losses, train, LossVerdict, Model, TrainOpts, TrainOutcome};
@@ -207,15 +207,16 @@ fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
     let (step, compute) = (timed(&out.step_s), timed(&out.compute_s));
     let mut r = RankResult::new(rank, CheckStatus::Passed);
     let mut problems = Vec::new();
+    let mut loss_finding = None;
     match judge_losses(&out.losses, plan.min_loss_drop as f32) {
         LossVerdict::Ok => {}
         LossVerdict::NotFinite { step, value } => {
             r.metrics.insert("first_bad_step".into(), step as f64);
-            r.notes.insert("finding".into(), Code::ModelLossNotFinite.to_string());
+            loss_finding = Some(Code::ModelLossNotFinite);
             problems.push(format!("loss is {value} at step {step}"));
         }
         LossVerdict::NotFalling { first, last, rising } => {
-            r.notes.insert("finding".into(), Code::ModelLossNotFalling.to_string());
+            loss_finding = Some(Code::ModelLossNotFalling);
             let how = if rising { "rising" } else { "flat" };
             problems.push(format!(
                 "loss {how}: mean {first:.4} over the first steps, {last:.4} over the last (steps {}..{}), less than the {:.0}% drop required",
@@ -225,12 +226,12 @@ fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
             ));
         }
     }
-    if out.checksum_after_update != out.checksum_final {
+    let changed_at_rest = (out.checksum_after_update != out.checksum_final).then(|| {
         let sums =
             format!("checksum {:016x} after it, {:016x} at the end", out.checksum_after_update, out.checksum_final);
         problems.push(format!("parameters changed after their last update ({sums})"));
-        r.notes.insert("changed_at_rest".into(), sums);
-    }
+        sums
+    });
     if !problems.is_empty() {
         r.status = CheckStatus::Failed;
         r.error = Some(problems.join("; "));
@@ -248,7 +249,7 @@ fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
         ("graph_steps", out.graph_steps as f64),
         ("dp_all_reduces_per_step", out.dp_buckets as f64),
     ] {
-        // JSON has no NaN: a non-finite loss stays in the notes only.
+        // JSON has no NaN: a non-finite loss is `None` among the detail's losses.
         if v.is_finite() {
             r.metrics.insert(k.into(), v);
         }
@@ -257,10 +258,13 @@ fn rank_result(rank: usize, m: Measured<'_>) -> RankResult {
         r.metrics.insert("mfu".into(), m.flops_per_step / step / 1e12 / peak);
         r.notes.insert("mfu_peak".into(), format!("{peak} TFLOP/s dense bf16 ({})", m.device));
     }
-    let losses: Vec<String> = out.losses.iter().map(|l| format!("{l:.4}")).collect();
-    r.notes.insert("losses".into(), losses.join(" "));
-    r.notes.insert("param_checksum".into(), format!("{:016x}", out.checksum_final));
-    r.notes.insert("dp_group".into(), plan.layout.tp_index(rank).to_string());
+    r.detail = Some(CheckDetail::Model {
+        losses: out.losses.iter().map(|l| l.is_finite().then_some(f64::from(*l))).collect(),
+        loss_finding,
+        dp_group: plan.layout.tp_index(rank),
+        param_checksum: format!("{:016x}", out.checksum_final),
+        changed_at_rest,
+    });
     r.notes.insert("layout".into(), plan.layout.describe());
     r.notes.insert("ops".into(), m.ops);
     if let Some(why) = &out.graph_error {

@@ -14,7 +14,8 @@
 //! - Where `/sys/class/infiniband` exists, each RDMA port's state and rate.
 //!
 //! Every probe has its own timeout: a dead pair fails its probe and the others go on. Rank 0
-//! gathers every rank's probes into a node x node matrix per network (in its notes).
+//! gathers every rank's probes into a node x node matrix per network (a text table in its notes,
+//! the cells and the failed probes in its detail).
 
 mod front;
 
@@ -22,7 +23,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use gpusanity_common::report::{CheckStatus, DeviceKind, RankResult};
+use gpusanity_common::report::{CheckDetail, CheckStatus, DeviceKind, RankResult};
 use serde::{Deserialize, Serialize};
 
 use super::all_reduce::count_wrong;
@@ -36,15 +37,7 @@ use front::{probe_front, EchoServer};
 pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::NetworkConnectivity;
 
 /// One probe: `from` and `to` are node ranks on the front end, global ranks on the back end.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Probe {
-    pub from: usize,
-    pub to: usize,
-    /// Round trip in milliseconds (0 for a failed probe).
-    pub ms: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+pub use gpusanity_common::detail::Probe;
 
 /// What one rank found, published for rank 0.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -279,9 +272,7 @@ fn summarize(r: &mut RankResult, rows: &[Row], place: &WorkerPlace) {
             b.insert(p.from);
         }
     }
-    let count = |v: Vec<usize>| serde_json::to_string(&v).unwrap_or_default();
-    r.notes.insert("front_end_probers".into(), count(front_probers));
-    r.notes.insert("back_end_peers".into(), count(back_peers.iter().map(|s| s.len()).collect()));
+    let mut grids = (None, None);
     if nnodes <= MATRIX_MAX_NODES {
         let mut front_cells = grid(nnodes, |_, _| "-".to_string());
         for p in &front {
@@ -305,17 +296,20 @@ fn summarize(r: &mut RankResult, rows: &[Row], place: &WorkerPlace) {
             (n, 0) => format!("ok {n}/{n}"),
             (n, b) => format!("FAIL {b}/{n}"),
         });
-        for (name, cells) in [("front_end", front_cells), ("back_end", back_cells)] {
-            r.notes.insert(format!("{name}_matrix"), matrix(&cells));
-            // The same cells as JSON rows, for the HTML report's heat maps.
-            r.notes.insert(format!("{name}_cells"), serde_json::to_string(&cells).unwrap_or_default());
-        }
+        // The text tables for people; the same cells go into the detail for the heat maps.
+        r.notes.insert("front_end_matrix".into(), matrix(&front_cells));
+        r.notes.insert("back_end_matrix".into(), matrix(&back_cells));
+        grids = (Some(front_cells), Some(back_cells));
     }
-    let failed = |v: &[&Probe]| {
-        serde_json::to_string(&v.iter().filter(|p| p.error.is_some()).collect::<Vec<_>>()).unwrap_or_default()
-    };
-    r.notes.insert("front_end_failed".into(), failed(&front));
-    r.notes.insert("back_end_failed".into(), failed(&back));
+    let failed = |v: &[&Probe]| v.iter().filter(|p| p.error.is_some()).map(|p| (*p).clone()).collect();
+    r.detail = Some(CheckDetail::Connectivity {
+        front_end: grids.0,
+        back_end: grids.1,
+        front_end_failed: failed(&front),
+        back_end_failed: failed(&back),
+        front_end_probers: Some(front_probers),
+        back_end_peers: Some(back_peers.iter().map(|s| s.len()).collect()),
+    });
 }
 
 /// A node x node grid of cells, rows "from", columns "to" ("-" on the diagonal).
@@ -361,7 +355,10 @@ mod tests {
         assert!(m.lines().nth(1).unwrap().contains("FAIL"), "{m}");
         assert!(m.lines().nth(2).unwrap().contains("0.20ms"), "{m}");
         assert!(r.notes["back_end_matrix"].contains("ok 1/1"));
-        let failed: Vec<Probe> = serde_json::from_str(&r.notes["front_end_failed"]).unwrap();
+        let Some(CheckDetail::Connectivity { front_end_failed: failed, front_end: Some(cells), .. }) = &r.detail else {
+            panic!("no connectivity detail: {:?}", r.detail);
+        };
+        assert_eq!(cells[0][1], "FAIL");
         assert_eq!(failed.len(), 1);
         assert_eq!((failed[0].from, failed[0].to), (0, 1));
     }

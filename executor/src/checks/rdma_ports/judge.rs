@@ -3,22 +3,11 @@
 
 use gpusanity_common::checks::rdma_ports::{ERRORS, FLAPPED, PORT_DOWN, RATE_LOW};
 use gpusanity_common::report::{Code, Severity};
-use serde::{Deserialize, Serialize};
 
 use super::sysfs::{Port, ERROR_COUNTERS, FLAP_COUNTERS};
 
-/// One thing wrong with one port.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Issue {
-    pub code: Code,
-    pub severity: Severity,
-    /// `mlx5_0 port 1`.
-    pub port: String,
-    pub message: String,
-    /// The counters that moved, with their deltas (for the flap and error findings).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub deltas: Vec<(String, u64)>,
-}
+/// One thing wrong with one port (the type the report carries).
+pub use gpusanity_common::detail::PortIssue as Issue;
 
 /// What the rate of `port` is compared with: `configured` Gb/s, or else the fastest active
 /// port of the same link layer among `ports`.

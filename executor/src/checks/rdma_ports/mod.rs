@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use gpusanity_common::report::{CheckStatus, Code, RankResult, Severity};
+use gpusanity_common::report::{CheckDetail, CheckStatus, Code, RankResult, Severity};
 
 use super::CheckCtx;
 pub use judge::{judge, Issue};
@@ -81,14 +81,11 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     r.metrics.insert("ports_with_errors".into(), count(codes::ERRORS));
     r.metrics.insert("span_s".into(), end.at.duration_since(start.at).as_secs_f64());
     r.notes.insert("span".into(), span);
-    r.notes.insert("ports".into(), serde_json::to_string(&end.ports)?);
-    if !issues.is_empty() {
-        r.notes.insert("rdma_issues".into(), serde_json::to_string(&issues)?);
-    }
     if critical {
         let what: Vec<&str> =
             issues.iter().filter(|i| i.severity == Severity::Critical).map(|i| i.message.as_str()).collect();
         r.error = Some(what.join("; "));
     }
+    r.detail = Some(CheckDetail::RdmaPorts { ports: end.ports, issues });
     Ok(r)
 }

@@ -1,12 +1,9 @@
 //! Reading the RDMA ports under /sys/class/infiniband: `DEV/ports/N/{state, phys_state, rate,
 //! link_layer}` and the error counters of `DEV/ports/N/counters/`.
 
-use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 use std::time::Instant;
-
-use serde::{Deserialize, Serialize};
 
 /// Where the kernel lists RDMA devices.
 pub const SYSFS_ROOT: &str = "/sys/class/infiniband";
@@ -22,35 +19,8 @@ const MAX_ENTRIES: usize = 256;
 /// At most this many bytes of one attribute file are read.
 const MAX_FILE: u64 = 256;
 
-/// One RDMA port.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Port {
-    pub device: String,
-    pub port: String,
-    /// E.g. `ACTIVE`, `DOWN`, `INIT` (the number before the colon dropped).
-    pub state: String,
-    /// E.g. `LinkUp`, `Polling`, `Disabled`.
-    pub phys_state: String,
-    /// E.g. `400 Gb/sec (4X NDR)`.
-    pub rate: String,
-    /// The rate in Gb/s, where it parses.
-    pub rate_gbps: Option<f64>,
-    /// `InfiniBand` or `Ethernet` (RoCE).
-    pub link_layer: String,
-    /// The counters of [`FLAP_COUNTERS`] and [`ERROR_COUNTERS`] that could be read.
-    pub counters: BTreeMap<String, u64>,
-}
-
-impl Port {
-    /// `mlx5_0 port 1`.
-    pub fn name(&self) -> String {
-        format!("{} port {}", self.device, self.port)
-    }
-
-    pub fn is_up(&self) -> bool {
-        self.state == "ACTIVE" && self.phys_state == "LinkUp"
-    }
-}
+/// One RDMA port (the type the report carries).
+pub use gpusanity_common::detail::RdmaPort as Port;
 
 /// Every port at one moment.
 #[derive(Debug, Clone)]

@@ -18,8 +18,13 @@ fn info(n: usize) -> Vec<RankInfo> {
 
 fn rank(rank: usize, checksum: &str, compute_ms: f64) -> RankResult {
     let mut r = RankResult::new(rank, CheckStatus::Passed);
-    r.notes.insert("param_checksum".into(), checksum.into());
-    r.notes.insert("dp_group".into(), "0".into());
+    r.detail = Some(CheckDetail::Model {
+        losses: vec![Some(2.0), Some(1.0)],
+        loss_finding: None,
+        dp_group: 0,
+        param_checksum: checksum.into(),
+        changed_at_rest: None,
+    });
     r.metrics.insert("compute_ms_median".into(), compute_ms);
     r
 }
@@ -58,8 +63,9 @@ fn a_checksum_off_the_majority_or_changed_at_rest_names_the_rank() {
     // Two ranks: no majority, but the rank whose memory changed after the update names itself.
     let mut bad = rank(1, "b", 10.0);
     bad.status = CheckStatus::Failed;
-    bad.notes
-        .insert("changed_at_rest".into(), "checksum 00000000000000aa after it, 00000000000000b0 at the end".into());
+    if let Some(CheckDetail::Model { changed_at_rest, .. }) = &mut bad.detail {
+        *changed_at_rest = Some("checksum 00000000000000aa after it, 00000000000000b0 at the end".into());
+    }
     let c = report(vec![rank(0, "a", 10.0), bad.clone()]);
     assert_eq!(codes(&c, 2), [(SDC, Some(1), Severity::Critical)]);
     // One rank alone: no peers to differ from; the message says what changed, not "peers".
@@ -75,7 +81,9 @@ fn a_checksum_off_the_majority_or_changed_at_rest_names_the_rank() {
     assert_eq!(codes(&c, 2), [(SDC, None, Severity::Critical)]);
     // Different data-parallel groups (tensor-parallel shards) are not compared.
     let mut other = rank(1, "b", 10.0);
-    other.notes.insert("dp_group".into(), "1".into());
+    if let Some(CheckDetail::Model { dp_group, .. }) = &mut other.detail {
+        *dp_group = 1;
+    }
     assert!(codes(&report(vec![rank(0, "a", 10.0), other]), 2).is_empty());
 }
 
@@ -85,7 +93,9 @@ fn the_first_non_finite_loss_is_named_and_later_ones_are_warnings() {
         let mut x = rank(r, "n", 10.0);
         x.status = CheckStatus::Failed;
         x.metrics.insert("first_bad_step".into(), step);
-        x.notes.insert("finding".into(), Code::ModelLossNotFinite.to_string());
+        if let Some(CheckDetail::Model { loss_finding, .. }) = &mut x.detail {
+            *loss_finding = Some(Code::ModelLossNotFinite);
+        }
         x.error = Some(format!("loss is NaN at step {step}"));
         x
     };

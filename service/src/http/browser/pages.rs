@@ -14,6 +14,7 @@ use gpusanity_db::{FindingRow, NodeHealthRow, RunListRow, RunRow};
 use super::session::SessionView;
 use super::{fmt_ms, node_href, run_href, Browser, Paging, RunsQuery, STATES};
 use gpusanity_reports::html::{run_page, Link, RenderError, RunContext, TimelineEntry};
+use gpusanity_reports::lenient::{self, Lenient};
 
 /// `t` rendered, or an error page.
 pub(super) fn page(status: StatusCode, t: &impl Template) -> Response {
@@ -200,7 +201,7 @@ pub async fn run(
     ];
     links.extend(names.iter().map(|n| Link { label: format!("Node {n}"), href: node_href(n) }));
     if let Some(text) = report {
-        let report: Report = match serde_json::from_str(&text) {
+        let Lenient { report, left_out } = match lenient::read(&text) {
             Ok(r) => r,
             Err(e) => {
                 return error_page(
@@ -209,8 +210,13 @@ pub async fn run(
                 )
             }
         };
-        let ctx =
-            RunContext { job: Some(run.job_id.clone()), workspace: Some(run.workspace_id.clone()), timeline, links };
+        let ctx = RunContext {
+            job: Some(run.job_id.clone()),
+            workspace: Some(run.workspace_id.clone()),
+            timeline,
+            links,
+            left_out,
+        };
         return report_page(&run_id, report, ctx).await;
     }
     let findings = match b.db.run_findings(&run_id).await {

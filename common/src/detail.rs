@@ -1,0 +1,161 @@
+//! The structured part of one rank's result in one check ([`CheckDetail`]): what a check
+//! writes for the diagnosis and the report to read, typed once here so that a renamed field
+//! is a compile error in every reader rather than a finding silently dropped.
+//!
+//! `RankResult.notes` holds free-form text for people only. Reports written before this type
+//! carried these structures as JSON strings in `notes` (`rdma_issues`, `losses`,
+//! `front_end_cells`...); they still parse (`detail` is absent there) and their notes show as
+//! text, without the charts or the findings drawn from them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::findings::Code;
+use crate::health::Readings;
+use crate::report::{PairBandwidth, Severity};
+
+/// One check's structured result on one rank, tagged by `kind` in report.json.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CheckDetail {
+    /// `gpu-health`: what NVML returned for the rank's GPU.
+    GpuHealth { readings: Box<Readings> },
+    /// `rdma-ports`: the node's ports at the end of the span and what is wrong with them
+    /// (written by the node's local rank 0).
+    RdmaPorts {
+        ports: Vec<RdmaPort>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        issues: Vec<PortIssue>,
+    },
+    /// A model check: the training loss of every step and the parameter self-check.
+    Model {
+        /// The loss of every step (`None`: not a finite number; JSON has no NaN).
+        losses: Vec<Option<f64>>,
+        /// What is wrong with the losses, if anything (not finite, not falling).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        loss_finding: Option<Code>,
+        /// The rank's data-parallel group: its ranks must end with the same parameters.
+        dp_group: usize,
+        /// The parameters' checksum at the end of training (hex).
+        param_checksum: String,
+        /// The checksums after the last update and at the end, when they differ: the
+        /// parameters changed in memory while nothing wrote them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        changed_at_rest: Option<String>,
+    },
+    /// `network-connectivity` (rank 0): the node x node grids, when the run is small enough
+    /// to draw them, and every failed probe.
+    Connectivity {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        front_end: Option<Vec<Vec<String>>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        back_end: Option<Vec<Vec<String>>>,
+        #[serde(default)]
+        front_end_failed: Vec<Probe>,
+        #[serde(default)]
+        back_end_failed: Vec<Probe>,
+        /// How many nodes probed each node; absent: every other node did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        front_end_probers: Option<Vec<usize>>,
+        /// How many ranks of other nodes each rank exchanged with; absent: all of them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        back_end_peers: Option<Vec<usize>>,
+    },
+    /// `pair-bandwidth`: every measured node pair.
+    PairBandwidth { pairs: Vec<PairBandwidth> },
+}
+
+/// One RDMA port as read under /sys/class/infiniband.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RdmaPort {
+    pub device: String,
+    pub port: String,
+    /// E.g. `ACTIVE`, `DOWN`, `INIT` (the number before the colon dropped).
+    pub state: String,
+    /// E.g. `LinkUp`, `Polling`, `Disabled`.
+    pub phys_state: String,
+    /// E.g. `400 Gb/sec (4X NDR)`.
+    pub rate: String,
+    /// The rate in Gb/s, where it parses.
+    pub rate_gbps: Option<f64>,
+    /// `InfiniBand` or `Ethernet` (RoCE).
+    pub link_layer: String,
+    /// The flap and error counters that could be read.
+    pub counters: BTreeMap<String, u64>,
+}
+
+impl RdmaPort {
+    /// `mlx5_0 port 1`.
+    pub fn name(&self) -> String {
+        format!("{} port {}", self.device, self.port)
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.state == "ACTIVE" && self.phys_state == "LinkUp"
+    }
+}
+
+/// One thing wrong with one RDMA port.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PortIssue {
+    pub code: Code,
+    pub severity: Severity,
+    /// `mlx5_0 port 1`.
+    pub port: String,
+    pub message: String,
+    /// The counters that moved, with their deltas (for the flap and error findings).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deltas: Vec<(String, u64)>,
+}
+
+/// One connectivity probe between two nodes (front end) or two ranks (back end).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Probe {
+    pub from: usize,
+    pub to: usize,
+    /// Round trip in milliseconds (0 for a failed probe).
+    pub ms: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl CheckDetail {
+    /// The GPU's readings, if this is the health check's detail.
+    pub fn readings(&self) -> Option<&Readings> {
+        match self {
+            CheckDetail::GpuHealth { readings } => Some(readings),
+            _ => None,
+        }
+    }
+
+    /// The items this detail holds, for a reader that bounds what it accepts.
+    pub fn len(&self) -> usize {
+        match self {
+            CheckDetail::GpuHealth { .. } => 1,
+            CheckDetail::RdmaPorts { ports, issues } => ports.len() + issues.len(),
+            CheckDetail::Model { losses, .. } => losses.len(),
+            CheckDetail::Connectivity {
+                front_end,
+                back_end,
+                front_end_failed,
+                back_end_failed,
+                front_end_probers,
+                back_end_peers,
+            } => {
+                let cells = |g: &Option<Vec<Vec<String>>>| g.iter().flatten().map(Vec::len).sum::<usize>();
+                cells(front_end)
+                    + cells(back_end)
+                    + front_end_failed.len()
+                    + back_end_failed.len()
+                    + front_end_probers.as_ref().map_or(0, Vec::len)
+                    + back_end_peers.as_ref().map_or(0, Vec::len)
+            }
+            CheckDetail::PairBandwidth { pairs } => pairs.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
