@@ -143,7 +143,7 @@ pub struct RankInfo {
 }
 
 /// How a GPU is linked to the others of its node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Link {
     /// At least one NVLink is up.
