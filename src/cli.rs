@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::device::DeviceChoice;
 use gpusanity_common::envs::EnvPolicy;
+use gpusanity_common::fleet::file::BaselineFile;
 use gpusanity_common::report::DeviceKind;
 use gpusanity_common::wire::launcher::PortRange;
 use gpusanity_common::{Descriptor, ExitCode, Settings};
@@ -157,6 +158,11 @@ pub struct CheckArgs {
     /// --sanity-check-envs or this process's environment. Off, it is refused (exit 2) or removed.
     #[arg(long)]
     test_faults: bool,
+    /// A fleet baseline (`gpusanity baseline export`): every headline figure is also judged
+    /// against the entry learned for its device, driver, check and conditions (BELOW_FLEET),
+    /// and each rank's report entry carries its fleet percentile. docs/fleet.md.
+    #[arg(long, value_name = "FILE")]
+    baseline: Option<PathBuf>,
     /// Where node 0 writes report.json and events.jsonl.
     #[arg(long, default_value = "gpusanity-report")]
     report_dir: PathBuf,
@@ -244,6 +250,12 @@ impl CheckArgs {
             rdzv_secret: self.rdzv_secret()?,
             command: self.command.clone(),
             env_policy: EnvPolicy::new(&self.allow_envs, self.test_faults).map_err(|e| UsageError(e.to_string()))?,
+            baseline: match &self.baseline {
+                Some(path) => {
+                    Some(std::sync::Arc::new(BaselineFile::read(path).map_err(|e| UsageError(e.to_string()))?))
+                }
+                None => None,
+            },
         })
     }
 }

@@ -192,11 +192,23 @@ pub struct RankResult {
     pub notes: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The headline figure against its fleet baseline (`check --baseline FILE`), when one held
+    /// (boxed: most results have none, and results travel in the workers' messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<Box<crate::fleet::FleetJudgement>>,
 }
 
 impl RankResult {
     pub fn new(rank: usize, status: CheckStatus) -> Self {
-        RankResult { rank, status, metrics: BTreeMap::new(), sweep: Vec::new(), notes: BTreeMap::new(), error: None }
+        RankResult {
+            rank,
+            status,
+            metrics: BTreeMap::new(),
+            sweep: Vec::new(),
+            notes: BTreeMap::new(),
+            error: None,
+            fleet: None,
+        }
     }
 }
 

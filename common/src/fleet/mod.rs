@@ -139,6 +139,7 @@ pub fn learn(newest_first: &[Sample], policy: Policy) -> Option<Learned> {
 
 /// How far below the centre a figure may fall.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Judging {
     /// Spreads below the centre.
     pub k: f64,
