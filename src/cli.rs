@@ -49,6 +49,9 @@ pub enum Command {
     Serve(Box<crate::serve::ServeArgs>),
     /// Run the agent of one node: takes its tasks from the service and runs the data plane.
     Agent(Box<crate::agent::AgentArgs>),
+    /// Fleet baselines: `export` writes the file `check --baseline` reads.
+    #[command(subcommand)]
+    Baseline(crate::baseline::BaselineCommand),
     /// A worker process (started by `check`, one per device).
     #[command(hide = true)]
     Worker,
@@ -300,6 +303,7 @@ pub fn run(cli: Cli) -> ExitCode {
         },
         Command::Check(args) => check(&args),
         Command::Report(args) => report(&args),
+        Command::Baseline(cmd) => crate::baseline::baseline(&cmd),
         Command::Serve(args) => crate::serve::serve(&args),
         Command::Agent(args) => crate::agent::agent(&args),
     }

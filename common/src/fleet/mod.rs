@@ -8,6 +8,7 @@
 //!   ([`Policy`]);
 //! - [`Judging`] and [`judge`]: a figure below centre - max(k x spread, min_gap x centre) is
 //!   below the fleet; every judged figure gets its fleet percentile;
+//! - [`samples`]: the key of each rank's figure, and which figures of a report may be learned;
 //! - [`file`]: the baseline file (`gpusanity baseline export` writes it, `gpusanity check
 //!   --baseline FILE` reads it), in the format of `expected.toml` plus the spread.
 //!
@@ -15,6 +16,7 @@
 
 pub mod file;
 mod normal;
+pub mod samples;
 
 use serde::{Deserialize, Serialize};
 

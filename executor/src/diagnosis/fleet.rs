@@ -7,29 +7,12 @@
 use std::collections::BTreeMap;
 
 use gpusanity_common::checks::Metric;
-use gpusanity_common::expected::Conditions;
 use gpusanity_common::findings::Code;
 use gpusanity_common::fleet::file::BaselineFile;
-use gpusanity_common::fleet::{self, driver_major, FleetJudgement, Key};
-use gpusanity_common::health::Readings;
-use gpusanity_common::registry::CheckId;
-use gpusanity_common::report::{common_link, CheckReport, CheckStatus, Finding, RankInfo, Severity};
+use gpusanity_common::fleet::{self, samples, FleetJudgement};
+use gpusanity_common::report::{CheckReport, Finding, RankInfo, Severity};
 
-use super::{figure, node_sizes, place};
-use crate::checks::gpu_health::READINGS_NOTE;
-
-/// Each rank's driver major version, as its gpu-health readings give it (GPU runs only).
-pub fn drivers(checks: &[CheckReport]) -> BTreeMap<usize, u32> {
-    checks
-        .iter()
-        .filter(|c| c.name == CheckId::GpuHealth)
-        .flat_map(|c| c.ranks.iter())
-        .filter_map(|r| {
-            let readings: Readings = serde_json::from_str(r.notes.get(READINGS_NOTE)?).ok()?;
-            Some((r.rank, driver_major(readings.driver_version.as_deref()?)?))
-        })
-        .collect()
-}
+use super::{figure, place};
 
 /// Judges every passed rank of `c` with a figure of `m` against `baseline`, sets its `fleet`
 /// entry and adds `BELOW_FLEET` findings: one per rank, or one for the job when a collective
@@ -42,20 +25,17 @@ pub fn judge(
     baseline: &BaselineFile,
     findings: &mut Vec<Finding>,
 ) {
-    let when = Conditions::from_config(&c.config, &node_sizes(ranks)).with_link(common_link(ranks));
     let judging = baseline.judging();
+    let keys = samples::rank_keys(c, ranks, drivers);
     let mut below: Vec<(usize, FleetJudgement)> = Vec::new();
     let mut judged = 0;
-    for r in c.ranks.iter_mut().filter(|r| r.status == CheckStatus::Passed) {
-        let (Some(value), Some(info)) = (r.metrics.get(m.key), ranks.iter().find(|i| i.rank == r.rank)) else {
-            continue;
-        };
-        let key = Key::new(&info.device, drivers.get(&r.rank).copied(), c.name, m.key, when);
+    for (rank, key, value) in keys {
         let Some(entry) = baseline.lookup(&key) else { continue };
-        let j = fleet::judge(m.key, *value, &entry.learned(), judging, &entry.source);
+        let Some(r) = c.ranks.iter_mut().find(|r| r.rank == rank) else { continue };
+        let j = fleet::judge(m.key, value, &entry.learned(), judging, &entry.source);
         judged += 1;
         if j.below {
-            below.push((r.rank, j.clone()));
+            below.push((rank, j.clone()));
         }
         r.fleet = Some(Box::new(j));
     }

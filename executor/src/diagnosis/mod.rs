@@ -94,7 +94,7 @@ pub fn diagnose_with_baseline(
     backend: DeviceKind,
     baseline: Option<&BaselineFile>,
 ) -> Diagnosis {
-    let drivers = baseline.map(|_| fleet::drivers(checks)).unwrap_or_default();
+    let drivers = baseline.map(|_| gpusanity_common::fleet::samples::drivers(checks)).unwrap_or_default();
     let timed_out = overrun != Overrun::None;
     let bands = PeerBands::new(slow_fraction, backend == DeviceKind::Cpu);
     let mut findings = Vec::new();
