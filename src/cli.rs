@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::device::DeviceChoice;
 use gpusanity_common::envs::EnvPolicy;
+use gpusanity_common::fleet::file::BaselineFile;
 use gpusanity_common::report::DeviceKind;
 use gpusanity_common::wire::launcher::PortRange;
 use gpusanity_common::{Descriptor, ExitCode, Settings};
@@ -48,6 +49,9 @@ pub enum Command {
     Serve(Box<crate::serve::ServeArgs>),
     /// Run the agent of one node: takes its tasks from the service and runs the data plane.
     Agent(Box<crate::agent::AgentArgs>),
+    /// Fleet baselines: `export` writes the file `check --baseline` reads.
+    #[command(subcommand)]
+    Baseline(crate::baseline::BaselineCommand),
     /// A worker process (started by `check`, one per device).
     #[command(hide = true)]
     Worker,
@@ -157,6 +161,11 @@ pub struct CheckArgs {
     /// --sanity-check-envs or this process's environment. Off, it is refused (exit 2) or removed.
     #[arg(long)]
     test_faults: bool,
+    /// A fleet baseline (`gpusanity baseline export`): every headline figure is also judged
+    /// against the entry learned for its device, driver, check and conditions (BELOW_FLEET),
+    /// and each rank's report entry carries its fleet percentile. docs/fleet.md.
+    #[arg(long, value_name = "FILE")]
+    baseline: Option<PathBuf>,
     /// Where node 0 writes report.json and events.jsonl.
     #[arg(long, default_value = "gpusanity-report")]
     report_dir: PathBuf,
@@ -244,6 +253,12 @@ impl CheckArgs {
             rdzv_secret: self.rdzv_secret()?,
             command: self.command.clone(),
             env_policy: EnvPolicy::new(&self.allow_envs, self.test_faults).map_err(|e| UsageError(e.to_string()))?,
+            baseline: match &self.baseline {
+                Some(path) => {
+                    Some(std::sync::Arc::new(BaselineFile::read(path).map_err(|e| UsageError(e.to_string()))?))
+                }
+                None => None,
+            },
         })
     }
 }
@@ -288,6 +303,7 @@ pub fn run(cli: Cli) -> ExitCode {
         },
         Command::Check(args) => check(&args),
         Command::Report(args) => report(&args),
+        Command::Baseline(cmd) => crate::baseline::baseline(&cmd),
         Command::Serve(args) => crate::serve::serve(&args),
         Command::Agent(args) => crate::agent::agent(&args),
     }

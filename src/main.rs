@@ -1,6 +1,7 @@
 //! `gpusanity`: compute health check for distributed GPU training.
 
 mod agent;
+mod baseline;
 mod cli;
 mod serve;
 mod slurm;

@@ -21,6 +21,8 @@ pub enum Raised {
     OtherChecks,
     /// The model checks.
     ModelChecks,
+    /// Every check with a headline figure (judged against its fleet baseline).
+    HeadlineChecks,
     Check(CheckId),
     /// The launcher's run as a whole.
     Run,
@@ -38,6 +40,7 @@ impl Raised {
             Raised::AnyCheck => "any",
             Raised::OtherChecks => "other checks",
             Raised::ModelChecks => "model checks",
+            Raised::HeadlineChecks => "checks with a headline figure",
             Raised::Check(id) => id.as_str(),
             Raised::Run => "run",
             Raised::Rendezvous => "rendezvous",

@@ -12,6 +12,7 @@ pub mod events;
 pub mod exit;
 pub mod expected;
 pub mod findings;
+pub mod fleet;
 pub mod health;
 pub mod hostlist;
 pub mod peers;

@@ -144,7 +144,7 @@ pub struct RankInfo {
 }
 
 /// How a GPU is linked to the others of its node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Link {
     /// At least one NVLink is up.
@@ -197,6 +197,10 @@ pub struct RankResult {
     pub detail: Option<CheckDetail>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The headline figure against its fleet baseline (`check --baseline FILE`), when one held
+    /// (boxed: most results have none, and results travel in the workers' messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<Box<crate::fleet::FleetJudgement>>,
 }
 
 impl RankResult {
@@ -209,6 +213,7 @@ impl RankResult {
             notes: BTreeMap::new(),
             detail: None,
             error: None,
+            fleet: None,
         }
     }
 }

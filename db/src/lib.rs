@@ -12,6 +12,7 @@ pub mod bulk;
 pub mod column;
 pub mod deliveries;
 mod fault;
+pub mod fleet;
 pub mod lease;
 pub mod outbox;
 pub mod results;

@@ -118,6 +118,19 @@ fn table(s: &mut String, report: &Report, c: &CheckReport) {
         if let Some(why) = r.notes.get("not_applicable") {
             let _ = write!(line, ": {why}");
         }
+        if let Some(j) = &r.fleet {
+            let _ = write!(
+                line,
+                "  fleet: percentile {:.1} of {:.2} ± {:.2} ({} samples of {} nodes, window {}){}",
+                j.percentile,
+                j.centre,
+                j.spread,
+                j.samples,
+                j.nodes,
+                j.window,
+                if j.below { " BELOW" } else { "" }
+            );
+        }
         let _ = writeln!(s, "{line}");
     }
 }

@@ -11,6 +11,7 @@ pub mod agent;
 pub mod auth;
 pub mod config;
 pub mod coordinator;
+pub mod fleet;
 pub mod http;
 pub mod isolation;
 pub mod ops;

@@ -4,6 +4,7 @@
 
 mod bandwidth;
 mod faults;
+mod fleet;
 mod health;
 mod job_settings;
 mod micro_checks;

@@ -6,6 +6,7 @@ mod api_security;
 mod browser;
 mod chaos;
 mod faults;
+mod fleet;
 mod flow;
 mod forgery;
 mod isolation;

@@ -58,6 +58,9 @@ finding_codes! {
     AllreduceBelowExpected = "ALLREDUCE_BELOW_EXPECTED", Critical, "critical / warning", [Check(CheckId::AllReduce)], "job",
         "busbw of the (single-node) job below the expected band of its device model",
         "inspect NVLink/NIC state, NCCL settings";
+    BelowFleet = "BELOW_FLEET", Critical, "critical", [HeadlineChecks], "rank (job for a collective)",
+        "the headline figure is below its fleet baseline (`--baseline FILE`, learned by the service from passed runs of the same device model, driver major, check and conditions): under centre - max(k x spread, min_gap x centre); the finding's check names the check, its evidence the baseline (centre, spread, samples, nodes, window) and the rank's fleet percentile",
+        "exclude the node; check clocks, power, temperature and other processes; if the whole fleet changed (a driver update), export a new baseline";
     NodeCommSlow = "NODE_COMM_SLOW", Critical, "critical", [Check(CheckId::PairBandwidth)], "node",
         "every measured pair with this node is below 30% of the best pair",
         "exclude the node; inspect its NIC, cable, switch port";

@@ -7,6 +7,7 @@
 //! - the headline metric of each check (from its descriptor) against the peers and the expected
 //!   figure of the device model ([`gpusanity_common::peers`], which the workers also use to
 //!   decide a re-measure);
+//! - [`fleet`]: the headline figure against its fleet baseline (`check --baseline FILE`);
 //! - [`micro`] and [`models`]: what the micro-benchmarks and the model checks find beyond a
 //!   rank's status and figure (failed probes, slow groups, losses, parameter checksums);
 //! - [`health`]: the GPU health check's readings, judged by the decisions in
@@ -20,6 +21,7 @@
 //! Every code is listed in docs/findings.md.
 
 pub mod crash;
+pub mod fleet;
 pub mod hang;
 pub mod health;
 pub mod hostlink;
@@ -33,6 +35,7 @@ pub mod verdict;
 
 use gpusanity_common::checks::Metric;
 use gpusanity_common::expected::{Conditions, Expected};
+use gpusanity_common::fleet::file::BaselineFile;
 use gpusanity_common::peers::{self, Figures, PeerBands};
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::common_link;
@@ -79,6 +82,19 @@ pub fn diagnose(
     overrun: Overrun,
     backend: DeviceKind,
 ) -> Diagnosis {
+    diagnose_with_baseline(checks, ranks, slow_fraction, overrun, backend, None)
+}
+
+/// [`diagnose`], with every headline figure also judged against the fleet `baseline`.
+pub fn diagnose_with_baseline(
+    checks: &mut [CheckReport],
+    ranks: &[RankInfo],
+    slow_fraction: f64,
+    overrun: Overrun,
+    backend: DeviceKind,
+    baseline: Option<&BaselineFile>,
+) -> Diagnosis {
+    let drivers = baseline.map(|_| gpusanity_common::fleet::samples::drivers(checks)).unwrap_or_default();
     let timed_out = overrun != Overrun::None;
     let bands = PeerBands::new(slow_fraction, backend == DeviceKind::Cpu);
     let mut findings = Vec::new();
@@ -93,6 +109,9 @@ pub fn diagnose(
         if let Some(m) = id.metric() {
             note_comparison(c, m, ranks);
             slow_ranks(c, m, ranks, bands, &mut findings);
+            if let Some(b) = baseline {
+                fleet::judge(c, m, ranks, &drivers, b, &mut findings);
+            }
         }
         if id == CheckId::PairBandwidth {
             pair_bandwidth = link_findings(c, ranks, &mut findings);

@@ -2,6 +2,7 @@
 
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::findings::Code;
+use gpusanity_common::fleet::file::BaselineFile;
 use gpusanity_common::registry::{CheckId, Scope};
 use gpusanity_common::report::{
     CheckReport, CheckStatus, DeviceKind, Finding, NodeInfo, RankInfo, RankResult, Report, Severity,
@@ -22,7 +23,13 @@ pub struct RunMeta {
 }
 
 /// `outcomes[k]` is node k's outcome, or None if it never reported.
-pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeOutcome>]) -> Report {
+/// `baseline`: the fleet baseline every headline figure is also judged against.
+pub fn build_report(
+    meta: &RunMeta,
+    nodes: &[NodeInfo],
+    outcomes: &[Option<NodeOutcome>],
+    baseline: Option<&BaselineFile>,
+) -> Report {
     let mut ranks: Vec<RankInfo> = Vec::new();
     let mut checks = not_run_checks(meta);
     let mut lost = Vec::new();
@@ -75,7 +82,14 @@ pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Option<NodeO
     for c in checks.iter_mut() {
         c.ranks.sort_by_key(|r| r.rank);
     }
-    let mut diag = diagnosis::diagnose(&mut checks, &ranks, meta.configs.slow_fraction, overrun, meta.backend);
+    let mut diag = diagnosis::diagnose_with_baseline(
+        &mut checks,
+        &ranks,
+        meta.configs.slow_fraction,
+        overrun,
+        meta.backend,
+        baseline,
+    );
     // A stall stopped the test before its limit: say so beside the hang it names.
     if let Some(Stop::Stalled { node_rank, check, stall_s, silent_rank }) =
         stops.iter().find(|s| matches!(s, Stop::Stalled { .. }))

@@ -57,6 +57,8 @@ pub struct CheckOptions {
     pub rdzv_secret: Option<crate::store::Secret>,
     /// Which variables `--sanity-check-envs` may set, and whether test faults pass.
     pub env_policy: gpusanity_common::envs::EnvPolicy,
+    /// The fleet baseline node 0 judges every headline figure against (`--baseline FILE`).
+    pub baseline: Option<std::sync::Arc<gpusanity_common::fleet::file::BaselineFile>>,
 }
 
 /// What the process does once the check is over.
@@ -203,7 +205,7 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
     let verdict = if is_master {
         let wait = opts.settings.timeout_per_test().min(Duration::from_secs(600)) + Duration::from_secs(30);
         let outcomes = cluster.gather(outcome, wait).await;
-        let mut report = gather::build_report(&meta, &cluster.nodes, &outcomes);
+        let mut report = gather::build_report(&meta, &cluster.nodes, &outcomes, opts.baseline.as_deref());
         let hold = report.status == RunStatus::TimedOut && opts.settings.timeout_ops == TimeoutOps::KeepJobHang;
         if !hold {
             let state =

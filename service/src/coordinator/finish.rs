@@ -66,6 +66,10 @@ pub async fn finish(
     // A held run stored its evidence when it was held; its resolution adds only the verdict.
     if !run.held {
         store_results(&mut tx, &run.run_id, &run.job_id, &run.nodes, report, &findings).await?;
+        // The fleet learns from passed runs the coordinator decided (a fence: not a person's).
+        if let (Verdict::Passed, Some(report), Some(_)) = (&verdict, report, fence) {
+            crate::fleet::learn(&mut tx, run, report).await?;
+        }
     }
     // Nodes are isolated only by a failure (not while held, not when a person passes the run).
     let faulty = if matches!(verdict, Verdict::Failed(_)) { faulty_nodes(run, report, extra) } else { Vec::new() };

@@ -1,0 +1,71 @@
+//! The fleet's samples: each passed rank's headline figure, appended when its run ends, and
+//! the newest window of each key, read to learn its baseline (`gpusanity_common::fleet`).
+
+use gpusanity_common::fleet::samples::Learnable;
+use gpusanity_common::fleet::{Key, Sample};
+
+use crate::{now_ms, Db, Result, Tx};
+
+#[derive(sqlx::FromRow)]
+struct KeyRow {
+    fkey: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct SampleRow {
+    node_name: String,
+    value: f64,
+}
+
+#[derive(sqlx::FromRow)]
+struct CountRow {
+    n: i64,
+}
+
+/// Appends `samples` of run `run_id` in the caller's transaction; a (run, rank, key) already
+/// stored is left as it is.
+pub async fn add_samples(tx: &mut Tx, run_id: &str, samples: &[Learnable]) -> Result<()> {
+    let at = now_ms();
+    for s in samples {
+        sqlx::query(
+            "INSERT INTO fleet_samples (run_id, rank, fkey, node_name, value, at) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (run_id, rank, fkey) DO NOTHING",
+        )
+        .bind(run_id)
+        .bind(i64::try_from(s.rank).unwrap_or(i64::MAX))
+        .bind(serde_json::to_string(&s.key)?)
+        .bind(&s.node)
+        .bind(s.value)
+        .bind(at)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+impl Db {
+    /// Every key with samples. A stored key that no longer parses (an older format) is skipped.
+    pub async fn fleet_keys(&self) -> Result<Vec<Key>> {
+        let rows: Vec<KeyRow> =
+            sqlx::query_as("SELECT DISTINCT fkey FROM fleet_samples ORDER BY fkey").fetch_all(&self.pool).await?;
+        Ok(rows.into_iter().filter_map(|r| serde_json::from_str(&r.fkey).ok()).collect())
+    }
+
+    /// The newest `window` samples of `key`, newest first.
+    pub async fn fleet_window(&self, key: &Key, window: usize) -> Result<Vec<Sample>> {
+        let rows: Vec<SampleRow> = sqlx::query_as(
+            "SELECT node_name, value FROM fleet_samples WHERE fkey = $1 ORDER BY at DESC, run_id DESC, rank DESC LIMIT $2",
+        )
+        .bind(serde_json::to_string(key)?)
+        .bind(i64::try_from(window).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|r| Sample { node: r.node_name, value: r.value }).collect())
+    }
+
+    /// How many samples are stored, over every key.
+    pub async fn fleet_sample_count(&self) -> Result<i64> {
+        let row: CountRow = sqlx::query_as("SELECT COUNT(*) AS n FROM fleet_samples").fetch_one(&self.pool).await?;
+        Ok(row.n)
+    }
+}

@@ -1,0 +1,79 @@
+//! Each rank's headline figure against its fleet baseline (`gpusanity check --baseline FILE`,
+//! [`gpusanity_common::fleet`]): every rank whose figure's key has an entry carries its
+//! judgement (percentile, the baseline and its samples) on its report entry, and a figure below
+//! the baseline's floor raises `BELOW_FLEET`. The static expected figure and the peers are
+//! judged beside it, unchanged.
+
+use std::collections::BTreeMap;
+
+use gpusanity_common::checks::Metric;
+use gpusanity_common::findings::Code;
+use gpusanity_common::fleet::file::BaselineFile;
+use gpusanity_common::fleet::{self, samples, FleetJudgement};
+use gpusanity_common::report::{CheckReport, Finding, RankInfo, Severity};
+
+use super::{figure, place};
+
+/// Judges every passed rank of `c` with a figure of `m` against `baseline`, sets its `fleet`
+/// entry and adds `BELOW_FLEET` findings: one per rank, or one for the job when a collective
+/// (measured alike by every rank) is below on every rank.
+pub fn judge(
+    c: &mut CheckReport,
+    m: &Metric,
+    ranks: &[RankInfo],
+    drivers: &BTreeMap<usize, u32>,
+    baseline: &BaselineFile,
+    findings: &mut Vec<Finding>,
+) {
+    let judging = baseline.judging();
+    let keys = samples::rank_keys(c, ranks, drivers);
+    let mut below: Vec<(usize, FleetJudgement)> = Vec::new();
+    let mut judged = 0;
+    for (rank, key, value) in keys {
+        let Some(entry) = baseline.lookup(&key) else { continue };
+        let Some(r) = c.ranks.iter_mut().find(|r| r.rank == rank) else { continue };
+        let j = fleet::judge(m.key, value, &entry.learned(), judging, &entry.source);
+        judged += 1;
+        if j.below {
+            below.push((rank, j.clone()));
+        }
+        r.fleet = Some(Box::new(j));
+    }
+    if m.collective && !below.is_empty() && below.len() == judged {
+        let (_, j) = &below[0];
+        findings.push(finding(Finding::new(Severity::Critical, Code::BelowFleet, c.name, message(j, m.unit)), j));
+        return;
+    }
+    for (rank, j) in &below {
+        let f = place(Finding::new(Severity::Critical, Code::BelowFleet, c.name, message(j, m.unit)), ranks, *rank);
+        findings.push(finding(f, j));
+    }
+}
+
+fn message(j: &FleetJudgement, unit: &str) -> String {
+    format!(
+        "{} {unit}, below the fleet's floor {} (centre {} - {} x spread {}): percentile {:.2} of its fleet",
+        figure(j.value),
+        figure(j.floor),
+        figure(j.centre),
+        j.k,
+        figure(j.spread),
+        j.percentile
+    )
+}
+
+fn finding(mut f: Finding, j: &FleetJudgement) -> Finding {
+    f.measured = Some(j.value);
+    f.score = Some((j.value - j.centre) / j.spread).filter(|s| s.is_finite());
+    f.evidence.push(format!(
+        "fleet baseline: centre {} spread {} over {} samples of {} nodes (window {}){}",
+        figure(j.centre),
+        figure(j.spread),
+        j.samples,
+        j.nodes,
+        j.window,
+        if j.source.is_empty() { String::new() } else { format!("; {}", j.source) }
+    ));
+    f.action = Some("exclude the node; check the device's clocks, temperature, power and other processes on it".into());
+    f
+}

@@ -1,0 +1,115 @@
+//! `gpusanity check --baseline FILE`: every rank's headline figure against its fleet baseline,
+//! through the real binary on CPU workers. A baseline far above what the CPU measures names
+//! every rank (BELOW_FLEET, exit 1); one that matches passes and shows each rank's percentile;
+//! a malformed file is refused before any worker starts.
+
+use gpusanity_testkit::common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+const LIMIT: Duration = Duration::from_secs(90);
+const ARGS: [&str; 2] = ["--nproc-per-node=2", "--micro-benchmarks=gemm"];
+
+fn gemm(r: &Value) -> &Value {
+    r["checks"].as_array().unwrap().iter().find(|c| c["name"] == "gemm").expect("a gemm check")
+}
+
+/// A baseline file with one GEMM entry for this run's device and shape.
+fn write_baseline(path: &Path, device: &str, size: u64, centre: f64, spread: f64) {
+    let text = format!(
+        "[[entry]]\ndevice = {device:?}\ncheck = \"gemm\"\nmetric = \"tflops\"\nvalue = {centre:e}\nspread = {spread:e}\n\
+         samples = 40\nnodes = 5\nwindow = 200\nsize = {size}\nsingle_node = true\nranks_per_node = 2\n\
+         source = \"test fleet\"\n"
+    );
+    std::fs::write(path, text).expect("write the baseline");
+}
+
+#[test]
+fn a_baseline_judges_every_rank_and_names_one_far_below_it() {
+    let _g = serial();
+    // First a run without a baseline: what this CPU measures, and the device name it reports.
+    let plain = Run::new();
+    let out = run_with_timeout(plain.command(&ARGS), LIMIT);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let r = plain.report();
+    let device = r["ranks"][0]["device"].as_str().expect("device").to_string();
+    let size = gemm(&r)["config"]["size"].as_u64().expect("gemm size");
+    let figures: Vec<f64> =
+        gemm(&r)["ranks"].as_array().unwrap().iter().map(|x| x["metrics"]["tflops"].as_f64().unwrap()).collect();
+    let centre = figures.iter().sum::<f64>() / figures.len() as f64;
+    assert!(gemm(&r)["ranks"][0].get("fleet").is_none(), "no baseline, no fleet entry");
+
+    // A matching baseline (its spread wide enough for a shared CPU): passes, percentiles shown.
+    let run = Run::new();
+    let file = run.dir.path().join("baseline.toml");
+    write_baseline(&file, &device, size, centre, 0.3 * centre);
+    let out = run_with_timeout(run.command(&[ARGS[0], ARGS[1], "--baseline", file.to_str().unwrap()]), LIMIT);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let r = run.report();
+    assert_eq!(r["status"], "passed", "{}", r["summary"]);
+    for rank in gemm(&r)["ranks"].as_array().unwrap() {
+        let f = &rank["fleet"];
+        let p = f["percentile"].as_f64().expect("a percentile");
+        assert!((0.0..=100.0).contains(&p), "{f}");
+        assert_eq!(
+            (f["samples"].as_u64(), f["window"].as_u64(), f["below"].as_bool()),
+            (Some(40), Some(200), Some(false))
+        );
+        assert_eq!(f["source"], "test fleet");
+    }
+    let summary = String::from_utf8_lossy(&out.stdout).to_string() + &stderr(&out);
+    assert!(summary.contains("fleet: percentile"), "the terminal summary shows it: {summary}");
+
+    // A baseline a thousand times above this CPU: every rank below, exit 1.
+    let run = Run::new();
+    let file = run.dir.path().join("baseline.toml");
+    write_baseline(&file, &device, size, 1000.0 * centre, 10.0 * centre);
+    let out = run_with_timeout(run.command(&[ARGS[0], ARGS[1], "--baseline", file.to_str().unwrap()]), LIMIT);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let r = run.report();
+    assert_eq!(r["status"], "failed");
+    let below: Vec<(String, Option<u64>)> = findings(&r).into_iter().filter(|(c, _)| c == "BELOW_FLEET").collect();
+    assert_eq!(
+        below,
+        [("BELOW_FLEET".to_string(), Some(0)), ("BELOW_FLEET".to_string(), Some(1))],
+        "{}",
+        r["findings"]
+    );
+    let f = r["findings"].as_array().unwrap().iter().find(|f| f["code"] == "BELOW_FLEET").unwrap();
+    assert_eq!(f["check"], "gemm");
+    assert!(f["evidence"][0].as_str().unwrap().contains("40 samples of 5 nodes (window 200)"), "{f}");
+    assert_eq!(gemm(&r)["ranks"][0]["fleet"]["below"], true);
+    run.assert_nothing_left();
+
+    // Another shape (one rank per node): the entry does not hold, nothing is judged.
+    let run = Run::new();
+    let out =
+        run_with_timeout(run.command(&["--nproc-per-node=1", ARGS[1], "--baseline", file.to_str().unwrap()]), LIMIT);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(gemm(&run.report())["ranks"][0].get("fleet").is_none());
+}
+
+#[test]
+fn a_malformed_baseline_is_refused_before_any_worker_starts() {
+    let _g = serial();
+    let run = Run::new();
+    let file = run.dir.path().join("baseline.toml");
+    let cases = [
+        ("[[entry]]\ndevice = \"x\"\ncheck = \"gemm\"\nmetric = \"tflops\"\nvalue = nan\nspread = 1.0\nsamples = 1\nnodes = 1\nwindow = 1\n", "value must be"),
+        ("[judging]\nk = -3.0\n", "k must be"),
+        ("not = [toml", "not valid"),
+    ];
+    for (text, want) in cases {
+        std::fs::write(&file, text).unwrap();
+        let out = run_with_timeout(run.command(&[ARGS[0], ARGS[1], "--baseline", file.to_str().unwrap()]), LIMIT);
+        assert_eq!(code(&out), 2, "{want}: {}", stderr(&out));
+        assert!(stderr(&out).contains(want), "{want}: {}", stderr(&out));
+        assert!(!run.report_dir().join("report.json").exists(), "no run");
+    }
+    let out = run_with_timeout(run.command(&[ARGS[0], ARGS[1], "--baseline", "/nonexistent/baseline.toml"]), LIMIT);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+}
