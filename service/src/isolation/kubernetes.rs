@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use gpusanity_bus::backoff::Backoff;
 use gpusanity_kube::{ClientSettings, Effect, Isolator, KubeError, Outcome};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::Message;
@@ -181,14 +182,15 @@ fn count(outcome: &str) {
     METRICS.isolation_actions.with_label_values(&[outcome]).inc();
 }
 
-/// `op` until it succeeds, a refusal, or `limit` of transient failures (backoff 0.5 s to 15 s).
+/// `op` until it succeeds, a refusal, or `limit` of transient failures (the service's backoff:
+/// 100 ms, doubling, at most 5 s).
 async fn retry<F, Fut>(limit: Duration, mut op: F) -> Option<Outcome>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<Outcome, KubeError>>,
 {
     let start = Instant::now();
-    let mut wait = Duration::from_millis(500);
+    let mut backoff = Backoff::default();
     loop {
         match op().await {
             Ok(out) => {
@@ -202,9 +204,9 @@ where
                 return Some(out);
             }
             Err(e) if e.is_transient() && start.elapsed() < limit => {
+                let wait = backoff.step();
                 tracing::warn!("isolation backend: {e}; retrying in {} ms", wait.as_millis());
                 tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(15));
             }
             Err(e) => {
                 tracing::error!("isolation backend: {e}");
