@@ -1,7 +1,9 @@
 //! Where a webhook may go. A rule's URL is the workspace's input, and the service usually sits
 //! inside a network that the workspace cannot reach: loopback, private and link-local
 //! addresses (the cloud metadata service at 169.254.169.254 among them) are refused unless the
-//! operator lists them in `notifier.webhook_allow`.
+//! operator lists them in `notifier.webhook_allow`, and so are reserved ones. An IPv6 address
+//! that carries an IPv4 one (NAT64, 6to4, Teredo, IPv4-mapped or -compatible; [`embedded_v4`])
+//! is judged as that IPv4 address too.
 //!
 //! The check runs where the connection is made: [`GuardedResolver`] drops every resolved
 //! address that is not allowed (a name that resolves to 127.0.0.1 is caught, and the
@@ -17,6 +19,9 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use thiserror::Error;
 
+mod embed;
+pub use embed::embedded_v4;
+
 /// Why an address is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
@@ -28,6 +33,7 @@ pub enum Class {
     Multicast,
     SharedNat,
     Broadcast,
+    Reserved,
 }
 
 impl fmt::Display for Class {
@@ -41,6 +47,7 @@ impl fmt::Display for Class {
             Class::Multicast => "multicast address",
             Class::SharedNat => "shared (CGNAT) address",
             Class::Broadcast => "broadcast address",
+            Class::Reserved => "reserved address",
         })
     }
 }
@@ -52,13 +59,7 @@ pub struct Blocked(pub Class);
 
 /// The class of an address that is refused by default, or None for a public one.
 pub fn classify(ip: IpAddr) -> Option<Class> {
-    match ip {
-        IpAddr::V4(v4) => classify_v4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => classify_v4(v4),
-            None => classify_v6(v6),
-        },
-    }
+    Policy::default().check(ip).err().map(|b| b.0)
 }
 
 fn classify_v4(ip: Ipv4Addr) -> Option<Class> {
@@ -79,6 +80,10 @@ fn classify_v4(ip: Ipv4Addr) -> Option<Class> {
         Some(Class::Multicast)
     } else if ip.is_broadcast() {
         Some(Class::Broadcast)
+    } else if a >= 240 || (a == 198 && (b & 0xfe) == 18) || (a == 192 && b == 0 && ip.octets()[2] == 0) {
+        // 240.0.0.0/4 (future use), 198.18.0.0/15 (benchmarking), 192.0.0.0/24 (protocol
+        // assignments).
+        Some(Class::Reserved)
     } else {
         None
     }
@@ -114,16 +119,25 @@ impl Policy {
         Policy { allow }
     }
 
-    /// Ok for an address a webhook may connect to.
+    fn allowed(&self, ip: IpAddr) -> bool {
+        self.allow.iter().any(|n| n.contains(&ip))
+    }
+
+    /// Ok for an address a webhook may connect to: listed, or neither it nor an IPv4 address it
+    /// carries is refused (a carried address may be listed itself).
     pub fn check(&self, ip: IpAddr) -> Result<(), Blocked> {
-        let mapped = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-            v4 => v4,
-        };
-        if self.allow.iter().any(|n| n.contains(&ip) || n.contains(&mapped)) {
+        if self.allowed(ip) {
             return Ok(());
         }
-        classify(ip).map_or(Ok(()), |c| Err(Blocked(c)))
+        let v6 = match ip {
+            IpAddr::V4(v4) => return classify_v4(v4).map_or(Ok(()), |c| Err(Blocked(c))),
+            IpAddr::V6(v6) => v6,
+        };
+        if let Some(c) = classify_v6(v6) {
+            return Err(Blocked(c));
+        }
+        let refused = embedded_v4(v6).into_iter().filter(|v4| !self.allowed(IpAddr::V4(*v4))).find_map(classify_v4);
+        refused.map_or(Ok(()), |c| Err(Blocked(c)))
     }
 
     /// The check of a URL whose host is a literal address; a name (`localhost` too) is
@@ -213,17 +227,47 @@ mod tests {
             ("ff02::1", Class::Multicast),
             ("100.64.0.1", Class::SharedNat),
             ("255.255.255.255", Class::Broadcast),
+            ("198.18.0.1", Class::Reserved),
+            ("198.19.255.255", Class::Reserved),
+            ("240.0.0.1", Class::Reserved),
+            ("192.0.0.8", Class::Reserved),
+            ("100.127.255.255", Class::SharedNat),
+            ("239.255.255.250", Class::Multicast),
+            // IPv4 inside IPv6: NAT64 (well-known and local-use), IPv4-compatible, 6to4, Teredo.
+            ("64:ff9b::a9fe:a9fe", Class::Metadata),
+            ("64:ff9b::7f00:1", Class::Loopback),
+            ("64:ff9b::198.18.0.1", Class::Reserved),
+            ("64:ff9b:1::a9fe:a9fe", Class::Metadata),
+            ("::127.0.0.1", Class::Loopback),
+            ("::10.0.0.1", Class::Private),
+            ("2002:a9fe:a9fe::1", Class::Metadata),
+            ("2002:c0a8:101::1", Class::Private),
+            ("2001:0:4136:e378:8000:63bf:80ff:fffe", Class::Loopback),
+            ("::ffff:240.0.0.1", Class::Reserved),
         ] {
             assert_eq!(p.check(ip(a)), Err(Blocked(c)), "{a}");
         }
-        for a in ["8.8.8.8", "100.128.0.1", "172.32.0.1", "2001:db8::1", "2606:4700::1"] {
+        for a in [
+            "8.8.8.8",
+            "100.128.0.1",
+            "172.32.0.1",
+            "198.20.0.1",
+            "192.0.1.1",
+            "2001:db8::1",
+            "2606:4700::1",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+        ] {
             assert_eq!(p.check(ip(a)), Ok(()), "{a}");
         }
         let allow = Policy::new(vec!["127.0.0.1/32".parse().unwrap(), "10.0.0.0/8".parse().unwrap()]);
         assert_eq!(allow.check(ip("127.0.0.1")), Ok(()));
         assert_eq!(allow.check(ip("::ffff:127.0.0.1")), Ok(()));
         assert_eq!(allow.check(ip("10.200.0.1")), Ok(()));
+        assert!(p.check(ip("64:ff9b:1:a00:1:100::")).is_err(), "10.0.1.1 in the /48 layout");
         assert_eq!(allow.check(ip("127.0.0.2")), Err(Blocked(Class::Loopback)));
+        assert_eq!(allow.check(ip("64:ff9b::10.1.2.3")), Ok(()), "the IPv4 inside is listed");
+        assert_eq!(allow.check(ip("2002:a9fe:a9fe::1")), Err(Blocked(Class::Metadata)));
         assert_eq!(allow.check(ip("169.254.169.254")), Err(Blocked(Class::Metadata)));
         assert_eq!(Blocked(Class::Loopback).to_string(), "blocked: loopback address (not in notifier.webhook_allow)");
     }
@@ -234,6 +278,11 @@ mod tests {
         assert_eq!(p.check_url("http://127.0.0.1:8080/x"), Err(Blocked(Class::Loopback)));
         assert_eq!(p.check_url("http://[::1]/x"), Err(Blocked(Class::Loopback)));
         assert_eq!(p.check_url("http://169.254.169.254/latest/meta-data"), Err(Blocked(Class::Metadata)));
+        assert_eq!(p.check_url("http://[64:ff9b::a9fe:a9fe]/"), Err(Blocked(Class::Metadata)));
+        assert_eq!(p.check_url("http://[::127.0.0.1]/"), Err(Blocked(Class::Loopback)));
+        assert_eq!(p.check_url("http://[2002:a9fe:a9fe::1]/"), Err(Blocked(Class::Metadata)));
+        assert_eq!(p.check_url("http://198.18.0.1/"), Err(Blocked(Class::Reserved)));
+        assert_eq!(p.check_url("http://240.0.0.1/"), Err(Blocked(Class::Reserved)));
         assert_eq!(p.check_url("http://localhost/x"), Ok(()), "checked after the lookup");
         assert_eq!(p.check_url("https://hooks.example.org/x"), Ok(()));
         assert_eq!(p.check_url("not a url"), Ok(()));
@@ -251,5 +300,11 @@ mod tests {
         };
         let name: reqwest::dns::Name = "localhost".parse().unwrap();
         assert!(allowed.resolve(name).await.map(|a| a.count()).unwrap_or(0) >= 1);
+        // What a DNS64 resolver answers for an internal name: the IPv4 inside is judged.
+        for (answer, class) in [("64:ff9b::a9fe:a9fe", Class::Metadata), ("64:ff9b::a00:1", Class::Private)] {
+            let name: reqwest::dns::Name = answer.parse().unwrap();
+            let err = r.resolve(name).await.err().expect("refused");
+            assert_eq!(blocked_in(err.as_ref()), Some(Blocked(class)), "{answer}");
+        }
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod email;
+pub mod escape;
 pub mod guard;
 pub mod notice;
 pub mod plan;

@@ -58,18 +58,25 @@ impl Notice {
 
     /// A one-line title, e.g. `gpusanity: job train-7 failed the check (workspace ws-1)`.
     pub fn title(&self) -> String {
+        self.title_with(&|v| v.to_string())
+    }
+
+    /// The title with every value from outside (job, workspace, node names) passed through
+    /// `esc`, the receiver's escaping.
+    pub fn title_with(&self, esc: &dyn Fn(&str) -> String) -> String {
+        let nodes: Vec<String> = self.faulty_nodes.iter().map(|n| esc(n)).collect();
         match self.event_type {
             "NodeIsolated" => format!(
                 "gpusanity: node {} isolated (job {}, workspace {})",
-                self.faulty_nodes.join(", "),
-                self.job_id,
-                self.workspace_id
+                nodes.join(", "),
+                esc(&self.job_id),
+                esc(&self.workspace_id)
             ),
             _ => format!(
                 "gpusanity: job {} {} the check (workspace {})",
-                self.job_id,
+                esc(&self.job_id),
                 self.verdict_phrase(),
-                self.workspace_id
+                esc(&self.workspace_id)
             ),
         }
     }
@@ -84,22 +91,30 @@ impl Notice {
 
     /// The plain-text body shared by email and chat formats.
     pub fn text_lines(&self) -> Vec<String> {
+        self.text_lines_with(&|v| v.to_string(), true)
+    }
+
+    /// The body with every value from outside (names, codes, the summary with the findings'
+    /// messages) passed through `esc`; the report's address (the operator's own) as it is, and
+    /// only when `with_url` (a format that links it otherwise leaves it out).
+    pub fn text_lines_with(&self, esc: &dyn Fn(&str) -> String, with_url: bool) -> Vec<String> {
+        let list = |v: &[String]| v.iter().map(|s| esc(s)).collect::<Vec<_>>().join(", ");
         let mut l = vec![format!("Verdict: {}", self.verdict)];
         if !self.faulty_nodes.is_empty() {
-            l.push(format!("Faulty nodes: {}", self.faulty_nodes.join(", ")));
+            l.push(format!("Faulty nodes: {}", list(&self.faulty_nodes)));
         }
         if !self.codes.is_empty() {
-            l.push(format!("Findings: {}", self.codes.join(", ")));
+            l.push(format!("Findings: {}", list(&self.codes)));
         }
         if !self.summary.is_empty() {
-            l.push(format!("Summary: {}", self.summary));
+            l.push(format!("Summary: {}", esc(&self.summary)));
         }
-        l.push(format!("Job: {} (workspace {})", self.job_id, self.workspace_id));
+        l.push(format!("Job: {} (workspace {})", esc(&self.job_id), esc(&self.workspace_id)));
         if let Some(r) = &self.run_id {
-            l.push(format!("Run: {r}"));
+            l.push(format!("Run: {}", esc(r)));
         }
         l.push(format!("At: {}", self.at));
-        if let Some(u) = &self.report_url {
+        if let (Some(u), true) = (&self.report_url, with_url) {
             l.push(format!("Report: {u}"));
         }
         l

@@ -8,6 +8,7 @@ use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 use sha2::Sha256;
 
+use crate::escape;
 use crate::guard::{self, Policy};
 use crate::notice::Notice;
 use crate::rules::WebhookFormat;
@@ -18,7 +19,6 @@ pub const EVENT_HEADER: &str = "X-Gpusanity-Event";
 
 /// The request body for `format`.
 pub fn body(format: WebhookFormat, n: &Notice, ev: &OutputEvent, key: &str) -> Value {
-    let lines = n.text_lines();
     match format {
         WebhookFormat::Generic => json!({
             "version": 1,
@@ -38,38 +38,44 @@ pub fn body(format: WebhookFormat, n: &Notice, ev: &OutputEvent, key: &str) -> V
             "report_url": n.report_url,
             "event": ev,
         }),
+        // Markdown: every value from outside escaped, the report's address (the operator's) as
+        // the one link.
         WebhookFormat::Dingtalk => {
-            let mut text = format!("### {}\n\n", n.title());
+            let lines = n.text_lines_with(&escape::markdown, false);
+            let mut text = format!("### {}\n\n", n.title_with(&escape::markdown));
             text.push_str(&lines.iter().map(|l| format!("- {l}")).collect::<Vec<_>>().join("\n"));
             if let Some(u) = &n.report_url {
                 text.push_str(&format!("\n\n[Open the report]({u})"));
             }
-            json!({ "msgtype": "markdown", "markdown": { "title": n.title(), "text": text } })
+            json!({ "msgtype": "markdown", "markdown": { "title": n.title_with(&escape::plain), "text": text } })
         }
         WebhookFormat::Slack => {
-            let esc = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-            let title = esc(&n.title());
-            let detail = lines.iter().map(|l| esc(l)).collect::<Vec<_>>().join("\n");
+            let mut lines = n.text_lines_with(&escape::slack, false);
+            let link = n.report_url.as_deref().map(escape::slack_entities);
+            if let Some(l) = &link {
+                lines.push(format!("Report: {l}"));
+            }
+            let title = n.title_with(&escape::slack);
+            let detail = lines.join("\n");
             let mut blocks = vec![
-                json!({ "type": "header", "text": { "type": "plain_text", "text": n.title() } }),
+                json!({ "type": "header", "text": { "type": "plain_text", "text": n.title_with(&escape::plain) } }),
                 json!({ "type": "section", "text": { "type": "mrkdwn", "text": detail } }),
             ];
-            if let Some(u) = &n.report_url {
-                blocks.push(json!({ "type": "section", "text": { "type": "mrkdwn", "text": format!("<{}|Open the report>", esc(u)) } }));
+            if let Some(link) = &link {
+                blocks.push(json!({ "type": "section", "text": { "type": "mrkdwn", "text": format!("<{link}|Open the report>") } }));
             }
             json!({ "text": format!("{title}\n{detail}"), "blocks": blocks })
         }
+        // Always a rich-text post: its `text` elements are shown as written, where a text
+        // message would parse `<at user_id="all">` in a job name as a mention of everyone.
         WebhookFormat::Feishu => {
+            let lines = n.text_lines_with(&escape::plain, false);
             let mut content: Vec<Value> = lines.iter().map(|l| json!([{ "tag": "text", "text": l }])).collect();
-            match &n.report_url {
-                Some(u) => {
-                    content.push(json!([{ "tag": "a", "text": "Open the report", "href": u }]));
-                    json!({ "msg_type": "post", "content": { "post": { "en_us": { "title": n.title(), "content": content } } } })
-                }
-                None => {
-                    json!({ "msg_type": "text", "content": { "text": format!("{}\n{}", n.title(), lines.join("\n")) } })
-                }
+            if let Some(u) = &n.report_url {
+                content.push(json!([{ "tag": "a", "text": "Open the report", "href": u }]));
             }
+            let title = n.title_with(&escape::plain);
+            json!({ "msg_type": "post", "content": { "post": { "en_us": { "title": title, "content": content } } } })
         }
     }
 }
@@ -281,6 +287,57 @@ mod tests {
         assert_eq!(f["msg_type"], "post");
         let content = f["content"]["post"]["en_us"]["content"].as_array().unwrap();
         assert_eq!(content.last().unwrap()[0]["href"], "http://r/run-1");
+    }
+
+    #[test]
+    fn names_from_outside_stay_text_in_chat_messages() {
+        let mut ev = event();
+        ev.job_id = "[x](http://evil.example)".into();
+        ev.body = OutputBody::CheckFailed {
+            summary: "rank 1: **slow**\n# <at user_id=\"all\"></at> see www.evil.example".into(),
+            faulty_nodes: vec!["n_1".into()],
+            report_url: "http://r/run-1?a=1&b=2".into(),
+            reason: FailReason::CheckFailed,
+        };
+        let n = Notice::from_event(&ev, "http://x/{run_id}");
+        let d = body(WebhookFormat::Dingtalk, &n, &ev, "k1");
+        let text = d["markdown"]["text"].as_str().unwrap();
+        let z = '\u{200b}';
+        assert_eq!(
+            text,
+            format!(
+                "### gpusanity: job \\[x\\]\\(http:{z}//evil\\.example\\) failed the check (workspace ws)\n\n\
+                 - Verdict: failed\n- Faulty nodes: n\\_1\n\
+                 - Summary: rank 1: \\*\\*slow\\*\\* \\# \\<at user\\_id=\\\"all\\\"\\>\\</at\\> see www{z}\\.evil\\.example\n\
+                 - Job: \\[x\\]\\(http:{z}//evil\\.example\\) (workspace ws)\n- Run: run\\-1\n- At: {}\n\n\
+                 [Open the report](http://r/run-1?a=1&b=2)",
+                n.at
+            )
+        );
+        assert_eq!(text.matches("](").count(), 1, "one link, the report's: {text}");
+        assert!(!d["markdown"]["title"].as_str().unwrap().contains("http://"), "{d}");
+        let f = body(WebhookFormat::Feishu, &n, &ev, "k1");
+        assert_eq!(f["msg_type"], "post", "never a text message, which parses <at>");
+        let post = &f["content"]["post"]["en_us"];
+        assert_eq!(
+            post["title"],
+            format!("gpusanity: job [x](http:{z}//evil.example) failed the check (workspace ws)")
+        );
+        assert_eq!(
+            post["content"][2][0]["text"],
+            format!("Summary: rank 1: **slow** # <at user_id=\"all\"></at> see www{z}.evil.example")
+        );
+        assert!(post["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l[0]["tag"] == "text" || l[0]["href"] == "http://r/run-1?a=1&b=2"));
+        let s = body(WebhookFormat::Slack, &n, &ev, "k1");
+        let detail = s["blocks"][1]["text"]["text"].as_str().unwrap();
+        assert!(
+            detail.contains("&lt;at user_id=\"all\"&gt;") && detail.contains("Report: http://r/run-1?a=1&amp;b=2"),
+            "{detail}"
+        );
     }
 
     #[test]

@@ -225,6 +225,12 @@ fn webhooks_to_internal_addresses_are_refused_unless_allowed_and_answers_are_not
         ("http://[::1]:9/x", "loopback"),
         ("http://169.254.169.254/latest/meta-data/", "metadata"),
         ("http://10.1.2.3/x", "private"),
+        // IPv4 inside IPv6 (NAT64, IPv4-compatible, 6to4) and the reserved ranges.
+        ("http://[64:ff9b::a9fe:a9fe]/", "metadata"),
+        ("http://[::127.0.0.1]/", "loopback"),
+        ("http://[2002:a9fe:a9fe::1]/", "metadata"),
+        ("http://198.18.0.1/", "reserved"),
+        ("http://240.0.0.1/", "reserved"),
     ] {
         let (code, body) = call(&w, "POST", rules, TOKEN, Some(&hook(url.into())));
         assert_eq!(code, 400, "{url}: {body:#}");

@@ -40,6 +40,26 @@ pub(crate) fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     head.lines().find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim()))
 }
 
+/// Asserts that a browser response carries the security headers: a policy that forbids script
+/// and framing, nosniff, a referrer policy, and no caching.
+pub(crate) fn assert_secured(what: &str, head: &str) {
+    let csp = header(head, "content-security-policy").unwrap_or_else(|| panic!("{what}: no CSP\n{head}"));
+    let directives: Vec<&str> = csp.split(';').map(str::trim).collect();
+    for d in ["default-src 'none'", "frame-ancestors 'none'", "form-action 'self'", "base-uri 'none'"] {
+        assert!(directives.contains(&d), "{what}: `{d}` missing from `{csp}`");
+    }
+    assert!(!csp.contains("script-src") && !csp.contains("unsafe-eval"), "{what}: the policy allows script: {csp}");
+    let expected = [
+        ("x-frame-options", "DENY"),
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "same-origin"),
+        ("cache-control", "no-store"),
+    ];
+    for (name, value) in expected {
+        assert_eq!(header(head, name), Some(value), "{what}: {name}\n{head}");
+    }
+}
+
 /// The value of a form's hidden `csrf` field in a page.
 pub(crate) fn csrf_field(body: &str) -> String {
     let at = body.find("name=\"csrf\" value=\"").map(|i| i + "name=\"csrf\" value=\"".len());
@@ -178,6 +198,11 @@ fn browser_pages_render_in_chromium_and_the_api_filters_runs() {
     assert_eq!(w.http_call("GET", "/v1/openapi.json", None, None).expect("HTTP").0, 401);
     // Public pages: no login, the API keeps its token.
     assert_eq!(http(w.http, "GET", "/ui/runs", "", "").0, 200);
+    for path in [format!("/ui/runs/{bad_id}"), format!("/ui/runs/{ghost_id}"), "/ui/nodes/node-b".into()] {
+        let (code, head, _) = http(w.http, "GET", &path, "", "");
+        assert_eq!(code, 200, "{path}: {head}");
+        assert_secured(&path, &head);
+    }
 
     let Some(bin) = chromium() else { return w.shutdown() };
     let list = dom(&bin, &w, "/ui/runs");
@@ -250,11 +275,16 @@ fn browser_login_sets_a_strict_http_only_session_cookie() {
     let port = w.http;
     let (code, head, _) = http(port, "GET", "/ui/runs", "", "");
     assert_eq!((code, header(&head, "location")), (303, Some("/ui/login")), "{head}");
-    assert_eq!(header(&http(port, "GET", "/", "", "").1, "location"), Some("/ui/runs"));
-    let (code, _, body) = http(port, "GET", "/ui/login", "", "");
+    assert_secured("the redirect to the login form", &head);
+    let (_, head, _) = http(port, "GET", "/", "", "");
+    assert_eq!(header(&head, "location"), Some("/ui/runs"));
+    assert_secured("/", &head);
+    let (code, head, body) = http(port, "GET", "/ui/login", "", "");
     assert!(code == 200 && body.contains("name=\"token\""), "{body}");
+    assert_secured("the login form", &head);
     let (code, head, body) = login(port, "wrong-token-0123456789");
     assert_eq!(code, 401, "{head}");
+    assert_secured("a failed login", &head);
     assert!(body.contains("Wrong token") && header(&head, "set-cookie").is_none(), "{head}{body}");
     let (code, head, _) = login(port, TOKEN);
     assert_eq!((code, header(&head, "location")), (303, Some("/ui/runs")), "{head}");
@@ -265,13 +295,20 @@ fn browser_login_sets_a_strict_http_only_session_cookie() {
     assert!(!cookie.contains(TOKEN), "the cookie carries the token: {cookie}");
     let session = cookie.split(';').next().expect("name=value").to_string();
     let with = format!("Cookie: {session}\r\n");
-    let (code, _, body) = http(port, "GET", "/ui/runs", &with, "");
+    let (code, head, body) = http(port, "GET", "/ui/runs", &with, "");
     assert!(code == 200 && body.contains("No runs match"), "{code} {body}");
-    assert_eq!(http(port, "GET", "/ui/nodes/n1", &with, "").0, 200);
+    assert_secured("the runs list", &head);
+    let (code, head, _) = http(port, "GET", "/ui/nodes/n1", &with, "");
+    assert_eq!(code, 200);
+    assert_secured("a node's page", &head);
+    let (code, head, _) = http(port, "GET", "/ui/runs/no-such-run", &with, "");
+    assert_eq!(code, 404);
+    assert_secured("a missing run's page", &head);
     assert_eq!(http(port, "GET", "/ui/runs", "Cookie: gpusanity_session=forged\r\n", "").0, 303);
     // A bad filter: 400 with the value escaped.
-    let (code, _, body) = http(port, "GET", "/ui/runs?state=%3Cscript%3E", &with, "");
+    let (code, head, body) = http(port, "GET", "/ui/runs?state=%3Cscript%3E", &with, "");
     assert_eq!(code, 400);
+    assert_secured("a bad filter's page", &head);
     assert!(
         body.contains("unknown state `&#60;script&#62;`") || body.contains("unknown state `&lt;script&gt;`"),
         "{body}"
@@ -282,6 +319,7 @@ fn browser_login_sets_a_strict_http_only_session_cookie() {
     let csrf = csrf_field(&http(port, "GET", "/ui/runs", &with, "").2);
     let (_, head, _) = http(port, "POST", "/ui/logout", &with, &format!("csrf={csrf}"));
     assert!(header(&head, "set-cookie").is_some_and(|c| c.contains("Max-Age=0")), "{head}");
+    assert_secured("the logout", &head);
     w.shutdown();
 }
 

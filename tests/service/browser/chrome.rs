@@ -19,12 +19,16 @@ pub fn chromium() -> Option<PathBuf> {
     or_skip(Prereq::Chromium, found)
 }
 
-/// Headless Chromium on `url` with `args` (--dump-dom or --screenshot=...): its stdout. A fresh
-/// profile, no network beyond the page, its process group killed after 60 s.
+/// Headless Chromium on `url` with `args` (--dump-dom or --screenshot=...): its stdout, after
+/// checking that its console (its log on stderr) names no Content-Security-Policy violation: a
+/// policy that stops a page's styles is a defect. A fresh profile, no network beyond the page,
+/// its process group killed after 60 s.
 fn chromium_run(bin: &Path, args: &[String], url: &str) -> String {
     let profile = tempfile::tempdir().expect("tempdir");
     let out_path = profile.path().join("stdout");
     let out = std::fs::File::create(&out_path).expect("stdout file");
+    let log_path = profile.path().join("stderr");
+    let log = std::fs::File::create(&log_path).expect("stderr file");
     let mut child = Command::new(bin)
         .args([
             "--headless",
@@ -35,12 +39,13 @@ fn chromium_run(bin: &Path, args: &[String], url: &str) -> String {
             "--disable-background-networking",
         ])
         .args(["--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"])
+        .args(["--enable-logging=stderr", "--v=0"])
         .arg(format!("--user-data-dir={}", profile.path().join("profile").display()))
         .args(args)
         .arg(url)
         .stdin(Stdio::null())
         .stdout(out)
-        .stderr(Stdio::null())
+        .stderr(log)
         // Its own process group, so that a hung browser goes with its helper processes.
         .process_group(0)
         .spawn()
@@ -63,6 +68,9 @@ fn chromium_run(bin: &Path, args: &[String], url: &str) -> String {
             None => std::thread::sleep(Duration::from_millis(50)),
         }
     }
+    let console = std::fs::read_to_string(log_path).unwrap_or_default();
+    let refused: Vec<&str> = console.lines().filter(|l| l.contains("Content Security Policy")).collect();
+    assert!(refused.is_empty(), "{url}: the page's Content-Security-Policy stops part of it:\n{}", refused.join("\n"));
     std::fs::read_to_string(out_path).expect("chromium output")
 }
 

@@ -8,6 +8,7 @@
 
 pub mod api;
 mod auth;
+pub mod headers;
 mod pages;
 pub mod session;
 
@@ -67,19 +68,21 @@ impl Browser {
 }
 
 /// The pages: `/` (to `/ui/runs`), `/ui/runs`, `/ui/runs/{run_id}`, `/ui/nodes/{name}`, and
-/// `/ui/login`, `/ui/logout`.
+/// `/ui/login`, `/ui/logout`; every response with the security [`headers`].
 pub fn router(b: Arc<Browser>) -> Router {
     let pages = Router::new()
         .route("/ui/runs", get(pages::runs))
         .route("/ui/runs/{run_id}", get(pages::run))
         .route("/ui/nodes/{name}", get(pages::node))
         .route_layer(axum::middleware::from_fn_with_state(b.clone(), auth::pages));
-    Router::new()
-        .route("/", get(|| async { axum::response::Redirect::to("/ui/runs") }))
-        .route("/ui/login", get(auth::login_form).post(auth::login))
-        .route("/ui/logout", post(auth::logout))
-        .merge(pages)
-        .with_state(b)
+    headers::secured(
+        Router::new()
+            .route("/", get(|| async { axum::response::Redirect::to("/ui/runs") }))
+            .route("/ui/login", get(auth::login_form).post(auth::login))
+            .route("/ui/logout", post(auth::logout))
+            .merge(pages)
+            .with_state(b),
+    )
 }
 
 /// The JSON routes `GET /v1/runs` and `GET /v1/nodes/{name}/history`, for the caller to put
