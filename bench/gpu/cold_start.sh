@@ -31,7 +31,7 @@ one() { # name, drop: runs the default check once, prints wall, exit and the sta
     if ! echo 3 2>/dev/null >/proc/sys/vm/drop_caches; then echo "   (page cache not dropped: not root)"; fi
   fi
   wall "$name" check_once "$dir"
-  grep -ohE '(probe_ms|open_ms|nvml_ms)=[0-9]+' "$dir.err" | sort | uniq -c | sed 's/^/   /'
+  grep -ohE '(probe_ms|open_ms|nvml_ms|inputs_ms|load_ms|products_ms|verify_ms)=[0-9]+' "$dir.err" | sort | uniq -c | sed 's/^/   /'
   grep -E '^\s*(gemm|gpu-health|all-reduce) ' "$dir.out" | sed 's/^/   /'
 }
 

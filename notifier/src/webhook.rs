@@ -298,6 +298,7 @@ mod tests {
             faulty_nodes: vec!["n_1".into()],
             report_url: "http://r/run-1?a=1&b=2".into(),
             reason: FailReason::CheckFailed,
+            backend: None,
         };
         let n = Notice::from_event(&ev, "http://x/{run_id}");
         let d = body(WebhookFormat::Dingtalk, &n, &ev, "k1");

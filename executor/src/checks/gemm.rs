@@ -26,13 +26,19 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let (n, rank) = (cfg.size, ctx.place.rank);
     let dtype = ctx.backend.gemm_dtype();
     ctx.progress.phase(NAME, "load", 0);
+    let started = std::time::Instant::now();
     let (a, b) = random_inputs(n, dtype);
+    let inputs_ms = started.elapsed().as_millis() as u64;
     ctx.backend.gemm_load(n, &a, &b).context("loading GEMM inputs")?;
+    let loaded = std::time::Instant::now();
 
     // Ranks start timing together, so that no rank's timed loop shares the host with another
     // rank's input generation.
     ctx.store.barrier("gemm/timed", rank, ctx.place.world, super::BARRIER_WAIT)?;
     ctx.progress.phase(NAME, "warmup", 0);
+    // The GPU's clocks and power are sampled for `gpu-health` from here to the last timed
+    // product, when that check runs later in this worker.
+    let sampling = super::gpu_health::sample_load(ctx);
     ctx.backend.gemm_run(cfg.warmup).context("GEMM warm-up")?;
     // Injected slowness: the device does the product eight times in one timed iteration. Eight,
     // not fewer: on CPU the faulty rank has the cores to itself once its peers have finished,
@@ -44,8 +50,12 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     ctx.progress.phase(NAME, "timed", 0);
     let each = ctx.backend.gemm_run(cfg.iters * reps).context("timed GEMM")?;
     let times: Vec<f64> = each.chunks(reps).map(|c| c.iter().sum()).collect();
+    if let Some(s) = sampling {
+        *ctx.load = Some(s.stop(format!("the gemm check's {} products {n}x{n}x{n}", cfg.warmup + cfg.iters * reps)));
+    }
 
     ctx.progress.phase(NAME, "verify", 0);
+    let multiplied = std::time::Instant::now();
     let mut c = ctx.backend.gemm_output().context("reading the product back")?;
     ctx.backend.gemm_free();
     let tile = Tile::pick(n, cfg.verify_tile, rank);
@@ -53,6 +63,17 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
         corrupt(&mut c, dtype, tile.r0 * n + tile.c0);
     }
     let check = verify_tile(&a, &b, &c, n, dtype, &tile);
+    let hash = xxhash_rust::xxh3::xxh3_64(&c);
+    // Where the check's wall goes (a log line, for bench/gpu/cold_start.sh): the inputs, their
+    // upload, the products (from the barrier before them), and reading back, verifying and
+    // hashing C.
+    tracing::info!(
+        inputs_ms,
+        load_ms = ((loaded - started).as_millis() as u64).saturating_sub(inputs_ms),
+        products_ms = (multiplied - loaded).as_millis() as u64,
+        verify_ms = multiplied.elapsed().as_millis() as u64,
+        "gemm phases"
+    );
 
     let tflops: Vec<f64> = times.iter().map(|t| gemm_tflops(n as u64, n as u64, n as u64, *t)).collect();
     let mut r = RankResult::new(rank, if check.bad == 0 { CheckStatus::Passed } else { CheckStatus::Failed });
@@ -67,7 +88,7 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     r.metrics.insert("max_error".into(), check.max_err);
     r.notes.insert("dtype".into(), dtype.name().into());
     r.notes.insert("size".into(), format!("{n}x{n}x{n}"));
-    r.notes.insert("result_hash".into(), format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&c)));
+    r.notes.insert("result_hash".into(), format!("{hash:016x}"));
     r.notes.insert("verified_tile".into(), format!("rows {}.., cols {}.. ({}x{})", tile.r0, tile.c0, tile.t, tile.t));
     if check.bad > 0 {
         r.error = Some(format!(

@@ -51,6 +51,9 @@ pub struct CheckCtx<'a> {
     /// The GPU's health reader, started with the worker when `gpu-health` is selected on a
     /// GPU (`None` otherwise, or when NVML could not be read: the error).
     pub health: Option<&'a Result<gpusanity_nvml::Monitor, gpusanity_nvml::NvmlError>>,
+    /// The GPU's figures sampled while an earlier check of this worker loaded it (`gemm`'s
+    /// products), which `gpu-health` reads instead of running a load of its own.
+    pub load: &'a mut Option<gpu_health::EarlierLoad>,
     /// What the worker read before its first check.
     pub baseline: &'a Baseline,
 }

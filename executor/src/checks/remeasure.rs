@@ -81,6 +81,7 @@ fn reborrow<'b>(ctx: &'b mut CheckCtx<'_>) -> CheckCtx<'b> {
         baseline: ctx.baseline,
         faults: ctx.faults,
         health: ctx.health,
+        load: &mut *ctx.load,
     }
 }
 

@@ -95,6 +95,7 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
     if let Some(Err(e)) = &health {
         tracing::warn!("GPU health: {e}");
     }
+    let mut earlier_load = None;
     for (i, name) in spec.checks.iter().enumerate() {
         if i == 0 && faults.has("delay-start", spec.rank) {
             // Every rank waits for this one at the barrier below: the run lasts 2 s longer,
@@ -120,6 +121,7 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
             progress: out,
             faults: &faults,
             health: health.as_ref(),
+            load: &mut earlier_load,
             baseline: &baseline,
         };
         let result = crate::checks::remeasure::run(*name, &mut ctx, &device);
