@@ -50,8 +50,9 @@ fn a_failing_check_isolates_the_node_a_passing_one_returns_it_and_maintenance_st
     let failed = out
         .wait_for(Duration::from_secs(30), "the verdict", |v| v["type"] == "CheckFailed" || v["type"] == "CheckPassed");
     assert_eq!(failed["type"], "CheckFailed", "{failed:#}");
-    let node = k.wait(&faulty, Duration::from_secs(30), "isolated", isolated);
-    assert!(cordoned(&node), "{node:#?}");
+    k.wait_events(&faulty, 1, Duration::from_secs(30));
+    let node = k.get(&faulty);
+    assert!(isolated(&node) && cordoned(&node), "{node:#?}");
     assert_eq!(taints(&node), [(TAINT_KEY.into(), Some("NO_AGENT".into()), "NoSchedule".into())]);
     let labels = node.metadata.labels.clone().unwrap_or_default();
     assert_eq!(labels.get(LABEL_KEY).map(String::as_str), Some("NO_AGENT"));
@@ -62,8 +63,9 @@ fn a_failing_check_isolates_the_node_a_passing_one_returns_it_and_maintenance_st
     assert_eq!(events[0].reason.as_deref(), Some(EVENT_ISOLATED));
     assert!(events[0].message.as_deref().unwrap_or("").starts_with("NO_AGENT: NO_AGENT: "), "{events:#?}");
     // (c) The operator's cordon and taint are kept; gpusanity's taint joins them.
-    let during = k.wait(&maint, Duration::from_secs(30), "isolated", isolated);
-    assert!(cordoned(&during));
+    k.wait_events(&maint, 1, Duration::from_secs(30));
+    let during = k.get(&maint);
+    assert!(isolated(&during) && cordoned(&during));
     let t = taints(&during);
     assert!(t.contains(&("maintenance".into(), Some("psu".into()), "NoExecute".into())) && t.len() == 2, "{t:?}");
 
@@ -82,13 +84,14 @@ fn a_failing_check_isolates_the_node_a_passing_one_returns_it_and_maintenance_st
     let mut expected = [faulty.as_str(), maint.as_str()];
     expected.sort();
     assert_eq!(back, expected, "{passed:#}");
-    let node = k.wait(&faulty, Duration::from_secs(30), "returned", |n| !isolated(n));
+    assert_eq!(k.wait_events(&faulty, 2, Duration::from_secs(30)), [EVENT_ISOLATED, EVENT_RETURNED]);
+    let node = k.get(&faulty);
     assert_eq!(node.spec, plain.spec, "gpusanity's cordon and taint removed, nothing else");
     assert_eq!(node.metadata.labels, plain.metadata.labels);
     assert_eq!(condition(&node), Some(("False".into(), REASON_PASSED.into())));
-    assert_eq!(k.reasons(&faulty), [EVENT_ISOLATED, EVENT_RETURNED]);
     // (c) Exactly as the operator left it.
-    let after = k.wait(&maint, Duration::from_secs(30), "returned", |n| !isolated(n));
+    k.wait_events(&maint, 2, Duration::from_secs(30));
+    let after = k.get(&maint);
     assert_eq!(after.spec, before.spec, "the operator's cordon and taint are untouched");
     assert_eq!(after.metadata.labels, before.metadata.labels);
     w.shutdown();
@@ -114,7 +117,9 @@ fn the_api_server_away_when_node_isolated_arrives_is_waited_out_and_applied_once
     }
     std::thread::sleep(Duration::from_secs(2));
     private.resume();
-    let node = k.wait(&faulty, Duration::from_secs(30), "isolated after the outage", isolated);
+    k.wait(&faulty, Duration::from_secs(30), "isolated after the outage", isolated);
+    k.wait_events(&faulty, 1, Duration::from_secs(30));
+    let node = k.get(&faulty);
     assert!(cordoned(&node) && taints(&node).len() == 1, "{node:#?}");
     // Long enough for a second application (the backoff is at most 5 s) to show.
     std::thread::sleep(Duration::from_secs(6));
@@ -172,9 +177,17 @@ fn the_breaker_isolates_at_most_its_cap_of_a_burst_and_says_so_on_the_other_node
         assert!(k.events(n).is_empty() && !isolated(&k.get(n)), "a healthy node was touched: {n}");
     }
     assert_eq!(w.log("serve").matches("isolation backend: not isolated: circuit breaker").count(), 3);
-    let (status, metrics) = w.http_text("/metrics", Some(svc::TOKEN)).expect("metrics");
-    assert_eq!(status, 200);
-    assert!(metrics.contains("gpusanity_isolation_actions_total{outcome=\"refused_by_breaker\"} 3"), "{metrics}");
-    assert!(metrics.contains("gpusanity_isolation_actions_total{outcome=\"isolated\"} 2"), "{metrics}");
+    // Counted once each outcome is in; the last may lag the Event it wrote by a moment.
+    let want = ["{outcome=\"refused_by_breaker\"} 3", "{outcome=\"isolated\"} 2"];
+    let start = Instant::now();
+    loop {
+        let (status, metrics) = w.http_text("/metrics", Some(svc::TOKEN)).expect("metrics");
+        assert_eq!(status, 200);
+        if want.iter().all(|c| metrics.contains(&format!("gpusanity_isolation_actions_total{c}"))) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{metrics}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     w.shutdown();
 }

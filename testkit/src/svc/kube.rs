@@ -148,9 +148,26 @@ impl Cluster {
         self.rt.block_on(self.events.list(&lp)).expect("events").items
     }
 
-    /// The reasons of the Events on Node `name`, oldest first.
+    /// The reasons of the Events on Node `name`, sorted (the list's order is not the order
+    /// of writing, and their times are whole seconds).
     pub fn reasons(&self, name: &str) -> Vec<String> {
-        self.events(name).into_iter().filter_map(|e| e.reason).collect()
+        let mut r: Vec<String> = self.events(name).into_iter().filter_map(|e| e.reason).collect();
+        r.sort();
+        r
+    }
+
+    /// Waits until Node `name` has at least `n` Events (gpusanity writes its Event last, after
+    /// the Node and its condition); their reasons.
+    pub fn wait_events(&self, name: &str, n: usize, limit: Duration) -> Vec<String> {
+        let start = Instant::now();
+        loop {
+            let reasons = self.reasons(name);
+            if reasons.len() >= n {
+                return reasons;
+            }
+            assert!(start.elapsed() < limit, "Node {name} has {reasons:?}, not {n} Events");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Waits until `pred` holds of Node `name`; the Node.
