@@ -8,23 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --example kube_isolation
 cargo build --release --quiet
-state=$(mktemp -d)
-chmod 755 "$state"
-cleanup() {
-  KAFKA_STATE="$state/kafka" bash scripts/kafka.sh stop 2>/dev/null || true
-  PG_STATE="$state/pg" bash scripts/postgres.sh stop 2>/dev/null || true
-  KUBE_STATE="$state/kube" bash scripts/kube-apiserver.sh stop 2>/dev/null || true
-  rm -rf "$state"
-}
-trap cleanup EXIT
-boot=${GPUSANITY_TEST_KAFKA:-}
-if [ -z "$boot" ]; then
-  boot=$(KAFKA_STATE="$state/kafka" TMPDIR="$state" bash scripts/kafka.sh start | sed -n 's/^KAFKA_BOOTSTRAP=//p')
-fi
-db=${GPUSANITY_TEST_POSTGRES:-}
-if [ -z "$db" ]; then
-  db=$(PG_STATE="$state/pg" TMPDIR="$state" bash scripts/postgres.sh start | sed -n 's/^DATABASE_URL=//p')
-fi
+# shellcheck source=bench/backing.sh
+. bench/backing.sh
 kubeconfig=${GPUSANITY_TEST_KUBECONFIG:-}
 if [ -z "$kubeconfig" ]; then
   kubeconfig=$(KUBE_STATE="$state/kube" TMPDIR="$state" bash scripts/kube-apiserver.sh start | sed -n 's/^KUBECONFIG=//p')
