@@ -7,21 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --example replicas_bench
 cargo build --release --quiet
-state=$(mktemp -d)
-chmod 755 "$state"
-cleanup() {
-  KAFKA_STATE="$state/kafka" bash scripts/kafka.sh stop 2>/dev/null || true
-  PG_STATE="$state/pg" bash scripts/postgres.sh stop 2>/dev/null || true
-  rm -rf "$state"
-}
-trap cleanup EXIT
-boot=${GPUSANITY_TEST_KAFKA:-}
-if [ -z "$boot" ]; then
-  boot=$(KAFKA_STATE="$state/kafka" TMPDIR="$state" bash scripts/kafka.sh start | sed -n 's/^KAFKA_BOOTSTRAP=//p')
-fi
-db=${GPUSANITY_TEST_POSTGRES:-}
-if [ -z "$db" ]; then
-  db=$(PG_STATE="$state/pg" TMPDIR="$state" bash scripts/postgres.sh start | sed -n 's/^DATABASE_URL=//p')
-fi
+# shellcheck source=bench/backing.sh
+. bench/backing.sh
 echo "$(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ), broker $boot"
 target/release/examples/replicas_bench "$boot" target/release/gpusanity "$db" "${EVENTS:-20000}" "${REPLICAS:-3}"

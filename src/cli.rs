@@ -152,6 +152,8 @@ pub struct CheckArgs {
     quick: bool,
     #[command(flatten)]
     slurm: crate::slurm::SlurmArgs,
+    #[command(flatten)]
+    k8s: crate::k8s::KubeArgs,
     /// An environment-variable pattern `--sanity-check-envs` may set (`NCCL_*`, `UCX_TLS`;
     /// repeatable; replaces the defaults, see docs/security.md). Loader, file, path, plugin
     /// and gpusanity variables stay refused whatever is allowed.
@@ -318,6 +320,9 @@ fn check(args: &CheckArgs) -> ExitCode {
         let finished = rt.block_on(launcher::check(opts))?;
         if let (Some(scontrol), Some(report)) = (&slurm, &finished.report) {
             crate::slurm::act(scontrol, report);
+        }
+        if let (true, Some(report)) = (args.k8s.wanted(), &finished.report) {
+            rt.block_on(args.k8s.act(report));
         }
         Ok(finished.handover)
     });

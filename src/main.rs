@@ -3,6 +3,7 @@
 mod agent;
 mod baseline;
 mod cli;
+mod k8s;
 mod serve;
 mod slurm;
 

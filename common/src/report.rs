@@ -88,6 +88,13 @@ pub struct Report {
     pub pair_bandwidth: Vec<PairBandwidth>,
 }
 
+impl Report {
+    /// The first critical finding placed on node `node_rank`: the evidence behind isolating it.
+    pub fn evidence(&self, node_rank: usize) -> Option<&Finding> {
+        self.findings.iter().find(|f| f.severity == Severity::Critical && f.node_rank == Some(node_rank))
+    }
+}
+
 /// How a node came out of the diagnosis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -10,7 +10,7 @@
 //! Writes to the Node are JSON merge patches carrying the `resourceVersion` read: a concurrent
 //! writer makes the API server answer 409 Conflict, and the change is recomputed on a fresh
 //! read (bounded retries). Re-isolating an isolated node changes nothing. Used by the service's
-//! isolation backend (`service/src/isolation.rs`) and by `gpusanity check --k8s-isolate`.
+//! isolation backend (`service/src/isolation/kubernetes.rs`) and by `gpusanity check --k8s-isolate`.
 
 mod names;
 mod node;

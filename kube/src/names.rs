@@ -12,6 +12,8 @@ pub const CONDITION_TYPE: &str = "GpusanityFaulty";
 pub const EVENT_ISOLATED: &str = "GpusanityIsolated";
 /// Reason of the core/v1 Event written when a node is returned to service.
 pub const EVENT_RETURNED: &str = "GpusanityReturned";
+/// Reason of the core/v1 Event written when the circuit breaker refuses to isolate a node.
+pub const EVENT_REFUSED: &str = "GpusanityIsolationRefused";
 /// Reason of the condition once the node is returned (status False).
 pub const REASON_PASSED: &str = "CheckPassed";
 /// Field manager named on every write.

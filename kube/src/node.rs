@@ -170,6 +170,14 @@ impl Isolator {
         Err(KubeError::Conflicts { what: "return", node: node.into(), tries: self.max_tries })
     }
 
+    /// Records on `node` (a Warning Event, reason `GpusanityIsolationRefused`) that it was not
+    /// isolated, and why (the circuit breaker's cap and window); the Node itself is not changed.
+    pub async fn refused(&self, node: &str, why: &str) -> Result<(), KubeError> {
+        check_name(node)?;
+        let current = self.get(node).await?;
+        self.event(&current, EVENT_REFUSED, "Warning", &crate::names::message(why)).await
+    }
+
     async fn get(&self, node: &str) -> Result<Node, KubeError> {
         self.nodes.get(node).await.map_err(|e| api_error("read", node, e))
     }

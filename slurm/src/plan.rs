@@ -1,7 +1,7 @@
 //! What a report asks of Slurm: drain every faulty node of a failed run; resume every node of
 //! a passed run (each only if gpusanity drained it).
 
-use gpusanity_common::report::{NodeHealth, Report, RunStatus, Severity};
+use gpusanity_common::report::{NodeHealth, Report, RunStatus};
 
 use crate::drain_reason;
 
@@ -27,12 +27,8 @@ pub fn plan(report: &Report, prefix: &str) -> Vec<Action> {
             .filter(|v| v.health == NodeHealth::Faulty)
             .map(|v| {
                 // The first critical finding placed on this node is the evidence.
-                let evidence = report
-                    .findings
-                    .iter()
-                    .find(|f| f.severity == Severity::Critical && f.node_rank == Some(v.node_rank))
-                    .map(|f| format!("in {}: {}", f.check, f.message))
-                    .unwrap_or_default();
+                let evidence =
+                    report.evidence(v.node_rank).map(|f| format!("in {}: {}", f.check, f.message)).unwrap_or_default();
                 let codes: Vec<String> = v.codes.iter().map(|c| c.to_string()).collect();
                 Action::Drain { node: v.host.clone(), reason: drain_reason(prefix, &codes, &evidence) }
             })
@@ -43,7 +39,7 @@ pub fn plan(report: &Report, prefix: &str) -> Vec<Action> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpusanity_common::report::{CheckId, Code, DeviceKind, Finding, NodeVerdict};
+    use gpusanity_common::report::{CheckId, Code, DeviceKind, Finding, NodeVerdict, Severity};
 
     fn report(status: RunStatus, health: [NodeHealth; 3]) -> Report {
         let now = chrono::Utc::now();

@@ -1,6 +1,7 @@
 //! The control plane through real processes: `gpusanity serve` and `gpusanity agent` over a
 //! real Kafka broker, on SQLite and PostgreSQL, under faults; the outbox; notifications to
-//! webhook receivers and an SMTP server; the report browser.
+//! webhook receivers and an SMTP server; the report browser; isolation through Slurm and a
+//! real Kubernetes API server.
 
 mod api_security;
 mod browser;
@@ -10,6 +11,7 @@ mod fleet;
 mod flow;
 mod forgery;
 mod isolation;
+mod kubernetes;
 mod notify_email;
 mod notify_restart;
 mod notify_webhook;

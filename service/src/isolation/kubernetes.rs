@@ -9,7 +9,9 @@
 //! seen in runs (at least `breaker.min_nodes`) within `breaker.window_s`: a wrong threshold or a
 //! failed switch then isolates a few nodes, not the fleet. Its state is in this replica's
 //! memory (each replica's consumer sees its own partitions of the output topic); a refusal is
-//! logged as an error and counted (`gpusanity_isolation_actions_total{outcome="refused_by_breaker"}`).
+//! logged as an error, counted (`gpusanity_isolation_actions_total{outcome="refused_by_breaker"}`)
+//! and written as a Warning Event `GpusanityIsolationRefused` on the Node, naming the cap and
+//! the window.
 
 use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
@@ -160,6 +162,10 @@ async fn handle(isolator: &Isolator, breaker: &mut Breaker, r: Request, max_age:
             if let Err(why) = breaker.allow(Instant::now()) {
                 tracing::error!(node, "isolation backend: not isolated: {why}");
                 count("refused_by_breaker");
+                // Where operators look: an Event on the Node (`kubectl describe node`).
+                if let Err(e) = isolator.refused(&node, &why).await {
+                    tracing::warn!(node, "isolation backend: recording the refusal on the Node: {e}");
+                }
                 return;
             }
             let code = codes.first().cloned().unwrap_or_else(|| "UNKNOWN".into());

@@ -2,10 +2,18 @@
 //! GPUSANITY_TEST_KUBE_LIMITED_TOKEN, the token of user `gpusanity-isolation`), else one
 //! started by scripts/kube-apiserver.sh (built once from the Go module proxy and cached) and
 //! stopped when the binary exits. Without Go and without a cached build, the tests skip
-//! (counted; a failure where GPUSANITY_REQUIRE lists `kubernetes`).
+//! (counted; a failure where GPUSANITY_REQUIRE lists `kubernetes`). [`PrivateKube`]: a server of
+//! one test's own, to halt and resume; [`Cluster`]: what the tests read and create on it.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use gpusanity_kube::{ANNOTATION_KEY, CONDITION_TYPE};
+use k8s_openapi::api::core::v1::{Event, Node};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
 
 use super::backends::{script_value, start_script_state};
 use crate::skip::{or_skip, Prereq};
@@ -29,19 +37,178 @@ pub fn kube_server() -> Option<&'static KubeServer> {
             })?;
             return Ok(KubeServer { kubeconfig: path.into(), limited_token: token.into() });
         }
-        let cached = std::env::var_os("HOME")
-            .map(|h| PathBuf::from(h).join(".cache/gpusanity/kube-1.35.4/kube-apiserver"))
-            .is_some_and(|p| p.exists());
-        let go = std::process::Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
-        if !cached && !go {
-            return Err("no cached kube-apiserver build and no `go` to build one (scripts/kube-apiserver.sh)".into());
-        }
-        let (text, _state) = start_script_state("kube-apiserver.sh", "KUBE_STATE", &[])?;
-        let field = |k: &str| script_value(&text, k).ok_or_else(|| format!("no {k} line in: {text}"));
-        Ok(KubeServer {
-            kubeconfig: field("KUBECONFIG=")?.into(),
-            limited_token: field("KUBE_LIMITED_TOKEN_FILE=")?.into(),
-        })
+        buildable()?;
+        start().map(|(server, _)| server)
     });
     or_skip(Prereq::Kubernetes, r.as_ref().map_err(Clone::clone))
+}
+
+/// Whether scripts/kube-apiserver.sh can start a server here: a cached build, or Go to build one.
+fn buildable() -> Result<(), String> {
+    let cached = std::env::var_os("HOME")
+        .map(|h| PathBuf::from(h).join(".cache/gpusanity/kube-1.35.4/kube-apiserver"))
+        .is_some_and(|p| p.exists());
+    let go = std::process::Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    if !cached && !go {
+        return Err("no cached kube-apiserver build and no `go` to build one (scripts/kube-apiserver.sh)".into());
+    }
+    Ok(())
+}
+
+/// Starts a server with scripts/kube-apiserver.sh (stopped when this test binary exits); its
+/// state file.
+fn start() -> Result<(KubeServer, PathBuf), String> {
+    let (text, state) = start_script_state("kube-apiserver.sh", "KUBE_STATE", &[])?;
+    let field = |k: &str| script_value(&text, k).ok_or_else(|| format!("no {k} line in: {text}"));
+    let server = KubeServer {
+        kubeconfig: field("KUBECONFIG=")?.into(),
+        limited_token: field("KUBE_LIMITED_TOKEN_FILE=")?.into(),
+    };
+    Ok((server, state))
+}
+
+/// An API server of one test's own, which it may halt and resume (an outage of the control
+/// plane); stopped when dropped. Skips (counted) where no server can be built.
+pub struct PrivateKube {
+    pub server: KubeServer,
+    state: PathBuf,
+}
+
+impl PrivateKube {
+    pub fn start() -> Option<PrivateKube> {
+        let r = buildable().and_then(|()| start());
+        let (server, state) = or_skip(Prereq::Kubernetes, r)?;
+        Some(PrivateKube { server, state })
+    }
+
+    /// Stops the API server, keeping etcd (and so every object).
+    pub fn halt(&self) {
+        self.script("halt");
+    }
+
+    /// Starts the halted API server again on its port; returns once it is ready.
+    pub fn resume(&self) {
+        self.script("resume");
+    }
+
+    fn command(&self, cmd: &str) -> std::process::Command {
+        let mut c = std::process::Command::new("bash");
+        c.arg(crate::repo().join("scripts/kube-apiserver.sh")).arg(cmd).env("KUBE_STATE", &self.state);
+        c
+    }
+
+    fn script(&self, cmd: &str) {
+        let out = self.command(cmd).output().expect("running scripts/kube-apiserver.sh");
+        assert!(out.status.success(), "kube-apiserver.sh {cmd}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+impl Drop for PrivateKube {
+    fn drop(&mut self) {
+        let _ = self.command("stop").output();
+    }
+}
+
+/// A test's view of a cluster through its admin kubeconfig (blocking calls).
+pub struct Cluster {
+    rt: tokio::runtime::Runtime,
+    nodes: Api<Node>,
+    events: Api<Event>,
+    pub kubeconfig: PathBuf,
+}
+
+impl Cluster {
+    pub fn new(server: &KubeServer) -> Cluster {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+        let settings =
+            gpusanity_kube::ClientSettings { kubeconfig: Some(server.kubeconfig.clone()), ..Default::default() };
+        let client = rt.block_on(settings.client()).expect("admin client");
+        Cluster {
+            nodes: Api::all(client.clone()),
+            events: Api::namespaced(client, "default"),
+            rt,
+            kubeconfig: server.kubeconfig.clone(),
+        }
+    }
+
+    /// A Node labelled `team=ml` with `spec` (e.g. a cordon and a taint).
+    pub fn create(&self, name: &str, spec: serde_json::Value) -> Node {
+        let node = json!({ "metadata": { "name": name, "labels": { "team": "ml" } }, "spec": spec });
+        let node: Node = serde_json::from_value(node).expect("node json");
+        self.rt.block_on(self.nodes.create(&PostParams::default(), &node)).expect("create node")
+    }
+
+    pub fn get(&self, name: &str) -> Node {
+        self.rt.block_on(self.nodes.get(name)).expect("get node")
+    }
+
+    /// The Events on Node `name`.
+    pub fn events(&self, name: &str) -> Vec<Event> {
+        let lp = ListParams::default().fields(&format!("involvedObject.name={name}"));
+        self.rt.block_on(self.events.list(&lp)).expect("events").items
+    }
+
+    /// The reasons of the Events on Node `name`, sorted (the list's order is not the order
+    /// of writing, and their times are whole seconds).
+    pub fn reasons(&self, name: &str) -> Vec<String> {
+        let mut r: Vec<String> = self.events(name).into_iter().filter_map(|e| e.reason).collect();
+        r.sort();
+        r
+    }
+
+    /// Waits until Node `name` has at least `n` Events (gpusanity writes its Event last, after
+    /// the Node and its condition); their reasons.
+    pub fn wait_events(&self, name: &str, n: usize, limit: Duration) -> Vec<String> {
+        let start = Instant::now();
+        loop {
+            let reasons = self.reasons(name);
+            if reasons.len() >= n {
+                return reasons;
+            }
+            assert!(start.elapsed() < limit, "Node {name} has {reasons:?}, not {n} Events");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until `pred` holds of Node `name`; the Node.
+    pub fn wait(&self, name: &str, limit: Duration, what: &str, pred: impl Fn(&Node) -> bool) -> Node {
+        let start = Instant::now();
+        loop {
+            // An error (a connection of before an outage) is read again.
+            let node = self.rt.block_on(self.nodes.get(name));
+            if let Ok(node) = &node {
+                if pred(node) {
+                    return node.clone();
+                }
+            }
+            assert!(start.elapsed() < limit, "Node {name} never {what}: {node:#?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Whether the Node carries gpusanity's record (it isolated the node).
+pub fn isolated(node: &Node) -> bool {
+    node.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(ANNOTATION_KEY))
+}
+
+pub fn taints(node: &Node) -> Vec<(String, Option<String>, String)> {
+    let spec = node.spec.clone().unwrap_or_default();
+    spec.taints.unwrap_or_default().into_iter().map(|t| (t.key, t.value, t.effect)).collect()
+}
+
+pub fn cordoned(node: &Node) -> bool {
+    node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+}
+
+pub fn condition(node: &Node) -> Option<(String, String)> {
+    let conds = node.status.as_ref()?.conditions.as_ref()?;
+    let c = conds.iter().find(|c| c.type_ == CONDITION_TYPE)?;
+    Some((c.status.clone(), c.reason.clone().unwrap_or_default()))
+}
+
+/// Node names of this test binary: DNS labels, unique per call.
+pub fn unique(prefix: &str) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    format!("{prefix}-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
 }

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 pub use crate::common;
 pub(crate) mod backends;
+pub mod bench;
 pub mod kube;
 pub mod notify;
 pub mod outage;

@@ -77,13 +77,7 @@ impl World {
 
     /// The status of one GET without a token on `port` (None: no answer).
     fn http_call_on(&self, port: u16, method: &str, path: &str) -> Option<u16> {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(s, "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
-        let mut resp = String::new();
-        s.read_to_string(&mut resp).ok()?;
-        resp.split(' ').nth(1).and_then(|c| c.parse().ok())
+        super::bench::status(port, method, path)
     }
 
     /// A producer of this world's job events, keyed by job id as the platform keys them.
