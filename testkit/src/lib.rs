@@ -3,11 +3,13 @@
 //! binary with a deadline, reads its report and finds the processes it left; [`svc`] is one
 //! test's world of the service (a Kafka broker, topics of its own, a database, `gpusanity
 //! serve` and `gpusanity agent` processes) with notification receivers and an SMTP server;
-//! [`skip`] decides whether a test that lacks a prerequisite skips (counted) or fails.
+//! [`skip`] decides whether a test that lacks a prerequisite skips (counted) or fails;
+//! [`manifests`] reads the Kubernetes manifests of deploy/kubernetes/.
 
 use std::path::Path;
 
 pub mod common;
+pub mod manifests;
 pub mod skip;
 pub mod svc;
 

@@ -7,6 +7,7 @@ mod faults;
 mod fleet;
 mod health;
 mod job_settings;
+mod kube_manifests;
 mod kubernetes;
 mod micro_checks;
 mod models;
