@@ -196,15 +196,22 @@ fn note_comparison(c: &mut CheckReport, m: &Metric, ranks: &[RankInfo]) {
     }
 }
 
-/// Ranks below their peers or their expected figure. A rank re-measured by the workers
-/// carries both measurements as evidence.
+/// Ranks below their peers or their expected figure. A rank re-measured by the workers is
+/// judged on the better of its two measurements, and carries both as evidence: a slow device
+/// is slow twice, while a rank descheduled once (cores shared with other work) is not named
+/// for the one measurement it lost.
 fn slow_ranks(c: &CheckReport, m: &Metric, ranks: &[RankInfo], bands: PeerBands, findings: &mut Vec<Finding>) {
-    let info = |rank: usize| ranks.iter().find(|r| r.rank == rank);
+    let devices: std::collections::HashMap<usize, &str> = ranks.iter().map(|r| (r.rank, r.device.as_str())).collect();
+    let first_key = format!("first_{}", m.key);
     let figures: Figures = c
         .ranks
         .iter()
         .filter(|r| r.status == CheckStatus::Passed)
-        .filter_map(|r| Some((r.rank, info(r.rank)?.device.clone(), *r.metrics.get(m.key)?)))
+        .filter_map(|r| {
+            let last = *r.metrics.get(m.key)?;
+            let best = r.metrics.get(&first_key).map_or(last, |first| last.max(*first));
+            Some((r.rank, devices.get(&r.rank)?.to_string(), best))
+        })
         .collect();
     let judged = peers::judge(
         c.name,
@@ -214,7 +221,6 @@ fn slow_ranks(c: &CheckReport, m: &Metric, ranks: &[RankInfo], bands: PeerBands,
         Conditions::from_config(&c.config, &node_sizes(ranks)).with_link(common_link(ranks)),
     );
     let below: Vec<_> = judged.iter().filter(|j| j.severity().is_some()).collect();
-    let first_key = format!("first_{}", m.key);
     // A collective measured alike by every rank: one finding for the job.
     if m.collective && !below.is_empty() && below.len() == judged.len() {
         let j = below[0];
@@ -261,9 +267,9 @@ fn slow_ranks(c: &CheckReport, m: &Metric, ranks: &[RankInfo], bands: PeerBands,
         f.peers_mad = Some(j.stats.mad).filter(|_| figures.len() >= 2);
         f.score = Some(j.stats.score(j.value)).filter(|s| s.is_finite());
         f.expected = j.expected;
-        if let Some(first) = c.ranks.iter().find(|r| r.rank == j.rank).and_then(|r| r.metrics.get(&first_key)) {
-            f.evidence
-                .push(format!("slow in both measurements: first {first:.2}, re-measured {:.2} {}", j.value, m.unit));
+        let result = c.ranks.iter().find(|r| r.rank == j.rank);
+        if let Some((first, last)) = result.and_then(|r| Some((r.metrics.get(&first_key)?, r.metrics.get(m.key)?))) {
+            f.evidence.push(format!("slow in both measurements: first {first:.2}, re-measured {last:.2} {}", m.unit));
         }
         f.action = Some(match sev {
             Severity::Critical => {

@@ -28,14 +28,29 @@ pub enum Arrival {
     },
 }
 
+/// Where node 0 publishes every registration once all have come, [`CHUNK`] per key: a node
+/// reads n / CHUNK keys instead of n (every node reading every registration would make n²
+/// reads, 4 million at 2,048 nodes).
+const LIST_KEY: &str = "rdzv/nodes";
+/// Registrations per key of the list (a few hundred bytes each, under the store's value bound).
+const CHUNK: usize = 256;
+
 /// Waits up to `wait` for the registrations of `nnodes` nodes (`node/K`); `me` is this node.
+/// Node 0 reads each, then publishes them all; the other nodes read that list.
 pub fn wait_all(c: &mut StoreClient, nnodes: usize, wait: Duration, me: usize) -> Result<Arrival, StoreError> {
     let is_master = me == 0;
     let deadline = Instant::now() + wait;
     let mut got: Vec<Option<String>> = vec![None; nnodes];
     loop {
-        // Block on the first node still missing; those that came meanwhile answer at once.
-        if let Some(k) = got.iter().position(Option::is_none) {
+        if !is_master {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match c.get(LIST_KEY, POLL.min(left).max(Duration::from_millis(1))) {
+                Ok(chunks) => return read_list(c, &chunks, nnodes).map(Arrival::All),
+                Err(StoreError::Timeout(..)) => {}
+                Err(e) => return Err(e),
+            }
+        } else if let Some(k) = got.iter().position(Option::is_none) {
+            // Block on the first node still missing; those that came meanwhile answer at once.
             let left = deadline.saturating_duration_since(Instant::now());
             match c.get(&format!("node/{k}"), POLL.min(left).max(Duration::from_millis(1))) {
                 Ok(v) => {
@@ -46,7 +61,9 @@ pub fn wait_all(c: &mut StoreClient, nnodes: usize, wait: Duration, me: usize) -
                 Err(e) => return Err(e),
             }
         } else {
-            return Ok(Arrival::All(got.into_iter().flatten().collect()));
+            let all: Vec<String> = got.into_iter().flatten().collect();
+            publish_list(c, &all)?;
+            return Ok(Arrival::All(all));
         }
         if !is_master {
             if let Ok(v) = c.get(MISSING_KEY, Duration::from_millis(1)) {
@@ -78,8 +95,37 @@ pub fn wait_all(c: &mut StoreClient, nnodes: usize, wait: Duration, me: usize) -
             return Ok(Arrival::Missing { present: got, missing });
         }
         if !is_master && now >= deadline + GRACE {
-            let k = got.iter().position(Option::is_none).unwrap_or(0);
-            return Err(StoreError::Timeout((wait + GRACE).as_secs_f64(), format!("node/{k}")));
+            return Err(StoreError::Timeout((wait + GRACE).as_secs_f64(), LIST_KEY.into()));
         }
     }
+}
+
+fn protocol(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Protocol(e.to_string())
+}
+
+/// Node 0: every registration, in chunks, then the number of chunks under [`LIST_KEY`].
+fn publish_list(c: &mut StoreClient, all: &[String]) -> Result<(), StoreError> {
+    let chunks: Vec<&[String]> = all.chunks(CHUNK).collect();
+    for (i, chunk) in chunks.iter().enumerate() {
+        c.set(&format!("{LIST_KEY}/{i}"), &serde_json::to_string(chunk).map_err(protocol)?)?;
+    }
+    c.set(LIST_KEY, &chunks.len().to_string())
+}
+
+/// The list node 0 published: `chunks` keys holding `nnodes` registrations in all.
+fn read_list(c: &mut StoreClient, chunks: &str, nnodes: usize) -> Result<Vec<String>, StoreError> {
+    let chunks: usize = chunks.parse().map_err(protocol)?;
+    if chunks != nnodes.div_ceil(CHUNK) {
+        return Err(protocol(format!("node 0 lists {chunks} chunks of registrations for {nnodes} nodes")));
+    }
+    let mut all = Vec::with_capacity(nnodes);
+    for i in 0..chunks {
+        let part: Vec<String> = serde_json::from_str(&c.get(&format!("{LIST_KEY}/{i}"), GRACE)?).map_err(protocol)?;
+        all.extend(part);
+    }
+    if all.len() != nnodes {
+        return Err(protocol(format!("node 0 lists {} registrations for {nnodes} nodes", all.len())));
+    }
+    Ok(all)
 }

@@ -4,8 +4,8 @@
 mod arrival;
 mod events;
 mod fit;
-mod gather;
-mod node;
+pub mod gather;
+pub mod node;
 mod not_ready;
 mod readiness;
 pub mod rendezvous;
@@ -370,7 +370,7 @@ async fn wait_for_sigterm() {
     }
 }
 
-fn write_report(dir: &std::path::Path, report: &gpusanity_common::report::Report) -> Result<()> {
+pub fn write_report(dir: &std::path::Path, report: &gpusanity_common::report::Report) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     write_atomic(&dir.join("report.json"), &serde_json::to_vec_pretty(report)?)?;
     write_html(&dir.join("report.html"), report, &Default::default())

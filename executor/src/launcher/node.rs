@@ -120,10 +120,23 @@ impl Cluster {
         timeout: Duration,
         secret: Option<Secret>,
     ) -> Result<Joined> {
+        // Node 0's store, sized for its nodes now and for their ranks once they have said.
+        let bounds = store::Bounds::new(store::Limits::for_run(
+            topo.nnodes,
+            topo.nnodes.saturating_mul(store::limits::ASSUMED_RANKS_PER_NODE),
+        ));
         let store_addr = if topo.node_rank == 0 {
+            let nofile = store::limits::raise_nofile();
+            let wanted = bounds.limits().connections;
+            if topo.nnodes > 1 && nofile < wanted as u64 {
+                tracing::warn!(
+                    "node 0 may open {nofile} files but its store may hold {wanted} connections: raise the \
+                     open-file limit (ulimit -n) if ranks fail to connect"
+                );
+            }
             let listener = host(topo).await?;
             let port = listener.local_addr()?.port();
-            tokio::spawn(store::serve(listener, secret.clone()));
+            tokio::spawn(store::serve_within(listener, secret.clone(), bounds.clone()));
             if topo.nnodes == 1 {
                 format!("127.0.0.1:{port}")
             } else {
@@ -208,7 +221,8 @@ impl Cluster {
         }
         let nodes: Vec<NodeInfo> = regs.into_iter().map(|r| r.info).collect();
         let rank_offset = nodes[..topo.node_rank].iter().map(|n| n.nproc).sum();
-        let world = nodes.iter().map(|n| n.nproc).sum();
+        let world = nodes.iter().fold(0usize, |w, n| w.saturating_add(n.nproc));
+        bounds.grow(store::Limits::for_run(nodes.len(), world));
         tracing::info!(node = topo.node_rank, world, rank_offset, %store_addr, all_ready, "rendezvous complete");
         let cluster = Cluster {
             client,
@@ -227,7 +241,7 @@ impl Cluster {
 
     /// A second connection to the store. Off the runtime's thread: the handshake needs node 0's
     /// store, which this same runtime serves.
-    async fn connect_again(&self) -> Result<StoreClient> {
+    pub async fn connect_again(&self) -> Result<StoreClient> {
         let (addr, secret) = (self.store_addr.clone(), self.secret.clone());
         Ok(tokio::task::spawn_blocking(move || StoreClient::connect(&addr, Duration::from_secs(10), secret)).await??)
     }

@@ -5,7 +5,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use super::auth::{self, Secret, HANDSHAKE_TIMEOUT, NONCE_LEN, SECRET_ENV, STORE_LABEL};
-use super::{Hello, Reply, Request, StoreError, ALREADY_SET, HANDSHAKE_LINE, MAX_LINE};
+use super::{barrier_key, Hello, Reply, Request, StoreError, ALREADY_SET, HANDSHAKE_LINE, MAX_LINE};
 
 /// How long past a request's own wait its reply may take before the master counts as gone.
 const REPLY_MARGIN: Duration = Duration::from_secs(10);
@@ -60,48 +60,12 @@ impl StoreClient {
     }
 
     fn handshake(&mut self, addr: &str) -> Result<(), StoreError> {
-        let refused = |why: String| StoreError::Auth { addr: addr.into(), why };
         self.writer.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
         self.reader.get_ref().set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
         let line = self.read_line(HANDSHAKE_LINE)?;
-        let hello: Hello = serde_json::from_str(&line)
-            .ok()
-            .filter(|h: &Hello| h.hello.as_bytes() == STORE_LABEL)
-            .ok_or_else(|| refused("it does not speak the gpusanity rendezvous protocol".into()))?;
-        let secret = self.secret.clone();
-        match (hello.auth, secret.is_some()) {
-            (true, false) => {
-                return Err(refused(format!(
-                    "it needs the run's secret: give every node the same --rdzv-secret-file or {SECRET_ENV}"
-                )))
-            }
-            (false, true) => {
-                return Err(refused(format!(
-                    "it has no secret but this node has one: give node 0 the same --rdzv-secret-file or {SECRET_ENV}"
-                )))
-            }
-            _ => {}
-        }
-        let theirs = hex::decode(&hello.nonce)
-            .ok()
-            .filter(|n| n.len() == NONCE_LEN)
-            .ok_or_else(|| refused("a malformed challenge".into()))?;
-        let ours = auth::nonce();
-        let proof = match &secret {
-            Some(_) => hex::encode(auth::prove(secret.as_ref(), &[STORE_LABEL, b"client", &theirs, &ours])),
-            None => String::new(),
-        };
-        let reply = self.send(&Request::Auth { nonce: hex::encode(ours), proof }, HANDSHAKE_LINE)?;
-        if !reply.ok {
-            return Err(refused(reply.error));
-        }
-        if secret.is_some() {
-            let back = hex::decode(&reply.value).unwrap_or_default();
-            if !auth::verify(secret.as_ref(), &[STORE_LABEL, b"server", &theirs, &ours], &back) {
-                return Err(refused("its proof is wrong: it does not hold the run's secret".into()));
-            }
-        }
-        Ok(())
+        let (request, answer) = Answer::to_hello(&line, self.secret.as_ref(), addr)?;
+        let reply = self.send(&request, HANDSHAKE_LINE)?;
+        answer.check(&reply)
     }
 
     /// The run's secret this client authenticated with.
@@ -188,12 +152,72 @@ impl StoreClient {
         if me == 0 {
             for i in 1..n {
                 let left = timeout.saturating_sub(start.elapsed());
-                self.get(&format!("barrier/{name}/{i}"), left)?;
+                self.get(&barrier_key(name, Some(i)), left)?;
             }
-            self.set(&format!("barrier/{name}/done"), "1")
+            self.set(&barrier_key(name, None), "1")
         } else {
-            self.set(&format!("barrier/{name}/{me}"), "1")?;
-            self.get(&format!("barrier/{name}/done"), timeout).map(|_| ())
+            self.set(&barrier_key(name, Some(me)), "1")?;
+            self.get(&barrier_key(name, None), timeout).map(|_| ())
         }
+    }
+}
+
+/// The client's half of the handshake, shared by the blocking and the async client: the answer
+/// to the server's challenge, and the check of the server's proof in its reply.
+pub(super) struct Answer {
+    addr: String,
+    secret: Option<Secret>,
+    theirs: Vec<u8>,
+    ours: [u8; NONCE_LEN],
+}
+
+impl Answer {
+    /// The answer to the challenge line `line` of the store at `addr`.
+    pub(super) fn to_hello(line: &str, secret: Option<&Secret>, addr: &str) -> Result<(Request, Answer), StoreError> {
+        let refused = |why: String| StoreError::Auth { addr: addr.into(), why };
+        let hello: Hello = serde_json::from_str(line)
+            .ok()
+            .filter(|h: &Hello| h.hello.as_bytes() == STORE_LABEL)
+            .ok_or_else(|| refused("it does not speak the gpusanity rendezvous protocol".into()))?;
+        match (hello.auth, secret.is_some()) {
+            (true, false) => {
+                return Err(refused(format!(
+                    "it needs the run's secret: give every node the same --rdzv-secret-file or {SECRET_ENV}"
+                )))
+            }
+            (false, true) => {
+                return Err(refused(format!(
+                    "it has no secret but this node has one: give node 0 the same --rdzv-secret-file or {SECRET_ENV}"
+                )))
+            }
+            _ => {}
+        }
+        let theirs = hex::decode(&hello.nonce)
+            .ok()
+            .filter(|n| n.len() == NONCE_LEN)
+            .ok_or_else(|| refused("a malformed challenge".into()))?;
+        let ours = auth::nonce();
+        let proof = match secret {
+            Some(_) => hex::encode(auth::prove(secret, &[STORE_LABEL, b"client", &theirs, &ours])),
+            None => String::new(),
+        };
+        let request = Request::Auth { nonce: hex::encode(ours), proof };
+        Ok((request, Answer { addr: addr.into(), secret: secret.cloned(), theirs, ours }))
+    }
+
+    /// Whether the server accepted the answer and proved it holds the secret too.
+    pub(super) fn check(&self, reply: &Reply) -> Result<(), StoreError> {
+        let refused = |why: String| StoreError::Auth { addr: self.addr.clone(), why };
+        if !reply.ok {
+            return Err(refused(reply.error.clone()));
+        }
+        if self.secret.is_some() {
+            let back = hex::decode(&reply.value).unwrap_or_default();
+            let parts: [&[u8]; 4] = [STORE_LABEL, b"server", &self.theirs, &self.ours];
+            if !auth::verify(self.secret.as_ref(), &parts, &back) {
+                return Err(refused("its proof is wrong: it does not hold the run's secret".into()));
+            }
+        }
+        Ok(())
     }
 }

@@ -22,25 +22,29 @@
 //! Bounds (the server is reachable by anything that reaches node 0): a handshake line of at
 //! most [`HANDSHAKE_LINE`] bytes within [`auth::HANDSHAKE_TIMEOUT`], a request line of at most
 //! [`MAX_LINE`] (a longer one closes its connection), a key of [`MAX_KEY`], a value of
-//! [`MAX_VALUE`], [`MAX_KEYS`] keys and [`MAX_BYTES`] in all, [`MAX_CONNECTIONS`] connections at
-//! once. The keys in [`WRITE_ONCE`] (the verdict, the abort, the missing nodes) may be set once:
+//! [`MAX_VALUE`]; keys, bytes and connections at once within [`Limits`], which node 0 grows with
+//! the run's nodes and ranks ([`limits`]). The keys in [`WRITE_ONCE`] (the verdict, the abort, the missing nodes) may be set once:
 //! a second set is refused, so no one overwrites a verdict.
 //!
 //! The secret authenticates the peers; it does not encrypt or sign the bytes that follow, so
 //! an attacker who can rewrite packets on the path between nodes is out of its reach.
 
+mod async_client;
 pub mod auth;
 pub mod bind;
 mod client;
+pub mod limits;
 mod server;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub use async_client::AsyncStoreClient;
 pub use auth::{Secret, SecretError};
 pub use bind::{listen, listen_on, BindError, Ports};
 pub use client::StoreClient;
-pub use server::serve;
+pub use limits::{Bounds, Limits};
+pub use server::{serve, serve_within};
 
 /// The longest handshake line, in bytes.
 pub const HANDSHAKE_LINE: usize = 1024;
@@ -50,13 +54,6 @@ pub const MAX_LINE: usize = MAX_VALUE + MAX_VALUE / 2;
 pub const MAX_KEY: usize = 4096;
 /// The longest value, in bytes.
 pub const MAX_VALUE: usize = 1 << 20;
-/// The most keys the store holds.
-pub const MAX_KEYS: usize = 100_000;
-/// The most bytes of keys and values the store holds.
-pub const MAX_BYTES: usize = 256 << 20;
-/// The most connections served at once; more wait in the listen queue.
-pub const MAX_CONNECTIONS: usize = 4096;
-
 /// The key under which node 0 publishes the run's verdict.
 pub const VERDICT_KEY: &str = "verdict";
 /// The key under which the first node that stops tells the others.
@@ -80,6 +77,15 @@ pub enum StoreError {
     Auth { addr: String, why: String },
     #[error("`{0}` is already set in the rendezvous store and may be set only once")]
     AlreadySet(String),
+}
+
+/// The key participant `me` of barrier `name` sets on arrival; `None`: the key participant 0
+/// sets once every one has arrived.
+fn barrier_key(name: &str, me: Option<usize>) -> String {
+    match me {
+        Some(me) => format!("barrier/{name}/{me}"),
+        None => format!("barrier/{name}/done"),
+    }
 }
 
 /// The error text of a refused second set of a [`WRITE_ONCE`] key.

@@ -9,13 +9,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 
 use super::auth::{self, Secret, HANDSHAKE_TIMEOUT, NONCE_LEN, STORE_LABEL};
-use super::{
-    Hello, Reply, Request, ALREADY_SET, HANDSHAKE_LINE, MAX_BYTES, MAX_CONNECTIONS, MAX_KEY, MAX_KEYS, MAX_LINE,
-    MAX_VALUE, WRITE_ONCE,
-};
+use super::limits::{Bounds, KEY_OVERHEAD};
+use super::{Hello, Reply, Request, ALREADY_SET, HANDSHAKE_LINE, MAX_KEY, MAX_LINE, MAX_VALUE, WRITE_ONCE};
 
 /// How long the accept loop pauses after an accept error (out of file descriptors...).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -27,7 +25,7 @@ const REFUSED_PEERS: usize = 1024;
 #[derive(Default)]
 struct Data {
     map: HashMap<String, String>,
-    /// Bytes of keys and values in `map`.
+    /// Bytes of keys and values in `map`, and [`KEY_OVERHEAD`] per key.
     bytes: usize,
     /// Who waits for a key not set yet. One wake-up per key, not one per set for every
     /// waiter: a thousand ranks at one barrier would otherwise wake a million times.
@@ -36,6 +34,7 @@ struct Data {
 
 struct State {
     secret: Option<Secret>,
+    bounds: Bounds,
     data: Mutex<Data>,
     refused: Mutex<HashSet<IpAddr>>,
 }
@@ -54,11 +53,16 @@ impl State {
     }
 }
 
-/// Serves the store on `listener` until the task is dropped. With a secret, only peers that
-/// prove they hold it are served.
+/// Serves the store on `listener` until the task is dropped, within the bounds of a run of one
+/// node. With a secret, only peers that prove they hold it are served.
 pub async fn serve(listener: TcpListener, secret: Option<Secret>) {
-    let state = Arc::new(State { secret, data: Mutex::default(), refused: Mutex::default() });
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    serve_within(listener, secret, Bounds::default()).await
+}
+
+/// [`serve`] within `bounds`, which the caller may grow while the store serves.
+pub async fn serve_within(listener: TcpListener, secret: Option<Secret>, bounds: Bounds) {
+    let slots = bounds.slots();
+    let state = Arc::new(State { secret, bounds, data: Mutex::default(), refused: Mutex::default() });
     let mut last_error: Option<Instant> = None;
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
@@ -228,17 +232,18 @@ fn set(state: &State, key: String, value: String) -> Reply {
     if value.len() > MAX_VALUE {
         return Reply::err(format!("value of `{key}` is {} bytes, over {MAX_VALUE}", value.len()));
     }
+    let limits = state.bounds.limits();
     let Ok(mut d) = state.data.lock() else { return Reply::err("store poisoned") };
-    let old = d.map.get(&key).map(|v| key.len() + v.len());
+    let old = d.map.get(&key).map(|v| key.len() + v.len() + KEY_OVERHEAD);
     if old.is_some() && WRITE_ONCE.contains(&key.as_str()) {
         return Reply::err(ALREADY_SET);
     }
-    if old.is_none() && d.map.len() >= MAX_KEYS {
-        return Reply::err(format!("the store is full ({MAX_KEYS} keys)"));
+    if old.is_none() && d.map.len() >= limits.keys {
+        return Reply::err(format!("the store is full ({} keys)", limits.keys));
     }
-    let bytes = d.bytes.saturating_sub(old.unwrap_or(0)).saturating_add(key.len() + value.len());
-    if bytes > MAX_BYTES {
-        return Reply::err(format!("the store is full ({MAX_BYTES} bytes)"));
+    let bytes = d.bytes.saturating_sub(old.unwrap_or(0)).saturating_add(key.len() + value.len() + KEY_OVERHEAD);
+    if bytes > limits.bytes {
+        return Reply::err(format!("the store is full ({} bytes)", limits.bytes));
     }
     d.bytes = bytes;
     if let Some(waiting) = d.waiting.remove(&key) {
@@ -250,29 +255,36 @@ fn set(state: &State, key: String, value: String) -> Reply {
 
 #[cfg(test)]
 mod tests {
+    use super::super::limits::Limits;
     use super::*;
 
     fn state() -> State {
-        State { secret: None, data: Mutex::default(), refused: Mutex::default() }
+        State { secret: None, bounds: Bounds::default(), data: Mutex::default(), refused: Mutex::default() }
     }
 
     #[test]
-    fn the_store_holds_at_most_max_keys() {
+    fn the_store_holds_at_most_its_keys_and_more_once_grown() {
         let s = state();
-        for i in 0..MAX_KEYS {
+        let keys = s.bounds.limits().keys;
+        for i in 0..keys {
             assert!(set(&s, format!("k{i}"), String::new()).ok);
         }
         let r = set(&s, "one-more".into(), String::new());
         assert!(!r.ok && r.error.contains("full"), "{}", r.error);
         // An existing key may still change.
         assert!(set(&s, "k7".into(), "v".into()).ok);
+        // A run of 16,384 ranks: room for more than the old 100,000 keys.
+        s.bounds.grow(Limits::for_run(2048, 16_384));
+        assert!(set(&s, "one-more".into(), String::new()).ok);
+        assert!(s.data.lock().unwrap().map.len() > 100_000);
     }
 
     #[test]
-    fn the_store_holds_at_most_max_bytes() {
+    fn the_store_holds_at_most_its_bytes() {
         let s = state();
+        let max = s.bounds.limits().bytes;
         let v = "x".repeat(MAX_VALUE);
-        let fit = MAX_BYTES / (MAX_VALUE + 8);
+        let fit = max / (MAX_VALUE + 8 + KEY_OVERHEAD);
         for i in 0..fit {
             assert!(set(&s, format!("v{i:06}"), v.clone()).ok);
         }

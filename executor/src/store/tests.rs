@@ -219,3 +219,68 @@ fn a_thousand_ranks_register_meet_at_a_barrier_and_are_gathered() {
     assert!(errors.is_empty(), "{} ranks failed: {:?} {odd:?}", errors.len(), &errors[..errors.len().min(3)]);
     assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
 }
+
+#[test]
+fn a_run_of_5000_ranks_holds_more_connections_and_keys_than_the_old_ceilings() {
+    // Both ends of every connection live in this process.
+    const N: usize = 5000;
+    const KEYS_EACH: usize = 25;
+    let nofile = super::limits::raise_nofile();
+    assert!(nofile >= 2 * N as u64 + 200, "open-file limit {nofile} is too low for this test");
+    let secret = Secret::random();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let listener = listen(([127, 0, 0, 1], 0).into()).unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let bounds = Bounds::default();
+        assert!(bounds.limits().connections < N, "the default bounds hold fewer: {:?}", bounds.limits());
+        bounds.grow(Limits::for_run(N / 8, N));
+        tokio::spawn(serve_within(listener, Some(secret.clone()), bounds));
+        let mut set = tokio::task::JoinSet::new();
+        for me in 0..N {
+            let (addr, secret) = (addr.clone(), secret.clone());
+            set.spawn(async move {
+                let mut c = AsyncStoreClient::connect(&addr, Some(&secret)).await?;
+                for k in 0..KEYS_EACH {
+                    c.set(&format!("r/{me}/{k}"), "1").await?;
+                }
+                Ok::<_, StoreError>(c)
+            });
+        }
+        let mut clients = Vec::new();
+        while let Some(c) = set.join_next().await {
+            clients.push(c.unwrap().unwrap());
+        }
+        // Every connection is still held: a barrier of all of them passes, and rank 0 reads a
+        // key of every rank (more than 100,000 keys in the store).
+        let mut set = tokio::task::JoinSet::new();
+        for (me, mut c) in clients.into_iter().enumerate() {
+            set.spawn(async move {
+                c.barrier("all", me, N, Duration::from_secs(120)).await?;
+                if me == 0 {
+                    for r in 0..N {
+                        c.get(&format!("r/{r}/{}", KEYS_EACH - 1), Duration::from_secs(5)).await?;
+                    }
+                }
+                Ok::<_, StoreError>(c)
+            });
+        }
+        let mut held = Vec::new();
+        while let Some(c) = set.join_next().await {
+            held.push(c.unwrap().unwrap());
+        }
+        assert_eq!(held.len(), N);
+        // Hostile peers are still refused beside them: a wrong secret, and a peer that never
+        // answers the challenge holds no key.
+        let wrong = Secret::random();
+        match AsyncStoreClient::connect(&addr, Some(&wrong)).await {
+            Err(StoreError::Auth { why, .. }) => assert!(why.contains("secret"), "{why}"),
+            Err(e) => panic!("refused for another reason: {e}"),
+            Ok(_) => panic!("a peer without the run's secret was served"),
+        }
+        match AsyncStoreClient::connect(&addr, None).await {
+            Err(StoreError::Auth { .. }) => {}
+            other => panic!("a peer without a secret: {:?}", other.err()),
+        }
+    });
+}

@@ -1,0 +1,443 @@
+//! The control plane of a run of N ranks, simulated (docs/benchmarks/scale.md): node 0's real
+//! store server and real launcher code (`Cluster::join`, `gather`, `build_report` with the
+//! diagnosis, report.json, the HTML page, the verdict) in one process, and in another the
+//! other nodes' launchers and every rank as async clients speaking the real, authenticated
+//! protocol: the rendezvous, the barriers and figure exchanges of the default check (gemm,
+//! all-reduce, network-connectivity), the outcomes, the verdict. No check runs: the ranks'
+//! results are synthetic (H200-like figures with a little noise).
+//!
+//! Prints per phase its wall time and node 0's peak RSS (VmHWM of node 0's process).
+//!
+//! Usage: scale_sim [RANKS...] (default 1024 4096 16384); GPUS_PER_NODE (default 8).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use gpusanity_common::config::CheckConfigs;
+use gpusanity_common::expected::Conditions;
+use gpusanity_common::peers::{self, PeerBands};
+use gpusanity_common::registry::CheckId;
+use gpusanity_common::report::{CheckStatus, DeviceKind, NodeInfo, RankInfo, RankResult, SweepPoint};
+use gpusanity_common::wire::launcher::LauncherNotice;
+use gpusanity_executor::launcher::node::{Cluster, Joined, Offer};
+use gpusanity_executor::launcher::rendezvous::Topology;
+use gpusanity_executor::launcher::supervise::NodeOutcome;
+use gpusanity_executor::launcher::{gather, write_report};
+use gpusanity_executor::store::{AsyncStoreClient, Ports, Secret, StoreError};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::task::JoinSet;
+
+const SECRET: &[u8] = b"scale-sim-secret-0123456789abcdef";
+const WAIT: Duration = Duration::from_secs(600);
+const CHECKS: [CheckId; 3] = [CheckId::Gemm, CheckId::AllReduce, CheckId::NetworkConnectivity];
+const DEVICE: &str = "NVIDIA H200";
+
+fn main() -> Result<()> {
+    let nofile = gpusanity_executor::store::limits::raise_nofile();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let gpus: usize = std::env::var("GPUS_PER_NODE").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
+    let rt = tokio::runtime::Runtime::new()?;
+    if args.first().map(String::as_str) == Some("node0") {
+        let ranks: usize = args.get(1).context("node0 RANKS")?.parse()?;
+        return rt.block_on(node0(ranks, gpus));
+    }
+    let sizes: Vec<usize> = if args.is_empty() {
+        vec![1024, 4096, 16384]
+    } else {
+        args.iter().map(|a| a.parse()).collect::<Result<_, _>>()?
+    };
+    println!("# {} cores, {gpus} ranks per node, checks gemm,all-reduce,network-connectivity", cores());
+    for n in sizes {
+        rt.block_on(run(n, gpus, nofile))?;
+    }
+    Ok(())
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// A process's peak resident set (VmHWM), MiB.
+fn peak_rss_mib(pid: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}
+
+fn secret() -> Result<Secret> {
+    Ok(Secret::new(SECRET, "the simulator")?)
+}
+
+/// Node 0: the real launcher path, from hosting the store to the verdict's acknowledgements.
+async fn node0(ranks: usize, gpus: usize) -> Result<()> {
+    let nnodes = ranks.div_ceil(gpus);
+    let topo = Topology {
+        nnodes,
+        node_rank: 0,
+        master_addr: "127.0.0.1".into(),
+        master_port: 0,
+        listen: Ports::One(0),
+        announce_port: true,
+        source: "flags",
+        node_names: Vec::new(),
+    };
+    let devices = vec![DEVICE.to_string(); gpus];
+    let offer = Offer { device: DeviceKind::Cuda, nproc: gpus, devices, not_ready: Vec::new() };
+    let Joined::All(cluster) = Cluster::join(&topo, Some("node-0"), offer, WAIT, Some(secret()?)).await? else {
+        bail!("not every node joined");
+    };
+    let (_abort_watch, _abort) = (cluster.connect_again().await?, cluster.connect_again().await?);
+    let own = outcome(0, &cluster.nodes, gpus);
+    let t = Instant::now();
+    let outcomes = cluster.gather(own, WAIT).await;
+    say("gather", t);
+    let mut configs = CheckConfigs::defaults(DeviceKind::Cuda);
+    configs.apply_params(&[])?;
+    let meta = gather::RunMeta {
+        run_id: cluster.run_id.clone(),
+        started_at: chrono::Utc::now(),
+        settings: Default::default(),
+        backend: DeviceKind::Cuda,
+        configs,
+        checks: CHECKS.to_vec(),
+    };
+    let t = Instant::now();
+    let report = gather::build_report(&meta, &cluster.nodes, &outcomes, None);
+    say("diagnosis", t);
+    let dir = tempfile::tempdir()?;
+    let t = Instant::now();
+    let json = serde_json::to_vec_pretty(&report)?;
+    std::fs::write(dir.path().join("report.json"), &json)?;
+    say("report.json", t);
+    let t = Instant::now();
+    write_report(dir.path(), &report)?;
+    let html = std::fs::metadata(dir.path().join("report.html")).map_or(0, |m| m.len());
+    say("report.json+html", t);
+    println!("size report.json {} html {} findings {}", json.len(), html, report.findings.len());
+    let t = Instant::now();
+    let end = gpusanity_executor::launcher::node::RunEnd {
+        status: report.status,
+        summary: report.summary.clone(),
+        hold: false,
+    };
+    cluster.publish_verdict(&end).await;
+    say("verdict", t);
+    Ok(())
+}
+
+fn say(phase: &str, t: Instant) {
+    println!("phase {phase} {:.3} {:.1}", t.elapsed().as_secs_f64(), peak_rss_mib("self"));
+}
+
+/// Node `k`'s outcome: its ranks and their synthetic results of the default check.
+fn outcome(k: usize, nodes: &[NodeInfo], gpus: usize) -> NodeOutcome {
+    let mut rng = ChaCha8Rng::seed_from_u64(k as u64);
+    let world: usize = nodes.iter().map(|n| n.nproc).sum();
+    let ranks: Vec<usize> = (k * gpus..(k + 1) * gpus).collect();
+    let host = nodes.get(k).map_or_else(|| format!("node-{k}"), |n| n.hostname.clone());
+    let infos = ranks
+        .iter()
+        .map(|&rank| RankInfo {
+            rank,
+            node_rank: k,
+            local_rank: rank - k * gpus,
+            host: host.clone(),
+            device: DEVICE.into(),
+            pid: 1000 + rank as u32,
+            link: None,
+        })
+        .collect();
+    let mut noise = |centre: f64| centre * (1.0 + 0.01 * (rng.random::<f64>() - 0.5));
+    let checks = CHECKS
+        .iter()
+        .map(|check| {
+            let results = ranks
+                .iter()
+                .map(|&rank| {
+                    let mut r = RankResult::new(rank, CheckStatus::Passed);
+                    let m = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
+                        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+                    };
+                    match check {
+                        CheckId::Gemm => {
+                            let t = noise(686.0);
+                            r.metrics =
+                                m(&[("tflops", t), ("tflops_best", t), ("tflops_median", t), ("wrong_elements", 0.0)]);
+                            r.notes.insert("dtype".into(), "bf16".into());
+                            r.notes.insert("result_hash".into(), "b2723ba0db646e57".into());
+                        }
+                        CheckId::AllReduce => {
+                            let bw = noise(360.0);
+                            r.metrics = m(&[("busbw_gbps", bw), ("busbw_gbps_peak", bw), ("wrong_elements", 0.0)]);
+                            r.sweep = [1u64 << 20, 1 << 24, 1 << 28]
+                                .iter()
+                                .map(|&bytes| SweepPoint {
+                                    bytes,
+                                    time_us: bytes as f64 / (bw * 1e3),
+                                    algbw_gbps: bw / 2.0,
+                                    busbw_gbps: bw,
+                                    wrong: 0,
+                                })
+                                .collect();
+                        }
+                        _ => {
+                            let probes = (world / gpus).min(64) as f64;
+                            r.metrics = m(&[
+                                ("front_probes", probes),
+                                ("front_failed", 0.0),
+                                ("front_ms_max", noise(0.2)),
+                                ("back_probes", probes),
+                                ("back_failed", 0.0),
+                                ("back_ms_max", noise(0.05)),
+                            ]);
+                        }
+                    }
+                    r
+                })
+                .collect();
+            (noise(5.0), results)
+        })
+        .collect();
+    NodeOutcome { node_rank: k, ranks: infos, checks, stop: None }
+}
+
+/// One run of `n` ranks: node 0 in a child process, everyone else here.
+async fn run(n: usize, gpus: usize, nofile: u64) -> Result<()> {
+    let nnodes = n.div_ceil(gpus);
+    // Each process holds one end of every connection: the launchers' two abort connections
+    // are left out where they would not fit under the open-file limit.
+    let with_abort = (n + 3 * nnodes + 256) as u64 <= nofile;
+    if !with_abort {
+        println!("(open-file limit {nofile}: each launcher holds one connection, not three)");
+    }
+    let exe = std::env::current_exe()?;
+    let mut child = tokio::process::Command::new(exe)
+        .args(["node0", &n.to_string()])
+        .env("GPUSANITY_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().context("node 0's pid")?.to_string();
+    let mut lines = BufReader::new(child.stdout.take().context("node 0's stdout")?).lines();
+    let port = loop {
+        let line = lines.next_line().await?.context("node 0 ended before binding")?;
+        if let Some(LauncherNotice::RendezvousBound { port }) = LauncherNotice::parse(&line) {
+            break port;
+        }
+    };
+    let addr = Arc::new(format!("127.0.0.1:{port}"));
+    let relay = tokio::spawn(async move {
+        let mut out = Vec::new();
+        while let Ok(Some(l)) = lines.next_line().await {
+            out.push(l);
+        }
+        out
+    });
+    println!("\n## {n} ranks ({nnodes} nodes)");
+    println!("{:<34} {:>9} {:>14}", "phase", "wall_s", "node0_peak_MiB");
+    let phase = |name: &str, t: Instant| {
+        println!("{name:<34} {:>9.3} {:>14.1}", t.elapsed().as_secs_f64(), peak_rss_mib(&pid));
+    };
+    let total = Instant::now();
+
+    // The rendezvous: every other launcher registers (three connections each, as
+    // `check` holds), then every rank connects.
+    let t = Instant::now();
+    let mut set = JoinSet::new();
+    for k in 1..nnodes {
+        let addr = addr.clone();
+        set.spawn(async move { launcher(&addr, k, nnodes, gpus, with_abort).await });
+    }
+    let mut launchers = Vec::new();
+    while let Some(l) = set.join_next().await {
+        launchers.push(l??);
+    }
+    phase("rendezvous (launchers)", t);
+    let t = Instant::now();
+    let s = secret()?;
+    let mut set = JoinSet::new();
+    for rank in 0..n {
+        let (addr, s) = (addr.clone(), s.clone());
+        set.spawn(async move { connect(&addr, &s).await.map(|c| (rank, c)) });
+    }
+    let mut clients: Vec<Option<AsyncStoreClient>> = (0..n).map(|_| None).collect();
+    while let Some(c) = set.join_next().await {
+        let (rank, c) = c??;
+        clients[rank] = Some(c);
+    }
+    phase("rendezvous (ranks connect)", t);
+
+    // Each check: its barrier, and what its control plane does around it.
+    for (i, check) in CHECKS.iter().enumerate() {
+        let t = Instant::now();
+        let mut set = JoinSet::new();
+        for (rank, c) in clients.iter_mut().enumerate() {
+            let mut c = c.take().context("client")?;
+            let check = *check;
+            set.spawn(async move {
+                c.barrier(&format!("check/{i}"), rank, n, WAIT).await?;
+                rank_check(&mut c, check, rank, n, gpus).await?;
+                anyhow::Ok((rank, c))
+            });
+        }
+        while let Some(c) = set.join_next().await {
+            let (rank, c) = c??;
+            clients[rank] = Some(c);
+        }
+        phase(&format!("barrier + {}", check.as_str()), t);
+    }
+
+    // The outcomes, node 0's gathering, diagnosis and report, the verdict.
+    let t = Instant::now();
+    let nodes: Vec<NodeInfo> = (0..nnodes).map(|k| node_info(k, gpus)).collect();
+    let mut set = JoinSet::new();
+    for (k, mut c) in launchers {
+        let v = serde_json::to_string(&outcome(k, &nodes, gpus))?;
+        set.spawn(async move {
+            c.set(&format!("outcome/{k}"), &v).await?;
+            c.get("verdict", WAIT).await?;
+            c.set(&format!("ack/{k}"), "1").await?;
+            anyhow::Ok(())
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r??;
+    }
+    phase("outcomes to the verdict", t);
+    let status = child.wait().await?;
+    phase("total", total);
+    for line in relay.await? {
+        if let Some(rest) = line.strip_prefix("phase ") {
+            let v: Vec<&str> = rest.split(' ').collect();
+            if let [name, wall, rss] = v[..] {
+                println!("  node 0: {name:<27} {wall:>9} {rss:>14}");
+            }
+        } else if line.starts_with("size ") {
+            println!("  node 0: {line}");
+        }
+    }
+    if !status.success() {
+        bail!("node 0 exited with {status}");
+    }
+    Ok(())
+}
+
+/// Connects as a worker does: a handshake cut short (node 0 busy with thousands arriving at
+/// once) is tried again until [`WAIT`]; a refusal is final.
+async fn connect(addr: &str, s: &Secret) -> Result<AsyncStoreClient> {
+    let start = Instant::now();
+    loop {
+        match AsyncStoreClient::connect(addr, Some(s)).await {
+            Ok(c) => return Ok(c),
+            Err(e @ StoreError::Io(_)) if start.elapsed() < WAIT => tracing::debug!("retrying: {e}"),
+            Err(e) => return Err(e.into()),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn node_info(k: usize, gpus: usize) -> NodeInfo {
+    NodeInfo {
+        node_rank: k,
+        hostname: format!("node-{k}"),
+        addr: format!("10.{}.{}.{}", k >> 16, (k >> 8) & 255, k & 255),
+        nproc: gpus,
+    }
+}
+
+/// Node `k`'s launcher up to the start of its workers: registers, reads every node's
+/// registration (as `arrival::wait_all` does), holds the two connections of the abort watch.
+async fn launcher(
+    addr: &str,
+    k: usize,
+    nnodes: usize,
+    gpus: usize,
+    with_abort: bool,
+) -> Result<(usize, AsyncStoreClient)> {
+    let s = secret()?;
+    let mut c = AsyncStoreClient::connect(addr, Some(&s)).await?;
+    let reg = serde_json::json!({
+        "info": node_info(k, gpus),
+        "device": DeviceKind::Cuda,
+        "devices": vec![DEVICE; gpus],
+    });
+    c.set(&format!("node/{k}"), &reg.to_string()).await?;
+    c.get("run_id", WAIT).await?;
+    // As `arrival::wait_all` does: node 0's list of every registration, in chunks.
+    let chunks: usize = c.get("rdzv/nodes", WAIT).await?.parse()?;
+    let mut regs = 0;
+    for i in 0..chunks {
+        regs += serde_json::from_str::<Vec<String>>(&c.get(&format!("rdzv/nodes/{i}"), WAIT).await?)?.len();
+    }
+    if regs != nnodes {
+        bail!("node 0 listed {regs} nodes of {nnodes}");
+    }
+    if !with_abort {
+        return Ok((k, c));
+    }
+    let mut watch = AsyncStoreClient::connect(addr, Some(&s)).await?;
+    let abort = AsyncStoreClient::connect(addr, Some(&s)).await?;
+    tokio::spawn(async move {
+        let _ = watch.get("abort", WAIT).await;
+        drop(abort);
+    });
+    Ok((k, c))
+}
+
+/// What rank `rank` does with the store in `check` after its start barrier.
+async fn rank_check(c: &mut AsyncStoreClient, check: CheckId, rank: usize, n: usize, gpus: usize) -> Result<()> {
+    match check {
+        CheckId::Gemm => {
+            c.barrier("gemm/timed", rank, n, WAIT).await?;
+            exchange(c, check, rank, n).await
+        }
+        CheckId::AllReduce => exchange(c, check, rank, n).await,
+        _ => {
+            let (node, nnodes) = (rank / gpus, n.div_ceil(gpus));
+            if rank.is_multiple_of(gpus) {
+                c.set(&format!("net/front/{node}"), "10.0.0.1:40000").await?;
+                c.barrier("net/front/up", node, nnodes, WAIT).await?;
+            }
+            c.barrier("net/front/done", rank, n, WAIT).await?;
+            c.set(&format!("net/row/{rank}"), r#"{"front":[],"back":[]}"#).await?;
+            c.barrier("net/done", rank, n, WAIT).await?;
+            if rank == 0 {
+                for i in 0..n {
+                    c.get(&format!("net/row/{i}"), WAIT).await?;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The re-measure's figure exchange (executor/src/checks/remeasure.rs), as the workers do it:
+/// every rank publishes its figure, rank 0 reads them all and judges them with the real
+/// judging, every rank reads the decision.
+async fn exchange(c: &mut AsyncStoreClient, check: CheckId, rank: usize, n: usize) -> Result<()> {
+    let fig = serde_json::json!({"device": DEVICE, "value": 686.0 + (rank % 7) as f64}).to_string();
+    c.set(&format!("diag/{check}/{rank}"), &fig).await?;
+    let decision = format!("diag/{check}/slow");
+    if rank == 0 {
+        let mut figures = Vec::with_capacity(n);
+        for r in 0..n {
+            let v: serde_json::Value = serde_json::from_str(&c.get(&format!("diag/{check}/{r}"), WAIT).await?)?;
+            figures.push((r, DEVICE.to_string(), v["value"].as_f64().unwrap_or(0.0)));
+        }
+        let metric = check.metric().context("a check with a headline figure")?;
+        let bands = PeerBands::new(0.5, false);
+        let slow = peers::critical_ranks(check, metric.key, &figures, bands, Conditions::default());
+        c.set(&decision, &serde_json::to_string(&slow)?).await?;
+    } else {
+        c.get(&decision, WAIT).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,111 @@
+//! The store's async client, for callers on a tokio runtime that hold many connections at once
+//! (node 0's gathering, the scale simulator's thousands of ranks): the same protocol and
+//! handshake as [`super::StoreClient`], without a thread per connection.
+
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+use super::auth::{Secret, HANDSHAKE_TIMEOUT};
+use super::client::Answer;
+use super::{barrier_key, Reply, Request, StoreError, ALREADY_SET, HANDSHAKE_LINE, MAX_LINE};
+
+/// How long past a request's own wait its reply may take before the master counts as gone.
+const REPLY_MARGIN: Duration = Duration::from_secs(10);
+
+pub struct AsyncStoreClient {
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+    line: Vec<u8>,
+}
+
+impl AsyncStoreClient {
+    /// Connects to `addr` once (no retry) and completes the handshake with `secret`.
+    pub async fn connect(addr: &str, secret: Option<&Secret>) -> Result<AsyncStoreClient, StoreError> {
+        let sock = TcpStream::connect(addr).await?;
+        sock.set_nodelay(true)?;
+        let (r, writer) = sock.into_split();
+        let mut c = AsyncStoreClient { reader: BufReader::new(r), writer, line: Vec::new() };
+        let handshake = async {
+            let line = c.read_line(HANDSHAKE_LINE).await?;
+            let (request, answer) = Answer::to_hello(&line, secret, addr)?;
+            let reply = c.send(&request, HANDSHAKE_LINE).await?;
+            answer.check(&reply)
+        };
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+            Ok(res) => res.map(|()| c),
+            Err(_) => Err(StoreError::Io(std::io::ErrorKind::TimedOut.into())),
+        }
+    }
+
+    async fn read_line(&mut self, max: usize) -> Result<String, StoreError> {
+        self.line.clear();
+        let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+        let n = (&mut self.reader).take(limit).read_until(b'\n', &mut self.line).await?;
+        if n == 0 {
+            return Err(StoreError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        if self.line.last() != Some(&b'\n') {
+            return Err(StoreError::Protocol(format!("a reply line over {max} bytes or cut short")));
+        }
+        String::from_utf8(std::mem::take(&mut self.line)).map_err(|e| StoreError::Protocol(e.to_string()))
+    }
+
+    async fn send(&mut self, req: &Request, max: usize) -> Result<Reply, StoreError> {
+        let mut line = serde_json::to_vec(req).map_err(|e| StoreError::Protocol(e.to_string()))?;
+        if line.len() > max {
+            return Err(StoreError::Protocol(format!("a request of {} bytes, over the store's {max}", line.len())));
+        }
+        line.push(b'\n');
+        self.writer.write_all(&line).await?;
+        // A reply holds at most a value the server accepted, escaped as the request was.
+        let reply = self.read_line(MAX_LINE.saturating_mul(4)).await?;
+        serde_json::from_str(&reply).map_err(|e| StoreError::Protocol(e.to_string()))
+    }
+
+    async fn call(&mut self, req: &Request, wait: Duration) -> Result<Reply, StoreError> {
+        let due = wait.saturating_add(REPLY_MARGIN);
+        match tokio::time::timeout(due, self.send(req, MAX_LINE)).await {
+            Ok(reply) => reply,
+            Err(_) => Err(StoreError::Io(std::io::ErrorKind::TimedOut.into())),
+        }
+    }
+
+    pub async fn set(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
+        let r = self.call(&Request::Set { key: key.into(), value: value.into() }, Duration::ZERO).await?;
+        match (r.ok, r.error.as_str()) {
+            (true, _) => Ok(()),
+            (false, ALREADY_SET) => Err(StoreError::AlreadySet(key.into())),
+            (false, e) => Err(StoreError::Protocol(e.into())),
+        }
+    }
+
+    /// Waits up to `timeout` for `key` to be set and returns its value.
+    pub async fn get(&mut self, key: &str, timeout: Duration) -> Result<String, StoreError> {
+        let timeout_ms = timeout.as_millis().min(u128::from(u64::MAX)) as u64;
+        let r = self.call(&Request::Get { key: key.into(), timeout_ms }, timeout).await?;
+        match (r.ok, r.error.as_str()) {
+            (true, _) => Ok(r.value),
+            (false, "timeout") => Err(StoreError::Timeout(timeout.as_secs_f64(), key.into())),
+            (false, e) => Err(StoreError::Protocol(e.into())),
+        }
+    }
+
+    /// The barrier of [`super::StoreClient::barrier`], with the same keys: both clients may
+    /// meet at one.
+    pub async fn barrier(&mut self, name: &str, me: usize, n: usize, timeout: Duration) -> Result<(), StoreError> {
+        let start = Instant::now();
+        if me == 0 {
+            for i in 1..n {
+                let left = timeout.saturating_sub(start.elapsed());
+                self.get(&barrier_key(name, Some(i)), left).await?;
+            }
+            self.set(&barrier_key(name, None), "1").await
+        } else {
+            self.set(&barrier_key(name, Some(me)), "1").await?;
+            self.get(&barrier_key(name, None), timeout).await.map(|_| ())
+        }
+    }
+}
