@@ -1,8 +1,9 @@
 //! Every finding code, declared once with its severity, the checks that raise it, where it
 //! is placed, what it means and what to do: [`Code`]. `report.json` spells a code as its
 //! `SCREAMING_SNAKE` name (`Finding.code`); the table of docs/findings.md is [`Code::table`],
-//! checked by a test. A new code is one entry in the list of `codes.rs` (the test then prints the
-//! table to paste into docs/findings.md).
+//! checked by a test. A new code is one entry in the `check_codes!` list of its check's
+//! descriptor module, or in `codes.rs` for codes that are not one check's (the test then prints
+//! the table to paste into docs/findings.md).
 
 use std::fmt;
 use std::str::FromStr;
@@ -99,6 +100,17 @@ macro_rules! finding_codes {
                 }
             }
         }
+    };
+}
+
+/// Gathers the codes of every check's descriptor module (`$module`s, each one's `codes!`
+/// from `check_codes!`) after those in `[...]`, then declares [`Code`] from them all.
+macro_rules! gather_codes {
+    ([$($gathered:tt)*]) => {
+        finding_codes! { $($gathered)* }
+    };
+    ([$($gathered:tt)*] $module:ident $($rest:ident)*) => {
+        crate::checks::$module::codes! { gather_codes [$($gathered)*] $($rest)* }
     };
 }
 

@@ -30,6 +30,21 @@ impl Verdict {
     }
 }
 
+/// Why the run ends, as the control plane saw it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Stop {
+    /// The data plane's word decides: node 0's launcher ended (with a report, or without one),
+    /// or what the service has of the run cannot be used (a refused result, unreadable
+    /// settings): no report then means the check could not run.
+    #[default]
+    DataPlane,
+    /// The service stopped the run before node 0's verdict because of its agents (missing,
+    /// lost, or not starting the run): its own critical findings say why.
+    Agents,
+    /// The run overran its deadline (plus the service's grace) without node 0's verdict.
+    Overran,
+}
+
 /// What the control plane knows of a run beyond node 0's report.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ServiceFacts<'a> {
@@ -37,18 +52,29 @@ pub struct ServiceFacts<'a> {
     pub own: &'a [Finding],
     /// The run's timeout policy is KeepJobHang: a timed-out run is held rather than failed.
     pub keep_job_hang: bool,
+    /// Why the run ends.
+    pub stop: Stop,
 }
 
 /// The verdict of a run from node 0's report (`None`: the data plane ended without one) and
 /// the service's facts, in this order:
 ///
-/// 1. no report: failed, [`FailReason::Error`] (the check could not run);
-/// 2. a critical finding of the service's own: failed, [`FailReason::CheckFailed`], whatever
+/// 1. the service's own overrun ([`Stop::Overran`]): held under KeepJobHang, else failed,
+///    [`FailReason::TimedOut`];
+/// 2. stopped for its agents ([`Stop::Agents`]): failed, [`FailReason::CheckFailed`];
+/// 3. no report: failed, [`FailReason::Error`] (the check could not run);
+/// 4. a critical finding of the service's own: failed, [`FailReason::CheckFailed`], whatever
 ///    the report says (it cannot vouch for a node whose agent was lost);
-/// 3. else the report's status: passed or skipped pass; failed fails with
+/// 5. else the report's status: passed or skipped pass; failed fails with
 ///    [`FailReason::CheckFailed`]; timed out holds under KeepJobHang, else fails with
 ///    [`FailReason::TimedOut`].
 pub fn run_verdict(report: Option<&Report>, facts: ServiceFacts<'_>) -> Verdict {
+    match facts.stop {
+        Stop::Overran if facts.keep_job_hang => return Verdict::Hold,
+        Stop::Overran => return Verdict::Failed(FailReason::TimedOut),
+        Stop::Agents => return Verdict::Failed(FailReason::CheckFailed),
+        Stop::DataPlane => {}
+    }
     let Some(report) = report else {
         return Verdict::Failed(FailReason::Error);
     };

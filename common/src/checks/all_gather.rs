@@ -1,6 +1,7 @@
 //! `all-gather`: a sweep of message sizes, verified, with the bus bandwidth of each.
 
 use super::{sweep_descriptor, CheckId, ConfigAccess, Descriptor, SweepCodes};
+use crate::config::memory;
 use crate::findings::Code;
 
 pub const DESCRIPTOR: Descriptor = sweep_descriptor(
@@ -11,5 +12,18 @@ pub const DESCRIPTOR: Descriptor = sweep_descriptor(
         settle: |c| c.micro.all_gather.validate(CheckId::AllGather.as_str()),
         to_value: |c| c.micro.all_gather.to_value(),
     },
+    |c, device| memory::collective(c.micro.all_gather.max_bytes, device),
     SweepCodes { slow: Code::AllgatherSlow, below: Code::AllgatherBelowExpected, wrong: Code::AllgatherWrongResult },
 );
+
+check_codes! {
+    AllgatherWrongResult = "ALLGATHER_WRONG_RESULT", Critical, "critical", [Check(CheckId::AllGather)], "rank",
+        "a gathered block differs from what its sender holds (value, sender or offset)",
+        "exclude the node";
+    AllgatherSlow = "ALLGATHER_SLOW", Critical, "critical / warning", [Check(CheckId::AllGather)], "rank",
+        "busbw below the peers' band",
+        "inspect the interconnect";
+    AllgatherBelowExpected = "ALLGATHER_BELOW_EXPECTED", Critical, "critical / warning", [Check(CheckId::AllGather)], "job",
+        "busbw below the expected band of its device model (where the data file has one)",
+        "inspect NVLink/NIC state, NCCL settings";
+}

@@ -3,6 +3,7 @@
 use crate::findings::Code;
 use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult, SWEEP_COLUMNS};
 use crate::config::sweep::SweepConfig;
+use crate::config::memory;
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::AllReduce,
@@ -19,6 +20,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         settle: |c| c.all_reduce.validate(CheckId::AllReduce.as_str()),
         to_value: |c| c.all_reduce.to_value(),
     },
+    memory: Some(|c, device| memory::collective(c.all_reduce.max_bytes, device)),
     metric: Some(Metric {
         key: "busbw_gbps",
         unit: "GB/s busbw",
@@ -31,3 +33,15 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     columns: SWEEP_COLUMNS,
     charted: &[("busbw_gbps", "busbw GB/s at the largest message")],
 };
+
+check_codes! {
+    AllreduceWrongResult = "ALLREDUCE_WRONG_RESULT", Critical, "critical", [Check(CheckId::AllReduce)], "rank",
+        "reduced elements differ from the exact sum",
+        "exclude the node";
+    AllreduceSlow = "ALLREDUCE_SLOW", Critical, "critical / warning", [Check(CheckId::AllReduce)], "rank",
+        "busbw below the peers' band",
+        "inspect the interconnect";
+    AllreduceBelowExpected = "ALLREDUCE_BELOW_EXPECTED", Critical, "critical / warning", [Check(CheckId::AllReduce)], "job",
+        "busbw of the (single-node) job below the expected band of its device model",
+        "inspect NVLink/NIC state, NCCL settings";
+}

@@ -1,6 +1,7 @@
 //! `all-to-all`: a sweep of message sizes, verified, with the bus bandwidth of each.
 
 use super::{sweep_descriptor, CheckId, ConfigAccess, Descriptor, SweepCodes};
+use crate::config::memory;
 use crate::findings::Code;
 
 pub const DESCRIPTOR: Descriptor = sweep_descriptor(
@@ -11,5 +12,18 @@ pub const DESCRIPTOR: Descriptor = sweep_descriptor(
         settle: |c| c.micro.all_to_all.validate(CheckId::AllToAll.as_str()),
         to_value: |c| c.micro.all_to_all.to_value(),
     },
+    |c, device| memory::collective(c.micro.all_to_all.max_bytes, device),
     SweepCodes { slow: Code::AlltoallSlow, below: Code::AlltoallBelowExpected, wrong: Code::AlltoallWrongResult },
 );
+
+check_codes! {
+    AlltoallWrongResult = "ALLTOALL_WRONG_RESULT", Critical, "critical", [Check(CheckId::AllToAll)], "rank",
+        "a received block differs from what its sender sent to this rank",
+        "exclude the node";
+    AlltoallSlow = "ALLTOALL_SLOW", Critical, "critical / warning", [Check(CheckId::AllToAll)], "rank",
+        "busbw below the peers' band",
+        "inspect the interconnect";
+    AlltoallBelowExpected = "ALLTOALL_BELOW_EXPECTED", Critical, "critical / warning", [Check(CheckId::AllToAll)], "job",
+        "busbw below the expected band of its device model (where the data file has one)",
+        "inspect NVLink/NIC state, NCCL settings";
+}

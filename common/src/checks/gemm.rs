@@ -3,6 +3,7 @@
 use crate::findings::Code;
 use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::micro::GemmConfig;
+use crate::config::memory;
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::Gemm,
@@ -22,6 +23,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         },
         to_value: |c| serde_json::to_value(&c.gemm).unwrap_or_default(),
     },
+    memory: Some(|c, device| memory::gemm(c.gemm.size, device)),
     metric: Some(Metric {
         key: "tflops",
         unit: "TFLOP/s",
@@ -34,3 +36,18 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     columns: &[("tflops", "TFLOP/s"), ("tflops_best", "best"), ("wrong_elements", "wrong")],
     charted: &[("tflops", "TFLOP/s")],
 };
+
+check_codes! {
+    GemmWrongResult = "GEMM_WRONG_RESULT", Critical, "critical", [Check(CheckId::Gemm)], "rank",
+        "a verified tile of C differs from the f64 reference",
+        "exclude the node; reset the GPU";
+    GemmResultMismatch = "GEMM_RESULT_MISMATCH", Critical, "critical (warning without a majority)", [Check(CheckId::Gemm)], "rank",
+        "the hash of C differs from the majority of ranks of the same model",
+        "exclude the node";
+    GemmSlow = "GEMM_SLOW", Critical, "critical / warning", [Check(CheckId::Gemm)], "rank",
+        "TFLOP/s below the peers' band (same device model) in two measurements",
+        "exclude the node; check clocks, power, other processes";
+    GemmBelowExpected = "GEMM_BELOW_EXPECTED", Critical, "critical / warning", [Check(CheckId::Gemm)], "rank",
+        "TFLOP/s below the expected band of its device model",
+        "as above";
+}

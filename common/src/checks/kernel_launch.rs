@@ -19,6 +19,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         settle: no_settling,
         to_value: |c| serde_json::to_value(&c.micro.kernel_launch).unwrap_or_default(),
     },
+    memory: None,
     metric: Some(Metric {
         key: "launches_per_s",
         unit: "round trips/s",
@@ -31,3 +32,15 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     columns: &[("launch_us", "launch us"), ("round_trip_us", "launch+sync us"), ("round_trip_best_us", "best")],
     charted: &[("round_trip_us", "launch+sync us")],
 };
+
+check_codes! {
+    KernelLaunchFailed = "KERNEL_LAUNCH_FAILED", Critical, "critical", [Check(CheckId::KernelLaunch)], "rank",
+        "a launch or its synchronisation failed",
+        "reset the GPU; exclude the node";
+    KernelLaunchSlow = "KERNEL_LAUNCH_SLOW", Critical, "critical / warning", [Check(CheckId::KernelLaunch)], "rank",
+        "launch round trips per second below the peers' band",
+        "check the host (CPU frequency, load) and the driver";
+    KernelLaunchBelowExpected = "KERNEL_LAUNCH_BELOW_EXPECTED", Critical, "critical / warning", [Check(CheckId::KernelLaunch)], "rank",
+        "below the expected band (where the data file has one)",
+        "as above";
+}

@@ -18,8 +18,12 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         settle: no_settling,
         to_value: |c| serde_json::to_value(&c.models.megatron_gpt).unwrap_or_default(),
     },
+    memory: None,
     metric: None,
     wrong_result: WrongResult::Own,
     columns: GPT_COLUMNS,
     charted: GPT_CHARTED,
 };
+
+check_codes! {
+}

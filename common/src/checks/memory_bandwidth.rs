@@ -3,6 +3,8 @@
 use crate::findings::Code;
 use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::bandwidth::MemoryBandwidthConfig;
+use crate::config::memory::{self, Need};
+use crate::report::DeviceKind;
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::MemoryBandwidth,
@@ -19,6 +21,14 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         settle: no_settling,
         to_value: |c| serde_json::to_value(&c.micro.memory_bandwidth).unwrap_or_default(),
     },
+    memory: Some(|c, device| {
+        // Source and destination; the verification reads back only a few words.
+        let both = memory::mul(&[2, c.micro.memory_bandwidth.size]);
+        match device {
+            DeviceKind::Cuda => Need { device: both, host: 0 },
+            DeviceKind::Cpu => Need { device: 0, host: both },
+        }
+    }),
     metric: Some(Metric {
         key: "gbps",
         unit: "GB/s (read+write)",
@@ -31,3 +41,15 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     columns: &[("gbps", "GB/s r+w"), ("gbps_best", "best"), ("kernel_gbps", "kernel GB/s"), ("wrong_words", "wrong")],
     charted: &[("gbps", "GB/s r+w")],
 };
+
+check_codes! {
+    MemoryBwWrongResult = "MEMORY_BW_WRONG_RESULT", Critical, "critical", [Check(CheckId::MemoryBandwidth)], "rank",
+        "16-byte words of the copy's source or destination differ from the fill pattern after the timed copies (`evidence`: how many, the first byte)",
+        "exclude the node; reset the GPU (its memory or copy path corrupts data)";
+    MemoryBwSlow = "MEMORY_BW_SLOW", Critical, "critical / warning", [Check(CheckId::MemoryBandwidth)], "rank",
+        "device-to-device copy GB/s (read + written, median) below the peers' band in two measurements",
+        "exclude the node; check clocks, memory errors, other processes";
+    MemoryBwBelowExpected = "MEMORY_BW_BELOW_EXPECTED", Critical, "critical / warning", [Check(CheckId::MemoryBandwidth)], "rank",
+        "below the expected band of its device model (H200: 4200 GB/s at the default 4 GiB, the driver's copy)",
+        "as above";
+}

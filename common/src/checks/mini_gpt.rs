@@ -18,9 +18,13 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         settle: no_settling,
         to_value: |c| serde_json::to_value(&c.models.mini_gpt).unwrap_or_default(),
     },
+    memory: None,
     // Slow compute per step, judged by the model checks' diagnosis.
     metric: None,
     wrong_result: WrongResult::Own,
     columns: GPT_COLUMNS,
     charted: GPT_CHARTED,
 };
+
+check_codes! {
+}

@@ -12,6 +12,26 @@
 
 mod params;
 
+/// Declares a check's own finding codes in its descriptor module: entries of
+/// [`crate::findings`]' `finding_codes!` list (code, worst severity, the severities as the docs
+/// state them, what raises it, where it is placed, what it means, what to do). It defines the
+/// module's `codes!`, through which the list of every code (`findings/codes.rs`) gathers them,
+/// in run order.
+macro_rules! check_codes {
+    // `$d` is a `$` for the macro this one writes (macro_rules has no escape for it).
+    (@with_dollar ($d:tt) $($entries:tt)*) => {
+        macro_rules! codes {
+            ($d then:ident [$d ($d gathered:tt)*] $d ($d rest:ident)*) => {
+                $d then! { [$d ($d gathered)* $($entries)*] $d ($d rest)* }
+            };
+        }
+        pub(crate) use codes;
+    };
+    ($($entries:tt)*) => {
+        check_codes! { @with_dollar ($) $($entries)* }
+    };
+}
+
 /// One descriptor module per check, named in [`crate::registry`]'s list of checks.
 macro_rules! descriptor_modules {
     ($($id:ident => $module:ident,)+) => {
@@ -31,10 +51,12 @@ crate::registry::for_each_check!(descriptor_modules);
 
 use serde::Serialize;
 
+use crate::config::memory::Need;
 use crate::config::sweep::SweepConfig;
 use crate::config::{CheckConfigs, Param, ParamError};
 use crate::findings::Code;
 pub use crate::registry::{CheckGroup, CheckId, UnknownCheck};
+use crate::report::DeviceKind;
 
 /// A report column: the metric key and its title.
 pub type Column = (&'static str, &'static str);
@@ -117,6 +139,9 @@ pub struct ConfigAccess {
     pub to_value: fn(&CheckConfigs) -> serde_json::Value,
 }
 
+/// Bytes one rank needs for a check under a configuration, on a backend.
+pub type MemoryNeed = fn(&CheckConfigs, DeviceKind) -> Need;
+
 fn no_settling(_: &mut CheckConfigs) -> Result<(), ParamError> {
     Ok(())
 }
@@ -145,6 +170,11 @@ pub struct Descriptor {
     pub params: &'static [&'static str],
     #[serde(skip)]
     pub config: ConfigAccess,
+    /// What it allocates per rank at its largest size under a configuration, so that a size
+    /// that cannot fit is refused before any worker starts ([`crate::config::memory`]); `None`:
+    /// not estimated (nothing sized by the configuration, or a model's activations).
+    #[serde(skip)]
+    pub memory: Option<MemoryNeed>,
     /// The headline figure, if the check has one.
     pub metric: Option<Metric>,
     pub wrong_result: WrongResult,
@@ -204,6 +234,7 @@ const fn sweep_descriptor(
     id: CheckId,
     description: &'static str,
     config: ConfigAccess,
+    memory: MemoryNeed,
     codes: SweepCodes,
 ) -> Descriptor {
     Descriptor {
@@ -217,6 +248,7 @@ const fn sweep_descriptor(
         estimate_s: 5,
         params: SweepConfig::KEYS,
         config,
+        memory: Some(memory),
         metric: Some(Metric {
             key: "busbw_gbps",
             unit: "GB/s busbw",

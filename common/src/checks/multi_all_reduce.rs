@@ -3,6 +3,7 @@
 use crate::findings::Code;
 use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
 use crate::config::micro::MultiAllReduceConfig;
+use crate::config::memory::{self, Need};
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::MultiAllReduce,
@@ -19,9 +20,25 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         settle: no_settling,
         to_value: |c| serde_json::to_value(&c.micro.multi_all_reduce).unwrap_or_default(),
     },
+    memory: Some(|c, device| {
+        // Every group at once: the world's streams and the two group kinds beside them.
+        let m = &c.micro.multi_all_reduce;
+        let streams = (m.world_streams as u64).saturating_add(2);
+        let one = memory::collective(m.bytes, device);
+        Need { device: memory::mul(&[streams, one.device]), host: memory::mul(&[streams, one.host]) }
+    }),
     // Slow groups, not slow ranks: judged by the micro-benchmarks' diagnosis.
     metric: None,
     wrong_result: WrongResult::Code(Code::MultiAllreduceWrongResult),
     columns: &[("busbw_gbps_min", "min group busbw"), ("wrong_elements", "wrong")],
     charted: &[("busbw_gbps_min", "min group busbw GB/s")],
 };
+
+check_codes! {
+    MultiAllreduceWrongResult = "MULTI_ALLREDUCE_WRONG_RESULT", Critical, "critical", [Check(CheckId::MultiAllReduce)], "rank",
+        "a group's sums differ from the exact ones",
+        "exclude the node";
+    MultiAllreduceSlowGroup = "MULTI_ALLREDUCE_SLOW_GROUP", Critical, "critical", [Check(CheckId::MultiAllReduce)], "group (its ranks)",
+        "one rail, node or world group far below the other groups of its kind running at the same time (GPU only)",
+        "inspect that rail's NIC, cable and switch port, or the node";
+}

@@ -3,6 +3,7 @@
 use crate::findings::Code;
 use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::micro::OverlapConfig;
+use crate::config::memory::{self, Need};
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::MatmulAllReduceOverlap,
@@ -19,6 +20,11 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         settle: no_settling,
         to_value: |c| serde_json::to_value(&c.micro.overlap).unwrap_or_default(),
     },
+    memory: Some(|c, device| {
+        let o = &c.micro.overlap;
+        let (g, c) = (memory::gemm(o.gemm_size, device), memory::collective(o.bytes, device));
+        Need { device: memory::add(&[g.device, c.device]), host: memory::add(&[g.host, c.host]) }
+    }),
     metric: Some(Metric {
         key: "overlapped_steps_per_s",
         unit: "overlapped steps/s",
@@ -36,3 +42,15 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     ],
     charted: &[("overlapped_step_ms", "overlapped step ms"), ("overlap_efficiency", "overlap efficiency")],
 };
+
+check_codes! {
+    OverlapWrongResult = "OVERLAP_WRONG_RESULT", Critical, "critical", [Check(CheckId::MatmulAllReduceOverlap)], "rank",
+        "the GEMM or the all-reduce run together gave a wrong result",
+        "exclude the node";
+    OverlapSlow = "OVERLAP_SLOW", Critical, "critical / warning", [Check(CheckId::MatmulAllReduceOverlap)], "rank",
+        "overlapped steps per second below the peers' band",
+        "exclude the node";
+    OverlapBelowExpected = "OVERLAP_BELOW_EXPECTED", Critical, "critical / warning", [Check(CheckId::MatmulAllReduceOverlap)], "rank",
+        "below the expected band (where the data file has one)",
+        "as above";
+}

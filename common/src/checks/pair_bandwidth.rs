@@ -15,9 +15,22 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     estimate_s: 1,
     params: &[],
     config: ConfigAccess { apply: |_, _| Ok(false), settle: no_settling, to_value: |_| serde_json::Value::Null },
+    memory: None,
     // Judged by the link diagnosis from the pairs' figures, not per rank.
     metric: None,
     wrong_result: WrongResult::Code(Code::LinkWrongResult),
     columns: &[("rounds", "rounds"), ("pairs", "pairs"), ("busbw_gbps_min", "slowest GB/s")],
     charted: &[],
 };
+
+check_codes! {
+    NodeCommSlow = "NODE_COMM_SLOW", Critical, "critical", [Check(CheckId::PairBandwidth)], "node",
+        "every measured pair with this node is below 30% of the best pair",
+        "exclude the node; inspect its NIC, cable, switch port";
+    LinkSlow = "LINK_SLOW", Critical, "critical (warning when unresolved)", [Check(CheckId::PairBandwidth)], "pair",
+        "one node pair is slow while both nodes are fast with others (critical), or the figures cannot tell which end is slow (warning)",
+        "inspect the path between the two nodes";
+    LinkWrongResult = "LINK_WRONG_RESULT", Critical, "critical", [Check(CheckId::PairBandwidth)], "rank",
+        "the link test's reduced values are wrong",
+        "exclude the node";
+}

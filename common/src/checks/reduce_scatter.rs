@@ -2,6 +2,7 @@
 //! (nccl-tests' fifth collective).
 
 use super::{sweep_descriptor, CheckId, ConfigAccess, Descriptor, SweepCodes};
+use crate::config::memory;
 use crate::findings::Code;
 
 pub const DESCRIPTOR: Descriptor = sweep_descriptor(
@@ -12,5 +13,18 @@ pub const DESCRIPTOR: Descriptor = sweep_descriptor(
         settle: |c| c.micro.reduce_scatter.validate(CheckId::ReduceScatter.as_str()),
         to_value: |c| c.micro.reduce_scatter.to_value(),
     },
+    |c, device| memory::collective(c.micro.reduce_scatter.max_bytes, device),
     SweepCodes { slow: Code::ReducescatterSlow, below: Code::ReducescatterBelowExpected, wrong: Code::ReducescatterWrongResult },
 );
+
+check_codes! {
+    ReducescatterWrongResult = "REDUCESCATTER_WRONG_RESULT", Critical, "critical", [Check(CheckId::ReduceScatter)], "rank",
+        "this rank's block of the sum differs from the exact one",
+        "exclude the node";
+    ReducescatterSlow = "REDUCESCATTER_SLOW", Critical, "critical / warning", [Check(CheckId::ReduceScatter)], "rank",
+        "busbw below the peers' band",
+        "inspect the interconnect";
+    ReducescatterBelowExpected = "REDUCESCATTER_BELOW_EXPECTED", Critical, "critical / warning", [Check(CheckId::ReduceScatter)], "job",
+        "busbw below the expected band of its device model (where the data file has one)",
+        "inspect NVLink/NIC state, NCCL settings";
+}

@@ -18,6 +18,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         settle: no_settling,
         to_value: |c| serde_json::to_value(&c.models.resnet).unwrap_or_default(),
     },
+    memory: None,
     metric: None,
     wrong_result: WrongResult::Own,
     columns: &[
@@ -32,3 +33,6 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     ],
     charted: &[("step_ms_median", "step ms"), ("images_per_s", "images/s"), ("mfu", "MFU")],
 };
+
+check_codes! {
+}

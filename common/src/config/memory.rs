@@ -4,7 +4,8 @@
 //!
 //! The figures are lower bounds of what each check allocates at its largest size (its buffers
 //! and the host copy it verifies), in checked arithmetic: a product that overflows counts as
-//! `u64::MAX`. The model checks' memory depends on their activations and is not estimated.
+//! `u64::MAX`. Each check states its own need in its descriptor (`Descriptor::memory`) with the
+//! helpers here; the model checks' memory depends on their activations and is not estimated.
 
 use super::CheckConfigs;
 use crate::registry::CheckId;
@@ -18,11 +19,13 @@ pub struct Need {
     pub host: u64,
 }
 
-fn mul(parts: &[u64]) -> u64 {
+/// The product of `parts`, `u64::MAX` on overflow.
+pub fn mul(parts: &[u64]) -> u64 {
     parts.iter().try_fold(1u64, |acc, p| acc.checked_mul(*p)).unwrap_or(u64::MAX)
 }
 
-fn add(parts: &[u64]) -> u64 {
+/// The sum of `parts`, `u64::MAX` on overflow.
+pub fn add(parts: &[u64]) -> u64 {
     parts.iter().try_fold(0u64, |acc, p| acc.checked_add(*p)).unwrap_or(u64::MAX)
 }
 
@@ -36,7 +39,7 @@ fn elem(device: DeviceKind) -> u64 {
 
 /// A square product of side `n`: A, B and C on the device; the f32 inputs made on the host and
 /// C read back.
-fn gemm(n: usize, device: DeviceKind) -> Need {
+pub fn gemm(n: usize, device: DeviceKind) -> Need {
     let n2 = mul(&[n as u64, n as u64]);
     let on_device = mul(&[3, n2, elem(device)]);
     let host = add(&[mul(&[2, n2, 4]), mul(&[n2, elem(device)])]);
@@ -47,7 +50,7 @@ fn gemm(n: usize, device: DeviceKind) -> Need {
 }
 
 /// A collective of `bytes`: send and receive buffers, and the result read back.
-fn collective(bytes: u64, device: DeviceKind) -> Need {
+pub fn collective(bytes: u64, device: DeviceKind) -> Need {
     let on_device = mul(&[2, bytes]);
     match device {
         DeviceKind::Cuda => Need { device: on_device, host: bytes },
@@ -55,48 +58,9 @@ fn collective(bytes: u64, device: DeviceKind) -> Need {
     }
 }
 
-/// What `check` needs per rank under `configs` (None: not estimated).
+/// What `check` needs per rank under `configs` (None: not estimated), from its descriptor.
 pub fn need(configs: &CheckConfigs, check: CheckId, device: DeviceKind) -> Option<Need> {
-    let m = &configs.micro;
-    Some(match check {
-        CheckId::Gemm => gemm(configs.gemm.size, device),
-        CheckId::AllReduce => collective(configs.all_reduce.max_bytes, device),
-        CheckId::AllGather => collective(m.all_gather.max_bytes, device),
-        CheckId::ReduceScatter => collective(m.reduce_scatter.max_bytes, device),
-        CheckId::AllToAll => collective(m.all_to_all.max_bytes, device),
-        CheckId::MultiAllReduce => {
-            // Every group at once: the world's streams and the two group kinds beside them.
-            let streams = (m.multi_all_reduce.world_streams as u64).saturating_add(2);
-            let one = collective(m.multi_all_reduce.bytes, device);
-            Need { device: mul(&[streams, one.device]), host: mul(&[streams, one.host]) }
-        }
-        CheckId::MatmulAllReduceOverlap => {
-            let (g, c) = (gemm(m.overlap.gemm_size, device), collective(m.overlap.bytes, device));
-            Need { device: add(&[g.device, c.device]), host: add(&[g.host, c.host]) }
-        }
-        CheckId::MemoryBandwidth => {
-            // Source and destination; the verification reads back only a few words.
-            let both = mul(&[2, m.memory_bandwidth.size]);
-            match device {
-                DeviceKind::Cuda => Need { device: both, host: 0 },
-                DeviceKind::Cpu => Need { device: 0, host: both },
-            }
-        }
-        CheckId::HostBandwidth => match device {
-            // A pinned host buffer and a device buffer of the copy's size.
-            DeviceKind::Cuda => Need { device: m.host_bandwidth.size, host: m.host_bandwidth.size },
-            // No device link on CPU workers: the check allocates nothing.
-            DeviceKind::Cpu => Need { device: 0, host: 0 },
-        },
-        CheckId::KernelLaunch
-        | CheckId::NetworkConnectivity
-        | CheckId::MiniGpt
-        | CheckId::MegatronGpt
-        | CheckId::Resnet
-        | CheckId::RdmaPorts
-        | CheckId::GpuHealth
-        | CheckId::PairBandwidth => return None,
-    })
+    check.descriptor().memory.map(|need| need(configs, device))
 }
 
 /// The largest need of any of `checks` (they run one after the other).
@@ -138,5 +102,33 @@ mod tests {
         let hb = need(&c, CheckId::HostBandwidth, DeviceKind::Cuda).unwrap();
         assert_eq!(hb, Need { device: 256 << 20, host: 256 << 20 });
         assert_eq!(need(&c, CheckId::RdmaPorts, DeviceKind::Cuda), None);
+        // The collective sweeps take their largest message, each from its own configuration.
+        c.micro.reduce_scatter.max_bytes = 1 << 20;
+        let rs = need(&c, CheckId::ReduceScatter, DeviceKind::Cpu).unwrap();
+        assert_eq!(rs, Need { device: 0, host: 3 << 20 });
+        assert_ne!(need(&c, CheckId::AllGather, DeviceKind::Cpu), Some(rs));
+        c.micro.multi_all_reduce.world_streams = usize::MAX;
+        assert_eq!(need(&c, CheckId::MultiAllReduce, DeviceKind::Cuda).unwrap().device, u64::MAX);
+    }
+
+    #[test]
+    fn every_check_sized_by_its_configuration_states_its_need() {
+        let c = CheckConfigs::defaults(DeviceKind::Cuda);
+        let estimated: Vec<CheckId> =
+            CheckId::ALL.into_iter().filter(|id| need(&c, *id, DeviceKind::Cuda).is_some()).collect();
+        assert_eq!(
+            estimated,
+            [
+                CheckId::Gemm,
+                CheckId::MemoryBandwidth,
+                CheckId::HostBandwidth,
+                CheckId::AllReduce,
+                CheckId::AllToAll,
+                CheckId::AllGather,
+                CheckId::ReduceScatter,
+                CheckId::MultiAllReduce,
+                CheckId::MatmulAllReduceOverlap,
+            ]
+        );
     }
 }

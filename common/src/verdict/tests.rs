@@ -37,7 +37,7 @@ fn own(severity: Severity, k: usize) -> Finding {
 
 #[test]
 fn the_report_decides_unless_the_service_knows_worse() {
-    let facts = |own: &'static [Finding], keep| ServiceFacts { own, keep_job_hang: keep };
+    let facts = |own: &'static [Finding], keep| ServiceFacts { own, keep_job_hang: keep, stop: Stop::DataPlane };
     let none = facts(&[], false);
     let cases = [
         (RunStatus::Passed, none, Verdict::Passed),
@@ -60,11 +60,26 @@ fn a_lost_agent_fails_a_passed_or_held_run_and_a_warning_does_not() {
     let warned = [own(Severity::Warning, 1)];
     for status in [RunStatus::Passed, RunStatus::Skipped, RunStatus::Failed, RunStatus::TimedOut] {
         let r = report(status, &[]);
-        let v = run_verdict(Some(&r), ServiceFacts { own: &lost, keep_job_hang: true });
+        let v = run_verdict(Some(&r), ServiceFacts { own: &lost, keep_job_hang: true, ..Default::default() });
         assert_eq!(v, Verdict::Failed(FailReason::CheckFailed), "{status:?}");
     }
-    let v = run_verdict(Some(&report(RunStatus::Passed, &[])), ServiceFacts { own: &warned, keep_job_hang: false });
+    let v = run_verdict(Some(&report(RunStatus::Passed, &[])), ServiceFacts { own: &warned, ..Default::default() });
     assert_eq!(v, Verdict::Passed);
+}
+
+#[test]
+fn the_services_own_stops_decide_without_a_report() {
+    let lost = [own(Severity::Critical, 1)];
+    let stop = |stop, keep_job_hang| ServiceFacts { own: &lost, keep_job_hang, stop };
+    assert_eq!(run_verdict(None, stop(Stop::Overran, true)), Verdict::Hold);
+    assert_eq!(run_verdict(None, stop(Stop::Overran, false)), Verdict::Failed(FailReason::TimedOut));
+    assert_eq!(run_verdict(None, stop(Stop::Agents, true)), Verdict::Failed(FailReason::CheckFailed));
+    assert_eq!(run_verdict(None, stop(Stop::DataPlane, true)), Verdict::Failed(FailReason::Error));
+    // An overrun holds even beside a report and critical findings of the service's own: the
+    // policy is about the run's time, not about its evidence.
+    let r = report(RunStatus::Passed, &[]);
+    assert_eq!(run_verdict(Some(&r), stop(Stop::Overran, true)), Verdict::Hold);
+    assert_eq!(run_verdict(Some(&r), ServiceFacts::default()), Verdict::Passed);
 }
 
 #[test]

@@ -4,25 +4,28 @@
 //! What each check is (its configuration, metric, codes) is its descriptor in
 //! [`gpusanity_common::checks`].
 
-pub mod all_gather;
-pub mod all_reduce;
-pub mod all_to_all;
 pub mod collective;
-pub mod gemm;
-pub mod gpu_health;
-pub mod host_bandwidth;
-pub mod kernel_launch;
-pub mod memory_bandwidth;
 pub mod models;
-pub mod multi_all_reduce;
-pub mod network_connectivity;
-pub mod overlap;
-pub mod pair_bandwidth;
 pub mod pair_schedule;
 pub mod probe_plan;
-pub mod rdma_ports;
-pub mod reduce_scatter;
 pub mod remeasure;
+
+/// One module per check, named as its descriptor module in [`gpusanity_common::registry`]'s
+/// list, each with `pub fn run(&mut CheckCtx) -> anyhow::Result<RankResult>`: a new check is
+/// its file here, with nothing to add to this one.
+macro_rules! check_modules {
+    ($($id:ident => $module:ident,)+) => {
+        $(pub mod $module;)+
+
+        /// Runs the module of check `id`.
+        fn dispatch(id: CheckId, ctx: &mut CheckCtx<'_>) -> anyhow::Result<RankResult> {
+            match id {
+                $(CheckId::$id => $module::run(ctx),)+
+            }
+        }
+    };
+}
+gpusanity_common::registry::for_each_check!(check_modules);
 
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::registry::CheckId;
@@ -79,23 +82,7 @@ fn run_check(id: CheckId, ctx: &mut CheckCtx<'_>) -> anyhow::Result<RankResult> 
     if let Some(why) = id.descriptor().needs.unmet(ctx.place.world, ctx.place.node_sizes.len()) {
         return Ok(not_applicable(ctx.place.rank, why));
     }
-    match id {
-        CheckId::Gemm => gemm::run(ctx),
-        CheckId::AllReduce => all_reduce::run(ctx),
-        CheckId::AllGather => all_gather::run(ctx),
-        CheckId::ReduceScatter => reduce_scatter::run(ctx),
-        CheckId::AllToAll => all_to_all::run(ctx),
-        CheckId::NetworkConnectivity => network_connectivity::run(ctx),
-        CheckId::MultiAllReduce => multi_all_reduce::run(ctx),
-        CheckId::MatmulAllReduceOverlap => overlap::run(ctx),
-        CheckId::KernelLaunch => kernel_launch::run(ctx),
-        CheckId::MemoryBandwidth => memory_bandwidth::run(ctx),
-        CheckId::HostBandwidth => host_bandwidth::run(ctx),
-        CheckId::RdmaPorts => rdma_ports::run(ctx),
-        CheckId::MiniGpt | CheckId::MegatronGpt | CheckId::Resnet => models::run(id, ctx),
-        CheckId::GpuHealth => gpu_health::run(ctx),
-        CheckId::PairBandwidth => pair_bandwidth::run(ctx),
-    }
+    dispatch(id, ctx)
 }
 
 /// A rank result that says why the check does not apply here.

@@ -13,26 +13,23 @@ use gpusanity_common::stats::median;
 
 use super::place;
 
+/// A check's findings beyond per-rank statuses and figures.
+type Hook = fn(&CheckReport, &[RankInfo], f64, &mut Vec<Finding>);
+
+/// The checks with findings of their own; every other check has none (its wrong results and
+/// headline figures are judged from its descriptor), so a new check is added here only when it
+/// raises more.
+const HOOKS: &[(CheckId, Hook)] = &[
+    (CheckId::NetworkConnectivity, |c, ranks, _, findings| connectivity(c, ranks, findings)),
+    (CheckId::MultiAllReduce, multi_all_reduce),
+    (CheckId::HostBandwidth, super::hostlink::host_concurrent),
+    (CheckId::RdmaPorts, |c, ranks, _, findings| super::hostlink::rdma_ports(c, ranks, findings)),
+];
+
 /// Findings of `c` beyond per-rank statuses and figures.
 pub fn diagnose(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, findings: &mut Vec<Finding>) {
-    match c.name {
-        CheckId::NetworkConnectivity => connectivity(c, ranks, findings),
-        CheckId::MultiAllReduce => multi_all_reduce(c, ranks, slow_fraction, findings),
-        CheckId::HostBandwidth => super::hostlink::host_concurrent(c, ranks, slow_fraction, findings),
-        CheckId::RdmaPorts => super::hostlink::rdma_ports(c, ranks, findings),
-        CheckId::Gemm
-        | CheckId::KernelLaunch
-        | CheckId::MemoryBandwidth
-        | CheckId::AllReduce
-        | CheckId::AllToAll
-        | CheckId::AllGather
-        | CheckId::ReduceScatter
-        | CheckId::MatmulAllReduceOverlap
-        | CheckId::MiniGpt
-        | CheckId::MegatronGpt
-        | CheckId::Resnet
-        | CheckId::GpuHealth
-        | CheckId::PairBandwidth => {}
+    if let Some((_, hook)) = HOOKS.iter().find(|(id, _)| *id == c.name) {
+        hook(c, ranks, slow_fraction, findings);
     }
 }
 

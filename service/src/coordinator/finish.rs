@@ -177,7 +177,7 @@ pub async fn resolve(
     }
     let summary = format!("resolved by an operator as {}: {note}", if pass { "passed" } else { "failed" });
     let verdict = if pass { Verdict::Passed } else { Verdict::Failed(FailReason::ResolvedByOperator) };
-    let report: Option<Report> = db.run_report(run_id).await?.and_then(|r| serde_json::from_str(&r).ok());
+    let report = db.run_report(run_id).await?.and_then(|text| stored_report(run_id, &text));
     let end = Ending {
         verdict,
         summary: &summary,
@@ -191,4 +191,74 @@ pub async fn resolve(
         return Err(ResolveError::ResolvedMeanwhile(run_id.to_string()));
     }
     db.get_run(run_id).await?.ok_or_else(no_run)
+}
+
+/// The stored report of `run_id`, read leniently ([`gpusanity_reports::lenient`]): a report that
+/// another gpusanity version wrote keeps its faulty nodes and the findings this version knows.
+/// `None` (logged) when it cannot be read at all.
+pub(super) fn stored_report(run_id: &str, text: &str) -> Option<Report> {
+    match gpusanity_reports::lenient::read(text) {
+        Ok(read) => {
+            if !read.left_out.is_empty() {
+                tracing::warn!(run_id, left_out = ?read.left_out, "the stored report was read without parts this version does not know");
+            }
+            Some(read.report)
+        }
+        Err(e) => {
+            tracing::warn!(run_id, "the stored report cannot be read: {e}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpusanity_common::registry::CheckId;
+    use gpusanity_common::report::{RunStatus, REPORT_SCHEMA_VERSION};
+    use gpusanity_common::Settings;
+
+    use super::*;
+
+    /// A failed report naming node 1, with a finding about it.
+    fn failed_report() -> Report {
+        let now = chrono::Utc::now();
+        let mut slow = Finding::new(Severity::Critical, Code::GemmSlow, CheckId::Gemm, "slow".into());
+        slow.node_rank = Some(1);
+        Report {
+            schema_version: REPORT_SCHEMA_VERSION,
+            gpusanity_version: "newer".into(),
+            run_id: "r".into(),
+            started_at: now,
+            finished_at: now,
+            status: RunStatus::Failed,
+            summary: String::new(),
+            settings: Settings::default(),
+            backend: DeviceKind::Cpu,
+            nodes: Vec::new(),
+            ranks: Vec::new(),
+            checks: Vec::new(),
+            findings: vec![slow],
+            events: Vec::new(),
+            node_verdicts: Vec::new(),
+            faulty_nodes: vec![1],
+            remeasured: Vec::new(),
+            pair_bandwidth: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_stored_report_of_another_version_keeps_its_faulty_nodes() {
+        let mut v = serde_json::to_value(failed_report()).expect("a report");
+        let mut newer = v["findings"][0].clone();
+        newer["code"] = serde_json::json!("X_FUTURE_CODE");
+        v["findings"].as_array_mut().expect("findings").push(newer);
+        let text = v.to_string();
+        assert!(serde_json::from_str::<Report>(&text).is_err(), "the strict reader refuses it");
+        let read = stored_report("r", &text).expect("read leniently");
+        assert_eq!(read.faulty_nodes, [1]);
+        assert_eq!(verdict::faulty_nodes(Some(&read), &[]), [1]);
+        assert_eq!(read.findings, failed_report().findings, "the unknown finding is left out, the known one kept");
+        assert_eq!(stored_report("r", "{not json"), None);
+        assert_eq!(stored_report("r", r#"{"schema_version": "one"}"#), None);
+    }
 }

@@ -25,9 +25,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use gpusanity_common::report::{Code, Report};
-use gpusanity_common::verdict::{run_verdict, ServiceFacts};
+use gpusanity_common::verdict::{run_verdict, ServiceFacts, Stop};
 use gpusanity_common::wire::agent::NodeResult;
-use gpusanity_common::wire::output::FailReason;
 use gpusanity_common::wire::Topics;
 use gpusanity_common::{Settings, TimeoutOps};
 use gpusanity_db::lease::Fence;
@@ -202,14 +201,12 @@ impl Coordinator {
         let Some(res) = a.results.get(&0).cloned() else { return Ok(()) };
         match res.report.as_deref() {
             Some(report) => {
-                let keep_job_hang = a.settings.timeout_ops == TimeoutOps::KeepJobHang;
-                let verdict = run_verdict(Some(report), ServiceFacts { own: &lost, keep_job_hang });
                 let mut summary = report.summary.clone();
                 if !lost.is_empty() {
                     let names: Vec<&str> = lost.iter().filter_map(|f| f.host.as_deref()).collect();
                     summary = format!("lost the agent of node(s) {}; {summary}", names.join(", "));
                 }
-                self.end(run_id, verdict, &summary, Some(report), lost).await
+                self.end(run_id, Stop::DataPlane, &summary, Some(report), lost).await
             }
             None => {
                 let why = res.error.clone().unwrap_or_else(|| format!("exit code {:?}", res.exit_code));
@@ -220,29 +217,26 @@ impl Coordinator {
                     Code::DataPlaneError,
                     format!("node 0's launcher ended without a report: {why}"),
                 ));
-                self.end(
-                    run_id,
-                    run_verdict(None, ServiceFacts { own: &findings, keep_job_hang: false }),
-                    &format!("the check could not run: {why}"),
-                    None,
-                    findings,
-                )
-                .await
+                self.end(run_id, Stop::DataPlane, &format!("the check could not run: {why}"), None, findings).await
             }
         }
     }
 
-    /// Ends a run (stored with its output events), stops its agents, forgets it.
+    /// Ends a run (stored with its output events), stops its agents, forgets it. Its verdict
+    /// is [`run_verdict`] of `report`, the service's own findings `extra`, `stop` and the
+    /// run's timeout policy.
     async fn end(
         &mut self,
         run_id: &str,
-        verdict: Verdict,
+        stop: Stop,
         summary: &str,
         report: Option<&Report>,
         extra: Vec<gpusanity_common::report::Finding>,
     ) -> Result<()> {
         self.hearing.update();
         let Some(a) = self.active.get(run_id) else { return Ok(()) };
+        let keep_job_hang = a.settings.timeout_ops == TimeoutOps::KeepJobHang;
+        let verdict = run_verdict(report, ServiceFacts { own: &extra, keep_job_hang, stop });
         let mut extra = extra;
         let mut summary = summary.to_string();
         // A verdict reached across a blind spell of the service's own says so, in the event and

@@ -7,11 +7,12 @@
 use gpusanity_common::report::{Code, Finding, Scope, Severity};
 
 use super::agents::Agents;
-use super::finish::{node_finding, Verdict};
-use super::{Active, FailReason, TimeoutOps};
+use super::finish::node_finding;
+use super::Active;
 
-/// The verdict, summary and findings of run `a` overrunning its deadline.
-pub(super) fn ending(a: &Active, agents: &Agents) -> (Verdict, String, Vec<Finding>) {
+/// The summary and findings of run `a` overrunning its deadline (its verdict is
+/// [`gpusanity_common::verdict::Stop::Overran`]'s: held under KeepJobHang, else timed out).
+pub(super) fn ending(a: &Active, agents: &Agents) -> (String, Vec<Finding>) {
     let limit = a.settings.max_time_minutes;
     let unfinished: Vec<usize> = (0..a.run.nodes.len()).filter(|k| !a.results.contains_key(k)).collect();
     let names: Vec<&str> = unfinished.iter().filter_map(|&k| a.run.nodes.get(k).map(|n| n.name.as_str())).collect();
@@ -34,10 +35,5 @@ pub(super) fn ending(a: &Active, agents: &Agents) -> (Verdict, String, Vec<Findi
         f.check = Scope::Service;
         findings.push(f);
     }
-    let v = if a.settings.timeout_ops == TimeoutOps::KeepJobHang {
-        Verdict::Hold
-    } else {
-        Verdict::Failed(FailReason::TimedOut)
-    };
-    (v, summary, findings)
+    (summary, findings)
 }

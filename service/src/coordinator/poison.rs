@@ -8,15 +8,15 @@
 use anyhow::Result;
 use gpusanity_bus::backoff::Backoff;
 use gpusanity_common::report::{Code, Finding};
+use gpusanity_common::verdict::{run_verdict, ServiceFacts, Stop};
 use gpusanity_common::wire::agent::{AgentReport, ReportBody};
-use gpusanity_common::wire::output::FailReason;
 use gpusanity_db::runs::RunRow;
 use gpusanity_db::{outbox, DbError};
 use gpusanity_ingest::consume::dead_letter;
 use gpusanity_ingest::validate;
 use rdkafka::message::Message;
 
-use super::finish::{finish, node_finding, Ending, Verdict};
+use super::finish::{finish, node_finding, Ending};
 use super::Coordinator;
 
 /// The database error behind `e`, if it is one.
@@ -87,7 +87,7 @@ impl Coordinator {
         let run_id = res.run_id.clone();
         let mut backoff = Backoff::default();
         loop {
-            match self.end(&run_id, Verdict::Failed(FailReason::Error), &message, None, vec![f.clone()]).await {
+            match self.end(&run_id, Stop::DataPlane, &message, None, vec![f.clone()]).await {
                 Ok(()) => return Ok(()),
                 Err(e) => match db_error(&e) {
                     Some(db) if db.is_poison() => {
@@ -115,8 +115,9 @@ impl Coordinator {
                 tracing::error!(run_id = run.run_id, "the run's report was refused, ending the run without it: {e}");
                 let message = format!("node 0's report could not be stored: {e}");
                 let f: Finding = node_finding(run, 0, Code::DataPlaneError, message.clone());
+                let facts = ServiceFacts { own: std::slice::from_ref(&f), ..ServiceFacts::default() };
                 let end = Ending {
-                    verdict: Verdict::Failed(FailReason::Error),
+                    verdict: run_verdict(None, facts),
                     summary: &message,
                     report: None,
                     extra: std::slice::from_ref(&f),

@@ -20,7 +20,7 @@ impl Coordinator {
         let wait = self.config.agent_wait();
         let now_ms = gpusanity_db::now_ms();
         let grace_ms = (self.config.deadline_grace_s * 1000.0) as i64;
-        let mut ends: Vec<(String, Verdict, String, Vec<gpusanity_common::report::Finding>)> = Vec::new();
+        let mut ends: Vec<(String, Stop, String, Vec<gpusanity_common::report::Finding>)> = Vec::new();
         let mut sends = Vec::new();
         let mut concludes = Vec::new();
         // Runs whose lease was not renewed in time are not acted on (the lease round drops them).
@@ -37,18 +37,18 @@ impl Coordinator {
                     gpusanity_common::report::Scope::Service,
                     e.to_string(),
                 );
-                ends.push((id.clone(), Verdict::Failed(FailReason::Error), e.to_string(), vec![f]));
+                ends.push((id.clone(), Stop::DataPlane, e.to_string(), vec![f]));
                 continue;
             }
             let blind_ms = i64::try_from(a.blind(hearing).as_millis()).unwrap_or(i64::MAX);
             if now_ms > a.run.deadline_at.saturating_add(grace_ms).saturating_add(blind_ms) {
-                let (v, summary, findings) = overrun::ending(a, &self.agents);
+                let (summary, findings) = overrun::ending(a, &self.agents);
                 for k in (0..names.len()).filter(|k| !a.results.contains_key(k)) {
                     if a.overlapped(k, &self.agents, hearing) {
                         a.withheld.insert(k);
                     }
                 }
-                ends.push((id.clone(), v, summary, findings));
+                ends.push((id.clone(), Stop::Overran, summary, findings));
                 continue;
             }
             match a.phase {
@@ -82,7 +82,7 @@ impl Coordinator {
                         let list: Vec<&str> = missing.iter().map(|&k| names[k].as_str()).collect();
                         ends.push((
                             id.clone(),
-                            Verdict::Failed(FailReason::CheckFailed),
+                            Stop::Agents,
                             format!("no live agent on node(s) {}", list.join(", ")),
                             findings,
                         ));
@@ -128,7 +128,7 @@ impl Coordinator {
                     } else if !lost_findings.is_empty() {
                         let list: Vec<&str> = lost_findings.iter().filter_map(|f| f.host.as_deref()).collect();
                         let summary = format!("lost the agent of node(s) {}", list.join(", "));
-                        ends.push((id.clone(), Verdict::Failed(FailReason::CheckFailed), summary, lost_findings));
+                        ends.push((id.clone(), Stop::Agents, summary, lost_findings));
                     } else if a.phase == Phase::WaitMaster && hearing.silence(a.since) > wait {
                         if a.overlapped(0, &self.agents, hearing) {
                             a.withheld.insert(0);
@@ -141,7 +141,7 @@ impl Coordinator {
                         );
                         ends.push((
                             id.clone(),
-                            Verdict::Failed(FailReason::CheckFailed),
+                            Stop::Agents,
                             format!("node {} did not start the run", names[0]),
                             vec![f],
                         ));

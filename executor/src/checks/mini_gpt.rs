@@ -1,0 +1,11 @@
+//! `mini-gpt`: one of the model checks, all run by [`super::models`].
+
+use anyhow::Result;
+use gpusanity_common::report::RankResult;
+use gpusanity_common::CheckId;
+
+use super::CheckCtx;
+
+pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
+    super::models::run(CheckId::MiniGpt, ctx)
+}
