@@ -15,6 +15,7 @@ mod fault;
 pub mod fleet;
 pub mod lease;
 pub mod outbox;
+pub mod reputation;
 pub mod results;
 pub mod rules;
 pub mod runs;

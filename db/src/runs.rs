@@ -230,9 +230,10 @@ async fn transition_if(tx: &mut Tx, changed: u64, run_id: &str, state: &str, det
     Ok(true)
 }
 
+/// The job's run in Checking (a re-check of one of its nodes is not the job's run).
 pub async fn active_run_of_job(tx: &mut Tx, job_id: &str) -> Result<Option<RunRow>> {
     Ok(sqlx::query_as(&format!(
-        "SELECT {RUN_COLUMNS} FROM runs WHERE job_id = $1 AND state = 'Checking' ORDER BY created_at DESC LIMIT 1"
+        "SELECT {RUN_COLUMNS} FROM runs WHERE job_id = $1 AND state = 'Checking' AND recheck_of IS NULL ORDER BY created_at DESC LIMIT 1"
     ))
     .bind(job_id)
     .fetch_optional(&mut **tx)

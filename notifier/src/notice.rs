@@ -33,7 +33,7 @@ impl Notice {
                 let v = if *reason == FailReason::TimedOut { "timed out" } else { "failed" };
                 (v, Some(*reason), summary.clone(), faulty_nodes.clone(), vec![], Some(report_url.clone()))
             }
-            OutputBody::NodeIsolated { node, codes, reason } => {
+            OutputBody::NodeIsolated { node, codes, reason, .. } => {
                 ("node isolated", None, reason.clone(), vec![node.clone()], codes.clone(), template_url)
             }
             OutputBody::SanityCheckStarted { .. } => ("started", None, String::new(), vec![], vec![], template_url),

@@ -4,10 +4,11 @@
 
 use gpusanity_common::fleet::file::{BaselineEntry, BaselineFile};
 use gpusanity_common::fleet::samples::learnable;
-use gpusanity_common::fleet::{learn as learn_baseline, Policy};
+use gpusanity_common::fleet::{learn as learn_baseline, Judging, Key, Learned, Policy, Sample};
 use gpusanity_common::report::Report;
 use gpusanity_db::runs::RunRow;
 use gpusanity_db::{fleet, Db, DbError, Tx};
+use serde::Serialize;
 
 /// Learns `report`'s figures for run `run`, which passed. The coordinator calls it only with
 /// the report of node 0's agent, opened with an agent key that may speak for that node (an
@@ -36,4 +37,130 @@ pub async fn export(db: &Db, policy: Policy) -> Result<BaselineFile, DbError> {
         }
     }
     Ok(BaselineFile { judging: None, entries })
+}
+
+/// Bins of a key's histogram.
+const BINS: usize = 24;
+/// Nodes listed below the baseline, per key.
+const LOWEST: usize = 10;
+
+/// One key of the fleet page and `GET /v1/fleet`: the window's distribution, its baseline when
+/// there are enough samples, and the nodes whose median is furthest below the centre.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct KeyView {
+    #[schema(value_type = Object)]
+    pub key: Key,
+    #[schema(value_type = Option<Object>)]
+    pub baseline: Option<Learned>,
+    /// The figure below which a rank raises BELOW_FLEET (default judging), with a baseline.
+    pub floor: Option<f64>,
+    pub samples: usize,
+    /// Equal-width bins from the window's least to its greatest figure.
+    pub histogram: Vec<Bin>,
+    /// Nodes by their median in the window, lowest first, at most 10 (empty for a workspace
+    /// token: the fleet's figures are shared, its node names are not).
+    pub lowest: Vec<NodeFigure>,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Bin {
+    pub lo: f64,
+    pub hi: f64,
+    pub n: usize,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct NodeFigure {
+    pub node: String,
+    /// The median of the node's figures in the window.
+    pub median: f64,
+    pub samples: usize,
+    /// (median - centre) / spread, with a baseline.
+    pub z: Option<f64>,
+}
+
+/// The view of one key over its newest `window` (newest first, as the database returns it).
+pub fn key_view(key: Key, window: &[Sample], policy: Policy, with_nodes: bool) -> KeyView {
+    let baseline = learn_baseline(window, policy);
+    let values: Vec<f64> = window.iter().map(|s| s.value).filter(|v| v.is_finite()).collect();
+    let (lo, hi) = values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(*v), b.max(*v)));
+    let mut histogram = Vec::new();
+    if !values.is_empty() {
+        let width = ((hi - lo) / BINS as f64).max(f64::EPSILON * hi.abs().max(1.0));
+        histogram =
+            (0..BINS).map(|i| Bin { lo: lo + width * i as f64, hi: lo + width * (i + 1) as f64, n: 0 }).collect();
+        for v in &values {
+            let i = (((v - lo) / width) as usize).min(BINS - 1);
+            histogram[i].n += 1;
+        }
+    }
+    let mut lowest = Vec::new();
+    if with_nodes {
+        let mut by_node: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+        for s in window.iter().filter(|s| s.value.is_finite()) {
+            by_node.entry(s.node.as_str()).or_default().push(s.value);
+        }
+        lowest = by_node
+            .into_iter()
+            .map(|(node, v)| {
+                let median = gpusanity_common::stats::median(&v);
+                let z = baseline.filter(|b| b.spread > 0.0).map(|b| (median - b.centre) / b.spread);
+                NodeFigure { node: node.to_string(), median, samples: v.len(), z }
+            })
+            .collect();
+        lowest.sort_by(|a, b| a.median.total_cmp(&b.median));
+        lowest.truncate(LOWEST);
+    }
+    let floor = baseline.map(|b| Judging::DEFAULT.floor(b.centre, b.spread));
+    KeyView { key, baseline, floor, samples: values.len(), histogram, lowest }
+}
+
+/// Every key's view; `with_nodes` false for a workspace token.
+pub async fn view(db: &Db, policy: Policy, with_nodes: bool) -> Result<Vec<KeyView>, DbError> {
+    let mut out = Vec::new();
+    for key in db.fleet_keys().await? {
+        let window = db.fleet_window(&key, policy.window).await?;
+        out.push(key_view(key, &window, policy, with_nodes));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpusanity_common::expected::Conditions;
+    use gpusanity_common::registry::CheckId;
+
+    #[test]
+    fn the_view_bins_every_figure_marks_the_floor_and_lists_the_lowest_nodes() {
+        let key = Key::new("NVIDIA H200", Some(580), CheckId::Gemm, "tflops", Conditions::default());
+        // 8 nodes of 10 figures each around 680; node-7 runs 10% slow.
+        let window: Vec<Sample> = (0..80)
+            .map(|i| {
+                let node = i % 8;
+                let base = if node == 7 { 612.0 } else { 680.0 };
+                Sample { node: format!("node-{node}"), value: base + (i % 5) as f64 }
+            })
+            .collect();
+        let v = key_view(key.clone(), &window, Policy::default(), true);
+        assert_eq!(v.samples, 80);
+        assert_eq!(v.histogram.iter().map(|b| b.n).sum::<usize>(), 80);
+        let b = v.baseline.expect("80 samples from 8 nodes");
+        assert!(v.floor.expect("a floor") < b.centre);
+        assert_eq!(v.lowest[0].node, "node-7");
+        assert!(v.lowest[0].z.is_none_or(|z| z < -4.0), "{:?}", v.lowest[0]);
+        assert_eq!(v.lowest.len(), 8);
+        // A workspace token: the distribution, no node names; hostile figures left out.
+        let mut hostile = window.clone();
+        hostile.push(Sample { node: "x".into(), value: f64::NAN });
+        hostile.push(Sample { node: "y".into(), value: f64::INFINITY });
+        let v = key_view(key.clone(), &hostile, Policy::default(), false);
+        assert!(v.lowest.is_empty());
+        assert_eq!(v.samples, 80);
+        // One figure, or none: no panic, no baseline.
+        let one = key_view(key.clone(), &window[..1], Policy::default(), true);
+        assert_eq!((one.histogram.iter().map(|b| b.n).sum::<usize>(), one.baseline), (1, None));
+        let none = key_view(key, &[], Policy::default(), true);
+        assert!(none.histogram.is_empty() && none.lowest.is_empty());
+    }
 }

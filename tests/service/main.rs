@@ -23,4 +23,5 @@ mod ports;
 mod postgres;
 mod readiness;
 mod replicas;
+mod reputation;
 mod tls;

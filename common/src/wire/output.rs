@@ -57,7 +57,44 @@ pub enum OutputBody {
     /// A run was cancelled because its job stopped.
     CheckCancelled { reason: String },
     /// A node with a critical finding, for the ops workflow to take out of service.
-    NodeIsolated { node: String, codes: Vec<String>, reason: String },
+    NodeIsolated {
+        node: String,
+        codes: Vec<String>,
+        reason: String,
+        /// Why the service isolated the node now (definitive failure, quarantine, a re-check
+        /// that reproduced it). Absent in events of older versions.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        decision: Option<IsolationDecision>,
+    },
+}
+
+/// On what ground a node was isolated (docs/fleet.md, "Re-check and quarantine").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IsolationBasis {
+    /// A failure a re-check cannot take back (a wrong result, a fatal XID, a missing GPU, a
+    /// crash, a lost agent): isolated at once.
+    Definitive,
+    /// The node failed `failures` of its last `window` runs: isolated without a re-check.
+    Quarantine,
+    /// A quick check of the node alone failed again.
+    Reproduced,
+    /// Re-checks are off (`[coordinator.recheck] enabled = false`), or a person failed the run.
+    Immediate,
+}
+
+/// The decision behind a NodeIsolated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IsolationDecision {
+    pub basis: IsolationBasis,
+    /// The run whose failure started it (for a re-check: the run re-checked).
+    pub failed_run: String,
+    /// The re-check run, when one was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recheck_run: Option<String>,
+    /// The node's failed runs among its last `window` runs, this one included.
+    pub failures: u32,
+    pub window: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use gpusanity_common::report::Code;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -16,7 +17,78 @@ pub struct CoordinatorConfig {
     pub deadline_grace_s: f64,
     /// The report URL in CheckPassed/CheckFailed; `{run_id}` is replaced.
     pub report_url: String,
+    /// `[coordinator.recheck]`: re-check before isolation, quarantine (docs/fleet.md).
+    pub recheck: RecheckConfig,
 }
+
+/// When a failed run's node is isolated at once, re-checked first, or quarantined.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecheckConfig {
+    /// Off: every node with a critical finding in a failed run is isolated at once (as before).
+    pub enabled: bool,
+    /// Codes a re-check cannot take back: the node is isolated at once.
+    pub definitive: Vec<Code>,
+    /// Quarantine: a node that failed `quarantine_failures` of its last `quarantine_window`
+    /// runs (this one included) is isolated without a re-check.
+    pub quarantine_failures: u32,
+    pub quarantine_window: u32,
+    /// Arguments added to a re-check's (after the failed run's own, fault injection left out):
+    /// e.g. a shorter `--sanity-check-max-time`.
+    pub extra_args: String,
+}
+
+impl Default for RecheckConfig {
+    fn default() -> Self {
+        RecheckConfig {
+            enabled: true,
+            definitive: DEFINITIVE.to_vec(),
+            quarantine_failures: 3,
+            quarantine_window: 5,
+            extra_args: String::new(),
+        }
+    }
+}
+
+/// The default definitive codes: a wrong result (silent corruption does not come and go), a
+/// crash or hang, a missing or unusable GPU, a fatal XID or uncorrectable memory error, and a
+/// lost agent (a re-check needs the very agent that is gone).
+pub const DEFINITIVE: [Code; 34] = [
+    Code::WorkerCrashed,
+    Code::TestHang,
+    Code::NodeLost,
+    Code::NodeMissing,
+    Code::NodeGpuUnusable,
+    Code::NodeNoGpu,
+    Code::NodeGpusMissing,
+    Code::GemmWrongResult,
+    Code::GemmResultMismatch,
+    Code::AllreduceWrongResult,
+    Code::WrongResult,
+    Code::LinkWrongResult,
+    Code::AllgatherWrongResult,
+    Code::ReducescatterWrongResult,
+    Code::AlltoallWrongResult,
+    Code::MultiAllreduceWrongResult,
+    Code::OverlapWrongResult,
+    Code::MemoryBwWrongResult,
+    Code::HostBwWrongResult,
+    Code::ModelLossNotFinite,
+    Code::ModelSilentDataCorruption,
+    Code::KernelLaunchFailed,
+    Code::GpuHealthMissingGpu,
+    Code::GpuHealthXidFatal,
+    Code::GpuHealthEccUncorrectable,
+    Code::GpuHealthRowRemapFailed,
+    Code::GpuHealthRecoveryAction,
+    Code::GpuHealthNvlinkDown,
+    Code::NoAgent,
+    Code::AgentLost,
+    Code::AgentNoStart,
+    Code::RunUnfinished,
+    Code::DataPlaneError,
+    Code::SettingsUnreadable,
+];
 
 impl Default for CoordinatorConfig {
     fn default() -> Self {
@@ -25,6 +97,7 @@ impl Default for CoordinatorConfig {
             agent_wait_s: 60.0,
             deadline_grace_s: 60.0,
             report_url: "http://127.0.0.1:8088/v1/runs/{run_id}/report".into(),
+            recheck: RecheckConfig::default(),
         }
     }
 }
@@ -45,6 +118,20 @@ impl CoordinatorConfig {
             if !(v.is_finite() && v > 0.0 && v < 7.0 * 86400.0) {
                 return Err(format!("coordinator.{name} must be a positive number of seconds, got {v}"));
             }
+        }
+        let r = &self.recheck;
+        if r.quarantine_window == 0
+            || r.quarantine_failures == 0
+            || r.quarantine_window > 1000
+            || r.quarantine_failures > r.quarantine_window
+        {
+            return Err(format!(
+                "coordinator.recheck: quarantine_failures ({}) must be 1 to quarantine_window ({}), itself 1 to 1000",
+                r.quarantine_failures, r.quarantine_window
+            ));
+        }
+        if let Err(e) = gpusanity_common::Settings::from_args_str(&r.extra_args) {
+            return Err(format!("coordinator.recheck.extra_args: {e}"));
         }
         Ok(())
     }

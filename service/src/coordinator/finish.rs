@@ -5,11 +5,15 @@ use gpusanity_common::verdict;
 use gpusanity_common::wire::output::{FailReason, OutputBody};
 use gpusanity_common::wire::Topics;
 use gpusanity_db::lease::Fence;
+use gpusanity_db::reputation::recheck_of;
 use gpusanity_db::results::{finding_node, store_results};
 use gpusanity_db::runs::{self, RunRow, ServiceRunState};
 use gpusanity_db::{outbox, Db, DbError};
 use gpusanity_ingest::consume::output_event;
 use thiserror::Error;
+
+use super::config::RecheckConfig;
+use super::recheck::{self, Faulty};
 
 /// How a run ends: derived from the report and the service's facts in one place.
 pub use gpusanity_common::verdict::Verdict;
@@ -29,6 +33,8 @@ pub struct Ending<'a> {
     pub withheld: &'a [String],
     /// Set when the verdict was reached across such a spell: said in every NodeIsolated.
     pub across: Option<&'a str>,
+    /// Re-check and quarantine before isolation (None: a person's decision, isolated at once).
+    pub recheck: Option<&'a RecheckConfig>,
 }
 
 /// The service's own findings that mean only a loss of contact with a node's agent.
@@ -43,7 +49,7 @@ pub async fn finish(
     run: &RunRow,
     end: Ending<'_>,
 ) -> Result<bool, DbError> {
-    let Ending { verdict, summary, report, extra, fence, withheld, across } = end;
+    let Ending { verdict, summary, report, extra, fence, withheld, across, recheck } = end;
     let mut findings: Vec<Finding> = report.map(|r| r.findings.clone()).unwrap_or_default();
     findings.extend(extra.iter().cloned());
     let report_json = report.map(serde_json::to_string).transpose()?;
@@ -63,20 +69,32 @@ pub async fn finish(
     if !changed {
         return Ok(false);
     }
+    // A re-check of one node after another run failed: it decides that node's isolation and
+    // publishes no verdict of its own (the job's went out when the run it re-checks ended).
+    let origin = recheck_of(&mut tx, &run.run_id).await?;
     // A held run stored its evidence when it was held; its resolution adds only the verdict.
     if !run.held {
         store_results(&mut tx, &run.run_id, &run.job_id, &run.nodes, report, &findings).await?;
         // The fleet learns from passed runs the coordinator decided (a fence: not a person's).
-        if let (Verdict::Passed, Some(report), Some(_)) = (&verdict, report, fence) {
+        if let (Verdict::Passed, Some(report), Some(_), None) = (&verdict, report, fence, &origin) {
             crate::fleet::learn(&mut tx, run, report).await?;
         }
     }
     // Nodes are isolated only by a failure (not while held, not when a person passes the run).
-    let faulty = if matches!(verdict, Verdict::Failed(_)) { faulty_nodes(run, report, extra) } else { Vec::new() };
+    let mut faulty = if matches!(verdict, Verdict::Failed(_)) { faulty_nodes(run, report, extra) } else { Vec::new() };
+    if let (Some(origin), true) = (&origin, faulty.is_empty()) {
+        match verdict {
+            // A failed re-check names its one node even when no finding does.
+            Verdict::Failed(_) => faulty.extend(run.nodes.first().map(|n| n.name.clone())),
+            Verdict::Passed => recheck::cleared(&mut tx, run, origin).await?,
+            Verdict::Hold => {}
+        }
+    }
     let backend = report.map(|r| r.backend);
     let said = with_backend(summary, backend, run);
     let body = match verdict {
         Verdict::Hold => None,
+        _ if origin.is_some() => None,
         Verdict::Passed => Some(OutputBody::CheckPassed {
             summary: said,
             report_url: url,
@@ -114,8 +132,10 @@ pub async fn finish(
         if let Some(note) = across {
             reason = format!("{reason}; {note}");
         }
-        let body = OutputBody::NodeIsolated { node: node.clone(), reason, codes };
-        outbox::enqueue(&mut tx, &topics.output, &emit(body)).await?;
+        let f = Faulty { run, origin: origin.as_deref(), node, codes: &codes, findings: &findings, reason };
+        if let Some(body) = recheck::decide(&mut tx, f, recheck).await? {
+            outbox::enqueue(&mut tx, &topics.output, &emit(body)).await?;
+        }
     }
     tx.commit().await?;
     Ok(true)
@@ -186,6 +206,7 @@ pub async fn resolve(
         fence: None,
         withheld: &[],
         across: None,
+        recheck: None,
     };
     if !finish(db, topics, report_url, &run, end).await? {
         return Err(ResolveError::ResolvedMeanwhile(run_id.to_string()));

@@ -118,6 +118,13 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Claims at once what this replica may take in its partitions (a re-check just stored by
+    /// a run's end), rather than at the next lease round.
+    pub(super) async fn claim_now(&mut self) -> Result<()> {
+        let partitions: Vec<i32> = self.lease_state.assigned.iter().copied().collect();
+        self.claim(false, &partitions).await
+    }
+
     fn read_assignment(&mut self, now: Instant) {
         let Some(events) = &self.events else { return };
         let Ok(list) = events.assignment() else { return };

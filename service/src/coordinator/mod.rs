@@ -15,6 +15,7 @@ mod hearing;
 pub mod lease;
 mod overrun;
 mod poison;
+mod recheck;
 mod reports;
 mod tasks;
 mod tick;
@@ -263,6 +264,7 @@ impl Coordinator {
         tracing::info!(run_id, ?verdict, summary, "run ends");
         // The run stays active until it is stored: a retry after a database outage finds it.
         let label = verdict.label();
+        let failed = matches!(verdict, Verdict::Failed(_));
         let end = Ending {
             verdict,
             summary: &summary,
@@ -271,6 +273,7 @@ impl Coordinator {
             fence: Some(&a.fence),
             withheld: &withheld,
             across: across.as_deref(),
+            recheck: Some(&self.config.recheck),
         };
         let changed = self.finish_checked(&a.run, end).await?;
         if changed {
@@ -285,6 +288,12 @@ impl Coordinator {
         let pending = (0..a.run.nodes.len()).any(|k| !a.results.contains_key(&k));
         if pending {
             self.cancel_agents(&a, &summary);
+        }
+        // A failed run may have stored re-checks of its nodes: taken up now.
+        if failed {
+            if let Err(e) = self.claim_now().await {
+                tracing::warn!(run_id, "claiming re-checks: {e:#}; taken at the next lease round");
+            }
         }
         Ok(())
     }

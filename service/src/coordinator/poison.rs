@@ -109,7 +109,7 @@ impl Coordinator {
     /// without it, with a finding that says why.
     pub(super) async fn finish_checked(&self, run: &RunRow, end: Ending<'_>) -> Result<bool, DbError> {
         let with_report = end.report.is_some();
-        let (fence, withheld, across) = (end.fence, end.withheld, end.across);
+        let (fence, withheld, across, recheck) = (end.fence, end.withheld, end.across, end.recheck);
         match finish(&self.db, &self.topics, &self.config.report_url, run, end).await {
             Err(e) if e.is_poison() && with_report => {
                 tracing::error!(run_id = run.run_id, "the run's report was refused, ending the run without it: {e}");
@@ -124,6 +124,7 @@ impl Coordinator {
                     fence,
                     withheld,
                     across,
+                    recheck,
                 };
                 finish(&self.db, &self.topics, &self.config.report_url, run, end).await
             }

@@ -109,7 +109,7 @@ pub fn request(payload: &[u8], max_age: Duration) -> Result<Option<Request>, Str
     let ev: OutputEvent = serde_json::from_slice(payload).map_err(|e| format!("not an output event: {e}"))?;
     let kind = ev.body.type_name();
     let req = match ev.body {
-        OutputBody::NodeIsolated { node, codes, reason } => {
+        OutputBody::NodeIsolated { node, codes, reason, .. } => {
             let mut unique: Vec<String> = Vec::new();
             for c in codes {
                 if !unique.contains(&c) {
@@ -216,6 +216,7 @@ mod tests {
             node: "node2".into(),
             codes: vec!["WORKER_CRASHED".into(), "WORKER_CRASHED".into(), "TEST\"HANG".into()],
             reason: "critical finding(s) in run r1\n\"quoted\"".into(),
+            decision: None,
         };
         let a = action(&event(body, 1), "gpusanity:", HOUR).unwrap();
         let reason = "gpusanity: WORKER_CRASHED,TEST_HANG critical finding(s) in run r1 quoted".to_string();
@@ -244,7 +245,7 @@ mod tests {
         let old = r#"{"version":1,"event_id":"e","job_id":"j","workspace_id":"w","cause_event_id":"c",
             "at":"2026-01-01T00:00:00Z","type":"CheckPassed","summary":"s","report_url":""}"#;
         assert_eq!(request(old.as_bytes(), Duration::MAX), Ok(None));
-        let old = OutputBody::NodeIsolated { node: "n1".into(), codes: vec![], reason: String::new() };
+        let old = OutputBody::NodeIsolated { node: "n1".into(), codes: vec![], reason: String::new(), decision: None };
         assert!(action(&event(old, 7200), "gpusanity:", HOUR).unwrap_err().contains("old"));
         assert!(action(b"{", "gpusanity:", HOUR).is_err());
     }

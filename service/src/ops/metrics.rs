@@ -32,7 +32,15 @@ pub struct Metrics {
     pub runs_owned: IntGauge,
     pub outbox_leader: IntGauge,
     pub isolation_actions: IntCounterVec,
+    pub node_failures: IntGaugeVec,
+    pub nodes_failing: IntGauge,
 }
+
+/// At most this many nodes get a `gpusanity_node_failures` series (the most failing first):
+/// a fleet of 10,000 nodes must not make 10,000 series. `gpusanity_nodes_failing` counts all.
+pub const NODE_SERIES_CAP: i64 = 100;
+/// The window of `gpusanity_node_failures`.
+pub const NODE_FAILURE_WINDOW_MS: i64 = 24 * 3600 * 1000;
 
 fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("a valid metric");
@@ -132,6 +140,13 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             "Isolation backend actions by this process, by outcome (isolated, already_isolated, returned, not_ours, refused_by_breaker, failed)",
             &["outcome"],
         ),
+        node_failures: gauge_vec(
+            &r,
+            "gpusanity_node_failures",
+            "Failed job runs of the node in the last 24 h (re-checks not counted); only the 100 most failing nodes",
+            &["node"],
+        ),
+        nodes_failing: gauge(&r, "gpusanity_nodes_failing", "Nodes with a failed job run in the last 24 h, all of them"),
         registry: r,
     }
 });
@@ -183,6 +198,17 @@ impl Metrics {
                 for (channel, status, n) in rows {
                     self.deliveries.with_label_values(&[&channel, &status]).set(n);
                 }
+            }
+            Err(e) => SIGNALS.db_error_logged(&e),
+        }
+        let since = gpusanity_db::now_ms().saturating_sub(NODE_FAILURE_WINDOW_MS);
+        match db.failing_nodes(since, NODE_SERIES_CAP).await {
+            Ok((rows, total)) => {
+                self.node_failures.reset();
+                for (node, n) in rows {
+                    self.node_failures.with_label_values(&[&node]).set(n);
+                }
+                self.nodes_failing.set(total);
             }
             Err(e) => SIGNALS.db_error_logged(&e),
         }

@@ -8,6 +8,7 @@
 
 pub mod api;
 mod auth;
+pub mod fleet;
 pub mod headers;
 mod pages;
 pub mod session;
@@ -74,6 +75,7 @@ pub fn router(b: Arc<Browser>) -> Router {
         .route("/ui/runs", get(pages::runs))
         .route("/ui/runs/{run_id}", get(pages::run))
         .route("/ui/nodes/{name}", get(pages::node))
+        .route("/ui/fleet", get(fleet::fleet_page))
         .route_layer(axum::middleware::from_fn_with_state(b.clone(), auth::pages));
     headers::secured(
         Router::new()
@@ -85,12 +87,14 @@ pub fn router(b: Arc<Browser>) -> Router {
     )
 }
 
-/// The JSON routes `GET /v1/runs` and `GET /v1/nodes/{name}/history`, for the caller to put
+/// The JSON routes `GET /v1/runs`, `GET /v1/nodes/{name}/history` and `/reputation`, for the caller to put
 /// behind its bearer-token layer.
 pub fn api<S: Clone + Send + Sync + 'static>(b: Arc<Browser>) -> Router<S> {
     Router::new()
         .route("/v1/runs", get(api::runs))
         .route("/v1/nodes/{name}/history", get(api::node_history))
+        .route("/v1/nodes/{name}/reputation", get(api::node_reputation))
+        .route("/v1/fleet", get(fleet::fleet))
         .with_state(b)
 }
 

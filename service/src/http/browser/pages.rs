@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::Extension;
 use gpusanity_common::report::Report;
+use gpusanity_db::reputation::Reputation;
 use gpusanity_db::{FindingRow, NodeHealthRow, RunListRow, RunRow};
 
 use super::session::SessionView;
@@ -37,7 +38,7 @@ pub(super) fn error_page(status: StatusCode, message: &str) -> Response {
     }
 }
 
-fn db_error(e: gpusanity_db::DbError) -> Response {
+pub(super) fn db_error(e: gpusanity_db::DbError) -> Response {
     tracing::warn!(error = %e, "browser: database");
     error_page(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
 }
@@ -280,6 +281,10 @@ struct NodePage<'a> {
     total: i64,
     prev: Option<String>,
     next: Option<String>,
+    /// The node's record over its last 20 runs.
+    reputation: Reputation,
+    /// Decisions about isolating it, newest first: (when, decision, reason, run link).
+    decisions: Vec<(String, String, String, String)>,
 }
 
 pub async fn node(
@@ -298,6 +303,17 @@ pub async fn node(
             Ok(v) => v,
             Err(e) => return db_error(e),
         };
+    let (reputation, decisions) = match (
+        b.db.reputation(&name, view.scope.workspace(), 20).await,
+        b.db.node_decisions(&name, view.scope.workspace(), 20).await,
+    ) {
+        (Ok(r), Ok(d)) => (r, d),
+        (Err(e), _) | (_, Err(e)) => return db_error(e),
+    };
+    let decisions = decisions
+        .into_iter()
+        .map(|d| (fmt_ms(d.at), format!("{} ({})", d.decision, d.basis), d.reason, run_href(&d.run_id)))
+        .collect();
     let href = |p: i64| format!("{}?page={p}&per_page={per_page}", node_href(&name));
     let strip = history
         .iter()
@@ -326,6 +342,8 @@ pub async fn node(
         total,
         prev: (page_no > 1).then(|| href(page_no - 1)),
         next: (page_no * per_page < total).then(|| href(page_no + 1)),
+        reputation,
+        decisions,
     };
     page(StatusCode::OK, &p)
 }

@@ -1,0 +1,173 @@
+//! Before a node is isolated (docs/fleet.md, "Re-check and quarantine"): a definitive failure
+//! isolates it at once; a node that failed `quarantine_failures` of its last
+//! `quarantine_window` runs is quarantined without a re-check; otherwise a re-check run of the
+//! node alone is stored in the transaction that ends the failed run, and the node is isolated
+//! only when that run fails too. Every decision is stored with its reason (`node_decisions`).
+//!
+//! A re-check is an ordinary run of one node (`runs.recheck_of`): the replica holding the
+//! failed run's job-events partition claims it, tasks the node's agent and ends it under its
+//! lease, so among replicas it is done once and survives a replica's crash.
+
+use gpusanity_common::envs::FAULT_ENV;
+use gpusanity_common::registry::{CheckId, Scope};
+use gpusanity_common::report::{Finding, Severity};
+use gpusanity_common::wire::output::{IsolationBasis, IsolationDecision, OutputBody};
+use gpusanity_common::{Settings, TimeoutOps};
+use gpusanity_db::reputation::{insert_recheck, recent_outcomes, record_decision, Decided, NodeDecision};
+use gpusanity_db::results::finding_node;
+use gpusanity_db::runs::{RunRow, ServiceRunState};
+use gpusanity_db::{now_ms, DbError, Tx};
+
+use super::config::RecheckConfig;
+
+/// One faulty node of an ending run.
+pub struct Faulty<'a> {
+    pub run: &'a RunRow,
+    /// The run `run` re-checks (None: a job's own run).
+    pub origin: Option<&'a str>,
+    pub node: &'a str,
+    /// The codes of the node's critical findings.
+    pub codes: &'a [String],
+    /// Every finding of the run.
+    pub findings: &'a [Finding],
+    /// The reason every NodeIsolated of the run starts with.
+    pub reason: String,
+}
+
+/// Decides about one faulty node in the transaction that ends its run: the NodeIsolated to
+/// publish now, or None when a re-check was made instead. `config` None: a person's decision
+/// (no lease to hand a re-check to), isolated at once.
+pub async fn decide(tx: &mut Tx, f: Faulty<'_>, config: Option<&RecheckConfig>) -> Result<Option<OutputBody>, DbError> {
+    let defaults = RecheckConfig::default();
+    let c = config.unwrap_or(&defaults);
+    let outcomes = recent_outcomes(tx, f.node, c.quarantine_window).await?;
+    let failures = u32::try_from(outcomes.iter().filter(|h| !**h).count()).unwrap_or(u32::MAX);
+    let said = |basis: IsolationBasis| match basis {
+        IsolationBasis::Definitive => format!("definitive: {}", f.codes.join(",")),
+        IsolationBasis::Quarantine => {
+            format!("quarantine: failed {failures} of its last {} runs", outcomes.len())
+        }
+        IsolationBasis::Reproduced => format!("re-check of run {} reproduced the failure", f.origin.unwrap_or("")),
+        IsolationBasis::Immediate => "isolated without a re-check (re-checks off, or a person's decision)".into(),
+    };
+    let basis = match (f.origin, config) {
+        (Some(_), _) => IsolationBasis::Reproduced,
+        (None, Some(c)) if c.enabled => {
+            if f.codes.iter().any(|code| c.definitive.iter().any(|d| d.as_str() == code)) {
+                IsolationBasis::Definitive
+            } else if failures >= c.quarantine_failures {
+                IsolationBasis::Quarantine
+            } else if let Some(recheck) = recheck_run(f.run, f.node, f.findings, c) {
+                insert_recheck(tx, &recheck, &f.run.run_id).await?;
+                let why = format!(
+                    "{}; re-checking the node alone in run {} before isolating it (failed {failures} of its last {} runs)",
+                    f.reason,
+                    recheck.run_id,
+                    outcomes.len()
+                );
+                tracing::info!(
+                    run_id = f.run.run_id,
+                    node = f.node,
+                    recheck = recheck.run_id,
+                    "re-checking before isolation"
+                );
+                let d =
+                    decision(f.node, &f.run.run_id, Decided::Rechecking, "recheck", why, f.codes, Some(recheck.run_id));
+                record_decision(tx, &d).await?;
+                return Ok(None);
+            } else {
+                IsolationBasis::Immediate
+            }
+        }
+        (None, _) => IsolationBasis::Immediate,
+    };
+    let reason = format!("{}; {}", f.reason, said(basis));
+    let basis_name = serde_json::to_value(basis)?.as_str().unwrap_or_default().to_string();
+    let recheck = f.origin.map(|_| f.run.run_id.clone());
+    let d = decision(f.node, &f.run.run_id, Decided::Isolated, &basis_name, reason.clone(), f.codes, recheck.clone());
+    record_decision(tx, &d).await?;
+    Ok(Some(OutputBody::NodeIsolated {
+        node: f.node.to_string(),
+        codes: f.codes.to_vec(),
+        reason,
+        decision: Some(IsolationDecision {
+            basis,
+            failed_run: f.origin.unwrap_or(&f.run.run_id).to_string(),
+            recheck_run: recheck,
+            failures,
+            window: u32::try_from(outcomes.len()).unwrap_or(u32::MAX),
+        }),
+    }))
+}
+
+/// A re-check run `run` (of run `origin`) passed: the node is not isolated.
+pub async fn cleared(tx: &mut Tx, run: &RunRow, origin: &str) -> Result<(), DbError> {
+    let Some(node) = run.nodes.first() else { return Ok(()) };
+    let reason = format!("re-check run {} of run {origin} passed: not isolated", run.run_id);
+    tracing::info!(run_id = run.run_id, node = node.name, "re-check passed: not isolated");
+    record_decision(tx, &decision(&node.name, &run.run_id, Decided::Cleared, "recheck_passed", reason, &[], None)).await
+}
+
+fn decision(
+    node: &str,
+    run_id: &str,
+    decided: Decided,
+    basis: &str,
+    reason: String,
+    codes: &[String],
+    recheck_run: Option<String>,
+) -> NodeDecision {
+    NodeDecision {
+        node_name: node.to_string(),
+        run_id: run_id.to_string(),
+        decision: decided.as_str().to_string(),
+        basis: basis.to_string(),
+        reason,
+        codes: codes.to_vec(),
+        recheck_run,
+        at: now_ms(),
+    }
+}
+
+/// The re-check of `node` after `run` failed: that node alone, the checks its critical
+/// findings name (all of the run's when they name none), the run's settings without fault
+/// injection (it was the failed run's), failing rather than holding on a timeout, then
+/// `extra_args`. None when the run's settings do not parse (isolated at once then).
+fn recheck_run(run: &RunRow, node: &str, findings: &[Finding], c: &RecheckConfig) -> Option<RunRow> {
+    let job_node = run.nodes.iter().find(|n| n.name == node)?;
+    let mut s: Settings = serde_json::from_value(run.settings.clone()).ok()?;
+    let failed: Vec<CheckId> = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Critical && finding_node(f, &run.nodes) == Some(node))
+        .filter_map(|f| match f.check {
+            Scope::Check(id) => Some(id),
+            _ => None,
+        })
+        .collect();
+    if s.selected_checks().iter().any(|id| failed.contains(id)) {
+        s.micro_benchmarks.retain(|id| failed.contains(id));
+        s.model_benchmarks.retain(|id| failed.contains(id));
+    }
+    s.envs.retain(|(k, _)| k != FAULT_ENV);
+    s.timeout_ops = TimeoutOps::MarkJobFail;
+    s.apply_args_str(&c.extra_args).ok()?;
+    s.validate().ok()?;
+    let now = now_ms();
+    let max_ms = (s.max_time_minutes * 60_000.0) as i64;
+    Some(RunRow {
+        run_id: uuid::Uuid::new_v4().to_string(),
+        job_id: run.job_id.clone(),
+        workspace_id: run.workspace_id.clone(),
+        attempt: run.attempt,
+        cause_event_id: run.cause_event_id.clone(),
+        nodes: vec![job_node.clone()],
+        check_args: s.to_args_string(),
+        settings: serde_json::to_value(&s).ok()?,
+        state: ServiceRunState::Checking,
+        held: false,
+        created_at: now,
+        deadline_at: now.saturating_add(max_ms),
+        finished_at: None,
+        summary: format!("re-check of node {node} after run {}", run.run_id),
+    })
+}
