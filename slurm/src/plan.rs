@@ -81,6 +81,7 @@ mod tests {
             faulty_nodes: vec![],
             remeasured: vec![],
             pair_bandwidth: vec![],
+            sweep_summaries: Vec::new(),
         }
     }
 
