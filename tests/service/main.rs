@@ -21,4 +21,5 @@ mod ports;
 mod postgres;
 mod readiness;
 mod replicas;
+mod report_chunks;
 mod tls;
