@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RANKS=${RANKS:-512}
 N=${N:-5}
-cargo build --release --quiet
+[ -n "${NO_BUILD:-}" ] || cargo build --release --quiet
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 - "$RANKS" docs/examples/report-cpu.json "$work/big.json" <<'PY'
@@ -35,7 +35,25 @@ for i in $(seq "$N"); do
   e=$(date +%s%N)
   times+=($(( (e - s) / 1000000 )))
 done
+# The page's load in headless Chromium (when installed): wall time of --dump-dom on the page,
+# and on an empty page for the browser's own start, median of N each.
+load_ms() {
+  local ts=() f=$1
+  for i in $(seq "$N"); do
+    local s e
+    s=$(date +%s%N)
+    chromium --headless --no-sandbox --disable-gpu --no-first-run --disable-background-networking \
+      --user-data-dir="$work/profile" --dump-dom "file://$f" > /dev/null 2>&1
+    e=$(date +%s%N)
+    ts+=($(( (e - s) / 1000000 )))
+  done
+  printf '%s\n' "${ts[@]}" | sort -n | sed -n "$(( (N + 1) / 2 ))p"
+}
 sorted=$(printf '%s\n' "${times[@]}" | sort -n | tr '\n' ' ')
 median=$(printf '%s\n' "${times[@]}" | sort -n | sed -n "$(( (N + 1) / 2 ))p")
 echo "$RANKS ranks, $(wc -c < "$work/big.json") bytes of JSON -> $(wc -c < "$work/big.html") bytes of HTML," \
   "$(grep -o '<svg' "$work/big.html" | wc -l) charts; render median ${median} ms (runs: ${sorted}ms; $(nproc) cores, $(date -u +%Y-%m-%d))"
+if command -v chromium > /dev/null; then
+  echo '<!doctype html><title>empty</title>' > "$work/empty.html"
+  echo "headless Chromium: the page loads in $(load_ms "$work/big.html") ms, an empty page in $(load_ms "$work/empty.html") ms (median of $N)"
+fi

@@ -95,7 +95,7 @@ if [ "$NGPU" -ge 2 ]; then
   }
   echo "== two launchers on loopback, one GPU each: cross-node probes, rails and all-to-all through NCCL"
   two two-nodes 29711 --micro-benchmarks network-connectivity,multi-all-reduce,all-to-all
-  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); [print(k['notes'].get('front_end_matrix'), k['notes'].get('back_end_matrix'), sep='\n') for c in r['checks'] for k in c['ranks'] if c['name']=='network-connectivity' and k['rank']==0]" "$OUT/two-nodes-0/report.json"
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); [print(*(' '.join(row) for g in ('front_end', 'back_end') for row in (k.get('detail') or {}).get(g) or []), sep='\n') for c in r['checks'] for k in c['ranks'] if c['name']=='network-connectivity' and k['rank']==0]" "$OUT/two-nodes-0/report.json"
   echo "== fault: rank 1's back end silent, probe timeout 2 s (the NCCL probe times out, its communicator is aborted)"
   two backend-down 29712 --micro-benchmarks network-connectivity --check-param network-connectivity.timeout-ms=2000 --test-faults --sanity-check-envs GPUSANITY_FAULT=net-backend-down@1
 fi

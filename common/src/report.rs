@@ -86,6 +86,32 @@ pub struct Report {
     /// Pairwise node-to-node bandwidth, when the link test ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pair_bandwidth: Vec<PairBandwidth>,
+    /// Collective sweeps summarized on a large run: per check, the spread over every rank at
+    /// each message size; the per-rank sweeps kept are those of the ranks a finding names and
+    /// of the slowest, median and fastest rank.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sweep_summaries: Vec<SweepSummary>,
+}
+
+/// One check's sweep over all its ranks, at each message size (see `Report::sweep_summaries`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepSummary {
+    pub check: CheckId,
+    /// Ranks whose per-rank sweep was left out of the report.
+    pub ranks_left_out: usize,
+    pub points: Vec<SweepStats>,
+}
+
+/// Bus bandwidth at one message size over the ranks that measured it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepStats {
+    pub bytes: u64,
+    pub ranks: usize,
+    pub busbw_gbps_min: f64,
+    pub busbw_gbps_median: f64,
+    pub busbw_gbps_max: f64,
+    /// Wrong elements summed over the ranks.
+    pub wrong: u64,
 }
 
 impl Report {

@@ -120,6 +120,7 @@ pub fn agent_report(r: &AgentReport) -> Result<(), Reject> {
             }
         }
         ReportBody::Started { run_id, .. } => name("run_id", run_id)?,
+        ReportBody::ReportChunk(c) => name("run_id", &c.run_id)?,
         ReportBody::Result(res) => {
             name("run_id", &res.run_id)?;
             if let Some(e) = &res.error {
@@ -237,6 +238,7 @@ mod tests {
                 node_rank: 0,
                 exit_code: Some(4),
                 report: None,
+                report_chunks: None,
                 error: Some(error.into()),
             }),
             ..beat("node-a", None)

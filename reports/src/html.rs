@@ -11,6 +11,7 @@ use crate::validate::{validate, InvalidReport};
 mod checks;
 #[cfg(test)]
 mod forged;
+mod large;
 mod sections;
 #[cfg(test)]
 mod tests;
@@ -59,6 +60,10 @@ struct RunPage<'a> {
     left_out: &'a [String],
     faulty: Vec<NodeVerdict>,
     suspect: Vec<NodeVerdict>,
+    /// The node table: in node order, or the outliers first on a large run.
+    nodes: Vec<NodeVerdict>,
+    /// Whether the run facts list every rank (not on a large run).
+    rank_table: bool,
     findings: Vec<sections::FindingView<'a>>,
     checks: Vec<checks::CheckView>,
     pair_map: Option<crate::svg::HeatMap>,
@@ -99,6 +104,12 @@ pub fn run_page(report: &Report, ctx: &RunContext) -> Result<String, RenderError
         left_out: &ctx.left_out,
         faulty: sections::faulty_nodes(report),
         suspect: sections::with_health(report, NodeHealth::Suspect),
+        nodes: if large::is_large(report) {
+            large::outliers_first(&report.node_verdicts)
+        } else {
+            report.node_verdicts.clone()
+        },
+        rank_table: !large::is_large(report),
         findings: report.findings.iter().map(sections::finding_view).collect(),
         checks: report.checks.iter().enumerate().map(|(i, c)| checks::check_view(report, i, c)).collect(),
         pair_map: sections::pair_map(report),

@@ -17,6 +17,7 @@ pub mod isolation;
 pub mod ops;
 pub mod outbox;
 pub mod replica;
+pub mod report_chunks;
 pub mod serve;
 pub mod shutdown;
 

@@ -77,6 +77,7 @@ mod tests {
             faulty_nodes: vec![],
             remeasured: vec![],
             pair_bandwidth: vec![],
+            sweep_summaries: Vec::new(),
         }
     }
 

@@ -33,6 +33,7 @@ fn result(node: &str, agent_id: &str, run_id: &str, node_rank: usize) -> String 
             node_rank,
             exit_code: Some(0),
             report: None,
+            report_chunks: None,
             error: None,
         }),
     };

@@ -23,5 +23,6 @@ mod ports;
 mod postgres;
 mod readiness;
 mod replicas;
+mod report_chunks;
 mod reputation;
 mod tls;

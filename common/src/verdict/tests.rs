@@ -25,6 +25,7 @@ fn report(status: RunStatus, faulty: &[usize]) -> Report {
         faulty_nodes: faulty.to_vec(),
         remeasured: Vec::new(),
         pair_bandwidth: Vec::new(),
+        sweep_summaries: Vec::new(),
     }
 }
 

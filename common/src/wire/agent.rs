@@ -79,6 +79,31 @@ pub enum ReportBody {
     },
     /// The node's launcher ended: its exit code, and node 0's report.
     Result(NodeResult),
+    /// One piece of node 0's report when it is too large for one message: sent in order
+    /// before its `Result`, which names how many there are ([`ChunkedReport`]).
+    ReportChunk(ReportChunk),
+}
+
+/// A piece of node 0's gzipped report.json.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportChunk {
+    pub run_id: String,
+    pub node_rank: usize,
+    /// 0, 1, 2... in the order the pieces join.
+    pub seq: u32,
+    /// The piece's bytes, base64 (standard alphabet, padded).
+    pub data: String,
+}
+
+/// What a `Result` says of the report it sent in chunks ahead of it: the service joins them,
+/// checks the length and digest, and reads the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkedReport {
+    pub chunks: u32,
+    /// Length of the gzip stream the chunks join into.
+    pub gzip_bytes: u64,
+    /// SHA-256 of that stream, hex.
+    pub sha256: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,6 +115,9 @@ pub struct NodeResult {
     /// Node 0's report.json.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<Box<Report>>,
+    /// Node 0's report sent ahead in [`ReportChunk`]s (then `report` is None here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_chunks: Option<ChunkedReport>,
     /// The launcher's last error line, or why the agent could not run the task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

@@ -145,11 +145,12 @@ pub fn build_report(
     }
     let node_verdicts = diagnosis::verdict::node_verdicts(nodes, &diag.findings);
     let faulty_nodes = diagnosis::verdict::faulty_nodes(&node_verdicts);
-    Report {
+    let mut report = Report {
         node_verdicts,
         faulty_nodes,
         remeasured: diag.remeasured,
         pair_bandwidth: diag.pair_bandwidth,
+        sweep_summaries: Vec::new(),
         schema_version: REPORT_SCHEMA_VERSION,
         gpusanity_version: env!("CARGO_PKG_VERSION").into(),
         run_id: meta.run_id.clone(),
@@ -164,7 +165,9 @@ pub fn build_report(
         checks,
         findings: diag.findings,
         events: Vec::new(),
-    }
+    };
+    super::compact::compact(&mut report);
+    report
 }
 
 /// Every selected check, not run yet, with the configuration it runs with.
@@ -231,6 +234,7 @@ pub fn early_report(meta: &RunMeta, nodes: &[NodeInfo], findings: Vec<Finding>, 
         faulty_nodes,
         remeasured: Vec::new(),
         pair_bandwidth: Vec::new(),
+        sweep_summaries: Vec::new(),
         schema_version: REPORT_SCHEMA_VERSION,
         gpusanity_version: env!("CARGO_PKG_VERSION").into(),
         run_id: meta.run_id.clone(),

@@ -2,6 +2,7 @@
 //! rendezvous, workers under supervision, node 0's report and verdict, and the hand-over.
 
 mod arrival;
+mod compact;
 mod events;
 mod fit;
 pub mod gather;
@@ -372,7 +373,8 @@ async fn wait_for_sigterm() {
 
 pub fn write_report(dir: &std::path::Path, report: &gpusanity_common::report::Report) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    write_atomic(&dir.join("report.json"), &serde_json::to_vec_pretty(report)?)?;
+    // Compact JSON: a large run's report is a third of its indented size (`jq .` indents it).
+    write_atomic(&dir.join("report.json"), &serde_json::to_vec(report)?)?;
     write_html(&dir.join("report.html"), report, &Default::default())
 }
 

@@ -19,6 +19,10 @@ pub struct CheckView {
     pub config: Vec<(String, String)>,
     pub columns: Vec<&'static str>,
     pub rows: Vec<RowView>,
+    /// Ranks not listed in `rows` (a large run lists the outliers only).
+    pub rows_left_out: usize,
+    /// A large run's min / median / max of each column over every rank.
+    pub summary: Vec<String>,
     pub bars: Vec<BarChart>,
     pub lines: Vec<LineChart>,
     pub heat: Vec<HeatMap>,
@@ -69,29 +73,14 @@ pub fn pairs(v: &serde_json::Value) -> Vec<(String, String)> {
 
 pub fn check_view(report: &Report, index: usize, c: &CheckReport) -> CheckView {
     let cols = columns(c.name);
-    let rows = c
-        .ranks
-        .iter()
-        .map(|r| {
-            let info = report.ranks.iter().find(|i| i.rank == r.rank);
-            RowView {
-                rank: r.rank,
-                host: info.map(|i| i.host.clone()).unwrap_or_else(|| "?".into()),
-                device: info.map(|i| i.device.clone()).unwrap_or_default(),
-                cells: cols.iter().map(|(k, _)| r.metrics.get(*k).map_or("-".into(), |v| svg::fmt_num(*v))).collect(),
-                status: status_word(r.status),
-                status_class: status_class(r.status),
-                detail: r.error.clone().or_else(|| r.notes.get("not_applicable").cloned()).unwrap_or_default(),
-                codes: report
-                    .findings
-                    .iter()
-                    .filter(|f| f.check == c.name && f.rank == Some(r.rank))
-                    .map(|f| f.code.to_string())
-                    .collect(),
-                flag: rank_class(report, c.name, r.rank),
-            }
-        })
-        .collect();
+    let keys: Vec<&str> = cols.iter().map(|(k, _)| *k).collect();
+    let large = super::large::is_large(report);
+    let listed: Vec<usize> = if large {
+        super::large::rows_to_list(c, keys.first().copied(), |i| rank_class(report, c.name, c.ranks[i].rank) != "ok")
+    } else {
+        (0..c.ranks.len()).collect()
+    };
+    let rows = listed.iter().map(|&i| row_view(report, c, &keys, i)).collect();
     CheckView {
         anchor: format!("check-{index}"),
         name: c.name.to_string(),
@@ -101,10 +90,37 @@ pub fn check_view(report: &Report, index: usize, c: &CheckReport) -> CheckView {
         config: pairs(&c.config),
         columns: cols.iter().map(|(_, t)| *t).collect(),
         rows,
-        bars: bars(report, c),
+        rows_left_out: c.ranks.len() - listed.len(),
+        summary: if large { super::large::column_summary(c, &keys) } else { Vec::new() },
+        bars: if large {
+            super::large::histograms(c, |rank| rank_class(report, c.name, rank))
+        } else {
+            bars(report, c)
+        },
         lines: sweep_chart(c).into_iter().chain(loss_chart(c)).collect(),
         heat: connectivity_maps(report, c),
-        notes: notes(c),
+        notes: if large { super::large::grouped_notes(c) } else { notes(c) },
+    }
+}
+
+fn row_view(report: &Report, c: &CheckReport, keys: &[&str], i: usize) -> RowView {
+    let r = &c.ranks[i];
+    let info = report.ranks.iter().find(|x| x.rank == r.rank);
+    RowView {
+        rank: r.rank,
+        host: info.map(|x| x.host.clone()).unwrap_or_else(|| "?".into()),
+        device: info.map(|x| x.device.clone()).unwrap_or_default(),
+        cells: keys.iter().map(|k| r.metrics.get(*k).map_or("-".into(), |v| svg::fmt_num(*v))).collect(),
+        status: status_word(r.status),
+        status_class: status_class(r.status),
+        detail: r.error.clone().or_else(|| r.notes.get("not_applicable").cloned()).unwrap_or_default(),
+        codes: report
+            .findings
+            .iter()
+            .filter(|f| f.check == c.name && f.rank == Some(r.rank))
+            .map(|f| f.code.to_string())
+            .collect(),
+        flag: rank_class(report, c.name, r.rank),
     }
 }
 
@@ -140,8 +156,10 @@ fn rank_class(report: &Report, check: CheckId, rank: usize) -> &'static str {
 /// The expected figure for every rank's device, when they agree on one.
 fn expected(report: &Report, c: &CheckReport, key: &str) -> Option<f64> {
     let when = Conditions::from_config(&c.config, &report.nodes.iter().map(|n| n.nproc).collect::<Vec<_>>());
+    let devices: std::collections::HashMap<usize, &str> =
+        report.ranks.iter().map(|i| (i.rank, i.device.as_str())).collect();
     let mut figures = c.ranks.iter().map(|r| {
-        let device = report.ranks.iter().find(|i| i.rank == r.rank).map(|i| i.device.as_str())?;
+        let device = devices.get(&r.rank).copied()?;
         Expected::builtin().lookup(device, c.name, key, when).map(|e| e.value)
     });
     let first = figures.next()??;

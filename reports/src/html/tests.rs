@@ -137,6 +137,7 @@ fn report(host_b: &str) -> Report {
         faulty_nodes: vec![1],
         remeasured: vec![],
         pair_bandwidth: vec![PairBandwidth { nodes: [0, 1], busbw_gbps: 41.5, round: 1 }],
+        sweep_summaries: Vec::new(),
     }
 }
 

@@ -143,7 +143,7 @@ impl Launch {
                 }
                 Ok(_) => None,
             };
-            let _ = exits.send(NodeResult { run_id, node_rank, exit_code, report, error });
+            let _ = exits.send(NodeResult { run_id, node_rank, exit_code, report, report_chunks: None, error });
         });
         Ok(announces)
     }

@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::auth::envelope;
 use crate::auth::keyring::Key;
 use crate::auth::{rdzv, Direction, Keyring, Verifier};
+use crate::report_chunks;
 use launch::{Bound, Launch};
 
 /// Results kept to answer a repeated task (after a service restart).
@@ -218,9 +219,19 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
 
 impl Agent {
     /// Queues a report for the service and returns at once (a slow or absent broker must not
-    /// hold up the agent's loop); the delivery is awaited in the background. A result whose
-    /// report the broker refuses (too large) is sent again without it, with the reason.
+    /// hold up the agent's loop); the delivery is awaited in the background. Node 0's report
+    /// past [`report_chunks::INLINE_MAX`] goes ahead in chunks. A result whose report the broker
+    /// refuses (too large) is sent again without it, with the reason.
     fn send(&self, body: ReportBody) {
+        if let ReportBody::Result(res) = &body {
+            let large = res
+                .report
+                .as_ref()
+                .is_some_and(|r| serde_json::to_vec(r).map_or(true, |j| j.len() > report_chunks::INLINE_MAX));
+            if large {
+                return self.send_chunked(res.clone());
+            }
+        }
         let Some(delivery) = self.enqueue(&body) else { return };
         let slim = match body {
             ReportBody::Result(res) if res.report.is_some() => Some(res),
@@ -236,6 +247,42 @@ impl Agent {
                     if let Err(e) = d.await {
                         tracing::warn!("could not send a result to the service: {e}");
                     }
+                }
+            }
+        });
+    }
+
+    /// Node 0's report in chunks, in order on the node's partition, then its `Result` naming
+    /// them. A chunk the broker does not take leaves a gap the service names when the `Result`
+    /// comes (the run ends without a report, as an error).
+    fn send_chunked(&self, res: NodeResult) {
+        let Some(report) = res.report.as_deref() else { return };
+        let (chunks, meta) = match report_chunks::split(report, &res.run_id, res.node_rank) {
+            Ok(split) => split,
+            Err(e) => {
+                let error = Some(format!("node 0's report could not be compressed: {e}"));
+                return self.send(ReportBody::Result(NodeResult { report: None, error, ..res }));
+            }
+        };
+        let mut deliveries = Vec::with_capacity(chunks.len());
+        for c in chunks {
+            let seq = c.seq;
+            match self.enqueue(&ReportBody::ReportChunk(c)) {
+                Some(d) => deliveries.push((seq, d)),
+                None => tracing::warn!(run_id = res.run_id, seq, "a chunk of the report could not be queued"),
+            }
+        }
+        tracing::info!(
+            run_id = res.run_id,
+            chunks = meta.chunks,
+            gzip_bytes = meta.gzip_bytes,
+            "report sent in chunks"
+        );
+        self.send(ReportBody::Result(NodeResult { report: None, report_chunks: Some(meta), ..res }));
+        tokio::spawn(async move {
+            for (seq, d) in deliveries {
+                if let Err(e) = d.await {
+                    tracing::warn!(seq, "could not send a chunk of the report to the service: {e}");
                 }
             }
         });
@@ -360,6 +407,7 @@ impl Agent {
                     node_rank: t.node_rank,
                     exit_code: None,
                     report: None,
+                    report_chunks: None,
                     error: Some(format!("{e:#}")),
                 };
                 self.exited(res);

@@ -88,6 +88,8 @@ struct Active {
     /// Nodes found out of contact whose silence overlapped a blind spell of the service's own:
     /// named, not isolated on that evidence alone.
     withheld: BTreeSet<usize>,
+    /// Node 0's report as its chunks arrive (`reports.rs`).
+    report_chunks: crate::report_chunks::Joiner,
 }
 
 impl Active {
@@ -191,6 +193,7 @@ impl Coordinator {
             partition,
             trusted_until,
             withheld: BTreeSet::new(),
+            report_chunks: Default::default(),
         };
         self.active.insert(a.run.run_id.clone(), a);
     }

@@ -25,9 +25,10 @@ fn db_error(e: &anyhow::Error) -> Option<&DbError> {
 }
 
 impl Coordinator {
-    /// Handles one agent report, read as `m`: validated, then [`Coordinator::report`], retried
+    /// Handles one agent report, read as `m`: node 0's chunked report joined, validated, then [`Coordinator::report`], retried
     /// through a database outage; a malformed or poison report becomes a dead letter.
-    pub(super) async fn report_or_dead_letter(&mut self, m: &impl Message, r: AgentReport) -> Result<()> {
+    pub(super) async fn report_or_dead_letter(&mut self, m: &impl Message, mut r: AgentReport) -> Result<()> {
+        self.join_report(&mut r);
         if let Err(reject) = validate::agent_report(&r) {
             return self.refuse(m, &r, &reject.to_string()).await;
         }

@@ -56,6 +56,44 @@ impl Coordinator {
         ok
     }
 
+    /// Node 0's report in chunks: a chunk from the agent holding node 0 of an active run is
+    /// joined to the run's stream; a `Result` announcing chunks gets the joined report, or,
+    /// when the stream is broken or incomplete, an error saying so (the run then ends without
+    /// a report, as an error: never silently). Anything else passes unchanged.
+    pub(super) fn join_report(&mut self, r: &mut AgentReport) {
+        let (node, agent_id) = (r.node.as_str(), r.agent_id.as_str());
+        match &mut r.body {
+            ReportBody::ReportChunk(c) => {
+                let Some(a) = self.active.get_mut(&c.run_id) else { return };
+                if c.node_rank != 0 || !Self::holds(a, node, agent_id, c.node_rank) {
+                    return;
+                }
+                if let Err(e) = a.report_chunks.push(c) {
+                    tracing::warn!(run_id = c.run_id, seq = c.seq, "chunk of node 0's report refused: {e}");
+                }
+            }
+            ReportBody::Result(res) => {
+                let Some(meta) = res.report_chunks.take() else { return };
+                let Some(a) = self.active.get_mut(&res.run_id) else { return };
+                if res.node_rank != 0 || !Self::holds(a, node, agent_id, res.node_rank) {
+                    return;
+                }
+                match std::mem::take(&mut a.report_chunks).finish(&meta) {
+                    Ok(report) => res.report = Some(Box::new(report)),
+                    Err(e) => {
+                        tracing::warn!(run_id = res.run_id, "node 0's report arrived incomplete: {e}");
+                        let why = format!("node 0's report arrived incomplete ({} chunks announced): {e}", meta.chunks);
+                        res.error = Some(match res.error.take() {
+                            Some(prev) => format!("{prev}; {why}"),
+                            None => why,
+                        });
+                    }
+                }
+            }
+            ReportBody::Heartbeat { .. } | ReportBody::Started { .. } => {}
+        }
+    }
+
     pub(super) async fn report(&mut self, r: AgentReport) -> Result<()> {
         let address = match &r.body {
             ReportBody::Heartbeat { address, .. } => Some(address.as_str()),
@@ -67,7 +105,8 @@ impl Coordinator {
         }
         let (node, agent_id) = (r.node.clone(), r.agent_id.clone());
         match r.body {
-            ReportBody::Heartbeat { .. } => {}
+            // Joined by `join_report` before; it proves its agent alive like a heartbeat.
+            ReportBody::Heartbeat { .. } | ReportBody::ReportChunk(_) => {}
             ReportBody::Started { run_id, node_rank, master_port } => {
                 let Some(a) = self.active.get_mut(&run_id) else { return Ok(()) };
                 if !Self::holds(a, &node, &agent_id, node_rank) {

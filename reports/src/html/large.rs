@@ -1,0 +1,151 @@
+//! The page of a large run (more than [`LARGE_NODES`] nodes): what stays readable and loads
+//! fast at 2,048 nodes of 8 ranks. Per check, the rank table lists the outliers only (ranks a
+//! finding names or that did not pass, then the lowest few by the first column) with one row
+//! of min / median / max over every rank; histograms of ranks per value replace the per-rank
+//! bar charts; notes are listed once per distinct value with the number of ranks that wrote
+//! it. The node table puts the faulty and suspect nodes first, and the run facts list nodes,
+//! not ranks.
+
+use std::collections::BTreeMap;
+
+use gpusanity_common::report::{CheckReport, CheckStatus, NodeHealth, NodeVerdict, Report};
+
+use crate::columns::charted;
+use crate::svg::{self, BarChart, BarInput};
+
+/// Past this many nodes a page shows summaries instead of every rank (the heat maps stop
+/// at the same size).
+pub const LARGE_NODES: usize = 64;
+/// Ranks listed besides the flagged ones: the lowest by the table's first column.
+const LOWEST: usize = 8;
+/// Bins of a histogram.
+const BINS: usize = 24;
+/// Distinct values of one note listed before the rest are counted.
+const NOTE_VALUES: usize = 12;
+
+pub fn is_large(report: &Report) -> bool {
+    report.nodes.len() > LARGE_NODES
+}
+
+/// Indexes into `c.ranks` of the rows to list: `flagged` ones (in rank order), then the
+/// [`LOWEST`] others by the metric `key`.
+pub fn rows_to_list(c: &CheckReport, key: Option<&str>, flagged: impl Fn(usize) -> bool) -> Vec<usize> {
+    let mut out: Vec<usize> = (0..c.ranks.len())
+        .filter(|&i| flagged(i) || !matches!(c.ranks[i].status, CheckStatus::Passed | CheckStatus::NotApplicable))
+        .collect();
+    if let Some(key) = key {
+        let mut rest: Vec<(f64, usize)> = (0..c.ranks.len())
+            .filter(|i| !out.contains(i))
+            .filter_map(|i| c.ranks[i].metrics.get(key).filter(|v| v.is_finite()).map(|v| (*v, i)))
+            .collect();
+        rest.sort_by(|a, b| a.0.total_cmp(&b.0));
+        out.extend(rest.into_iter().take(LOWEST).map(|(_, i)| i));
+    }
+    out
+}
+
+/// min / median / max of each column over every rank.
+pub fn column_summary(c: &CheckReport, keys: &[&str]) -> Vec<String> {
+    keys.iter()
+        .map(|k| {
+            let mut v: Vec<f64> =
+                c.ranks.iter().filter_map(|r| r.metrics.get(*k).copied()).filter(|x| x.is_finite()).collect();
+            if v.is_empty() {
+                return "-".into();
+            }
+            v.sort_by(f64::total_cmp);
+            format!("{} / {} / {}", svg::fmt_num(v[0]), svg::fmt_num(v[v.len() / 2]), svg::fmt_num(v[v.len() - 1]))
+        })
+        .collect()
+}
+
+/// One histogram per charted figure: ranks per value bin, a bin red or amber when it holds a
+/// rank a finding names (`class`).
+pub fn histograms(c: &CheckReport, class: impl Fn(usize) -> &'static str) -> Vec<BarChart> {
+    charted(c.name)
+        .iter()
+        .filter_map(|(key, title)| {
+            let values: Vec<(f64, &'static str)> = c
+                .ranks
+                .iter()
+                .filter_map(|r| r.metrics.get(*key).filter(|v| v.is_finite()).map(|v| (*v, class(r.rank))))
+                .collect();
+            histogram(&format!("{}: {title}, ranks per bin", c.name), &values)
+        })
+        .collect()
+}
+
+fn histogram(title: &str, values: &[(f64, &'static str)]) -> Option<BarChart> {
+    let lo = values.iter().map(|v| v.0).fold(f64::INFINITY, f64::min);
+    let hi = values.iter().map(|v| v.0).fold(f64::NEG_INFINITY, f64::max);
+    if !lo.is_finite() || !hi.is_finite() {
+        return None;
+    }
+    let bins = if hi > lo { BINS } else { 1 };
+    let width = (hi - lo) / bins as f64;
+    let mut counts = vec![(0usize, "ok"); bins];
+    for &(v, class) in values {
+        let i = if width > 0.0 { (((v - lo) / width) as usize).min(bins - 1) } else { 0 };
+        counts[i].0 += 1;
+        counts[i].1 = worse(counts[i].1, class);
+    }
+    let input: Vec<BarInput> = counts
+        .iter()
+        .enumerate()
+        .map(|(i, &(n, class))| BarInput { label: svg::fmt_num(lo + width * (i as f64 + 0.5)), value: n as f64, class })
+        .collect();
+    svg::bar_chart(title, &input, None, None)
+}
+
+fn worse(a: &'static str, b: &'static str) -> &'static str {
+    let rank = |c: &str| match c {
+        "critical" => 2,
+        "warning" => 1,
+        _ => 0,
+    };
+    if rank(b) > rank(a) {
+        b
+    } else {
+        a
+    }
+}
+
+/// The notes once per distinct value: ("N ranks", or the rank when one wrote it, key, value).
+pub fn grouped_notes(c: &CheckReport) -> Vec<(String, String, String)> {
+    let mut by_key: BTreeMap<&str, BTreeMap<&str, Vec<usize>>> = BTreeMap::new();
+    for r in &c.ranks {
+        for (k, v) in &r.notes {
+            by_key.entry(k).or_default().entry(v).or_default().push(r.rank);
+        }
+    }
+    let mut out = Vec::new();
+    for (key, values) in by_key {
+        let mut values: Vec<(&str, Vec<usize>)> = values.into_iter().collect();
+        values.sort_by_key(|v| std::cmp::Reverse(v.1.len()));
+        let more = values.len().saturating_sub(NOTE_VALUES);
+        for (value, ranks) in values.into_iter().take(NOTE_VALUES) {
+            let who = match ranks[..] {
+                [one] => one.to_string(),
+                _ if ranks.len() == c.ranks.len() => "all".into(),
+                _ => format!("{} ranks", ranks.len()),
+            };
+            out.push((who, key.to_string(), value.to_string()));
+        }
+        if more > 0 {
+            out.push((String::new(), key.to_string(), format!("... and {more} other values")));
+        }
+    }
+    out
+}
+
+/// The node verdicts, faulty first, then suspect, then healthy (each in node order).
+pub fn outliers_first(v: &[NodeVerdict]) -> Vec<NodeVerdict> {
+    let order = |h: NodeHealth| match h {
+        NodeHealth::Faulty => 0,
+        NodeHealth::Suspect => 1,
+        NodeHealth::Healthy => 2,
+    };
+    let mut out = v.to_vec();
+    out.sort_by_key(|n| (order(n.health), n.node_rank));
+    out
+}
