@@ -92,6 +92,7 @@ fn isolate_one(
             node: node.into(),
             codes: vec!["GEMM_WRONG_RESULT".into()],
             reason: "benchmark".into(),
+            decision: None,
         },
     };
     let payload = serde_json::to_vec(&ev)?;

@@ -264,6 +264,7 @@ mod tests {
             faulty_nodes: vec![1],
             remeasured: Vec::new(),
             pair_bandwidth: Vec::new(),
+            sweep_summaries: Vec::new(),
         }
     }
 
