@@ -14,7 +14,7 @@ use std::time::Duration;
 pub use crate::dead_letter::dead_letter;
 use anyhow::Result;
 use gpusanity_bus::backoff::Backoff;
-use gpusanity_bus::kafka::{self, KafkaConn};
+use gpusanity_bus::kafka::{self, KafkaConn, ReadErrors};
 use gpusanity_bus::signals::SIGNALS;
 use gpusanity_common::wire::job::{JobEvent, JobEventBody};
 use gpusanity_common::wire::output::{OutputBody, OutputEvent};
@@ -104,17 +104,18 @@ pub fn output_event(
 impl Ingest {
     /// Consumes `consumer` (subscribed to the job-events topic) until it fails.
     pub async fn run(&self, consumer: &StreamConsumer) -> Result<()> {
+        // Consumer errors (a broker restarting...) are transient: librdkafka reconnects. They
+        // are read on at once, never slept on (see `ReadErrors`).
+        let mut errors = ReadErrors::new("job events");
         loop {
-            // Consumer errors (a broker restarting...) are transient: librdkafka reconnects.
             let first = match consumer.recv().await {
                 Ok(m) => m.detach(),
                 Err(e) => {
-                    SIGNALS.kafka_error();
-                    tracing::warn!("reading job events: {e}");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    errors.error(&e);
                     continue;
                 }
             };
+            errors.message();
             let mut bytes = message_bytes(&first);
             let mut batch = vec![first];
             while batch.len() < BATCH && bytes < BATCH_BYTES {
@@ -125,8 +126,7 @@ impl Ingest {
                         batch.push(m);
                     }
                     Ok(Err(e)) => {
-                        SIGNALS.kafka_error();
-                        tracing::warn!("reading job events: {e}");
+                        errors.error(&e);
                         break;
                     }
                     Err(_) => break,

@@ -2,6 +2,7 @@
 //! ([`KafkaConn`]: bootstrap servers, TLS and SASL properties) every part shares.
 
 mod conn;
+mod read_errors;
 mod topics;
 
 use std::time::Duration;
@@ -13,6 +14,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 pub use conn::{KafkaConn, PropertyError, OWNED};
 pub use rdkafka::error::KafkaError;
+pub use read_errors::ReadErrors;
 pub use topics::{ensure_topics, TopicSpec, TopicsError};
 
 pub(crate) fn base(conn: &KafkaConn) -> ClientConfig {

@@ -179,14 +179,18 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     let mut beat = tokio::time::interval(agent.cfg.heartbeat);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut read_errors = gpusanity_bus::kafka::ReadErrors::new("agent tasks");
     loop {
         tokio::select! {
             _ = beat.tick() => agent.heartbeat(),
             m = consumer.recv() => {
                 let m = match m {
-                    Ok(m) => m,
+                    Ok(m) => {
+                        read_errors.message();
+                        m
+                    }
                     Err(e) => {
-                        tracing::warn!("reading agent tasks: {e}");
+                        read_errors.error(&e);
                         continue;
                     }
                 };

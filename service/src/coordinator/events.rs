@@ -4,6 +4,7 @@
 
 use anyhow::Result;
 use gpusanity_bus::backoff::Backoff;
+use gpusanity_bus::kafka::ReadErrors;
 use gpusanity_bus::signals::SIGNALS;
 use rdkafka::message::Message;
 use tokio::sync::mpsc;
@@ -27,6 +28,7 @@ impl Coordinator {
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut backoff = Backoff::default();
+        let mut read_errors = ReadErrors::new("agent reports");
         loop {
             let done: Result<()> = tokio::select! {
                 n = notices.recv() => match n {
@@ -38,6 +40,7 @@ impl Coordinator {
                 },
                 m = reports.recv() => match m {
                     Ok(m) => {
+                        read_errors.message();
                         let handled = match m.payload().and_then(|p| self.authentic(p)) {
                             Some(r) => self.report_or_dead_letter(&m, r).await,
                             None => Ok(()),
@@ -52,8 +55,7 @@ impl Coordinator {
                     }
                     // Consumer errors are transient (librdkafka reconnects); the tick goes on.
                     Err(e) => {
-                        SIGNALS.kafka_error();
-                        tracing::warn!("reading agent reports: {e}");
+                        read_errors.error(&e);
                         Ok(())
                     }
                 },

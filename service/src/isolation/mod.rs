@@ -18,7 +18,7 @@ pub mod kubernetes;
 use std::time::Duration;
 
 use anyhow::Result;
-use gpusanity_bus::kafka::KafkaConn;
+use gpusanity_bus::kafka::{KafkaConn, ReadErrors};
 use gpusanity_common::wire::output::{OutputBody, OutputEvent};
 use gpusanity_slurm::{drain_reason, Action, Scontrol, DEFAULT_PREFIX};
 use kubernetes::KubeSettings;
@@ -140,13 +140,14 @@ pub fn subscribe(conn: &KafkaConn, group: &str, topic: &str) -> Result<StreamCon
 
 /// The next output event; a read error is logged and waited out.
 pub(crate) async fn next(consumer: &StreamConsumer) -> rdkafka::message::OwnedMessage {
+    let mut errors = ReadErrors::new("output events (isolation backend)");
     loop {
         match consumer.recv().await {
-            Ok(m) => return m.detach(),
-            Err(e) => {
-                tracing::warn!("isolation backend: reading output events: {e}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
+            Ok(m) => {
+                errors.message();
+                return m.detach();
             }
+            Err(e) => errors.error(&e),
         }
     }
 }
