@@ -146,3 +146,50 @@ fn a_recheck_that_fails_again_isolates_the_node_after_the_jobs_verdict_on_postgr
     assert_eq!(out.of("rep-5", "CheckFailed").len(), 1, "{:#?}", out.seen);
     w.shutdown();
 }
+
+/// Rank 1 (node lk-b) closes its front-end listener: NET_FRONTEND_UNREACHABLE names lk-b.
+const CLOSED_B: &str = "--micro-benchmarks=network-connectivity --sanity-check-envs=GPUSANITY_FAULT=net-closed@1";
+
+#[test]
+fn a_link_finding_is_rechecked_paired_with_a_known_good_node_and_only_the_suspect_is_isolated() {
+    let _g = svc::common::serial();
+    // The re-check's own fault (test rigs): the node under re-check, its first, closes its port.
+    let recheck = "\n[coordinator.recheck]\nextra_args = \"--sanity-check-envs=GPUSANITY_FAULT=net-closed@0\"";
+    let (mut w, mut out) = World::running(&format!("{FAST}{recheck}"), &["lk-a", "lk-b"]);
+    // No history yet: no node of the run is known to be good, so nothing to pair a link
+    // re-check with; lk-b is isolated at once and the decision says why.
+    w.allocate("lk-ev-1", "lk-1", CLOSED_B);
+    let f = failed(&mut out, "lk-1");
+    assert_eq!(f["faulty_nodes"], json!(["lk-b"]), "{f:#}");
+    let iso = out.wait_for(LIMIT, "NodeIsolated", |v| v["type"] == "NodeIsolated" && v["job_id"] == "lk-1");
+    assert_eq!((&iso["node"], &iso["decision"]["basis"]), (&json!("lk-b"), &json!("immediate")), "{iso:#}");
+    assert!(iso["reason"].as_str().unwrap_or("").contains("no node of the run known to be good"), "{iso:#}");
+    assert_eq!(w.sql("SELECT run_id FROM runs WHERE recheck_of IS NOT NULL").len(), 0, "no re-check alone");
+
+    // A clean run: both nodes pass, lk-a is now known to be good.
+    w.allocate("lk-ev-2", "lk-2", "--micro-benchmarks=network-connectivity");
+    let p = failed(&mut out, "lk-2");
+    assert_eq!(p["type"], "CheckPassed", "{p:#}");
+
+    // The link finding again: lk-b is re-checked paired with lk-a (lk-b first); the pair's run
+    // fails on lk-b's port and isolates lk-b, never its partner.
+    w.allocate("lk-ev-3", "lk-3", CLOSED_B);
+    let f = failed(&mut out, "lk-3");
+    assert_eq!(f["faulty_nodes"], json!(["lk-b"]), "{f:#}");
+    let iso = out.wait_for(LIMIT, "NodeIsolated", |v| v["type"] == "NodeIsolated" && v["job_id"] == "lk-3");
+    assert_eq!(iso["node"], "lk-b", "{iso:#}");
+    let d = &iso["decision"];
+    assert_eq!((&d["basis"], &d["failed_run"]), (&json!("reproduced"), &f["run_id"]), "{iso:#}");
+    assert_eq!(iso["codes"], json!(["NET_FRONTEND_UNREACHABLE"]), "{iso:#}");
+    let pair = w.sql(&format!("SELECT nodes FROM runs WHERE run_id = '{}'", d["recheck_run"].as_str().unwrap_or("")));
+    assert_eq!(pair.len(), 1, "{pair:?}");
+    let (a, b) = (pair[0].find("lk-a"), pair[0].find("lk-b"));
+    assert!(b.is_some() && a.is_some() && b < a, "lk-b first, then its partner lk-a: {pair:?}");
+    let why = w.sql("SELECT reason FROM node_decisions WHERE decision = 'rechecking'");
+    assert!(why.len() == 1 && why[0].contains("paired with known-good node lk-a"), "{why:?}");
+    out.drain(Duration::from_millis(500));
+    let isolated: Vec<&Value> = out.seen.iter().filter(|v| v["type"] == "NodeIsolated").collect();
+    assert!(isolated.iter().all(|v| v["node"] == "lk-b"), "the partner is never isolated: {isolated:#?}");
+    assert_eq!(isolated.len(), 2, "{isolated:#?}");
+    w.shutdown();
+}

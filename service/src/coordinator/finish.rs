@@ -82,14 +82,16 @@ pub async fn finish(
     }
     // Nodes are isolated only by a failure (not while held, not when a person passes the run).
     let mut faulty = if matches!(verdict, Verdict::Failed(_)) { faulty_nodes(run, report, extra) } else { Vec::new() };
-    if let (Some(origin), true) = (&origin, faulty.is_empty()) {
+    if let Some(origin) = &origin {
         match verdict {
-            // A failed re-check names its one node even when no finding does.
-            Verdict::Failed(_) => faulty.extend(run.nodes.first().map(|n| n.name.clone())),
+            // A failed re-check isolates the node it re-checks (its first), even when no
+            // finding names it, and never the known-good partner of a link re-check.
+            Verdict::Failed(_) => faulty = run.nodes.first().map(|n| n.name.clone()).into_iter().collect(),
             Verdict::Passed => recheck::cleared(&mut tx, run, origin).await?,
             Verdict::Hold => {}
         }
     }
+    let peers: Vec<String> = run.nodes.iter().map(|n| n.name.clone()).filter(|n| !faulty.contains(n)).collect();
     let backend = report.map(|r| r.backend);
     let said = with_backend(summary, backend, run);
     let body = match verdict {
@@ -115,11 +117,27 @@ pub async fn finish(
         outbox::enqueue(&mut tx, &topics.output, &emit(body)).await?;
     }
     for node in &faulty {
-        let codes: Vec<String> = findings
-            .iter()
-            .filter(|f| f.severity == Severity::Critical && finding_node(f, &run.nodes) == Some(node.as_str()))
+        let critical = findings.iter().filter(|f| f.severity == Severity::Critical);
+        let mut codes: Vec<String> = critical
+            .clone()
+            .filter(|f| finding_node(f, &run.nodes) == Some(node.as_str()))
             .map(|f| f.code.to_string())
             .collect();
+        if codes.is_empty() && origin.is_some() {
+            // A link re-check's findings may name its partner: they are the node's evidence,
+            // unless they say only that the partner's agent was lost (nothing reproduced).
+            codes = critical.map(|f| f.code.to_string()).collect();
+            codes.dedup();
+            if !codes.is_empty() && codes.iter().all(|c| CONTACT_LOSS.contains(&c.as_str())) {
+                tracing::warn!(
+                    run_id = run.run_id,
+                    node,
+                    ?codes,
+                    "re-check inconclusive: its partner was lost; not isolated"
+                );
+                continue;
+            }
+        }
         if withheld.contains(node) && codes.iter().all(|c| CONTACT_LOSS.contains(&c.as_str())) {
             tracing::warn!(
                 run_id = run.run_id,
@@ -132,7 +150,8 @@ pub async fn finish(
         if let Some(note) = across {
             reason = format!("{reason}; {note}");
         }
-        let f = Faulty { run, origin: origin.as_deref(), node, codes: &codes, findings: &findings, reason };
+        let f =
+            Faulty { run, origin: origin.as_deref(), node, codes: &codes, findings: &findings, reason, peers: &peers };
         if let Some(body) = recheck::decide(&mut tx, f, recheck).await? {
             outbox::enqueue(&mut tx, &topics.output, &emit(body)).await?;
         }

@@ -4,10 +4,19 @@
 //! node alone is stored in the transaction that ends the failed run, and the node is isolated
 //! only when that run fails too. Every decision is stored with its reason (`node_decisions`).
 //!
+//! A finding of a check that probes between nodes (`Needs::TwoNodes`: connectivity, pair
+//! bandwidth) cannot be reproduced by a node alone: that check would measure nothing and the
+//! node would be cleared by a run that looked at nothing. Such a re-check pairs the node with a
+//! known-good node of the failed run (one not named faulty there, whose recent job runs all
+//! passed); the pair's run isolates only the node under re-check, whichever of the two its
+//! findings name. Without such a partner, the node is isolated at once, and the decision says
+//! why.
+//!
 //! A re-check is an ordinary run of one node (`runs.recheck_of`): the replica holding the
 //! failed run's job-events partition claims it, tasks the node's agent and ends it under its
 //! lease, so among replicas it is done once and survives a replica's crash.
 
+use gpusanity_common::checks::Needs;
 use gpusanity_common::envs::FAULT_ENV;
 use gpusanity_common::registry::{CheckId, Scope};
 use gpusanity_common::report::{Finding, Severity};
@@ -32,6 +41,8 @@ pub struct Faulty<'a> {
     pub findings: &'a [Finding],
     /// The reason every NodeIsolated of the run starts with.
     pub reason: String,
+    /// The run's nodes not named faulty, in node order: the partners a link re-check may take.
+    pub peers: &'a [String],
 }
 
 /// Decides about one faulty node in the transaction that ends its run: the NodeIsolated to
@@ -42,13 +53,16 @@ pub async fn decide(tx: &mut Tx, f: Faulty<'_>, config: Option<&RecheckConfig>) 
     let c = config.unwrap_or(&defaults);
     let outcomes = recent_outcomes(tx, f.node, c.quarantine_window).await?;
     let failures = u32::try_from(outcomes.iter().filter(|h| !**h).count()).unwrap_or(u32::MAX);
-    let said = |basis: IsolationBasis| match basis {
+    let needs = needs_partner(&f);
+    let partner = if needs { known_good(tx, f.peers, c.quarantine_window).await? } else { None };
+    let mut immediate = "isolated without a re-check (re-checks off, or a person's decision)".to_string();
+    let said = |basis: IsolationBasis, immediate: &str| match basis {
         IsolationBasis::Definitive => format!("definitive: {}", f.codes.join(",")),
         IsolationBasis::Quarantine => {
             format!("quarantine: failed {failures} of its last {} runs", outcomes.len())
         }
         IsolationBasis::Reproduced => format!("re-check of run {} reproduced the failure", f.origin.unwrap_or("")),
-        IsolationBasis::Immediate => "isolated without a re-check (re-checks off, or a person's decision)".into(),
+        IsolationBasis::Immediate => immediate.to_string(),
     };
     let basis = match (f.origin, config) {
         (Some(_), _) => IsolationBasis::Reproduced,
@@ -57,10 +71,17 @@ pub async fn decide(tx: &mut Tx, f: Faulty<'_>, config: Option<&RecheckConfig>) 
                 IsolationBasis::Definitive
             } else if failures >= c.quarantine_failures {
                 IsolationBasis::Quarantine
-            } else if let Some(recheck) = recheck_run(f.run, f.node, f.findings, c) {
+            } else if needs && partner.is_none() {
+                immediate = "isolated without a re-check: a finding between nodes, and no node of the run known to be \
+                             good to pair the re-check with"
+                    .into();
+                IsolationBasis::Immediate
+            } else if let Some(recheck) = recheck_run(f.run, f.node, f.findings, c, partner.as_deref()) {
                 insert_recheck(tx, &recheck, &f.run.run_id).await?;
+                let with =
+                    partner.as_deref().map_or("alone".to_string(), |p| format!("paired with known-good node {p}"));
                 let why = format!(
-                    "{}; re-checking the node alone in run {} before isolating it (failed {failures} of its last {} runs)",
+                    "{}; re-checking the node {with} in run {} before isolating it (failed {failures} of its last {} runs)",
                     f.reason,
                     recheck.run_id,
                     outcomes.len()
@@ -81,7 +102,7 @@ pub async fn decide(tx: &mut Tx, f: Faulty<'_>, config: Option<&RecheckConfig>) 
         }
         (None, _) => IsolationBasis::Immediate,
     };
-    let reason = format!("{}; {}", f.reason, said(basis));
+    let reason = format!("{}; {}", f.reason, said(basis, &immediate));
     let basis_name = serde_json::to_value(basis)?.as_str().unwrap_or_default().to_string();
     let recheck = f.origin.map(|_| f.run.run_id.clone());
     let d = decision(f.node, &f.run.run_id, Decided::Isolated, &basis_name, reason.clone(), f.codes, recheck.clone());
@@ -98,6 +119,37 @@ pub async fn decide(tx: &mut Tx, f: Faulty<'_>, config: Option<&RecheckConfig>) 
             window: u32::try_from(outcomes.len()).unwrap_or(u32::MAX),
         }),
     }))
+}
+
+/// The checks the node's critical findings of the run name.
+fn failed_checks(run: &RunRow, node: &str, findings: &[Finding]) -> Vec<CheckId> {
+    findings
+        .iter()
+        .filter(|f| f.severity == Severity::Critical && finding_node(f, &run.nodes) == Some(node))
+        .filter_map(|f| match f.check {
+            Scope::Check(id) => Some(id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether a re-check of the node must pair it with another node: one of its failed checks
+/// probes between nodes.
+fn needs_partner(f: &Faulty<'_>) -> bool {
+    failed_checks(f.run, f.node, f.findings).iter().any(|id| id.descriptor().needs == Needs::TwoNodes)
+}
+
+/// The first of `peers` whose last `window` job runs all passed, the run being ended (stored
+/// already) and at least one before it: a node the fleet has reason to trust, to pair a link
+/// re-check with, not only one this run's diagnosis did not name.
+async fn known_good(tx: &mut Tx, peers: &[String], window: u32) -> Result<Option<String>, DbError> {
+    for p in peers {
+        let outcomes = recent_outcomes(tx, p, window.max(2)).await?;
+        if outcomes.len() >= 2 && outcomes.iter().all(|healthy| *healthy) {
+            return Ok(Some(p.clone()));
+        }
+    }
+    Ok(None)
 }
 
 /// A re-check run `run` (of run `origin`) passed: the node is not isolated.
@@ -133,17 +185,19 @@ fn decision(
 /// findings name (all of the run's when they name none), the run's settings without fault
 /// injection (it was the failed run's), failing rather than holding on a timeout, then
 /// `extra_args`. None when the run's settings do not parse (isolated at once then).
-fn recheck_run(run: &RunRow, node: &str, findings: &[Finding], c: &RecheckConfig) -> Option<RunRow> {
+fn recheck_run(
+    run: &RunRow,
+    node: &str,
+    findings: &[Finding],
+    c: &RecheckConfig,
+    partner: Option<&str>,
+) -> Option<RunRow> {
     let job_node = run.nodes.iter().find(|n| n.name == node)?;
+    // The node under re-check first: a failed re-check isolates its first node only.
+    let mut nodes = vec![job_node.clone()];
+    nodes.extend(partner.and_then(|p| run.nodes.iter().find(|n| n.name == p)).cloned());
     let mut s: Settings = serde_json::from_value(run.settings.clone()).ok()?;
-    let failed: Vec<CheckId> = findings
-        .iter()
-        .filter(|f| f.severity == Severity::Critical && finding_node(f, &run.nodes) == Some(node))
-        .filter_map(|f| match f.check {
-            Scope::Check(id) => Some(id),
-            _ => None,
-        })
-        .collect();
+    let failed = failed_checks(run, node, findings);
     if s.selected_checks().iter().any(|id| failed.contains(id)) {
         s.micro_benchmarks.retain(|id| failed.contains(id));
         s.model_benchmarks.retain(|id| failed.contains(id));
@@ -160,7 +214,7 @@ fn recheck_run(run: &RunRow, node: &str, findings: &[Finding], c: &RecheckConfig
         workspace_id: run.workspace_id.clone(),
         attempt: run.attempt,
         cause_event_id: run.cause_event_id.clone(),
-        nodes: vec![job_node.clone()],
+        nodes,
         check_args: s.to_args_string(),
         settings: serde_json::to_value(&s).ok()?,
         state: ServiceRunState::Checking,
@@ -168,6 +222,9 @@ fn recheck_run(run: &RunRow, node: &str, findings: &[Finding], c: &RecheckConfig
         created_at: now,
         deadline_at: now.saturating_add(max_ms),
         finished_at: None,
-        summary: format!("re-check of node {node} after run {}", run.run_id),
+        summary: match partner {
+            Some(p) => format!("re-check of node {node}, paired with {p}, after run {}", run.run_id),
+            None => format!("re-check of node {node} after run {}", run.run_id),
+        },
     })
 }
