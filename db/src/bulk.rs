@@ -31,7 +31,7 @@ pub struct OutboxInsert {
 }
 
 /// `($first, ..., $first+cols-1), (...)` for `rows` rows of `cols` placeholders each.
-fn values(rows: usize, cols: usize, first: usize) -> String {
+pub(crate) fn values(rows: usize, cols: usize, first: usize) -> String {
     let mut out = String::new();
     for r in 0..rows {
         if r > 0 {

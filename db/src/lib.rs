@@ -7,6 +7,7 @@
 //! name (`sqlx::FromRow`, the schema's integer flags and JSON text through [`column`]). Writes
 //! that belong together take a [`Tx`] so the caller commits them as one transaction.
 
+pub mod breaker;
 pub mod browse;
 pub mod bulk;
 pub mod column;

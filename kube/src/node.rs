@@ -77,8 +77,9 @@ impl Isolator {
         PatchParams { dry_run: self.dry_run, field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }
     }
 
-    /// Cordon, taint, label and condition `node` for finding `code`, with an Event carrying
-    /// `message`. Idempotent: a node gpusanity isolated already is left as it is.
+    /// Cordon, taint, label and condition `node` for finding `code`; `message` (the finding, as
+    /// the caller words it: both callers name the codes first) is the condition's message and
+    /// the Event's, written as given (sanitised), never prefixed again. Idempotent: a node gpusanity isolated already is left as it is.
     pub async fn isolate(&self, node: &str, code: &str, message: &str) -> Result<Outcome, KubeError> {
         check_name(node)?;
         let code = label_value(code);
@@ -123,7 +124,7 @@ impl Isolator {
                 continue;
             }
             self.condition(node, "True", &code, &message).await?;
-            self.event(&current, EVENT_ISOLATED, "Warning", &format!("{code}: {message}")).await?;
+            self.event(&current, EVENT_ISOLATED, "Warning", &message).await?;
             info!(node, code = %code, dry_run = self.dry_run, "node isolated");
             return Ok(Outcome::Isolated(record));
         }

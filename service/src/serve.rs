@@ -129,7 +129,8 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         let group = format!("{}-isolation", cfg.kafka.group);
         let consumer = crate::isolation::subscribe(&conn, &group, &cfg.topics.output)?;
         let max_age = std::time::Duration::from_secs(cfg.isolation.max_event_age_s);
-        tokio::spawn(crate::isolation::kubernetes::run(consumer, isolator, k.clone(), max_age));
+        let shared = crate::isolation::kubernetes::Shared { db: db.clone(), replica: replica.id.clone() };
+        tokio::spawn(crate::isolation::kubernetes::run(consumer, isolator, k.clone(), max_age, shared));
     }
     tracing::info!(replica = replica.id, kafka = conn.bootstrap(), kafka_security = conn.protocol(), database = %cfg.database.url.split('@').next_back().unwrap_or_default(), listen = cfg.http.listen, "serving");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

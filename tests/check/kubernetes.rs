@@ -5,7 +5,9 @@
 
 use gpusanity_kube::{EVENT_ISOLATED, EVENT_RETURNED, TAINT_KEY};
 use gpusanity_testkit::common;
-use gpusanity_testkit::svc::kube::{condition, cordoned, isolated, kube_server, taints, unique, Cluster};
+use gpusanity_testkit::svc::kube::{
+    condition, condition_message, cordoned, isolated, kube_server, taints, unique, Cluster,
+};
 
 use std::path::Path;
 use std::time::Duration;
@@ -44,7 +46,10 @@ fn k8s_isolate_isolates_this_node_on_a_failure_and_returns_it_on_a_pass() {
     assert_eq!(condition(&node).map(|c| c.1), Some("GEMM_WRONG_RESULT".into()));
     let events = k.events(&name);
     let message = events.first().and_then(|e| e.message.clone()).unwrap_or_default();
-    assert!(message.starts_with("GEMM_WRONG_RESULT: GEMM_WRONG_RESULT in gemm: "), "{events:#?}");
+    // The code once, in the Event and the condition alike.
+    assert!(message.starts_with("GEMM_WRONG_RESULT in gemm: "), "{events:#?}");
+    assert_eq!(message.matches("GEMM_WRONG_RESULT").count(), 1, "{message}");
+    assert_eq!(condition_message(&node).as_deref(), Some(message.as_str()));
 
     // A failing check again: already isolated, nothing written twice.
     let (code, err) = quick_isolate(&run, &name, &k.kubeconfig, true);

@@ -7,7 +7,9 @@
 
 use gpusanity_kube::{EVENT_ISOLATED, EVENT_REFUSED, EVENT_RETURNED, LABEL_KEY, REASON_PASSED, TAINT_KEY};
 use gpusanity_testkit::svc;
-use gpusanity_testkit::svc::kube::{condition, cordoned, isolated, kube_server, taints, unique, Cluster, PrivateKube};
+use gpusanity_testkit::svc::kube::{
+    condition, condition_message, cordoned, isolated, kube_server, taints, unique, Cluster, PrivateKube,
+};
 use serde_json::json;
 
 use std::time::{Duration, Instant};
@@ -61,7 +63,10 @@ fn a_failing_check_isolates_the_node_a_passing_one_returns_it_and_maintenance_st
     let events = k.events(&faulty);
     assert_eq!(events.len(), 1, "{events:#?}");
     assert_eq!(events[0].reason.as_deref(), Some(EVENT_ISOLATED));
-    assert!(events[0].message.as_deref().unwrap_or("").starts_with("NO_AGENT: NO_AGENT: "), "{events:#?}");
+    // The codes once, then the reason: in the Event and the condition alike.
+    let message = events[0].message.clone().unwrap_or_default();
+    assert!(message.starts_with("NO_AGENT: ") && !message.starts_with("NO_AGENT: NO_AGENT"), "{events:#?}");
+    assert_eq!(condition_message(&node).as_deref(), Some(message.as_str()));
     // (c) The operator's cordon and taint are kept; gpusanity's taint joins them.
     k.wait_events(&maint, 1, Duration::from_secs(30));
     let during = k.get(&maint);
@@ -188,6 +193,68 @@ fn the_breaker_isolates_at_most_its_cap_of_a_burst_and_says_so_on_the_other_node
         }
         assert!(start.elapsed() < Duration::from_secs(10), "{metrics}");
         std::thread::sleep(Duration::from_millis(100));
+    }
+    w.shutdown();
+}
+
+#[test]
+fn two_replicas_on_postgresql_share_the_breaker_and_isolate_at_most_its_cap() {
+    let _g = svc::common::serial();
+    let Some(server) = kube_server() else { return };
+    let k = Cluster::new(server);
+    let healthy: Vec<String> = (0..5).map(|_| unique("k2fine")).collect();
+    let failing: Vec<String> = (0..5).map(|_| unique("k2burst")).collect();
+    for n in healthy.iter().chain(&failing) {
+        k.create(n, json!({}));
+    }
+    let mut w = World::new(Some(svc::postgres_database("gpusanity_kube_breaker")), COORDINATOR);
+    // min_nodes = 2: the cap is 2 whichever replica has seen which runs when it asks.
+    w.edit_config("[jobs]\n", &isolation(&k, "max_share = 0.2\nmin_nodes = 2\nwindow_s = 3600"));
+    w.partitioned(6);
+    let replica = "lease_s = 3.0";
+    w.serve_replica(0, replica);
+    w.serve_replica(1, replica);
+    w.wait_replicas_ready(&[0, 1], replica);
+    for n in &healthy {
+        w.agent(n);
+    }
+    let mut out = w.reader("check-events");
+    // Five jobs of a healthy and a failing node each: their events spread over the partitions,
+    // so both replicas' isolation consumers see some of the five NodeIsolated.
+    let producer = w.job_producer();
+    for (i, (ok, bad)) in healthy.iter().zip(&failing).enumerate() {
+        let job = format!("job-k2-{i}");
+        producer.send(
+            &job,
+            &allocated(&format!("k2-{i}"), &job, &[ok.as_str(), bad.as_str()], "--sanity-check-max-time=1"),
+        );
+    }
+    for n in &failing {
+        out.wait_for(Duration::from_secs(60), "NodeIsolated", |v| {
+            v["type"] == "NodeIsolated" && v["node"] == n.as_str()
+        });
+    }
+    let start = Instant::now();
+    let logs = |w: &World| format!("{}\n{}", w.log("serve-0"), w.log("serve-1"));
+    loop {
+        let done = failing.iter().all(|n| isolated(&k.get(n)) || k.reasons(n).iter().any(|r| r == EVENT_REFUSED));
+        if done {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "not all handled:\n{}", logs(&w));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let tainted: Vec<&String> = failing.iter().filter(|n| !taints(&k.get(n)).is_empty()).collect();
+    assert_eq!(tainted.len(), 2, "{tainted:?}\n{}", logs(&w));
+    let refusals = logs(&w).matches("isolation backend: not isolated: circuit breaker").count();
+    assert_eq!(refusals, 3, "{}", logs(&w));
+    let outcomes = w.sql("SELECT outcome FROM breaker_actions ORDER BY id");
+    assert_eq!(outcomes.iter().filter(|o| *o == "isolated").count(), 2, "{outcomes:?}");
+    assert_eq!(outcomes.iter().filter(|o| *o == "refused").count(), 3, "{outcomes:?}");
+    let replicas = w.sql("SELECT DISTINCT replica FROM breaker_actions");
+    eprintln!("replicas that asked the breaker: {replicas:?}");
+    for n in &healthy {
+        assert!(!isolated(&k.get(n)), "a healthy node was isolated: {n}");
     }
     w.shutdown();
 }

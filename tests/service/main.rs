@@ -4,6 +4,7 @@
 //! real Kubernetes API server.
 
 mod api_security;
+mod breaker;
 mod browser;
 mod chaos;
 mod faults;

@@ -84,22 +84,60 @@ impl Key {
     }
 }
 
+/// A file's or a process's (effective) user and group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// This process's effective user and group.
+fn process() -> Owner {
+    // SAFETY: geteuid and getegid take no arguments, touch no memory and cannot fail (POSIX).
+    // nix's wrappers need its `user` feature, which nothing else here wants.
+    let (uid, gid) = unsafe { (nix::libc::geteuid(), nix::libc::getegid()) };
+    Owner { uid, gid }
+}
+
+/// Whether a key file of `mode` owned by `file` may be read by `process`.
+///
+/// Who may read the secrets decides who may act as an agent. Readable by its owner alone
+/// (0600, 0400) is always accepted. A file others may read (any of 0o007) is always refused.
+/// Readable by its group too (0640, 0440: what a Kubernetes Secret volume with `defaultMode:
+/// 0440` and the pod's `fsGroup` gives, the file root's and the group fsGroup) is accepted
+/// only when the group can read and nothing more (no group write or execute), the file
+/// belongs to root or to this process's user, and its group is this process's own effective
+/// group: the group's members are then this process's own kind (in a pod: its containers
+/// running as `runAsGroup` = `fsGroup`), not other users of the machine. A file of another
+/// user, or group-readable by a group the process does not run as, is refused.
+pub fn mode_allows(mode: u32, file: Owner, process: Owner) -> Result<(), &'static str> {
+    if mode & 0o007 != 0 {
+        return Err("others may read it: chmod 600 it");
+    }
+    match mode & 0o070 {
+        0 => Ok(()),
+        0o040 if (file.uid == 0 || file.uid == process.uid) && file.gid == process.gid => Ok(()),
+        0o040 => {
+            Err("its group may read it and is not this process's group (or its owner is another user): chmod 600 it")
+        }
+        _ => Err("its group may write or execute it: chmod 600 it"),
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Keyring {
     keys: Vec<Key>,
 }
 
 impl Keyring {
-    /// Reads the key file; a file others can read is refused (it holds the secrets).
+    /// Reads the key file; a file others may read is refused ([`mode_allows`]: it holds the
+    /// secrets).
     pub fn load(path: &Path) -> Result<Keyring, KeyError> {
+        use std::os::unix::fs::MetadataExt;
         let read = |why: String| KeyError::Read { path: path.display().to_string(), why };
         let meta = std::fs::metadata(path).map_err(|e| read(e.to_string()))?;
-        {
-            use std::os::unix::fs::PermissionsExt;
-            if meta.permissions().mode() & 0o077 != 0 {
-                return Err(read("group or others may read it: chmod 600 it".into()));
-            }
-        }
+        let file = Owner { uid: meta.uid(), gid: meta.gid() };
+        mode_allows(meta.mode(), file, process()).map_err(|why| read(why.into()))?;
         if meta.len() > 1 << 20 {
             return Err(read("larger than 1 MiB".into()));
         }
@@ -166,6 +204,45 @@ mod tests {
     use super::*;
 
     const A: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+    #[test]
+    fn a_group_readable_file_is_accepted_only_in_this_process_group_and_never_world_readable() {
+        let me = Owner { uid: 65532, gid: 65532 };
+        let root_fsgroup = Owner { uid: 0, gid: 65532 };
+        for (mode, file) in [(0o600, me), (0o400, me), (0o440, root_fsgroup), (0o640, me), (0o100600, me)] {
+            assert_eq!(mode_allows(mode, file, me), Ok(()), "{mode:o} {file:?}");
+        }
+        for (mode, file, why) in [
+            (0o644, me, "others"),
+            (0o604, me, "others"),
+            (0o444, root_fsgroup, "others"),
+            (0o440, Owner { uid: 0, gid: 100 }, "group"),
+            (0o440, Owner { uid: 1000, gid: 65532 }, "owner"),
+            (0o460, root_fsgroup, "write"),
+            (0o650, me, "execute"),
+        ] {
+            let e = mode_allows(mode, file, me).expect_err("refused");
+            assert!(e.contains(why), "{mode:o} {file:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn load_reads_a_file_of_this_process_group_and_refuses_a_world_readable_one() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("keys.toml");
+        std::fs::write(&path, format!("[[key]]\nid = \"a\"\nsecret = \"{A}\"\n")).expect("write");
+        // A new file is this process's user's and group's (no setgid folder in a temp dir).
+        for mode in [0o600, 0o640, 0o440] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            assert!(Keyring::load(&path).is_ok(), "{mode:o}");
+        }
+        for mode in [0o644, 0o604, 0o660] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            let e = Keyring::load(&path).expect_err("refused").to_string();
+            assert!(e.contains("chmod 600"), "{mode:o}: {e}");
+        }
+    }
 
     #[test]
     fn keys_parse_with_their_node_bindings_and_bad_files_say_why() {

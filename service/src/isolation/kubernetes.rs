@@ -5,20 +5,21 @@
 //! only after: the change is applied afterwards, and once (isolating an isolated Node changes
 //! nothing).
 //!
-//! A circuit breaker refuses to isolate past `breaker.max_share` of the nodes this replica has
-//! seen in runs (at least `breaker.min_nodes`) within `breaker.window_s`: a wrong threshold or a
-//! failed switch then isolates a few nodes, not the fleet. Its state is in this replica's
-//! memory (each replica's consumer sees its own partitions of the output topic); a refusal is
+//! A circuit breaker refuses to isolate past `breaker.max_share` of the nodes seen in runs (at
+//! least `breaker.min_nodes`) within `breaker.window_s`: a wrong threshold or a failed switch
+//! then isolates a few nodes, not the fleet. Its state is in the database, shared by every
+//! replica (`gpusanity_db::breaker`: the decision is atomic across them); a refusal is
 //! logged as an error, counted (`gpusanity_isolation_actions_total{outcome="refused_by_breaker"}`)
 //! and written as a Warning Event `GpusanityIsolationRefused` on the Node, naming the cap and
 //! the window.
 
-use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use gpusanity_bus::backoff::Backoff;
+use gpusanity_db::breaker::{Admission, Limits, Refusal, Settled};
+use gpusanity_db::Db;
 use gpusanity_kube::{ClientSettings, Effect, Isolator, KubeError, Outcome};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::Message;
@@ -83,53 +84,30 @@ impl KubeSettings {
     }
 }
 
-/// The breaker's state: the nodes seen, the isolations within the window.
-#[derive(Debug)]
-pub struct Breaker {
-    settings: BreakerSettings,
-    known: HashSet<String>,
-    recent: VecDeque<Instant>,
+impl BreakerSettings {
+    /// The database breaker's limits.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_share: self.max_share,
+            min_nodes: u64::try_from(self.min_nodes).unwrap_or(u64::MAX),
+            window_ms: i64::try_from(self.window_s.saturating_mul(1000)).unwrap_or(i64::MAX),
+        }
+    }
+
+    /// The refusal's words (log, Event).
+    pub fn refusal(&self, r: &Refusal) -> String {
+        format!(
+            "circuit breaker: {} node(s) isolated in the last {} s, the cap is {} ({} of {} known node(s), at least {})",
+            r.recent, self.window_s, r.cap, self.max_share, r.known, self.min_nodes
+        )
+    }
 }
 
-impl Breaker {
-    pub fn new(settings: BreakerSettings) -> Self {
-        Breaker { settings, known: HashSet::new(), recent: VecDeque::new() }
-    }
-
-    /// Nodes seen in a run (they count towards the fleet).
-    pub fn seen<'a>(&mut self, nodes: impl IntoIterator<Item = &'a String>) {
-        self.known.extend(nodes.into_iter().cloned());
-    }
-
-    /// The cap within the window now.
-    pub fn cap(&self) -> usize {
-        let share = (self.settings.max_share * self.known.len() as f64).floor() as usize;
-        share.max(self.settings.min_nodes)
-    }
-
-    /// Whether one more isolation is allowed now (`Err` says why not).
-    pub fn allow(&mut self, now: Instant) -> Result<(), String> {
-        let window = Duration::from_secs(self.settings.window_s);
-        while self.recent.front().is_some_and(|t| now.duration_since(*t) > window) {
-            self.recent.pop_front();
-        }
-        if self.recent.len() >= self.cap() {
-            return Err(format!(
-                "circuit breaker: {} node(s) isolated in the last {} s, the cap is {} ({} of {} known node(s), at least {})",
-                self.recent.len(),
-                self.settings.window_s,
-                self.cap(),
-                self.settings.max_share,
-                self.known.len(),
-                self.settings.min_nodes
-            ));
-        }
-        Ok(())
-    }
-
-    pub fn record(&mut self, now: Instant) {
-        self.recent.push_back(now);
-    }
+/// What the backend needs of the service: the database holding the breaker, this replica's id.
+#[derive(Clone)]
+pub struct Shared {
+    pub db: Db,
+    pub replica: String,
 }
 
 /// The backend's consumer loop (see the module's description).
@@ -138,13 +116,13 @@ pub async fn run(
     isolator: Isolator,
     settings: KubeSettings,
     max_age: Duration,
+    shared: Shared,
 ) -> Result<()> {
     tracing::info!(effect = ?settings.taint_effect, "isolation backend: kubernetes");
-    let mut breaker = Breaker::new(settings.breaker.clone());
     loop {
         let m = next(&consumer).await;
         match request(m.payload().unwrap_or_default(), max_age) {
-            Ok(Some(r)) => handle(&isolator, &mut breaker, r, max_age).await,
+            Ok(Some(r)) => handle(&isolator, &settings.breaker, &shared, r, max_age).await,
             Ok(None) => {}
             Err(why) => tracing::warn!(offset = m.offset(), "isolation backend: {why}"),
         }
@@ -154,31 +132,82 @@ pub async fn run(
     }
 }
 
-async fn handle(isolator: &Isolator, breaker: &mut Breaker, r: Request, max_age: Duration) {
+async fn handle(isolator: &Isolator, breaker: &BreakerSettings, shared: &Shared, r: Request, max_age: Duration) {
     match r {
-        Request::Seen { nodes } => breaker.seen(&nodes),
+        Request::Seen { nodes } => seen(shared, &nodes, max_age).await,
         Request::Isolate { node, codes, reason } => {
-            breaker.seen([&node]);
-            if let Err(why) = breaker.allow(Instant::now()) {
-                tracing::error!(node, "isolation backend: not isolated: {why}");
-                count("refused_by_breaker");
-                // Where operators look: an Event on the Node (`kubectl describe node`).
-                if let Err(e) = isolator.refused(&node, &why).await {
-                    tracing::warn!(node, "isolation backend: recording the refusal on the Node: {e}");
+            let admitted =
+                db_retry(max_age, || shared.db.breaker_admit(&node, &shared.replica, BACKEND, breaker.limits()));
+            let slot = match admitted.await {
+                Some(Admission::Admitted(slot)) => slot,
+                Some(Admission::Refused(r)) => {
+                    let why = breaker.refusal(&r);
+                    tracing::error!(node, "isolation backend: not isolated: {why}");
+                    count("refused_by_breaker");
+                    // Where operators look: an Event on the Node (`kubectl describe node`).
+                    if let Err(e) = isolator.refused(&node, &why).await {
+                        tracing::warn!(node, "isolation backend: recording the refusal on the Node: {e}");
+                    }
+                    return;
                 }
-                return;
-            }
+                None => {
+                    tracing::error!(
+                        node,
+                        "isolation backend: not isolated: the circuit breaker's database cannot be reached"
+                    );
+                    count("failed");
+                    return;
+                }
+            };
             let code = codes.first().cloned().unwrap_or_else(|| "UNKNOWN".into());
             let message = format!("{}: {reason}", codes.join(","));
             let out = retry(max_age, || isolator.isolate(&node, &code, &message)).await;
-            if matches!(out, Some(Outcome::Isolated(_))) {
-                breaker.record(Instant::now());
-            }
+            let settled = match out {
+                Some(Outcome::Isolated(_)) => Settled::Isolated,
+                Some(_) => Settled::Unchanged,
+                None => Settled::Failed,
+            };
+            db_retry(max_age, || shared.db.breaker_settle(&slot, settled)).await;
         }
         Request::Return { nodes } => {
-            breaker.seen(&nodes);
+            seen(shared, &nodes, max_age).await;
             for node in nodes {
                 retry(max_age, || isolator.restore(&node)).await;
+            }
+        }
+    }
+}
+
+/// The backend's name in the breaker's table.
+const BACKEND: &str = "kubernetes";
+
+async fn seen(shared: &Shared, nodes: &[String], max_age: Duration) {
+    db_retry(max_age, || shared.db.breaker_seen(nodes)).await;
+}
+
+/// A breaker query until it succeeds or `limit` has passed (a database outage is waited out as
+/// the API server's is); `None` after, logged.
+async fn db_retry<T, F, Fut>(limit: Duration, mut op: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, gpusanity_db::DbError>>,
+{
+    let start = Instant::now();
+    let mut backoff = Backoff::default();
+    loop {
+        match op().await {
+            Ok(v) => return Some(v),
+            Err(e) if start.elapsed() < limit => {
+                let wait = backoff.step();
+                tracing::warn!(
+                    "isolation backend: the circuit breaker's database: {e}; retrying in {} ms",
+                    wait.as_millis()
+                );
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => {
+                tracing::error!("isolation backend: the circuit breaker's database: {e}");
+                return None;
             }
         }
     }
@@ -228,19 +257,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_breaker_caps_isolations_within_the_window() {
-        let mut b = Breaker::new(BreakerSettings { max_share: 0.2, min_nodes: 1, window_s: 60 });
-        let nodes: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
-        b.seen(&nodes);
-        assert_eq!(b.cap(), 2);
-        let t = Instant::now();
-        for _ in 0..2 {
-            b.allow(t).expect("under the cap");
-            b.record(t);
-        }
-        let why = b.allow(t).expect_err("the cap");
-        assert!(why.contains("the cap is 2"), "{why}");
-        assert!(b.allow(t + Duration::from_secs(61)).is_ok(), "the window moved on");
+    fn the_limits_and_the_refusal_name_the_cap_and_the_window() {
+        let b = BreakerSettings { max_share: 0.2, min_nodes: 1, window_s: 60 };
+        assert_eq!(b.limits(), Limits { max_share: 0.2, min_nodes: 1, window_ms: 60_000 });
+        let why = b.refusal(&Refusal { recent: 2, cap: 2, known: 10 });
+        assert!(why.contains("the cap is 2") && why.contains("last 60 s") && why.contains("of 10 known"), "{why}");
+        let huge = BreakerSettings { window_s: u64::MAX, min_nodes: usize::MAX, ..b };
+        assert_eq!((huge.limits().window_ms, huge.limits().min_nodes), (i64::MAX, u64::MAX));
     }
 
     #[test]

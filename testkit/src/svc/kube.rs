@@ -207,6 +207,12 @@ pub fn condition(node: &Node) -> Option<(String, String)> {
     Some((c.status.clone(), c.reason.clone().unwrap_or_default()))
 }
 
+/// The message of gpusanity's condition on `node`.
+pub fn condition_message(node: &Node) -> Option<String> {
+    let conds = node.status.as_ref()?.conditions.as_ref()?;
+    conds.iter().find(|c| c.type_ == CONDITION_TYPE)?.message.clone()
+}
+
 /// Node names of this test binary: DNS labels, unique per call.
 pub fn unique(prefix: &str) -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
