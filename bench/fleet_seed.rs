@@ -32,7 +32,7 @@ async fn main() -> anyhow::Result<()> {
     let runs: usize = args.get(3).map_or(Ok(2), |s| s.parse()).context("RUNS")?;
     let db = Db::connect(url).await.context("database")?;
     let when = Conditions { size: Some(8192), nodes: 1, ranks_per_node: Some(8), ..Conditions::default() };
-    let gemm = Key::new("NVIDIA H200", Some(580), CheckId::Gemm, "tflops", when.clone());
+    let gemm = Key::new("NVIDIA H200", Some(580), CheckId::Gemm, "tflops", when);
     let ar_when = Conditions { max_bytes: Some(1 << 30), ..when };
     let ar = Key::new("NVIDIA H200", Some(580), CheckId::AllReduce, "busbw_gbps", ar_when);
     let mut rng = ChaCha8Rng::seed_from_u64(7);
