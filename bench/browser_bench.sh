@@ -9,40 +9,10 @@ cargo build --release --quiet
 runs=${RUNS:-20000}
 count=${COUNT:-30}
 state=$(mktemp -d)
-serve_pid=
-cleanup() {
-  if [ -n "$serve_pid" ]; then kill "$serve_pid" 2>/dev/null || true; wait "$serve_pid" 2>/dev/null || true; fi
-  [ -n "${GPUSANITY_TEST_KAFKA:-}" ] || KAFKA_STATE="$state/kafka" bash scripts/kafka.sh stop >/dev/null 2>&1 || true
-  rm -rf "$state"
-}
-trap cleanup EXIT
-boot=${GPUSANITY_TEST_KAFKA:-}
-if [ -z "$boot" ]; then
-  boot=$(KAFKA_STATE="$state/kafka" TMPDIR="$state" bash scripts/kafka.sh start | sed -n 's/^KAFKA_BOOTSTRAP=//p')
-fi
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-token=bench-token-0123456789
+. bench/serve_lib.sh
+trap 'serve_stop "$state"; rm -rf "$state"' EXIT
 db="$state/gpusanity.db"
-p="b$$."
-cat > "$state/gpusanity.toml" <<TOML
-[kafka]
-bootstrap = "$boot"
-group = "${p}service"
-[topics]
-job_events = "${p}job-events"
-output = "${p}check-events"
-dead_letter = "${p}dead-letter"
-agent_tasks = "${p}agent-tasks"
-agent_reports = "${p}agent-reports"
-[database]
-url = "sqlite://$db"
-[http]
-listen = "127.0.0.1:$port"
-browser_public = true
-TOML
-GPUSANITY_API_TOKEN=$token target/release/gpusanity serve --config "$state/gpusanity.toml" >"$state/serve.log" 2>&1 &
-serve_pid=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.2; done
+serve_sqlite "$state" "$db"
 python3 - "$db" "$runs" <<'PY'
 import json, sqlite3, sys
 db, n = sys.argv[1], int(sys.argv[2])

@@ -18,6 +18,23 @@ struct SampleRow {
 }
 
 #[derive(sqlx::FromRow)]
+struct NodeRow {
+    fkey: String,
+    value: f64,
+    at: i64,
+    run_id: String,
+}
+
+/// One of a node's figures: its key, the figure, when it was learned and from which run.
+#[derive(Debug, Clone)]
+pub struct NodeSample {
+    pub key: Key,
+    pub value: f64,
+    pub at: i64,
+    pub run_id: String,
+}
+
+#[derive(sqlx::FromRow)]
 struct CountRow {
     n: i64,
 }
@@ -61,6 +78,42 @@ impl Db {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(|r| Sample { node: r.node_name, value: r.value }).collect())
+    }
+
+    /// Each node's newest sample of `key` learned at or after `since` (ms), in no order.
+    pub async fn fleet_last_per_node(&self, key: &Key, since: i64) -> Result<Vec<Sample>> {
+        let rows: Vec<SampleRow> = sqlx::query_as(
+            "SELECT node_name, value FROM (SELECT node_name, value, ROW_NUMBER() OVER \
+             (PARTITION BY node_name ORDER BY at DESC, run_id DESC, rank DESC) AS rn \
+             FROM fleet_samples WHERE fkey = $1 AND at >= $2) t WHERE rn = 1",
+        )
+        .bind(serde_json::to_string(key)?)
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|r| Sample { node: r.node_name, value: r.value }).collect())
+    }
+
+    /// The newest `limit` figures of `node` over every key, newest first; `workspace`: only
+    /// those of that workspace's runs. A stored key that no longer parses is skipped.
+    pub async fn node_samples(&self, node: &str, workspace: Option<&str>, limit: u32) -> Result<Vec<NodeSample>> {
+        let rows: Vec<NodeRow> = sqlx::query_as(
+            "SELECT fkey, value, at, run_id FROM fleet_samples f WHERE node_name = $1 AND ($3 = '' OR EXISTS \
+             (SELECT 1 FROM runs r WHERE r.run_id = f.run_id AND r.workspace_id = $3)) \
+             ORDER BY at DESC, run_id DESC, rank DESC LIMIT $2",
+        )
+        .bind(node)
+        .bind(i64::from(limit))
+        .bind(workspace.unwrap_or(""))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| {
+                let key = serde_json::from_str(&r.fkey).ok()?;
+                Some(NodeSample { key, value: r.value, at: r.at, run_id: r.run_id })
+            })
+            .collect())
     }
 
     /// How many samples are stored, over every key.

@@ -4,7 +4,7 @@
 
 use gpusanity_common::fleet::file::{BaselineEntry, BaselineFile};
 use gpusanity_common::fleet::samples::learnable;
-use gpusanity_common::fleet::{learn as learn_baseline, Judging, Key, Learned, Policy, Sample};
+use gpusanity_common::fleet::{learn as learn_baseline, percentile, Judging, Key, Learned, Policy, Sample};
 use gpusanity_common::report::Report;
 use gpusanity_db::runs::RunRow;
 use gpusanity_db::{fleet, Db, DbError, Tx};
@@ -123,6 +123,97 @@ pub async fn view(db: &Db, policy: Policy, with_nodes: bool) -> Result<Vec<KeyVi
         out.push(key_view(key, &window, policy, with_nodes));
     }
     Ok(out)
+}
+
+/// How many of a node's newest figures its page and `GET /v1/nodes/{name}/figures` read at most
+/// (over every key).
+pub const NODE_FIGURES_MAX: u32 = 2000;
+
+/// One key's figures of one node over time, against the fleet's baseline of that key.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct NodeKeyFigures {
+    #[schema(value_type = Object)]
+    pub key: Key,
+    #[schema(value_type = Option<Object>)]
+    pub baseline: Option<Learned>,
+    /// The figure below which a rank raises BELOW_FLEET (default judging), with a baseline.
+    pub floor: Option<f64>,
+    /// The newest figure's fleet percentile (0-100), with a baseline.
+    pub percentile: Option<f64>,
+    /// Oldest first.
+    pub points: Vec<Point>,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Point {
+    /// When the figure was learned (ms since the epoch).
+    pub at: i64,
+    pub value: f64,
+    pub run_id: String,
+}
+
+/// The newest `limit` figures of `node` (of `workspace`'s runs only, with one), by key, each
+/// key against its baseline as the fleet page shows it.
+pub async fn node_figures(
+    db: &Db,
+    node: &str,
+    workspace: Option<&str>,
+    limit: u32,
+    policy: Policy,
+) -> Result<Vec<NodeKeyFigures>, DbError> {
+    let mut by_key: std::collections::BTreeMap<Key, Vec<Point>> = Default::default();
+    for s in db.node_samples(node, workspace, limit).await?.into_iter().rev() {
+        if s.value.is_finite() {
+            by_key.entry(s.key).or_default().push(Point { at: s.at, value: s.value, run_id: s.run_id });
+        }
+    }
+    let mut out = Vec::with_capacity(by_key.len());
+    for (key, points) in by_key {
+        let baseline = learn_baseline(&db.fleet_window(&key, policy.window).await?, policy);
+        let last = points.last().map(|p| p.value);
+        out.push(NodeKeyFigures {
+            floor: baseline.map(|b| Judging::DEFAULT.floor(b.centre, b.spread)),
+            percentile: baseline.zip(last).map(|(b, v)| percentile(v, b.centre, b.spread)),
+            key,
+            baseline,
+            points,
+        });
+    }
+    Ok(out)
+}
+
+/// A node's newest figure of one check against the fleet (`gpusanity_node_fleet_percentile`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodePercentile {
+    pub node: String,
+    pub check: String,
+    pub percentile: f64,
+}
+
+/// Per (node, check), the fleet percentile of the node's newest figure learned since `since`
+/// (its lowest over the check's keys), the `cap` lowest first; and how many (node, check)
+/// pairs were judged in all, so that a truncated list shows.
+pub async fn node_percentiles(
+    db: &Db,
+    since: i64,
+    cap: usize,
+    policy: Policy,
+) -> Result<(Vec<NodePercentile>, usize), DbError> {
+    let mut lowest: std::collections::BTreeMap<(String, String), f64> = Default::default();
+    for key in db.fleet_keys().await? {
+        let Some(b) = learn_baseline(&db.fleet_window(&key, policy.window).await?, policy) else { continue };
+        for s in db.fleet_last_per_node(&key, since).await?.into_iter().filter(|s| s.value.is_finite()) {
+            let p = percentile(s.value, b.centre, b.spread);
+            let e = lowest.entry((s.node, key.check.as_str().to_string())).or_insert(p);
+            *e = e.min(p);
+        }
+    }
+    let total = lowest.len();
+    let mut out: Vec<NodePercentile> =
+        lowest.into_iter().map(|((node, check), percentile)| NodePercentile { node, check, percentile }).collect();
+    out.sort_by(|a, b| a.percentile.total_cmp(&b.percentile).then_with(|| a.node.cmp(&b.node)));
+    out.truncate(cap);
+    Ok((out, total))
 }
 
 #[cfg(test)]

@@ -106,17 +106,53 @@ fn looked_at(w: &World) {
     assert!(metrics.contains("gpusanity_nodes_failing 2"), "{metrics}");
     // The fleet page over samples of 8 nodes, one of them 10% slow.
     let key = r#"{"device":"NVIDIA H200","driver":580,"check":"gemm","metric":"tflops","size":8192,"max_bytes":null,"ranks_per_node":8,"single_node":true,"link":null}"#;
+    // Learned in the last minute (the percentile metric reads the last 24 h).
+    let now = chrono::Utc::now().timestamp_millis() - 60_000;
     for i in 0..80 {
         let node = i % 8;
         let v = if node == 7 { 612.0 } else { 680.0 } + f64::from(i % 5);
+        let at = now + i64::from(i);
         w.sql(&format!(
-            "INSERT INTO fleet_samples (run_id, rank, fkey, node_name, value, at) VALUES ('f-{i}', 0, '{key}', 'gpu-{node}', {v}, {i})"
+            "INSERT INTO fleet_samples (run_id, rank, fkey, node_name, value, at) VALUES ('f-{i}', 0, '{key}', 'gpu-{node}', {v}, {at})"
         ));
     }
     let (code, fleet) = w.http_call("GET", "/v1/fleet", Some(svc::TOKEN), None).expect("HTTP");
     assert_eq!(code, 200, "{fleet:#}");
     assert_eq!(fleet["keys"][0]["samples"], 80, "{fleet:#}");
     assert_eq!(fleet["keys"][0]["lowest"][0]["node"], "gpu-7", "{fleet:#}");
+    figures_looked_at(w);
+}
+
+/// The slow node's figures over time against the baseline, and its percentile as a metric.
+fn figures_looked_at(w: &World) {
+    let (code, f) = w.http_call("GET", "/v1/nodes/gpu-7/figures", Some(svc::TOKEN), None).expect("HTTP");
+    assert_eq!(code, 200, "{f:#}");
+    let k = &f["keys"][0];
+    assert_eq!(k["points"].as_array().map(Vec::len), Some(10), "{f:#}");
+    assert_eq!((&k["baseline"]["samples"], &k["key"]["check"]), (&json!(80), &json!("gemm")), "{f:#}");
+    let values: Vec<f64> =
+        k["points"].as_array().unwrap_or(&Vec::new()).iter().filter_map(|p| p["value"].as_f64()).collect();
+    assert_eq!(values.first().copied(), Some(612.0 + 7.0 % 5.0), "oldest first: {values:?}");
+    assert!(k["percentile"].as_f64().is_some_and(|p| p < 1.0), "{f:#}");
+    assert!(k["floor"].as_f64().is_some_and(|fl| fl > 620.0), "{f:#}");
+    let (code, one) = w.http_call("GET", "/v1/nodes/gpu-7/figures?limit=3", Some(svc::TOKEN), None).expect("HTTP");
+    assert_eq!((code, one["keys"][0]["points"].as_array().map(Vec::len)), (200, Some(3)), "{one:#}");
+    let (code, none) = w.http_call("GET", "/v1/nodes/no-such-node/figures", Some(svc::TOKEN), None).expect("HTTP");
+    assert_eq!((code, &none["keys"]), (200, &json!([])), "{none:#}");
+    for bad in ["?limit=0", "?limit=2001", "?limit=-1", "?limit=x", "?limit=99999999999"] {
+        let path = format!("/v1/nodes/gpu-7/figures{bad}");
+        assert_eq!(w.http_call("GET", &path, Some(svc::TOKEN), None).expect("HTTP").0, 400, "{bad}");
+    }
+    assert_eq!(w.http_call("GET", "/v1/nodes/gpu-7/figures", None, None).expect("HTTP").0, 401);
+    let (_, metrics) = w.http_text("/metrics", Some(svc::TOKEN)).expect("metrics");
+    let pct = |node: &str| {
+        let series = format!("gpusanity_node_fleet_percentile{{check=\"gemm\",node=\"{node}\"}} ");
+        let line = metrics.lines().find(|l| l.starts_with(&series));
+        line.and_then(|l| l[series.len()..].parse::<f64>().ok())
+    };
+    assert!(pct("gpu-7").is_some_and(|p| p < 1.0), "{metrics}");
+    assert!(pct("gpu-0").is_some_and(|p| p > 10.0), "{metrics}");
+    assert!(metrics.contains("gpusanity_nodes_judged 8"), "{metrics}");
 }
 
 #[test]

@@ -28,6 +28,8 @@ pub struct CheckView {
     pub heat: Vec<HeatMap>,
     /// Ranks, note, value: the facts the ranks wrote (hashes, layouts, matrices...).
     pub notes: Vec<(String, String, String)>,
+    /// Whether any listed rank was judged against a fleet baseline (the "fleet" column).
+    pub fleet: bool,
 }
 
 pub struct RowView {
@@ -42,6 +44,8 @@ pub struct RowView {
     /// The codes of this check's findings that name the rank, and their worst severity's class.
     pub codes: Vec<String>,
     pub flag: &'static str,
+    /// The rank's fleet percentile and the baseline it was judged against, when it was.
+    pub fleet: Option<(String, String)>,
 }
 
 /// The CSS class of a check's or rank's status.
@@ -80,7 +84,8 @@ pub fn check_view(report: &Report, index: usize, c: &CheckReport) -> CheckView {
     } else {
         (0..c.ranks.len()).collect()
     };
-    let rows = listed.iter().map(|&i| row_view(report, c, &keys, i)).collect();
+    let rows: Vec<RowView> = listed.iter().map(|&i| row_view(report, c, &keys, i)).collect();
+    let fleet = rows.iter().any(|r| r.fleet.is_some());
     CheckView {
         anchor: format!("check-{index}"),
         name: c.name.to_string(),
@@ -100,6 +105,7 @@ pub fn check_view(report: &Report, index: usize, c: &CheckReport) -> CheckView {
         lines: sweep_chart(c).into_iter().chain(loss_chart(c)).collect(),
         heat: connectivity_maps(report, c),
         notes: if large { super::large::grouped_notes(c) } else { notes(c) },
+        fleet,
     }
 }
 
@@ -121,6 +127,21 @@ fn row_view(report: &Report, c: &CheckReport, keys: &[&str], i: usize) -> RowVie
             .map(|f| f.code.to_string())
             .collect(),
         flag: rank_class(report, c.name, r.rank),
+        fleet: r.fleet.as_deref().map(|j| {
+            let pct = format!("{:.1}{}", j.percentile, if j.below { " (below)" } else { "" });
+            let basis = format!(
+                "{} {} against {} ± {} (floor {}), {} samples of {} nodes, window {}",
+                j.metric,
+                svg::fmt_num(j.value),
+                svg::fmt_num(j.centre),
+                svg::fmt_num(j.spread),
+                svg::fmt_num(j.floor),
+                j.samples,
+                j.nodes,
+                j.window
+            );
+            (pct, basis)
+        }),
     }
 }
 

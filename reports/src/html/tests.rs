@@ -274,3 +274,28 @@ fn an_empty_report_renders_without_charts() {
     assert_eq!(html.matches("<svg").count(), 0);
     assert!(html.contains("No findings.") && html.contains("No state changes recorded.") && html.contains(">PASSED<"));
 }
+
+#[test]
+fn a_rank_judged_against_the_fleet_shows_its_percentile_and_baseline() {
+    let mut r = report("gpu-b");
+    let gemm = r.checks.iter_mut().find(|c| c.name.as_str() == "gemm").expect("gemm");
+    let b = gpusanity_common::fleet::Learned { centre: 680.0, spread: 5.0, samples: 150, nodes: 9, window: 200 };
+    let judging = gpusanity_common::fleet::Judging::DEFAULT;
+    gemm.ranks[0].fleet = Some(Box::new(gpusanity_common::fleet::judge("tflops", 690.0, &b, judging, "fleet")));
+    gemm.ranks[3].fleet = Some(Box::new(gpusanity_common::fleet::judge("tflops", 402.0, &b, judging, "fleet")));
+    let html = page(&r, &RunContext::default());
+    assert!(html.contains("passed figures\">fleet pct</th><th>status</th>"), "{html}");
+    assert!(html.contains(">97.7</span>"), "rank 0 at +2 spreads");
+    assert!(html.contains(">0.0 (below)</span>"), "rank 3 far below");
+    assert!(html.contains("150 samples of 9 nodes, window 200"));
+    // Ranks 1 and 2 were not judged: a dash in the column, the row as wide as the header.
+    let gemm = &html[html.find("id=\"checks\"").expect("checks")..];
+    let row = |rank: usize| {
+        let start = gemm.find(&format!("<td class=\"num\">{rank}</td><td>gpu-")).expect("row");
+        gemm[start..].split("</tr>").next().unwrap_or_default().to_string()
+    };
+    assert_eq!(row(1).matches("<td").count(), row(0).matches("<td").count(), "{}\n{}", row(0), row(1));
+    assert!(row(1).contains("<td class=\"num\">-</td><td class=\"ok\">"), "{}", row(1));
+    // A report without fleet judgements has no such column.
+    assert!(!page(&report("gpu-b"), &RunContext::default()).contains("fleet pct"));
+}

@@ -9,7 +9,8 @@ use std::sync::LazyLock;
 use gpusanity_bus::signals::SIGNALS;
 use gpusanity_db::Db;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 pub struct Metrics {
@@ -34,6 +35,8 @@ pub struct Metrics {
     pub isolation_actions: IntCounterVec,
     pub node_failures: IntGaugeVec,
     pub nodes_failing: IntGauge,
+    pub node_fleet_percentile: GaugeVec,
+    pub nodes_judged: IntGauge,
 }
 
 /// At most this many nodes get a `gpusanity_node_failures` series (the most failing first):
@@ -147,6 +150,19 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             &["node"],
         ),
         nodes_failing: gauge(&r, "gpusanity_nodes_failing", "Nodes with a failed job run in the last 24 h, all of them"),
+        node_fleet_percentile: {
+            let help = "Fleet percentile (0-100) of the node's newest figure of the check in the last 24 h, lowest over \
+                        the check's baseline keys; only the 100 lowest (node, check) pairs";
+            let g = GaugeVec::new(Opts::new("gpusanity_node_fleet_percentile", help), &["node", "check"])
+                .expect("a valid metric");
+            r.register(Box::new(g.clone())).expect("registered once");
+            g
+        },
+        nodes_judged: gauge(
+            &r,
+            "gpusanity_nodes_judged",
+            "(node, check) pairs with a fleet percentile in the last 24 h, all of them",
+        ),
         registry: r,
     }
 });
@@ -209,6 +225,17 @@ impl Metrics {
                     self.node_failures.with_label_values(&[&node]).set(n);
                 }
                 self.nodes_failing.set(total);
+            }
+            Err(e) => SIGNALS.db_error_logged(&e),
+        }
+        let cap = usize::try_from(NODE_SERIES_CAP).unwrap_or(100);
+        match crate::fleet::node_percentiles(db, since, cap, gpusanity_common::fleet::Policy::default()).await {
+            Ok((rows, total)) => {
+                self.node_fleet_percentile.reset();
+                for p in rows {
+                    self.node_fleet_percentile.with_label_values(&[&p.node, &p.check]).set(p.percentile);
+                }
+                self.nodes_judged.set(i64::try_from(total).unwrap_or(i64::MAX));
             }
             Err(e) => SIGNALS.db_error_logged(&e),
         }

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::{Extension, Json};
-use gpusanity_common::fleet::Policy;
+use gpusanity_common::fleet::{Key, Policy};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -53,8 +53,8 @@ struct Chart {
     lowest: Vec<(String, String, String, String)>,
 }
 
-fn chart(k: KeyView) -> Chart {
-    let key = &k.key;
+/// A key as a heading: device, check, metric and conditions.
+pub(super) fn key_title(key: &Key) -> String {
     let mut cond = Vec::new();
     if let Some(s) = key.size {
         cond.push(format!("size {s}"));
@@ -68,7 +68,11 @@ fn chart(k: KeyView) -> Chart {
     if let Some(d) = key.driver {
         cond.push(format!("driver {d}"));
     }
-    let title = format!("{} · {} · {} ({})", key.device, key.check.as_str(), key.metric, cond.join(", "));
+    format!("{} · {} · {} ({})", key.device, key.check.as_str(), key.metric, cond.join(", "))
+}
+
+fn chart(k: KeyView) -> Chart {
+    let title = key_title(&k.key);
     let (lo, hi) = match (k.histogram.first(), k.histogram.last()) {
         (Some(f), Some(l)) => (f.lo.min(k.floor.unwrap_or(f.lo)), l.hi),
         _ => (0.0, 1.0),

@@ -8,6 +8,7 @@
 
 pub mod api;
 mod auth;
+pub mod figures;
 pub mod fleet;
 pub mod headers;
 mod pages;
@@ -94,6 +95,7 @@ pub fn api<S: Clone + Send + Sync + 'static>(b: Arc<Browser>) -> Router<S> {
         .route("/v1/runs", get(api::runs))
         .route("/v1/nodes/{name}/history", get(api::node_history))
         .route("/v1/nodes/{name}/reputation", get(api::node_reputation))
+        .route("/v1/nodes/{name}/figures", get(figures::figures))
         .route("/v1/fleet", get(fleet::fleet))
         .with_state(b)
 }

@@ -285,6 +285,8 @@ struct NodePage<'a> {
     reputation: Reputation,
     /// Decisions about isolating it, newest first: (when, decision, reason, run link).
     decisions: Vec<(String, String, String, String)>,
+    /// Each headline figure over time against the fleet, one sparkline per baseline key.
+    sparks: Vec<super::figures::Spark>,
 }
 
 pub async fn node(
@@ -310,6 +312,14 @@ pub async fn node(
         (Ok(r), Ok(d)) => (r, d),
         (Err(e), _) | (_, Err(e)) => return db_error(e),
     };
+    let policy = gpusanity_common::fleet::Policy::default();
+    let sparks =
+        match crate::fleet::node_figures(&b.db, &name, view.scope.workspace(), super::figures::PAGE_FIGURES, policy)
+            .await
+        {
+            Ok(keys) => keys.iter().map(super::figures::spark).collect(),
+            Err(e) => return db_error(e),
+        };
     let decisions = decisions
         .into_iter()
         .map(|d| (fmt_ms(d.at), format!("{} ({})", d.decision, d.basis), d.reason, run_href(&d.run_id)))
@@ -344,6 +354,7 @@ pub async fn node(
         next: (page_no * per_page < total).then(|| href(page_no + 1)),
         reputation,
         decisions,
+        sparks,
     };
     page(StatusCode::OK, &p)
 }
