@@ -410,9 +410,8 @@ async fn rank_check(c: &mut AsyncStoreClient, check: CheckId, rank: usize, n: us
             c.set(&format!("net/row/{rank}"), r#"{"front":[],"back":[]}"#).await?;
             c.barrier("net/done", rank, n, WAIT).await?;
             if rank == 0 {
-                for i in 0..n {
-                    c.get(&format!("net/row/{i}"), WAIT).await?;
-                }
+                let keys: Vec<String> = (0..n).map(|i| format!("net/row/{i}")).collect();
+                c.get_many(&keys, WAIT).await?;
             }
             Ok(())
         }
@@ -427,9 +426,10 @@ async fn exchange(c: &mut AsyncStoreClient, check: CheckId, rank: usize, n: usiz
     c.set(&format!("diag/{check}/{rank}"), &fig).await?;
     let decision = format!("diag/{check}/slow");
     if rank == 0 {
+        let keys: Vec<String> = (0..n).map(|r| format!("diag/{check}/{r}")).collect();
         let mut figures = Vec::with_capacity(n);
-        for r in 0..n {
-            let v: serde_json::Value = serde_json::from_str(&c.get(&format!("diag/{check}/{r}"), WAIT).await?)?;
+        for (r, v) in c.get_many(&keys, WAIT).await?.into_iter().enumerate() {
+            let v: serde_json::Value = serde_json::from_str(&v)?;
             figures.push((r, DEVICE.to_string(), v["value"].as_f64().unwrap_or(0.0)));
         }
         let metric = check.metric().context("a check with a headline figure")?;

@@ -97,9 +97,10 @@ fn exchange(
     ctx.store.set(&format!("diag/{id}/{rank}"), &serde_json::to_string(fig)?)?;
     let decision = format!("diag/{id}/slow");
     if rank == 0 {
+        let keys: Vec<String> = (0..world).map(|r| format!("diag/{id}/{r}")).collect();
         let mut figures = Vec::new();
-        for r in 0..world {
-            let f: Figure = serde_json::from_str(&ctx.store.get(&format!("diag/{id}/{r}"), BARRIER_WAIT)?)?;
+        for (r, v) in ctx.store.get_many(&keys, BARRIER_WAIT)?.into_iter().enumerate() {
+            let f: Figure = serde_json::from_str(&v)?;
             if let Some(v) = f.value {
                 figures.push((r, f.device, v));
             }

@@ -2,7 +2,7 @@
 //! [`gpusanity_common::health`] and placed on the rank; the census per node; a warning where
 //! NVML could not be read (health unknown).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use gpusanity_common::config::health::GpuHealthConfig;
 use gpusanity_common::health::{census, decide, nvml_unavailable, readiness, Policy, Readiness};
@@ -22,6 +22,11 @@ pub fn findings(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
     let ready = Readiness::from_config(&cfg);
     // The most GPUs any rank of a node saw there (they all see the same node).
     let mut visible: BTreeMap<usize, u32> = BTreeMap::new();
+    let node_of: HashMap<usize, usize> = ranks.iter().map(|i| (i.rank, i.node_rank)).collect();
+    let mut pids: HashMap<usize, Vec<u32>> = HashMap::new();
+    for i in ranks {
+        pids.entry(i.node_rank).or_default().push(i.pid);
+    }
     for r in &c.ranks {
         if let Some(why) = r.notes.get(UNAVAILABLE_NOTE) {
             findings.push(place(nvml_unavailable(why), ranks, r.rank));
@@ -30,17 +35,17 @@ pub fn findings(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
         let Some(readings) = r.detail.as_ref().and_then(CheckDetail::readings) else {
             continue;
         };
-        if let Some(node) = ranks.iter().find(|i| i.rank == r.rank).map(|i| i.node_rank) {
+        let node = node_of.get(&r.rank).copied();
+        if let Some(node) = node {
             let v = visible.entry(node).or_insert(0);
             *v = (*v).max(readings.visible_gpus);
         }
         // The run's own workers on this node are never another job's processes.
-        let node = ranks.iter().find(|i| i.rank == r.rank).map(|i| i.node_rank);
-        let own: Vec<u32> = ranks.iter().filter(|i| Some(i.node_rank) == node).map(|i| i.pid).collect();
+        let own: &[u32] = node.and_then(|n| pids.get(&n)).map_or(&[], Vec::as_slice);
         let judged = decide(readings, &policy)
             .into_iter()
-            .chain(readiness::leftovers(readings, &own, &ready))
-            .chain(readiness::settings(readings, &own, &ready));
+            .chain(readiness::leftovers(readings, own, &ready))
+            .chain(readiness::settings(readings, own, &ready));
         findings.extend(judged.map(|f| place(f, ranks, r.rank)));
     }
     for (node, seen) in visible {

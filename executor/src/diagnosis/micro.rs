@@ -3,7 +3,7 @@
 //! drops when the node's GPUs copy at once) and those a check lists itself (the RDMA ports'
 //! faults). Their wrong-result codes and headline figures are in their descriptors.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gpusanity_common::detail::Probe;
 use gpusanity_common::findings::Code;
@@ -96,22 +96,24 @@ fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
     let pair = |p: &Probe| (p.from.min(p.to), p.from.max(p.to));
     let failed: BTreeSet<(usize, usize)> = back.iter().map(pair).collect();
     let mut blamed = BTreeSet::new();
+    // Linear in ranks and failed pairs: each rank's failed partners, and how many ranks each
+    // node holds (a rank's peers are the ranks of the other nodes).
+    let node_of: HashMap<usize, usize> = ranks.iter().map(|r| (r.rank, r.node_rank)).collect();
+    let mut per_node: HashMap<usize, usize> = HashMap::new();
     for r in ranks {
-        let peers: BTreeSet<usize> = ranks.iter().filter(|q| q.node_rank != r.node_rank).map(|q| q.rank).collect();
-        let bad: BTreeSet<usize> = failed
-            .iter()
-            .filter_map(|&(a, b)| {
-                if a == r.rank {
-                    Some(b)
-                } else if b == r.rank {
-                    Some(a)
-                } else {
-                    None
-                }
-            })
-            .collect();
-        let expected = back_peers.as_ref().and_then(|v| v.get(r.rank).copied()).unwrap_or(peers.len());
-        if expected >= 2 && bad.len() == expected && bad.is_subset(&peers) {
+        *per_node.entry(r.node_rank).or_default() += 1;
+    }
+    let mut bad_of: HashMap<usize, BTreeSet<usize>> = HashMap::new();
+    for &(a, b) in &failed {
+        bad_of.entry(a).or_default().insert(b);
+        bad_of.entry(b).or_default().insert(a);
+    }
+    for r in ranks {
+        let Some(bad) = bad_of.get(&r.rank) else { continue };
+        let peers = ranks.len() - per_node.get(&r.node_rank).copied().unwrap_or(0);
+        let on_other_nodes = bad.iter().all(|q| node_of.get(q).is_some_and(|&n| n != r.node_rank));
+        let expected = back_peers.as_ref().and_then(|v| v.get(r.rank).copied()).unwrap_or(peers);
+        if expected >= 2 && bad.len() == expected && on_other_nodes {
             let msg = format!(
                 "rank {} failed the back-end exchange with every rank it was paired with on other nodes ({expected} peers)",
                 r.rank

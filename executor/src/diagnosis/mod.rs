@@ -33,8 +33,10 @@ pub mod results;
 mod tests;
 pub mod verdict;
 
+use std::collections::HashMap;
+
 use gpusanity_common::checks::Metric;
-use gpusanity_common::expected::{Conditions, Expected};
+use gpusanity_common::expected::{Conditions, Entry, Expected};
 use gpusanity_common::fleet::file::BaselineFile;
 use gpusanity_common::peers::{self, Figures, PeerBands};
 use gpusanity_common::registry::CheckId;
@@ -168,17 +170,25 @@ fn node_sizes(ranks: &[RankInfo]) -> Vec<usize> {
 /// expected figure holds only for the topology it was measured on (common/data/expected.toml).
 fn note_comparison(c: &mut CheckReport, m: &Metric, ranks: &[RankInfo]) {
     let when = Conditions::from_config(&c.config, &node_sizes(ranks)).with_link(common_link(ranks));
-    let device = |rank: usize| ranks.iter().find(|r| r.rank == rank).map(|r| r.device.clone()).unwrap_or_default();
-    let measured: Vec<(usize, String)> = c
+    let devices: HashMap<usize, &str> = ranks.iter().map(|r| (r.rank, r.device.as_str())).collect();
+    let device = |rank: usize| devices.get(&rank).copied().unwrap_or_default();
+    // Ranks measured, and how many of them per device model: linear in ranks.
+    let measured: HashMap<usize, &str> = c
         .ranks
         .iter()
         .filter(|r| r.status == CheckStatus::Passed && r.metrics.contains_key(m.key))
         .map(|r| (r.rank, device(r.rank)))
         .collect();
+    let mut of_model: HashMap<&str, usize> = HashMap::new();
+    for model in measured.values() {
+        *of_model.entry(model).or_default() += 1;
+    }
+    let mut expected_of: HashMap<&str, Option<&Entry>> = HashMap::new();
     for r in c.ranks.iter_mut() {
-        let Some((_, model)) = measured.iter().find(|(rank, _)| *rank == r.rank) else { continue };
-        let peers = measured.iter().filter(|(rank, d)| d == model && *rank != r.rank).count();
-        let expected = Expected::builtin().lookup(model, c.name, m.key, when);
+        let Some(&model) = measured.get(&r.rank) else { continue };
+        let peers = of_model.get(model).copied().unwrap_or(1).saturating_sub(1);
+        let expected =
+            *expected_of.entry(model).or_insert_with(|| Expected::builtin().lookup(model, c.name, m.key, when));
         let peers_text = format!("{peers} peer{} of its model", if peers == 1 { "" } else { "s" });
         let text = match (peers > 0, expected) {
             (true, Some(e)) => {
@@ -201,7 +211,7 @@ fn note_comparison(c: &mut CheckReport, m: &Metric, ranks: &[RankInfo]) {
 /// is slow twice, while a rank descheduled once (cores shared with other work) is not named
 /// for the one measurement it lost.
 fn slow_ranks(c: &CheckReport, m: &Metric, ranks: &[RankInfo], bands: PeerBands, findings: &mut Vec<Finding>) {
-    let devices: std::collections::HashMap<usize, &str> = ranks.iter().map(|r| (r.rank, r.device.as_str())).collect();
+    let devices: HashMap<usize, &str> = ranks.iter().map(|r| (r.rank, r.device.as_str())).collect();
     let first_key = format!("first_{}", m.key);
     let figures: Figures = c
         .ranks

@@ -1,7 +1,7 @@
 //! Wrong results: a rank whose check's own verifier failed, and GEMM products that differ
 //! between ranks of the same device model.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use gpusanity_common::checks::WrongResult;
 use gpusanity_common::findings::Code;
@@ -33,10 +33,11 @@ pub fn wrong_results(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Fin
 /// Ranks of one device model must compute bit-identical products from identical inputs. A rank
 /// that disagrees with a strict majority is named; without a majority, a warning.
 fn hash_disagreement(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) {
+    let devices: HashMap<usize, &str> = ranks.iter().map(|i| (i.rank, i.device.as_str())).collect();
     let mut by_device: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
     for r in &c.ranks {
-        if let (Some(h), Some(i)) = (r.notes.get("result_hash"), ranks.iter().find(|i| i.rank == r.rank)) {
-            by_device.entry(i.device.as_str()).or_default().push((r.rank, h.as_str()));
+        if let (Some(h), Some(&device)) = (r.notes.get("result_hash"), devices.get(&r.rank)) {
+            by_device.entry(device).or_default().push((r.rank, h.as_str()));
         }
     }
     for group in by_device.values() {

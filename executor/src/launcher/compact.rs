@@ -8,7 +8,7 @@
 //!   slowest, median and fastest rank at the largest message; every rank's figures go into a
 //!   per-size summary (`Report::sweep_summaries`). The headline `metrics` of every rank stay.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gpusanity_common::registry::Scope;
 use gpusanity_common::report::{
@@ -86,7 +86,8 @@ fn ranks_to_keep(c: &CheckReport, with_sweep: &[usize], findings: &[Finding], ra
     let mine = findings.iter().filter(|f| f.check == Scope::Check(c.name));
     let named_ranks: BTreeSet<usize> = mine.clone().filter_map(|f| f.rank).collect();
     let named_nodes: BTreeSet<usize> = mine.filter(|f| f.rank.is_none()).filter_map(|f| f.node_rank).collect();
-    let node_of = |rank: usize| ranks.iter().find(|r| r.rank == rank).map(|r| r.node_rank);
+    let nodes: HashMap<usize, usize> = ranks.iter().map(|r| (r.rank, r.node_rank)).collect();
+    let node_of = |rank: usize| nodes.get(&rank).copied();
     let mut keep: BTreeSet<usize> = with_sweep
         .iter()
         .copied()

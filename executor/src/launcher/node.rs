@@ -296,10 +296,8 @@ impl Cluster {
         let n = self.nodes.len();
         let res = blocking(&self.client, move |c| {
             c.set(VERDICT_KEY, &value)?;
-            for k in 1..n {
-                c.get(&format!("ack/{k}"), Duration::from_secs(10))?;
-            }
-            Ok(())
+            let acks: Vec<String> = (1..n).map(|k| format!("ack/{k}")).collect();
+            c.get_many(&acks, Duration::from_secs(10)).map(drop)
         })
         .await;
         if let Err(e) = res {

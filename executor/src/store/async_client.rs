@@ -9,8 +9,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 use super::auth::{Secret, HANDSHAKE_TIMEOUT};
-use super::client::Answer;
-use super::{barrier_key, Reply, Request, StoreError, ALREADY_SET, HANDSHAKE_LINE, MAX_LINE};
+use super::client::{arrivals, batch_values, millis, Answer};
+use super::{barrier_key, Reply, Request, StoreError, ALREADY_SET, HANDSHAKE_LINE, MAX_BATCH, MAX_LINE};
 
 /// How long past a request's own wait its reply may take before the master counts as gone.
 const REPLY_MARGIN: Duration = Duration::from_secs(10);
@@ -84,8 +84,7 @@ impl AsyncStoreClient {
 
     /// Waits up to `timeout` for `key` to be set and returns its value.
     pub async fn get(&mut self, key: &str, timeout: Duration) -> Result<String, StoreError> {
-        let timeout_ms = timeout.as_millis().min(u128::from(u64::MAX)) as u64;
-        let r = self.call(&Request::Get { key: key.into(), timeout_ms }, timeout).await?;
+        let r = self.call(&Request::Get { key: key.into(), timeout_ms: millis(timeout) }, timeout).await?;
         match (r.ok, r.error.as_str()) {
             (true, _) => Ok(r.value),
             (false, "timeout") => Err(StoreError::Timeout(timeout.as_secs_f64(), key.into())),
@@ -93,15 +92,26 @@ impl AsyncStoreClient {
         }
     }
 
+    /// Waits up to `timeout` for every key of `keys` and returns their values in order, in
+    /// batches of at most [`MAX_BATCH`] keys (see [`super::StoreClient::get_many`]).
+    pub async fn get_many(&mut self, keys: &[String], timeout: Duration) -> Result<Vec<String>, StoreError> {
+        let start = Instant::now();
+        let mut values = Vec::with_capacity(keys.len());
+        while values.len() < keys.len() {
+            let left = timeout.saturating_sub(start.elapsed());
+            let batch = &keys[values.len()..keys.len().min(values.len() + MAX_BATCH)];
+            let request = Request::GetMany { keys: batch.to_vec(), timeout_ms: millis(left) };
+            let reply = self.call(&request, left).await?;
+            values.extend(batch_values(reply, batch, left)?);
+        }
+        Ok(values)
+    }
+
     /// The barrier of [`super::StoreClient::barrier`], with the same keys: both clients may
     /// meet at one.
     pub async fn barrier(&mut self, name: &str, me: usize, n: usize, timeout: Duration) -> Result<(), StoreError> {
-        let start = Instant::now();
         if me == 0 {
-            for i in 1..n {
-                let left = timeout.saturating_sub(start.elapsed());
-                self.get(&barrier_key(name, Some(i)), left).await?;
-            }
+            self.get_many(&arrivals(name, n), timeout).await?;
             self.set(&barrier_key(name, None), "1").await
         } else {
             self.set(&barrier_key(name, Some(me)), "1").await?;

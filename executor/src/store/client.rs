@@ -5,7 +5,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use super::auth::{self, Secret, HANDSHAKE_TIMEOUT, NONCE_LEN, SECRET_ENV, STORE_LABEL};
-use super::{barrier_key, Hello, Reply, Request, StoreError, ALREADY_SET, HANDSHAKE_LINE, MAX_LINE};
+use super::{barrier_key, Hello, Reply, Request, StoreError, ALREADY_SET, HANDSHAKE_LINE, MAX_BATCH, MAX_LINE};
 
 /// How long past a request's own wait its reply may take before the master counts as gone.
 const REPLY_MARGIN: Duration = Duration::from_secs(10);
@@ -108,7 +108,7 @@ impl StoreClient {
         // A master cut off by the network must not hold us for TCP's retransmission timeout
         // (many minutes): a reply is due within the request's own wait plus a margin.
         let wait = match req {
-            Request::Get { timeout_ms, .. } => Duration::from_millis(*timeout_ms),
+            Request::Get { timeout_ms, .. } | Request::GetMany { timeout_ms, .. } => Duration::from_millis(*timeout_ms),
             _ => Duration::ZERO,
         };
         let due = wait.saturating_add(REPLY_MARGIN);
@@ -135,8 +135,7 @@ impl StoreClient {
 
     /// Waits up to `timeout` for `key` to be set and returns its value.
     pub fn get(&mut self, key: &str, timeout: Duration) -> Result<String, StoreError> {
-        let timeout_ms = timeout.as_millis().min(u64::MAX as u128) as u64;
-        let r = self.call(&Request::Get { key: format!("{}{key}", self.namespace), timeout_ms })?;
+        let r = self.call(&Request::Get { key: format!("{}{key}", self.namespace), timeout_ms: millis(timeout) })?;
         match (r.ok, r.error.as_str()) {
             (true, _) => Ok(r.value),
             (false, "timeout") => Err(StoreError::Timeout(timeout.as_secs_f64(), key.into())),
@@ -144,21 +143,61 @@ impl StoreClient {
         }
     }
 
-    /// All `n` participants (`me` in 0..n) wait until every one has arrived. Participant 0
-    /// waits for each of the others' keys, then sets the barrier's `done`, which the others
-    /// wait for: O(n) store operations in all, not n² (a thousand ranks would make a million).
-    pub fn barrier(&mut self, name: &str, me: usize, n: usize, timeout: Duration) -> Result<(), StoreError> {
+    /// Waits up to `timeout` for every key of `keys` and returns their values in order: one
+    /// round trip per [`MAX_BATCH`] keys (or per [`super::MAX_VALUE`] bytes of values), not one
+    /// per key.
+    pub fn get_many(&mut self, keys: &[String], timeout: Duration) -> Result<Vec<String>, StoreError> {
         let start = Instant::now();
+        let keys: Vec<String> = keys.iter().map(|k| format!("{}{k}", self.namespace)).collect();
+        let mut values = Vec::with_capacity(keys.len());
+        while values.len() < keys.len() {
+            let left = timeout.saturating_sub(start.elapsed());
+            let batch = &keys[values.len()..keys.len().min(values.len() + MAX_BATCH)];
+            let reply = self.call(&Request::GetMany { keys: batch.to_vec(), timeout_ms: millis(left) })?;
+            values.extend(batch_values(reply, batch, left)?);
+        }
+        Ok(values)
+    }
+
+    /// All `n` participants (`me` in 0..n) wait until every one has arrived. Participant 0
+    /// reads the others' keys in batches, then sets the barrier's `done`, which the others
+    /// wait for: O(n) store operations in all, not n² (a thousand ranks would make a million),
+    /// and n / [`MAX_BATCH`] round trips of participant 0, not n.
+    pub fn barrier(&mut self, name: &str, me: usize, n: usize, timeout: Duration) -> Result<(), StoreError> {
         if me == 0 {
-            for i in 1..n {
-                let left = timeout.saturating_sub(start.elapsed());
-                self.get(&barrier_key(name, Some(i)), left)?;
-            }
+            self.get_many(&arrivals(name, n), timeout)?;
             self.set(&barrier_key(name, None), "1")
         } else {
             self.set(&barrier_key(name, Some(me)), "1")?;
             self.get(&barrier_key(name, None), timeout).map(|_| ())
         }
+    }
+}
+
+/// A wait in milliseconds, as the protocol carries it.
+pub(super) fn millis(wait: Duration) -> u64 {
+    u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The keys participants 1..n of barrier `name` set on arrival.
+pub(super) fn arrivals(name: &str, n: usize) -> Vec<String> {
+    (1..n).map(|i| barrier_key(name, Some(i))).collect()
+}
+
+/// The values a `getmany` reply carries for `batch`: at least one, at most one per key.
+pub(super) fn batch_values(reply: Reply, batch: &[String], waited: Duration) -> Result<Vec<String>, StoreError> {
+    match (reply.ok, reply.error.as_str()) {
+        (true, _) if !reply.values.is_empty() && reply.values.len() <= batch.len() => Ok(reply.values),
+        (true, _) => Err(StoreError::Protocol(format!(
+            "{} values in the reply to a batch of {} keys",
+            reply.values.len(),
+            batch.len()
+        ))),
+        (false, "timeout") => {
+            let key = batch.get(reply.values.len()).cloned().unwrap_or_default();
+            Err(StoreError::Timeout(waited.as_secs_f64(), key))
+        }
+        (false, e) => Err(StoreError::Protocol(e.into())),
     }
 }
 

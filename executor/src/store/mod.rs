@@ -18,6 +18,11 @@
 //!
 //! Then requests `{"op":"set","key":K,"value":V}` and `{"op":"get","key":K,"timeout_ms":T}`
 //! (waits until K exists); replies `{"ok":true,"value":V}` or `{"ok":false,"error":E}`.
+//! `{"op":"getmany","keys":[K...],"timeout_ms":T}` waits for each of at most [`MAX_BATCH`]
+//! keys in turn and replies `{"ok":true,"values":[V...]}`: the values of the first keys, as many
+//! as fit in [`MAX_VALUE`] bytes (at least one), the caller asking again for the rest; a wait
+//! that runs out replies `{"ok":false,"error":"timeout","values":[...]}` with the values got.
+//! Rank 0 of a barrier or of a figure exchange reads thousands of keys in a few round trips.
 //!
 //! Bounds (the server is reachable by anything that reaches node 0): a handshake line of at
 //! most [`HANDSHAKE_LINE`] bytes within [`auth::HANDSHAKE_TIMEOUT`], a request line of at most
@@ -54,6 +59,8 @@ pub const MAX_LINE: usize = MAX_VALUE + MAX_VALUE / 2;
 pub const MAX_KEY: usize = 4096;
 /// The longest value, in bytes.
 pub const MAX_VALUE: usize = 1 << 20;
+/// The most keys one `getmany` may ask for.
+pub const MAX_BATCH: usize = 4096;
 /// The key under which node 0 publishes the run's verdict.
 pub const VERDICT_KEY: &str = "verdict";
 /// The key under which the first node that stops tells the others.
@@ -97,6 +104,7 @@ enum Request {
     Auth { nonce: String, proof: String },
     Set { key: String, value: String },
     Get { key: String, timeout_ms: u64 },
+    GetMany { keys: Vec<String>, timeout_ms: u64 },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -113,15 +121,18 @@ struct Reply {
     value: String,
     #[serde(default)]
     error: String,
+    /// A `getmany`'s values, in the order of its keys.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    values: Vec<String>,
 }
 
 impl Reply {
     fn ok(value: String) -> Reply {
-        Reply { ok: true, value, error: String::new() }
+        Reply { ok: true, value, ..Reply::default() }
     }
 
     fn err(error: impl Into<String>) -> Reply {
-        Reply { ok: false, value: String::new(), error: error.into() }
+        Reply { ok: false, error: error.into(), ..Reply::default() }
     }
 }
 

@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 
 use super::auth::{self, Secret, HANDSHAKE_TIMEOUT, NONCE_LEN, STORE_LABEL};
 use super::limits::{Bounds, KEY_OVERHEAD};
-use super::{Hello, Reply, Request, ALREADY_SET, HANDSHAKE_LINE, MAX_KEY, MAX_LINE, MAX_VALUE, WRITE_ONCE};
+use super::{Hello, Reply, Request, ALREADY_SET, HANDSHAKE_LINE, MAX_BATCH, MAX_KEY, MAX_LINE, MAX_VALUE, WRITE_ONCE};
 
 /// How long the accept loop pauses after an accept error (out of file descriptors...).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -195,34 +195,79 @@ async fn handle(state: &State, req: Request) -> Reply {
             if key.len() > MAX_KEY {
                 return Reply::err(format!("key over {MAX_KEY} bytes"));
             }
-            let wait = Duration::from_millis(timeout_ms).min(MAX_WAIT);
-            let deadline = tokio::time::Instant::now() + wait;
-            let notify = {
-                let Ok(mut d) = state.data.lock() else { return Reply::err("store poisoned") };
-                if let Some(v) = d.map.get(&key) {
-                    return Reply::ok(v.clone());
-                }
-                d.waiting.entry(key.clone()).or_default().clone()
-            };
-            loop {
-                // Interest is registered when the future is created, so a set between the look
-                // below and the wait is not missed.
-                let notified = notify.notified();
-                if let Some(v) = state.data.lock().ok().and_then(|d| d.map.get(&key).cloned()) {
-                    return Reply::ok(v);
-                }
-                if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                    if let Ok(mut d) = state.data.lock() {
-                        // The last waiter of a key never set takes its entry away.
-                        if d.waiting.get(&key).is_some_and(|n| Arc::ptr_eq(n, &notify) && Arc::strong_count(n) <= 2) {
-                            d.waiting.remove(&key);
-                        }
-                    }
-                    return Reply::err("timeout");
-                }
+            match wait_for(state, &key, deadline(timeout_ms)).await {
+                Got::Value(v) => Reply::ok(v),
+                Got::Timeout => Reply::err("timeout"),
+                Got::Poisoned => Reply::err("store poisoned"),
             }
         }
+        Request::GetMany { keys, timeout_ms } => get_many(state, keys, deadline(timeout_ms)).await,
     }
+}
+
+fn deadline(timeout_ms: u64) -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_millis(timeout_ms).min(MAX_WAIT)
+}
+
+enum Got {
+    Value(String),
+    Timeout,
+    Poisoned,
+}
+
+/// Waits until `key` is set or `deadline` passes.
+async fn wait_for(state: &State, key: &str, deadline: tokio::time::Instant) -> Got {
+    let notify = {
+        let Ok(mut d) = state.data.lock() else { return Got::Poisoned };
+        if let Some(v) = d.map.get(key) {
+            return Got::Value(v.clone());
+        }
+        d.waiting.entry(key.to_string()).or_default().clone()
+    };
+    loop {
+        // Interest is registered when the future is created, so a set between the look
+        // below and the wait is not missed.
+        let notified = notify.notified();
+        if let Some(v) = state.data.lock().ok().and_then(|d| d.map.get(key).cloned()) {
+            return Got::Value(v);
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            if let Ok(mut d) = state.data.lock() {
+                // The last waiter of a key never set takes its entry away.
+                if d.waiting.get(key).is_some_and(|n| Arc::ptr_eq(n, &notify) && Arc::strong_count(n) <= 2) {
+                    d.waiting.remove(key);
+                }
+            }
+            return Got::Timeout;
+        }
+    }
+}
+
+/// The values of `keys` in order, each waited for until `deadline`: as many as fit in
+/// [`MAX_VALUE`] bytes (at least one); the caller asks again for the rest.
+async fn get_many(state: &State, keys: Vec<String>, deadline: tokio::time::Instant) -> Reply {
+    if keys.len() > MAX_BATCH {
+        return Reply::err(format!("a batch of {} keys, over {MAX_BATCH}", keys.len()));
+    }
+    if let Some(k) = keys.iter().find(|k| k.len() > MAX_KEY) {
+        return Reply::err(format!("key of {} bytes in a batch, over {MAX_KEY}", k.len()));
+    }
+    let mut values = Vec::with_capacity(keys.len());
+    let mut bytes = 0usize;
+    for key in &keys {
+        match wait_for(state, key, deadline).await {
+            Got::Value(v) => {
+                bytes = bytes.saturating_add(v.len());
+                if bytes > MAX_VALUE && !values.is_empty() {
+                    break;
+                }
+                values.push(v);
+            }
+            Got::Timeout => return Reply { values, ..Reply::err("timeout") },
+            Got::Poisoned => return Reply::err("store poisoned"),
+        }
+    }
+    Reply { ok: true, values, ..Reply::default() }
 }
 
 fn set(state: &State, key: String, value: String) -> Reply {

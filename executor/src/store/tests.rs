@@ -284,3 +284,67 @@ fn a_run_of_5000_ranks_holds_more_connections_and_keys_than_the_old_ceilings() {
         }
     });
 }
+
+#[test]
+fn many_keys_come_back_in_order_in_batches_and_by_bytes() {
+    let (rt, addr) = test_store();
+    let mut c = StoreClient::connect(&addr, WAIT, None).unwrap();
+    // More keys than one batch holds, and values whose sum passes one reply's bytes.
+    let n = MAX_BATCH + 100;
+    let big = |k: usize| k.is_multiple_of(1000);
+    let value = |k: usize| if big(k) { "b".repeat(MAX_VALUE / 2) } else { format!("v{k}") };
+    let keys: Vec<String> = (0..n).map(|k| format!("fig/{k}")).collect();
+    // The last key arrives while rank 0 already waits.
+    for (k, key) in keys.iter().enumerate().take(n - 1) {
+        c.set(key, &value(k)).unwrap();
+    }
+    let (addr2, last) = (addr.clone(), keys[n - 1].clone());
+    let setter = std::thread::spawn(move || {
+        let mut b = StoreClient::connect(&addr2, WAIT, None).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        b.set(&last, "late").unwrap();
+    });
+    let got = c.get_many(&keys, WAIT).unwrap();
+    setter.join().unwrap();
+    assert_eq!(got.len(), n);
+    for (k, v) in got.iter().enumerate().take(n - 1) {
+        assert_eq!(*v, value(k), "key {k}");
+    }
+    assert_eq!(got[n - 1], "late");
+    // The async client reads the same.
+    let again = rt.block_on(async {
+        let mut a = AsyncStoreClient::connect(&addr, None).await?;
+        a.get_many(&keys, WAIT).await
+    });
+    assert_eq!(again.unwrap(), got);
+    // A key never set: a timeout that names it.
+    let missing = vec![keys[0].clone(), "never".to_string()];
+    let err = c.get_many(&missing, Duration::from_millis(200)).unwrap_err();
+    assert!(matches!(&err, StoreError::Timeout(_, k) if k == "never"), "{err}");
+}
+
+#[test]
+fn an_oversized_or_malformed_batch_is_refused_and_the_connection_still_serves() {
+    let (_rt, addr) = test_store();
+    let mut c = StoreClient::connect(&addr, WAIT, None).unwrap();
+    c.set("k", "v").unwrap();
+    let (mut raw, _) = Raw::connect(&addr);
+    assert_eq!(raw.auth(&auth::nonce(), b"").unwrap()["ok"], true);
+    let ask = |raw: &mut Raw, keys: Vec<String>| -> serde_json::Value {
+        raw.send(&serde_json::json!({"op": "getmany", "keys": keys, "timeout_ms": 100}).to_string());
+        serde_json::from_str(&raw.line().unwrap()).unwrap()
+    };
+    let r = ask(&mut raw, vec!["k".to_string(); MAX_BATCH + 1]);
+    assert_eq!(r["ok"], false);
+    assert!(r["error"].as_str().unwrap().contains(&format!("a batch of {} keys, over {MAX_BATCH}", MAX_BATCH + 1)));
+    let r = ask(&mut raw, vec!["k".to_string(), "x".repeat(MAX_KEY + 1)]);
+    assert_eq!(r["ok"], false);
+    assert!(r["error"].as_str().unwrap().contains(&format!("over {MAX_KEY}")), "{r}");
+    // A batch that is not a list of keys.
+    raw.send(r#"{"op":"getmany","keys":"k","timeout_ms":100}"#);
+    let r: serde_json::Value = serde_json::from_str(&raw.line().unwrap()).unwrap();
+    assert!(r["error"].as_str().unwrap().starts_with("bad request"), "{r}");
+    // The same connection still serves a batch within the bounds.
+    let r = ask(&mut raw, vec!["k".to_string(), "k".to_string()]);
+    assert_eq!(r["values"], serde_json::json!(["v", "v"]));
+}

@@ -107,10 +107,9 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     ctx.store.barrier("net/done", rank, world, BARRIER_WAIT)?;
     drop(server);
     if rank == 0 {
-        let mut rows = Vec::with_capacity(world);
-        for i in 0..world {
-            rows.push(serde_json::from_str::<Row>(&ctx.store.get(&format!("net/row/{i}"), BARRIER_WAIT)?)?);
-        }
+        let keys: Vec<String> = (0..world).map(|i| format!("net/row/{i}")).collect();
+        let rows = ctx.store.get_many(&keys, BARRIER_WAIT)?;
+        let rows = rows.iter().map(|v| serde_json::from_str::<Row>(v)).collect::<Result<Vec<_>, _>>()?;
         summarize(&mut r, &rows, &place);
     }
 
