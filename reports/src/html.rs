@@ -12,6 +12,8 @@ mod checks;
 #[cfg(test)]
 mod forged;
 mod large;
+#[cfg(test)]
+mod large_tests;
 mod sections;
 #[cfg(test)]
 mod tests;

@@ -1,11 +1,12 @@
 //! Many nodes and a busy machine: 16 and 32 loopback nodes (one CPU worker each, every node its
 //! own launcher) pass the communication checks with no finding and a probe count that grows as
-//! n·log n; eight nodes beside busy loops on every core give no finding in 20 runs.
+//! n·log n; 128 nodes pass with no finding and a report.json that grows with the ranks (sweeps
+//! summarized); eight nodes beside busy loops on every core give no finding in 20 runs.
 
 use gpusanity_testkit::common;
 
 use std::process::Child;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -60,6 +61,31 @@ fn sixteen_and_thirty_two_loopback_nodes_pass_with_probes_growing_as_n_log_n() {
         assert!(rounds <= 4.0 + 32.0, "{n} nodes: {rounds} link-test rounds");
         run.assert_nothing_left();
     }
+}
+
+/// The size CI runs (2 cores): 128 nodes of one CPU worker each, every node its own launcher.
+#[test]
+fn a_hundred_and_twenty_eight_loopback_nodes_pass_with_no_finding() {
+    let _g = serial();
+    let n = 128;
+    let run = Run::new();
+    let started = Instant::now();
+    let r = run_nodes(&run, n);
+    eprintln!("{n} loopback nodes: {:.1} s", started.elapsed().as_secs_f64());
+    assert_eq!(r["status"], "passed", "{}", r["summary"]);
+    assert!(r["findings"].as_array().unwrap().is_empty(), "{}", r["findings"]);
+    assert_eq!(r["nodes"].as_array().unwrap().len(), n);
+    assert!(r["faulty_nodes"].as_array().unwrap().is_empty());
+    // Past 64 ranks the sweeps are summarized: all-reduce keeps a few ranks' own sweeps.
+    let summary = r["sweep_summaries"].as_array().unwrap().iter().find(|s| s["check"] == "all-reduce");
+    let left_out = summary.expect("all-reduce's sweep summary")["ranks_left_out"].as_u64().unwrap();
+    assert!(left_out >= n as u64 - 8, "{left_out} sweeps left out");
+    let bytes = std::fs::metadata(run.report_dir().join("report.json")).expect("report.json").len();
+    assert!(bytes < 1_000_000, "report.json of {bytes} bytes at {n} nodes");
+    let page = std::fs::metadata(run.report_dir().join("report.html")).expect("report.html").len();
+    // Most of it the link test's node × node map (drawn up to 512 nodes): 2.4 MB at 128.
+    assert!(page < 4_000_000, "report.html of {page} bytes at {n} nodes");
+    run.assert_nothing_left();
 }
 
 /// Busy loops on every core, ended when dropped: a failing assertion must not leave them

@@ -4,7 +4,7 @@
 
 use gpusanity_common::expected::{Conditions, Expected};
 use gpusanity_common::registry::CheckId;
-use gpusanity_common::report::{CheckDetail, CheckReport, CheckStatus, Report, Severity};
+use gpusanity_common::report::{CheckDetail, CheckReport, CheckStatus, RankResult, Report, Severity, SweepPoint};
 use gpusanity_common::stats::median;
 
 use crate::columns::{charted, columns, status_word};
@@ -102,7 +102,15 @@ pub fn check_view(report: &Report, index: usize, c: &CheckReport) -> CheckView {
         } else {
             bars(report, c)
         },
-        lines: sweep_chart(c).into_iter().chain(loss_chart(c)).collect(),
+        lines: if large {
+            let flagged = |i: usize| rank_class(report, c.name, c.ranks[i].rank) != "ok";
+            super::large::sweep_band(report, c, flagged, sweep_series)
+                .into_iter()
+                .chain(super::large::loss_band(c, flagged, loss_series))
+                .collect()
+        } else {
+            sweep_chart(c).into_iter().chain(loss_chart(c)).collect()
+        },
         heat: connectivity_maps(report, c),
         notes: if large { super::large::grouped_notes(c) } else { notes(c) },
         fleet,
@@ -217,44 +225,48 @@ fn bars(report: &Report, c: &CheckReport) -> Vec<BarChart> {
 
 /// Bus bandwidth (and algorithm bandwidth where it differs) against message size, per rank.
 fn sweep_chart(c: &CheckReport) -> Option<LineChart> {
-    let mut series = Vec::new();
-    for r in c.ranks.iter().filter(|r| !r.sweep.is_empty()) {
-        let point = |f: fn(&gpusanity_common::report::SweepPoint) -> f64| -> Vec<(f64, f64)> {
-            r.sweep.iter().map(|p| (p.bytes as f64, f(p))).collect()
-        };
+    let series: Vec<Series> = c.ranks.iter().flat_map(sweep_series).collect();
+    svg::line_chart(&format!("{}: bandwidth vs message size", c.name), "message size", "GB/s", &series, true)
+}
+
+/// One rank's bus bandwidth and, where it differs, algorithm bandwidth against message size.
+fn sweep_series(r: &RankResult) -> Vec<Series> {
+    if r.sweep.is_empty() {
+        return Vec::new();
+    }
+    let point =
+        |f: fn(&SweepPoint) -> f64| -> Vec<(f64, f64)> { r.sweep.iter().map(|p| (p.bytes as f64, f(p))).collect() };
+    let mut series = vec![Series {
+        name: format!("rank {} busbw", r.rank),
+        points: point(|p| p.busbw_gbps),
+        dashed: false,
+        colour: r.rank,
+    }];
+    if r.sweep.iter().any(|p| p.algbw_gbps != p.busbw_gbps) {
         series.push(Series {
-            name: format!("rank {} busbw", r.rank),
-            points: point(|p| p.busbw_gbps),
-            dashed: false,
+            name: format!("rank {} algbw", r.rank),
+            points: point(|p| p.algbw_gbps),
+            dashed: true,
             colour: r.rank,
         });
-        if r.sweep.iter().any(|p| p.algbw_gbps != p.busbw_gbps) {
-            series.push(Series {
-                name: format!("rank {} algbw", r.rank),
-                points: point(|p| p.algbw_gbps),
-                dashed: true,
-                colour: r.rank,
-            });
-        }
     }
-    svg::line_chart(&format!("{}: bandwidth vs message size", c.name), "message size", "GB/s", &series, true)
+    series
 }
 
 /// The training loss of every step, per rank (from the rank's model detail; a step whose loss
 /// is not a finite number has no point).
 fn loss_chart(c: &CheckReport) -> Option<LineChart> {
-    let series: Vec<Series> = c
-        .ranks
-        .iter()
-        .filter_map(|r| {
-            let Some(CheckDetail::Model { losses, .. }) = &r.detail else {
-                return None;
-            };
-            let points = losses.iter().enumerate().filter_map(|(i, l)| l.map(|v| ((i + 1) as f64, v))).collect();
-            Some(Series { name: format!("rank {}", r.rank), points, dashed: false, colour: r.rank })
-        })
-        .collect();
+    let series: Vec<Series> = c.ranks.iter().filter_map(loss_series).collect();
     svg::line_chart(&format!("{}: training loss", c.name), "step", "loss", &series, false)
+}
+
+/// One rank's loss against step, when it trained a model.
+fn loss_series(r: &RankResult) -> Option<Series> {
+    let Some(CheckDetail::Model { losses, .. }) = &r.detail else {
+        return None;
+    };
+    let points = losses.iter().enumerate().filter_map(|(i, l)| l.map(|v| ((i + 1) as f64, v))).collect();
+    Some(Series { name: format!("rank {}", r.rank), points, dashed: false, colour: r.rank })
 }
 
 /// The node labels of the heat maps: `node0 (host)`.

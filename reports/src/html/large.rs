@@ -4,14 +4,16 @@
 //! of min / median / max over every rank; histograms of ranks per value replace the per-rank
 //! bar charts; notes are listed once per distinct value with the number of ranks that wrote
 //! it. The node table puts the faulty and suspect nodes first, and the run facts list nodes,
-//! not ranks.
+//! not ranks. The line charts (bandwidth against message size, training loss) draw a
+//! min / median / max band over every rank and the own lines of the flagged ranks only: one
+//! line per rank was most of a 2,048-node page (45 MB, 27 s to load).
 
 use std::collections::BTreeMap;
 
-use gpusanity_common::report::{CheckReport, CheckStatus, NodeHealth, NodeVerdict, Report};
+use gpusanity_common::report::{CheckDetail, CheckReport, CheckStatus, NodeHealth, NodeVerdict, RankResult, Report};
 
 use crate::columns::charted;
-use crate::svg::{self, BarChart, BarInput};
+use crate::svg::{self, BarChart, BarInput, LineChart, Series};
 
 /// Past this many nodes a page shows summaries instead of every rank (the heat maps stop
 /// at the same size).
@@ -27,12 +29,15 @@ pub fn is_large(report: &Report) -> bool {
     report.nodes.len() > LARGE_NODES
 }
 
+/// Whether rank index `i` of `c` is an outlier: `flagged` (a finding names it) or it did not pass.
+fn outlier(c: &CheckReport, i: usize, flagged: &impl Fn(usize) -> bool) -> bool {
+    flagged(i) || !matches!(c.ranks[i].status, CheckStatus::Passed | CheckStatus::NotApplicable)
+}
+
 /// Indexes into `c.ranks` of the rows to list: `flagged` ones (in rank order), then the
 /// [`LOWEST`] others by the metric `key`.
 pub fn rows_to_list(c: &CheckReport, key: Option<&str>, flagged: impl Fn(usize) -> bool) -> Vec<usize> {
-    let mut out: Vec<usize> = (0..c.ranks.len())
-        .filter(|&i| flagged(i) || !matches!(c.ranks[i].status, CheckStatus::Passed | CheckStatus::NotApplicable))
-        .collect();
+    let mut out: Vec<usize> = (0..c.ranks.len()).filter(|&i| outlier(c, i, &flagged)).collect();
     if let Some(key) = key {
         let mut rest: Vec<(f64, usize)> = (0..c.ranks.len())
             .filter(|i| !out.contains(i))
@@ -55,6 +60,85 @@ pub fn column_summary(c: &CheckReport, keys: &[&str]) -> Vec<String> {
             }
             v.sort_by(f64::total_cmp);
             format!("{} / {} / {}", svg::fmt_num(v[0]), svg::fmt_num(v[v.len() / 2]), svg::fmt_num(v[v.len() - 1]))
+        })
+        .collect()
+}
+
+/// Bandwidth against message size: the band over every rank (the report's sweep summary of
+/// the check, or computed from the ranks' sweeps when it has none), then the sweep of every
+/// outlier rank (flagged, not passed, or with wrong elements) that the report kept.
+pub fn sweep_band(
+    report: &Report,
+    c: &CheckReport,
+    flagged: impl Fn(usize) -> bool,
+    rank_series: impl Fn(&RankResult) -> Vec<Series>,
+) -> Option<LineChart> {
+    let band: Vec<(f64, [f64; 3], usize)> = match report.sweep_summaries.iter().find(|s| s.check == c.name) {
+        Some(s) => s
+            .points
+            .iter()
+            .map(|p| (p.bytes as f64, [p.busbw_gbps_min, p.busbw_gbps_median, p.busbw_gbps_max], p.ranks))
+            .collect(),
+        None => spread(c.ranks.iter().flat_map(|r| r.sweep.iter().map(|p| (p.bytes as f64, p.busbw_gbps)))),
+    };
+    let mut series = band_series(&band, "busbw");
+    for (i, r) in c.ranks.iter().enumerate() {
+        if outlier(c, i, &flagged) || r.sweep.iter().any(|p| p.wrong > 0) {
+            series.extend(rank_series(r));
+        }
+    }
+    svg::line_chart(&format!("{}: bandwidth vs message size", c.name), "message size", "GB/s", &series, true)
+}
+
+/// The training loss: the band over every rank at each step, then the losses of the outliers.
+pub fn loss_band(
+    c: &CheckReport,
+    flagged: impl Fn(usize) -> bool,
+    rank_series: impl Fn(&RankResult) -> Option<Series>,
+) -> Option<LineChart> {
+    fn losses(r: &RankResult) -> &[Option<f64>] {
+        match &r.detail {
+            Some(CheckDetail::Model { losses, .. }) => losses,
+            _ => &[],
+        }
+    }
+    let band = spread(
+        c.ranks.iter().flat_map(|r| losses(r).iter().enumerate().filter_map(|(i, l)| l.map(|v| ((i + 1) as f64, v)))),
+    );
+    let mut series = band_series(&band, "loss");
+    series.extend((0..c.ranks.len()).filter(|&i| outlier(c, i, &flagged)).filter_map(|i| rank_series(&c.ranks[i])));
+    svg::line_chart(&format!("{}: training loss", c.name), "step", "loss", &series, false)
+}
+
+/// min / median / max of the finite y values at each x, and how many there were.
+fn spread(points: impl Iterator<Item = (f64, f64)>) -> Vec<(f64, [f64; 3], usize)> {
+    let mut by_x: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+    for (x, y) in points.filter(|(x, y)| x.is_finite() && y.is_finite()) {
+        // f64 bits keep the order of non-negative x (sizes and steps).
+        by_x.entry(x.to_bits()).or_default().push(y);
+    }
+    by_x.into_iter()
+        .map(|(x, mut v)| {
+            v.sort_by(f64::total_cmp);
+            (f64::from_bits(x), [v[0], v[v.len() / 2], v[v.len() - 1]], v.len())
+        })
+        .collect()
+}
+
+/// The band as three series: min and max dashed, the median solid, in one colour.
+fn band_series(band: &[(f64, [f64; 3], usize)], what: &str) -> Vec<Series> {
+    if band.is_empty() {
+        return Vec::new();
+    }
+    let ranks = band.iter().map(|b| b.2).max().unwrap_or(0);
+    ["min", "median", "max"]
+        .iter()
+        .enumerate()
+        .map(|(k, name)| Series {
+            name: format!("{name} {what}, {ranks} ranks"),
+            points: band.iter().map(|b| (b.0, b.1[k])).collect(),
+            dashed: k != 1,
+            colour: 7,
         })
         .collect()
 }

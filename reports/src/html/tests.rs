@@ -20,7 +20,7 @@ fn check(name: &str, status: CheckStatus, config: serde_json::Value, ranks: Vec<
     CheckReport { name: name.parse().expect("a check's name"), status, duration_s: 1.5, config, ranks }
 }
 
-fn sweep(scale: f64) -> Vec<SweepPoint> {
+pub(super) fn sweep(scale: f64) -> Vec<SweepPoint> {
     [4096u64, 16384, 65536]
         .iter()
         .enumerate()
@@ -35,7 +35,7 @@ fn sweep(scale: f64) -> Vec<SweepPoint> {
 }
 
 /// Two nodes of two H200s each; rank 3 (node 1, gpu-b) is slow in gemm.
-fn report(host_b: &str) -> Report {
+pub(super) fn report(host_b: &str) -> Report {
     let ranks: Vec<RankInfo> = (0..4)
         .map(|r| RankInfo {
             rank: r,
@@ -141,7 +141,7 @@ fn report(host_b: &str) -> Report {
     }
 }
 
-fn page(r: &Report, ctx: &RunContext) -> String {
+pub(super) fn page(r: &Report, ctx: &RunContext) -> String {
     run_page(r, ctx).expect("renders")
 }
 
