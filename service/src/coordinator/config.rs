@@ -24,11 +24,14 @@ pub struct CoordinatorConfig {
 }
 
 /// Whether node 0 of every run the service starts judges its figures against the baselines
-/// the fleet learned (docs/fleet.md, "Judging the service's own runs").
+/// the fleet learned (docs/fleet.md, "Judging the service's own runs"). Off by default: once
+/// on, the fleet's window judges every run, so an operator turns it on when the fleet page
+/// shows baselines learned from the devices they trust (and never for a fleet of CPU test
+/// rigs, whose figures vary with whatever else the machine runs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FleetJudging {
-    /// Off: runs are judged against the static expected figures only.
+    /// Off: runs are judged against the static expected figures and their peers only.
     pub judge: bool,
     /// How often the baselines are exported again from the database, in seconds.
     pub refresh_s: f64,
@@ -36,7 +39,7 @@ pub struct FleetJudging {
 
 impl Default for FleetJudging {
     fn default() -> Self {
-        FleetJudging { judge: true, refresh_s: 60.0 }
+        FleetJudging { judge: false, refresh_s: 60.0 }
     }
 }
 
