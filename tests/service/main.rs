@@ -9,6 +9,7 @@ mod browser;
 mod chaos;
 mod faults;
 mod fleet;
+mod fleet_judging;
 mod flow;
 mod forgery;
 mod isolation;

@@ -192,7 +192,8 @@ impl BaselineFile {
         Ok(file)
     }
 
-    fn validate(&self) -> Result<(), BaselineError> {
+    /// Checks every entry (finite, positive figures; a bounded count), as [`BaselineFile::parse`] does.
+    pub fn validate(&self) -> Result<(), BaselineError> {
         if self.entries.len() > MAX_ENTRIES {
             return Err(BaselineError::TooManyEntries(self.entries.len()));
         }

@@ -45,6 +45,11 @@ pub struct Task {
     /// fail the node (`NODE_GPUS_MISSING`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<u32>,
+    /// The fleet's baselines node 0 judges the run's figures against (`--baseline`); only in
+    /// node 0's task, only when the fleet has learned one. Validated by the agent as the file
+    /// `gpusanity check --baseline` reads (older agents ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<crate::fleet::file::BaselineFile>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -92,6 +92,19 @@ impl Launch {
                 .with_context(|| format!("writing {}", path.display()))?;
             cmd.arg("--rdzv-secret-file").arg(&path);
         }
+        // The fleet's baselines, as `gpusanity baseline export` writes them: node 0 judges the
+        // run's figures against them too (a task is signed, but the file is validated as the
+        // launcher validates any: a bad one is left out, and the static floor still judges).
+        if let Some(b) = &t.baseline {
+            match b.validate().map_err(anyhow::Error::from).and_then(|()| Ok(b.to_text("fleet baselines from the service")?)) {
+                Ok(text) => {
+                    let path = dir.join("baseline.toml");
+                    write_private(&path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+                    cmd.arg("--baseline").arg(&path);
+                }
+                Err(e) => tracing::warn!(run_id = t.run_id, "the task's fleet baselines are invalid, left out: {e}"),
+            }
+        }
         // The service decided to check: no setting of the agent's own environment may skip it.
         for v in ["ENABLE_SANITY_CHECK", "SANITY_CHECK_ARGS", "GPUSANITY_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"] {
             cmd.env_remove(v);

@@ -19,6 +19,28 @@ pub struct CoordinatorConfig {
     pub report_url: String,
     /// `[coordinator.recheck]`: re-check before isolation, quarantine (docs/fleet.md).
     pub recheck: RecheckConfig,
+    /// `[coordinator.fleet]`: judging the service's own runs against the fleet's baselines.
+    pub fleet: FleetJudging,
+}
+
+/// Whether node 0 of every run the service starts judges its figures against the baselines
+/// the fleet learned (docs/fleet.md, "Judging the service's own runs"). Off by default: once
+/// on, the fleet's window judges every run, so an operator turns it on when the fleet page
+/// shows baselines learned from the devices they trust (and never for a fleet of CPU test
+/// rigs, whose figures vary with whatever else the machine runs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FleetJudging {
+    /// Off: runs are judged against the static expected figures and their peers only.
+    pub judge: bool,
+    /// How often the baselines are exported again from the database, in seconds.
+    pub refresh_s: f64,
+}
+
+impl Default for FleetJudging {
+    fn default() -> Self {
+        FleetJudging { judge: false, refresh_s: 60.0 }
+    }
 }
 
 /// When a failed run's node is isolated at once, re-checked first, or quarantined.
@@ -98,6 +120,7 @@ impl Default for CoordinatorConfig {
             deadline_grace_s: 60.0,
             report_url: "http://127.0.0.1:8088/v1/runs/{run_id}/report".into(),
             recheck: RecheckConfig::default(),
+            fleet: FleetJudging::default(),
         }
     }
 }
@@ -114,6 +137,7 @@ impl CoordinatorConfig {
             ("agent_timeout_s", self.agent_timeout_s),
             ("agent_wait_s", self.agent_wait_s),
             ("deadline_grace_s", self.deadline_grace_s),
+            ("fleet.refresh_s", self.fleet.refresh_s),
         ] {
             if !(v.is_finite() && v > 0.0 && v < 7.0 * 86400.0) {
                 return Err(format!("coordinator.{name} must be a positive number of seconds, got {v}"));

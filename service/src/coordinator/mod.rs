@@ -8,6 +8,7 @@
 //! again, so re-dispatching after a crash is harmless.
 
 mod agents;
+mod baseline;
 pub mod config;
 mod events;
 pub mod finish;
@@ -136,6 +137,8 @@ pub struct Coordinator {
     events: Option<Arc<StreamConsumer>>,
     /// Whether the agent reports can reach this replica now, and since when.
     hearing: Hearing,
+    /// The fleet's baselines node 0 of a new run judges with.
+    baseline: baseline::Baselines,
 }
 
 impl Coordinator {
@@ -161,6 +164,7 @@ impl Coordinator {
             lease_state: LeaseState::default(),
             events: None,
             hearing: Hearing::new(tokio::sync::watch::channel(None).1),
+            baseline: baseline::Baselines::default(),
         }
     }
 

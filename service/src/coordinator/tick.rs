@@ -6,6 +6,9 @@
 
 use anyhow::Result;
 
+use gpusanity_common::fleet::file::BaselineFile;
+use gpusanity_common::wire::agent::CommandBody;
+
 use super::overrun;
 use super::*;
 
@@ -15,6 +18,7 @@ impl Coordinator {
         if self.hearing.blind() {
             return Ok(());
         }
+        self.baseline.refresh(&self.db, &self.config.fleet).await;
         let hearing = &self.hearing;
         let timeout = self.config.agent_timeout();
         let wait = self.config.agent_wait();
@@ -59,7 +63,11 @@ impl Coordinator {
                         if let Some(s) = self.agents.live(&names[0], timeout, hearing) {
                             a.assigned.insert(0, s.agent_id.clone());
                         }
-                        sends.push(task(a, 0, None));
+                        let mut first = task(a, 0, None);
+                        if let (CommandBody::Task(t), Some(b)) = (&mut first.body, &self.baseline.file) {
+                            t.baseline = Some(BaselineFile::clone(b.as_ref()));
+                        }
+                        sends.push(first);
                         a.phase = Phase::WaitMaster;
                         a.since = Instant::now();
                     } else if hearing.silence(a.since) > wait {
