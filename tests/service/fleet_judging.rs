@@ -20,7 +20,9 @@ const GEMM: &str = "--micro-benchmarks=gemm";
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn verdict(out: &mut Reader, job: &str) -> Value {
-    out.wait_for(LIMIT, "a verdict", |v| v["job_id"] == job && (v["type"] == "CheckFailed" || v["type"] == "CheckPassed"))
+    out.wait_for(LIMIT, "a verdict", |v| {
+        v["job_id"] == job && (v["type"] == "CheckFailed" || v["type"] == "CheckPassed")
+    })
 }
 
 fn report(w: &World, job: &str) -> Value {
@@ -30,7 +32,10 @@ fn report(w: &World, job: &str) -> Value {
 }
 
 fn codes(r: &Value) -> Vec<String> {
-    r["findings"].as_array().map(|f| f.iter().map(|f| f["code"].as_str().unwrap_or("").to_string()).collect()).unwrap_or_default()
+    r["findings"]
+        .as_array()
+        .map(|f| f.iter().map(|f| f["code"].as_str().unwrap_or("").to_string()).collect())
+        .unwrap_or_default()
 }
 
 #[test]
@@ -42,8 +47,10 @@ fn a_run_is_judged_against_the_fleets_baseline_once_the_fleet_has_learned_one() 
     let v = verdict(&mut out, "fj-1");
     assert_eq!(v["type"], "CheckPassed", "{v:#}\n{}", w.log("serve"));
     assert!(!codes(&report(&w, "fj-1")).contains(&"BELOW_FLEET".to_string()));
-    let learned = w.sql("SELECT fkey || '|' || CAST(value AS TEXT) FROM fleet_samples WHERE run_id IN \
-                         (SELECT run_id FROM runs WHERE job_id = 'fj-1')");
+    let learned = w.sql(
+        "SELECT fkey || '|' || CAST(value AS TEXT) FROM fleet_samples WHERE run_id IN \
+                         (SELECT run_id FROM runs WHERE job_id = 'fj-1')",
+    );
     assert_eq!(learned.len(), 2, "one GEMM figure per rank: {learned:?}");
     let (key, _) = learned[0].rsplit_once('|').expect("key|value");
     let best = learned.iter().filter_map(|l| l.rsplit_once('|')?.1.parse::<f64>().ok()).fold(0.0, f64::max);
@@ -66,7 +73,8 @@ fn a_run_is_judged_against_the_fleets_baseline_once_the_fleet_has_learned_one() 
     let v = verdict(&mut out, "fj-2");
     assert_eq!(v["type"], "CheckFailed", "{v:#}\n{}", w.log("serve"));
     let r = report(&w, "fj-2");
-    let below: Vec<&Value> = r["findings"].as_array().into_iter().flatten().filter(|f| f["code"] == "BELOW_FLEET").collect();
+    let below: Vec<&Value> =
+        r["findings"].as_array().into_iter().flatten().filter(|f| f["code"] == "BELOW_FLEET").collect();
     assert!(!below.is_empty(), "{:#}", r["findings"]);
     assert!(below.iter().all(|f| f["check"] == "gemm"), "{below:#?}");
     // Each judged rank names the baseline it was judged against: the 40 seeded figures and the

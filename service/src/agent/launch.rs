@@ -96,7 +96,11 @@ impl Launch {
         // run's figures against them too (a task is signed, but the file is validated as the
         // launcher validates any: a bad one is left out, and the static floor still judges).
         if let Some(b) = &t.baseline {
-            match b.validate().map_err(anyhow::Error::from).and_then(|()| Ok(b.to_text("fleet baselines from the service")?)) {
+            match b
+                .validate()
+                .map_err(anyhow::Error::from)
+                .and_then(|()| Ok(b.to_text("fleet baselines from the service")?))
+            {
                 Ok(text) => {
                     let path = dir.join("baseline.toml");
                     write_private(&path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;

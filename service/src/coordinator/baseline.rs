@@ -49,7 +49,9 @@ impl Baselines {
                 self.file = (n > 0).then(|| Arc::new(file));
             }
             Ok(Err(e)) => tracing::warn!("exporting the fleet's baselines: {e}; keeping the last export"),
-            Err(_) => tracing::warn!("exporting the fleet's baselines took over {EXPORT_WAIT:?}; keeping the last export"),
+            Err(_) => {
+                tracing::warn!("exporting the fleet's baselines took over {EXPORT_WAIT:?}; keeping the last export")
+            }
         }
     }
 }
