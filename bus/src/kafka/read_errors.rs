@@ -55,7 +55,8 @@ impl ReadErrors {
     }
 
     /// Errors in the current spell (0 when none).
-    pub fn in_spell(&self) -> u64 {
+    #[cfg(test)]
+    fn in_spell(&self) -> u64 {
         self.spell.map_or(0, |(_, n)| n)
     }
 }

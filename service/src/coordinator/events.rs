@@ -20,6 +20,7 @@ impl Coordinator {
         events: Arc<StreamConsumer>,
     ) -> Result<()> {
         self.events = Some(events);
+        self.baseline = super::baseline::spawn(self.db.clone(), &self.config.fleet);
         self.hearing = super::hearing::Hearing::new(super::hearing::spawn_probe(
             reports.clone(),
             self.topics.agent_reports.clone(),

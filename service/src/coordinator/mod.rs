@@ -137,8 +137,8 @@ pub struct Coordinator {
     events: Option<Arc<StreamConsumer>>,
     /// Whether the agent reports can reach this replica now, and since when.
     hearing: Hearing,
-    /// The fleet's baselines node 0 of a new run judges with.
-    baseline: baseline::Baselines,
+    /// The fleet's baselines node 0 of a new run judges with (set when the loop starts).
+    baseline: baseline::Latest,
 }
 
 impl Coordinator {
@@ -164,7 +164,7 @@ impl Coordinator {
             lease_state: LeaseState::default(),
             events: None,
             hearing: Hearing::new(tokio::sync::watch::channel(None).1),
-            baseline: baseline::Baselines::default(),
+            baseline: tokio::sync::watch::channel(None).1,
         }
     }
 

@@ -18,7 +18,7 @@ impl Coordinator {
         if self.hearing.blind() {
             return Ok(());
         }
-        self.baseline.refresh(&self.db, &self.config.fleet).await;
+        let baseline = self.baseline.borrow().clone();
         let hearing = &self.hearing;
         let timeout = self.config.agent_timeout();
         let wait = self.config.agent_wait();
@@ -64,7 +64,7 @@ impl Coordinator {
                             a.assigned.insert(0, s.agent_id.clone());
                         }
                         let mut first = task(a, 0, None);
-                        if let (CommandBody::Task(t), Some(b)) = (&mut first.body, &self.baseline.file) {
+                        if let (CommandBody::Task(t), Some(b)) = (&mut first.body, &baseline) {
                             t.baseline = Some(BaselineFile::clone(b.as_ref()));
                         }
                         sends.push(first);
