@@ -388,13 +388,9 @@ fn list(json: bool) -> ExitCode {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return ExitCode::Passed;
     }
-    println!("{:<27} {:<6} {:<10} {:>13} {:>8}  finds", "check", "group", "status", "reference est", "our est");
+    println!("{:<27} {:<6} {:>13} {:>8}  finds", "check", "group", "reference est", "our est");
     for c in &checks {
-        let status = if c.available { "available" } else { "planned" };
-        println!(
-            "{:<27} {:<6} {:<10} {:>12}s {:>7}s  {}",
-            c.id, c.group, status, c.reference_estimate_s, c.estimate_s, c.description
-        );
+        println!("{:<27} {:<6} {:>12}s {:>7}s  {}", c.id, c.group, c.reference_estimate_s, c.estimate_s, c.description);
     }
     println!("\ndefault configuration (override with --check-param CHECK.KEY=VALUE):");
     for (name, kind) in [("cuda", DeviceKind::Cuda), ("cpu", DeviceKind::Cpu)] {

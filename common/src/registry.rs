@@ -53,7 +53,7 @@ macro_rules! check_ids {
         #[macro_export]
         #[doc(hidden)]
         macro_rules! __for_each_check {
-            ($m:ident) => { $m! { $($id => $module,)+ } };
+            ($m:ident) => { $m! { $($id = $name => $module,)+ } };
         }
         pub use __for_each_check as for_each_check;
     };

@@ -70,8 +70,6 @@ pub enum SettingsError {
     BadValue { option: String, value: String, expected: String },
     #[error("unknown check `{name}` in {option} (known {group} checks: {known})")]
     UnknownCheck { option: String, name: String, group: CheckGroup, known: String },
-    #[error("check `{0}` is specified but not available in this build of gpusanity yet")]
-    NotAvailable(String),
     #[error("check `{name}` is listed twice in {option}: each check runs once")]
     DuplicateCheck { option: String, name: String },
     #[error("no check selected: --micro-benchmarks and --model-benchmarks are both empty")]
@@ -183,9 +181,6 @@ impl Settings {
                 let info = id.descriptor();
                 if !info.listed || info.group != group {
                     return Err(unknown_check(option, group, id.as_str()));
-                }
-                if !info.available {
-                    return Err(SettingsError::NotAvailable(id.to_string()));
                 }
             }
         }

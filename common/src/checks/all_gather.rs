@@ -3,16 +3,26 @@
 use super::{sweep_descriptor, CheckId, ConfigAccess, Descriptor, SweepCodes};
 use crate::config::memory;
 use crate::findings::Code;
+use crate::config::sweep::SweepConfig;
+use crate::report::DeviceKind;
+
+/// This check's configuration, the field `all_gather` of [`CheckConfigs`](crate::config::CheckConfigs).
+pub type Config = SweepConfig;
+
+/// Its defaults per backend.
+pub fn defaults(device: DeviceKind) -> Config {
+    SweepConfig::defaults(device)
+}
 
 pub const DESCRIPTOR: Descriptor = sweep_descriptor(
     CheckId::AllGather,
     "communication errors/hangs; low bus bandwidth (all-gather)",
     ConfigAccess {
-        apply: |c, p| c.micro.all_gather.apply(p),
-        settle: |c| c.micro.all_gather.validate(CheckId::AllGather.as_str()),
-        to_value: |c| c.micro.all_gather.to_value(),
+        apply: |c, p| c.all_gather.apply(p),
+        settle: |c| c.all_gather.validate(CheckId::AllGather.as_str()),
+        to_value: |c| c.all_gather.to_value(),
     },
-    |c, device| memory::collective(c.micro.all_gather.max_bytes, device),
+    |c, device| memory::collective(c.all_gather.max_bytes, device),
     SweepCodes { slow: Code::AllgatherSlow, below: Code::AllgatherBelowExpected, wrong: Code::AllgatherWrongResult },
 );
 

@@ -4,12 +4,20 @@ use crate::findings::Code;
 use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult, SWEEP_COLUMNS};
 use crate::config::sweep::SweepConfig;
 use crate::config::memory;
+use crate::report::DeviceKind;
+
+/// This check's configuration, the field `all_reduce` of [`CheckConfigs`](crate::config::CheckConfigs).
+pub type Config = SweepConfig;
+
+/// Its defaults per backend.
+pub fn defaults(device: DeviceKind) -> Config {
+    SweepConfig::defaults(device)
+}
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::AllReduce,
     group: CheckGroup::Micro,
     description: "communication errors/hangs; low bus bandwidth",
-    available: true,
     listed: true,
     needs: Needs::TwoRanks,
     reference_estimate_s: 300,

@@ -3,16 +3,26 @@
 use super::{sweep_descriptor, CheckId, ConfigAccess, Descriptor, SweepCodes};
 use crate::config::memory;
 use crate::findings::Code;
+use crate::config::sweep::SweepConfig;
+use crate::report::DeviceKind;
+
+/// This check's configuration, the field `all_to_all` of [`CheckConfigs`](crate::config::CheckConfigs).
+pub type Config = SweepConfig;
+
+/// Its defaults per backend.
+pub fn defaults(device: DeviceKind) -> Config {
+    SweepConfig::defaults(device)
+}
 
 pub const DESCRIPTOR: Descriptor = sweep_descriptor(
     CheckId::AllToAll,
     "communication errors/hangs; low bus bandwidth (all-to-all)",
     ConfigAccess {
-        apply: |c, p| c.micro.all_to_all.apply(p),
-        settle: |c| c.micro.all_to_all.validate(CheckId::AllToAll.as_str()),
-        to_value: |c| c.micro.all_to_all.to_value(),
+        apply: |c, p| c.all_to_all.apply(p),
+        settle: |c| c.all_to_all.validate(CheckId::AllToAll.as_str()),
+        to_value: |c| c.all_to_all.to_value(),
     },
-    |c, device| memory::collective(c.micro.all_to_all.max_bytes, device),
+    |c, device| memory::collective(c.all_to_all.max_bytes, device),
     SweepCodes { slow: Code::AlltoallSlow, below: Code::AlltoallBelowExpected, wrong: Code::AlltoallWrongResult },
 );
 

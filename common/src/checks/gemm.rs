@@ -4,12 +4,20 @@ use crate::findings::Code;
 use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::micro::GemmConfig;
 use crate::config::memory;
+use crate::report::DeviceKind;
+
+/// This check's configuration, the field `gemm` of [`CheckConfigs`](crate::config::CheckConfigs).
+pub type Config = GemmConfig;
+
+/// Its defaults per backend.
+pub fn defaults(device: DeviceKind) -> Config {
+    GemmConfig::defaults(device)
+}
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::Gemm,
     group: CheckGroup::Micro,
     description: "faulty GPU (error, hang, wrong result); slow GPU (low TFLOPS)",
-    available: true,
     listed: true,
     needs: Needs::Nothing,
     reference_estimate_s: 60,

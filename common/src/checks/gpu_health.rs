@@ -2,21 +2,30 @@
 
 use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
 use crate::config::health::GpuHealthConfig;
+use crate::report::DeviceKind;
+
+/// This check's configuration, the field `gpu_health` of [`CheckConfigs`](crate::config::CheckConfigs).
+pub type Config = GpuHealthConfig;
+
+/// Its defaults per backend.
+pub fn defaults(device: DeviceKind) -> Config {
+    let _ = device;
+    GpuHealthConfig::default()
+}
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::GpuHealth,
     group: CheckGroup::Micro,
     description: "missing GPUs, ECC errors, row remaps, XIDs, throttling, heat, degraded PCIe and NVLink (NVML)",
-    available: true,
     listed: true,
     needs: Needs::Nothing,
     reference_estimate_s: 60,
     estimate_s: 1,
     params: GpuHealthConfig::KEYS,
     config: ConfigAccess {
-        apply: |c, p| c.micro.gpu_health.apply(p),
+        apply: |c, p| c.gpu_health.apply(p),
         settle: no_settling,
-        to_value: |c| serde_json::to_value(&c.micro.gpu_health).unwrap_or_default(),
+        to_value: |c| serde_json::to_value(&c.gpu_health).unwrap_or_default(),
     },
     memory: None,
     metric: None,

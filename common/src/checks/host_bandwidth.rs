@@ -7,24 +7,31 @@ use crate::config::bandwidth::HostBandwidthConfig;
 use crate::config::memory::Need;
 use crate::report::DeviceKind;
 
+/// This check's configuration, the field `host_bandwidth` of [`CheckConfigs`](crate::config::CheckConfigs).
+pub type Config = HostBandwidthConfig;
+
+/// Its defaults per backend.
+pub fn defaults(device: DeviceKind) -> Config {
+    HostBandwidthConfig::defaults(device)
+}
+
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::HostBandwidth,
     group: CheckGroup::Micro,
     description: "slow or wrong host-device copies (PCIe link, switch, NUMA placement)",
-    available: true,
     listed: true,
     needs: Needs::Nothing,
     reference_estimate_s: 30,
     estimate_s: 2,
     params: HostBandwidthConfig::KEYS,
     config: ConfigAccess {
-        apply: |c, p| c.micro.host_bandwidth.apply(p),
+        apply: |c, p| c.host_bandwidth.apply(p),
         settle: no_settling,
-        to_value: |c| serde_json::to_value(&c.micro.host_bandwidth).unwrap_or_default(),
+        to_value: |c| serde_json::to_value(&c.host_bandwidth).unwrap_or_default(),
     },
     memory: Some(|c, device| match device {
         // A pinned host buffer and a device buffer of the copy's size.
-        DeviceKind::Cuda => Need { device: c.micro.host_bandwidth.size, host: c.micro.host_bandwidth.size },
+        DeviceKind::Cuda => Need { device: c.host_bandwidth.size, host: c.host_bandwidth.size },
         // No device link on CPU workers: the check allocates nothing.
         DeviceKind::Cpu => Need { device: 0, host: 0 },
     }),

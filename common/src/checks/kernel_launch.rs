@@ -3,21 +3,32 @@
 use crate::findings::Code;
 use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::micro::KernelLaunchConfig;
+use crate::report::DeviceKind;
+
+/// This check's configuration, the field `kernel_launch` of [`CheckConfigs`](crate::config::CheckConfigs).
+pub type Config = KernelLaunchConfig;
+
+/// Its defaults per backend.
+pub fn defaults(device: DeviceKind) -> Config {
+    match device {
+        DeviceKind::Cuda => KernelLaunchConfig { iters: 10_000 },
+        DeviceKind::Cpu => KernelLaunchConfig { iters: 1000 },
+    }
+}
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::KernelLaunch,
     group: CheckGroup::Micro,
     description: "launch errors/hangs; slow launch latency",
-    available: true,
     listed: true,
     needs: Needs::Nothing,
     reference_estimate_s: 60,
     estimate_s: 1,
     params: KernelLaunchConfig::KEYS,
     config: ConfigAccess {
-        apply: |c, p| c.micro.kernel_launch.apply(p),
+        apply: |c, p| c.kernel_launch.apply(p),
         settle: no_settling,
-        to_value: |c| serde_json::to_value(&c.micro.kernel_launch).unwrap_or_default(),
+        to_value: |c| serde_json::to_value(&c.kernel_launch).unwrap_or_default(),
     },
     memory: None,
     metric: Some(Metric {

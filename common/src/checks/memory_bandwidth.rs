@@ -6,24 +6,31 @@ use crate::config::bandwidth::MemoryBandwidthConfig;
 use crate::config::memory::{self, Need};
 use crate::report::DeviceKind;
 
+/// This check's configuration, the field `memory_bandwidth` of [`CheckConfigs`](crate::config::CheckConfigs).
+pub type Config = MemoryBandwidthConfig;
+
+/// Its defaults per backend.
+pub fn defaults(device: DeviceKind) -> Config {
+    MemoryBandwidthConfig::defaults(device)
+}
+
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::MemoryBandwidth,
     group: CheckGroup::Micro,
     description: "device memory that copies wrongly or slowly (HBM bandwidth; host memory on CPU)",
-    available: true,
     listed: true,
     needs: Needs::Nothing,
     reference_estimate_s: 30,
     estimate_s: 2,
     params: MemoryBandwidthConfig::KEYS,
     config: ConfigAccess {
-        apply: |c, p| c.micro.memory_bandwidth.apply(p),
+        apply: |c, p| c.memory_bandwidth.apply(p),
         settle: no_settling,
-        to_value: |c| serde_json::to_value(&c.micro.memory_bandwidth).unwrap_or_default(),
+        to_value: |c| serde_json::to_value(&c.memory_bandwidth).unwrap_or_default(),
     },
     memory: Some(|c, device| {
         // Source and destination; the verification reads back only a few words.
-        let both = memory::mul(&[2, c.micro.memory_bandwidth.size]);
+        let both = memory::mul(&[2, c.memory_bandwidth.size]);
         match device {
             DeviceKind::Cuda => Need { device: both, host: 0 },
             DeviceKind::Cpu => Need { device: 0, host: both },

@@ -2,8 +2,9 @@
 //! in one place per check (one file each), looked up by [`CheckId`]:
 //!
 //! - what it finds, its group, whether this build runs it, its estimated durations;
-//! - its `--check-param` fields and how they apply to its typed configuration (the types and
-//!   their per-backend defaults are in [`crate::config`]), and its configuration as reported;
+//! - its configuration (`Config`, a field of [`CheckConfigs`]) and its defaults per backend
+//!   (`defaults`), its `--check-param` fields and how they apply to it, and its configuration as
+//!   reported;
 //! - its headline metric (judged against the peers and the expected figures), its
 //!   wrong-result code, its report columns.
 //!
@@ -34,7 +35,7 @@ macro_rules! check_codes {
 
 /// One descriptor module per check, named in [`crate::registry`]'s list of checks.
 macro_rules! descriptor_modules {
-    ($($id:ident => $module:ident,)+) => {
+    ($($id:ident = $name:literal => $module:ident,)+) => {
         $(pub mod $module;)+
 
         impl CheckId {
@@ -154,15 +155,14 @@ pub struct Descriptor {
     pub group: CheckGroup,
     /// What a failure of this check finds.
     pub description: &'static str,
-    /// Whether this build of gpusanity runs it.
-    pub available: bool,
     /// Whether users select it (`gpusanity list` shows it); the link test is added by the
     /// launcher instead.
     #[serde(skip)]
     pub listed: bool,
     /// The topology it needs to measure anything.
     pub needs: Needs,
-    /// The reference estimate for 2 machines, in seconds.
+    /// The duration the product's specification estimates for it on 2 machines, in seconds
+    /// (GEMM 1 min, each collective 5 min, ...): the yardstick `estimate_s` is measured against.
     pub reference_estimate_s: u32,
     /// Our own estimate on 2 H200 GPUs with the default configuration, in seconds.
     pub estimate_s: u32,
@@ -241,7 +241,6 @@ const fn sweep_descriptor(
         id,
         group: CheckGroup::Micro,
         description,
-        available: true,
         listed: true,
         needs: Needs::TwoRanks,
         reference_estimate_s: 300,

@@ -4,25 +4,38 @@ use crate::findings::Code;
 use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
 use crate::config::micro::MultiAllReduceConfig;
 use crate::config::memory::{self, Need};
+use crate::report::DeviceKind;
+
+/// This check's configuration, the field `multi_all_reduce` of [`CheckConfigs`](crate::config::CheckConfigs).
+pub type Config = MultiAllReduceConfig;
+
+/// Its defaults per backend.
+pub fn defaults(device: DeviceKind) -> Config {
+    match device {
+        DeviceKind::Cuda => {
+            MultiAllReduceConfig { bytes: 256 << 20, world_streams: 2, warmup: 3, iters: 10, compare_groups: true }
+        }
+        DeviceKind::Cpu => MultiAllReduceConfig { bytes: 1 << 20, world_streams: 2, warmup: 2, iters: 5, compare_groups: false },
+    }
+}
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::MultiAllReduce,
     group: CheckGroup::Micro,
     description: "concurrent all-reduces per rail and per node: a bad rail or NIC",
-    available: true,
     listed: true,
     needs: Needs::TwoRanks,
     reference_estimate_s: 300,
     estimate_s: 4,
     params: MultiAllReduceConfig::KEYS,
     config: ConfigAccess {
-        apply: |c, p| c.micro.multi_all_reduce.apply(p),
+        apply: |c, p| c.multi_all_reduce.apply(p),
         settle: no_settling,
-        to_value: |c| serde_json::to_value(&c.micro.multi_all_reduce).unwrap_or_default(),
+        to_value: |c| serde_json::to_value(&c.multi_all_reduce).unwrap_or_default(),
     },
     memory: Some(|c, device| {
         // Every group at once: the world's streams and the two group kinds beside them.
-        let m = &c.micro.multi_all_reduce;
+        let m = &c.multi_all_reduce;
         let streams = (m.world_streams as u64).saturating_add(2);
         let one = memory::collective(m.bytes, device);
         Need { device: memory::mul(&[streams, one.device]), host: memory::mul(&[streams, one.host]) }

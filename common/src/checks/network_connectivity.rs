@@ -2,21 +2,32 @@
 
 use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
 use crate::config::micro::ConnectivityConfig;
+use crate::report::DeviceKind;
+
+/// This check's configuration, the field `network_connectivity` of [`CheckConfigs`](crate::config::CheckConfigs).
+pub type Config = ConnectivityConfig;
+
+/// Its defaults per backend.
+pub fn defaults(device: DeviceKind) -> Config {
+    match device {
+        DeviceKind::Cuda => ConnectivityConfig { timeout_ms: 5000, bytes: 1 << 20, full_matrix_nodes: 16 },
+        DeviceKind::Cpu => ConnectivityConfig { timeout_ms: 2000, bytes: 64 << 10, full_matrix_nodes: 16 },
+    }
+}
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::NetworkConnectivity,
     group: CheckGroup::Micro,
     description: "front-end and back-end reachability between every pair of nodes",
-    available: true,
     listed: true,
     needs: Needs::TwoNodes,
     reference_estimate_s: 120,
     estimate_s: 1,
     params: ConnectivityConfig::KEYS,
     config: ConfigAccess {
-        apply: |c, p| c.micro.network_connectivity.apply(p),
+        apply: |c, p| c.network_connectivity.apply(p),
         settle: no_settling,
-        to_value: |c| serde_json::to_value(&c.micro.network_connectivity).unwrap_or_default(),
+        to_value: |c| serde_json::to_value(&c.network_connectivity).unwrap_or_default(),
     },
     memory: None,
     metric: None,

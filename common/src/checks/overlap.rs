@@ -4,24 +4,35 @@ use crate::findings::Code;
 use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::micro::OverlapConfig;
 use crate::config::memory::{self, Need};
+use crate::report::DeviceKind;
+
+/// This check's configuration, the field `overlap` of [`CheckConfigs`](crate::config::CheckConfigs).
+pub type Config = OverlapConfig;
+
+/// Its defaults per backend.
+pub fn defaults(device: DeviceKind) -> Config {
+    match device {
+        DeviceKind::Cuda => OverlapConfig { gemm_size: 8192, bytes: 256 << 20, warmup: 3, iters: 20 },
+        DeviceKind::Cpu => OverlapConfig { gemm_size: 384, bytes: 1 << 20, warmup: 2, iters: 10 },
+    }
+}
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::MatmulAllReduceOverlap,
     group: CheckGroup::Micro,
     description: "errors/hangs or slow steps with GEMM and all-reduce at once",
-    available: true,
     listed: true,
     needs: Needs::TwoRanks,
     reference_estimate_s: 60,
     estimate_s: 2,
     params: OverlapConfig::KEYS,
     config: ConfigAccess {
-        apply: |c, p| c.micro.overlap.apply(p),
+        apply: |c, p| c.overlap.apply(p),
         settle: no_settling,
-        to_value: |c| serde_json::to_value(&c.micro.overlap).unwrap_or_default(),
+        to_value: |c| serde_json::to_value(&c.overlap).unwrap_or_default(),
     },
     memory: Some(|c, device| {
-        let o = &c.micro.overlap;
+        let o = &c.overlap;
         let (g, c) = (memory::gemm(o.gemm_size, device), memory::collective(o.bytes, device));
         Need { device: memory::add(&[g.device, c.device]), host: memory::add(&[g.host, c.host]) }
     }),

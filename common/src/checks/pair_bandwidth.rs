@@ -3,12 +3,22 @@
 
 use crate::findings::Code;
 use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
+use crate::config::NoConfig;
+use crate::report::DeviceKind;
+
+/// This check's configuration, the field `pair_bandwidth` of [`CheckConfigs`](crate::config::CheckConfigs).
+pub type Config = NoConfig;
+
+/// Its defaults per backend.
+pub fn defaults(device: DeviceKind) -> Config {
+    let _ = device;
+    NoConfig
+}
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::PairBandwidth,
     group: CheckGroup::Micro,
     description: "the bandwidth of node pairs: a slow node or a slow link",
-    available: true,
     listed: false,
     needs: Needs::TwoNodes,
     reference_estimate_s: 0,

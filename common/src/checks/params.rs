@@ -59,10 +59,10 @@ mod tests {
     fn micro_params_override_and_reject() {
         let mut c = CheckConfigs::defaults(DeviceKind::Cpu);
         c.apply_params(&["all-gather.max-bytes=65536".into(), "network-connectivity.timeout-ms=300".into()]).unwrap();
-        assert_eq!(c.micro.all_gather.sizes(), [4096, 16384, 65536]);
-        assert_eq!(c.micro.network_connectivity.timeout_ms, 300);
+        assert_eq!(c.all_gather.sizes(), [4096, 16384, 65536]);
+        assert_eq!(c.network_connectivity.timeout_ms, 300);
         c.apply_params(&["multi-all-reduce.world-streams=3".into(), "kernel-launch.iters=7".into()]).unwrap();
-        assert_eq!((c.micro.multi_all_reduce.world_streams, c.micro.kernel_launch.iters), (3, 7));
+        assert_eq!((c.multi_all_reduce.world_streams, c.kernel_launch.iters), (3, 7));
         assert!(c.apply_params(&["all-to-all.colour=1".into()]).is_err());
         assert!(c.apply_params(&["all-to-all.min-bytes=999999999".into()]).is_err());
         assert!(c.apply_params(&["matmul-all-reduce-overlap.iters=0".into()]).is_err());
@@ -71,12 +71,12 @@ mod tests {
     #[test]
     fn gpu_health_params_are_bounded_and_checked() {
         let mut c = CheckConfigs::defaults(DeviceKind::Cpu);
-        assert!(c.micro.gpu_health.fatal_xids.contains(&79));
+        assert!(c.gpu_health.fatal_xids.contains(&79));
         c.apply_params(&["gpu-health.expected-gpus=8".into(), "gpu-health.fatal-xids=79, 48,79".into()]).unwrap();
-        assert_eq!(c.micro.gpu_health.expected_gpus, Some(8));
-        assert_eq!(c.micro.gpu_health.fatal_xids, [48, 79]);
+        assert_eq!(c.gpu_health.expected_gpus, Some(8));
+        assert_eq!(c.gpu_health.fatal_xids, [48, 79]);
         c.apply_params(&["gpu-health.fatal-xids=none".into()]).unwrap();
-        assert!(c.micro.gpu_health.fatal_xids.is_empty());
+        assert!(c.gpu_health.fatal_xids.is_empty());
         let huge = format!("gpu-health.fatal-xids={}", vec!["1"; 5000].join(","));
         let many = format!("gpu-health.fatal-xids={}", (1..=300).map(|x| x.to_string()).collect::<Vec<_>>().join(","));
         for bad in [

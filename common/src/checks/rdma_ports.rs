@@ -3,21 +3,29 @@
 use crate::findings::Code;
 use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
 use crate::config::bandwidth::RdmaPortsConfig;
+use crate::report::DeviceKind;
+
+/// This check's configuration, the field `rdma_ports` of [`CheckConfigs`](crate::config::CheckConfigs).
+pub type Config = RdmaPortsConfig;
+
+/// Its defaults per backend.
+pub fn defaults(device: DeviceKind) -> Config {
+    RdmaPortsConfig::defaults(device)
+}
 
 pub const DESCRIPTOR: Descriptor = Descriptor {
     id: CheckId::RdmaPorts,
     group: CheckGroup::Micro,
     description: "RDMA ports down, slow, flapping or counting errors",
-    available: true,
     listed: true,
     needs: Needs::Nothing,
     reference_estimate_s: 10,
     estimate_s: 1,
     params: RdmaPortsConfig::KEYS,
     config: ConfigAccess {
-        apply: |c, p| c.micro.rdma_ports.apply(p),
+        apply: |c, p| c.rdma_ports.apply(p),
         settle: no_settling,
-        to_value: |c| serde_json::to_value(&c.micro.rdma_ports).unwrap_or_default(),
+        to_value: |c| serde_json::to_value(&c.rdma_ports).unwrap_or_default(),
     },
     memory: None,
     metric: None,

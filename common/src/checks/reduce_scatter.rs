@@ -4,16 +4,26 @@
 use super::{sweep_descriptor, CheckId, ConfigAccess, Descriptor, SweepCodes};
 use crate::config::memory;
 use crate::findings::Code;
+use crate::config::sweep::SweepConfig;
+use crate::report::DeviceKind;
+
+/// This check's configuration, the field `reduce_scatter` of [`CheckConfigs`](crate::config::CheckConfigs).
+pub type Config = SweepConfig;
+
+/// Its defaults per backend.
+pub fn defaults(device: DeviceKind) -> Config {
+    SweepConfig::defaults(device)
+}
 
 pub const DESCRIPTOR: Descriptor = sweep_descriptor(
     CheckId::ReduceScatter,
     "communication errors/hangs; low bus bandwidth (reduce-scatter)",
     ConfigAccess {
-        apply: |c, p| c.micro.reduce_scatter.apply(p),
-        settle: |c| c.micro.reduce_scatter.validate(CheckId::ReduceScatter.as_str()),
-        to_value: |c| c.micro.reduce_scatter.to_value(),
+        apply: |c, p| c.reduce_scatter.apply(p),
+        settle: |c| c.reduce_scatter.validate(CheckId::ReduceScatter.as_str()),
+        to_value: |c| c.reduce_scatter.to_value(),
     },
-    |c, device| memory::collective(c.micro.reduce_scatter.max_bytes, device),
+    |c, device| memory::collective(c.reduce_scatter.max_bytes, device),
     SweepCodes { slow: Code::ReducescatterSlow, below: Code::ReducescatterBelowExpected, wrong: Code::ReducescatterWrongResult },
 );
 

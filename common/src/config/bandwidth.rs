@@ -144,7 +144,7 @@ mod tests {
     fn sizes_are_bounded_whole_words_and_hostile_values_are_refused() {
         let mut c = CheckConfigs::defaults(DeviceKind::Cpu);
         c.apply_params(&["memory-bandwidth.size=1048576".into(), "host-bandwidth.size=4096".into()]).unwrap();
-        assert_eq!((c.micro.memory_bandwidth.size, c.micro.host_bandwidth.size), (1 << 20, 4096));
+        assert_eq!((c.memory_bandwidth.size, c.host_bandwidth.size), (1 << 20, 4096));
         for bad in [
             "memory-bandwidth.size=18446744073709551615",
             "memory-bandwidth.size=18446744073709551616",
@@ -163,6 +163,6 @@ mod tests {
             assert!(c.apply_params(&[bad.into()]).is_err(), "{bad}");
         }
         c.apply_params(&["rdma-ports.expected-rate-gbps=400".into(), "rdma-ports.window-ms=10".into()]).unwrap();
-        assert_eq!((c.micro.rdma_ports.expected_rate_gbps, c.micro.rdma_ports.window_ms), (Some(400), 10));
+        assert_eq!((c.rdma_ports.expected_rate_gbps, c.rdma_ports.window_ms), (Some(400), 10));
     }
 }

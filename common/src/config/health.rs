@@ -180,7 +180,7 @@ mod tests {
     fn apply(param: &str) -> Result<super::GpuHealthConfig, String> {
         let mut c = CheckConfigs::defaults(DeviceKind::Cuda);
         c.apply_params(&[param.to_string()]).map_err(|e| e.to_string())?;
-        Ok(c.micro.gpu_health)
+        Ok(c.gpu_health)
     }
 
     #[test]

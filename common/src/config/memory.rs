@@ -97,17 +97,17 @@ mod tests {
         assert_eq!(gib(3 << 30), "3.0 GiB");
         let mb = need(&c, CheckId::MemoryBandwidth, DeviceKind::Cuda).unwrap();
         assert_eq!(mb, Need { device: 8 << 30, host: 0 });
-        c.micro.memory_bandwidth.size = u64::MAX / 2 + 1;
+        c.memory_bandwidth.size = u64::MAX / 2 + 1;
         assert_eq!(need(&c, CheckId::MemoryBandwidth, DeviceKind::Cpu).unwrap().host, u64::MAX);
         let hb = need(&c, CheckId::HostBandwidth, DeviceKind::Cuda).unwrap();
         assert_eq!(hb, Need { device: 256 << 20, host: 256 << 20 });
         assert_eq!(need(&c, CheckId::RdmaPorts, DeviceKind::Cuda), None);
         // The collective sweeps take their largest message, each from its own configuration.
-        c.micro.reduce_scatter.max_bytes = 1 << 20;
+        c.reduce_scatter.max_bytes = 1 << 20;
         let rs = need(&c, CheckId::ReduceScatter, DeviceKind::Cpu).unwrap();
         assert_eq!(rs, Need { device: 0, host: 3 << 20 });
         assert_ne!(need(&c, CheckId::AllGather, DeviceKind::Cpu), Some(rs));
-        c.micro.multi_all_reduce.world_streams = usize::MAX;
+        c.multi_all_reduce.world_streams = usize::MAX;
         assert_eq!(need(&c, CheckId::MultiAllReduce, DeviceKind::Cuda).unwrap().device, u64::MAX);
     }
 

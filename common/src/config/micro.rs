@@ -1,11 +1,8 @@
-//! Typed configurations of the micro-benchmarks other than the collective sweeps, their
-//! defaults per backend and their `--check-param` fields.
+//! Typed configurations of gemm and the micro-benchmarks other than the collective sweeps and
+//! their `--check-param` fields; their defaults per backend are in their descriptors.
 
 use serde::{Deserialize, Serialize};
 
-use super::bandwidth::{HostBandwidthConfig, MemoryBandwidthConfig, RdmaPortsConfig};
-use super::health::GpuHealthConfig;
-use super::sweep::SweepConfig;
 use super::{Param, ParamError};
 use crate::report::DeviceKind;
 
@@ -149,71 +146,5 @@ impl KernelLaunchConfig {
             _ => return Ok(false),
         }
         Ok(true)
-    }
-}
-
-/// The micro-benchmarks of [`super::CheckConfigs`] beyond gemm and all-reduce (flattened
-/// into it in the report).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MicroConfigs {
-    pub all_gather: SweepConfig,
-    pub reduce_scatter: SweepConfig,
-    pub all_to_all: SweepConfig,
-    pub multi_all_reduce: MultiAllReduceConfig,
-    pub network_connectivity: ConnectivityConfig,
-    pub overlap: OverlapConfig,
-    pub kernel_launch: KernelLaunchConfig,
-    #[serde(default)]
-    pub gpu_health: GpuHealthConfig,
-    pub memory_bandwidth: MemoryBandwidthConfig,
-    #[serde(default)]
-    pub host_bandwidth: HostBandwidthConfig,
-    #[serde(default)]
-    pub rdma_ports: RdmaPortsConfig,
-}
-
-impl MicroConfigs {
-    pub fn defaults(device: DeviceKind) -> Self {
-        let sweep = SweepConfig::defaults(device);
-        match device {
-            DeviceKind::Cuda => MicroConfigs {
-                all_gather: sweep.clone(),
-                reduce_scatter: sweep.clone(),
-                all_to_all: sweep,
-                multi_all_reduce: MultiAllReduceConfig {
-                    bytes: 256 << 20,
-                    world_streams: 2,
-                    warmup: 3,
-                    iters: 10,
-                    compare_groups: true,
-                },
-                network_connectivity: ConnectivityConfig { timeout_ms: 5000, bytes: 1 << 20, full_matrix_nodes: 16 },
-                overlap: OverlapConfig { gemm_size: 8192, bytes: 256 << 20, warmup: 3, iters: 20 },
-                kernel_launch: KernelLaunchConfig { iters: 10_000 },
-                gpu_health: GpuHealthConfig::default(),
-                memory_bandwidth: MemoryBandwidthConfig::defaults(device),
-                host_bandwidth: HostBandwidthConfig::defaults(device),
-                rdma_ports: RdmaPortsConfig::defaults(device),
-            },
-            DeviceKind::Cpu => MicroConfigs {
-                all_gather: sweep.clone(),
-                reduce_scatter: sweep.clone(),
-                all_to_all: sweep,
-                multi_all_reduce: MultiAllReduceConfig {
-                    bytes: 1 << 20,
-                    world_streams: 2,
-                    warmup: 2,
-                    iters: 5,
-                    compare_groups: false,
-                },
-                network_connectivity: ConnectivityConfig { timeout_ms: 2000, bytes: 64 << 10, full_matrix_nodes: 16 },
-                overlap: OverlapConfig { gemm_size: 384, bytes: 1 << 20, warmup: 2, iters: 10 },
-                kernel_launch: KernelLaunchConfig { iters: 1000 },
-                gpu_health: GpuHealthConfig::default(),
-                memory_bandwidth: MemoryBandwidthConfig::defaults(device),
-                host_bandwidth: HostBandwidthConfig::defaults(device),
-                rdma_ports: RdmaPortsConfig::defaults(device),
-            },
-        }
     }
 }

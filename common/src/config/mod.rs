@@ -1,7 +1,9 @@
-//! Typed configurations of the check items and their defaults per backend, one type per
-//! check family: [`sweep`] (the collective sweeps), [`micro`] (gemm and the other
-//! micro-benchmarks), [`models`] (the model checks). Each type parses its own `--check-param`
-//! fields; which check owns which fields, and the one `CheckConfigs::apply_params`, are in
+//! The configuration of a run, [`CheckConfigs`]: one field per check, declared from the list
+//! of checks, whose type and per-backend defaults its descriptor module names (`Config`,
+//! `defaults`, in [`crate::checks`]); and the types that several checks share or that are
+//! large enough for a file: [`sweep`] (the collective sweeps), [`micro`] (gemm and the other
+//! micro-benchmarks), [`models`] (the model checks), [`bandwidth`], [`health`]. Each type parses
+//! its own `--check-param` fields; the one `CheckConfigs::apply_params` is in
 //! [`crate::checks`].
 
 pub mod bandwidth;
@@ -15,9 +17,6 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::report::DeviceKind;
-use micro::{GemmConfig, MicroConfigs};
-use models::ModelConfigs;
-use sweep::SweepConfig;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ParamError {
@@ -83,23 +82,45 @@ impl Param<'_> {
     }
 }
 
-/// The configuration of every check, for one run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckConfigs {
-    pub gemm: GemmConfig,
-    pub all_reduce: SweepConfig,
-    /// A rank whose figure is below this fraction of its peers' median is named slow.
-    pub slow_fraction: f64,
-    /// Seconds without progress on any rank of a node (or without a heartbeat from one) after
-    /// which the running test is stopped as hung, well before its per-test limit.
-    #[serde(default = "default_stall_s")]
-    pub stall_s: u64,
-    /// The other micro-benchmarks.
-    #[serde(flatten)]
-    pub micro: MicroConfigs,
-    /// The model checks.
-    pub models: ModelConfigs,
+/// Declares [`CheckConfigs`] from the list of checks ([`crate::registry`]): one field per
+/// check, named after its descriptor module, of the type that module names `Config`, with that
+/// module's `defaults`; spelled by the check's name in JSON (`"all-reduce": {...}`).
+macro_rules! check_configs {
+    ($($id:ident = $name:literal => $module:ident,)+) => {
+        /// The configuration of every check, for one run, and the diagnosis's own settings.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        pub struct CheckConfigs {
+            $(
+                #[serde(rename = $name)]
+                pub $module: crate::checks::$module::Config,
+            )+
+            /// A rank whose figure is below this fraction of its peers' median is named slow.
+            pub slow_fraction: f64,
+            /// Seconds without progress on any rank of a node (or without a heartbeat from one)
+            /// after which the running test is stopped as hung, well before its per-test limit.
+            #[serde(default = "default_stall_s")]
+            pub stall_s: u64,
+        }
+
+        impl CheckConfigs {
+            pub fn defaults(device: DeviceKind) -> Self {
+                CheckConfigs {
+                    $($module: crate::checks::$module::defaults(device),)+
+                    slow_fraction: match device {
+                        DeviceKind::Cuda => 0.8,
+                        DeviceKind::Cpu => 0.5,
+                    },
+                    stall_s: DEFAULT_STALL_S,
+                }
+            }
+        }
+    };
 }
+crate::registry::for_each_check!(check_configs);
+
+/// The configuration of a check that has none (`pair-bandwidth`: the launcher sizes it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoConfig;
 
 /// The `--check-param` keys that belong to no check.
 pub const DIAGNOSIS_PARAM_KEYS: &[&str] = &["diagnosis.slow-fraction", "diagnosis.stall-s"];
@@ -115,20 +136,6 @@ fn default_stall_s() -> u64 {
 }
 
 impl CheckConfigs {
-    pub fn defaults(device: DeviceKind) -> Self {
-        CheckConfigs {
-            gemm: GemmConfig::defaults(device),
-            all_reduce: SweepConfig::defaults(device),
-            slow_fraction: match device {
-                DeviceKind::Cuda => 0.8,
-                DeviceKind::Cpu => 0.5,
-            },
-            stall_s: DEFAULT_STALL_S,
-            micro: MicroConfigs::defaults(device),
-            models: ModelConfigs::defaults(device),
-        }
-    }
-
     /// Applies a `diagnosis.KEY=VALUE` override; `Ok(false)` for a key that is not one.
     pub fn apply_diagnosis(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
         match p.key {

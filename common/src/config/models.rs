@@ -7,7 +7,6 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Param, ParamError};
-use crate::report::DeviceKind;
 
 /// The widest attention head the model checks take (dim / heads): the GPU's fused attention
 /// keeps a warp's rows of one head in registers.
@@ -59,78 +58,6 @@ pub struct ResnetCheckConfig {
     pub warmup: usize,
     pub lr: f64,
     pub min_loss_drop: f64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModelConfigs {
-    pub mini_gpt: GptCheckConfig,
-    pub megatron_gpt: GptCheckConfig,
-    pub resnet: ResnetCheckConfig,
-}
-
-impl ModelConfigs {
-    pub fn defaults(device: DeviceKind) -> Self {
-        match device {
-            DeviceKind::Cuda => {
-                let mini = GptCheckConfig {
-                    shape: GptShape { vocab: 4096, ctx: 512, layers: 12, heads: 12, dim: 768, batch: 16 },
-                    steps: 40,
-                    warmup: 5,
-                    lr: 6e-4,
-                    min_loss_drop: 0.2,
-                    tp: 1,
-                };
-                ModelConfigs {
-                    megatron_gpt: GptCheckConfig {
-                        shape: GptShape { ctx: 1024, layers: 8, heads: 16, dim: 2048, batch: 8, ..mini.shape.clone() },
-                        lr: 3e-4,
-                        tp: 0,
-                        ..mini.clone()
-                    },
-                    mini_gpt: mini,
-                    resnet: ResnetCheckConfig {
-                        image: 224,
-                        batch: 32,
-                        width: 64,
-                        blocks: vec![3, 4, 6, 3],
-                        classes: 10,
-                        steps: 20,
-                        warmup: 5,
-                        // At 2e-3 the loss ends near chance (2.35 from 2.33 after 20 steps on an
-                        // H200) and the verdict hangs on the trajectory; at 5e-4 it reaches 0.003
-                        // (bench/gpu/model_loss_runs.sh, docs/benchmarks.md).
-                        lr: 5e-4,
-                        min_loss_drop: 0.2,
-                    },
-                }
-            }
-            DeviceKind::Cpu => {
-                let mini = GptCheckConfig {
-                    shape: GptShape { vocab: 64, ctx: 32, layers: 2, heads: 4, dim: 64, batch: 8 },
-                    steps: 40,
-                    warmup: 3,
-                    lr: 3e-3,
-                    min_loss_drop: 0.2,
-                    tp: 1,
-                };
-                ModelConfigs {
-                    megatron_gpt: GptCheckConfig { tp: 0, ..mini.clone() },
-                    mini_gpt: mini,
-                    resnet: ResnetCheckConfig {
-                        image: 32,
-                        batch: 8,
-                        width: 8,
-                        blocks: vec![1, 1, 1, 1],
-                        classes: 4,
-                        steps: 20,
-                        warmup: 3,
-                        lr: 2e-3,
-                        min_loss_drop: 0.2,
-                    },
-                }
-            }
-        }
-    }
 }
 
 impl GptCheckConfig {
@@ -203,12 +130,12 @@ impl ResnetCheckConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::report::DeviceKind;
 
     #[test]
     fn defaults_are_valid_layouts() {
         for d in [DeviceKind::Cpu, DeviceKind::Cuda] {
-            let m = ModelConfigs::defaults(d);
+            let m = crate::config::CheckConfigs::defaults(d);
             for g in [&m.mini_gpt, &m.megatron_gpt] {
                 assert_eq!(g.shape.dim % g.shape.heads, 0);
                 assert!(g.warmup < g.steps);
@@ -234,7 +161,7 @@ mod tests {
         assert!(apply("resnet.blocks=3:x").is_err());
         assert!(apply("resnet.lr=2").is_err());
         assert!(apply("mini-gpt.colour=1").is_err());
-        let m = &c.models;
+        let m = &c;
         assert_eq!((m.mini_gpt.shape.layers, m.resnet.blocks.len(), m.megatron_gpt.tp), (3, 4, 2));
     }
 }

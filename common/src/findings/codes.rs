@@ -10,7 +10,7 @@ use crate::report::Severity;
 
 /// The codes that are not one check's, then every check's own from its descriptor module.
 macro_rules! every_code {
-    ($($id:ident => $module:ident,)+) => {
+    ($($id:ident = $name:literal => $module:ident,)+) => {
         gather_codes! {
             [
             WorkerCrashed = "WORKER_CRASHED", Critical, "critical", [AnyCheck], "rank",

@@ -72,14 +72,3 @@ fn bad_inputs_give_clear_errors() {
     }
 }
 
-#[test]
-fn checks_not_built_yet_are_rejected_not_skipped() {
-    for info in crate::checks::listed().filter(|c| !c.available) {
-        let opt = match info.group {
-            CheckGroup::Micro => "--micro-benchmarks",
-            CheckGroup::Model => "--model-benchmarks",
-        };
-        let err = Settings::from_args_str(&format!("{opt}={}", info.id)).unwrap_err();
-        assert_eq!(err, SettingsError::NotAvailable(info.id.to_string()));
-    }
-}

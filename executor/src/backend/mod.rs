@@ -12,6 +12,7 @@ pub mod mem;
 
 use std::sync::Arc;
 
+use gpusanity_common::bandwidth::Collective;
 use gpusanity_common::report::DeviceKind;
 use gpusanity_cuda::CudaDevice;
 use thiserror::Error;
@@ -64,6 +65,46 @@ pub enum CollOp {
     AllToAll,
     /// Sends `send[..elems]` to group rank `peer` and receives `elems` from it into `recv`.
     SendRecv { peer: usize },
+}
+
+impl CollOp {
+    /// The nccl-tests bandwidth formula its figures are given by.
+    pub fn collective(self) -> Collective {
+        match self {
+            CollOp::AllReduce => Collective::AllReduce,
+            CollOp::AllGather => Collective::AllGather,
+            CollOp::ReduceScatter => Collective::ReduceScatter,
+            CollOp::AllToAll => Collective::AllToAll,
+            CollOp::SendRecv { .. } => Collective::SendRecv,
+        }
+    }
+
+    /// Whether a call splits its `elems` into one block per rank (a multiple of the group's
+    /// size).
+    pub fn splits(self) -> bool {
+        match self {
+            CollOp::AllGather | CollOp::ReduceScatter | CollOp::AllToAll => true,
+            CollOp::AllReduce | CollOp::SendRecv { .. } => false,
+        }
+    }
+
+    /// The elements a rank sends in a call of `elems` over `n` ranks: its own block for an
+    /// all-gather.
+    pub fn sent(self, elems: usize, n: usize) -> usize {
+        match self {
+            CollOp::AllGather => elems / n.max(1),
+            CollOp::AllReduce | CollOp::ReduceScatter | CollOp::AllToAll | CollOp::SendRecv { .. } => elems,
+        }
+    }
+
+    /// The elements a rank receives in a call of `elems` over `n` ranks: its block of the sum
+    /// for a reduce-scatter.
+    pub fn received(self, elems: usize, n: usize) -> usize {
+        match self {
+            CollOp::ReduceScatter => elems / n.max(1),
+            CollOp::AllReduce | CollOp::AllGather | CollOp::AllToAll | CollOp::SendRecv { .. } => elems,
+        }
+    }
 }
 
 /// One collective call of a [`Work`] list.
@@ -141,8 +182,7 @@ pub(crate) fn check_work(
         if calls.iter().any(|d| d.recv == c.send) {
             return bad("a buffer is sent by one operation and received by another".into());
         }
-        let splits = matches!(c.op, CollOp::AllGather | CollOp::ReduceScatter | CollOp::AllToAll);
-        if splits && c.elems % n != 0 {
+        if c.op.splits() && c.elems % n != 0 {
             return bad(format!("{:?} of {} elements over {n} ranks: not a multiple", c.op, c.elems));
         }
         if let CollOp::SendRecv { peer } = c.op {

@@ -4,7 +4,6 @@
 //! low bus bandwidth.
 
 use anyhow::Result;
-use gpusanity_common::bandwidth::Collective;
 use gpusanity_common::report::RankResult;
 
 use super::all_reduce::count_wrong;
@@ -18,11 +17,10 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let (rank, world) = (ctx.place.rank, ctx.place.world);
     let dtype = ctx.backend.coll_dtype();
     let expected: Vec<Vec<u8>> = (0..world).map(|r| exchange_expected(r, 0, dtype)).collect();
-    let cfg = ctx.configs.micro.all_gather.clone();
+    let cfg = ctx.configs.all_gather.clone();
     let sweep = Sweep {
         check: NAME,
         op: CollOp::AllGather,
-        collective: Collective::AllGather,
         group: GroupId::WORLD,
         cfg: &cfg,
     };

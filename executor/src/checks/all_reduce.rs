@@ -6,7 +6,6 @@
 //! sum is exact in bf16 and fp32 and a lost, doubled or misplaced contribution shows.
 
 use anyhow::Result;
-use gpusanity_common::bandwidth::Collective;
 use gpusanity_common::report::RankResult;
 
 use super::collective::{run_sweep, sweep_result, Sweep};
@@ -24,7 +23,6 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let sweep = Sweep {
         check: NAME,
         op: CollOp::AllReduce,
-        collective: Collective::AllReduce,
         group: GroupId::WORLD,
         cfg: &cfg,
     };

@@ -4,7 +4,6 @@
 //! of rank `j`'s input. Finds communication errors, hangs and low bus bandwidth.
 
 use anyhow::Result;
-use gpusanity_common::bandwidth::Collective;
 use gpusanity_common::report::RankResult;
 
 use super::all_reduce::count_wrong;
@@ -17,9 +16,9 @@ pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::AllToAll;
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let (rank, world) = (ctx.place.rank, ctx.place.world);
     let dtype = ctx.backend.coll_dtype();
-    let cfg = ctx.configs.micro.all_to_all.clone();
+    let cfg = ctx.configs.all_to_all.clone();
     let sweep =
-        Sweep { check: NAME, op: CollOp::AllToAll, collective: Collective::AllToAll, group: GroupId::WORLD, cfg: &cfg };
+        Sweep { check: NAME, op: CollOp::AllToAll, group: GroupId::WORLD, cfg: &cfg };
     let points =
         run_sweep(ctx, &sweep, &exchange_period(rank, 0), |out, elems| verify(out, elems, rank, world, dtype))?;
     Ok(sweep_result(rank, points, dtype, "exchanged"))

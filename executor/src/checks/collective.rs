@@ -7,7 +7,7 @@
 //! the wrong offset differs too: a misplaced, lost or duplicated block shows.
 
 use anyhow::{Context, Result};
-use gpusanity_common::bandwidth::{algbw_gbps, busbw_gbps, Collective};
+use gpusanity_common::bandwidth::{algbw_gbps, busbw_gbps};
 use gpusanity_common::config::sweep::SweepConfig;
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckStatus, RankResult, SweepPoint};
@@ -38,7 +38,6 @@ pub struct Sweep<'a> {
     /// received element before verification).
     pub check: CheckId,
     pub op: CollOp,
-    pub collective: Collective,
     pub group: GroupId,
     pub cfg: &'a SweepConfig,
 }
@@ -69,9 +68,8 @@ pub fn run_sweep(
     let rank = ctx.place.rank;
     let dtype = ctx.backend.coll_dtype();
     let n = ctx.backend.group_size(s.group)?;
-    let splits = matches!(s.op, CollOp::AllGather | CollOp::ReduceScatter | CollOp::AllToAll);
-    // What each rank receives of a call of `elems`: its block for a reduce-scatter.
-    let received = |elems: usize| if s.op == CollOp::ReduceScatter { elems / n } else { elems };
+    let splits = s.op.splits();
+    let received = |elems: usize| s.op.received(elems, n);
     let elems_of = |bytes: u64| {
         let e = bytes as usize / dtype.size();
         if splits {
@@ -82,7 +80,7 @@ pub fn run_sweep(
     };
     let sizes = s.cfg.sizes();
     let max = sizes.iter().map(|b| elems_of(*b)).max().unwrap_or(0);
-    let send_elems = if s.op == CollOp::AllGather { max / n } else { max };
+    let send_elems = s.op.sent(max, n);
     ctx.progress.phase(s.check, "prepare", 0);
     let mut bufs = Bufs { ctx, ids: Vec::new() };
     let send = bufs.ctx.backend.buf_alloc(send_elems).context("allocating the send buffer")?;
@@ -112,7 +110,7 @@ pub fn run_sweep(
             bytes,
             time_us: secs * 1e6,
             algbw_gbps: algbw_gbps(bytes, secs),
-            busbw_gbps: busbw_gbps(s.collective, n, bytes, secs),
+            busbw_gbps: busbw_gbps(s.op.collective(), n, bytes, secs),
             wrong: verify(&out, elems),
         });
     }

@@ -95,7 +95,7 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
             }
         }
     };
-    let cfg = &ctx.configs.micro.gpu_health;
+    let cfg = &ctx.configs.gpu_health;
     ctx.progress.phase(NAME, "load", 0);
     let (samples, load) = match ctx.load.take().filter(EarlierLoad::enough) {
         Some(earlier) => (earlier.samples, Ok(earlier.what)),
@@ -177,7 +177,7 @@ pub fn sample_load(ctx: &CheckCtx<'_>) -> Option<LoadSampling> {
     let Some(Ok(monitor)) = ctx.health else {
         return None;
     };
-    let period = Duration::from_millis(ctx.configs.micro.gpu_health.sample_ms);
+    let period = Duration::from_millis(ctx.configs.gpu_health.sample_ms);
     Some(LoadSampling { sampler: Sampler::start(monitor.index(), period), started: Instant::now() })
 }
 

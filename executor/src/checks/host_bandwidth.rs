@@ -37,7 +37,7 @@ struct Figures {
 }
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
-    let cfg = ctx.configs.micro.host_bandwidth.clone();
+    let cfg = ctx.configs.host_bandwidth.clone();
     let rank = ctx.place.rank;
     match ctx.backend.host_load(cfg.size) {
         Ok(()) => {}

@@ -13,7 +13,7 @@ pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::KernelLau
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let rank = ctx.place.rank;
-    let iters = ctx.configs.micro.kernel_launch.iters;
+    let iters = ctx.configs.kernel_launch.iters;
     ctx.progress.phase(NAME, "launches", iters as u64);
     match ctx.backend.kernel_launch(iters) {
         Ok(t) => {

@@ -7,5 +7,6 @@ use gpusanity_common::CheckId;
 use super::CheckCtx;
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
-    super::models::run(CheckId::MegatronGpt, ctx)
+    let which = super::models::Which::Gpt(ctx.configs.megatron_gpt.clone(), true);
+    super::models::run(CheckId::MegatronGpt, which, ctx)
 }

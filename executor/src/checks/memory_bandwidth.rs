@@ -35,7 +35,7 @@ pub fn poke_offset(bytes: u64, rank: usize) -> u64 {
 }
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
-    let cfg = ctx.configs.micro.memory_bandwidth.clone();
+    let cfg = ctx.configs.memory_bandwidth.clone();
     let rank = ctx.place.rank;
     let seed = SEED ^ rank as u32;
     ctx.progress.phase(NAME, "load", 0);

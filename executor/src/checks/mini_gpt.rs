@@ -7,5 +7,6 @@ use gpusanity_common::CheckId;
 use super::CheckCtx;
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
-    super::models::run(CheckId::MiniGpt, ctx)
+    let which = super::models::Which::Gpt(ctx.configs.mini_gpt.clone(), false);
+    super::models::run(CheckId::MiniGpt, which, ctx)
 }

@@ -14,7 +14,7 @@ pub mod remeasure;
 /// list, each with `pub fn run(&mut CheckCtx) -> anyhow::Result<RankResult>`: a new check is
 /// its file here, with nothing to add to this one.
 macro_rules! check_modules {
-    ($($id:ident => $module:ident,)+) => {
+    ($($id:ident = $name:literal => $module:ident,)+) => {
         $(pub mod $module;)+
 
         /// Runs the module of check `id`.

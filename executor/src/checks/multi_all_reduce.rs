@@ -44,7 +44,7 @@ pub fn groups(place: &WorkerPlace, world_streams: usize) -> Vec<GroupSpec> {
 }
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
-    let cfg = ctx.configs.micro.multi_all_reduce.clone();
+    let cfg = ctx.configs.multi_all_reduce.clone();
     let place = ctx.place.clone();
     let rank = place.rank;
     let dtype = ctx.backend.coll_dtype();

@@ -38,7 +38,7 @@ impl Phases {
 }
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
-    let cfg = ctx.configs.micro.overlap.clone();
+    let cfg = ctx.configs.overlap.clone();
     let (rank, world) = (ctx.place.rank, ctx.place.world);
     let n = cfg.gemm_size;
     let gdt = ctx.backend.gemm_dtype();

@@ -4,7 +4,6 @@
 //! the sum. Finds communication errors, hangs and low bus bandwidth.
 
 use anyhow::Result;
-use gpusanity_common::bandwidth::Collective;
 use gpusanity_common::report::RankResult;
 use gpusanity_common::CheckId;
 
@@ -20,11 +19,10 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let dtype = ctx.backend.coll_dtype();
     let pattern = Pattern::new(world);
     let expected = pattern.expected_bytes(dtype);
-    let cfg = ctx.configs.micro.reduce_scatter.clone();
+    let cfg = ctx.configs.reduce_scatter.clone();
     let sweep = Sweep {
         check: NAME,
         op: CollOp::ReduceScatter,
-        collective: Collective::ReduceScatter,
         group: GroupId::WORLD,
         cfg: &cfg,
     };

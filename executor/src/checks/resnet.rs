@@ -7,5 +7,6 @@ use gpusanity_common::CheckId;
 use super::CheckCtx;
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
-    super::models::run(CheckId::Resnet, ctx)
+    let which = super::models::Which::Resnet(ctx.configs.resnet.clone());
+    super::models::run(CheckId::Resnet, which, ctx)
 }

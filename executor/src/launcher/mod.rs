@@ -311,7 +311,7 @@ fn resolve_device(
     }
     let mut gpu_configs = CheckConfigs::defaults(DeviceKind::Cuda);
     gpu_configs.apply_params(&opts.check_params).map_err(|e| UsageError(e.to_string()))?;
-    let asked = readiness::asked_gpus(opts.nproc_per_node, gpu_configs.micro.gpu_health.expected_gpus, env);
+    let asked = readiness::asked_gpus(opts.nproc_per_node, gpu_configs.gpu_health.expected_gpus, env);
     let at = readiness::Place { node_rank, host, env };
     match readiness::resolve(opts.device, readiness::Probe::this_node, asked.as_ref(), &at) {
         readiness::Resolved::NotReady(findings) => Ok(Err((gpu_configs, findings))),

@@ -15,6 +15,7 @@ mod resnet;
 mod ring_comm;
 
 use anyhow::{Context, Result};
+use gpusanity_common::config::models::{GptCheckConfig, ResnetCheckConfig};
 use gpusanity_common::findings::Code;
 use gpusanity_common::report::{CheckDetail, CheckStatus, DeviceKind, RankResult};
 use gpusanity_models::cpu::CpuOps;
@@ -28,33 +29,37 @@ use super::CheckCtx;
 use crate::backend::WorkerPlace;
 use comm::Groups;
 
+/// Which model a model check trains, with its configuration.
+pub enum Which {
+    /// A GPT; `true`: tensor-parallel over the node (megatron-gpt).
+    Gpt(GptCheckConfig, bool),
+    Resnet(ResnetCheckConfig),
+}
+
 /// Runs model check `name` on this rank's device. A panic inside the CUDA bindings becomes an
 /// error of this rank.
-pub fn run(name: CheckId, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_here(name, ctx))).unwrap_or_else(|p| {
+pub fn run(name: CheckId, which: Which, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_here(name, &which, ctx))).unwrap_or_else(|p| {
         let why = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
         anyhow::bail!("{name} panicked: {}", why.unwrap_or_default())
     })
 }
 
-fn run_here(name: CheckId, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
+fn run_here(name: CheckId, which: &Which, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     match ctx.backend.kind() {
-        DeviceKind::Cpu => run_on(&mut CpuOps, name, ctx),
+        DeviceKind::Cpu => run_on(&mut CpuOps, name, which, ctx),
         DeviceKind::Cuda => {
             let device = ctx.backend.cuda_device().context("the CUDA backend shares no device")?;
             let mut ops = CudaOps::new(device).context("opening the model layer on the GPU")?;
-            run_on(&mut ops, name, ctx)
+            run_on(&mut ops, name, which, ctx)
         }
     }
 }
 
-fn run_on<O: Groups>(ops: &mut O, name: CheckId, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
-    let models = &ctx.configs.models;
-    match name {
-        CheckId::MiniGpt => gpt::run(ops, name, &models.mini_gpt.clone(), false, ctx),
-        CheckId::MegatronGpt => gpt::run(ops, name, &models.megatron_gpt.clone(), true, ctx),
-        CheckId::Resnet => resnet::run(ops, name, &models.resnet.clone(), ctx),
-        other => anyhow::bail!("`{other}` is not a model check"),
+fn run_on<O: Groups>(ops: &mut O, name: CheckId, which: &Which, ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
+    match which {
+        Which::Gpt(cfg, tensor_parallel) => gpt::run(ops, name, cfg, *tensor_parallel, ctx),
+        Which::Resnet(cfg) => resnet::run(ops, name, cfg, ctx),
     }
 }
 

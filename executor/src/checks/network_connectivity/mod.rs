@@ -47,7 +47,7 @@ struct Row {
 }
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
-    let cfg = ctx.configs.micro.network_connectivity.clone();
+    let cfg = ctx.configs.network_connectivity.clone();
     let timeout = Duration::from_millis(cfg.timeout_ms);
     let place = ctx.place.clone();
     let (rank, world, node, nnodes) = (place.rank, place.world, place.node_rank, place.node_sizes.len());

@@ -41,7 +41,7 @@ pub fn root(test_root: Option<&PathBuf>) -> PathBuf {
 }
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
-    let cfg = ctx.configs.micro.rdma_ports.clone();
+    let cfg = ctx.configs.rdma_ports.clone();
     let rank = ctx.place.rank;
     let root = root(ctx.faults.ib_root());
     let first = Snapshot::take(&root);
