@@ -71,4 +71,3 @@ fn bad_inputs_give_clear_errors() {
         assert!(err.contains(want), "{input}: got `{err}`, want `{want}`");
     }
 }
-

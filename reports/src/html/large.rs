@@ -8,9 +8,11 @@
 //! min / median / max band over every rank and the own lines of the flagged ranks only: one
 //! line per rank was most of a 2,048-node page (45 MB, 27 s to load).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use gpusanity_common::report::{CheckDetail, CheckReport, CheckStatus, NodeHealth, NodeVerdict, RankResult, Report};
+use gpusanity_common::report::{
+    CheckDetail, CheckReport, CheckStatus, NodeHealth, NodeVerdict, PairBandwidth, RankResult, Report,
+};
 
 use crate::columns::charted;
 use crate::svg::{self, BarChart, BarInput, LineChart, Series};
@@ -20,6 +22,8 @@ use crate::svg::{self, BarChart, BarInput, LineChart, Series};
 pub const LARGE_NODES: usize = 64;
 /// Ranks listed besides the flagged ones: the lowest by the table's first column.
 const LOWEST: usize = 8;
+/// Pairs of the link test listed on a large run, the lowest first.
+const LOWEST_PAIRS: usize = 16;
 /// Bins of a histogram.
 const BINS: usize = 24;
 /// Distinct values of one note listed before the rest are counted.
@@ -232,4 +236,71 @@ pub fn outliers_first(v: &[NodeVerdict]) -> Vec<NodeVerdict> {
     let mut out = v.to_vec();
     out.sort_by_key(|n| (order(n.health), n.node_rank));
     out
+}
+
+/// The link test of a large run, instead of its node x node map (at 256 nodes the map alone
+/// was 9 MB of the page): pairs per bus-bandwidth bin, and the lowest pairs.
+pub struct PairSummary {
+    pub histogram: Option<BarChart>,
+    pub lowest: Vec<PairRow>,
+    pub pairs: usize,
+}
+
+/// One pair of the link test, as listed.
+pub struct PairRow {
+    pub a: String,
+    pub b: String,
+    pub busbw: String,
+    /// The pair's figure as a share of the best pair's.
+    pub of_best: String,
+    /// `critical` when either node is to be isolated, `warning` when either is suspect.
+    pub class: &'static str,
+}
+
+/// The link test's summary on a large run with pairs; `None` otherwise.
+pub fn pair_summary(report: &Report) -> Option<PairSummary> {
+    if !is_large(report) || report.pair_bandwidth.is_empty() {
+        return None;
+    }
+    let health: HashMap<usize, NodeHealth> = report.node_verdicts.iter().map(|v| (v.node_rank, v.health)).collect();
+    let host: HashMap<usize, &str> = report.nodes.iter().map(|n| (n.node_rank, n.hostname.as_str())).collect();
+    let class = |p: &PairBandwidth| {
+        let of = |n: usize| match health.get(&n) {
+            Some(NodeHealth::Faulty) => "critical",
+            Some(NodeHealth::Suspect) => "warning",
+            _ => "ok",
+        };
+        worse(of(p.nodes[0]), of(p.nodes[1]))
+    };
+    let values: Vec<(f64, &'static str)> =
+        report.pair_bandwidth.iter().filter(|p| p.busbw_gbps.is_finite()).map(|p| (p.busbw_gbps, class(p))).collect();
+    let best = values.iter().map(|v| v.0).fold(0.0, f64::max);
+    // A pair that measured nothing (not finite) sorts first: it is the worst.
+    let key = |p: &PairBandwidth| if p.busbw_gbps.is_finite() { p.busbw_gbps } else { f64::NEG_INFINITY };
+    let mut order: Vec<&PairBandwidth> = report.pair_bandwidth.iter().collect();
+    order.sort_by(|x, y| key(x).total_cmp(&key(y)));
+    let name = |n: usize| match host.get(&n) {
+        Some(h) => format!("node{n} ({h})"),
+        None => format!("node{n}"),
+    };
+    let lowest = order
+        .into_iter()
+        .take(LOWEST_PAIRS)
+        .map(|p| PairRow {
+            a: name(p.nodes[0]),
+            b: name(p.nodes[1]),
+            busbw: svg::fmt_num(p.busbw_gbps),
+            of_best: if best > 0.0 && p.busbw_gbps.is_finite() {
+                format!("{:.0}%", 100.0 * p.busbw_gbps / best)
+            } else {
+                "-".into()
+            },
+            class: class(p),
+        })
+        .collect();
+    Some(PairSummary {
+        histogram: histogram("link test: busbw GB/s, node pairs per bin", &values),
+        lowest,
+        pairs: report.pair_bandwidth.len(),
+    })
 }

@@ -12,9 +12,14 @@ const PER_NODE: usize = 8;
 /// bench/report_page.sh widens a real one: every check's ranks repeated (sweeps, losses and
 /// notes included), node 1 faulty (rank 3 slow in gemm), and a warning on all-reduce's rank 5.
 fn wide() -> Report {
+    wide_of(NODES)
+}
+
+/// [`wide`] with `nodes` nodes.
+fn wide_of(nodes: usize) -> Report {
     let mut r = report("gpu-b");
-    let n = NODES * PER_NODE;
-    r.nodes = (0..NODES)
+    let n = nodes * PER_NODE;
+    r.nodes = (0..nodes)
         .map(|i| NodeInfo { node_rank: i, hostname: format!("node{i:04}"), addr: "10.0.0.1".into(), nproc: PER_NODE })
         .collect();
     let info = r.ranks[0].clone();
@@ -41,7 +46,7 @@ fn wide() -> Report {
             })
             .collect();
     }
-    r.node_verdicts = (0..NODES)
+    r.node_verdicts = (0..nodes)
         .map(|i| NodeVerdict {
             node_rank: i,
             host: format!("node{i:04}"),
@@ -114,4 +119,40 @@ fn the_band_comes_from_the_sweep_summary_when_the_report_has_one() {
     assert!(html.contains("median busbw, 16000 ranks"));
     assert!(html.contains("<title>rank 5 algbw</title>"));
     assert_eq!(count(&html, "<polyline"), 3 + 2 + 3);
+}
+
+#[test]
+fn a_large_link_test_is_a_histogram_and_its_lowest_pairs_not_a_map() {
+    let nodes = 256;
+    let mut r = wide_of(nodes);
+    // A ring and its chords, as the link test's rounds pair nodes; node 1's pairs slow, one
+    // pair that measured nothing.
+    r.pair_bandwidth = (0..nodes)
+        .flat_map(|a| [1, 7].map(|d| [a, (a + d) % nodes]))
+        .enumerate()
+        .map(|(i, pair)| PairBandwidth {
+            nodes: pair,
+            busbw_gbps: if pair.contains(&1) { 20.0 } else { 40.0 + (i % 5) as f64 },
+            round: 1,
+        })
+        .collect();
+    r.pair_bandwidth[100].busbw_gbps = f64::NAN;
+    let html = page(&r, &RunContext::default());
+    let pairs = &html[html.find("id=\"pairs\"").expect("the link test")..];
+    let pairs = &pairs[..pairs.find("</section>").expect("its end")];
+    assert!(pairs.contains("512 pairs"), "{pairs}");
+    // No node x node grid: a bar per bin, and 16 rows.
+    assert!(count(pairs, "<rect") < 100, "{} rects", count(pairs, "<rect"));
+    assert_eq!(count(pairs, "<tr class=\"flag-"), 16);
+    // The pair that measured nothing first, then node 1's, marked with its faulty node.
+    let first = pairs.find("<tr class=\"flag-").expect("a row");
+    assert!(
+        pairs[first..].starts_with(
+            "<tr class=\"flag-ok\"><td>node50 (node0050)</td><td>node51 (node0051)</td><td class=\"num\">n/a</td>"
+        ),
+        "{}",
+        &pairs[first..first + 200]
+    );
+    assert!(pairs.contains("<tr class=\"flag-critical\"><td>node0 (node0000)</td><td>node1 (node0001)</td><td class=\"num\">20</td><td class=\"num\">45%</td>"), "{pairs}");
+    assert!(html.len() < 1_000_000, "page of {} bytes", html.len());
 }

@@ -77,15 +77,13 @@ pub fn faulty_nodes(report: &Report) -> Vec<NodeVerdict> {
         .collect()
 }
 
-/// The most nodes of the pair map (a grid of n x n cells).
-const MAX_MAP_NODES: usize = 512;
-
 /// Node x node bus bandwidth of the link test, coloured against the best pair. None without
-/// pairs, or with more than [`MAX_MAP_NODES`] nodes.
+/// pairs, or past [`super::large::LARGE_NODES`] nodes (a large run shows
+/// [`super::large::pair_summary`] instead).
 pub fn pair_map(report: &Report) -> Option<HeatMap> {
     let n = report.pair_bandwidth.iter().flat_map(|p| p.nodes).max()?.checked_add(1)?;
     let n = n.max(report.nodes.len());
-    if n > MAX_MAP_NODES {
+    if n > super::large::LARGE_NODES {
         return None;
     }
     let best = report.pair_bandwidth.iter().map(|p| p.busbw_gbps).filter(|v| v.is_finite()).fold(0.0, f64::max);
