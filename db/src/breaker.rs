@@ -37,12 +37,15 @@ impl Settled {
 }
 
 /// The breaker's limits: at most `max(min_nodes, floor(max_share x known nodes))` isolations
-/// within `window_ms`.
+/// within `window_ms`, a node being known while it was seen in a run within `forget_ms` (a
+/// decommissioned node stops raising the cap). Rows older than both are deleted as the breaker
+/// is asked.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
     pub max_share: f64,
     pub min_nodes: u64,
     pub window_ms: i64,
+    pub forget_ms: i64,
 }
 
 impl Limits {
@@ -141,9 +144,16 @@ impl Db {
                 .execute(&mut *tx)
                 .await?;
         }
-        seen(&mut tx, &[node]).await?;
         let now = now_ms();
-        let known: Count = sqlx::query_as("SELECT COUNT(*) AS n FROM breaker_nodes").fetch_one(&mut *tx).await?;
+        // What neither the count of known nodes nor the window will read again.
+        let horizon = now.saturating_sub(limits.forget_ms.max(limits.window_ms));
+        sqlx::query("DELETE FROM breaker_nodes WHERE seen_at < $1").bind(horizon).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM breaker_actions WHERE at < $1").bind(horizon).execute(&mut *tx).await?;
+        seen(&mut tx, &[node]).await?;
+        let known: Count = sqlx::query_as("SELECT COUNT(*) AS n FROM breaker_nodes WHERE seen_at >= $1")
+            .bind(now.saturating_sub(limits.forget_ms))
+            .fetch_one(&mut *tx)
+            .await?;
         let recent: Count = sqlx::query_as(
             "SELECT COUNT(*) AS n FROM breaker_actions WHERE outcome IN ('admitted', 'isolated') AND at > $1",
         )
@@ -197,11 +207,11 @@ mod tests {
 
     #[test]
     fn the_cap_is_the_share_of_the_known_nodes_at_least_min_nodes() {
-        let l = Limits { max_share: 0.2, min_nodes: 1, window_ms: 1000 };
+        let l = Limits { max_share: 0.2, min_nodes: 1, window_ms: 1000, forget_ms: 1000 };
         assert_eq!((l.cap(0), l.cap(4), l.cap(10), l.cap(19)), (1, 1, 2, 3));
-        let wide = Limits { max_share: 7.0, min_nodes: u64::MAX, window_ms: 1 };
+        let wide = Limits { max_share: 7.0, min_nodes: u64::MAX, window_ms: 1, forget_ms: 1 };
         assert_eq!(wide.cap(i64::MAX), i64::MAX);
-        assert_eq!(Limits { max_share: f64::NAN, min_nodes: 0, window_ms: 1 }.cap(10), 0);
+        assert_eq!(Limits { max_share: f64::NAN, min_nodes: 0, window_ms: 1, forget_ms: 1 }.cap(10), 0);
     }
 
     #[tokio::test]
@@ -211,7 +221,7 @@ mod tests {
         let nodes: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
         db.breaker_seen(&nodes).await.expect("seen");
         db.breaker_seen(&nodes[..3]).await.expect("seen twice");
-        let limits = Limits { max_share: 0.2, min_nodes: 1, window_ms: 60_000 };
+        let limits = Limits { max_share: 0.2, min_nodes: 1, window_ms: 60_000, forget_ms: 60_000 };
         let admit = |n: &'static str| db.breaker_admit(n, "r0", "kubernetes", limits);
         let Admission::Admitted(a) = admit("n1").await.expect("admit") else { panic!("the first is allowed") };
         let Admission::Admitted(b) = admit("n2").await.expect("admit") else { panic!("the second is allowed") };
@@ -227,5 +237,30 @@ mod tests {
         assert_eq!(outcomes, ["admitted", "refused", "isolated", "unchanged"]);
         let short = Limits { window_ms: 0, ..limits };
         assert!(matches!(db.breaker_admit("n4", "r0", "slurm", short).await.expect("admit"), Admission::Admitted(_)));
+    }
+
+    #[tokio::test]
+    async fn nodes_not_seen_for_a_while_stop_counting_and_old_rows_are_deleted() {
+        let dir = tempfile::tempdir().expect("dir");
+        let db = Db::connect(&format!("sqlite://{}", dir.path().join("b.db").display())).await.expect("db");
+        let nodes: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
+        db.breaker_seen(&nodes).await.expect("seen");
+        let long = Limits { max_share: 0.5, min_nodes: 1, window_ms: 60_000, forget_ms: 60_000 };
+        let Admission::Admitted(slot) = db.breaker_admit("n1", "r0", "slurm", long).await.expect("admit") else {
+            panic!("1 of 10")
+        };
+        db.breaker_settle(&slot, Settled::Isolated).await.expect("settle");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        // Forgotten after 20 ms: the ten nodes and the old isolation are gone; the node asked
+        // about is the one known node, and its share (0.5 of 1) is below min_nodes.
+        let short = Limits { max_share: 0.5, min_nodes: 1, window_ms: 20, forget_ms: 20 };
+        let Admission::Admitted(_) = db.breaker_admit("n2", "r0", "slurm", short).await.expect("admit") else {
+            panic!("the old isolation is out of the window")
+        };
+        let refused = db.breaker_admit("n3", "r0", "slurm", short).await.expect("admit");
+        assert_eq!(refused, Admission::Refused(Refusal { recent: 1, cap: 1, known: 2 }));
+        let nodes: Vec<String> =
+            db.breaker_actions(10).await.expect("actions").into_iter().map(|a| a.node_name).collect();
+        assert_eq!(nodes, ["n3", "n2"], "the isolation of n1 is deleted");
     }
 }

@@ -267,7 +267,7 @@ impl ServiceConfig {
         if self.http.metrics_token.as_ref().is_some_and(|t| t.len() < 16) {
             return Err("http.metrics_token must be at least 16 characters".into());
         }
-        self.isolation.kubernetes.check()?;
+        self.isolation.check()?;
         Ok(())
     }
 }

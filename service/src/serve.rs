@@ -116,11 +116,16 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
     .map_err(|e| UsageError(e.to_string()))?;
     tokio::spawn(notifier.run());
     // Beside NodeIsolated itself, in a group of its own; off by default.
+    let breaker = crate::isolation::breaker::Breaker {
+        db: db.clone(),
+        replica: replica.id.clone(),
+        settings: cfg.isolation.breaker_settings().clone(),
+        max_age: std::time::Duration::from_secs(cfg.isolation.max_event_age_s),
+    };
     if let Some(scontrol) = cfg.isolation.scontrol().map_err(UsageError)? {
         let group = format!("{}-isolation", cfg.kafka.group);
         let consumer = crate::isolation::subscribe(&conn, &group, &cfg.topics.output)?;
-        let max_age = std::time::Duration::from_secs(cfg.isolation.max_event_age_s);
-        tokio::spawn(crate::isolation::run(consumer, scontrol, max_age));
+        tokio::spawn(crate::isolation::run(consumer, scontrol, breaker.clone()));
     }
     if cfg.isolation.backend == crate::isolation::IsolationBackend::Kubernetes {
         let k = &cfg.isolation.kubernetes;
@@ -128,9 +133,7 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         let isolator = gpusanity_kube::Isolator::new(client, k.taint_effect, cfg.isolation.dry_run);
         let group = format!("{}-isolation", cfg.kafka.group);
         let consumer = crate::isolation::subscribe(&conn, &group, &cfg.topics.output)?;
-        let max_age = std::time::Duration::from_secs(cfg.isolation.max_event_age_s);
-        let shared = crate::isolation::kubernetes::Shared { db: db.clone(), replica: replica.id.clone() };
-        tokio::spawn(crate::isolation::kubernetes::run(consumer, isolator, k.clone(), max_age, shared));
+        tokio::spawn(crate::isolation::kubernetes::run(consumer, isolator, k.clone(), breaker));
     }
     tracing::info!(replica = replica.id, kafka = conn.bootstrap(), kafka_security = conn.protocol(), database = %cfg.database.url.split('@').next_back().unwrap_or_default(), listen = cfg.http.listen, "serving");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

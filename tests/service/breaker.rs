@@ -21,7 +21,7 @@ fn race(url: &str) {
         }
         let fleet: Vec<String> = (0..10).map(|i| format!("race-{i}")).collect();
         dbs[0].breaker_seen(&fleet).await.expect("seen");
-        let limits = Limits { max_share: 0.3, min_nodes: 1, window_ms: 3_600_000 };
+        let limits = Limits { max_share: 0.3, min_nodes: 1, window_ms: 3_600_000, forget_ms: 3_600_000 };
         // Every task waits at the barrier, so the asks meet in the database.
         let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(REPLICAS * ASKS));
         let mut asks = tokio::task::JoinSet::new();

@@ -12,15 +12,21 @@
 //! committed offset (nothing published meanwhile is missed). Events older than
 //! `max_event_age_s` are skipped, so that turning the backend on (a new group reads the topic
 //! from its start) never drains the nodes of old runs.
+//!
+//! Both backends ask the circuit breaker ([`breaker`], `[isolation.breaker]`) before each drain
+//! or isolation, and count the nodes of every run they see for it.
 
+pub mod breaker;
 pub mod kubernetes;
 
 use std::time::Duration;
 
 use anyhow::Result;
+use breaker::{count, Breaker, BreakerSettings, Gate};
 use gpusanity_bus::kafka::{KafkaConn, ReadErrors};
 use gpusanity_common::wire::output::{OutputBody, OutputEvent};
-use gpusanity_slurm::{drain_reason, Action, Scontrol, DEFAULT_PREFIX};
+use gpusanity_db::breaker::Settled;
+use gpusanity_slurm::{drain_reason, Action, Outcome, Scontrol, DEFAULT_PREFIX};
 use kubernetes::KubeSettings;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::Message;
@@ -51,6 +57,8 @@ pub struct IsolationConfig {
     pub scontrol: String,
     /// Events older than this (seconds) are not acted on (a backlog after an outage).
     pub max_event_age_s: u64,
+    /// `[isolation.breaker]`: at most this share of the fleet isolated within a window.
+    pub breaker: BreakerSettings,
     /// `[isolation.kubernetes]`: the API server and the taint's effect.
     pub kubernetes: KubeSettings,
 }
@@ -63,12 +71,27 @@ impl Default for IsolationConfig {
             reason_prefix: DEFAULT_PREFIX.into(),
             scontrol: "scontrol".into(),
             max_event_age_s: 3600,
+            breaker: BreakerSettings::default(),
             kubernetes: KubeSettings::default(),
         }
     }
 }
 
 impl IsolationConfig {
+    pub fn check(&self) -> Result<(), String> {
+        self.breaker.check("isolation.breaker")?;
+        if self.kubernetes.breaker.is_some() && self.breaker != BreakerSettings::default() {
+            return Err("isolation.breaker and isolation.kubernetes.breaker: one of them, not both".into());
+        }
+        self.kubernetes.check()
+    }
+
+    /// The circuit breaker's settings: `[isolation.breaker]`, or where Kubernetes users first
+    /// set them.
+    pub fn breaker_settings(&self) -> &BreakerSettings {
+        self.kubernetes.breaker.as_ref().unwrap_or(&self.breaker)
+    }
+
     /// The scontrol runner when the Slurm backend is on.
     pub fn scontrol(&self) -> Result<Option<Scontrol>, String> {
         match self.backend {
@@ -78,18 +101,6 @@ impl IsolationConfig {
                 .map_err(|e| format!("isolation.reason_prefix: {e}")),
         }
     }
-}
-
-/// What one output-topic message asks of the backend: a drain for a recent NodeIsolated,
-/// nothing for the other events (or a malformed or stale one, with why).
-pub fn action(payload: &[u8], prefix: &str, max_age: Duration) -> Result<Vec<Action>, String> {
-    Ok(match request(payload, max_age)? {
-        Some(Request::Isolate { node, codes, reason }) => {
-            vec![Action::Drain { node, reason: drain_reason(prefix, &codes, &reason) }]
-        }
-        Some(Request::Return { nodes }) => nodes.into_iter().map(|node| Action::ResumeIfOurs { node }).collect(),
-        Some(Request::Seen { .. }) | None => Vec::new(),
-    })
 }
 
 /// What an output event asks of any backend.
@@ -152,19 +163,34 @@ pub(crate) async fn next(consumer: &StreamConsumer) -> rdkafka::message::OwnedMe
     }
 }
 
-/// Acts on every NodeIsolated and CheckPassed until the service stops. A failing scontrol is
-/// retried three times, then logged as an error (the event stays on the topic for the ops workflow); the
-/// offset is stored either way, so one bad node never holds up the others.
-pub async fn run(consumer: StreamConsumer, scontrol: Scontrol, max_age: Duration) -> Result<()> {
+/// Acts on every NodeIsolated and CheckPassed until the service stops. A drain past the
+/// circuit breaker's cap is not made. A failing scontrol is retried three times, then logged as
+/// an error (the event stays on the topic for the ops workflow); the offset is stored either
+/// way, so one bad node never holds up the others.
+pub async fn run(consumer: StreamConsumer, scontrol: Scontrol, breaker: Breaker) -> Result<()> {
     tracing::info!(dry_run = scontrol.dry_run, prefix = scontrol.prefix, "isolation backend: slurm");
     loop {
         let m = next(&consumer).await;
-        match action(m.payload().unwrap_or_default(), &scontrol.prefix, max_age) {
-            Ok(actions) => {
-                for a in actions {
-                    apply(&scontrol, a).await;
+        match request(m.payload().unwrap_or_default(), breaker.max_age) {
+            Ok(Some(Request::Seen { nodes })) => breaker.seen(&nodes).await,
+            Ok(Some(Request::Isolate { node, codes, reason })) => {
+                if let Gate::Open(slot) = breaker.admit(&node, "slurm").await {
+                    let reason = drain_reason(&scontrol.prefix, &codes, &reason);
+                    let settled = match apply(&scontrol, Action::Drain { node, reason }).await {
+                        Some(Outcome::Drained { .. }) => Settled::Isolated,
+                        Some(_) => Settled::Unchanged,
+                        None => Settled::Failed,
+                    };
+                    breaker.settle(&slot, settled).await;
                 }
             }
+            Ok(Some(Request::Return { nodes })) => {
+                breaker.seen(&nodes).await;
+                for node in nodes {
+                    apply(&scontrol, Action::ResumeIfOurs { node }).await;
+                }
+            }
+            Ok(None) => {}
             Err(why) => tracing::warn!(offset = m.offset(), "isolation backend: {why}"),
         }
         if let Err(e) = consumer.store_offset(m.topic(), m.partition(), m.offset()) {
@@ -173,14 +199,22 @@ pub async fn run(consumer: StreamConsumer, scontrol: Scontrol, max_age: Duration
     }
 }
 
-async fn apply(scontrol: &Scontrol, action: Action) {
+/// `action` through scontrol, tried four times; what it did, or `None` (logged and counted).
+async fn apply(scontrol: &Scontrol, action: Action) -> Option<Outcome> {
     let mut wait = Duration::from_secs(1);
     for attempt in 1..=4 {
         let (s, a) = (scontrol.clone(), action.clone());
         match tokio::task::spawn_blocking(move || s.apply(&a)).await {
             Ok(Ok(outcome)) => {
                 tracing::info!("isolation backend: {outcome}");
-                return;
+                count(match &outcome {
+                    Outcome::Drained { .. } => "isolated",
+                    Outcome::AlreadyDrained { .. } => "already_isolated",
+                    Outcome::Resumed { .. } => "returned",
+                    Outcome::NotOurs { .. } => "not_ours",
+                    Outcome::NotDrained { .. } | Outcome::DryRun { .. } => "unchanged",
+                });
+                return Some(outcome);
             }
             Ok(Err(e)) if attempt < 4 => tracing::warn!(attempt, "isolation backend: {e}; retrying"),
             Ok(Err(e)) => tracing::error!("isolation backend: {e}; giving up on {action:?}"),
@@ -189,6 +223,8 @@ async fn apply(scontrol: &Scontrol, action: Action) {
         tokio::time::sleep(wait).await;
         wait *= 2;
     }
+    count("failed");
+    None
 }
 
 #[cfg(test)]
@@ -219,9 +255,12 @@ mod tests {
             reason: "critical finding(s) in run r1\n\"quoted\"".into(),
             decision: None,
         };
-        let a = action(&event(body, 1), "gpusanity:", HOUR).unwrap();
-        let reason = "gpusanity: WORKER_CRASHED,TEST_HANG critical finding(s) in run r1 quoted".to_string();
-        assert_eq!(a, [Action::Drain { node: "node2".into(), reason }]);
+        let Ok(Some(Request::Isolate { node, codes, reason })) = request(&event(body, 1), HOUR) else {
+            panic!("not an isolation")
+        };
+        assert_eq!((node.as_str(), &codes[..]), ("node2", &["WORKER_CRASHED".to_string(), "TEST\"HANG".into()][..]));
+        let want = "gpusanity: WORKER_CRASHED,TEST_HANG critical finding(s) in run r1 quoted";
+        assert_eq!(drain_reason("gpusanity:", &codes, &reason), want);
     }
 
     #[test]
@@ -232,7 +271,7 @@ mod tests {
             backend: None,
             passed_nodes: vec![],
         };
-        assert_eq!(action(&event(passed, 1), "gpusanity:", HOUR), Ok(vec![]));
+        assert_eq!(request(&event(passed, 1), HOUR), Ok(None));
         let nodes = vec!["n1".to_string(), "n2".to_string()];
         let passed = OutputBody::CheckPassed {
             summary: "ok".into(),
@@ -240,15 +279,15 @@ mod tests {
             backend: None,
             passed_nodes: nodes,
         };
-        let resume = |n: &str| Action::ResumeIfOurs { node: n.into() };
-        assert_eq!(action(&event(passed, 1), "gpusanity:", HOUR), Ok(vec![resume("n1"), resume("n2")]));
+        let nodes = vec!["n1".to_string(), "n2".to_string()];
+        assert_eq!(request(&event(passed, 1), HOUR), Ok(Some(Request::Return { nodes })));
         // An event of an older version, without the node list.
         let old = r#"{"version":1,"event_id":"e","job_id":"j","workspace_id":"w","cause_event_id":"c",
             "at":"2026-01-01T00:00:00Z","type":"CheckPassed","summary":"s","report_url":""}"#;
         assert_eq!(request(old.as_bytes(), Duration::MAX), Ok(None));
         let old = OutputBody::NodeIsolated { node: "n1".into(), codes: vec![], reason: String::new(), decision: None };
-        assert!(action(&event(old, 7200), "gpusanity:", HOUR).unwrap_err().contains("old"));
-        assert!(action(b"{", "gpusanity:", HOUR).is_err());
+        assert!(request(&event(old, 7200), HOUR).unwrap_err().contains("old"));
+        assert!(request(b"{", HOUR).is_err());
     }
 
     #[test]
@@ -263,5 +302,21 @@ mod tests {
             IsolationConfig { backend: IsolationBackend::Slurm, reason_prefix: "a\"b".into(), ..Default::default() };
         assert!(bad.scontrol().is_err());
         assert!(toml::from_str::<IsolationConfig>("backend = \"lsf\"").is_err());
+    }
+
+    #[test]
+    fn one_breaker_for_every_backend_set_in_one_place() {
+        let c: IsolationConfig = toml::from_str("backend = \"slurm\"\n[breaker]\nmax_share = 0.25").unwrap();
+        assert!(c.check().is_ok());
+        assert_eq!(c.breaker_settings().max_share, 0.25);
+        // Where Kubernetes users first set it, still read.
+        let old: IsolationConfig = toml::from_str("[kubernetes.breaker]\nmax_share = 0.3").unwrap();
+        assert!(old.check().is_ok());
+        assert_eq!(old.breaker_settings().max_share, 0.3);
+        let both: IsolationConfig =
+            toml::from_str("[breaker]\nmax_share = 0.2\n[kubernetes.breaker]\nmax_share = 0.3").unwrap();
+        assert!(both.check().unwrap_err().contains("not both"));
+        let bad: IsolationConfig = toml::from_str("[breaker]\nwindow_s = 0").unwrap();
+        assert!(bad.check().unwrap_err().contains("isolation.breaker"));
     }
 }
