@@ -226,12 +226,12 @@ mod tests {
     fn a_forged_or_oversized_roster_is_refused() {
         let ok = Roster::new(&[(DeviceKind::Cuda, 8); 4], "");
         let text = serde_json::to_string(&ok).unwrap();
-        assert_eq!(Roster::from_pieces(&[text.clone()], 4).unwrap(), ok);
+        assert_eq!(Roster::from_pieces(std::slice::from_ref(&text), 4).unwrap(), ok);
         let refused = |pieces: &[String], nnodes| match Roster::from_pieces(pieces, nnodes) {
             Err(StoreError::Protocol(why)) => why,
             other => panic!("{other:?}"),
         };
-        assert!(refused(&[text.clone()], 5).contains("4 nodes of 5"));
+        assert!(refused(std::slice::from_ref(&text), 5).contains("4 nodes of 5"));
         assert!(!refused(&[text[..10].to_string()], 4).is_empty(), "a piece missing");
         let odd = Roster { odd: vec![(4, DeviceKind::Cpu)], ..ok.clone() };
         assert!(refused(&[serde_json::to_string(&odd).unwrap()], 4).contains("outside the run"));
