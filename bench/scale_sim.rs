@@ -11,7 +11,7 @@
 //! Usage: scale_sim [RANKS...] (default 1024 4096 16384); GPUS_PER_NODE (default 8).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -24,7 +24,7 @@ use gpusanity_common::wire::launcher::LauncherNotice;
 use gpusanity_executor::launcher::node::{Cluster, Joined, Offer};
 use gpusanity_executor::launcher::rendezvous::Topology;
 use gpusanity_executor::launcher::supervise::NodeOutcome;
-use gpusanity_executor::launcher::{gather, write_report};
+use gpusanity_executor::launcher::{arrival, gather, write_report};
 use gpusanity_executor::store::{AsyncStoreClient, Ports, Secret, StoreError};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -233,7 +233,7 @@ async fn run(n: usize, gpus: usize, nofile: u64) -> Result<()> {
             break port;
         }
     };
-    let addr = Arc::new(format!("127.0.0.1:{port}"));
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let relay = tokio::spawn(async move {
         let mut out = Vec::new();
         while let Ok(Some(l)) = lines.next_line().await {
@@ -253,8 +253,7 @@ async fn run(n: usize, gpus: usize, nofile: u64) -> Result<()> {
     let t = Instant::now();
     let mut set = JoinSet::new();
     for k in 1..nnodes {
-        let addr = addr.clone();
-        set.spawn(async move { launcher(&addr, k, nnodes, gpus, with_abort).await });
+        set.spawn(async move { launcher(addr, k, nnodes, gpus, with_abort).await });
     }
     let mut launchers = Vec::new();
     while let Some(l) = set.join_next().await {
@@ -265,8 +264,8 @@ async fn run(n: usize, gpus: usize, nofile: u64) -> Result<()> {
     let s = secret()?;
     let mut set = JoinSet::new();
     for rank in 0..n {
-        let (addr, s) = (addr.clone(), s.clone());
-        set.spawn(async move { connect(&addr, &s).await.map(|c| (rank, c)) });
+        let s = s.clone();
+        set.spawn(async move { connect(addr, node_ip(rank / gpus), &s).await.map(|c| (rank, c)) });
     }
     let mut clients: Vec<Option<AsyncStoreClient>> = (0..n).map(|_| None).collect();
     while let Some(c) = set.join_next().await {
@@ -330,12 +329,20 @@ async fn run(n: usize, gpus: usize, nofile: u64) -> Result<()> {
     Ok(())
 }
 
+/// The loopback address node `k` speaks from (127.0.0.1 is node 0's): as on a cluster, each
+/// node's connections come from an address of its own (thousands from one address would
+/// spend the run in the kernel's search for a free port).
+fn node_ip(k: usize) -> IpAddr {
+    let [_, a, b, c] = u32::try_from(k).unwrap_or(u32::MAX).to_be_bytes();
+    Ipv4Addr::new(127, a.saturating_add(1), b, c).into()
+}
+
 /// Connects as a worker does: a handshake cut short (node 0 busy with thousands arriving at
 /// once) is tried again until [`WAIT`]; a refusal is final.
-async fn connect(addr: &str, s: &Secret) -> Result<AsyncStoreClient> {
+async fn connect(addr: SocketAddr, from: IpAddr, s: &Secret) -> Result<AsyncStoreClient> {
     let start = Instant::now();
     loop {
-        match AsyncStoreClient::connect(addr, Some(s)).await {
+        match AsyncStoreClient::connect_from(addr, from, Some(s)).await {
             Ok(c) => return Ok(c),
             Err(e @ StoreError::Io(_)) if start.elapsed() < WAIT => tracing::debug!("retrying: {e}"),
             Err(e) => return Err(e.into()),
@@ -353,17 +360,17 @@ fn node_info(k: usize, gpus: usize) -> NodeInfo {
     }
 }
 
-/// Node `k`'s launcher up to the start of its workers: registers, reads every node's
-/// registration (as `arrival::wait_all` does), holds the two connections of the abort watch.
+/// Node `k`'s launcher up to the start of its workers: registers, reads node 0's
+/// roster (as `arrival::wait_all` does), holds the two connections of the abort watch.
 async fn launcher(
-    addr: &str,
+    addr: SocketAddr,
     k: usize,
     nnodes: usize,
     gpus: usize,
     with_abort: bool,
 ) -> Result<(usize, AsyncStoreClient)> {
     let s = secret()?;
-    let mut c = AsyncStoreClient::connect(addr, Some(&s)).await?;
+    let mut c = connect(addr, node_ip(k), &s).await?;
     let reg = serde_json::json!({
         "info": node_info(k, gpus),
         "device": DeviceKind::Cuda,
@@ -371,20 +378,18 @@ async fn launcher(
     });
     c.set(&format!("node/{k}"), &reg.to_string()).await?;
     c.get("run_id", WAIT).await?;
-    // As `arrival::wait_all` does: node 0's list of every registration, in chunks.
-    let chunks: usize = c.get("rdzv/nodes", WAIT).await?.parse()?;
-    let mut regs = 0;
-    for i in 0..chunks {
-        regs += serde_json::from_str::<Vec<String>>(&c.get(&format!("rdzv/nodes/{i}"), WAIT).await?)?.len();
-    }
-    if regs != nnodes {
-        bail!("node 0 listed {regs} nodes of {nnodes}");
+    // As `arrival::wait_all` does: node 0's roster, in pieces.
+    let count = c.get(arrival::LIST_KEY, WAIT).await?;
+    let pieces = c.get_many(&arrival::piece_keys(&count)?, WAIT).await?;
+    let roster = arrival::Roster::from_pieces(&pieces, nnodes)?;
+    if roster.sizes.iter().sum::<usize>() != nnodes * gpus {
+        bail!("node 0's roster holds {} ranks of {}", roster.sizes.iter().sum::<usize>(), nnodes * gpus);
     }
     if !with_abort {
         return Ok((k, c));
     }
-    let mut watch = AsyncStoreClient::connect(addr, Some(&s)).await?;
-    let abort = AsyncStoreClient::connect(addr, Some(&s)).await?;
+    let mut watch = connect(addr, node_ip(k), &s).await?;
+    let abort = connect(addr, node_ip(k), &s).await?;
     tokio::spawn(async move {
         let _ = watch.get("abort", WAIT).await;
         drop(abort);

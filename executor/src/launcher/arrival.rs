@@ -6,6 +6,9 @@
 
 use std::time::{Duration, Instant};
 
+use gpusanity_common::report::DeviceKind;
+use serde::{Deserialize, Serialize};
+
 use crate::store::{StoreClient, StoreError, MISSING_KEY};
 
 /// Where each node that arrived acknowledges node 0's list.
@@ -17,10 +20,12 @@ const POLL: Duration = Duration::from_millis(250);
 /// How long a node past its own deadline waits for node 0's word (node 0 decides).
 const GRACE: Duration = Duration::from_secs(10);
 
-/// Every node's registration, or the node ranks that never registered.
+/// Every node's registration (node 0), node 0's roster (the other nodes), or the node ranks
+/// that never registered.
 #[derive(Debug)]
 pub enum Arrival {
     All(Vec<String>),
+    Roster(Roster),
     /// `present[k]` is node k's registration, `None` for the missing ones (listed, ascending).
     Missing {
         present: Vec<Option<String>>,
@@ -28,15 +33,96 @@ pub enum Arrival {
     },
 }
 
-/// Where node 0 publishes every registration once all have come, [`CHUNK`] per key: a node
-/// reads n / CHUNK keys instead of n (every node reading every registration would make n²
-/// reads, 4 million at 2,048 nodes).
-const LIST_KEY: &str = "rdzv/nodes";
-/// Registrations per key of the list (a few hundred bytes each, under the store's value bound).
-const CHUNK: usize = 256;
+/// Where node 0 publishes its [`Roster`] once every node has come: the number of pieces, the
+/// pieces under `rdzv/nodes/I`.
+pub const LIST_KEY: &str = "rdzv/nodes";
+/// The longest piece of the roster's text, in bytes (under the store's value bound).
+const PIECE: usize = 256 * 1024;
+/// The most pieces a roster may have (16 MiB: a million nodes' sizes).
+const MAX_PIECES: usize = 64;
+/// The longest summary of the nodes that are not ready that the roster carries, in bytes.
+const MAX_SUMMARY: usize = 4096;
+
+/// What a node other than node 0 needs of the others: their sizes, whether they all run node
+/// 0's backend, whether any is not ready. Node 0 alone reads the registrations (hosts,
+/// addresses, devices: it alone reports); every other node reads this, a few bytes a node, so
+/// the rendezvous moves O(n) bytes per node rather than every registration to every node
+/// (2,048 x 640 KB of doubly escaped JSON at 2,048 nodes, most of the rendezvous's time).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Roster {
+    /// Node 0's backend.
+    pub device: DeviceKind,
+    /// Each node's ranks, by node rank.
+    pub sizes: Vec<usize>,
+    /// The nodes whose backend is not node 0's, ascending.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub odd: Vec<(usize, DeviceKind)>,
+    /// Node 0's summary of the findings of the nodes that cannot run the job; empty when every
+    /// node can.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub not_ready: String,
+}
+
+impl Roster {
+    /// The roster of `devices` (each node's backend and ranks, by node rank) with the summary
+    /// `not_ready` (cut to [`MAX_SUMMARY`] bytes).
+    pub fn new(devices: &[(DeviceKind, usize)], not_ready: &str) -> Roster {
+        let device = devices.first().map_or(DeviceKind::Cpu, |d| d.0);
+        let odd = devices.iter().enumerate().filter(|(_, d)| d.0 != device).map(|(k, d)| (k, d.0)).collect();
+        let mut end = not_ready.len().min(MAX_SUMMARY);
+        while !not_ready.is_char_boundary(end) {
+            end -= 1;
+        }
+        Roster { device, sizes: devices.iter().map(|d| d.1).collect(), odd, not_ready: not_ready[..end].into() }
+    }
+
+    /// The roster of `nnodes` nodes from the pieces node 0 published, checked.
+    pub fn from_pieces(pieces: &[String], nnodes: usize) -> Result<Roster, StoreError> {
+        let roster: Roster = serde_json::from_str(&pieces.concat()).map_err(protocol)?;
+        if roster.sizes.len() != nnodes {
+            return Err(protocol(format!("node 0's roster lists {} nodes of {nnodes}", roster.sizes.len())));
+        }
+        if roster.odd.len() > nnodes || roster.odd.iter().any(|(k, _)| *k >= nnodes) {
+            return Err(protocol("node 0's roster names nodes outside the run"));
+        }
+        if roster.not_ready.len() > MAX_SUMMARY {
+            return Err(protocol(format!("node 0's roster has a summary over {MAX_SUMMARY} bytes")));
+        }
+        Ok(roster)
+    }
+
+    /// The roster's text in pieces of at most [`PIECE`] bytes.
+    fn pieces(&self) -> Result<Vec<String>, StoreError> {
+        let text = serde_json::to_string(self).map_err(protocol)?;
+        let mut pieces = Vec::new();
+        let mut rest = text.as_str();
+        while !rest.is_empty() {
+            let mut end = rest.len().min(PIECE);
+            while !rest.is_char_boundary(end) {
+                end -= 1;
+            }
+            let (piece, tail) = rest.split_at(end);
+            pieces.push(piece.to_string());
+            rest = tail;
+        }
+        if pieces.len() > MAX_PIECES {
+            return Err(protocol(format!("a roster of {} bytes, over {MAX_PIECES} pieces", text.len())));
+        }
+        Ok(pieces)
+    }
+}
+
+/// The keys of the roster's pieces, from the count node 0 published under [`LIST_KEY`].
+pub fn piece_keys(count: &str) -> Result<Vec<String>, StoreError> {
+    let n: usize = count.parse().map_err(protocol)?;
+    if n == 0 || n > MAX_PIECES {
+        return Err(protocol(format!("node 0's roster in {n} pieces (1 to {MAX_PIECES})")));
+    }
+    Ok((0..n).map(|i| format!("{LIST_KEY}/{i}")).collect())
+}
 
 /// Waits up to `wait` for the registrations of `nnodes` nodes (`node/K`); `me` is this node.
-/// Node 0 reads each, then publishes them all; the other nodes read that list.
+/// Node 0 reads each (then publishes its roster, [`publish`]); the other nodes read the roster.
 pub fn wait_all(c: &mut StoreClient, nnodes: usize, wait: Duration, me: usize) -> Result<Arrival, StoreError> {
     let is_master = me == 0;
     let deadline = Instant::now() + wait;
@@ -45,7 +131,10 @@ pub fn wait_all(c: &mut StoreClient, nnodes: usize, wait: Duration, me: usize) -
         if !is_master {
             let left = deadline.saturating_duration_since(Instant::now());
             match c.get(LIST_KEY, POLL.min(left).max(Duration::from_millis(1))) {
-                Ok(chunks) => return read_list(c, &chunks, nnodes).map(Arrival::All),
+                Ok(count) => {
+                    let pieces = c.get_many(&piece_keys(&count)?, GRACE)?;
+                    return Roster::from_pieces(&pieces, nnodes).map(Arrival::Roster);
+                }
                 Err(StoreError::Timeout(..)) => {}
                 Err(e) => return Err(e),
             }
@@ -61,9 +150,7 @@ pub fn wait_all(c: &mut StoreClient, nnodes: usize, wait: Duration, me: usize) -
                 Err(e) => return Err(e),
             }
         } else {
-            let all: Vec<String> = got.into_iter().flatten().collect();
-            publish_list(c, &all)?;
-            return Ok(Arrival::All(all));
+            return Ok(Arrival::All(got.into_iter().flatten().collect()));
         }
         if !is_master {
             if let Ok(v) = c.get(MISSING_KEY, Duration::from_millis(1)) {
@@ -104,28 +191,57 @@ fn protocol(e: impl std::fmt::Display) -> StoreError {
     StoreError::Protocol(e.to_string())
 }
 
-/// Node 0: every registration, in chunks, then the number of chunks under [`LIST_KEY`].
-fn publish_list(c: &mut StoreClient, all: &[String]) -> Result<(), StoreError> {
-    let chunks: Vec<&[String]> = all.chunks(CHUNK).collect();
-    for (i, chunk) in chunks.iter().enumerate() {
-        c.set(&format!("{LIST_KEY}/{i}"), &serde_json::to_string(chunk).map_err(protocol)?)?;
+/// Node 0: its roster, in pieces, then their number under [`LIST_KEY`].
+pub fn publish(c: &mut StoreClient, roster: &Roster) -> Result<(), StoreError> {
+    let pieces = roster.pieces()?;
+    for (i, piece) in pieces.iter().enumerate() {
+        c.set(&format!("{LIST_KEY}/{i}"), piece)?;
     }
-    c.set(LIST_KEY, &chunks.len().to_string())
+    c.set(LIST_KEY, &pieces.len().to_string())
 }
 
-/// The list node 0 published: `chunks` keys holding `nnodes` registrations in all.
-fn read_list(c: &mut StoreClient, chunks: &str, nnodes: usize) -> Result<Vec<String>, StoreError> {
-    let chunks: usize = chunks.parse().map_err(protocol)?;
-    if chunks != nnodes.div_ceil(CHUNK) {
-        return Err(protocol(format!("node 0 lists {chunks} chunks of registrations for {nnodes} nodes")));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_roster_goes_through_the_store_in_pieces_and_comes_back_whole() {
+        let (_rt, addr) = crate::store::test_store();
+        let mut c = StoreClient::connect(&addr, Duration::from_secs(5), None).unwrap();
+        // 100,000 nodes (sizes alone past one piece) and a summary cut inside a wide character.
+        let mut devices = vec![(DeviceKind::Cuda, 16); 100_000];
+        devices[7] = (DeviceKind::Cpu, 1);
+        let roster = Roster::new(&devices, &"é".repeat(MAX_SUMMARY));
+        assert_eq!(roster.not_ready.len(), MAX_SUMMARY);
+        assert_eq!(roster.odd, [(7, DeviceKind::Cpu)]);
+        assert!(roster.pieces().unwrap().len() > 1);
+        publish(&mut c, &roster).unwrap();
+        match wait_all(&mut c, devices.len(), Duration::from_secs(5), 3).unwrap() {
+            Arrival::Roster(got) => assert_eq!(got, roster),
+            other => panic!("{other:?}"),
+        }
     }
-    let mut all = Vec::with_capacity(nnodes);
-    for i in 0..chunks {
-        let part: Vec<String> = serde_json::from_str(&c.get(&format!("{LIST_KEY}/{i}"), GRACE)?).map_err(protocol)?;
-        all.extend(part);
+
+    #[test]
+    fn a_forged_or_oversized_roster_is_refused() {
+        let ok = Roster::new(&[(DeviceKind::Cuda, 8); 4], "");
+        let text = serde_json::to_string(&ok).unwrap();
+        assert_eq!(Roster::from_pieces(std::slice::from_ref(&text), 4).unwrap(), ok);
+        let refused = |pieces: &[String], nnodes| match Roster::from_pieces(pieces, nnodes) {
+            Err(StoreError::Protocol(why)) => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(refused(std::slice::from_ref(&text), 5).contains("4 nodes of 5"));
+        assert!(!refused(&[text[..10].to_string()], 4).is_empty(), "a piece missing");
+        let odd = Roster { odd: vec![(4, DeviceKind::Cpu)], ..ok.clone() };
+        assert!(refused(&[serde_json::to_string(&odd).unwrap()], 4).contains("outside the run"));
+        let long = Roster { not_ready: "x".repeat(MAX_SUMMARY + 1), ..ok.clone() };
+        assert!(refused(&[serde_json::to_string(&long).unwrap()], 4).contains("summary over"));
+        for count in ["0", "65", "-1", "2x", ""] {
+            assert!(matches!(piece_keys(count), Err(StoreError::Protocol(_))), "{count}");
+        }
+        assert_eq!(piece_keys("2").unwrap(), ["rdzv/nodes/0", "rdzv/nodes/1"]);
+        let huge = Roster::new(&vec![(DeviceKind::Cuda, usize::MAX); 1_000_000], "");
+        assert!(matches!(huge.pieces(), Err(StoreError::Protocol(_))), "over {MAX_PIECES} pieces");
     }
-    if all.len() != nnodes {
-        return Err(protocol(format!("node 0 lists {} registrations for {nnodes} nodes", all.len())));
-    }
-    Ok(all)
 }

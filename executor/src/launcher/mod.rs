@@ -1,7 +1,7 @@
 //! The node launcher of `gpusanity check`: timing policy, device and topology resolution,
 //! rendezvous, workers under supervision, node 0's report and verdict, and the hand-over.
 
-mod arrival;
+pub mod arrival;
 mod compact;
 mod events;
 mod fit;
@@ -142,12 +142,12 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
     let cluster = match joined {
         Joined::All(cluster) => cluster,
         Joined::Missing(m) => return missing_nodes(&opts, is_master, device, &configs, &mut log, m),
-        Joined::NotReady(cluster, findings) => {
-            return not_ready::conclude(&opts, &cluster, device, &configs, findings).await
+        Joined::NotReady(cluster, findings, summary) => {
+            return not_ready::conclude(&opts, &cluster, device, &configs, findings, &summary).await
         }
     };
     let checks =
-        crate::checks::pair_schedule::with_link_test(opts.settings.selected_checks(), device, cluster.nodes.len());
+        crate::checks::pair_schedule::with_link_test(opts.settings.selected_checks(), device, cluster.sizes.len());
     log.push(
         CheckState::Checking,
         format!(
@@ -173,7 +173,7 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
             local_rank: local,
             node_rank: topo.node_rank,
             node_addr: cluster.node_addr.clone(),
-            node_sizes: cluster.nodes.iter().map(|n| n.nproc).collect(),
+            node_sizes: cluster.sizes.clone(),
             store_addr: cluster.store_addr.clone(),
             rdzv_secret: cluster.secret.clone(),
             device,

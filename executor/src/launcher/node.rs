@@ -10,7 +10,7 @@ use gpusanity_common::wire::launcher::LauncherNotice;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::arrival::{self, Arrival};
+use super::arrival::{self, Arrival, Roster};
 use super::rendezvous::Topology;
 use super::supervise::{NodeOutcome, Stop};
 use super::UsageError;
@@ -69,7 +69,11 @@ pub struct Cluster {
     pub node_rank: usize,
     pub node_addr: String,
     pub hostname: String,
+    /// Every node, on node 0 (which alone reports); empty on the others, which need only
+    /// `sizes` (arrival.rs's roster).
     pub nodes: Vec<NodeInfo>,
+    /// Each node's ranks, by node rank.
+    pub sizes: Vec<usize>,
     pub world: usize,
     pub rank_offset: usize,
     pub run_id: String,
@@ -81,8 +85,9 @@ pub enum Joined {
     /// Some nodes never arrived within the wait.
     Missing(MissingNodes),
     /// Every node arrived, but some cannot run the job's GPUs: their findings (bounded and
-    /// placed on the node that sent them, `not_ready::accepted`).
-    NotReady(Cluster, Vec<Finding>),
+    /// placed on the node that sent them, `not_ready::accepted`; on node 0 only) and node 0's
+    /// summary of them.
+    NotReady(Cluster, Vec<Finding>, String),
 }
 
 /// The nodes of a run some of which never arrived at the rendezvous.
@@ -187,8 +192,21 @@ impl Cluster {
         .await
         .map_err(|e| UsageError(format!("rendezvous: not every node arrived: {e}")))?;
         let parse = |r: &String| serde_json::from_str::<Registration>(r).context("malformed node registration");
-        let regs: Vec<Registration> = match arrival {
-            Arrival::All(regs) => regs.iter().map(parse).collect::<Result<_>>()?,
+        let (nodes, roster, not_ready) = match arrival {
+            Arrival::All(regs) => {
+                let regs: Vec<Registration> = regs.iter().map(parse).collect::<Result<_>>()?;
+                let not_ready: Vec<Finding> =
+                    regs.iter().flat_map(|r| super::not_ready::accepted(&r.info, &r.not_ready)).collect();
+                let devices: Vec<(DeviceKind, usize)> = regs.iter().map(|r| (r.device, r.info.nproc)).collect();
+                let roster = Roster::new(&devices, &super::not_ready::summary(&not_ready));
+                // Published before anything is judged: every node judges the same roster.
+                let r = roster.clone();
+                blocking(&client, move |c| arrival::publish(c, &r))
+                    .await
+                    .map_err(|e| UsageError(format!("rendezvous: publishing the roster: {e}")))?;
+                (regs.into_iter().map(|r| r.info).collect(), roster, not_ready)
+            }
+            Arrival::Roster(roster) => (Vec::new(), roster, Vec::new()),
             Arrival::Missing { present, missing } => {
                 let present = present.iter().map(|r| r.as_ref().map(parse).transpose()).collect::<Result<Vec<_>>>()?;
                 let not_ready =
@@ -209,20 +227,18 @@ impl Cluster {
                 return Ok(Joined::Missing(MissingNodes { nodes, missing, waited: timeout, run_id, not_ready }));
             }
         };
-        let not_ready: Vec<Finding> =
-            regs.iter().flat_map(|r| super::not_ready::accepted(&r.info, &r.not_ready)).collect();
-        let all_ready = not_ready.is_empty();
-        if let Some(other) = regs.iter().find(|r| all_ready && r.device != device) {
+        let all_ready = roster.not_ready.is_empty();
+        let other = if roster.device != device { Some((0, roster.device)) } else { roster.odd.first().copied() };
+        if let Some((k, other)) = other.filter(|_| all_ready) {
             return Err(UsageError(format!(
-                "node {} runs the {} backend but this node runs {}: every node must use the same --device",
-                other.info.node_rank, other.device, device
+                "node {k} runs the {other} backend but this node runs {device}: every node must use the same --device"
             ))
             .into());
         }
-        let nodes: Vec<NodeInfo> = regs.into_iter().map(|r| r.info).collect();
-        let rank_offset = nodes[..topo.node_rank].iter().map(|n| n.nproc).sum();
-        let world = nodes.iter().fold(0usize, |w, n| w.saturating_add(n.nproc));
-        bounds.grow(store::Limits::for_run(nodes.len(), world));
+        let sizes = roster.sizes;
+        let rank_offset = sizes[..topo.node_rank].iter().sum();
+        let world = sizes.iter().fold(0usize, |w, n| w.saturating_add(*n));
+        bounds.grow(store::Limits::for_run(sizes.len(), world));
         tracing::info!(node = topo.node_rank, world, rank_offset, %store_addr, all_ready, "rendezvous complete");
         let cluster = Cluster {
             client,
@@ -232,11 +248,12 @@ impl Cluster {
             node_addr,
             hostname,
             nodes,
+            sizes,
             world,
             rank_offset,
             run_id,
         };
-        Ok(if all_ready { Joined::All(cluster) } else { Joined::NotReady(cluster, not_ready) })
+        Ok(if all_ready { Joined::All(cluster) } else { Joined::NotReady(cluster, not_ready, roster.not_ready) })
     }
 
     /// A second connection to the store. Off the runtime's thread: the handshake needs node 0's

@@ -114,9 +114,10 @@ pub async fn conclude(
     backend: DeviceKind,
     configs: &CheckConfigs,
     findings: Vec<Finding>,
+    summary: &str,
 ) -> Result<Finished> {
     if cluster.node_rank != 0 {
-        eprintln!("gpusanity: error: node(s) not ready, no check runs: {}", summary(&findings));
+        eprintln!("gpusanity: error: node(s) not ready, no check runs: {summary}");
         if let Err(e) = cluster.await_verdict(VERDICT_WAIT).await {
             tracing::warn!("no verdict from node 0: {e:#}");
         }

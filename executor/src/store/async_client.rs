@@ -2,11 +2,12 @@
 //! (node 0's gathering, the scale simulator's thousands of ranks): the same protocol and
 //! handshake as [`super::StoreClient`], without a thread per connection.
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 
 use super::auth::{Secret, HANDSHAKE_TIMEOUT};
 use super::client::{arrivals, batch_values, millis, Answer};
@@ -25,6 +26,23 @@ impl AsyncStoreClient {
     /// Connects to `addr` once (no retry) and completes the handshake with `secret`.
     pub async fn connect(addr: &str, secret: Option<&Secret>) -> Result<AsyncStoreClient, StoreError> {
         let sock = TcpStream::connect(addr).await?;
+        Self::handshake(sock, addr, secret).await
+    }
+
+    /// [`Self::connect`] from the local address `from` (port 0: any), as a peer on a host of its
+    /// own would: the scale simulator's nodes each speak from an address of their own.
+    pub async fn connect_from(
+        addr: SocketAddr,
+        from: IpAddr,
+        secret: Option<&Secret>,
+    ) -> Result<AsyncStoreClient, StoreError> {
+        let socket = if from.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+        socket.bind(SocketAddr::new(from, 0))?;
+        let sock = socket.connect(addr).await?;
+        Self::handshake(sock, &addr.to_string(), secret).await
+    }
+
+    async fn handshake(sock: TcpStream, addr: &str, secret: Option<&Secret>) -> Result<AsyncStoreClient, StoreError> {
         sock.set_nodelay(true)?;
         let (r, writer) = sock.into_split();
         let mut c = AsyncStoreClient { reader: BufReader::new(r), writer, line: Vec::new() };
