@@ -113,6 +113,9 @@ pub fn not_applicable(rank: usize, why: String) -> RankResult {
 /// - `model-corrupt`: a model check flips a bit of one parameter after training, before the
 ///   parameter checksum;
 /// - `model-slow`: a model check runs each step's forward and backward six times.
+/// - `gemm-extra-PCT` (e.g. `gemm-extra-10`): the timed window also holds PCT% more products
+///   (of the timed count, rounded), a device that much slower; for a fleet's drift, set on an
+///   agent's own environment by a test rig and stepped from one agent start to the next.
 /// - `KIND-once` (e.g. `gemm-slow-once`): `KIND` in the first measurement of a check only, not
 ///   when the diagnosis re-measures it (a transient blip).
 ///
@@ -152,6 +155,15 @@ impl Faults {
 
     pub fn has(&self, kind: &str, rank: usize) -> bool {
         self.kinds.iter().any(|(k, r)| k == kind && *r == rank)
+    }
+
+    /// PCT of a `PREFIX-PCT` fault on `rank` (e.g. `gemm-extra-10`: 10), at most 1,000.
+    pub fn percent(&self, prefix: &str, rank: usize) -> Option<u32> {
+        self.kinds
+            .iter()
+            .filter(|(_, r)| *r == rank)
+            .filter_map(|(k, _)| k.strip_prefix(prefix)?.strip_prefix('-')?.parse::<u32>().ok())
+            .find(|p| *p <= 1000)
     }
 
     /// The fake /sys/class/infiniband of the tests, if one is set.
