@@ -10,6 +10,7 @@ mod chaos;
 mod faults;
 mod fleet;
 mod fleet_judging;
+mod fleet_replicas;
 mod fleet_trust;
 mod flow;
 mod forgery;
