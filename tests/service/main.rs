@@ -9,6 +9,7 @@ mod browser;
 mod chaos;
 mod faults;
 mod fleet;
+mod fleet_drift;
 mod fleet_judging;
 mod fleet_replicas;
 mod fleet_trust;
