@@ -171,3 +171,30 @@ impl Faults {
         self.ib_root.as_ref()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Faults;
+
+    #[test]
+    fn a_percent_fault_reads_its_rank_and_refuses_what_is_not_a_percent() {
+        let f = Faults::parse("gemm-extra-10@0,gemm-extra-5@1,gemm-slow@2");
+        assert_eq!((f.percent("gemm-extra", 0), f.percent("gemm-extra", 1)), (Some(10), Some(5)));
+        assert_eq!(f.percent("gemm-extra", 2), None, "another kind");
+        assert_eq!(f.percent("gemm", 0), None, "a prefix is the whole name before the percent");
+        for bad in [
+            "gemm-extra@0",
+            "gemm-extra-@0",
+            "gemm-extra--5@0",
+            "gemm-extra-x@0",
+            "gemm-extra-1001@0",
+            "gemm-extra-99999999999999999999@0",
+            "gemm-extra-10@",
+            "gemm-extra-10@-1",
+            "gemm-extra10@0",
+        ] {
+            assert_eq!(Faults::parse(bad).percent("gemm-extra", 0), None, "{bad}");
+        }
+        assert_eq!(Faults::parse("gemm-extra-1000@0").percent("gemm-extra", 0), Some(1000));
+    }
+}
