@@ -37,10 +37,12 @@ pub enum Prereq {
     /// A Kubernetes API server (scripts/kube-apiserver.sh, built with Go, or
     /// GPUSANITY_TEST_KUBECONFIG).
     Kubernetes,
+    /// A CPU quiet enough that its figures' spread shows a 10% slower node.
+    QuietCpu,
 }
 
 impl Prereq {
-    pub const ALL: [Prereq; 9] = [
+    pub const ALL: [Prereq; 10] = [
         Prereq::Root,
         Prereq::Slurm,
         Prereq::Kafka,
@@ -50,6 +52,7 @@ impl Prereq {
         Prereq::Network,
         Prereq::NoGpu,
         Prereq::Kubernetes,
+        Prereq::QuietCpu,
     ];
 
     /// The name `GPUSANITY_REQUIRE` lists it by.
@@ -64,6 +67,7 @@ impl Prereq {
             Prereq::Network => "network",
             Prereq::NoGpu => "no-gpu",
             Prereq::Kubernetes => "kubernetes",
+            Prereq::QuietCpu => "quiet-cpu",
         }
     }
 

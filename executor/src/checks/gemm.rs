@@ -48,8 +48,14 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     // All timed products back to back in one call, as a training step issues them: time the
     // GPU gives to another process meanwhile lands inside the timed window.
     ctx.progress.phase(NAME, "timed", 0);
-    let each = ctx.backend.gemm_run(cfg.iters * reps).context("timed GEMM")?;
-    let times: Vec<f64> = each.chunks(reps).map(|c| c.iter().sum()).collect();
+    // Injected drift (`gemm-extra-PCT`): PCT% more products in the same timed call, their time
+    // spread over the timed products, so the figure comes out PCT% lower for real work done.
+    let extra =
+        ctx.faults.percent("gemm-extra", rank).map_or(0, |p| cfg.iters.saturating_mul(p as usize).saturating_add(50) / 100);
+    let timed = cfg.iters * reps;
+    let each = ctx.backend.gemm_run(timed.saturating_add(extra)).context("timed GEMM")?;
+    let spread = each.get(timed..).map_or(0.0, |e| e.iter().sum::<f64>()) / cfg.iters.max(1) as f64;
+    let times: Vec<f64> = each[..timed.min(each.len())].chunks(reps).map(|c| c.iter().sum::<f64>() + spread).collect();
     if let Some(s) = sampling {
         *ctx.load = Some(s.stop(format!("the gemm check's {} products {n}x{n}x{n}", cfg.warmup + cfg.iters * reps)));
     }

@@ -113,6 +113,9 @@ pub fn not_applicable(rank: usize, why: String) -> RankResult {
 /// - `model-corrupt`: a model check flips a bit of one parameter after training, before the
 ///   parameter checksum;
 /// - `model-slow`: a model check runs each step's forward and backward six times.
+/// - `gemm-extra-PCT` (e.g. `gemm-extra-10`): the timed window also holds PCT% more products
+///   (of the timed count, rounded), a device that much slower; for a fleet's drift, set on an
+///   agent's own environment by a test rig and stepped from one agent start to the next.
 /// - `KIND-once` (e.g. `gemm-slow-once`): `KIND` in the first measurement of a check only, not
 ///   when the diagnosis re-measures it (a transient blip).
 ///
@@ -154,8 +157,44 @@ impl Faults {
         self.kinds.iter().any(|(k, r)| k == kind && *r == rank)
     }
 
+    /// PCT of a `PREFIX-PCT` fault on `rank` (e.g. `gemm-extra-10`: 10), at most 1,000.
+    pub fn percent(&self, prefix: &str, rank: usize) -> Option<u32> {
+        self.kinds
+            .iter()
+            .filter(|(_, r)| *r == rank)
+            .filter_map(|(k, _)| k.strip_prefix(prefix)?.strip_prefix('-')?.parse::<u32>().ok())
+            .find(|p| *p <= 1000)
+    }
+
     /// The fake /sys/class/infiniband of the tests, if one is set.
     pub fn ib_root(&self) -> Option<&std::path::PathBuf> {
         self.ib_root.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Faults;
+
+    #[test]
+    fn a_percent_fault_reads_its_rank_and_refuses_what_is_not_a_percent() {
+        let f = Faults::parse("gemm-extra-10@0,gemm-extra-5@1,gemm-slow@2");
+        assert_eq!((f.percent("gemm-extra", 0), f.percent("gemm-extra", 1)), (Some(10), Some(5)));
+        assert_eq!(f.percent("gemm-extra", 2), None, "another kind");
+        assert_eq!(f.percent("gemm", 0), None, "a prefix is the whole name before the percent");
+        for bad in [
+            "gemm-extra@0",
+            "gemm-extra-@0",
+            "gemm-extra--5@0",
+            "gemm-extra-x@0",
+            "gemm-extra-1001@0",
+            "gemm-extra-99999999999999999999@0",
+            "gemm-extra-10@",
+            "gemm-extra-10@-1",
+            "gemm-extra10@0",
+        ] {
+            assert_eq!(Faults::parse(bad).percent("gemm-extra", 0), None, "{bad}");
+        }
+        assert_eq!(Faults::parse("gemm-extra-1000@0").percent("gemm-extra", 0), Some(1000));
     }
 }

@@ -160,7 +160,7 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
     let meta = gather::RunMeta {
         run_id: cluster.run_id.clone(),
         started_at: chrono::Utc::now(),
-        settings: opts.settings.clone(),
+        settings: with_inherited_fault(&opts, &env),
         backend: device,
         configs: configs.clone(),
         checks: checks.clone(),
@@ -275,6 +275,20 @@ fn missing_nodes(
     write_report(&opts.report_dir, &report)?;
     print!("{}", gpusanity_reports::text::summary(&report));
     Ok(Finished { handover: Handover::Exit(ExitCode::CheckFailed), report: Some(report) })
+}
+
+/// The run's settings as the report states them: with `--test-faults`, a `GPUSANITY_FAULT` of the
+/// launcher's own environment reaches the workers as the job's would (unless the job sets its
+/// own), so the report names it among the envs, and no fleet baseline learns from the run.
+fn with_inherited_fault(opts: &CheckOptions, env: &std::collections::HashMap<String, String>) -> Settings {
+    let mut settings = opts.settings.clone();
+    let fault = crate::protocol::FAULT_ENV;
+    if opts.env_policy.test_faults && !settings.envs.iter().any(|(k, _)| k == fault) {
+        if let Some(v) = env.get(fault).filter(|v| !v.is_empty()) {
+            settings.envs.push((fault.to_string(), v.clone()));
+        }
+    }
+    settings
 }
 
 fn skip_reason(opts: &CheckOptions) -> Option<String> {
