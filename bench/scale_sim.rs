@@ -10,7 +10,6 @@
 //!
 //! Usage: scale_sim [RANKS...] (default 1024 4096 16384); GPUS_PER_NODE (default 8).
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -19,22 +18,21 @@ use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::expected::Conditions;
 use gpusanity_common::peers::{self, PeerBands};
 use gpusanity_common::registry::CheckId;
-use gpusanity_common::report::{CheckStatus, DeviceKind, NodeInfo, RankInfo, RankResult, SweepPoint};
+use gpusanity_common::report::{DeviceKind, NodeInfo};
 use gpusanity_common::wire::launcher::LauncherNotice;
 use gpusanity_executor::launcher::node::{Cluster, Joined, Offer};
 use gpusanity_executor::launcher::rendezvous::Topology;
-use gpusanity_executor::launcher::supervise::NodeOutcome;
 use gpusanity_executor::launcher::{arrival, gather, write_report};
 use gpusanity_executor::store::{AsyncStoreClient, Ports, Secret, StoreError};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::task::JoinSet;
 
+#[path = "sim_ranks.rs"]
+mod sim_ranks;
+use sim_ranks::{node_info, outcome, peak_rss_mib, CHECKS, DEVICE};
+
 const SECRET: &[u8] = b"scale-sim-secret-0123456789abcdef";
 const WAIT: Duration = Duration::from_secs(600);
-const CHECKS: [CheckId; 3] = [CheckId::Gemm, CheckId::AllReduce, CheckId::NetworkConnectivity];
-const DEVICE: &str = "NVIDIA H200";
 
 fn main() -> Result<()> {
     let nofile = gpusanity_executor::store::limits::raise_nofile();
@@ -59,17 +57,6 @@ fn main() -> Result<()> {
 
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
-}
-
-/// A process's peak resident set (VmHWM), MiB.
-fn peak_rss_mib(pid: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
 }
 
 fn secret() -> Result<Secret> {
@@ -135,78 +122,6 @@ async fn node0(ranks: usize, gpus: usize) -> Result<()> {
 
 fn say(phase: &str, t: Instant) {
     println!("phase {phase} {:.3} {:.1}", t.elapsed().as_secs_f64(), peak_rss_mib("self"));
-}
-
-/// Node `k`'s outcome: its ranks and their synthetic results of the default check.
-fn outcome(k: usize, nodes: &[NodeInfo], gpus: usize) -> NodeOutcome {
-    let mut rng = ChaCha8Rng::seed_from_u64(k as u64);
-    let world: usize = nodes.iter().map(|n| n.nproc).sum();
-    let ranks: Vec<usize> = (k * gpus..(k + 1) * gpus).collect();
-    let host = nodes.get(k).map_or_else(|| format!("node-{k}"), |n| n.hostname.clone());
-    let infos = ranks
-        .iter()
-        .map(|&rank| RankInfo {
-            rank,
-            node_rank: k,
-            local_rank: rank - k * gpus,
-            host: host.clone(),
-            device: DEVICE.into(),
-            pid: 1000 + rank as u32,
-            link: None,
-        })
-        .collect();
-    let mut noise = |centre: f64| centre * (1.0 + 0.01 * (rng.random::<f64>() - 0.5));
-    let checks = CHECKS
-        .iter()
-        .map(|check| {
-            let results = ranks
-                .iter()
-                .map(|&rank| {
-                    let mut r = RankResult::new(rank, CheckStatus::Passed);
-                    let m = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
-                        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
-                    };
-                    match check {
-                        CheckId::Gemm => {
-                            let t = noise(686.0);
-                            r.metrics =
-                                m(&[("tflops", t), ("tflops_best", t), ("tflops_median", t), ("wrong_elements", 0.0)]);
-                            r.notes.insert("dtype".into(), "bf16".into());
-                            r.notes.insert("result_hash".into(), "b2723ba0db646e57".into());
-                        }
-                        CheckId::AllReduce => {
-                            let bw = noise(360.0);
-                            r.metrics = m(&[("busbw_gbps", bw), ("busbw_gbps_peak", bw), ("wrong_elements", 0.0)]);
-                            r.sweep = [1u64 << 20, 1 << 24, 1 << 28]
-                                .iter()
-                                .map(|&bytes| SweepPoint {
-                                    bytes,
-                                    time_us: bytes as f64 / (bw * 1e3),
-                                    algbw_gbps: bw / 2.0,
-                                    busbw_gbps: bw,
-                                    wrong: 0,
-                                })
-                                .collect();
-                        }
-                        _ => {
-                            let probes = (world / gpus).min(64) as f64;
-                            r.metrics = m(&[
-                                ("front_probes", probes),
-                                ("front_failed", 0.0),
-                                ("front_ms_max", noise(0.2)),
-                                ("back_probes", probes),
-                                ("back_failed", 0.0),
-                                ("back_ms_max", noise(0.05)),
-                            ]);
-                        }
-                    }
-                    r
-                })
-                .collect();
-            (noise(5.0), results)
-        })
-        .collect();
-    NodeOutcome { node_rank: k, ranks: infos, checks, stop: None }
 }
 
 /// One run of `n` ranks: node 0 in a child process, everyone else here.
@@ -348,15 +263,6 @@ async fn connect(addr: SocketAddr, from: IpAddr, s: &Secret) -> Result<AsyncStor
             Err(e) => return Err(e.into()),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn node_info(k: usize, gpus: usize) -> NodeInfo {
-    NodeInfo {
-        node_rank: k,
-        hostname: format!("node-{k}"),
-        addr: format!("10.{}.{}.{}", k >> 16, (k >> 8) & 255, k & 255),
-        nproc: gpus,
     }
 }
 

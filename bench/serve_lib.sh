@@ -1,7 +1,8 @@
 # Shared by the benchmarks that time a real `gpusanity serve` on a SQLite file (source it):
 # `serve_sqlite STATE DB` writes its configuration (public pages, a bench token) and starts
 # it in the background, its Kafka from GPUSANITY_TEST_KAFKA or a broker of its own under
-# STATE, and an agent key file of its own; sets `serve_pid`, `port` and `token`. `serve_stop STATE` ends both.
+# STATE, and an agent key file of its own (STATE/agent-keys.toml, unless one is there already);
+# sets `serve_pid`, `port`, `token`, `kafka_boot` and `topic_prefix`. `serve_stop STATE` ends both.
 token=bench-token-0123456789
 serve_pid=
 serve_sqlite() {
@@ -9,6 +10,7 @@ serve_sqlite() {
   if [ -z "$boot" ]; then
     boot=$(KAFKA_STATE="$state/kafka" TMPDIR="$state" bash scripts/kafka.sh start | sed -n 's/^KAFKA_BOOTSTRAP=//p')
   fi
+  kafka_boot=$boot topic_prefix=$p
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   cat > "$state/gpusanity.toml" <<TOML
 [kafka]
@@ -26,7 +28,7 @@ url = "sqlite://$db"
 listen = "127.0.0.1:$port"
 browser_public = true
 TOML
-  printf '[[key]]\nid = "bench"\nsecret = "%s"\n' "$(openssl rand -hex 32)" > "$state/agent-keys.toml"
+  [ -f "$state/agent-keys.toml" ] || printf '[[key]]\nid = "bench"\nsecret = "%s"\n' "$(openssl rand -hex 32)" > "$state/agent-keys.toml"
   chmod 600 "$state/agent-keys.toml"
   GPUSANITY_AGENT_KEYS="$state/agent-keys.toml" GPUSANITY_API_TOKEN=$token target/release/gpusanity serve --config "$state/gpusanity.toml" >"$state/serve.log" 2>&1 &
   serve_pid=$!

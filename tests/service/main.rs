@@ -30,4 +30,5 @@ mod readiness;
 mod replicas;
 mod report_chunks;
 mod reputation;
+mod scale_job;
 mod tls;

@@ -2,7 +2,7 @@
 //! headline figure (the judging uses the same keys, so a figure is judged against exactly what
 //! figures like it were learned into).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::expected::Conditions;
 use crate::report::{common_link, CheckReport, CheckStatus, RankInfo, Report, RunStatus};
@@ -43,16 +43,23 @@ pub fn drivers(checks: &[CheckReport]) -> BTreeMap<usize, u32> {
         .collect()
 }
 
+/// Each rank's information by its rank: looked up once per rank result, not found by a scan
+/// of every rank (a scan per rank was quadratic: seconds at 16,384 ranks).
+fn by_rank(ranks: &[RankInfo]) -> HashMap<usize, &RankInfo> {
+    ranks.iter().map(|i| (i.rank, i)).collect()
+}
+
 /// The key of every rank of `c` with a headline figure, with the figure.
 pub fn rank_keys(c: &CheckReport, ranks: &[RankInfo], drivers: &BTreeMap<usize, u32>) -> Vec<(usize, Key, f64)> {
     let Some(m) = c.name.metric() else { return Vec::new() };
     let when = Conditions::from_config(&c.config, &node_sizes(ranks)).with_link(common_link(ranks));
+    let infos = by_rank(ranks);
     c.ranks
         .iter()
         .filter(|r| r.status == CheckStatus::Passed)
         .filter_map(|r| {
             let value = *r.metrics.get(m.key)?;
-            let info = ranks.iter().find(|i| i.rank == r.rank)?;
+            let info = infos.get(&r.rank)?;
             Some((r.rank, Key::new(&info.device, drivers.get(&r.rank).copied(), c.name, m.key, when), value))
         })
         .collect()
@@ -69,6 +76,9 @@ pub fn learnable(report: &Report, node_names: &[String]) -> Vec<Learnable> {
         return Vec::new();
     }
     let drivers = drivers(&report.checks);
+    let infos = by_rank(&report.ranks);
+    let named_ranks: HashSet<usize> = report.findings.iter().filter_map(|f| f.rank).collect();
+    let named_nodes: HashSet<usize> = report.findings.iter().filter_map(|f| f.node_rank).collect();
     let mut out = Vec::new();
     for c in &report.checks {
         let about = |f: &&crate::report::Finding| f.check.check() == Some(c.name);
@@ -76,8 +86,8 @@ pub fn learnable(report: &Report, node_names: &[String]) -> Vec<Learnable> {
             continue;
         }
         for (rank, key, value) in rank_keys(c, &report.ranks, &drivers) {
-            let Some(info) = report.ranks.iter().find(|i| i.rank == rank) else { continue };
-            let named = report.findings.iter().any(|f| f.rank == Some(rank) || f.node_rank == Some(info.node_rank));
+            let Some(info) = infos.get(&rank) else { continue };
+            let named = named_ranks.contains(&rank) || named_nodes.contains(&info.node_rank);
             let Some(node) = node_names.get(info.node_rank) else { continue };
             if named || !value.is_finite() || value <= 0.0 {
                 continue;

@@ -12,7 +12,7 @@
 //! first, then remove the old one. A key without `nodes` is a cluster key; a key with `nodes`
 //! lets a stolen node key speak for that node alone.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 use hmac::{Hmac, Mac};
@@ -22,8 +22,10 @@ use thiserror::Error;
 
 /// Shortest secret accepted, in bytes.
 pub const MIN_SECRET: usize = 32;
-/// Most keys in one file.
-const MAX_KEYS: usize = 64;
+/// Most keys in one file: a key per node for 16,384 nodes.
+pub const MAX_KEYS: usize = 16_384;
+/// Largest key file read (a key bound to one node takes about 130 bytes).
+const MAX_FILE_BYTES: u64 = 4 << 20;
 
 #[derive(Debug, Error)]
 pub enum KeyError {
@@ -124,9 +126,16 @@ pub fn mode_allows(mode: u32, file: Owner, process: Owner) -> Result<(), &'stati
     }
 }
 
+/// The keys in file order, indexed: every report and task looks up its key by id, and every
+/// task its node's signer, so a ring of a key per node answers both without a scan.
 #[derive(Debug, Clone)]
 pub struct Keyring {
     keys: Vec<Key>,
+    by_id: HashMap<String, usize>,
+    /// The first key bound to each node that a key names.
+    by_node: HashMap<String, usize>,
+    /// The first cluster key (one without `nodes`).
+    cluster: Option<usize>,
 }
 
 impl Keyring {
@@ -138,8 +147,8 @@ impl Keyring {
         let meta = std::fs::metadata(path).map_err(|e| read(e.to_string()))?;
         let file = Owner { uid: meta.uid(), gid: meta.gid() };
         mode_allows(meta.mode(), file, process()).map_err(|why| read(why.into()))?;
-        if meta.len() > 1 << 20 {
-            return Err(read("larger than 1 MiB".into()));
+        if meta.len() > MAX_FILE_BYTES {
+            return Err(read(format!("larger than {} MiB", MAX_FILE_BYTES >> 20)));
         }
         let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
         Keyring::parse(&text)
@@ -180,12 +189,24 @@ impl Keyring {
             };
             keys.push(Key { id: e.id, secret, nodes });
         }
-        Ok(Keyring { keys })
+        let mut by_node = HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            for n in k.nodes.iter().flatten() {
+                by_node.entry(n.clone()).or_insert(i);
+            }
+        }
+        let by_id = keys.iter().enumerate().map(|(i, k)| (k.id.clone(), i)).collect();
+        let cluster = keys.iter().position(|k| k.nodes.is_none());
+        Ok(Keyring { keys, by_id, by_node, cluster })
     }
 
-    /// The key that signs messages to or for `node`: the first that covers it.
+    /// The key that signs messages to or for `node`: the first in the file that covers it.
     pub fn signer_for(&self, node: &str) -> Option<&Key> {
-        self.keys.iter().find(|k| k.covers(node))
+        let first = match (self.by_node.get(node).copied(), self.cluster) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        first.map(|i| &self.keys[i])
     }
 
     /// The first key of the file (derives the runs' rendezvous secrets).
@@ -195,7 +216,7 @@ impl Keyring {
     }
 
     pub fn get(&self, id: &str) -> Option<&Key> {
-        self.keys.iter().find(|k| k.id == id)
+        self.by_id.get(id).map(|&i| &self.keys[i])
     }
 }
 
@@ -265,5 +286,27 @@ mod tests {
         }
         let twice = format!("[[key]]\nid = \"a\"\nsecret = \"{A}\"\n[[key]]\nid = \"a\"\nsecret = \"{A}\"\n");
         assert!(Keyring::parse(&twice).unwrap_err().to_string().contains("twice"));
+    }
+
+    /// A key per node for a 16,384-node fleet fits the file; the first key of the file that
+    /// covers a node signs for it, whether a cluster key or a node key comes first; one key
+    /// more is refused.
+    #[test]
+    fn a_key_per_node_of_a_large_fleet_and_the_first_covering_key_signs() {
+        let node_key = |k: usize| format!("[[key]]\nid = \"n{k}\"\nsecret = \"{A}\"\nnodes = [\"node-{k}\"]\n");
+        let text: String = (0..MAX_KEYS).map(node_key).collect();
+        assert!(text.len() as u64 <= MAX_FILE_BYTES, "{} bytes", text.len());
+        let ring = Keyring::parse(&text).unwrap();
+        assert_eq!(ring.signer_for("node-16383").unwrap().id, "n16383");
+        assert!(ring.signer_for("node-16384").is_none());
+        assert_eq!(ring.get("n77").unwrap().id, "n77");
+        let more = format!("{text}{}", node_key(MAX_KEYS));
+        assert!(Keyring::parse(&more).unwrap_err().to_string().contains("more than 16384 keys"));
+        let cluster = format!("[[key]]\nid = \"all\"\nsecret = \"{A}\"\n");
+        let first = Keyring::parse(&format!("{cluster}{}", node_key(1))).unwrap();
+        assert_eq!(first.signer_for("node-1").unwrap().id, "all");
+        let last = Keyring::parse(&format!("{}{}{cluster}", node_key(1), node_key(1).replace("n1\"", "m1\""))).unwrap();
+        assert_eq!(last.signer_for("node-1").unwrap().id, "n1");
+        assert_eq!(last.signer_for("node-2").unwrap().id, "all");
     }
 }
