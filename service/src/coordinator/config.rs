@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use gpusanity_common::checks::WrongResult;
 use gpusanity_common::report::Code;
 use serde::{Deserialize, Serialize};
 
@@ -64,7 +65,7 @@ impl Default for RecheckConfig {
     fn default() -> Self {
         RecheckConfig {
             enabled: true,
-            definitive: DEFINITIVE.to_vec(),
+            definitive: definitive_codes(),
             quarantine_failures: 3,
             quarantine_window: 5,
             extra_args: String::new(),
@@ -72,10 +73,22 @@ impl Default for RecheckConfig {
     }
 }
 
-/// The default definitive codes: a wrong result (silent corruption does not come and go), a
-/// crash or hang, a missing or unusable GPU, a fatal XID or uncorrectable memory error, and a
-/// lost agent (a re-check needs the very agent that is gone).
-pub const DEFINITIVE: [Code; 34] = [
+/// The default definitive codes: every check's wrong result (from its descriptor: silent
+/// corruption does not come and go), and a crash or hang, a missing or unusable GPU, a fatal XID
+/// or uncorrectable memory error, a lost agent (a re-check needs the very agent that is gone).
+pub fn definitive_codes() -> Vec<Code> {
+    let wrong = gpusanity_common::checks::all().filter_map(|d| match d.wrong_result {
+        WrongResult::Code(c) => Some(c),
+        WrongResult::Own => None,
+    });
+    let mut codes: Vec<Code> = wrong.chain(OTHER_DEFINITIVE).collect();
+    codes.sort();
+    codes.dedup();
+    codes
+}
+
+/// The definitive codes that are no check's wrong result.
+const OTHER_DEFINITIVE: [Code; 23] = [
     Code::WorkerCrashed,
     Code::TestHang,
     Code::NodeLost,
@@ -83,21 +96,10 @@ pub const DEFINITIVE: [Code; 34] = [
     Code::NodeGpuUnusable,
     Code::NodeNoGpu,
     Code::NodeGpusMissing,
-    Code::GemmWrongResult,
     Code::GemmResultMismatch,
-    Code::AllreduceWrongResult,
     Code::WrongResult,
-    Code::LinkWrongResult,
-    Code::AllgatherWrongResult,
-    Code::ReducescatterWrongResult,
-    Code::AlltoallWrongResult,
-    Code::MultiAllreduceWrongResult,
-    Code::OverlapWrongResult,
-    Code::MemoryBwWrongResult,
-    Code::HostBwWrongResult,
     Code::ModelLossNotFinite,
     Code::ModelSilentDataCorruption,
-    Code::KernelLaunchFailed,
     Code::GpuHealthMissingGpu,
     Code::GpuHealthXidFatal,
     Code::GpuHealthEccUncorrectable,
@@ -158,5 +160,25 @@ impl CoordinatorConfig {
             return Err(format!("coordinator.recheck.extra_args: {e}"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_check_s_wrong_result_is_definitive_and_a_slow_figure_is_not() {
+        let codes = definitive_codes();
+        for d in gpusanity_common::checks::all() {
+            if let WrongResult::Code(c) = d.wrong_result {
+                assert!(codes.contains(&c), "{}: {c:?}", d.id);
+            }
+        }
+        for c in [Code::ReducescatterWrongResult, Code::AlltoallWrongResult, Code::NoAgent, Code::GpuHealthXidFatal] {
+            assert!(codes.contains(&c), "{c:?}");
+        }
+        assert!(!codes.contains(&Code::GemmSlow) && !codes.contains(&Code::AllreduceSlow));
+        assert_eq!(codes.len(), 34, "{codes:?}");
     }
 }
