@@ -102,6 +102,28 @@ impl PeerBands {
     }
 }
 
+/// The name of a rate measured over the CPU time a CPU worker's thread got in the timed window
+/// instead of over the wall clock (`tflops` -> `tflops_cpu`): the same work, divided by the
+/// seconds the rank actually ran. A CPU worker that the host's scheduler descheduled for other
+/// processes loses wall time, not CPU time, so its figure per CPU-second stays with its peers'
+/// (a busy machine is not a slow device), while a rank that does more work for the same result,
+/// or runs on slow cores or memory, is as far below its peers per CPU-second as per wall second.
+pub fn cpu_key(key: &str) -> String {
+    format!("{key}_cpu")
+}
+
+/// The figure of a check's headline `key` that its ranks are judged on: on CPU workers (`cpu`)
+/// the one per CPU-second ([`cpu_key`]) where every rank measured it (`measured`: one entry
+/// per rank judged), else the wall-clock figure (GPUs time themselves: theirs is always the
+/// wall-clock one).
+pub fn judged_key(key: &str, cpu: bool, measured: impl IntoIterator<Item = bool>) -> String {
+    if cpu && measured.into_iter().all(|m| m) {
+        cpu_key(key)
+    } else {
+        key.to_string()
+    }
+}
+
 /// One figure per rank: `(rank, device model, value)`.
 pub type Figures = Vec<(usize, String, f64)>;
 
@@ -199,6 +221,14 @@ mod tests {
         assert!((b.warn - 0.9).abs() < 1e-12);
         let j = judge(CheckId::Gemm, "tflops", &figs(&[100.0, 101.0, 85.0, 100.0]), b, Conditions::default());
         assert_eq!(j[2].vs_peers, Some(Severity::Warning));
+    }
+
+    #[test]
+    fn cpu_workers_are_judged_per_cpu_second_where_every_rank_measured_it() {
+        assert_eq!(cpu_key("tflops"), "tflops_cpu");
+        assert_eq!(judged_key("tflops", true, [true, true]), "tflops_cpu");
+        assert_eq!(judged_key("tflops", true, [true, false]), "tflops");
+        assert_eq!(judged_key("tflops", false, [true, true]), "tflops");
     }
 
     #[test]

@@ -35,6 +35,21 @@ pub struct NodeSample {
 }
 
 #[derive(sqlx::FromRow)]
+struct MeanRow {
+    node_name: String,
+    mean: f64,
+    n: i64,
+}
+
+/// A node's mean figure of one key over the figures read (see [`Db::fleet_lowest_nodes`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeMean {
+    pub node: String,
+    pub mean: f64,
+    pub samples: usize,
+}
+
+#[derive(sqlx::FromRow)]
 struct CountRow {
     n: i64,
 }
@@ -92,6 +107,31 @@ impl Db {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(|r| Sample { node: r.node_name, value: r.value }).collect())
+    }
+
+    /// The `limit` nodes whose mean figure of `key` is lowest, lowest first, over the key's
+    /// figures learned at or after `since` (ms): the whole fleet's recent figures, not only the
+    /// baseline's window, so that a slow node whose figures are older than the newest few
+    /// hundred is still listed. One pass over the key's range of the covering index
+    /// `fleet_samples_key_node` (fkey, node_name, at, value), in node order, grouped in the
+    /// database: only `limit` rows come back, and the cost is linear in the key's figures since
+    /// `since` (docs/fleet.md). A mean, not a median: neither SQLite nor a portable query has a
+    /// median aggregate, and learned figures have no outliers to resist (a rank a finding named
+    /// is never learned).
+    pub async fn fleet_lowest_nodes(&self, key: &Key, since: i64, limit: u32) -> Result<Vec<NodeMean>> {
+        let rows: Vec<MeanRow> = sqlx::query_as(
+            "SELECT node_name, AVG(value) AS mean, COUNT(*) AS n FROM fleet_samples WHERE fkey = $1 AND at >= $2 \
+             GROUP BY node_name ORDER BY mean ASC, node_name ASC LIMIT $3",
+        )
+        .bind(serde_json::to_string(key)?)
+        .bind(since)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| NodeMean { node: r.node_name, mean: r.mean, samples: usize::try_from(r.n).unwrap_or(0) })
+            .collect())
     }
 
     /// The newest `limit` figures of `node` over every key, newest first; `workspace`: only

@@ -6,6 +6,7 @@ use gpusanity_common::fleet::file::{BaselineEntry, BaselineFile};
 use gpusanity_common::fleet::samples::learnable;
 use gpusanity_common::fleet::{learn as learn_baseline, percentile, Judging, Key, Learned, Policy, Sample};
 use gpusanity_common::report::Report;
+use gpusanity_db::fleet::NodeMean;
 use gpusanity_db::runs::RunRow;
 use gpusanity_db::{fleet, Db, DbError, Tx};
 use serde::Serialize;
@@ -42,10 +43,12 @@ pub async fn export(db: &Db, policy: Policy) -> Result<BaselineFile, DbError> {
 /// Bins of a key's histogram.
 const BINS: usize = 24;
 /// Nodes listed below the baseline, per key.
-const LOWEST: usize = 10;
+const LOWEST: u32 = 10;
+/// The lowest nodes are found among a key's figures of the last week.
+pub const LOWEST_SINCE_MS: i64 = 7 * 24 * 3600 * 1000;
 
 /// One key of the fleet page and `GET /v1/fleet`: the window's distribution, its baseline when
-/// there are enough samples, and the nodes whose median is furthest below the centre.
+/// there are enough samples, and the nodes whose mean over the last week is furthest below it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct KeyView {
     #[schema(value_type = Object)]
@@ -57,8 +60,9 @@ pub struct KeyView {
     pub samples: usize,
     /// Equal-width bins from the window's least to its greatest figure.
     pub histogram: Vec<Bin>,
-    /// Nodes by their median in the window, lowest first, at most 10 (empty for a workspace
-    /// token: the fleet's figures are shared, its node names are not).
+    /// Nodes by their mean over the key's figures of the last week (not only the window),
+    /// lowest first, at most 10 (empty for a workspace token: the fleet's
+    /// figures are shared, its node names are not).
     pub lowest: Vec<NodeFigure>,
 }
 
@@ -72,15 +76,16 @@ pub struct Bin {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct NodeFigure {
     pub node: String,
-    /// The median of the node's figures in the window.
-    pub median: f64,
+    /// The mean of the node's figures of the last week.
+    pub mean: f64,
     pub samples: usize,
-    /// (median - centre) / spread, with a baseline.
+    /// (mean - centre) / spread, with a baseline.
     pub z: Option<f64>,
 }
 
-/// The view of one key over its newest `window` (newest first, as the database returns it).
-pub fn key_view(key: Key, window: &[Sample], policy: Policy, with_nodes: bool) -> KeyView {
+/// The view of one key over its newest `window` (newest first, as the database returns it),
+/// with the `lowest` nodes as the database found them (none for a workspace token).
+pub fn key_view(key: Key, window: &[Sample], policy: Policy, lowest: Vec<NodeMean>) -> KeyView {
     let baseline = learn_baseline(window, policy);
     let values: Vec<f64> = window.iter().map(|s| s.value).filter(|v| v.is_finite()).collect();
     let (lo, hi) = values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(*v), b.max(*v)));
@@ -94,23 +99,14 @@ pub fn key_view(key: Key, window: &[Sample], policy: Policy, with_nodes: bool) -
             histogram[i].n += 1;
         }
     }
-    let mut lowest = Vec::new();
-    if with_nodes {
-        let mut by_node: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
-        for s in window.iter().filter(|s| s.value.is_finite()) {
-            by_node.entry(s.node.as_str()).or_default().push(s.value);
-        }
-        lowest = by_node
-            .into_iter()
-            .map(|(node, v)| {
-                let median = gpusanity_common::stats::median(&v);
-                let z = baseline.filter(|b| b.spread > 0.0).map(|b| (median - b.centre) / b.spread);
-                NodeFigure { node: node.to_string(), median, samples: v.len(), z }
-            })
-            .collect();
-        lowest.sort_by(|a, b| a.median.total_cmp(&b.median));
-        lowest.truncate(LOWEST);
-    }
+    let lowest = lowest
+        .into_iter()
+        .filter(|n| n.mean.is_finite())
+        .map(|n| {
+            let z = baseline.filter(|b| b.spread > 0.0).map(|b| (n.mean - b.centre) / b.spread);
+            NodeFigure { node: n.node, mean: n.mean, samples: n.samples, z }
+        })
+        .collect();
     let floor = baseline.map(|b| Judging::DEFAULT.floor(b.centre, b.spread));
     KeyView { key, baseline, floor, samples: values.len(), histogram, lowest }
 }
@@ -118,9 +114,11 @@ pub fn key_view(key: Key, window: &[Sample], policy: Policy, with_nodes: bool) -
 /// Every key's view; `with_nodes` false for a workspace token.
 pub async fn view(db: &Db, policy: Policy, with_nodes: bool) -> Result<Vec<KeyView>, DbError> {
     let mut out = Vec::new();
+    let since = gpusanity_db::now_ms().saturating_sub(LOWEST_SINCE_MS);
     for key in db.fleet_keys().await? {
         let window = db.fleet_window(&key, policy.window).await?;
-        out.push(key_view(key, &window, policy, with_nodes));
+        let lowest = if with_nodes { db.fleet_lowest_nodes(&key, since, LOWEST).await? } else { Vec::new() };
+        out.push(key_view(key, &window, policy, lowest));
     }
     Ok(out)
 }
@@ -223,7 +221,7 @@ mod tests {
     use gpusanity_common::registry::CheckId;
 
     #[test]
-    fn the_view_bins_every_figure_marks_the_floor_and_lists_the_lowest_nodes() {
+    fn the_view_bins_every_figure_marks_the_floor_and_places_the_lowest_nodes() {
         let key = Key::new("NVIDIA H200", Some(580), CheckId::Gemm, "tflops", Conditions::default());
         // 8 nodes of 10 figures each around 680; node-7 runs 10% slow.
         let window: Vec<Sample> = (0..80)
@@ -233,25 +231,26 @@ mod tests {
                 Sample { node: format!("node-{node}"), value: base + (i % 5) as f64 }
             })
             .collect();
-        let v = key_view(key.clone(), &window, Policy::default(), true);
+        let mean = |node: &str, mean: f64| NodeMean { node: node.into(), mean, samples: 10 };
+        let lowest = vec![mean("node-7", 614.0), mean("node-3", 682.0), mean("x", f64::NAN)];
+        let v = key_view(key.clone(), &window, Policy::default(), lowest);
         assert_eq!(v.samples, 80);
         assert_eq!(v.histogram.iter().map(|b| b.n).sum::<usize>(), 80);
         let b = v.baseline.expect("80 samples from 8 nodes");
         assert!(v.floor.expect("a floor") < b.centre);
-        assert_eq!(v.lowest[0].node, "node-7");
+        assert_eq!(v.lowest.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(), ["node-7", "node-3"]);
         assert!(v.lowest[0].z.is_none_or(|z| z < -4.0), "{:?}", v.lowest[0]);
-        assert_eq!(v.lowest.len(), 8);
-        // A workspace token: the distribution, no node names; hostile figures left out.
+        // Hostile figures left out of the distribution.
         let mut hostile = window.clone();
         hostile.push(Sample { node: "x".into(), value: f64::NAN });
         hostile.push(Sample { node: "y".into(), value: f64::INFINITY });
-        let v = key_view(key.clone(), &hostile, Policy::default(), false);
+        let v = key_view(key.clone(), &hostile, Policy::default(), Vec::new());
         assert!(v.lowest.is_empty());
         assert_eq!(v.samples, 80);
         // One figure, or none: no panic, no baseline.
-        let one = key_view(key.clone(), &window[..1], Policy::default(), true);
+        let one = key_view(key.clone(), &window[..1], Policy::default(), Vec::new());
         assert_eq!((one.histogram.iter().map(|b| b.n).sum::<usize>(), one.baseline), (1, None));
-        let none = key_view(key, &[], Policy::default(), true);
+        let none = key_view(key, &[], Policy::default(), Vec::new());
         assert!(none.histogram.is_empty() && none.lowest.is_empty());
     }
 }

@@ -12,6 +12,7 @@ use serde_json::Value;
 use svc::{allocated, World, TOKEN};
 
 mod chrome;
+mod node_page;
 use chrome::{chromium, dom, screenshot};
 
 const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0";

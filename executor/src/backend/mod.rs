@@ -296,6 +296,15 @@ pub trait DeviceBackend {
         None
     }
 
+    /// Seconds of CPU time the calling thread has had so far, where the device's work runs on
+    /// that thread (the CPU backend): a check reads it around its timed work and reports its
+    /// rate per CPU-second beside the wall-clock one, which the diagnosis judges on CPU workers
+    /// ([`gpusanity_common::peers::cpu_key`]). `None` where the device times its own work
+    /// (CUDA events).
+    fn thread_cpu_seconds(&self) -> Option<f64> {
+        None
+    }
+
     // ---- GEMM ----
     /// Element type of GEMM inputs and output.
     fn gemm_dtype(&self) -> Dtype;

@@ -49,6 +49,8 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
 struct PathResult {
     path: CopyPath,
     times: Vec<f64>,
+    /// CPU seconds of the timed copies, on CPU workers ([`super::cpu_time`]).
+    cpu: Option<f64>,
     verified: Verified,
 }
 
@@ -70,8 +72,10 @@ fn measure(
         ctx.progress.phase(NAME, "warmup", 0);
         ctx.backend.copy_run(path, cfg.warmup).with_context(|| format!("copy warm-up ({})", path.name()))?;
         ctx.progress.phase(NAME, "timed", 0);
+        let cpu_before = ctx.backend.thread_cpu_seconds();
         let each =
             ctx.backend.copy_run(path, cfg.iters * reps).with_context(|| format!("timed copies ({})", path.name()))?;
+        let cpu = super::cpu_time::since(&*ctx.backend, cpu_before);
         let times: Vec<f64> = each.chunks(reps).map(|c| c.iter().sum()).collect();
         ctx.progress.phase(NAME, "verify", 0);
         if i == 0 && ctx.faults.has("memory-bandwidth-wrong", rank) {
@@ -80,7 +84,7 @@ fn measure(
         }
         let verified =
             ctx.backend.copy_verify(seed).with_context(|| format!("verifying the copy ({})", path.name()))?;
-        paths.push(PathResult { path, times, verified });
+        paths.push(PathResult { path, times, cpu, verified });
     }
     let Some(head) = paths.first() else {
         anyhow::bail!("the backend offers no copy path");
@@ -90,6 +94,10 @@ fn measure(
     let best = |times: &[f64]| times.iter().map(|t| copy_gbps(cfg.size, *t)).fold(0.0, f64::max);
     r.metrics.insert("gbps".into(), copy_gbps(cfg.size, median(&head.times)));
     r.metrics.insert("gbps_best".into(), best(&head.times));
+    // On CPU workers, every timed copy's bytes over the CPU time the thread got (judged there
+    // instead of `gbps`: a worker descheduled by other processes is not slow memory).
+    let copied = cfg.size.saturating_mul(head.times.len() as u64);
+    super::cpu_time::insert(&mut r, "gbps", head.times.iter().sum(), head.cpu, |s| copy_gbps(copied, s));
     r.metrics.insert("time_ms_median".into(), median(&head.times) * 1e3);
     r.metrics.insert("bytes".into(), cfg.size as f64);
     r.metrics.insert("wrong_words".into(), wrong as f64);

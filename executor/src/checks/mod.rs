@@ -5,6 +5,7 @@
 //! [`gpusanity_common::checks`].
 
 pub mod collective;
+pub mod cpu_time;
 pub mod models;
 pub mod pair_schedule;
 pub mod probe_plan;

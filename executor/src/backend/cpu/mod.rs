@@ -138,6 +138,18 @@ impl DeviceBackend for CpuBackend {
         self.name.clone()
     }
 
+    /// The GEMM (`Parallelism::None`) and the memcpy run on the calling thread: its own CPU
+    /// clock counts exactly their work, and not the worker's other threads (heartbeats, store).
+    fn thread_cpu_seconds(&self) -> Option<f64> {
+        match nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID) {
+            Ok(t) => Some(t.tv_sec() as f64 + t.tv_nsec() as f64 * 1e-9),
+            Err(e) => {
+                tracing::warn!("no thread CPU clock ({e}): CPU figures are judged per wall second");
+                None
+            }
+        }
+    }
+
     fn gemm_dtype(&self) -> Dtype {
         Dtype::F32
     }

@@ -49,7 +49,7 @@ struct Chart {
     /// The centre's and the floor's x, when there is a baseline.
     centre: Option<f64>,
     floor: Option<f64>,
-    /// (its page, node, median, z).
+    /// (its page, node, mean, z).
     lowest: Vec<(String, String, String, String)>,
 }
 
@@ -111,7 +111,7 @@ fn chart(k: KeyView) -> Chart {
             .into_iter()
             .map(|n| {
                 let z = n.z.map(|z| format!("{z:+.1}")).unwrap_or_else(|| "-".into());
-                (node_href(&n.node), n.node, format!("{:.4} ({} samples)", n.median, n.samples), z)
+                (node_href(&n.node), n.node, format!("{:.4} ({} samples)", n.mean, n.samples), z)
             })
             .collect(),
     }
