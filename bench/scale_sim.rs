@@ -77,7 +77,7 @@ async fn node0(ranks: usize, gpus: usize) -> Result<()> {
         node_names: Vec::new(),
     };
     let devices = vec![DEVICE.to_string(); gpus];
-    let offer = Offer { device: DeviceKind::Cuda, nproc: gpus, devices, not_ready: Vec::new() };
+    let offer = Offer { device: DeviceKind::Cuda, nproc: gpus, devices, not_ready: Vec::new(), fault: None };
     let Joined::All(cluster) = Cluster::join(&topo, Some("node-0"), offer, WAIT, Some(secret()?)).await? else {
         bail!("not every node joined");
     };

@@ -69,6 +69,38 @@ fn a_fault_in_the_launchers_environment_reaches_the_workers_only_with_test_fault
 }
 
 #[test]
+fn a_fault_in_another_node_s_launcher_environment_is_named_in_node_0_s_report() {
+    let _g = serial();
+    let run = Run::new();
+    let port = free_port();
+    let node = |rank: &str, fault: Option<&str>| {
+        let mut args = QUICK.to_vec();
+        let p = port.to_string();
+        args.extend(["--test-faults", "--nnodes", "2", "--node-rank", rank, "--nproc-per-node", "1"]);
+        args.extend(["--master-addr", "127.0.0.1", "--master-port", &p]);
+        let mut c = run.command(&args);
+        c.env_remove("GPUSANITY_FAULT");
+        if let Some(f) = fault {
+            c.env("GPUSANITY_FAULT", f);
+        }
+        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        c.spawn().expect("spawn gpusanity")
+    };
+    // 5% more products on node 1's rank: a run that passes, and must not teach a baseline.
+    let n1 = node("1", Some("gemm-extra-5@1"));
+    let n0 = node("0", None);
+    let (o0, o1) = (wait_output(n0, LIMIT), wait_output(n1, LIMIT));
+    assert_eq!((code(&o0), code(&o1)), (0, 0), "{}\n{}", stderr(&o0), stderr(&o1));
+    let r = run.report();
+    let envs = r["settings"]["envs"].as_array().expect("envs").clone();
+    assert!(
+        envs.contains(&serde_json::json!(["GPUSANITY_FAULT", "node1:gemm-extra-5@1"])),
+        "node 1's fault is not in node 0's report: {envs:?}"
+    );
+    run.assert_nothing_left();
+}
+
+#[test]
 fn sizes_that_do_not_fit_in_memory_are_refused_up_front_with_what_they_need() {
     let _g = serial();
     for (param, check) in

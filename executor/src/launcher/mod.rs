@@ -106,14 +106,15 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
             let mut configs = CheckConfigs::defaults(device);
             configs.apply_params(&opts.check_params).map_err(|e| UsageError(e.to_string()))?;
             fit::check_fits(&configs, &opts.settings.selected_checks(), device, nproc)?;
-            (Offer { device, nproc, devices, not_ready: Vec::new() }, configs)
+            (Offer { device, nproc, devices, not_ready: Vec::new(), fault: inherited_fault(&opts, &env) }, configs)
         }
         Err((configs, findings)) if topo.nnodes == 1 => {
             return readiness::fail(&opts, topo.node_rank, &host, &configs, findings)
         }
         // Node 0 names this node with its evidence once every node has arrived.
         Err((configs, findings)) => {
-            (Offer { device: DeviceKind::Cuda, nproc: 0, devices: Vec::new(), not_ready: findings }, configs)
+            let fault = inherited_fault(&opts, &env);
+            (Offer { device: DeviceKind::Cuda, nproc: 0, devices: Vec::new(), not_ready: findings, fault }, configs)
         }
     };
     let (device, nproc) = (offer.device, offer.nproc);
@@ -160,7 +161,7 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
     let meta = gather::RunMeta {
         run_id: cluster.run_id.clone(),
         started_at: chrono::Utc::now(),
-        settings: with_inherited_fault(&opts, &env),
+        settings: with_inherited_fault(&opts, &cluster),
         backend: device,
         configs: configs.clone(),
         checks: checks.clone(),
@@ -277,15 +278,30 @@ fn missing_nodes(
     Ok(Finished { handover: Handover::Exit(ExitCode::CheckFailed), report: Some(report) })
 }
 
-/// The run's settings as the report states them: with `--test-faults`, a `GPUSANITY_FAULT` of the
-/// launcher's own environment reaches the workers as the job's would (unless the job sets its
-/// own), so the report names it among the envs, and no fleet baseline learns from the run.
-fn with_inherited_fault(opts: &CheckOptions, env: &std::collections::HashMap<String, String>) -> Settings {
+/// With `--test-faults`, a `GPUSANITY_FAULT` of the launcher's own environment: its workers
+/// inject it as they would the job's (unless the job sets its own).
+fn inherited_fault(opts: &CheckOptions, env: &std::collections::HashMap<String, String>) -> Option<String> {
+    let fault = crate::protocol::FAULT_ENV;
+    if !opts.env_policy.test_faults || opts.settings.envs.iter().any(|(k, _)| k == fault) {
+        return None;
+    }
+    env.get(fault).filter(|v| !v.is_empty()).cloned()
+}
+
+/// The run's settings as the report states them: a test fault any node's launcher inherited
+/// (this node's, or another's from its registration: node 0 reports) is named among the envs,
+/// `NODE:FAULT` for another node's, so that no fleet baseline learns from the run.
+fn with_inherited_fault(opts: &CheckOptions, cluster: &Cluster) -> Settings {
     let mut settings = opts.settings.clone();
     let fault = crate::protocol::FAULT_ENV;
-    if opts.env_policy.test_faults && !settings.envs.iter().any(|(k, _)| k == fault) {
-        if let Some(v) = env.get(fault).filter(|v| !v.is_empty()) {
-            settings.envs.push((fault.to_string(), v.clone()));
+    if !settings.envs.iter().any(|(k, _)| k == fault) {
+        let named: Vec<String> = cluster
+            .faults
+            .iter()
+            .map(|(k, v)| if *k == cluster.node_rank { v.clone() } else { format!("node{k}:{v}") })
+            .collect();
+        if !named.is_empty() {
+            settings.envs.push((fault.to_string(), named.join(";")));
         }
     }
     settings

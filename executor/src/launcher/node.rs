@@ -34,6 +34,22 @@ struct Registration {
     /// Why this node cannot run the job's GPUs (readiness.rs); empty on a ready node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     not_ready: Vec<Finding>,
+    /// The test fault of this launcher's own environment, with `--test-faults`: its workers
+    /// inject it, so node 0's report must say the run was not a clean one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fault: Option<String>,
+}
+
+/// The longest test fault a node's registration may name (more is cut at a character).
+const MAX_FAULT_BYTES: usize = 256;
+
+/// A node's test fault as node 0 records it: at most [`MAX_FAULT_BYTES`], cut at a character.
+fn bounded(fault: &str) -> String {
+    let mut end = fault.len().min(MAX_FAULT_BYTES);
+    while !fault.is_char_boundary(end) {
+        end -= 1;
+    }
+    fault[..end].to_string()
 }
 
 /// What this node brings to the rendezvous: its backend and devices, or why it cannot run the
@@ -43,6 +59,8 @@ pub struct Offer {
     pub nproc: usize,
     pub devices: Vec<String>,
     pub not_ready: Vec<Finding>,
+    /// The test fault this node's workers inject from the launcher's own environment.
+    pub fault: Option<String>,
 }
 
 pub struct AbortHandle(StoreClient);
@@ -74,6 +92,9 @@ pub struct Cluster {
     pub nodes: Vec<NodeInfo>,
     /// Each node's ranks, by node rank.
     pub sizes: Vec<usize>,
+    /// The nodes whose workers inject a test fault of their launcher's own environment, and
+    /// the fault (on node 0; empty on the others).
+    pub faults: Vec<(usize, String)>,
     pub world: usize,
     pub rank_offset: usize,
     pub run_id: String,
@@ -173,6 +194,7 @@ impl Cluster {
             device: offer.device,
             devices: offer.devices,
             not_ready: offer.not_ready,
+            fault: offer.fault,
         };
         let device = offer.device;
         let key = format!("node/{}", topo.node_rank);
@@ -192,9 +214,11 @@ impl Cluster {
         .await
         .map_err(|e| UsageError(format!("rendezvous: not every node arrived: {e}")))?;
         let parse = |r: &String| serde_json::from_str::<Registration>(r).context("malformed node registration");
-        let (nodes, roster, not_ready) = match arrival {
+        let (nodes, roster, not_ready, faults) = match arrival {
             Arrival::All(regs) => {
                 let regs: Vec<Registration> = regs.iter().map(parse).collect::<Result<_>>()?;
+                let faults =
+                    regs.iter().filter_map(|r| Some((r.info.node_rank, bounded(r.fault.as_deref()?)))).collect();
                 let not_ready: Vec<Finding> =
                     regs.iter().flat_map(|r| super::not_ready::accepted(&r.info, &r.not_ready)).collect();
                 let devices: Vec<(DeviceKind, usize)> = regs.iter().map(|r| (r.device, r.info.nproc)).collect();
@@ -204,9 +228,9 @@ impl Cluster {
                 blocking(&client, move |c| arrival::publish(c, &r))
                     .await
                     .map_err(|e| UsageError(format!("rendezvous: publishing the roster: {e}")))?;
-                (regs.into_iter().map(|r| r.info).collect(), roster, not_ready)
+                (regs.into_iter().map(|r| r.info).collect(), roster, not_ready, faults)
             }
-            Arrival::Roster(roster) => (Vec::new(), roster, Vec::new()),
+            Arrival::Roster(roster) => (Vec::new(), roster, Vec::new(), Vec::new()),
             Arrival::Missing { present, missing } => {
                 let present = present.iter().map(|r| r.as_ref().map(parse).transpose()).collect::<Result<Vec<_>>>()?;
                 let not_ready =
@@ -249,6 +273,7 @@ impl Cluster {
             hostname,
             nodes,
             sizes,
+            faults,
             world,
             rank_offset,
             run_id,
