@@ -21,6 +21,7 @@ pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::PairBandw
 /// hiccup, small enough that a throttled one still ends in seconds.
 const BYTES: usize = 4 << 20;
 const WARMUP: usize = 1;
+/// Timed calls in the shared rounds; a suspect measured alone gets more ([`pair_schedule::calls`]).
 const ITERS: usize = 5;
 
 pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
@@ -42,7 +43,8 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
             let rail = place.local_rank;
             let members = [place.node_ranks(p[0]).start + rail, place.node_ranks(p[1]).start + rail];
             let key = format!("r{round}/{}-{}/{rail}", p[0], p[1]);
-            let (gbps, bad) = measure(ctx, &key, &members)
+            let calls = pair_schedule::calls(&measured, &pairs, BYTES, ITERS);
+            let (gbps, bad) = measure(ctx, &key, &members, calls)
                 .with_context(|| format!("link test between nodes {} and {}", p[0], p[1]))?;
             wrong += bad;
             // Both members time the same calls; each publishes its own figure (one key written
@@ -79,17 +81,17 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     Ok(r)
 }
 
-/// One rail's 2-member all-reduce: bus bandwidth of the fastest timed call (what the link
+/// One rail's 2-member all-reduce of `calls` timed calls: bus bandwidth of the fastest (what the link
 /// carries, not how the hosts happened to be scheduled), and the wrong elements.
-fn measure(ctx: &mut CheckCtx<'_>, key: &str, members: &[usize; 2]) -> Result<(f64, u64)> {
+fn measure(ctx: &mut CheckCtx<'_>, key: &str, members: &[usize; 2], calls: usize) -> Result<(f64, u64)> {
     let mut ring = Ring::connect_group(ctx.place, ctx.store, &format!("pair/{key}"), members)?;
     let elems = BYTES / 4;
     let me = ring.rank();
     // Small integers: sums are exact; element i of member m is (i + 3 m) % 64.
     let send: Vec<f32> = (0..elems).map(|i| ((i + 3 * me) % 64) as f32).collect();
     let mut recv = vec![0f32; elems];
-    let mut times = Vec::with_capacity(ITERS);
-    for i in 0..WARMUP + ITERS {
+    let mut times = Vec::with_capacity(calls);
+    for i in 0..WARMUP + calls {
         let t = Instant::now();
         ring.all_reduce_sum(&send, &mut recv)?;
         if i >= WARMUP {

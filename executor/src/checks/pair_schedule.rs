@@ -3,8 +3,9 @@
 //! Coverage first, all pairs of a round measured at once: round 1 pairs neighbours (0-1, 2-3...),
 //! round 2 (and 3 for an odd count) gives every node a second partner. Then, one pair per round
 //! (alone, so that no other pair competes for the hosts or the fabric), the suspects: a pair
-//! below [`SLOW_FRACTION`] of the reference is measured again alone, twice; it is slow only if
-//! it stays slow (a pair's figure is the best of its measurements: noise only slows). Each node
+//! below [`SLOW_FRACTION`] of the reference is measured again alone, twice, with
+//! more calls ([`calls`]); it is slow only if it stays slow (a pair's figure is the best of its
+//! measurements, each the fastest of its calls: noise only slows). Each node
 //! of a slow pair is then paired, alone, with good nodes it has not been measured with until it
 //! is good (fast with one) or slow with two good nodes. A node slow with two good nodes is a
 //! slow node; a slow pair of two good nodes is a slow link. The coverage rounds cost O(1)
@@ -50,6 +51,32 @@ pub const EXTRA_ROUNDS_MAX: usize = 32;
 
 /// Alone measurements a slow pair needs before it counts as slow.
 const CONFIRMATIONS: usize = 2;
+
+/// Seconds of timed calls a suspect's measurement alone may take, at its best figure so far.
+pub const CONFIRM_BUDGET_S: f64 = 0.5;
+
+/// At most this many timed calls in one measurement alone.
+pub const CONFIRM_CALLS_MAX: usize = 40;
+
+/// Timed calls of one measurement of a round's pairs, each call moving `bytes`. The shared
+/// rounds take `base`. A pair alone in its round that was measured before is a suspect being
+/// confirmed: on a busy host its two nodes can be descheduled through all of `base` calls, so it
+/// gets as many calls as fit in [`CONFIRM_BUDGET_S`] at its best figure so far, up to
+/// [`CONFIRM_CALLS_MAX`], and its figure is still the fastest call: a slow link is slow in every
+/// call (and keeps `base` calls, its calls being long), a descheduled pair is fast in some. Every
+/// rank computes the same count from the same figures, so both members make the same calls.
+pub fn calls(m: &[PairBandwidth], round: &[[usize; 2]], bytes: usize, base: usize) -> usize {
+    let [p] = round else { return base };
+    let gbps = figure(m, p[0], p[1]);
+    if !gbps.is_finite() || gbps <= 0.0 {
+        return base;
+    }
+    // A 2-member all-reduce's bus bandwidth is its algorithm bandwidth: bytes per second.
+    let per_call = bytes as f64 / (gbps * 1e9);
+    // `as` saturates, and maps NaN to 0: the clamp keeps the count within its bounds.
+    let fit = (CONFIRM_BUDGET_S / per_call) as usize;
+    fit.clamp(base, CONFIRM_CALLS_MAX.max(base))
+}
 
 pub fn key(a: usize, b: usize) -> [usize; 2] {
     [a.min(b), a.max(b)]
@@ -237,6 +264,28 @@ pub(crate) mod tests {
         assert_eq!(classify(3, &m).slow_nodes, [2]);
         m.push(pair([0, 2], 3.1, 6));
         assert!(classify(3, &m).slow_nodes.is_empty(), "fast once: not slow");
+    }
+
+    #[test]
+    fn a_suspect_alone_gets_more_calls_within_the_budget_and_a_slow_link_no_more() {
+        let pair = |nodes, busbw_gbps, round| PairBandwidth { nodes, busbw_gbps, round };
+        let bytes = 4 << 20;
+        let m = vec![pair([0, 1], 2.0, 1), pair([2, 3], 0.3, 1), pair([4, 5], 0.0125, 1)];
+        // Shared rounds, and a pair never measured: the base count.
+        assert_eq!(calls(&m, &[[0, 1], [2, 3]], bytes, 5), 5);
+        assert_eq!(calls(&m, &[[0, 2]], bytes, 5), 5);
+        // A descheduled pair at 0.3 GB/s: 14 ms a call, 35 calls in half a second.
+        assert_eq!(calls(&m, &[[2, 3]], bytes, 5), 35);
+        // A fast pair is capped; a 100 Mbit/s link (0.34 s a call) keeps the base count.
+        assert_eq!(calls(&m, &[[0, 1]], bytes, 5), CONFIRM_CALLS_MAX);
+        assert_eq!(calls(&m, &[[4, 5]], bytes, 5), 5);
+        // Hostile figures (read from the store): never below the base count nor above the cap.
+        for v in [f64::INFINITY, f64::NAN, -1.0, f64::MAX, f64::MIN_POSITIVE] {
+            let n = calls(&[pair([0, 1], v, 1)], &[[0, 1]], bytes, 5);
+            assert!((5..=CONFIRM_CALLS_MAX).contains(&n), "{v}: {n}");
+        }
+        assert_eq!(calls(&m, &[[2, 3]], 0, 5), CONFIRM_CALLS_MAX);
+        assert_eq!(calls(&m, &[[2, 3]], bytes, 50), 50);
     }
 
     #[test]
