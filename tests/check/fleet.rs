@@ -1,7 +1,8 @@
 //! `gpusanity check --baseline FILE`: every rank's headline figure against its fleet baseline,
 //! through the real binary on CPU workers. A baseline far above what the CPU measures names
 //! every rank (BELOW_FLEET, exit 1); one that matches passes and shows each rank's percentile;
-//! a malformed file is refused before any worker starts.
+//! a malformed file is refused before any worker starts. CPU workers are judged per CPU-second
+//! (`tflops_cpu`): an entry of the wall-clock figure judges nothing there.
 
 use gpusanity_testkit::common;
 
@@ -18,10 +19,10 @@ fn gemm(r: &Value) -> &Value {
     r["checks"].as_array().unwrap().iter().find(|c| c["name"] == "gemm").expect("a gemm check")
 }
 
-/// A baseline file with one GEMM entry for this run's device and shape.
-fn write_baseline(path: &Path, device: &str, size: u64, centre: f64, spread: f64) {
+/// A baseline file with one GEMM entry of `metric` for this run's device and shape.
+fn write_baseline(path: &Path, device: &str, size: u64, metric: &str, centre: f64, spread: f64) {
     let text = format!(
-        "[[entry]]\ndevice = {device:?}\ncheck = \"gemm\"\nmetric = \"tflops\"\nvalue = {centre:e}\nspread = {spread:e}\n\
+        "[[entry]]\ndevice = {device:?}\ncheck = \"gemm\"\nmetric = {metric:?}\nvalue = {centre:e}\nspread = {spread:e}\n\
          samples = 40\nnodes = 5\nwindow = 200\nsize = {size}\nsingle_node = true\nranks_per_node = 2\n\
          source = \"test fleet\"\n"
     );
@@ -39,14 +40,14 @@ fn a_baseline_judges_every_rank_and_names_one_far_below_it() {
     let device = r["ranks"][0]["device"].as_str().expect("device").to_string();
     let size = gemm(&r)["config"]["size"].as_u64().expect("gemm size");
     let figures: Vec<f64> =
-        gemm(&r)["ranks"].as_array().unwrap().iter().map(|x| x["metrics"]["tflops"].as_f64().unwrap()).collect();
+        gemm(&r)["ranks"].as_array().unwrap().iter().map(|x| x["metrics"]["tflops_cpu"].as_f64().unwrap()).collect();
     let centre = figures.iter().sum::<f64>() / figures.len() as f64;
     assert!(gemm(&r)["ranks"][0].get("fleet").is_none(), "no baseline, no fleet entry");
 
     // A matching baseline (its spread wide enough for a shared CPU): passes, percentiles shown.
     let run = Run::new();
     let file = run.dir.path().join("baseline.toml");
-    write_baseline(&file, &device, size, centre, 0.3 * centre);
+    write_baseline(&file, &device, size, "tflops_cpu", centre, 0.3 * centre);
     let out = run_with_timeout(run.command(&[ARGS[0], ARGS[1], "--baseline", file.to_str().unwrap()]), LIMIT);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let r = run.report();
@@ -59,15 +60,23 @@ fn a_baseline_judges_every_rank_and_names_one_far_below_it() {
             (f["samples"].as_u64(), f["window"].as_u64(), f["below"].as_bool()),
             (Some(40), Some(200), Some(false))
         );
-        assert_eq!(f["source"], "test fleet");
+        assert_eq!((&f["source"], &f["metric"]), (&Value::from("test fleet"), &Value::from("tflops_cpu")));
     }
     let summary = String::from_utf8_lossy(&out.stdout).to_string() + &stderr(&out);
     assert!(summary.contains("fleet: percentile"), "the terminal summary shows it: {summary}");
 
-    // A baseline a thousand times above this CPU: every rank below, exit 1.
+    // A wall-clock baseline a thousand times above this CPU: not the figure a CPU is judged on.
     let run = Run::new();
     let file = run.dir.path().join("baseline.toml");
-    write_baseline(&file, &device, size, 1000.0 * centre, 10.0 * centre);
+    write_baseline(&file, &device, size, "tflops", 1000.0 * centre, 10.0 * centre);
+    let out = run_with_timeout(run.command(&[ARGS[0], ARGS[1], "--baseline", file.to_str().unwrap()]), LIMIT);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(gemm(&run.report())["ranks"][0].get("fleet").is_none(), "a wall-clock entry judged a CPU");
+
+    // A baseline per CPU-second a thousand times above this CPU: every rank below, exit 1.
+    let run = Run::new();
+    let file = run.dir.path().join("baseline.toml");
+    write_baseline(&file, &device, size, "tflops_cpu", 1000.0 * centre, 10.0 * centre);
     let out = run_with_timeout(run.command(&[ARGS[0], ARGS[1], "--baseline", file.to_str().unwrap()]), LIMIT);
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     let r = run.report();

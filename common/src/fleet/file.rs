@@ -54,6 +54,8 @@ pub struct BaselineEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver: Option<u32>,
     pub check: CheckId,
+    /// The figure judged: the check's headline metric (`tflops`, per wall-clock second), or on
+    /// CPU workers its rate per CPU-second (`tflops_cpu`, [`crate::peers::cpu_key`]).
     pub metric: String,
     /// The centre: the median of the window.
     pub value: f64,
@@ -133,8 +135,16 @@ impl BaselineEntry {
             return Err(format!("source is longer than {MAX_SOURCE} bytes"));
         }
         match self.check.metric() {
-            Some(m) if m.key == self.metric => {}
-            Some(m) => return Err(format!("check {} has headline metric {}, not {}", self.check, m.key, self.metric)),
+            Some(m) if m.key == self.metric || crate::peers::cpu_key(m.key) == self.metric => {}
+            Some(m) => {
+                return Err(format!(
+                    "check {} has headline metric {} (per CPU-second {}), not {}",
+                    self.check,
+                    m.key,
+                    crate::peers::cpu_key(m.key),
+                    self.metric
+                ))
+            }
             None => return Err(format!("check {} has no headline metric", self.check)),
         }
         if !(self.value.is_finite() && self.value > 0.0) {

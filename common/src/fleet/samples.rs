@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::expected::Conditions;
-use crate::report::{common_link, CheckReport, CheckStatus, RankInfo, Report, RunStatus};
+use crate::peers;
+use crate::report::{common_link, CheckReport, CheckStatus, DeviceKind, RankInfo, Report, RunStatus};
 
 use super::{driver_major, Key};
 
@@ -49,18 +50,28 @@ fn by_rank(ranks: &[RankInfo]) -> HashMap<usize, &RankInfo> {
     ranks.iter().map(|i| (i.rank, i)).collect()
 }
 
-/// The key of every rank of `c` with a headline figure, with the figure.
-pub fn rank_keys(c: &CheckReport, ranks: &[RankInfo], drivers: &BTreeMap<usize, u32>) -> Vec<(usize, Key, f64)> {
+/// The key of every rank of `c` with a headline figure, with the figure. The figure is the one
+/// the peers judge ([`peers::judged_key`]): on CPU workers (`backend`) the rate per CPU-second
+/// where every passed rank with the headline measured it (a CPU worker descheduled by other
+/// processes loses wall time, not speed), else the wall-clock headline. The key's metric names
+/// which (`tflops_cpu` or `tflops`), so the two are never pooled.
+pub fn rank_keys(
+    c: &CheckReport,
+    ranks: &[RankInfo],
+    drivers: &BTreeMap<usize, u32>,
+    backend: DeviceKind,
+) -> Vec<(usize, Key, f64)> {
     let Some(m) = c.name.metric() else { return Vec::new() };
     let when = Conditions::from_config(&c.config, &node_sizes(ranks)).with_link(common_link(ranks));
     let infos = by_rank(ranks);
-    c.ranks
-        .iter()
-        .filter(|r| r.status == CheckStatus::Passed)
+    let passed = || c.ranks.iter().filter(|r| r.status == CheckStatus::Passed && r.metrics.contains_key(m.key));
+    let per_cpu = peers::cpu_key(m.key);
+    let key = peers::judged_key(m.key, backend == DeviceKind::Cpu, passed().map(|r| r.metrics.contains_key(&per_cpu)));
+    passed()
         .filter_map(|r| {
-            let value = *r.metrics.get(m.key)?;
+            let value = *r.metrics.get(&key)?;
             let info = infos.get(&r.rank)?;
-            Some((r.rank, Key::new(&info.device, drivers.get(&r.rank).copied(), c.name, m.key, when), value))
+            Some((r.rank, Key::new(&info.device, drivers.get(&r.rank).copied(), c.name, &key, when), value))
         })
         .collect()
 }
@@ -85,7 +96,7 @@ pub fn learnable(report: &Report, node_names: &[String]) -> Vec<Learnable> {
         if report.findings.iter().filter(about).any(|f| f.rank.is_none() && f.node_rank.is_none()) {
             continue;
         }
-        for (rank, key, value) in rank_keys(c, &report.ranks, &drivers) {
+        for (rank, key, value) in rank_keys(c, &report.ranks, &drivers, report.backend) {
             let Some(info) = infos.get(&rank) else { continue };
             let named = named_ranks.contains(&rank) || named_nodes.contains(&info.node_rank);
             let Some(node) = node_names.get(info.node_rank) else { continue };

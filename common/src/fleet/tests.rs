@@ -165,3 +165,60 @@ fn hostile_baseline_files_are_refused_with_one_error() {
     std::fs::write(&path, GOOD).expect("write");
     assert_eq!(BaselineFile::read(&path).expect("reads").entries.len(), 1);
 }
+
+/// A gemm check of two CPU ranks on two nodes: `tflops` each, and `tflops_cpu` where given.
+fn cpu_gemm(per_cpu: [Option<f64>; 2]) -> (crate::report::CheckReport, Vec<crate::report::RankInfo>) {
+    let ranks: Vec<crate::report::RankInfo> = (0..2)
+        .map(|r| {
+            serde_json::from_value(serde_json::json!({
+                "rank": r, "node_rank": r, "local_rank": 0, "host": format!("h{r}"), "device": "cpu", "pid": 1
+            }))
+            .expect("rank info")
+        })
+        .collect();
+    let results: Vec<serde_json::Value> = per_cpu
+        .iter()
+        .enumerate()
+        .map(|(r, cpu)| {
+            let mut metrics = serde_json::json!({ "tflops": 0.05 });
+            if let Some(c) = cpu {
+                metrics["tflops_cpu"] = serde_json::json!(c);
+            }
+            serde_json::json!({ "rank": r, "status": "passed", "metrics": metrics })
+        })
+        .collect();
+    let check = serde_json::json!({
+        "name": "gemm", "status": "passed", "duration_s": 1.0, "config": { "size": 256 }, "ranks": results
+    });
+    (serde_json::from_value(check).expect("check report"), ranks)
+}
+
+#[test]
+fn cpu_workers_are_learned_and_judged_per_cpu_second_under_a_key_that_says_so() {
+    use crate::report::DeviceKind;
+    let drivers = std::collections::BTreeMap::new();
+    let (c, ranks) = cpu_gemm([Some(0.09), Some(0.08)]);
+    let keys = samples::rank_keys(&c, &ranks, &drivers, DeviceKind::Cpu);
+    let got: Vec<(usize, &str, f64)> = keys.iter().map(|(r, k, v)| (*r, k.metric.as_str(), *v)).collect();
+    assert_eq!(got, vec![(0, "tflops_cpu", 0.09), (1, "tflops_cpu", 0.08)]);
+    // A rank without a CPU time: the whole check falls back to the wall clock, as the peers do.
+    let (c, ranks) = cpu_gemm([Some(0.09), None]);
+    let keys = samples::rank_keys(&c, &ranks, &drivers, DeviceKind::Cpu);
+    assert!(keys.iter().all(|(_, k, v)| k.metric == "tflops" && *v == 0.05), "{keys:?}");
+    // GPUs time themselves: the wall clock, even were a per-CPU figure there.
+    let (c, ranks) = cpu_gemm([Some(0.09), Some(0.08)]);
+    let keys = samples::rank_keys(&c, &ranks, &drivers, DeviceKind::Cuda);
+    assert!(keys.iter().all(|(_, k, _)| k.metric == "tflops"), "{keys:?}");
+    // The file takes the per-CPU-second figure as its own key, never mixed with the wall clock.
+    let cpu = GOOD.replacen("metric = \"tflops\"", "metric = \"tflops_cpu\"", 1);
+    let both = format!("{GOOD}{}", &cpu[cpu.find("[[entry]]").unwrap_or(0)..]);
+    let f = BaselineFile::parse(&both).expect("a wall-clock and a per-CPU-second entry");
+    assert_eq!(f.lookup(&key()).map(|e| e.metric.as_str()), Some("tflops"));
+    let per_cpu = Key { metric: "tflops_cpu".into(), ..key() };
+    assert_eq!(f.lookup(&per_cpu).map(|e| e.metric.as_str()), Some("tflops_cpu"));
+    for bad in ["gbps_cpu", "tflops_cpu_cpu", "cpu"] {
+        let text = GOOD.replacen("metric = \"tflops\"", &format!("metric = \"{bad}\""), 1);
+        let err = BaselineFile::parse(&text).expect_err(bad).to_string();
+        assert!(err.contains("headline metric"), "{bad}: {err}");
+    }
+}

@@ -2,7 +2,9 @@
 //! [`gpusanity_common::fleet`]): every rank whose figure's key has an entry carries its
 //! judgement (percentile, the baseline and its samples) on its report entry, and a figure below
 //! the baseline's floor raises `BELOW_FLEET`. The static expected figure and the peers are
-//! judged beside it, unchanged.
+//! judged beside it, unchanged. On CPU workers the figure judged is the rate per CPU-second,
+//! as the peers judge it ([`samples::rank_keys`]): a baseline learned from it says so in its
+//! metric (`tflops_cpu`), and a wall-clock baseline never judges it.
 
 use std::collections::BTreeMap;
 
@@ -10,7 +12,7 @@ use gpusanity_common::checks::Metric;
 use gpusanity_common::findings::Code;
 use gpusanity_common::fleet::file::BaselineFile;
 use gpusanity_common::fleet::{self, samples, FleetJudgement};
-use gpusanity_common::report::{CheckReport, Finding, RankInfo, Severity};
+use gpusanity_common::report::{CheckReport, DeviceKind, Finding, RankInfo, Severity};
 
 use super::{figure, place};
 
@@ -23,16 +25,17 @@ pub fn judge(
     ranks: &[RankInfo],
     drivers: &BTreeMap<usize, u32>,
     baseline: &BaselineFile,
+    backend: DeviceKind,
     findings: &mut Vec<Finding>,
 ) {
     let judging = baseline.judging();
-    let keys = samples::rank_keys(c, ranks, drivers);
+    let keys = samples::rank_keys(c, ranks, drivers, backend);
     let mut below: Vec<(usize, FleetJudgement)> = Vec::new();
     let mut judged = 0;
     for (rank, key, value) in keys {
         let Some(entry) = baseline.lookup(&key) else { continue };
         let Some(r) = c.ranks.iter_mut().find(|r| r.rank == rank) else { continue };
-        let j = fleet::judge(m.key, value, &entry.learned(), judging, &entry.source);
+        let j = fleet::judge(&key.metric, value, &entry.learned(), judging, &entry.source);
         judged += 1;
         if j.below {
             below.push((rank, j.clone()));
@@ -41,19 +44,21 @@ pub fn judge(
     }
     if m.collective && !below.is_empty() && below.len() == judged {
         let (_, j) = &below[0];
-        findings.push(finding(Finding::new(Severity::Critical, Code::BelowFleet, c.name, message(j, m.unit)), j));
+        findings.push(finding(Finding::new(Severity::Critical, Code::BelowFleet, c.name, message(j, m)), j));
         return;
     }
     for (rank, j) in &below {
-        let f = place(Finding::new(Severity::Critical, Code::BelowFleet, c.name, message(j, m.unit)), ranks, *rank);
+        let f = place(Finding::new(Severity::Critical, Code::BelowFleet, c.name, message(j, m)), ranks, *rank);
         findings.push(finding(f, j));
     }
 }
 
-fn message(j: &FleetJudgement, unit: &str) -> String {
+fn message(j: &FleetJudgement, m: &Metric) -> String {
     format!(
-        "{} {unit}, below the fleet's floor {} (centre {} - {} x spread {}): percentile {:.2} of its fleet",
+        "{} {}{}, below the fleet's floor {} (centre {} - {} x spread {}): percentile {:.2} of its fleet",
         figure(j.value),
+        m.unit,
+        if j.metric == m.key { "" } else { " per CPU-second" },
         figure(j.floor),
         figure(j.centre),
         j.k,

@@ -112,7 +112,7 @@ pub fn diagnose_with_baseline(
             note_comparison(c, m, ranks);
             slow_ranks(c, m, ranks, bands, backend == DeviceKind::Cpu, &mut findings);
             if let Some(b) = baseline {
-                fleet::judge(c, m, ranks, &drivers, b, &mut findings);
+                fleet::judge(c, m, ranks, &drivers, b, backend, &mut findings);
             }
         }
         if id == CheckId::PairBandwidth {
