@@ -123,9 +123,8 @@ fn exchange(
                 read.push((r, f));
             }
         }
-        // On CPU workers the figures per CPU-second, where every rank measured one: the rule
-        // of node 0's diagnosis.
-        let cpu = ctx.backend.kind() == DeviceKind::Cpu;
+        // The rule of node 0's diagnosis ([`peers::PEERS_JUDGE_CPU_SECONDS`]).
+        let cpu = ctx.backend.kind() == DeviceKind::Cpu && peers::PEERS_JUDGE_CPU_SECONDS;
         let key = peers::judged_key(metric, cpu, read.iter().map(|(_, f)| f.per_cpu.is_some()));
         let per_cpu = key != metric;
         let figures: peers::Figures = read

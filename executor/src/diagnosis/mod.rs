@@ -110,7 +110,7 @@ pub fn diagnose_with_baseline(
         let id = c.name;
         if let Some(m) = id.metric() {
             note_comparison(c, m, ranks);
-            slow_ranks(c, m, ranks, bands, backend == DeviceKind::Cpu, &mut findings);
+            slow_ranks(c, m, ranks, bands, backend == DeviceKind::Cpu && peers::PEERS_JUDGE_CPU_SECONDS, &mut findings);
             if let Some(b) = baseline {
                 fleet::judge(c, m, ranks, &drivers, b, backend, &mut findings);
             }
