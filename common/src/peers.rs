@@ -112,20 +112,13 @@ pub fn cpu_key(key: &str) -> String {
     format!("{key}_cpu")
 }
 
-/// Whether the peers judge a CPU worker's own rate per CPU-second ([`judged_key`]'s `cpu`).
-/// Off: a node whose CPU is capped (a cgroup quota, the test bed's stand-in for a slow device,
-/// `testbed_4`) gets fewer CPU-seconds, not a lower rate per CPU-second, and must be named, as
-/// a GPU that gives its time to another process is. Judged per CPU-second, a rank descheduled
-/// by other work on an oversubscribed host is not named (the busy-machine test), but neither is
-/// that node; until the two are told apart (their persistence over more windows), the peers
-/// judge the wall clock and the rate per CPU-second and `cpu_share` stay in the report as
-/// evidence. The fleet's baselines on CPU workers use the rate per CPU-second regardless.
-pub const PEERS_JUDGE_CPU_SECONDS: bool = false;
-
-/// The figure of a check's headline `key` that its ranks are judged on: on CPU workers (`cpu`)
-/// the one per CPU-second ([`cpu_key`]) where every rank measured it (`measured`: one entry
-/// per rank judged), else the wall-clock figure (GPUs time themselves: theirs is always the
-/// wall-clock one).
+/// The figure of a check's headline `key` that the fleet's baselines learn and judge: on CPU
+/// workers (`cpu`) the one per CPU-second ([`cpu_key`]) where every rank measured it
+/// (`measured`: one entry per rank judged), else the wall-clock figure (GPUs time themselves:
+/// theirs is always the wall-clock one). The peers judge the wall clock everywhere: a node
+/// whose CPU is capped (a cgroup quota, the test bed's stand-in for a slow device) gets fewer
+/// CPU-seconds, not a lower rate per CPU-second, and must be named, as a GPU that gives its
+/// time to another process is; the rate per CPU-second and `cpu_share` are evidence there.
 pub fn judged_key(key: &str, cpu: bool, measured: impl IntoIterator<Item = bool>) -> String {
     if cpu && measured.into_iter().all(|m| m) {
         cpu_key(key)

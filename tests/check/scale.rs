@@ -105,7 +105,7 @@ impl Drop for Hogs {
 /// Judged per wall second, 2-4 of the 8 ranks came out GEMM_SLOW (under half their peers'
 /// median twice) in 1 or 2 of the 20 runs of 2 in 5 suite runs. Judged per CPU-second the
 /// worker's thread got, GEMM_SLOW went, but so did the naming of a node under a CPU quota
-/// (testbed_4): the peers judge the wall clock again (`peers::PEERS_JUDGE_CPU_SECONDS`,
+/// (testbed_4): the peers judge the wall clock again (`peers::judged_key`,
 /// docs/findings.md, Bands). While GEMM was judged per CPU-second, 3 of 9 runs of this test
 /// failed with one bad run each, LINK_SLOW in pair-bandwidth: a pair of two descheduled nodes
 /// below 30% of the reference pair in its 5 timed calls, alone, twice. A suspect measured alone

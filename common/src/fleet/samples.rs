@@ -50,8 +50,8 @@ fn by_rank(ranks: &[RankInfo]) -> HashMap<usize, &RankInfo> {
     ranks.iter().map(|i| (i.rank, i)).collect()
 }
 
-/// The key of every rank of `c` with a headline figure, with the figure. The figure is the one
-/// the peers judge ([`peers::judged_key`]): on CPU workers (`backend`) the rate per CPU-second
+/// The key of every rank of `c` with a headline figure, with the figure
+/// ([`peers::judged_key`]): on CPU workers (`backend`) the rate per CPU-second
 /// where every passed rank with the headline measured it (a CPU worker descheduled by other
 /// processes loses wall time, not speed), else the wall-clock headline. The key's metric names
 /// which (`tflops_cpu` or `tflops`), so the two are never pooled.

@@ -2,9 +2,9 @@
 //! whatever else runs there: descheduled, it measures fewer FLOP or bytes per wall second
 //! although nothing about its device is slow. The checks whose headline is a rank's own rate
 //! (gemm, memory-bandwidth) therefore also divide their work by the CPU time the thread got in
-//! the timed window ([`DeviceBackend::thread_cpu_seconds`]); the diagnosis and the re-measure
-//! judge that figure on CPU workers ([`gpusanity_common::peers::judged_key`]). The wall-clock
-//! figure stays the headline the report shows. GPU backends report no CPU time: nothing changes
+//! the timed window ([`DeviceBackend::thread_cpu_seconds`]); the fleet's baselines judge that
+//! figure on CPU workers ([`gpusanity_common::peers::judged_key`]), the peers the wall-clock
+//! headline, which is also what the report shows. GPU backends report no CPU time: nothing changes
 //! there.
 
 use gpusanity_common::peers::cpu_key;

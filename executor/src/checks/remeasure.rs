@@ -18,17 +18,6 @@ use super::{CheckCtx, BARRIER_WAIT};
 struct Figure {
     device: String,
     value: Option<f64>,
-    /// The same rate per CPU-second, on CPU workers ([`peers::cpu_key`]).
-    #[serde(default)]
-    per_cpu: Option<f64>,
-}
-
-/// Rank 0's decision: the slow ranks with the figures they were judged on, and whether those
-/// were per CPU-second.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Decision {
-    slow: Vec<(usize, f64)>,
-    per_cpu: bool,
 }
 
 /// Runs check `id` on this rank, and once more on every rank if any rank's figure is
@@ -42,22 +31,20 @@ pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
     let Some(m) = id.metric() else {
         return first;
     };
-    let passed = first.status == CheckStatus::Passed;
-    let figure = |key: &str| passed.then(|| first.metrics.get(key).copied()).flatten();
-    let (value, per_cpu) = (figure(m.key), figure(&peers::cpu_key(m.key)));
-    let fig = Figure { device: device.to_string(), value, per_cpu };
-    let judge = |ctx: &CheckCtx<'_>, key: &str, figures: &peers::Figures| {
+    let value = (first.status == CheckStatus::Passed).then(|| first.metrics.get(m.key).copied()).flatten();
+    let fig = Figure { device: device.to_string(), value };
+    let judge = |ctx: &CheckCtx<'_>, figures: &peers::Figures| {
         // The check's own configuration, as the report will show it to node 0's diagnosis.
         // The link as rank 0 reads it (the diagnosis takes the one every rank reported).
         let local_gpus = ctx.place.node_sizes.get(ctx.place.node_rank).copied().unwrap_or(1);
         let link = super::gpu_health::link(&*ctx.backend, local_gpus);
         let when = Conditions::from_config(&id.config_value(ctx.configs), &ctx.place.node_sizes).with_link(link);
         let bands = PeerBands::new(ctx.configs.slow_fraction, ctx.backend.kind() == DeviceKind::Cpu);
-        let slow = peers::critical_ranks(id, key, figures, bands, when);
+        let slow = peers::critical_ranks(id, m.key, figures, bands, when);
         figures.iter().filter(|(r, _, _)| slow.contains(r)).map(|(r, _, v)| (*r, *v)).collect()
     };
-    let Decision { slow, per_cpu: judged_per_cpu } = match exchange(ctx, id, m.key, &fig, judge) {
-        Ok(d) => d,
+    let slow: Vec<(usize, f64)> = match exchange(ctx, id, &fig, judge) {
+        Ok(s) => s,
         Err(e) => {
             tracing::warn!("could not share figures for a re-measure: {e}");
             return first;
@@ -73,17 +60,13 @@ pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
     ctx.store.set_namespace(&format!("remeasure/{id}/"));
     let mut second = super::run(id, ctx);
     ctx.store.set_namespace("");
-    let per = if judged_per_cpu { " per CPU-second" } else { "" };
-    let firsts: Vec<String> = slow.iter().map(|(r, v)| format!("rank {r} at {v:.3} {}{per}", m.unit)).collect();
+    let firsts: Vec<String> = slow.iter().map(|(r, v)| format!("rank {r} at {v:.2} {}", m.unit)).collect();
     second.notes.insert(
         "remeasured".into(),
         format!("re-measured on every rank after a slow first measurement ({})", firsts.join(", ")),
     );
     if let Some(v) = value {
         second.metrics.insert(format!("first_{}", m.key), v);
-    }
-    if let Some(v) = per_cpu {
-        second.metrics.insert(format!("first_{}", peers::cpu_key(m.key)), v);
     }
     second
 }
@@ -107,33 +90,24 @@ fn reborrow<'b>(ctx: &'b mut CheckCtx<'_>) -> CheckCtx<'b> {
 fn exchange(
     ctx: &mut CheckCtx<'_>,
     id: CheckId,
-    metric: &str,
     fig: &Figure,
-    judge: impl FnOnce(&CheckCtx<'_>, &str, &peers::Figures) -> Vec<(usize, f64)>,
-) -> anyhow::Result<Decision> {
+    judge: impl FnOnce(&CheckCtx<'_>, &peers::Figures) -> Vec<(usize, f64)>,
+) -> anyhow::Result<Vec<(usize, f64)>> {
     let (rank, world) = (ctx.place.rank, ctx.place.world);
     ctx.store.set(&format!("diag/{id}/{rank}"), &serde_json::to_string(fig)?)?;
     let decision = format!("diag/{id}/slow");
     if rank == 0 {
         let keys: Vec<String> = (0..world).map(|r| format!("diag/{id}/{r}")).collect();
-        let mut read = Vec::new();
+        let mut figures = Vec::new();
         for (r, v) in ctx.store.get_many(&keys, BARRIER_WAIT)?.into_iter().enumerate() {
             let f: Figure = serde_json::from_str(&v)?;
-            if f.value.is_some() {
-                read.push((r, f));
+            if let Some(v) = f.value {
+                figures.push((r, f.device, v));
             }
         }
-        // The rule of node 0's diagnosis ([`peers::PEERS_JUDGE_CPU_SECONDS`]).
-        let cpu = ctx.backend.kind() == DeviceKind::Cpu && peers::PEERS_JUDGE_CPU_SECONDS;
-        let key = peers::judged_key(metric, cpu, read.iter().map(|(_, f)| f.per_cpu.is_some()));
-        let per_cpu = key != metric;
-        let figures: peers::Figures = read
-            .into_iter()
-            .filter_map(|(r, f)| Some((r, f.device, if per_cpu { f.per_cpu? } else { f.value? })))
-            .collect();
-        let d = Decision { slow: judge(ctx, &key, &figures), per_cpu };
-        ctx.store.set(&decision, &serde_json::to_string(&d)?)?;
-        return Ok(d);
+        let slow = judge(ctx, &figures);
+        ctx.store.set(&decision, &serde_json::to_string(&slow)?)?;
+        return Ok(slow);
     }
     Ok(serde_json::from_str(&ctx.store.get(&decision, BARRIER_WAIT)?)?)
 }

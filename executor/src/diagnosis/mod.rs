@@ -110,7 +110,7 @@ pub fn diagnose_with_baseline(
         let id = c.name;
         if let Some(m) = id.metric() {
             note_comparison(c, m, ranks);
-            slow_ranks(c, m, ranks, bands, backend == DeviceKind::Cpu && peers::PEERS_JUDGE_CPU_SECONDS, &mut findings);
+            slow_ranks(c, m, ranks, bands, &mut findings);
             if let Some(b) = baseline {
                 fleet::judge(c, m, ranks, &drivers, b, backend, &mut findings);
             }
@@ -209,33 +209,23 @@ fn note_comparison(c: &mut CheckReport, m: &Metric, ranks: &[RankInfo]) {
 /// Ranks below their peers or their expected figure. A rank re-measured by the workers is
 /// judged on the better of its two measurements, and carries both as evidence: a slow device
 /// is slow twice, while a rank descheduled once (cores shared with other work) is not named
-/// for the one measurement it lost. On CPU workers (`cpu`) a rank's own rate is judged per
-/// CPU-second its thread got, where the check measured one ([`peers::judged_key`]): a worker
-/// descheduled by other processes on the host loses wall time, not speed.
-fn slow_ranks(
-    c: &CheckReport,
-    m: &Metric,
-    ranks: &[RankInfo],
-    bands: PeerBands,
-    cpu: bool,
-    findings: &mut Vec<Finding>,
-) {
+/// for the one measurement it lost.
+fn slow_ranks(c: &CheckReport, m: &Metric, ranks: &[RankInfo], bands: PeerBands, findings: &mut Vec<Finding>) {
     let devices: HashMap<usize, &str> = ranks.iter().map(|r| (r.rank, r.device.as_str())).collect();
-    let measured = || c.ranks.iter().filter(|r| r.status == CheckStatus::Passed && r.metrics.contains_key(m.key));
-    let per_cpu = peers::cpu_key(m.key);
-    let key = peers::judged_key(m.key, cpu, measured().map(|r| r.metrics.contains_key(&per_cpu)));
-    let key = key.as_str();
-    let first_key = format!("first_{key}");
-    let figures: Figures = measured()
+    let first_key = format!("first_{}", m.key);
+    let figures: Figures = c
+        .ranks
+        .iter()
+        .filter(|r| r.status == CheckStatus::Passed)
         .filter_map(|r| {
-            let last = *r.metrics.get(key)?;
+            let last = *r.metrics.get(m.key)?;
             let best = r.metrics.get(&first_key).map_or(last, |first| last.max(*first));
             Some((r.rank, devices.get(&r.rank)?.to_string(), best))
         })
         .collect();
     let judged = peers::judge(
         c.name,
-        key,
+        m.key,
         &figures,
         bands,
         Conditions::from_config(&c.config, &node_sizes(ranks)).with_link(common_link(ranks)),
@@ -257,15 +247,13 @@ fn slow_ranks(
         findings.push(f);
         return;
     }
-    // What the judged figure is, after its unit.
-    let over = if key == m.key { "" } else { " over its CPU time" };
     for j in below {
         let sev = j.severity().unwrap_or(Severity::Warning);
         let (code, msg) = if j.vs_peers.is_some() {
             (
                 m.slow,
                 format!(
-                    "{} {}{over}, {:.0}% of the peers' median {}",
+                    "{} {}, {:.0}% of the peers' median {}",
                     figure(j.value),
                     m.unit,
                     100.0 * j.stats.relative(j.value),
@@ -276,7 +264,7 @@ fn slow_ranks(
             (
                 m.below,
                 format!(
-                    "{} {}{over}, below the {} a healthy device of this model reaches",
+                    "{} {}, below the {} a healthy device of this model reaches",
                     figure(j.value),
                     m.unit,
                     figure(j.expected.unwrap_or(0.0))
@@ -290,23 +278,8 @@ fn slow_ranks(
         f.score = Some(j.stats.score(j.value)).filter(|s| s.is_finite());
         f.expected = j.expected;
         let result = c.ranks.iter().find(|r| r.rank == j.rank);
-        if let Some((first, last)) = result.and_then(|r| Some((r.metrics.get(&first_key)?, r.metrics.get(key)?))) {
-            f.evidence.push(format!(
-                "slow in both measurements: first {}, re-measured {} {}{over}",
-                figure(*first),
-                figure(*last),
-                m.unit
-            ));
-        }
-        if let Some((wall, share)) =
-            result.filter(|_| key != m.key).and_then(|r| Some((r.metrics.get(m.key)?, r.metrics.get("cpu_share")?)))
-        {
-            f.evidence.push(format!(
-                "over the wall clock {} {}, with {:.0}% of a core",
-                figure(*wall),
-                m.unit,
-                100.0 * share
-            ));
+        if let Some((first, last)) = result.and_then(|r| Some((r.metrics.get(&first_key)?, r.metrics.get(m.key)?))) {
+            f.evidence.push(format!("slow in both measurements: first {first:.2}, re-measured {last:.2} {}", m.unit));
         }
         f.action = Some(match sev {
             Severity::Critical => {

@@ -195,8 +195,7 @@ fn cpu_ranks_are_judged_on_the_wall_clock_so_a_capped_node_is_named() {
     // Five CPU ranks: rank 1 got a fifth of a core (a CPU quota: a fifth of the wall-clock
     // figure, its peers' rate per CPU-second); rank 3 does eight times the work for its
     // product (slow per CPU-second too). Both are named, as on a GPU
-    // (`peers::PEERS_JUDGE_CPU_SECONDS` is off); the rates per CPU-second stay as evidence.
-    const { assert!(!gpusanity_common::peers::PEERS_JUDGE_CPU_SECONDS) };
+    // (`peers::judged_key` is the fleet's); the rates per CPU-second stay as evidence.
     let info = ranks(&["cpu"; 5]);
     let rank = |r: usize, wall: f64, per_cpu: f64| {
         let mut x = gemm_rank(r, wall, "a");
