@@ -9,7 +9,7 @@
 //! [`NodeStore`]) for its own ranks, which hold a second connection to it. A world-wide round
 //! (a check's start barrier, gemm's timed barrier, the re-measure's figure exchange,
 //! network-connectivity's barriers and rows) is two-level ([`Rounds`]): a node's ranks meet in
-//! their node store under `local/{node}/...`, its local rank 0 speaks for the node in node 0's
+//! their node store (keys naming `local/{node}`), its local rank 0 speaks for the node in node 0's
 //! store (`barrier/{name}/nodes/{node}`, `gather/{name}/nodes/{node}` holding the node's
 //! values, `bcast/{name}` read back), and rank 0 reads one key per node, not one per rank. The
 //! backends' set-up (NCCL ids, the CPU transport's addresses) still goes through node 0's store.
