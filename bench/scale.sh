@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How the check's cost grows with the node count: N loopback nodes of one CPU worker each (every
+# How the check's cost grows with the node count: N loopback nodes of $NPROC CPU workers each (default 1; every
 # node its own launcher process, as on a real cluster), for N in $NODES (default 2 4 8 16 32 64),
 # the checks in $CHECKS (default gemm,all-reduce,network-connectivity at small sizes). Prints per
 # N: wall time of the slowest node, the exit codes, the probe and pair counts from node 0's
@@ -30,7 +30,7 @@ while True:
   for r in $(seq 0 $((n - 1))); do
     # shellcheck disable=SC2086
     "$BIN" check --device cpu --micro-benchmarks "$CHECKS" $PARAMS --nnodes "$n" --node-rank "$r" \
-      --nproc-per-node 1 --master-addr 127.0.0.1 --master-port "$port" \
+      --nproc-per-node "${NPROC:-1}" --master-addr 127.0.0.1 --master-port "$port" \
       --report-dir "$out/n$r" >"$out/n$r.log" 2>&1 &
     pids+=($!)
   done

@@ -6,9 +6,18 @@
 //! all-reduce, network-connectivity), the outcomes, the verdict. No check runs: the ranks'
 //! results are synthetic (H200-like figures with a little noise).
 //!
+//! The world-wide rounds are two-level, as the workers run them (`store::Rounds`): a node's
+//! ranks meet in their node's own store, and its local rank 0 speaks for them in node 0's. Here
+//! node 0's own ranks run the real `Rounds` against a real node store; every other node is its
+//! leader's async client doing the node-level steps in node 0's store (its node-local rounds
+//! would run on its own node, in parallel with every other node's: run in this process they
+//! would share these cores with node 0). The cost of one node's local rounds is printed apart
+//! (`a node's own rounds`), measured on node 0's ranks alone.
+//!
 //! Prints per phase its wall time and node 0's peak RSS (VmHWM of node 0's process).
 //!
-//! Usage: scale_sim [RANKS...] (default 1024 4096 16384); GPUS_PER_NODE (default 8).
+//! Usage: scale_sim [RANKS...] (default 1024 4096 16384); GPUS_PER_NODE (default 8);
+//! EMPTY_ROWS=1 (network-connectivity rows without probes, see [`row`]).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -23,7 +32,10 @@ use gpusanity_common::wire::launcher::LauncherNotice;
 use gpusanity_executor::launcher::node::{Cluster, Joined, Offer};
 use gpusanity_executor::launcher::rendezvous::Topology;
 use gpusanity_executor::launcher::{arrival, gather, write_report};
-use gpusanity_executor::store::{AsyncStoreClient, Ports, Secret, StoreError};
+use gpusanity_executor::store::{
+    broadcast_key, gather_key, nodes_barrier_key, AsyncStoreClient, Member, NodeStore, Ports, Rounds, Secret,
+    StoreClient, StoreError,
+};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::task::JoinSet;
 
@@ -189,22 +201,43 @@ async fn run(n: usize, gpus: usize, nofile: u64) -> Result<()> {
     }
     phase("rendezvous (ranks connect)", t);
 
-    // Each check: its barrier, and what its control plane does around it.
+    // Node 0's own store and ranks, which run the real two-level rounds (store::Rounds).
+    let own_store = NodeStore::start(Some(s.clone()), gpus)?;
+    let mut own = own_ranks(addr.to_string(), own_store.addr().to_string(), n, gpus, s.clone()).await?;
+    // A node's own rounds, alone: the sequence of the checks below among node 0's ranks and its
+    // store, as a world of one node (what every node does in parallel on a cluster).
+    let t = Instant::now();
+    let alone = own_ranks(own_store.addr().to_string(), own_store.addr().to_string(), gpus, gpus, s.clone()).await?;
+    own_checks(alone, "alone/").await?;
+    phase("a node's own rounds (alone)", t);
+
+    // Each check: its barrier, and what its control plane does around it; node 0's ranks in
+    // threads of their own, every other node's leader as an async client.
     for (i, check) in CHECKS.iter().enumerate() {
         let t = Instant::now();
         let mut set = JoinSet::new();
-        for (rank, c) in clients.iter_mut().enumerate() {
-            let mut c = c.take().context("client")?;
+        for k in 1..nnodes {
+            let mut c = clients[k * gpus].take().context("client")?;
             let check = *check;
             set.spawn(async move {
-                c.barrier(&format!("check/{i}"), rank, n, WAIT).await?;
-                rank_check(&mut c, check, rank, n, gpus).await?;
-                anyhow::Ok((rank, c))
+                leader_check(&mut c, check, i, k, nnodes, gpus).await?;
+                anyhow::Ok((k * gpus, c))
+            });
+        }
+        let check = *check;
+        let mut threads = JoinSet::new();
+        for mut r in own.drain(..) {
+            threads.spawn_blocking(move || {
+                own_check(&mut r, check, i, nnodes)?;
+                anyhow::Ok(r)
             });
         }
         while let Some(c) = set.join_next().await {
             let (rank, c) = c??;
             clients[rank] = Some(c);
+        }
+        while let Some(r) = threads.join_next().await {
+            own.push(r??);
         }
         phase(&format!("barrier + {}", check.as_str()), t);
     }
@@ -303,52 +336,147 @@ async fn launcher(
     Ok((k, c))
 }
 
-/// What rank `rank` does with the store in `check` after its start barrier.
-async fn rank_check(c: &mut AsyncStoreClient, check: CheckId, rank: usize, n: usize, gpus: usize) -> Result<()> {
+/// Node 0's ranks with their real rounds: a client of the store at `world` and one of their
+/// node store at `node` each, for a world of `n` ranks.
+async fn own_ranks(world: String, node: String, n: usize, gpus: usize, s: Secret) -> Result<Vec<Rounds>> {
+    tokio::task::spawn_blocking(move || {
+        (0..gpus.min(n))
+            .map(|rank| {
+                let w = StoreClient::connect(&world, WAIT, Some(s.clone()))?;
+                let c = StoreClient::connect(&node, WAIT, Some(s.clone()))?;
+                let sizes: Vec<usize> = (0..n.div_ceil(gpus)).map(|k| gpus.min(n - k * gpus)).collect();
+                let me = Member { rank, node_rank: 0, local_rank: rank, node_sizes: sizes };
+                Ok(Rounds::new(w, Some(c), me)?)
+            })
+            .collect()
+    })
+    .await?
+}
+
+/// The checks' rounds of `own` (node 0's ranks) alone, under namespace `ns`.
+async fn own_checks(own: Vec<Rounds>, ns: &'static str) -> Result<Vec<Rounds>> {
+    let mut threads = JoinSet::new();
+    for mut r in own {
+        threads.spawn_blocking(move || {
+            r.set_namespace(ns);
+            for (i, check) in CHECKS.iter().enumerate() {
+                own_check(&mut r, *check, i, 1)?;
+            }
+            r.set_namespace("");
+            anyhow::Ok(r)
+        });
+    }
+    let mut out = Vec::new();
+    while let Some(r) = threads.join_next().await {
+        out.push(r??);
+    }
+    Ok(out)
+}
+
+/// What a rank of node 0 does with the store in check `i`, as a worker does (worker/mod.rs and
+/// the checks): the real two-level rounds.
+fn own_check(r: &mut Rounds, check: CheckId, i: usize, nnodes: usize) -> Result<()> {
+    let rank = r.rank();
+    r.barrier_all(&format!("check/{i}"), WAIT)?;
     match check {
         CheckId::Gemm => {
-            c.barrier("gemm/timed", rank, n, WAIT).await?;
-            exchange(c, check, rank, n).await
+            r.barrier_all("gemm/timed", WAIT)?;
+            own_exchange(r, check, rank)
         }
-        CheckId::AllReduce => exchange(c, check, rank, n).await,
+        CheckId::AllReduce => own_exchange(r, check, rank),
         _ => {
-            let (node, nnodes) = (rank / gpus, n.div_ceil(gpus));
-            if rank.is_multiple_of(gpus) {
-                c.set(&format!("net/front/{node}"), "10.0.0.1:40000").await?;
-                c.barrier("net/front/up", node, nnodes, WAIT).await?;
-            }
-            c.barrier("net/front/done", rank, n, WAIT).await?;
-            c.set(&format!("net/row/{rank}"), r#"{"front":[],"back":[]}"#).await?;
-            c.barrier("net/done", rank, n, WAIT).await?;
             if rank == 0 {
-                let keys: Vec<String> = (0..n).map(|i| format!("net/row/{i}")).collect();
-                c.get_many(&keys, WAIT).await?;
+                r.set("net/front/0", "10.0.0.1:40000")?;
+                r.barrier("net/front/up", 0, nnodes, WAIT)?;
             }
+            r.barrier_all("net/front/done", WAIT)?;
+            r.gather("net/row", &row(rank, nnodes), WAIT)?;
+            r.barrier_all("net/done", WAIT)?;
             Ok(())
         }
     }
 }
 
-/// The re-measure's figure exchange (executor/src/checks/remeasure.rs), as the workers do it:
-/// every rank publishes its figure, rank 0 reads them all and judges them with the real
-/// judging, every rank reads the decision.
-async fn exchange(c: &mut AsyncStoreClient, check: CheckId, rank: usize, n: usize) -> Result<()> {
-    let fig = serde_json::json!({"device": DEVICE, "value": 686.0 + (rank % 7) as f64}).to_string();
-    c.set(&format!("diag/{check}/{rank}"), &fig).await?;
-    let decision = format!("diag/{check}/slow");
-    if rank == 0 {
-        let keys: Vec<String> = (0..n).map(|r| format!("diag/{check}/{r}")).collect();
-        let mut figures = Vec::with_capacity(n);
-        for (r, v) in c.get_many(&keys, WAIT).await?.into_iter().enumerate() {
-            let v: serde_json::Value = serde_json::from_str(&v)?;
-            figures.push((r, DEVICE.to_string(), v["value"].as_f64().unwrap_or(0.0)));
+/// The re-measure's figure exchange (executor/src/checks/remeasure.rs) of a rank of node 0:
+/// every figure to rank 0, which judges them with the real judging, and its decision back.
+fn own_exchange(r: &mut Rounds, check: CheckId, rank: usize) -> Result<()> {
+    let decision = match r.gather(&format!("diag/{check}"), &figure(rank), WAIT)? {
+        Some(all) => {
+            let mut figures = Vec::with_capacity(all.len());
+            for (r, v) in all.iter().enumerate() {
+                let v: serde_json::Value = serde_json::from_str(v)?;
+                figures.push((r, DEVICE.to_string(), v["value"].as_f64().unwrap_or(0.0)));
+            }
+            let metric = check.metric().context("a check with a headline figure")?;
+            let bands = PeerBands::new(0.5, false);
+            let slow = peers::critical_ranks(check, metric.key, &figures, bands, Conditions::default());
+            Some(serde_json::to_string(&slow)?)
         }
-        let metric = check.metric().context("a check with a headline figure")?;
-        let bands = PeerBands::new(0.5, false);
-        let slow = peers::critical_ranks(check, metric.key, &figures, bands, Conditions::default());
-        c.set(&decision, &serde_json::to_string(&slow)?).await?;
-    } else {
-        c.get(&decision, WAIT).await?;
-    }
+        None => None,
+    };
+    r.broadcast(&format!("diag/{check}/slow"), decision.as_deref(), WAIT)?;
     Ok(())
+}
+
+/// What node `k`'s leader (its local rank 0) does in node 0's store in check `i`, once its
+/// node's ranks have met in their node store: the node-level steps of `store::Rounds`.
+async fn leader_check(
+    c: &mut AsyncStoreClient,
+    check: CheckId,
+    i: usize,
+    k: usize,
+    nnodes: usize,
+    gpus: usize,
+) -> Result<()> {
+    nodes_barrier(c, &format!("check/{i}"), k).await?;
+    match check {
+        CheckId::Gemm => {
+            nodes_barrier(c, "gemm/timed", k).await?;
+            leader_exchange(c, check, k, gpus).await
+        }
+        CheckId::AllReduce => leader_exchange(c, check, k, gpus).await,
+        _ => {
+            c.set(&format!("net/front/{k}"), "10.0.0.1:40000").await?;
+            c.barrier("net/front/up", k, nnodes, WAIT).await?;
+            nodes_barrier(c, "net/front/done", k).await?;
+            let rows: Vec<String> = (k * gpus..(k + 1) * gpus).map(|r| row(r, nnodes)).collect();
+            c.set(&gather_key("net/row", k), &serde_json::to_string(&rows)?).await?;
+            nodes_barrier(c, "net/done", k).await
+        }
+    }
+}
+
+/// A node's leader at world-wide barrier `name` in node 0's store.
+async fn nodes_barrier(c: &mut AsyncStoreClient, name: &str, k: usize) -> Result<()> {
+    c.set(&nodes_barrier_key(name, Some(k)), "1").await?;
+    c.get(&nodes_barrier_key(name, None), WAIT).await?;
+    Ok(())
+}
+
+/// Node `k`'s leader in the figure exchange: its ranks' figures as one value, the decision back.
+async fn leader_exchange(c: &mut AsyncStoreClient, check: CheckId, k: usize, gpus: usize) -> Result<()> {
+    let figures: Vec<String> = (k * gpus..(k + 1) * gpus).map(figure).collect();
+    c.set(&gather_key(&format!("diag/{check}"), k), &serde_json::to_string(&figures)?).await?;
+    c.get(&broadcast_key(&format!("diag/{check}/slow")), WAIT).await?;
+    Ok(())
+}
+
+/// Rank `rank`'s figure as the re-measure publishes it.
+fn figure(rank: usize) -> String {
+    serde_json::json!({"device": DEVICE, "value": 686.0 + (rank % 7) as f64}).to_string()
+}
+
+/// Rank `rank`'s row of network-connectivity probes: its 2·log2(nodes) back-end partners (and
+/// as many front-end probes on a node's first rank), as the probe plan gives beyond the full
+/// matrix. `EMPTY_ROWS=1`: rows without probes, as the simulator sent before the two-level
+/// rounds (to compare like with like).
+fn row(rank: usize, nnodes: usize) -> String {
+    let empty = std::env::var("EMPTY_ROWS").is_ok_and(|v| v == "1");
+    let partners = if empty { 0 } else { 2 * nnodes.max(2).next_power_of_two().trailing_zeros() as usize };
+    let probe =
+        |from: usize, i: usize| serde_json::json!({"from": from, "to": from + i + 1, "ms": 0.051234, "error": null});
+    let back: Vec<serde_json::Value> = (0..partners).map(|i| probe(rank, i)).collect();
+    let front: Vec<serde_json::Value> =
+        if rank.is_multiple_of(8) { (0..partners).map(|i| probe(rank / 8, i)).collect() } else { Vec::new() };
+    serde_json::json!({"front": front, "back": back}).to_string()
 }

@@ -34,6 +34,10 @@ pub struct WorkerSpec {
     pub device: DeviceKind,
     pub checks: Vec<CheckId>,
     pub configs: CheckConfigs,
+    /// This node's own store on loopback, where its ranks meet before their node speaks for
+    /// them in node 0's store (`None`: a node of one rank, or node 0's store takes both levels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_store_addr: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -34,7 +34,7 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
 
     // Ranks start timing together, so that no rank's timed loop shares the host with another
     // rank's input generation.
-    ctx.store.barrier("gemm/timed", rank, ctx.place.world, super::BARRIER_WAIT)?;
+    ctx.store.barrier_all("gemm/timed", super::BARRIER_WAIT)?;
     ctx.progress.phase(NAME, "warmup", 0);
     // The GPU's clocks and power are sampled for `gpu-health` from here to the last timed
     // product, when that check runs later in this worker.

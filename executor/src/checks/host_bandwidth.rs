@@ -67,7 +67,7 @@ fn measure(ctx: &mut CheckCtx<'_>, cfg: &HostBandwidthConfig) -> Result<RankResu
         ctx.backend.host_fill(src, Some(seed)).context("filling the source")?;
         // Alone: the node's ranks take turns, each copying while the others wait.
         for turn in 0..local_n {
-            ctx.store.barrier(&format!("hostbw/{node}/{d}/alone/{turn}"), local, local_n, BARRIER_WAIT)?;
+            ctx.store.local().barrier(&format!("hostbw/{node}/{d}/alone/{turn}"), local, local_n, BARRIER_WAIT)?;
             if turn == local {
                 ctx.progress.phase(NAME, phase(dir, false), turn as u64);
                 ctx.backend.host_fill(dst, None).context("clearing the destination")?;
@@ -78,7 +78,7 @@ fn measure(ctx: &mut CheckCtx<'_>, cfg: &HostBandwidthConfig) -> Result<RankResu
         // Together: every GPU of the node at once.
         if local_n > 1 {
             ctx.backend.host_fill(dst, None).context("clearing the destination")?;
-            ctx.store.barrier(&format!("hostbw/{node}/{d}/together"), local, local_n, BARRIER_WAIT)?;
+            ctx.store.local().barrier(&format!("hostbw/{node}/{d}/together"), local, local_n, BARRIER_WAIT)?;
             ctx.progress.phase(NAME, phase(dir, true), 0);
             figures[d].together = Some(timed(ctx, cfg, dir, slow)?);
             wrong = wrong.and(ctx.backend.host_verify(dst, seed).context("verifying the concurrent copies")?);

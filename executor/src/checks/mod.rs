@@ -33,7 +33,7 @@ use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckStatus, RankResult};
 
 use crate::backend::{DeviceBackend, WorkerPlace};
-use crate::store::StoreClient;
+use crate::store::Rounds;
 
 /// Barriers inside a check wait as long as a run may last: the launcher, not the worker,
 /// decides when a wait has become a hang.
@@ -47,7 +47,8 @@ pub trait Progress {
 /// Everything a check needs.
 pub struct CheckCtx<'a> {
     pub backend: &'a mut dyn DeviceBackend,
-    pub store: &'a mut StoreClient,
+    /// Node 0's store (by deref) and the world-wide rounds through this node's store.
+    pub store: &'a mut Rounds,
     pub place: &'a WorkerPlace,
     pub configs: &'a CheckConfigs,
     pub progress: &'a dyn Progress,

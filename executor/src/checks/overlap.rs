@@ -113,7 +113,7 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
 
 /// One timed phase, all ranks starting together: per item then the whole, seconds per step.
 fn phase(ctx: &mut CheckCtx<'_>, name: &str, work: &[Work], warmup: usize, iters: usize) -> Result<Vec<f64>> {
-    ctx.store.barrier(&format!("overlap/{name}"), ctx.place.rank, ctx.place.world, BARRIER_WAIT)?;
+    ctx.store.barrier_all(&format!("overlap/{name}"), BARRIER_WAIT)?;
     ctx.progress.phase(NAME, name, 0);
     let t = ctx.backend.run(work, warmup, iters).with_context(|| format!("{name} phase"))?;
     Ok(t.each.into_iter().chain([t.total]).collect())

@@ -93,21 +93,22 @@ fn exchange(
     fig: &Figure,
     judge: impl FnOnce(&CheckCtx<'_>, &peers::Figures) -> Vec<(usize, f64)>,
 ) -> anyhow::Result<Vec<(usize, f64)>> {
-    let (rank, world) = (ctx.place.rank, ctx.place.world);
-    ctx.store.set(&format!("diag/{id}/{rank}"), &serde_json::to_string(fig)?)?;
-    let decision = format!("diag/{id}/slow");
-    if rank == 0 {
-        let keys: Vec<String> = (0..world).map(|r| format!("diag/{id}/{r}")).collect();
-        let mut figures = Vec::new();
-        for (r, v) in ctx.store.get_many(&keys, BARRIER_WAIT)?.into_iter().enumerate() {
-            let f: Figure = serde_json::from_str(&v)?;
-            if let Some(v) = f.value {
-                figures.push((r, f.device, v));
+    // Two-level rounds (store::Rounds): node 0's store sees one value per node each way.
+    let gathered = ctx.store.gather(&format!("diag/{id}"), &serde_json::to_string(fig)?, BARRIER_WAIT)?;
+    let decision = match gathered {
+        Some(all) => {
+            let mut figures = Vec::new();
+            for (r, v) in all.into_iter().enumerate() {
+                let f: Figure = serde_json::from_str(&v)?;
+                if let Some(v) = f.value {
+                    figures.push((r, f.device, v));
+                }
             }
+            let slow = judge(ctx, &figures);
+            Some(serde_json::to_string(&slow)?)
         }
-        let slow = judge(ctx, &figures);
-        ctx.store.set(&decision, &serde_json::to_string(&slow)?)?;
-        return Ok(slow);
-    }
-    Ok(serde_json::from_str(&ctx.store.get(&decision, BARRIER_WAIT)?)?)
+        None => None,
+    };
+    let slow = ctx.store.broadcast(&format!("diag/{id}/slow"), decision.as_deref(), BARRIER_WAIT)?;
+    Ok(serde_json::from_str(&slow)?)
 }

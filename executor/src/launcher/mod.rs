@@ -167,6 +167,12 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
         checks: checks.clone(),
     };
 
+    // This node's own store, where its ranks meet before their node speaks for them in node 0's
+    // (store::Rounds); served until the run ends. A node of one rank needs none.
+    let node_store = match nproc {
+        0 | 1 => None,
+        _ => Some(crate::store::NodeStore::start(cluster.secret.clone(), nproc).context("hosting this node's store")?),
+    };
     let specs: Vec<WorkerSpec> = (0..nproc)
         .map(|local| WorkerSpec {
             rank: cluster.rank_offset + local,
@@ -180,6 +186,7 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
             device,
             checks: checks.clone(),
             configs: configs.clone(),
+            node_store_addr: node_store.as_ref().map(|s| s.addr().to_string()),
         })
         .collect();
     let (stop_tx, stop_rx) = mpsc::channel::<Stop>(8);

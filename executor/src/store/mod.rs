@@ -3,6 +3,17 @@
 //! it; workers use it to exchange what their backend needs (NCCL unique id, ring addresses) and
 //! for barriers.
 //!
+//! Who talks to whom: every launcher and every worker holds a connection to node 0's store.
+//! Each node's launcher with more than one rank also hosts a store of its own on loopback
+//! (127.0.0.1, a port the system picks, the run's secret and the same handshake:
+//! [`NodeStore`]) for its own ranks, which hold a second connection to it. A world-wide round
+//! (a check's start barrier, gemm's timed barrier, the re-measure's figure exchange,
+//! network-connectivity's barriers and rows) is two-level ([`Rounds`]): a node's ranks meet in
+//! their node store (keys naming `local/{node}`), its local rank 0 speaks for the node in node 0's
+//! store (`barrier/{name}/nodes/{node}`, `gather/{name}/nodes/{node}` holding the node's
+//! values, `bcast/{name}` read back), and rank 0 reads one key per node, not one per rank. The
+//! backends' set-up (NCCL ids, the CPU transport's addresses) still goes through node 0's store.
+//!
 //! Written here rather than taken from a crate: it is small, has to speak the same protocol
 //! from blocking workers and the async launcher, and no maintained crate offers a TCPStore.
 //!
@@ -39,6 +50,7 @@ pub mod auth;
 pub mod bind;
 mod client;
 pub mod limits;
+mod rounds;
 mod server;
 
 use serde::{Deserialize, Serialize};
@@ -49,6 +61,7 @@ pub use auth::{Secret, SecretError};
 pub use bind::{listen, listen_on, BindError, Ports};
 pub use client::StoreClient;
 pub use limits::{Bounds, Limits};
+pub use rounds::{broadcast_key, gather_key, local_key, nodes_barrier_key, Member, NodeStore, Rounds};
 pub use server::{serve, serve_within};
 
 /// The longest handshake line, in bytes.
@@ -152,5 +165,7 @@ pub(crate) fn test_store_with(secret: Option<Secret>) -> (tokio::runtime::Runtim
     (rt, addr)
 }
 
+#[cfg(test)]
+mod rounds_tests;
 #[cfg(test)]
 mod tests;

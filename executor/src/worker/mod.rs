@@ -13,7 +13,7 @@ use gpusanity_common::registry::CheckId;
 use crate::backend::{self, WorkerPlace};
 use crate::checks::{rdma_ports, Baseline, CheckCtx, Faults, Progress, BARRIER_WAIT};
 use crate::protocol::{WorkerMsg, WorkerSpec, HEARTBEAT_EVERY, SPEC_ENV};
-use crate::store::StoreClient;
+use crate::store::{Member, Rounds, StoreClient};
 
 /// Writes protocol lines to stdout, one whole line at a time.
 #[derive(Clone)]
@@ -63,7 +63,21 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
         rdma: (rdma_selected && spec.local_rank == 0)
             .then(|| rdma_ports::Snapshot::take(&rdma_ports::root(faults.ib_root()))),
     };
-    let mut store = StoreClient::connect(&spec.store_addr, Duration::from_secs(60), spec.rdzv_secret.clone())?;
+    let world = StoreClient::connect(&spec.store_addr, Duration::from_secs(60), spec.rdzv_secret.clone())?;
+    let node = match &spec.node_store_addr {
+        Some(addr) => Some(
+            StoreClient::connect(addr, Duration::from_secs(60), spec.rdzv_secret.clone())
+                .context("connecting to this node's store")?,
+        ),
+        None => None,
+    };
+    let member = Member {
+        rank: spec.rank,
+        node_rank: spec.node_rank,
+        local_rank: spec.local_rank,
+        node_sizes: spec.node_sizes.clone(),
+    };
+    let mut store = Rounds::new(world, node, member)?;
     let place = WorkerPlace {
         rank: spec.rank,
         world: spec.world,
@@ -102,7 +116,7 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
             // with all workers alive, and nothing else changes.
             std::thread::sleep(Duration::from_secs(2));
         }
-        store.barrier(&format!("check/{i}"), spec.rank, spec.world, BARRIER_WAIT)?;
+        store.barrier_all(&format!("check/{i}"), BARRIER_WAIT)?;
         out.phase(*name, "start", 0);
         if i == 0 && faults.has("exit", spec.rank) {
             std::process::exit(17);
