@@ -4,6 +4,7 @@
 use gpusanity_common::fleet::samples::Learnable;
 use gpusanity_common::fleet::{Key, Sample};
 
+use crate::bulk::{values, wide_chunk};
 use crate::{now_ms, Db, Result, Tx};
 
 #[derive(sqlx::FromRow)]
@@ -54,23 +55,28 @@ struct CountRow {
     n: i64,
 }
 
-/// Appends `samples` of run `run_id` in the caller's transaction; a (run, rank, key) already
-/// stored is left as it is.
+/// Appends `samples` of run `run_id` in the caller's transaction, [`wide_chunk`] rows a statement;
+/// a (run, rank, key) already stored is left as it is.
 pub async fn add_samples(tx: &mut Tx, run_id: &str, samples: &[Learnable]) -> Result<()> {
     let at = now_ms();
-    for s in samples {
-        sqlx::query(
-            "INSERT INTO fleet_samples (run_id, rank, fkey, node_name, value, at) VALUES ($1, $2, $3, $4, $5, $6) \
+    let keys = samples.iter().map(|s| serde_json::to_string(&s.key)).collect::<serde_json::Result<Vec<_>>>()?;
+    for (chunk, keys) in samples.chunks(wide_chunk(6)).zip(keys.chunks(wide_chunk(6))) {
+        let sql = format!(
+            "INSERT INTO fleet_samples (run_id, rank, fkey, node_name, value, at) VALUES {} \
              ON CONFLICT (run_id, rank, fkey) DO NOTHING",
-        )
-        .bind(run_id)
-        .bind(i64::try_from(s.rank).unwrap_or(i64::MAX))
-        .bind(serde_json::to_string(&s.key)?)
-        .bind(&s.node)
-        .bind(s.value)
-        .bind(at)
-        .execute(&mut **tx)
-        .await?;
+            values(chunk.len(), 6, 1)
+        );
+        let mut q = sqlx::query(&sql);
+        for (s, key) in chunk.iter().zip(keys) {
+            q = q
+                .bind(run_id)
+                .bind(i64::try_from(s.rank).unwrap_or(i64::MAX))
+                .bind(key.as_str())
+                .bind(s.node.as_str())
+                .bind(s.value)
+                .bind(at);
+        }
+        q.execute(&mut **tx).await?;
     }
     Ok(())
 }
