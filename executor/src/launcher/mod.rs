@@ -5,6 +5,7 @@ pub mod arrival;
 mod compact;
 mod events;
 mod fit;
+mod fleet_file;
 pub mod gather;
 pub mod node;
 mod not_ready;
@@ -167,6 +168,13 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
         checks: checks.clone(),
     };
 
+    // Rank 0 judges the first measurements against the fleet too, before a re-measure: it alone
+    // gets the baseline's entries of the run's checks, in a private file removed once the
+    // workers are done.
+    let fleet_file = match opts.baseline.as_deref() {
+        Some(b) if is_master && cluster.rank_offset == 0 && nproc > 0 => fleet_file::write(b, &checks),
+        _ => None,
+    };
     let specs: Vec<WorkerSpec> = (0..nproc)
         .map(|local| WorkerSpec {
             rank: cluster.rank_offset + local,
@@ -180,6 +188,7 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
             device,
             checks: checks.clone(),
             configs: configs.clone(),
+            fleet_baseline: fleet_file.as_ref().filter(|_| cluster.rank_offset + local == 0).map(|f| f.path().into()),
         })
         .collect();
     let (stop_tx, stop_rx) = mpsc::channel::<Stop>(8);
@@ -197,6 +206,7 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
         run_limit: opts.settings.max_time(),
     };
     let outcome = sup.run(stop_rx, cluster.abort_handle().await?).await?;
+    drop(fleet_file);
     if let Err(e) = cluster.post_outcome(&outcome).await {
         // Cut off from node 0 (its link is down, or node 0 is gone): nobody will hear us.
         eprintln!("gpusanity: node {} cannot reach the rendezvous store: {e:#}; its results are lost", topo.node_rank);
