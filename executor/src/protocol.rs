@@ -38,6 +38,13 @@ pub struct WorkerSpec {
     /// them in node 0's store (`None`: a node of one rank, or node 0's store takes both levels).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_store_addr: Option<String>,
+    /// Rank 0 of a run with a fleet baseline: a private file (the launcher's, removed when the
+    /// run ends) with the baseline's entries of the run's checks, which the worker reads with
+    /// [`gpusanity_common::fleet::file::BaselineFile::read`] to re-measure before a rank is
+    /// found below the fleet. A path, not the entries: a spec travels in one environment
+    /// variable (128 KiB at most on Linux), a baseline file may hold 16 MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet_baseline: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

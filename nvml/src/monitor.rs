@@ -139,6 +139,12 @@ impl Monitor {
         self.index
     }
 
+    /// The driver's version (`580.95.05`), as [`Monitor::read`] reports it; None when NVML
+    /// cannot say.
+    pub fn driver_version(&self) -> Option<String> {
+        self.nvml.sys_driver_version().ok()
+    }
+
     fn counters(&self) -> Counters {
         let d = &self.device;
         let mut nvlink = Vec::new();
@@ -275,7 +281,7 @@ impl Monitor {
             pci_bus_id: self.pci_bus_id.clone(),
             name: d.name().unwrap_or_default(),
             memory_total_mib: d.memory_info().ok().map(|m| m.total >> 20),
-            driver_version: self.nvml.sys_driver_version().ok(),
+            driver_version: self.driver_version(),
             visible_gpus: self.nvml.device_count().unwrap_or(0),
             window_s: self.started.elapsed().as_secs_f64(),
             window_from: self.window_from.clone(),

@@ -5,7 +5,8 @@
 //! more products in the timed window, stepped 10% -> 0% -> 5% -> 10% by restarting the agent;
 //! never reachable from a job event). Its 10%-slow runs pass while the fleet has too few
 //! samples, and fail with BELOW_FLEET once it has learned a baseline; no healthy run is flagged;
-//! the healthy runs are learned, the fault-injected ones are not.
+//! the healthy runs are learned, the fault-injected ones are not. It prints how many runs were
+//! flagged and how many re-measured (a first figure below the fleet, `checks/remeasure.rs`).
 
 use gpusanity_testkit::svc;
 
@@ -79,6 +80,8 @@ struct Outcome {
     tflops_cpu: f64,
     cpu_share: f64,
     fleet: Value,
+    /// Why the run re-measured its GEMM, if it did (the report's `remeasured` line).
+    remeasured: Option<String>,
 }
 
 /// Every stored report of the world by job id.
@@ -106,6 +109,7 @@ fn outcome(round: usize, node: String, pct: u32, passed: bool, r: &Value) -> Out
         tflops_cpu: rank["metrics"]["tflops_cpu"].as_f64().unwrap_or(0.0),
         cpu_share: rank["metrics"]["cpu_share"].as_f64().unwrap_or(0.0),
         fleet: rank["fleet"].clone(),
+        remeasured: r["remeasured"].as_array().and_then(|a| a.first()).and_then(|n| n.as_str()).map(String::from),
     }
 }
 
@@ -142,7 +146,7 @@ fn drift_scenario(db: Option<String>, tag: &str) {
         .collect();
     let line = |o: &Outcome| {
         format!(
-            "r{} {} {}% {:.1} GFLOP/s ({:.1} per CPU-second, CPU share {:.2}) {} {:?} fleet {}",
+            "r{} {} {}% {:.1} GFLOP/s ({:.1} per CPU-second, CPU share {:.2}) {} {:?} fleet {}{}",
             o.round,
             o.node,
             o.pct,
@@ -151,10 +155,28 @@ fn drift_scenario(db: Option<String>, tag: &str) {
             o.cpu_share,
             if o.passed { "passed" } else { "FAILED" },
             o.codes,
-            o.fleet
+            o.fleet,
+            o.remeasured.as_deref().map(|n| format!(" ({n})")).unwrap_or_default()
         )
     };
     let all: String = runs.iter().map(|o| line(o) + "\n").collect();
+    // The counts, before any assertion: healthy runs flagged and re-measured (a first figure
+    // below the fleet that the second measurement cleared), drifting runs caught.
+    let count = |f: &dyn Fn(&Outcome) -> bool| runs.iter().filter(|o| f(o)).count();
+    eprintln!(
+        "fleet drift ({tag}) counts: runs without drift {}: flagged {}, re-measured {}; the drifting node's \
+         late 10% runs {}: flagged {}, re-measured {}; its 5% runs {}: flagged {}",
+        count(&|o| o.pct == 0),
+        count(&|o| o.pct == 0 && !o.passed),
+        count(&|o| o.pct == 0 && o.remeasured.is_some()),
+        count(&|o| o.node == DRIFTER && o.round >= 18),
+        count(&|o| o.node == DRIFTER && o.round >= 18 && !o.passed),
+        count(&|o| o.node == DRIFTER && o.round >= 18 && o.remeasured.is_some()),
+        count(&|o| o.pct == 5),
+        count(&|o| o.pct == 5 && !o.passed),
+    );
+    let remeasured: Vec<String> = runs.iter().filter(|o| o.pct == 0 && o.remeasured.is_some()).map(line).collect();
+    eprintln!("fleet drift ({tag}): runs without drift re-measured:\n{}", remeasured.join("\n"));
 
     // No run without drift is flagged (a false positive of the fleet's judging on this machine).
     let clean: Vec<&Outcome> = runs.iter().filter(|o| o.pct == 0).collect();
@@ -212,14 +234,14 @@ fn drift_scenario(db: Option<String>, tag: &str) {
 }
 
 #[test]
-#[ignore = "per-CPU-second figures on a busy 2-core machine: 4 to 8 of 185 healthy runs fall below the fleet (docs/fleet.md, Tests); run by hand with --ignored"]
+#[ignore = "per-CPU-second figures on a busy 2-core machine: even with the re-measure before a fleet finding, 0 to 3 of 185 healthy runs stay below the fleet twice, 28 under a burst of other builds (docs/fleet.md, Tests); run by hand with --ignored"]
 fn a_node_drifting_ten_percent_slower_is_flagged_once_the_fleet_has_learned_its_baseline_on_sqlite() {
     let _g = svc::common::serial();
     drift_scenario(None, "fds");
 }
 
 #[test]
-#[ignore = "per-CPU-second figures on a busy 2-core machine: 4 to 8 of 185 healthy runs fall below the fleet (docs/fleet.md, Tests); run by hand with --ignored"]
+#[ignore = "per-CPU-second figures on a busy 2-core machine: even with the re-measure before a fleet finding, 0 to 3 of 185 healthy runs stay below the fleet twice, 28 under a burst of other builds (docs/fleet.md, Tests); run by hand with --ignored"]
 fn a_node_drifting_ten_percent_slower_is_flagged_once_the_fleet_has_learned_its_baseline_on_postgres() {
     let _g = svc::common::serial();
     drift_scenario(Some(svc::postgres_database("gpusanity_fleet_drift")), "fdp");

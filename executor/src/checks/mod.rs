@@ -63,11 +63,16 @@ pub struct CheckCtx<'a> {
     pub baseline: &'a Baseline,
 }
 
-/// What a worker reads when it starts, for checks that report what changed over the run.
+/// What a worker reads when it starts: for checks that report what changed over the run, and
+/// what rank 0 judges the first measurements against before a re-measure.
 #[derive(Debug, Default)]
 pub struct Baseline {
     /// The RDMA ports and their counters (local rank 0, when `rdma-ports` is selected).
     pub rdma: Option<rdma_ports::Snapshot>,
+    /// The fleet baseline's entries of the run's checks (rank 0 of a run with `--baseline`,
+    /// [`crate::protocol::WorkerSpec::fleet_baseline`]): [`remeasure`] re-measures a check
+    /// before a rank is found below its fleet floor.
+    pub fleet: Option<gpusanity_common::fleet::file::BaselineFile>,
 }
 
 /// Runs the check `id` on this rank. Errors become a rank result with status `Error`.

@@ -5,19 +5,160 @@
 //! (every rank reading every figure would make n², 268 million at 16,384 ranks). A check is re-run once, on every rank (collectives need everyone), and
 //! only the second measurement counts: a transient blip does not fail a job, a slow device is
 //! slow twice. The re-measure runs inside the same test, under the same per-test deadline.
+//!
+//! With a fleet baseline (`check --baseline FILE`: node 0's launcher hands rank 0 the entries
+//! of the run's checks in a private file, [`super::Baseline::fleet`]), rank 0 also re-measures
+//! for a rank whose figure is below its fleet floor, judged as node 0's diagnosis judges it
+//! (`diagnosis/fleet.rs`: the same key, `fleet::judge` with the entry's baseline and the file's
+//! judging; on CPU workers the rate per CPU-second). Each rank's [`Figure`] carries what that
+//! key needs beside the wall-clock figure: its driver's major version and its rate per
+//! CPU-second.
 
+use std::collections::{HashMap, HashSet};
+
+use gpusanity_common::checks::Metric;
 use gpusanity_common::expected::Conditions;
+use gpusanity_common::fleet::file::BaselineFile;
+use gpusanity_common::fleet::{self, Key, Learned};
 use gpusanity_common::peers::{self, PeerBands};
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckStatus, DeviceKind, RankResult};
+use gpusanity_common::stats::figure;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::{CheckCtx, BARRIER_WAIT};
 
+/// One rank's first measurement, as rank 0 reads it.
 #[derive(Debug, Serialize, Deserialize)]
 struct Figure {
     device: String,
+    /// The headline figure (per wall-clock second); None when the check did not pass.
     value: Option<f64>,
+    /// The same measurement's rate per CPU-second (CPU workers: what a fleet baseline judges
+    /// there, [`peers::judged_key`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cpu: Option<f64>,
+    /// The GPU driver's major version (GPU workers whose health monitor is open): part of a
+    /// fleet baseline's key, as the diagnosis reads it from `gpu-health`'s readings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    driver: Option<u32>,
+}
+
+impl Figure {
+    fn of(first: &RankResult, m: &Metric, device: &str, ctx: &CheckCtx<'_>) -> Figure {
+        let passed = first.status == CheckStatus::Passed;
+        let metric = |key: &str| passed.then(|| first.metrics.get(key).copied()).flatten();
+        Figure {
+            device: device.to_string(),
+            value: metric(m.key),
+            cpu: metric(&peers::cpu_key(m.key)),
+            driver: ctx
+                .health
+                .and_then(|h| h.as_ref().ok())
+                .and_then(|monitor| fleet::driver_major(&monitor.driver_version()?)),
+        }
+    }
+}
+
+/// The most ranks a decision names (with their figures and reasons): the re-measure runs on
+/// every rank whatever their number, and the decision stays far below the store's largest value
+/// at any scale.
+const MAX_NAMED: usize = 32;
+
+/// Rank 0's decision: the ranks that call for a re-measure (at most [`MAX_NAMED`] of them,
+/// lowest first) and how many there were in all.
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Decision {
+    named: Vec<Slow>,
+    total: usize,
+}
+
+/// A rank whose first measurement calls for a re-measure, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Slow {
+    rank: usize,
+    /// Its headline figure (per wall-clock second).
+    value: f64,
+    /// Critical against its peers or its expected figure.
+    #[serde(default)]
+    peers: bool,
+    /// Below its fleet baseline's floor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fleet: Option<Below>,
+}
+
+/// A figure below its fleet floor: the figure judged (per CPU-second where `per_cpu`) and the floor.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+struct Below {
+    value: f64,
+    floor: f64,
+    #[serde(default)]
+    per_cpu: bool,
+}
+
+impl Slow {
+    /// `rank 3 at 1.20 TFLOP/s, slow against its peers` / `..., below the fleet floor ...`.
+    fn describe(&self, m: &Metric) -> String {
+        let mut why = Vec::new();
+        if self.peers {
+            why.push("slow against its peers".to_string());
+        }
+        if let Some(b) = &self.fleet {
+            let per = if b.per_cpu { " per CPU-second" } else { "" };
+            why.push(format!("below the fleet floor ({}{per}, floor {})", figure(b.value), figure(b.floor)));
+        }
+        format!("rank {} at {} {}, {}", self.rank, figure(self.value), m.unit, why.join(" and "))
+    }
+}
+
+/// The decision over every rank's `figures`: those `slow` against their peers, and those below
+/// their fleet floor.
+fn decide(figures: &[(usize, Figure)], slow: &[usize], below: &HashMap<usize, Below>) -> Decision {
+    let slow: HashSet<usize> = slow.iter().copied().collect();
+    let mut all: Vec<Slow> = figures
+        .iter()
+        .filter_map(|(rank, f)| {
+            let peers = slow.contains(rank);
+            let fleet = below.get(rank).copied();
+            (peers || fleet.is_some()).then_some(Slow { rank: *rank, value: f.value?, peers, fleet })
+        })
+        .collect();
+    all.sort_by_key(|s| s.rank);
+    let total = all.len();
+    all.truncate(MAX_NAMED);
+    Decision { named: all, total }
+}
+
+/// The ranks of `figures` (with a headline figure) below their fleet floor in `file`, judged
+/// as node 0's diagnosis judges them (`diagnosis/fleet.rs`, [`fleet::samples::rank_keys`]):
+/// the same key (the figure per CPU-second on CPU workers where every rank measured it), the
+/// entry's baseline and the file's judging.
+fn below_fleet(
+    file: &BaselineFile,
+    id: CheckId,
+    m: &Metric,
+    cpu: bool,
+    figures: &[(usize, Figure)],
+    when: Conditions,
+) -> HashMap<usize, Below> {
+    let metric = peers::judged_key(m.key, cpu, figures.iter().map(|(_, f)| f.cpu.is_some()));
+    let per_cpu = metric != m.key;
+    let judging = file.judging();
+    // One lookup per key (device model and driver), not per rank: a file may hold 50,000 entries.
+    let mut entries: HashMap<Key, Option<(Learned, String)>> = HashMap::new();
+    let mut out = HashMap::new();
+    for (rank, f) in figures {
+        let Some(value) = (if per_cpu { f.cpu } else { f.value }) else { continue };
+        let key = Key::new(&f.device, f.driver, id, &metric, when);
+        let entry = entries.entry(key).or_insert_with_key(|k| file.lookup(k).map(|e| (e.learned(), e.source.clone())));
+        let Some((learned, source)) = entry else { continue };
+        let j = fleet::judge(&metric, value, learned, judging, source);
+        if j.below {
+            out.insert(*rank, Below { value, floor: j.floor, per_cpu });
+        }
+    }
+    out
 }
 
 /// Runs check `id` on this rank, and once more on every rank if any rank's figure is
@@ -31,42 +172,53 @@ pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
     let Some(m) = id.metric() else {
         return first;
     };
-    let value = (first.status == CheckStatus::Passed).then(|| first.metrics.get(m.key).copied()).flatten();
-    let fig = Figure { device: device.to_string(), value };
-    let judge = |ctx: &CheckCtx<'_>, figures: &peers::Figures| {
+    let fig = Figure::of(&first, m, device, ctx);
+    let (value, cpu_value) = (fig.value, fig.cpu);
+    let judge = |ctx: &CheckCtx<'_>, figures: &[(usize, Figure)]| {
         // The check's own configuration, as the report will show it to node 0's diagnosis.
         // The link as rank 0 reads it (the diagnosis takes the one every rank reported).
         let local_gpus = ctx.place.node_sizes.get(ctx.place.node_rank).copied().unwrap_or(1);
         let link = super::gpu_health::link(&*ctx.backend, local_gpus);
         let when = Conditions::from_config(&id.config_value(ctx.configs), &ctx.place.node_sizes).with_link(link);
-        let bands = PeerBands::new(ctx.configs.slow_fraction, ctx.backend.kind() == DeviceKind::Cpu);
-        let slow = peers::critical_ranks(id, m.key, figures, bands, when);
-        figures.iter().filter(|(r, _, _)| slow.contains(r)).map(|(r, _, v)| (*r, *v)).collect()
+        let cpu = ctx.backend.kind() == DeviceKind::Cpu;
+        let bands = PeerBands::new(ctx.configs.slow_fraction, cpu);
+        let wall: peers::Figures = figures.iter().filter_map(|(r, f)| Some((*r, f.device.clone(), f.value?))).collect();
+        let slow = peers::critical_ranks(id, m.key, &wall, bands, when);
+        let below = match &ctx.baseline.fleet {
+            Some(file) => below_fleet(file, id, m, cpu, figures, when),
+            None => HashMap::new(),
+        };
+        decide(figures, &slow, &below)
     };
-    let slow: Vec<(usize, f64)> = match exchange(ctx, id, &fig, judge) {
+    let decision: Decision = match exchange(ctx, id, &fig, judge) {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!("could not share figures for a re-measure: {e}");
             return first;
         }
     };
-    if slow.is_empty() {
+    if decision.total == 0 {
         return first;
     }
-    let list: Vec<String> = slow.iter().map(|(r, _)| r.to_string()).collect();
-    tracing::info!(check = id.as_str(), "re-measuring: ranks {} were slow", list.join(", "));
+    let mut firsts: Vec<String> = decision.named.iter().map(|s| s.describe(m)).collect();
+    if let Some(more) = decision.total.checked_sub(decision.named.len()).filter(|n| *n > 0) {
+        firsts.push(format!("and {more} more"));
+    }
+    tracing::info!(check = id.as_str(), "re-measuring: {}", firsts.join("; "));
     ctx.progress.phase(id, "re-measure", 0);
     // Fresh store keys, so that the check's own barriers synchronize the ranks again.
     ctx.store.set_namespace(&format!("remeasure/{id}/"));
     let mut second = super::run(id, ctx);
     ctx.store.set_namespace("");
-    let firsts: Vec<String> = slow.iter().map(|(r, v)| format!("rank {r} at {v:.2} {}", m.unit)).collect();
     second.notes.insert(
         "remeasured".into(),
-        format!("re-measured on every rank after a slow first measurement ({})", firsts.join(", ")),
+        format!("re-measured on every rank after a slow first measurement ({})", firsts.join("; ")),
     );
     if let Some(v) = value {
         second.metrics.insert(format!("first_{}", m.key), v);
+    }
+    if let Some(v) = cpu_value {
+        second.metrics.insert(format!("first_{}", peers::cpu_key(m.key)), v);
     }
     second
 }
@@ -85,14 +237,14 @@ fn reborrow<'b>(ctx: &'b mut CheckCtx<'_>) -> CheckCtx<'b> {
     }
 }
 
-/// Publishes this rank's figure; rank 0 reads every rank's, `judge`s them and publishes the
-/// slow ranks with their figures, which every rank returns.
-fn exchange(
+/// Publishes this rank's figure; rank 0 reads every rank's (those with a headline figure),
+/// `judge`s them and publishes its decision, which every rank returns.
+fn exchange<D: Serialize + DeserializeOwned>(
     ctx: &mut CheckCtx<'_>,
     id: CheckId,
     fig: &Figure,
-    judge: impl FnOnce(&CheckCtx<'_>, &peers::Figures) -> Vec<(usize, f64)>,
-) -> anyhow::Result<Vec<(usize, f64)>> {
+    judge: impl FnOnce(&CheckCtx<'_>, &[(usize, Figure)]) -> D,
+) -> anyhow::Result<D> {
     // Two-level rounds (store::Rounds): node 0's store sees one value per node each way.
     let gathered = ctx.store.gather(&format!("diag/{id}"), &serde_json::to_string(fig)?, BARRIER_WAIT)?;
     let decision = match gathered {
@@ -100,8 +252,8 @@ fn exchange(
             let mut figures = Vec::new();
             for (r, v) in all.into_iter().enumerate() {
                 let f: Figure = serde_json::from_str(&v)?;
-                if let Some(v) = f.value {
-                    figures.push((r, f.device, v));
+                if f.value.is_some() {
+                    figures.push((r, f));
                 }
             }
             let slow = judge(ctx, &figures);
@@ -111,4 +263,115 @@ fn exchange(
     };
     let slow = ctx.store.broadcast(&format!("diag/{id}/slow"), decision.as_deref(), BARRIER_WAIT)?;
     Ok(serde_json::from_str(&slow)?)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use gpusanity_common::fleet::file::BaselineEntry;
+    use gpusanity_common::fleet::Judging;
+
+    use super::*;
+
+    fn fig(device: &str, value: f64, cpu: Option<f64>, driver: Option<u32>) -> Figure {
+        Figure { device: device.into(), value: Some(value), cpu, driver }
+    }
+
+    /// A baseline entry of one node of `ranks` ranks: centre 10, spread 0.5, 40 samples of 5
+    /// nodes (the unit tests of the executor share it).
+    pub(crate) fn entry(device: &str, check: CheckId, metric: &str, ranks: usize, size: Option<u64>) -> BaselineEntry {
+        BaselineEntry {
+            device: device.into(),
+            driver: None,
+            check,
+            metric: metric.into(),
+            value: 10.0,
+            spread: 0.5,
+            samples: 40,
+            nodes: 5,
+            window: 200,
+            size,
+            max_bytes: None,
+            single_node: true,
+            ranks_per_node: Some(ranks),
+            link: None,
+            source: "test".into(),
+        }
+    }
+
+    /// One GEMM entry of `metric` for `device` on one node of 4 ranks.
+    fn file(device: &str, driver: Option<u32>, metric: &str) -> BaselineFile {
+        let entry = BaselineEntry { driver, ..entry(device, CheckId::Gemm, metric, 4, Some(256)) };
+        BaselineFile { judging: Some(Judging { k: 4.0, min_gap: 0.03 }), entries: vec![entry] }
+    }
+
+    fn when() -> Conditions {
+        Conditions::from_config(&serde_json::json!({"size": 256}), &[4])
+    }
+
+    fn gemm() -> &'static Metric {
+        CheckId::Gemm.metric().expect("gemm has a headline")
+    }
+
+    #[test]
+    fn a_cpu_rank_below_its_fleet_floor_per_cpu_second_is_named_with_the_floor() {
+        // Floor 10 - max(4 x 0.5, 0.03 x 10) = 8. Rank 2 is slow per wall second only
+        // (descheduled); rank 3 is below per CPU-second.
+        let figures = vec![
+            (0, fig("cpu", 9.0, Some(10.0), None)),
+            (1, fig("cpu", 9.5, Some(9.9), None)),
+            (2, fig("cpu", 4.0, Some(9.8), None)),
+            (3, fig("cpu", 7.0, Some(7.5), None)),
+        ];
+        let below = below_fleet(&file("cpu", None, "tflops_cpu"), CheckId::Gemm, gemm(), true, &figures, when());
+        assert_eq!(below.keys().copied().collect::<Vec<_>>(), [3]);
+        assert_eq!(below[&3], Below { value: 7.5, floor: 8.0, per_cpu: true });
+        // A wall-clock entry does not judge CPU workers that measured the rate per CPU-second.
+        assert!(below_fleet(&file("cpu", None, "tflops"), CheckId::Gemm, gemm(), true, &figures, when()).is_empty());
+        // Another shape, another device: no entry holds.
+        let other = Conditions::from_config(&serde_json::json!({"size": 512}), &[4]);
+        assert!(below_fleet(&file("cpu", None, "tflops_cpu"), CheckId::Gemm, gemm(), true, &figures, other).is_empty());
+        assert!(below_fleet(&file("gpu", None, "tflops_cpu"), CheckId::Gemm, gemm(), true, &figures, when()).is_empty());
+        // One rank without the rate per CPU-second: every rank is judged on the wall clock, as
+        // the diagnosis judges them.
+        let mut mixed = figures;
+        mixed[0].1.cpu = None;
+        let below = below_fleet(&file("cpu", None, "tflops"), CheckId::Gemm, gemm(), true, &mixed, when());
+        let mut ranks: Vec<usize> = below.keys().copied().collect();
+        ranks.sort_unstable();
+        assert_eq!(ranks, [2, 3]);
+        assert!(!below[&2].per_cpu);
+    }
+
+    #[test]
+    fn a_gpu_rank_is_judged_against_the_entry_of_its_driver() {
+        let figures =
+            vec![(0, fig("NVIDIA H200", 9.9, None, Some(580))), (1, fig("NVIDIA H200", 7.0, None, Some(570)))];
+        let f = file("NVIDIA H200", Some(570), "tflops");
+        let below = below_fleet(&f, CheckId::Gemm, gemm(), false, &figures, when());
+        assert_eq!(below.get(&1), Some(&Below { value: 7.0, floor: 8.0, per_cpu: false }));
+        assert_eq!(below.len(), 1, "rank 0's driver has no entry");
+    }
+
+    #[test]
+    fn the_decision_names_why_and_stays_bounded() {
+        let figures: Vec<(usize, Figure)> = (0..100).map(|r| (r, fig("cpu", r as f64, None, None))).collect();
+        let below: HashMap<usize, Below> = [(7, Below { value: 7.5, floor: 8.0, per_cpu: true })].into_iter().collect();
+        let d = decide(&figures, &[3, 7], &below);
+        assert_eq!(d.total, 2);
+        assert_eq!(d.named[0].describe(gemm()), "rank 3 at 3.00 TFLOP/s, slow against its peers");
+        assert_eq!(
+            d.named[1].describe(gemm()),
+            "rank 7 at 7.00 TFLOP/s, slow against its peers and below the fleet floor (7.50 per CPU-second, floor 8.00)"
+        );
+        let only_fleet = decide(&figures, &[], &below);
+        assert_eq!(
+            only_fleet.named[0].describe(gemm()),
+            "rank 7 at 7.00 TFLOP/s, below the fleet floor (7.50 per CPU-second, floor 8.00)"
+        );
+        // Every rank slow: the decision names the first MAX_NAMED and counts the rest.
+        let all: Vec<usize> = (0..100).collect();
+        let d = decide(&figures, &all, &below);
+        assert_eq!((d.named.len(), d.total, d.named[0].rank), (MAX_NAMED, 100, 0));
+        assert_eq!(decide(&figures, &[], &HashMap::new()), Decision::default());
+    }
 }

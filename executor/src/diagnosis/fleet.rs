@@ -5,6 +5,10 @@
 //! judged beside it, unchanged. On CPU workers the figure judged is the rate per CPU-second,
 //! as the peers judge it ([`samples::rank_keys`]): a baseline learned from it says so in its
 //! metric (`tflops_cpu`), and a wall-clock baseline never judges it.
+//!
+//! The figure judged is the one that counts: after a re-measure (rank 0 re-measures every rank
+//! when one is below its fleet floor, `checks/remeasure.rs`), the second one; a rank below twice
+//! carries both figures as evidence.
 
 use std::collections::BTreeMap;
 
@@ -30,7 +34,8 @@ pub fn judge(
 ) {
     let judging = baseline.judging();
     let keys = samples::rank_keys(c, ranks, drivers, backend);
-    let mut below: Vec<(usize, FleetJudgement)> = Vec::new();
+    // (rank, judgement, the first measurement's figure when the rank was re-measured)
+    let mut below: Vec<(usize, FleetJudgement, Option<f64>)> = Vec::new();
     let mut judged = 0;
     for (rank, key, value) in keys {
         let Some(entry) = baseline.lookup(&key) else { continue };
@@ -38,18 +43,18 @@ pub fn judge(
         let j = fleet::judge(&key.metric, value, &entry.learned(), judging, &entry.source);
         judged += 1;
         if j.below {
-            below.push((rank, j.clone()));
+            below.push((rank, j.clone(), r.metrics.get(&format!("first_{}", key.metric)).copied()));
         }
         r.fleet = Some(Box::new(j));
     }
     if m.collective && !below.is_empty() && below.len() == judged {
-        let (_, j) = &below[0];
-        findings.push(finding(Finding::new(Severity::Critical, Code::BelowFleet, c.name, message(j, m)), j));
+        let (_, j, first) = &below[0];
+        findings.push(finding(Finding::new(Severity::Critical, Code::BelowFleet, c.name, message(j, m)), j, *first));
         return;
     }
-    for (rank, j) in &below {
+    for (rank, j, first) in &below {
         let f = place(Finding::new(Severity::Critical, Code::BelowFleet, c.name, message(j, m)), ranks, *rank);
-        findings.push(finding(f, j));
+        findings.push(finding(f, j, *first));
     }
 }
 
@@ -67,7 +72,7 @@ fn message(j: &FleetJudgement, m: &Metric) -> String {
     )
 }
 
-fn finding(mut f: Finding, j: &FleetJudgement) -> Finding {
+fn finding(mut f: Finding, j: &FleetJudgement, first: Option<f64>) -> Finding {
     f.measured = Some(j.value);
     f.score = Some((j.value - j.centre) / j.spread).filter(|s| s.is_finite());
     f.evidence.push(format!(
@@ -79,6 +84,13 @@ fn finding(mut f: Finding, j: &FleetJudgement) -> Finding {
         j.window,
         if j.source.is_empty() { String::new() } else { format!("; {}", j.source) }
     ));
+    if let Some(first) = first {
+        f.evidence.push(format!(
+            "below the fleet floor in both measurements: first {}, re-measured {}",
+            figure(first),
+            figure(j.value)
+        ));
+    }
     f.action = Some("exclude the node; check the device's clocks, temperature, power and other processes on it".into());
     f
 }

@@ -44,6 +44,7 @@ use gpusanity_common::report::common_link;
 use gpusanity_common::report::{
     CheckDetail, CheckReport, CheckStatus, DeviceKind, Finding, PairBandwidth, RankInfo, RunStatus, Severity,
 };
+use gpusanity_common::stats::figure;
 
 /// Which deadline, if any, ended the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -335,22 +336,4 @@ fn summarize(status: RunStatus, findings: &[Finding], checks: &[CheckReport]) ->
         _ if bad.is_empty() => "a check did not pass".into(),
         _ => bad.join("; "),
     }
-}
-
-/// A measured figure for a message: one decimal from 10 up (690.0, 12.5), three significant
-/// digits below (0.314, 0.00812), so the small figures of CPU workers do not print as 0.0.
-fn figure(x: f64) -> String {
-    if !x.is_finite() || x == 0.0 || x.abs() >= 10.0 {
-        return format!("{x:.1}");
-    }
-    let digits = (2 - x.abs().log10().floor() as i32).clamp(1, 9) as usize;
-    format!("{x:.digits$}")
-}
-
-#[cfg(test)]
-#[test]
-fn figures_keep_their_significant_digits() {
-    let shown: Vec<String> =
-        [690.04, 12.46, 4.56789, 0.3141, 0.008123, 0.0, f64::NAN].into_iter().map(figure).collect();
-    assert_eq!(shown, ["690.0", "12.5", "4.57", "0.314", "0.00812", "0.0", "NaN"]);
 }

@@ -191,6 +191,41 @@ fn a_re_measured_slow_rank_carries_both_figures_and_a_blip_is_only_reported() {
 }
 
 #[test]
+fn the_fleet_judges_the_figure_that_counts_and_a_rank_below_twice_carries_both() {
+    use gpusanity_common::fleet::file::BaselineFile;
+    // Two CPU ranks on one node; a fleet of centre 10 per CPU-second, spread 0.5: floor 8.
+    let info = ranks(&["cpu", "cpu"]);
+    let entry = crate::checks::remeasure::tests::entry("cpu", CheckId::Gemm, "tflops_cpu", 2, None);
+    let baseline = BaselineFile { judging: None, entries: vec![entry] };
+    let rank = |r: usize, per_cpu: f64, first: Option<f64>| {
+        let mut x = gemm_rank(r, per_cpu, "a");
+        x.metrics.insert("tflops_cpu".into(), per_cpu);
+        if let Some(first) = first {
+            x.metrics.insert("first_tflops".into(), first);
+            x.metrics.insert("first_tflops_cpu".into(), first);
+            x.notes.insert("remeasured".into(), "rank 1 below the fleet floor".into());
+        }
+        x
+    };
+    // Below only in the first measurement: judged on the second, no finding.
+    let mut c = vec![check("gemm", vec![rank(0, 10.0, None), rank(1, 9.9, Some(6.0))])];
+    let d = diagnose_with_baseline(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu, Some(&baseline));
+    assert!(d.findings.is_empty(), "{:?}", codes(&d));
+    assert_eq!(d.status, RunStatus::Passed);
+    assert_eq!(c[0].ranks[1].fleet.as_ref().map(|f| (f.value, f.below)), Some((9.9, false)));
+    assert_eq!(d.remeasured, ["gemm: rank 1 below the fleet floor"]);
+    // Below twice: named, with both figures.
+    let mut c = vec![check("gemm", vec![rank(0, 10.0, None), rank(1, 7.0, Some(6.0))])];
+    let d = diagnose_with_baseline(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu, Some(&baseline));
+    assert_eq!(codes(&d), [(Code::BelowFleet, Some(1))]);
+    let evidence = &d.findings[0].evidence;
+    assert!(
+        evidence.iter().any(|e| e == "below the fleet floor in both measurements: first 6.00, re-measured 7.00"),
+        "{evidence:?}"
+    );
+}
+
+#[test]
 fn cpu_ranks_are_judged_on_the_wall_clock_so_a_capped_node_is_named() {
     // Five CPU ranks: rank 1 got a fifth of a core (a CPU quota: a fifth of the wall-clock
     // figure, its peers' rate per CPU-second); rank 3 does eight times the work for its

@@ -5,6 +5,7 @@ pub mod arrival;
 mod compact;
 mod events;
 mod fit;
+mod fleet_file;
 pub mod gather;
 pub mod node;
 mod not_ready;
@@ -173,6 +174,13 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
         0 | 1 => None,
         _ => Some(crate::store::NodeStore::start(cluster.secret.clone(), nproc).context("hosting this node's store")?),
     };
+    // Rank 0 judges the first measurements against the fleet too, before a re-measure: it alone
+    // gets the baseline's entries of the run's checks, in a private file removed once the
+    // workers are done.
+    let fleet_file = match opts.baseline.as_deref() {
+        Some(b) if is_master && cluster.rank_offset == 0 && nproc > 0 => fleet_file::write(b, &checks),
+        _ => None,
+    };
     let specs: Vec<WorkerSpec> = (0..nproc)
         .map(|local| WorkerSpec {
             rank: cluster.rank_offset + local,
@@ -187,6 +195,7 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
             checks: checks.clone(),
             configs: configs.clone(),
             node_store_addr: node_store.as_ref().map(|s| s.addr().to_string()),
+            fleet_baseline: fleet_file.as_ref().filter(|_| cluster.rank_offset + local == 0).map(|f| f.path().into()),
         })
         .collect();
     let (stop_tx, stop_rx) = mpsc::channel::<Stop>(8);
@@ -204,6 +213,7 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
         run_limit: opts.settings.max_time(),
     };
     let outcome = sup.run(stop_rx, cluster.abort_handle().await?).await?;
+    drop(fleet_file);
     if let Err(e) = cluster.post_outcome(&outcome).await {
         // Cut off from node 0 (its link is down, or node 0 is gone): nobody will hear us.
         eprintln!("gpusanity: node {} cannot reach the rendezvous store: {e:#}; its results are lost", topo.node_rank);

@@ -62,6 +62,7 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
     let baseline = Baseline {
         rdma: (rdma_selected && spec.local_rank == 0)
             .then(|| rdma_ports::Snapshot::take(&rdma_ports::root(faults.ib_root()))),
+        fleet: spec.fleet_baseline.as_deref().and_then(read_fleet_baseline),
     };
     let world = StoreClient::connect(&spec.store_addr, Duration::from_secs(60), spec.rdzv_secret.clone())?;
     let node = match &spec.node_store_addr {
@@ -146,4 +147,16 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The fleet baseline's file of rank 0's spec, read bounded and validated; a file that cannot
+/// be read is a warning (the re-measure then judges without the fleet, the check goes on).
+fn read_fleet_baseline(path: &std::path::Path) -> Option<gpusanity_common::fleet::file::BaselineFile> {
+    match gpusanity_common::fleet::file::BaselineFile::read(path) {
+        Ok(file) => Some(file),
+        Err(e) => {
+            tracing::warn!("the re-measure judges without the fleet: {e}");
+            None
+        }
+    }
 }
