@@ -169,7 +169,10 @@ impl Faults {
         self.kinds
             .iter()
             .filter(|(_, r)| *r == rank)
-            .filter_map(|(k, _)| k.strip_prefix(prefix)?.strip_prefix('-')?.parse::<u32>().ok())
+            .filter_map(|(k, _)| k.strip_prefix(prefix)?.strip_prefix('-'))
+            // Digits only: `parse` alone would take "+5".
+            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            .filter_map(|p| p.parse::<u32>().ok())
             .find(|p| *p <= 1000)
     }
 
@@ -193,6 +196,7 @@ mod tests {
             "gemm-extra@0",
             "gemm-extra-@0",
             "gemm-extra--5@0",
+            "gemm-extra-+5@0",
             "gemm-extra-x@0",
             "gemm-extra-1001@0",
             "gemm-extra-99999999999999999999@0",

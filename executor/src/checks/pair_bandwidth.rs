@@ -60,7 +60,12 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
                 let mut rail_best = 0.0f64;
                 for side in 0..2 {
                     let v = ctx.store.get(&format!("pairbw/r{round}/{}-{}/{rail}/{side}", p[0], p[1]), BARRIER_WAIT)?;
-                    rail_best = rail_best.max(v.parse::<f64>().unwrap_or(0.0));
+                    // A figure that is not one is a broken peer, not a slow link: say so
+                    // rather than count it as 0 GB/s and name a healthy pair.
+                    let gbps = v.parse::<f64>().ok().filter(|g| g.is_finite() && *g >= 0.0).with_context(|| {
+                        format!("a malformed link figure `{}` from nodes {} and {}", v.escape_debug(), p[0], p[1])
+                    })?;
+                    rail_best = rail_best.max(gbps);
                 }
                 worst = worst.min(rail_best);
             }
