@@ -128,12 +128,11 @@ pub fn piece_keys(count: &str) -> Result<Vec<String>, StoreError> {
 /// Waits up to `wait` for the registrations of `nnodes` nodes (`node/K`); `me` is this node.
 /// Node 0 reads each (then publishes its roster, [`publish`]); the other nodes read the roster.
 pub fn wait_all(c: &mut StoreClient, nnodes: usize, wait: Duration, me: usize) -> Result<Arrival, StoreError> {
-    let is_master = me == 0;
-    let deadline = Instant::now() + wait;
-    let mut got: Vec<Option<String>> = vec![None; nnodes];
-    if !is_master {
+    if me != 0 {
         return wait_roster(c, nnodes, wait + GRACE, me);
     }
+    let deadline = Instant::now() + wait;
+    let mut got: Vec<Option<String>> = vec![None; nnodes];
     loop {
         if let Some(k) = got.iter().position(Option::is_none) {
             // Block on the first node still missing; those that came meanwhile answer at once.
