@@ -176,7 +176,8 @@ async fn run(n: usize, gpus: usize, nofile: u64) -> Result<()> {
     let total = Instant::now();
 
     // The rendezvous: every other launcher registers (three connections each, as
-    // `check` holds), then every rank connects.
+    // `check` holds), then every other node's store opens its relay's one connection (the
+    // node's ranks reach node 0 through it, store::relay).
     let t = Instant::now();
     let mut set = JoinSet::new();
     for k in 1..nnodes {
@@ -190,24 +191,25 @@ async fn run(n: usize, gpus: usize, nofile: u64) -> Result<()> {
     let t = Instant::now();
     let s = secret()?;
     let mut set = JoinSet::new();
-    for rank in 0..n {
+    for k in 1..nnodes {
         let s = s.clone();
-        set.spawn(async move { connect(addr, node_ip(rank / gpus), &s).await.map(|c| (rank, c)) });
+        set.spawn(async move { connect(addr, node_ip(k), &s).await.map(|c| (k, c)) });
     }
-    let mut clients: Vec<Option<AsyncStoreClient>> = (0..n).map(|_| None).collect();
+    let mut clients: Vec<Option<AsyncStoreClient>> = (0..nnodes).map(|_| None).collect();
     while let Some(c) = set.join_next().await {
-        let (rank, c) = c??;
-        clients[rank] = Some(c);
+        let (k, c) = c??;
+        clients[k] = Some(c);
     }
-    phase("rendezvous (ranks connect)", t);
+    phase("rendezvous (node relays connect)", t);
 
-    // Node 0's own store and ranks, which run the real two-level rounds (store::Rounds).
-    let own_store = NodeStore::start(Some(s.clone()), gpus)?;
-    let mut own = own_ranks(addr.to_string(), own_store.addr().to_string(), n, gpus, s.clone()).await?;
+    // Node 0's own store and ranks, which run the real two-level rounds (store::Rounds),
+    // reaching node 0's store through the node store's relay as workers do.
+    let own_store = NodeStore::start(Some(s.clone()), gpus, &addr.to_string())?;
+    let mut own = own_ranks(own_store.addr().to_string(), true, n, gpus, s.clone()).await?;
     // A node's own rounds, alone: the sequence of the checks below among node 0's ranks and its
     // store, as a world of one node (what every node does in parallel on a cluster).
     let t = Instant::now();
-    let alone = own_ranks(own_store.addr().to_string(), own_store.addr().to_string(), gpus, gpus, s.clone()).await?;
+    let alone = own_ranks(own_store.addr().to_string(), false, gpus, gpus, s.clone()).await?;
     own_checks(alone, "alone/").await?;
     phase("a node's own rounds (alone)", t);
 
@@ -217,11 +219,11 @@ async fn run(n: usize, gpus: usize, nofile: u64) -> Result<()> {
         let t = Instant::now();
         let mut set = JoinSet::new();
         for k in 1..nnodes {
-            let mut c = clients[k * gpus].take().context("client")?;
+            let mut c = clients[k].take().context("client")?;
             let check = *check;
             set.spawn(async move {
                 leader_check(&mut c, check, i, k, nnodes, gpus).await?;
-                anyhow::Ok((k * gpus, c))
+                anyhow::Ok((k, c))
             });
         }
         let check = *check;
@@ -233,8 +235,8 @@ async fn run(n: usize, gpus: usize, nofile: u64) -> Result<()> {
             });
         }
         while let Some(c) = set.join_next().await {
-            let (rank, c) = c??;
-            clients[rank] = Some(c);
+            let (k, c) = c??;
+            clients[k] = Some(c);
         }
         while let Some(r) = threads.join_next().await {
             own.push(r??);
@@ -336,13 +338,14 @@ async fn launcher(
     Ok((k, c))
 }
 
-/// Node 0's ranks with their real rounds: a client of the store at `world` and one of their
-/// node store at `node` each, for a world of `n` ranks.
-async fn own_ranks(world: String, node: String, n: usize, gpus: usize, s: Secret) -> Result<Vec<Rounds>> {
+/// Node 0's ranks with their real rounds, two clients each, for a world of `n`, on the node store at `node`; with `relay`, node 0's keys go
+/// through the node store's relay, else to the node store itself (a world of one node).
+async fn own_ranks(node: String, relay: bool, n: usize, gpus: usize, s: Secret) -> Result<Vec<Rounds>> {
     tokio::task::spawn_blocking(move || {
         (0..gpus.min(n))
             .map(|rank| {
-                let w = StoreClient::connect(&world, WAIT, Some(s.clone()))?;
+                let w = StoreClient::connect(&node, WAIT, Some(s.clone()))?;
+                let w = if relay { w.through_relay() } else { w };
                 let c = StoreClient::connect(&node, WAIT, Some(s.clone()))?;
                 let sizes: Vec<usize> = (0..n.div_ceil(gpus)).map(|k| gpus.min(n - k * gpus)).collect();
                 let me = Member { rank, node_rank: 0, local_rank: rank, node_sizes: sizes };

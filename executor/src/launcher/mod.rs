@@ -172,7 +172,10 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
     // (store::Rounds); served until the run ends. A node of one rank needs none.
     let node_store = match nproc {
         0 | 1 => None,
-        _ => Some(crate::store::NodeStore::start(cluster.secret.clone(), nproc).context("hosting this node's store")?),
+        _ => Some(
+            crate::store::NodeStore::start(cluster.secret.clone(), nproc, &cluster.store_addr)
+                .context("hosting this node's store")?,
+        ),
     };
     // Rank 0 judges the first measurements against the fleet too, before a re-measure: it alone
     // gets the baseline's entries of the run's checks, in a private file removed once the

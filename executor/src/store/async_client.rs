@@ -58,6 +58,12 @@ impl AsyncStoreClient {
         }
     }
 
+    /// The connection's two halves, handshake done: for a caller that reads and writes them
+    /// apart (the node store's relay).
+    pub(super) fn into_parts(self) -> (BufReader<OwnedReadHalf>, OwnedWriteHalf) {
+        (self.reader, self.writer)
+    }
+
     async fn read_line(&mut self, max: usize) -> Result<String, StoreError> {
         self.line.clear();
         let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);

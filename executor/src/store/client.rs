@@ -5,7 +5,9 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use super::auth::{self, Secret, HANDSHAKE_TIMEOUT, NONCE_LEN, SECRET_ENV, STORE_LABEL};
-use super::{barrier_key, Hello, Reply, Request, StoreError, ALREADY_SET, HANDSHAKE_LINE, MAX_BATCH, MAX_LINE};
+use super::{
+    barrier_key, Hello, Reply, Request, StoreError, ALREADY_SET, HANDSHAKE_LINE, MAX_BATCH, MAX_LINE, RELAY_PREFIX,
+};
 
 /// How long past a request's own wait its reply may take before the master counts as gone.
 const REPLY_MARGIN: Duration = Duration::from_secs(10);
@@ -15,6 +17,8 @@ pub struct StoreClient {
     writer: TcpStream,
     /// Put before every key (see [`StoreClient::set_namespace`]).
     namespace: String,
+    /// Put before the namespace: [`RELAY_PREFIX`] once [`StoreClient::through_relay`].
+    route: &'static str,
     /// The run's secret, which the CPU transport's hellos use too.
     secret: Option<Secret>,
 }
@@ -42,6 +46,7 @@ impl StoreClient {
                         reader: BufReader::new(stream),
                         writer,
                         namespace: String::new(),
+                        route: "",
                         secret: secret.clone(),
                     };
                     // A refusal is final; a handshake cut short (a master with a thousand
@@ -123,8 +128,20 @@ impl StoreClient {
         self.namespace = namespace.to_string();
     }
 
+    /// Sends every later request through the relay of the node store this client is connected
+    /// to: its keys are node 0's (see [`super::relay`]).
+    pub fn through_relay(mut self) -> StoreClient {
+        self.route = RELAY_PREFIX;
+        self
+    }
+
+    /// `key` as it travels: routed and namespaced.
+    fn full_key(&self, key: &str) -> String {
+        format!("{}{}{key}", self.route, self.namespace)
+    }
+
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
-        let key = format!("{}{key}", self.namespace);
+        let key = self.full_key(key);
         let r = self.call(&Request::Set { key: key.clone(), value: value.into() })?;
         match (r.ok, r.error.as_str()) {
             (true, _) => Ok(()),
@@ -135,7 +152,7 @@ impl StoreClient {
 
     /// Waits up to `timeout` for `key` to be set and returns its value.
     pub fn get(&mut self, key: &str, timeout: Duration) -> Result<String, StoreError> {
-        let r = self.call(&Request::Get { key: format!("{}{key}", self.namespace), timeout_ms: millis(timeout) })?;
+        let r = self.call(&Request::Get { key: self.full_key(key), timeout_ms: millis(timeout) })?;
         match (r.ok, r.error.as_str()) {
             (true, _) => Ok(r.value),
             (false, "timeout") => Err(StoreError::Timeout(timeout.as_secs_f64(), key.into())),
@@ -148,7 +165,7 @@ impl StoreClient {
     /// per key.
     pub fn get_many(&mut self, keys: &[String], timeout: Duration) -> Result<Vec<String>, StoreError> {
         let start = Instant::now();
-        let keys: Vec<String> = keys.iter().map(|k| format!("{}{k}", self.namespace)).collect();
+        let keys: Vec<String> = keys.iter().map(|k| self.full_key(k)).collect();
         let mut values = Vec::with_capacity(keys.len());
         while values.len() < keys.len() {
             let left = timeout.saturating_sub(start.elapsed());

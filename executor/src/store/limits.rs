@@ -1,6 +1,7 @@
 //! The store's bounds, which grow with the run: node 0 sizes them for its nodes when it starts
 //! hosting, and for the world once every node has said how many ranks it brings. Every peer
-//! holds connections for the whole run (each launcher three, each rank one), and every rank
+//! holds connections for the whole run (each launcher three, its node store's relay one, and
+//! each rank of a node of one rank one; the bound still counts one per rank), and every rank
 //! writes keys per check, so no fixed ceiling fits both a laptop and 2,048 nodes of 8 GPUs.
 //! The bounds stay finite: a run of n ranks can keep at most [`Limits::for_run`] of them.
 

@@ -3,16 +3,20 @@
 //! it; workers use it to exchange what their backend needs (NCCL unique id, ring addresses) and
 //! for barriers.
 //!
-//! Who talks to whom: every launcher and every worker holds a connection to node 0's store.
-//! Each node's launcher with more than one rank also hosts a store of its own on loopback
-//! (127.0.0.1, a port the system picks, the run's secret and the same handshake:
-//! [`NodeStore`]) for its own ranks, which hold a second connection to it. A world-wide round
+//! Who talks to whom: every launcher holds connections to node 0's store. Each node's launcher
+//! with more than one rank also hosts a store of its own on loopback (127.0.0.1, a port the
+//! system picks, the run's secret and the same handshake: [`NodeStore`]) for its own ranks,
+//! which hold two connections to it and none to node 0's: requests for node 0's keys go to the
+//! node store under [`RELAY_PREFIX`], and its relay ([`relay`]) forwards them, tagged, over one
+//! connection to node 0's store. A rank of a node of one rank connects to node 0's store
+//! itself. Node 0 so holds connections per node, not per rank. A world-wide round
 //! (a check's start barrier, gemm's timed barrier, the re-measure's figure exchange,
 //! network-connectivity's barriers and rows) is two-level ([`Rounds`]): a node's ranks meet in
 //! their node store (keys naming `local/{node}`), its local rank 0 speaks for the node in node 0's
 //! store (`barrier/{name}/nodes/{node}`, `gather/{name}/nodes/{node}` holding the node's
 //! values, `bcast/{name}` read back), and rank 0 reads one key per node, not one per rank. The
-//! backends' set-up (NCCL ids, the CPU transport's addresses) still goes through node 0's store.
+//! backends' set-up (NCCL ids, the CPU transport's addresses) and the other point-to-point keys
+//! are node 0's, reached through the relay.
 //!
 //! Written here rather than taken from a crate: it is small, has to speak the same protocol
 //! from blocking workers and the async launcher, and no maintained crate offers a TCPStore.
@@ -34,6 +38,9 @@
 //! as fit in [`MAX_VALUE`] bytes (at least one), the caller asking again for the rest; a wait
 //! that runs out replies `{"ok":false,"error":"timeout","values":[...]}` with the values got.
 //! Rank 0 of a barrier or of a figure exchange reads thousands of keys in a few round trips.
+//! `{"op":"tagged","id":N,"req":R}` serves R (a set, get or getmany) beside the connection's
+//! other tagged requests, at most [`MAX_IN_FLIGHT`] at once, and its reply carries `"id":N`:
+//! one connection then carries many waits (a node store's relay).
 //!
 //! Bounds (the server is reachable by anything that reaches node 0): a handshake line of at
 //! most [`HANDSHAKE_LINE`] bytes within [`auth::HANDSHAKE_TIMEOUT`], a request line of at most
@@ -50,6 +57,7 @@ pub mod auth;
 pub mod bind;
 mod client;
 pub mod limits;
+mod relay;
 mod rounds;
 mod server;
 
@@ -74,6 +82,11 @@ pub const MAX_KEY: usize = 4096;
 pub const MAX_VALUE: usize = 1 << 20;
 /// The most keys one `getmany` may ask for.
 pub const MAX_BATCH: usize = 4096;
+/// The most tagged requests one connection may have in flight; the next waits for one to end.
+pub const MAX_IN_FLIGHT: usize = 1024;
+/// Keys under this prefix, asked of a node store, are node 0's: the node store's relay strips
+/// the prefix and forwards the request over its one connection to node 0's store.
+pub const RELAY_PREFIX: &str = "relay/";
 /// The key under which node 0 publishes the run's verdict.
 pub const VERDICT_KEY: &str = "verdict";
 /// The key under which the first node that stops tells the others.
@@ -114,10 +127,30 @@ const ALREADY_SET: &str = "already set";
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 enum Request {
-    Auth { nonce: String, proof: String },
-    Set { key: String, value: String },
-    Get { key: String, timeout_ms: u64 },
-    GetMany { keys: Vec<String>, timeout_ms: u64 },
+    Auth {
+        nonce: String,
+        proof: String,
+    },
+    Set {
+        key: String,
+        value: String,
+    },
+    Get {
+        key: String,
+        timeout_ms: u64,
+    },
+    GetMany {
+        keys: Vec<String>,
+        timeout_ms: u64,
+    },
+    /// `{"op":"tagged","id":N,"req":{...}}`: `req` (a set, get or getmany) served beside the
+    /// connection's other tagged requests, its reply carrying `"id":N` and sent when ready, in
+    /// any order. A node store's relay ([`relay`]) multiplexes its ranks' waits over one
+    /// connection to node 0 this way.
+    Tagged {
+        id: u64,
+        req: Box<Request>,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -137,6 +170,9 @@ struct Reply {
     /// A `getmany`'s values, in the order of its keys.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     values: Vec<String>,
+    /// The id of the tagged request this answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<u64>,
 }
 
 impl Reply {
@@ -165,6 +201,8 @@ pub(crate) fn test_store_with(secret: Option<Secret>) -> (tokio::runtime::Runtim
     (rt, addr)
 }
 
+#[cfg(test)]
+mod relay_tests;
 #[cfg(test)]
 mod rounds_tests;
 #[cfg(test)]

@@ -17,7 +17,8 @@
 //! correct, only node 0 carries the node-level traffic too.
 //!
 //! [`Rounds`] derefs to node 0's client for everything else (the backends' set-up, point-to-point
-//! keys); [`Rounds::set_namespace`] applies to both connections.
+//! keys); on a node with a node store that client goes through the node store's relay
+//! ([`super::relay`]). [`Rounds::set_namespace`] applies to both connections.
 
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
@@ -296,12 +297,14 @@ pub struct NodeStore {
 }
 
 impl NodeStore {
-    /// Serves a store for `ranks` ranks on 127.0.0.1, on a port the system picks.
-    pub fn start(secret: Option<super::Secret>, ranks: usize) -> std::io::Result<NodeStore> {
+    /// Serves a store for `ranks` ranks on 127.0.0.1, on a port the system picks, relaying the
+    /// keys under [`super::RELAY_PREFIX`] to node 0's store at `node0` (see [`super::relay`]).
+    pub fn start(secret: Option<super::Secret>, ranks: usize, node0: &str) -> std::io::Result<NodeStore> {
         let listener = super::listen((std::net::Ipv4Addr::LOCALHOST, 0).into())?;
         let addr = listener.local_addr()?.to_string();
         let bounds = super::Bounds::new(super::Limits::for_run(1, ranks));
-        let task = tokio::spawn(super::serve_within(listener, secret, bounds));
+        let relay = super::relay::Relay::new(node0.to_string(), secret.clone());
+        let task = tokio::spawn(super::server::serve_relaying(listener, secret, bounds, Some(relay)));
         Ok(NodeStore { addr, task })
     }
 

@@ -37,8 +37,13 @@ fn world<T: Send + 'static>(
                 if skipped {
                     return None;
                 }
-                let w = StoreClient::connect(&addr, WAIT, Some(secret.clone())).unwrap();
-                let n = node_addr.map(|a| StoreClient::connect(&a, WAIT, Some(secret)).unwrap());
+                // As a worker does: node 0's keys through the node store's relay where there is one.
+                let c = |a: &str| StoreClient::connect(a, WAIT, Some(secret.clone())).unwrap();
+                let w = match &node_addr {
+                    Some(a) => c(a).through_relay(),
+                    None => c(&addr),
+                };
+                let n = node_addr.map(|a| c(&a));
                 let mut r = Rounds::new(w, n, me).unwrap();
                 Some(f(&mut r))
             }));
@@ -55,7 +60,7 @@ fn two_nodes(ranks: usize) -> (tokio::runtime::Runtime, String, Secret, Vec<Node
     let (rt, addr) = test_store_with(Some(secret.clone()));
     let stores: Vec<NodeStore> = {
         let _g = rt.enter();
-        (0..2).map(|_| NodeStore::start(Some(secret.clone()), ranks).unwrap()).collect()
+        (0..2).map(|_| NodeStore::start(Some(secret.clone()), ranks, &addr).unwrap()).collect()
     };
     let node_addrs = stores.iter().map(|s| Some(s.addr().to_string())).collect();
     (rt, addr, secret, stores, node_addrs)
@@ -148,7 +153,7 @@ fn namespaces_apply_to_both_stores_and_a_bad_place_is_refused() {
     let (rt, addr) = test_store_with(Some(secret.clone()));
     let store = {
         let _g = rt.enter();
-        NodeStore::start(Some(secret.clone()), 2).unwrap()
+        NodeStore::start(Some(secret.clone()), 2, &addr).unwrap()
     };
     let out = world(&[2], &addr, &[Some(store.addr().to_string())], &secret, None, |r| {
         r.set_namespace("again/");

@@ -13,7 +13,11 @@ use tokio::sync::Notify;
 
 use super::auth::{self, Secret, HANDSHAKE_TIMEOUT, NONCE_LEN, STORE_LABEL};
 use super::limits::{Bounds, KEY_OVERHEAD};
-use super::{Hello, Reply, Request, ALREADY_SET, HANDSHAKE_LINE, MAX_BATCH, MAX_KEY, MAX_LINE, MAX_VALUE, WRITE_ONCE};
+use super::relay::Relay;
+use super::{
+    Hello, Reply, Request, ALREADY_SET, HANDSHAKE_LINE, MAX_BATCH, MAX_IN_FLIGHT, MAX_KEY, MAX_LINE, MAX_VALUE,
+    RELAY_PREFIX, WRITE_ONCE,
+};
 
 /// How long the accept loop pauses after an accept error (out of file descriptors...).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -37,6 +41,8 @@ struct State {
     bounds: Bounds,
     data: Mutex<Data>,
     refused: Mutex<HashSet<IpAddr>>,
+    /// A node store's relay to node 0's store, for the keys under [`RELAY_PREFIX`].
+    relay: Option<Relay>,
 }
 
 impl State {
@@ -61,8 +67,18 @@ pub async fn serve(listener: TcpListener, secret: Option<Secret>) {
 
 /// [`serve`] within `bounds`, which the caller may grow while the store serves.
 pub async fn serve_within(listener: TcpListener, secret: Option<Secret>, bounds: Bounds) {
+    serve_relaying(listener, secret, bounds, None).await
+}
+
+/// [`serve_within`], forwarding the keys under [`RELAY_PREFIX`] through `relay` (a node store's).
+pub(super) async fn serve_relaying(
+    listener: TcpListener,
+    secret: Option<Secret>,
+    bounds: Bounds,
+    relay: Option<Relay>,
+) {
     let slots = bounds.slots();
-    let state = Arc::new(State { secret, bounds, data: Mutex::default(), refused: Mutex::default() });
+    let state = Arc::new(State { secret, bounds, data: Mutex::default(), refused: Mutex::default(), relay });
     let mut last_error: Option<Instant> = None;
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
@@ -81,7 +97,7 @@ pub async fn serve_within(listener: TcpListener, secret: Option<Secret>, bounds:
         let _ = sock.set_nodelay(true);
         let state = state.clone();
         tokio::spawn(async move {
-            if let Err(why) = connection(&state, sock).await {
+            if let Err(why) = connection(state.clone(), sock).await {
                 state.refuse(peer, &why);
             }
             drop(slot);
@@ -117,28 +133,49 @@ async fn send<W: AsyncWrite + Unpin, T: Serialize>(w: &mut W, msg: &T) -> std::i
     w.write_all(&out).await
 }
 
-/// Serves one connection; an error is why it was closed on the peer (to be logged).
-async fn connection(state: &State, sock: TcpStream) -> Result<(), String> {
+/// Serves one connection; an error is why it was closed on the peer (to be logged). Untagged
+/// requests are served one at a time, in order; tagged ones beside each other (at most
+/// [`MAX_IN_FLIGHT`] at once), each reply sent when ready. Those still in flight when the
+/// connection ends are dropped with it.
+async fn connection(state: Arc<State>, sock: TcpStream) -> Result<(), String> {
     let (r, mut w) = sock.into_split();
     let mut r = BufReader::new(r);
     let mut buf = Vec::new();
-    let handshake = handshake(state, &mut r, &mut w, &mut buf);
+    let handshake = handshake(&state, &mut r, &mut w, &mut buf);
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
         Err(_) => return Err(format!("no handshake within {} s", HANDSHAKE_TIMEOUT.as_secs())),
         Ok(res) => res?,
     }
+    let w = Arc::new(tokio::sync::Mutex::new(w));
+    let mut in_flight = tokio::task::JoinSet::new();
     loop {
         match read_line(&mut r, &mut buf, MAX_LINE).await {
             Line::Got => {}
             Line::End => return Ok(()),
             Line::TooLong => return Err(format!("a request line over {MAX_LINE} bytes")),
         }
+        while in_flight.try_join_next().is_some() {}
         let reply = match serde_json::from_slice::<Request>(&buf) {
             Ok(Request::Auth { .. }) => Reply::err("already authenticated"),
-            Ok(req) => handle(state, req).await,
+            Ok(Request::Tagged { id, req }) => {
+                if matches!(*req, Request::Auth { .. } | Request::Tagged { .. }) {
+                    Reply { id: Some(id), ..Reply::err("a tagged request holds a set, get or getmany") }
+                } else {
+                    if in_flight.len() >= MAX_IN_FLIGHT {
+                        in_flight.join_next().await;
+                    }
+                    let (state, w) = (state.clone(), w.clone());
+                    in_flight.spawn(async move {
+                        let reply = Reply { id: Some(id), ..handle(&state, *req).await };
+                        let _ = send(&mut *w.lock().await, &reply).await;
+                    });
+                    continue;
+                }
+            }
+            Ok(req) => handle(&state, req).await,
             Err(e) => Reply::err(format!("bad request: {e}")),
         };
-        if send(&mut w, &reply).await.is_err() {
+        if send(&mut *w.lock().await, &reply).await.is_err() {
             return Ok(());
         }
     }
@@ -188,8 +225,15 @@ where
 }
 
 async fn handle(state: &State, req: Request) -> Reply {
+    match (Relay::strip(&req), &state.relay) {
+        (Err(e), _) => return Reply::err(e),
+        (Ok(Some(up)), Some(relay)) => return relay.forward(up).await,
+        (Ok(Some(_)), None) => return Reply::err(format!("this store relays nothing: a key under `{RELAY_PREFIX}`")),
+        (Ok(None), _) => {}
+    }
     match req {
         Request::Auth { .. } => Reply::err("already authenticated"),
+        Request::Tagged { .. } => Reply::err("a tagged request holds a set, get or getmany"),
         Request::Set { key, value } => set(state, key, value),
         Request::Get { key, timeout_ms } => {
             if key.len() > MAX_KEY {
@@ -304,7 +348,13 @@ mod tests {
     use super::*;
 
     fn state() -> State {
-        State { secret: None, bounds: Bounds::default(), data: Mutex::default(), refused: Mutex::default() }
+        State {
+            secret: None,
+            bounds: Bounds::default(),
+            data: Mutex::default(),
+            refused: Mutex::default(),
+            relay: None,
+        }
     }
 
     #[test]

@@ -348,3 +348,40 @@ fn an_oversized_or_malformed_batch_is_refused_and_the_connection_still_serves() 
     let r = ask(&mut raw, vec!["k".to_string(), "k".to_string()]);
     assert_eq!(r["values"], serde_json::json!(["v", "v"]));
 }
+
+#[test]
+fn tagged_requests_are_served_beside_each_other_and_answered_by_id() {
+    let (_rt, addr) = test_store();
+    let (mut raw, _) = Raw::connect(&addr);
+    assert_eq!(raw.auth(&auth::nonce(), b"").unwrap()["ok"], true);
+    let reply = |raw: &mut Raw| serde_json::from_str::<serde_json::Value>(&raw.line().unwrap()).unwrap();
+    // A wait first, then on the same connection the set that ends it: the set is answered
+    // while the wait is still in flight, then the wait, each under its own id.
+    raw.send(r#"{"op":"tagged","id":7,"req":{"op":"get","key":"k","timeout_ms":5000}}"#);
+    raw.send(r#"{"op":"tagged","id":8,"req":{"op":"set","key":"k","value":"v"}}"#);
+    let first = reply(&mut raw);
+    assert_eq!((first["id"].as_u64(), first["ok"].as_bool()), (Some(8), Some(true)), "{first}");
+    let second = reply(&mut raw);
+    assert_eq!((second["id"].as_u64(), second["value"].as_str()), (Some(7), Some("v")), "{second}");
+    // An untagged request on the same connection is answered without an id.
+    raw.send(r#"{"op":"get","key":"k","timeout_ms":10}"#);
+    let plain = reply(&mut raw);
+    assert!(plain.get("id").is_none() && plain["value"] == "v", "{plain}");
+    // A tagged handshake, a tag within a tag, a relayed key on a store that relays nothing and
+    // a batch mixing relayed keys with others: each refused, the connection still served.
+    for (id, inner, why) in [
+        (1, r#"{"op":"auth","nonce":"00","proof":""}"#, "tagged request holds"),
+        (2, r#"{"op":"tagged","id":3,"req":{"op":"get","key":"k","timeout_ms":1}}"#, "tagged request holds"),
+        (4, r#"{"op":"get","key":"relay/k","timeout_ms":1}"#, "relays nothing"),
+        (5, r#"{"op":"getmany","keys":["relay/k","k"],"timeout_ms":1}"#, "mixing"),
+    ] {
+        raw.send(&format!(r#"{{"op":"tagged","id":{id},"req":{inner}}}"#));
+        let r = reply(&mut raw);
+        assert_eq!((r["id"].as_u64(), r["ok"].as_bool()), (Some(id), Some(false)), "{r}");
+        assert!(r["error"].as_str().unwrap_or_default().contains(why), "{r}");
+    }
+    raw.send(r#"{"op":"tagged","id":"x","req":{"op":"get","key":"k","timeout_ms":1}}"#);
+    assert!(reply(&mut raw)["error"].as_str().unwrap_or_default().contains("bad request"));
+    raw.send(r#"{"op":"tagged","id":9,"req":{"op":"get","key":"k","timeout_ms":10}}"#);
+    assert_eq!(reply(&mut raw)["id"].as_u64(), Some(9));
+}

@@ -64,13 +64,15 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
             .then(|| rdma_ports::Snapshot::take(&rdma_ports::root(faults.ib_root()))),
         fleet: spec.fleet_baseline.as_deref().and_then(read_fleet_baseline),
     };
-    let world = StoreClient::connect(&spec.store_addr, Duration::from_secs(60), spec.rdzv_secret.clone())?;
-    let node = match &spec.node_store_addr {
-        Some(addr) => Some(
-            StoreClient::connect(addr, Duration::from_secs(60), spec.rdzv_secret.clone())
-                .context("connecting to this node's store")?,
-        ),
-        None => None,
+    // On a node of several ranks every request goes to the node's own store: node 0's keys
+    // through its relay (one connection per node reaches node 0's store, not one per rank).
+    let connect = |addr: &str| StoreClient::connect(addr, Duration::from_secs(60), spec.rdzv_secret.clone());
+    let (world, node) = match &spec.node_store_addr {
+        Some(addr) => {
+            let world = connect(addr).context("connecting to this node's store")?.through_relay();
+            (world, Some(connect(addr).context("connecting to this node's store")?))
+        }
+        None => (connect(&spec.store_addr)?, None),
     };
     let member = Member {
         rank: spec.rank,
