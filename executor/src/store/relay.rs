@@ -20,6 +20,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::oneshot;
 
 use super::auth::Secret;
+use super::server::MAX_WAIT;
 use super::{AsyncStoreClient, Reply, Request, StoreError, MAX_LINE, RELAY_PREFIX};
 
 /// How long past a request's own wait its reply may take before node 0 counts as gone.
@@ -89,7 +90,9 @@ impl Relay {
     /// error reply saying why node 0 did not answer.
     pub(super) async fn forward(&self, req: Request) -> Reply {
         let wait = match &req {
-            Request::Get { timeout_ms, .. } | Request::GetMany { timeout_ms, .. } => Duration::from_millis(*timeout_ms),
+            Request::Get { timeout_ms, .. } | Request::GetMany { timeout_ms, .. } => {
+                Duration::from_millis(*timeout_ms).min(MAX_WAIT)
+            }
             _ => Duration::ZERO,
         };
         match self.call(req, wait).await {

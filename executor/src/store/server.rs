@@ -22,7 +22,7 @@ use super::{
 /// How long the accept loop pauses after an accept error (out of file descriptors...).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait a `get` may ask for.
-const MAX_WAIT: Duration = Duration::from_secs(366 * 24 * 3600);
+pub(super) const MAX_WAIT: Duration = Duration::from_secs(366 * 24 * 3600);
 /// How many peers' refusals are remembered (each logged once).
 const REFUSED_PEERS: usize = 1024;
 
