@@ -88,6 +88,55 @@ fn a_hundred_and_twenty_eight_loopback_nodes_pass_with_no_finding() {
     run.assert_nothing_left();
 }
 
+/// Nodes of eight ranks: each node's ranks reach node 0's store through their node store's
+/// relay, so node 0's store holds connections per node (each launcher's three and one relay),
+/// never one per rank. Node 0 logs the most it held at once.
+#[test]
+fn nodes_of_eight_ranks_reach_node_0_through_one_relay_each() {
+    let _g = serial();
+    let (n, nproc) = (6usize, 8usize);
+    let run = Run::new();
+    let port = free_port().to_string();
+    let (nn, np) = (n.to_string(), nproc.to_string());
+    let nodes: Vec<Child> = (0..n)
+        .rev()
+        .map(|k| {
+            let k = k.to_string();
+            // All-reduce: its ring's addresses are node 0's keys, set and read through the
+            // relays. (No GEMM: 48 CPU ranks timing their own products on 2 cores would be
+            // judged against each other, the noise of the ignored test below.)
+            let mut args = vec!["--micro-benchmarks=all-reduce", "--check-param=all-reduce.max-bytes=4096"];
+            args.push("--rdzv-timeout=120");
+            args.extend(["--nnodes", &nn, "--node-rank", &k, "--nproc-per-node", &np]);
+            args.extend(["--master-addr", "127.0.0.1", "--master-port", &port]);
+            let mut c = run.command(&args);
+            c.env("GPUSANITY_LOG", "info").env("GPUSANITY_LOG_FORMAT", "text");
+            c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+            c.spawn().expect("spawn gpusanity")
+        })
+        .collect();
+    let mut outs: Vec<_> = nodes.into_iter().map(|child| wait_output(child, LIMIT)).collect();
+    outs.reverse();
+    for (k, out) in outs.iter().enumerate() {
+        assert_eq!(code(out), 0, "node {k}: {}", stderr(out));
+    }
+    let r = run.report();
+    assert_eq!(r["status"], "passed", "{}", r["summary"]);
+    assert!(r["findings"].as_array().unwrap().is_empty(), "{}", r["findings"]);
+    let log = stderr(&outs[0]);
+    let peak: usize = log
+        .lines()
+        .find(|l| l.contains("the most connections held at once"))
+        .and_then(|l| l.split("peak_connections=").nth(1))
+        .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("node 0 did not log its store's peak: {log}"));
+    // Three a launcher and one relay a node; a rank of its own would add 48.
+    assert!(peak <= 4 * n, "node 0's store held {peak} connections at once for {n} nodes of {nproc} ranks");
+    assert!(peak >= 2 * n, "{peak} connections: the launchers' own are missing");
+    run.assert_nothing_left();
+}
+
 /// Busy loops on every core, ended when dropped: a failing assertion must not leave them
 /// spinning under the tests that run after it.
 struct Hogs(Vec<Child>);

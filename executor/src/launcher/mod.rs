@@ -239,6 +239,14 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
         print!("{}", gpusanity_reports::text::summary(&report));
         let v = RunEnd { status: report.status, summary: report.summary.clone(), hold };
         cluster.publish_verdict(&v).await;
+        if let Some(peak) = cluster.store_peak_connections() {
+            tracing::info!(
+                nodes = cluster.sizes.len(),
+                ranks = cluster.world,
+                peak_connections = peak,
+                "node 0's store: the most connections held at once"
+            );
+        }
         written = Some(report);
         v
     } else {

@@ -98,6 +98,8 @@ pub struct Cluster {
     pub world: usize,
     pub rank_offset: usize,
     pub run_id: String,
+    /// Node 0's store's bounds (on node 0 only).
+    store_bounds: Option<store::Bounds>,
 }
 
 /// The end of the rendezvous.
@@ -277,8 +279,14 @@ impl Cluster {
             world,
             rank_offset,
             run_id,
+            store_bounds: (topo.node_rank == 0).then(|| bounds.clone()),
         };
         Ok(if all_ready { Joined::All(cluster) } else { Joined::NotReady(cluster, not_ready, roster.not_ready) })
+    }
+
+    /// The most connections node 0's store has held at once (on node 0; `None` elsewhere).
+    pub fn store_peak_connections(&self) -> Option<usize> {
+        self.store_bounds.as_ref().map(store::Bounds::peak_connections)
     }
 
     /// A second connection to the store. Off the runtime's thread: the handshake needs node 0's

@@ -5,6 +5,7 @@
 //! writes keys per check, so no fixed ceiling fits both a laptop and 2,048 nodes of 8 GPUs.
 //! The bounds stay finite: a run of n ranks can keep at most [`Limits::for_run`] of them.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Semaphore;
@@ -64,12 +65,14 @@ pub struct Bounds(Arc<Inner>);
 struct Inner {
     slots: Arc<Semaphore>,
     limits: Mutex<Limits>,
+    /// The most connections held at once so far.
+    peak: AtomicUsize,
 }
 
 impl Bounds {
     pub fn new(limits: Limits) -> Bounds {
         let slots = Arc::new(Semaphore::new(limits.connections.min(Semaphore::MAX_PERMITS)));
-        Bounds(Arc::new(Inner { slots, limits: Mutex::new(limits) }))
+        Bounds(Arc::new(Inner { slots, limits: Mutex::new(limits), peak: AtomicUsize::new(0) }))
     }
 
     /// Grows every bound to at least `to`'s (never shrinks one).
@@ -93,6 +96,18 @@ impl Bounds {
     /// The connection slots, one taken before each accept.
     pub(crate) fn slots(&self) -> Arc<Semaphore> {
         self.0.slots.clone()
+    }
+
+    /// Notes the connections held now (after an accept), for [`Bounds::peak_connections`].
+    pub(crate) fn note_connections(&self) {
+        let total = self.limits().connections.min(Semaphore::MAX_PERMITS);
+        let held = total.saturating_sub(self.0.slots.available_permits());
+        self.0.peak.fetch_max(held, Ordering::Relaxed);
+    }
+
+    /// The most connections the store has held at once.
+    pub fn peak_connections(&self) -> usize {
+        self.0.peak.load(Ordering::Relaxed)
     }
 }
 

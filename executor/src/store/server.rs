@@ -95,6 +95,7 @@ pub(super) async fn serve_relaying(
             }
         };
         let _ = sock.set_nodelay(true);
+        state.bounds.note_connections();
         let state = state.clone();
         tokio::spawn(async move {
             if let Err(why) = connection(state.clone(), sock).await {
