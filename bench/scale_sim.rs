@@ -218,8 +218,8 @@ async fn run(n: usize, gpus: usize, nofile: u64) -> Result<()> {
     for (i, check) in CHECKS.iter().enumerate() {
         let t = Instant::now();
         let mut set = JoinSet::new();
-        for k in 1..nnodes {
-            let mut c = clients[k].take().context("client")?;
+        for (k, slot) in clients.iter_mut().enumerate().skip(1) {
+            let mut c = slot.take().context("client")?;
             let check = *check;
             set.spawn(async move {
                 leader_check(&mut c, check, i, k, nnodes, gpus).await?;
