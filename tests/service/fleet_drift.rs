@@ -79,6 +79,8 @@ struct Outcome {
     /// The figure per CPU-second, the one judged on CPU workers.
     tflops_cpu: f64,
     cpu_share: f64,
+    /// How many measurements its GEMM took (1 without a re-measure).
+    measurements: u64,
     fleet: Value,
     /// Why the run re-measured its GEMM, if it did (the report's `remeasured` line).
     remeasured: Option<String>,
@@ -108,6 +110,7 @@ fn outcome(round: usize, node: String, pct: u32, passed: bool, r: &Value) -> Out
         tflops: rank["metrics"]["tflops"].as_f64().unwrap_or(0.0),
         tflops_cpu: rank["metrics"]["tflops_cpu"].as_f64().unwrap_or(0.0),
         cpu_share: rank["metrics"]["cpu_share"].as_f64().unwrap_or(0.0),
+        measurements: rank["metrics"]["measurements"].as_f64().map_or(1, |n| n as u64),
         fleet: rank["fleet"].clone(),
         remeasured: r["remeasured"].as_array().and_then(|a| a.first()).and_then(|n| n.as_str()).map(String::from),
     }
@@ -146,13 +149,14 @@ fn drift_scenario(db: Option<String>, tag: &str) {
         .collect();
     let line = |o: &Outcome| {
         format!(
-            "r{} {} {}% {:.1} GFLOP/s ({:.1} per CPU-second, CPU share {:.2}) {} {:?} fleet {}{}",
+            "r{} {} {}% {:.1} GFLOP/s ({:.1} per CPU-second, CPU share {:.2}, measured {}x) {} {:?} fleet {}{}",
             o.round,
             o.node,
             o.pct,
             o.tflops * 1e3,
             o.tflops_cpu * 1e3,
             o.cpu_share,
+            o.measurements,
             if o.passed { "passed" } else { "FAILED" },
             o.codes,
             o.fleet,
