@@ -69,8 +69,8 @@ impl Figure {
 pub const MAX_MEASUREMENTS: usize = 5;
 
 /// The pause before each further measurement (the third, fourth and fifth): the last comes
-/// 3.5 s and more after the first. A GPU's measurement takes seconds at most: with the pauses,
-/// a rank below its floor in all five costs about ten seconds more than before.
+/// 3.5 s and more after the first. A rank below its floor in all five costs its run these
+/// pauses and three more measurements of the check.
 pub const PAUSES: [Duration; MAX_MEASUREMENTS - 2] =
     [Duration::from_millis(500), Duration::from_secs(1), Duration::from_secs(2)];
 
