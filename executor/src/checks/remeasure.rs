@@ -243,7 +243,7 @@ pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
         if !decision.fleet {
             break;
         }
-        let pause = PAUSES[k - 2];
+        let pause = pause(k, ctx.configs.stall_s);
         let fig = Figure::of(&counted, m, device, ctx);
         let still = |ctx: &CheckCtx<'_>, figures: &[(usize, Figure)]| still_below(id, m, ctx, figures, pause, took);
         let d: Decision = match exchange(ctx, id, &fig, still) {
@@ -259,6 +259,8 @@ pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
         let named = d.describe(m);
         tracing::info!(check = id.as_str(), "still below the fleet floor, measuring again in {pause:?}: {named}");
         again.push(format!("measured again after {} s ({named})", pause.as_secs_f64()));
+        // A phase first: the launcher sees this rank move before the pause.
+        ctx.progress.phase(id, "re-measure pause", (k - 1) as u64);
         std::thread::sleep(pause);
         ctx.progress.phase(id, "re-measure", (k - 1) as u64);
         let (next, t) = measure(id, ctx, k);
@@ -340,6 +342,13 @@ fn still_below(
         return Decision::default();
     }
     d
+}
+
+/// The pause before the `k`th measurement (2: the third), at most half the launcher's stall
+/// time (`stall_s`, which it may be set down to a second): no progress in a pause is no stall.
+fn pause(k: usize, stall_s: u64) -> Duration {
+    let most = Duration::from_secs(stall_s) / 2;
+    PAUSES.get(k.saturating_sub(2)).copied().unwrap_or(Duration::ZERO).min(most)
 }
 
 /// Whether a measurement taking twice `took`, after `pause`, ends before `limit`.
@@ -521,5 +530,9 @@ pub(crate) mod tests {
         assert_eq!(namespace(CheckId::Gemm, 1), "remeasure/gemm/", "the re-measure's keys as before");
         assert!(all.iter().all(|n| n.starts_with("remeasure/gemm/") && n.ends_with('/')));
         assert_eq!(PAUSES.iter().sum::<Duration>(), Duration::from_millis(3500));
+        let default = gpusanity_common::config::DEFAULT_STALL_S;
+        assert_eq!((2..MAX_MEASUREMENTS).map(|k| pause(k, default)).collect::<Vec<_>>(), PAUSES);
+        assert_eq!(pause(4, 1), Duration::from_millis(500), "half of a stall time of 1 s");
+        assert_eq!(pause(9, default), Duration::ZERO, "past the list: none");
     }
 }
