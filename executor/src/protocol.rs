@@ -45,6 +45,11 @@ pub struct WorkerSpec {
     /// variable (128 KiB at most on Linux), a baseline file may hold 16 MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet_baseline: Option<std::path::PathBuf>,
+    /// Seconds a check may take before the launcher stops it as hung (its per-test limit):
+    /// [`crate::checks::remeasure`] measures a rank still below its fleet floor again only
+    /// when that fits well inside it. `None` (a launcher of before): no further measurement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_test_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

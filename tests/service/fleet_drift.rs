@@ -6,11 +6,12 @@
 //! never reachable from a job event). Its 10%-slow runs pass while the fleet has too few
 //! samples, and fail with BELOW_FLEET once it has learned a baseline; no healthy run is flagged;
 //! the healthy runs are learned, the fault-injected ones are not. It prints how many runs were
-//! flagged and how many re-measured (a first figure below the fleet, `checks/remeasure.rs`).
+//! flagged and how many re-measured (a first figure below the fleet, `checks/remeasure.rs`:
+//! measured up to five times, seconds apart, while below), and how many times each was measured.
 
 use gpusanity_testkit::svc;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -79,9 +80,73 @@ struct Outcome {
     /// The figure per CPU-second, the one judged on CPU workers.
     tflops_cpu: f64,
     cpu_share: f64,
+    /// How many measurements its GEMM took (1 without a re-measure).
+    measurements: u64,
     fleet: Value,
     /// Why the run re-measured its GEMM, if it did (the report's `remeasured` line).
     remeasured: Option<String>,
+    /// CPUs that the host's other processes kept busy over the run, on average ([`Others`]).
+    others: f64,
+}
+
+/// Clock ticks of /proc/PID/stat per second (USER_HZ, 100 on Linux).
+const TICKS: f64 = 100.0;
+
+/// CPUs' worth of other processes' work over a run beside which a figure judged per
+/// CPU-second is not this machine's alone: a GEMM per CPU-second loses up to a quarter
+/// of its rate beside a memory-heavy process on the other core (a build).
+const BUSY: f64 = 0.5;
+
+/// The CPU time of the host's processes that are not this test's: outside the test's own
+/// process tree (the service, agents, launchers and workers it started), Kafka's JVM and
+/// PostgreSQL aside (they serve this test). Per pid, in clock ticks; read from /proc.
+struct Others {
+    at: Instant,
+    ticks: HashMap<u32, u64>,
+}
+
+impl Others {
+    fn read() -> Others {
+        let mut procs: HashMap<u32, (u32, u64, String)> = HashMap::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+            // "pid (comm) state ppid ... utime stime ...": comm may hold spaces and parentheses.
+            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+            let comm = stat[open + 1..close].to_string();
+            let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+            let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+            let (Some(ppid), Some(utime), Some(stime)) = (num(1), num(11), num(12)) else { continue };
+            procs.insert(pid, (ppid as u32, utime + stime, comm));
+        }
+        let me = std::process::id();
+        let ours = |mut pid: u32| {
+            for _ in 0..64 {
+                if pid == me {
+                    return true;
+                }
+                match procs.get(&pid) {
+                    Some((ppid, ..)) if *ppid != 0 => pid = *ppid,
+                    _ => return false,
+                }
+            }
+            false
+        };
+        let ticks = procs
+            .iter()
+            .filter(|(pid, (_, _, comm))| !ours(**pid) && comm != "java" && !comm.starts_with("postgres"))
+            .map(|(pid, (_, t, _))| (*pid, *t))
+            .collect();
+        Others { at: Instant::now(), ticks }
+    }
+
+    /// CPUs the other processes kept busy on average since `self` (a process that started
+    /// since counts whole; one that started and ended in between is not seen).
+    fn busy_since(&self) -> f64 {
+        let now = Others::read();
+        let ticks: u64 = now.ticks.iter().map(|(pid, t)| t.saturating_sub(*self.ticks.get(pid).unwrap_or(&0))).sum();
+        ticks as f64 / TICKS / self.at.elapsed().as_secs_f64().max(1e-3)
+    }
 }
 
 /// Every stored report of the world by job id.
@@ -108,8 +173,10 @@ fn outcome(round: usize, node: String, pct: u32, passed: bool, r: &Value) -> Out
         tflops: rank["metrics"]["tflops"].as_f64().unwrap_or(0.0),
         tflops_cpu: rank["metrics"]["tflops_cpu"].as_f64().unwrap_or(0.0),
         cpu_share: rank["metrics"]["cpu_share"].as_f64().unwrap_or(0.0),
+        measurements: rank["metrics"]["measurements"].as_f64().map_or(1, |n| n as u64),
         fleet: rank["fleet"].clone(),
         remeasured: r["remeasured"].as_array().and_then(|a| a.first()).and_then(|n| n.as_str()).map(String::from),
+        others: 0.0,
     }
 }
 
@@ -129,30 +196,34 @@ fn drift_scenario(db: Option<String>, tag: &str) {
         }
         for i in 0..NODES {
             let (n, job) = (node(i), format!("{tag}-{round}-{i}"));
+            let others = Others::read();
             w.publish(allocated(&format!("ev-{job}"), &job, &[&n], ARGS).as_bytes());
             let v = verdict(&mut out, &job);
+            let others = others.busy_since();
             let pct = if n == DRIFTER { drift(round) } else { 0 };
-            runs.push((round, n, pct, job, v["type"] == "CheckPassed"));
+            runs.push((round, n, pct, job, v["type"] == "CheckPassed", others));
         }
     }
     let took = started.elapsed();
     let stored = reports(&w);
     let runs: Vec<Outcome> = runs
         .into_iter()
-        .map(|(round, n, pct, job, passed)| {
+        .map(|(round, n, pct, job, passed, others)| {
             let r = stored.get(&job).unwrap_or_else(|| panic!("{job}: no stored report"));
-            outcome(round, n, pct, passed, r)
+            Outcome { others, ..outcome(round, n, pct, passed, r) }
         })
         .collect();
     let line = |o: &Outcome| {
         format!(
-            "r{} {} {}% {:.1} GFLOP/s ({:.1} per CPU-second, CPU share {:.2}) {} {:?} fleet {}{}",
+            "r{} {} {}% {:.1} GFLOP/s ({:.1} per CPU-second, CPU share {:.2}, measured {}x, other processes {:.2} CPUs) {} {:?} fleet {}{}",
             o.round,
             o.node,
             o.pct,
             o.tflops * 1e3,
             o.tflops_cpu * 1e3,
             o.cpu_share,
+            o.measurements,
+            o.others,
             if o.passed { "passed" } else { "FAILED" },
             o.codes,
             o.fleet,
@@ -164,11 +235,12 @@ fn drift_scenario(db: Option<String>, tag: &str) {
     // below the fleet that the second measurement cleared), drifting runs caught.
     let count = |f: &dyn Fn(&Outcome) -> bool| runs.iter().filter(|o| f(o)).count();
     eprintln!(
-        "fleet drift ({tag}) counts: runs without drift {}: flagged {}, re-measured {}; the drifting node's \
-         late 10% runs {}: flagged {}, re-measured {}; its 5% runs {}: flagged {}",
+        "fleet drift ({tag}) counts: runs without drift {}: flagged {}, re-measured {} (measured 3 to 5 times {}); \
+         the drifting node's late 10% runs {}: flagged {}, re-measured {}; its 5% runs {}: flagged {}",
         count(&|o| o.pct == 0),
         count(&|o| o.pct == 0 && !o.passed),
         count(&|o| o.pct == 0 && o.remeasured.is_some()),
+        count(&|o| o.pct == 0 && o.measurements > 2),
         count(&|o| o.node == DRIFTER && o.round >= 18),
         count(&|o| o.node == DRIFTER && o.round >= 18 && !o.passed),
         count(&|o| o.node == DRIFTER && o.round >= 18 && o.remeasured.is_some()),
@@ -177,11 +249,37 @@ fn drift_scenario(db: Option<String>, tag: &str) {
     );
     let remeasured: Vec<String> = runs.iter().filter(|o| o.pct == 0 && o.remeasured.is_some()).map(line).collect();
     eprintln!("fleet drift ({tag}): runs without drift re-measured:\n{}", remeasured.join("\n"));
+    let mut others: Vec<f64> = runs.iter().map(|o| o.others).collect();
+    others.sort_by(f64::total_cmp);
+    let at = |q: f64| others.get(((others.len() as f64 - 1.0) * q) as usize).copied().unwrap_or(0.0);
+    eprintln!(
+        "fleet drift ({tag}): CPUs that other processes kept busy over a run: median {:.2}, 90th percentile {:.2}, \
+         most {:.2}; {took:.1?} for {} runs",
+        at(0.5),
+        at(0.9),
+        at(1.0),
+        runs.len()
+    );
 
-    // No run without drift is flagged (a false positive of the fleet's judging on this machine).
-    let clean: Vec<&Outcome> = runs.iter().filter(|o| o.pct == 0).collect();
-    let flagged: Vec<String> = clean.iter().filter(|o| !o.passed).map(|o| line(o)).collect();
+    // No run without drift is flagged (a false positive of the fleet's judging on this
+    // machine), unless other processes (another build: not this test's service, agents,
+    // broker or database) kept at least half a CPU busy over that run, measured from /proc:
+    // then this machine's figures were not its own, a counted skip that names the runs.
+    let (busy, quiet): (Vec<&Outcome>, Vec<&Outcome>) =
+        runs.iter().filter(|o| o.pct == 0 && !o.passed).partition(|o| o.others >= BUSY);
+    let flagged: Vec<String> = quiet.iter().map(|o| line(o)).collect();
     assert!(flagged.is_empty(), "runs without drift flagged:\n{}\n\nall runs:\n{all}", flagged.join("\n"));
+    if !busy.is_empty() {
+        let why = format!(
+            "{} runs without drift flagged while other processes kept {BUSY} CPUs or more busy (of {}):\n{}",
+            busy.len(),
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            busy.iter().map(|o| line(o)).collect::<Vec<_>>().join("\n")
+        );
+        gpusanity_testkit::skip::missing(gpusanity_testkit::skip::Prereq::QuietCpu, &why);
+        w.shutdown();
+        return;
+    }
     // Every healthy run was learned, and nothing of the drifting node's runs (fault-injected,
     // also at 0%: the fault is in its agent's environment).
     let healthy = runs.iter().filter(|o| o.node != DRIFTER).count();
@@ -234,14 +332,14 @@ fn drift_scenario(db: Option<String>, tag: &str) {
 }
 
 #[test]
-#[ignore = "per-CPU-second figures on a busy 2-core machine: even with the re-measure before a fleet finding, 0 to 3 of 185 healthy runs stay below the fleet twice, 28 under a burst of other builds (docs/fleet.md, Tests); run by hand with --ignored"]
+#[ignore = "a CPU test rig on a shared 2-core VM: with up to five measurements 0 of 185 healthy runs flagged in 12 of 16 runs, 1 to 13 in four (below in all five over 4 s, with no other process busy: a slow mode of the host's that the VM cannot see); docs/fleet.md, Tests; run by hand with --ignored"]
 fn a_node_drifting_ten_percent_slower_is_flagged_once_the_fleet_has_learned_its_baseline_on_sqlite() {
     let _g = svc::common::serial();
     drift_scenario(None, "fds");
 }
 
 #[test]
-#[ignore = "per-CPU-second figures on a busy 2-core machine: even with the re-measure before a fleet finding, 0 to 3 of 185 healthy runs stay below the fleet twice, 28 under a burst of other builds (docs/fleet.md, Tests); run by hand with --ignored"]
+#[ignore = "a CPU test rig on a shared 2-core VM: with up to five measurements 0 of 185 healthy runs flagged in 12 of 16 runs, 1 to 13 in four (below in all five over 4 s, with no other process busy: a slow mode of the host's that the VM cannot see); docs/fleet.md, Tests; run by hand with --ignored"]
 fn a_node_drifting_ten_percent_slower_is_flagged_once_the_fleet_has_learned_its_baseline_on_postgres() {
     let _g = svc::common::serial();
     drift_scenario(Some(svc::postgres_database("gpusanity_fleet_drift")), "fdp");

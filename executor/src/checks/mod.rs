@@ -61,6 +61,10 @@ pub struct CheckCtx<'a> {
     pub load: &'a mut Option<gpu_health::EarlierLoad>,
     /// What the worker read before its first check.
     pub baseline: &'a Baseline,
+    /// When the launcher stops this check as hung (its per-test limit, counted by this worker
+    /// from the check's start), if the launcher said: [`remeasure`] takes a further
+    /// measurement only where it ends well before.
+    pub limit: Option<std::time::Instant>,
 }
 
 /// What a worker reads when it starts: for checks that report what changed over the run, and
@@ -124,7 +128,9 @@ pub fn not_applicable(rank: usize, why: String) -> RankResult {
 ///   (of the timed count, rounded), a device that much slower; for a fleet's drift, set on an
 ///   agent's own environment by a test rig and stepped from one agent start to the next.
 /// - `KIND-once` (e.g. `gemm-slow-once`): `KIND` in the first measurement of a check only, not
-///   when the diagnosis re-measures it (a transient blip).
+///   when the diagnosis re-measures it (a transient blip); `KIND-twice`: in the first and the
+///   re-measure, not in the further measurements of a rank below its fleet floor (contention
+///   that outlasts two measurements back to back).
 ///
 /// Beside them, `GPUSANITY_TEST_IB_ROOT=DIR` makes `rdma-ports` read a fake
 /// /sys/class/infiniband. The launcher passes both variables to its workers only with
@@ -153,10 +159,18 @@ impl Faults {
         f
     }
 
-    /// The faults of a check's first measurement: `KIND-once` acts as `KIND`.
-    pub fn first_attempt(&self) -> Faults {
+    /// The faults of a check's `k`th measurement (0: the first, 1: the re-measure, then the
+    /// further ones): `KIND-once` acts as `KIND` in the first, `KIND-twice` in the first two.
+    pub fn attempt(&self, k: usize) -> Faults {
         let mut kinds = self.kinds.clone();
-        kinds.extend(self.kinds.iter().filter_map(|(k, r)| k.strip_suffix("-once").map(|k| (k.to_string(), *r))));
+        let suffixes: &[&str] = match k {
+            0 => &["-once", "-twice"],
+            1 => &["-twice"],
+            _ => &[],
+        };
+        for suffix in suffixes {
+            kinds.extend(self.kinds.iter().filter_map(|(k, r)| k.strip_suffix(suffix).map(|k| (k.to_string(), *r))));
+        }
         Faults { kinds, ib_root: self.ib_root.clone() }
     }
 
@@ -207,5 +221,14 @@ mod tests {
             assert_eq!(Faults::parse(bad).percent("gemm-extra", 0), None, "{bad}");
         }
         assert_eq!(Faults::parse("gemm-extra-1000@0").percent("gemm-extra", 0), Some(1000));
+    }
+
+    #[test]
+    fn a_once_fault_acts_in_the_first_measurement_and_a_twice_fault_in_the_first_two() {
+        let f = Faults::parse("gemm-slow-once@0,gemm-slow-twice@1,gemm-wrong@2");
+        let slow = |k: usize| (0..3).filter(|r| f.attempt(k).has("gemm-slow", *r)).collect::<Vec<_>>();
+        assert_eq!((slow(0), slow(1), slow(2), slow(4)), (vec![0, 1], vec![1], vec![], vec![]));
+        assert!((0..5).all(|k| f.attempt(k).has("gemm-wrong", 2)), "a plain fault acts in every measurement");
+        assert!(!f.has("gemm-slow", 0) && !f.has("gemm-slow", 1), "not outside a measurement's faults");
     }
 }

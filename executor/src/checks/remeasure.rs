@@ -15,6 +15,7 @@
 //! CPU-second.
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use gpusanity_common::checks::Metric;
 use gpusanity_common::expected::Conditions;
@@ -61,6 +62,22 @@ impl Figure {
     }
 }
 
+/// The most measurements of a check while a rank stays below its fleet floor: the first, the
+/// re-measure, and up to three further ones over the next seconds. Two back to back (a third
+/// of a second on a CPU test rig) do not outlast other processes' bursts on the host; a device
+/// that is slow stays slow in all five.
+pub const MAX_MEASUREMENTS: usize = 5;
+
+/// The pause before each further measurement (the third, fourth and fifth): the last comes
+/// 3.5 s and more after the first. A rank below its floor in all five costs its run these
+/// pauses and three more measurements of the check.
+pub const PAUSES: [Duration; MAX_MEASUREMENTS - 2] =
+    [Duration::from_millis(500), Duration::from_secs(1), Duration::from_secs(2)];
+
+/// The metric of a re-measured rank's result: how many of its measurements it took (2 to
+/// [`MAX_MEASUREMENTS`]), the one that counts last.
+pub const MEASUREMENTS: &str = "measurements";
+
 /// The most ranks a decision names (with their figures and reasons): the re-measure runs on
 /// every rank whatever their number, and the decision stays far below the store's largest value
 /// at any scale.
@@ -72,6 +89,21 @@ const MAX_NAMED: usize = 32;
 struct Decision {
     named: Vec<Slow>,
     total: usize,
+    /// Rank 0 judges against a fleet baseline: after a re-measure the ranks share their
+    /// figures again, for [`still_below`].
+    #[serde(default)]
+    fleet: bool,
+}
+
+impl Decision {
+    /// The named ranks and why, and how many more there were.
+    fn describe(&self, m: &Metric) -> String {
+        let mut all: Vec<String> = self.named.iter().map(|s| s.describe(m)).collect();
+        if let Some(more) = self.total.checked_sub(self.named.len()).filter(|n| *n > 0) {
+            all.push(format!("and {more} more"));
+        }
+        all.join("; ")
+    }
 }
 
 /// A rank whose first measurement calls for a re-measure, and why.
@@ -127,7 +159,7 @@ fn decide(figures: &[(usize, Figure)], slow: &[usize], below: &HashMap<usize, Be
     all.sort_by_key(|s| s.rank);
     let total = all.len();
     all.truncate(MAX_NAMED);
-    Decision { named: all, total }
+    Decision { named: all, total, fleet: false }
 }
 
 /// The ranks of `figures` (with a headline figure) below their fleet floor in `file`, judged
@@ -162,11 +194,13 @@ fn below_fleet(
 }
 
 /// Runs check `id` on this rank, and once more on every rank if any rank's figure is
-/// critical against its peers or its expected value.
+/// critical against its peers or its expected value, or below its fleet floor; with a fleet
+/// baseline, again (at most [`MAX_MEASUREMENTS`] in all, after [`PAUSES`]) while a rank's
+/// newest figure stays below its floor.
 pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
-    let first_faults = ctx.faults.first_attempt();
     let first = {
-        let mut c = CheckCtx { faults: &first_faults, ..reborrow(ctx) };
+        let faults = ctx.faults.attempt(0);
+        let mut c = CheckCtx { faults: &faults, ..reborrow(ctx) };
         super::run(id, &mut c)
     };
     let Some(m) = id.metric() else {
@@ -175,12 +209,7 @@ pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
     let fig = Figure::of(&first, m, device, ctx);
     let (value, cpu_value) = (fig.value, fig.cpu);
     let judge = |ctx: &CheckCtx<'_>, figures: &[(usize, Figure)]| {
-        // The check's own configuration, as the report will show it to node 0's diagnosis.
-        // The link as rank 0 reads it (the diagnosis takes the one every rank reported).
-        let local_gpus = ctx.place.node_sizes.get(ctx.place.node_rank).copied().unwrap_or(1);
-        let link = super::gpu_health::link(&*ctx.backend, local_gpus);
-        let when = Conditions::from_config(&id.config_value(ctx.configs), &ctx.place.node_sizes).with_link(link);
-        let cpu = ctx.backend.kind() == DeviceKind::Cpu;
+        let (when, cpu) = conditions(id, ctx);
         let bands = PeerBands::new(ctx.configs.slow_fraction, cpu);
         let wall: peers::Figures = figures.iter().filter_map(|(r, f)| Some((*r, f.device.clone(), f.value?))).collect();
         let slow = peers::critical_ranks(id, m.key, &wall, bands, when);
@@ -188,7 +217,7 @@ pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
             Some(file) => below_fleet(file, id, m, cpu, figures, when),
             None => HashMap::new(),
         };
-        decide(figures, &slow, &below)
+        Decision { fleet: ctx.baseline.fleet.is_some(), ..decide(figures, &slow, &below) }
     };
     let decision: Decision = match exchange(ctx, id, &fig, judge) {
         Ok(s) => s,
@@ -200,27 +229,132 @@ pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
     if decision.total == 0 {
         return first;
     }
-    let mut firsts: Vec<String> = decision.named.iter().map(|s| s.describe(m)).collect();
-    if let Some(more) = decision.total.checked_sub(decision.named.len()).filter(|n| *n > 0) {
-        firsts.push(format!("and {more} more"));
-    }
-    tracing::info!(check = id.as_str(), "re-measuring: {}", firsts.join("; "));
+    let firsts = decision.describe(m);
+    tracing::info!(check = id.as_str(), "re-measuring: {firsts}");
     ctx.progress.phase(id, "re-measure", 0);
-    // Fresh store keys, so that the check's own barriers synchronize the ranks again.
-    ctx.store.set_namespace(&format!("remeasure/{id}/"));
-    let mut second = super::run(id, ctx);
+    let (mut counted, mut took) = measure(id, ctx, 1);
+    let mut measurements = 2;
+    let mut again = Vec::new();
+    // With a fleet baseline, every rank shares its newest counted figure once more and rank 0
+    // names those still below their floor: every rank measures again after a pause (collectives
+    // need everyone), and only the named ranks take the new measurement. A rank that cleared
+    // its floor keeps the measurement that cleared it, so a later blip does not undo it.
+    for k in 2..MAX_MEASUREMENTS {
+        if !decision.fleet {
+            break;
+        }
+        let pause = pause(k, ctx.configs.stall_s);
+        let fig = Figure::of(&counted, m, device, ctx);
+        let still = |ctx: &CheckCtx<'_>, figures: &[(usize, Figure)]| still_below(id, m, ctx, figures, pause, took);
+        let d: Decision = match exchange(ctx, id, &fig, still) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!("could not share figures for a further re-measure: {e}");
+                break;
+            }
+        };
+        if d.total == 0 {
+            break;
+        }
+        let named = d.describe(m);
+        tracing::info!(check = id.as_str(), "still below the fleet floor, measuring again in {pause:?}: {named}");
+        again.push(format!("measured again after {} s ({named})", pause.as_secs_f64()));
+        // A phase first: the launcher sees this rank move before the pause.
+        ctx.progress.phase(id, "re-measure pause", (k - 1) as u64);
+        std::thread::sleep(pause);
+        ctx.progress.phase(id, "re-measure", (k - 1) as u64);
+        let (next, t) = measure(id, ctx, k);
+        took = t;
+        if d.named.iter().any(|s| s.rank == ctx.place.rank) {
+            counted = next;
+            measurements += 1;
+        }
+    }
     ctx.store.set_namespace("");
-    second.notes.insert(
-        "remeasured".into(),
-        format!("re-measured on every rank after a slow first measurement ({})", firsts.join("; ")),
-    );
+    let mut note = format!("re-measured on every rank after a slow first measurement ({firsts})");
+    for a in &again {
+        note.push_str("; ");
+        note.push_str(a);
+    }
+    counted.notes.insert("remeasured".into(), note);
     if let Some(v) = value {
-        second.metrics.insert(format!("first_{}", m.key), v);
+        counted.metrics.insert(format!("first_{}", m.key), v);
     }
     if let Some(v) = cpu_value {
-        second.metrics.insert(format!("first_{}", peers::cpu_key(m.key)), v);
+        counted.metrics.insert(format!("first_{}", peers::cpu_key(m.key)), v);
     }
-    second
+    counted.metrics.insert(MEASUREMENTS.into(), measurements as f64);
+    counted
+}
+
+/// Measures check `id` once more, its `k`th measurement (1: the re-measure), on fresh store
+/// keys so that the check's own barriers synchronize the ranks again (the store keeps them in
+/// that namespace until it is set back); the result and how long it took.
+fn measure(id: CheckId, ctx: &mut CheckCtx<'_>, k: usize) -> (RankResult, Duration) {
+    let faults = ctx.faults.attempt(k);
+    ctx.store.set_namespace(&namespace(id, k));
+    let started = Instant::now();
+    let mut c = CheckCtx { faults: &faults, ..reborrow(ctx) };
+    (super::run(id, &mut c), started.elapsed())
+}
+
+/// The store namespace of the `k`th measurement (1: the re-measure).
+fn namespace(id: CheckId, k: usize) -> String {
+    match k {
+        1 => format!("remeasure/{id}/"),
+        _ => format!("remeasure/{id}/{k}/"),
+    }
+}
+
+/// The check's conditions as the report will show them to node 0's diagnosis (its own
+/// configuration; the link as rank 0 reads it, the diagnosis takes the one every rank
+/// reported), and whether the workers are CPUs.
+fn conditions(id: CheckId, ctx: &CheckCtx<'_>) -> (Conditions, bool) {
+    let local_gpus = ctx.place.node_sizes.get(ctx.place.node_rank).copied().unwrap_or(1);
+    let link = super::gpu_health::link(&*ctx.backend, local_gpus);
+    let when = Conditions::from_config(&id.config_value(ctx.configs), &ctx.place.node_sizes).with_link(link);
+    (when, ctx.backend.kind() == DeviceKind::Cpu)
+}
+
+/// Rank 0's decision after a re-measure: the ranks whose newest counted figure is still below
+/// their fleet floor, to be measured again after `pause`; none (so no further measurement)
+/// when no rank is, when more than [`MAX_NAMED`] are (not a transient on a few ranks: each is
+/// judged on what it measured), or when a further measurement, taking twice as long as the
+/// last one (`took`), would not end before the check's per-test limit.
+fn still_below(
+    id: CheckId,
+    m: &Metric,
+    ctx: &CheckCtx<'_>,
+    figures: &[(usize, Figure)],
+    pause: Duration,
+    took: Duration,
+) -> Decision {
+    let Some(file) = &ctx.baseline.fleet else { return Decision::default() };
+    let (when, cpu) = conditions(id, ctx);
+    let below = below_fleet(file, id, m, cpu, figures, when);
+    let d = decide(figures, &[], &below);
+    if d.total > MAX_NAMED {
+        tracing::info!(check = id.as_str(), "{} ranks still below the fleet floor: no further measurement", d.total);
+        return Decision::default();
+    }
+    if d.total > 0 && !in_time(ctx.limit, pause, took) {
+        tracing::info!(check = id.as_str(), "no time left in the per-test limit for a further measurement");
+        return Decision::default();
+    }
+    d
+}
+
+/// The pause before the `k`th measurement (2: the third), at most half the launcher's stall
+/// time (`stall_s`, which it may be set down to a second): no progress in a pause is no stall.
+fn pause(k: usize, stall_s: u64) -> Duration {
+    let most = Duration::from_secs(stall_s) / 2;
+    PAUSES.get(k.saturating_sub(2)).copied().unwrap_or(Duration::ZERO).min(most)
+}
+
+/// Whether a measurement taking twice `took`, after `pause`, ends before `limit`.
+fn in_time(limit: Option<Instant>, pause: Duration, took: Duration) -> bool {
+    let Some(limit) = limit else { return false };
+    Instant::now().checked_add(pause.saturating_add(took.saturating_mul(2))).is_some_and(|end| end <= limit)
 }
 
 fn reborrow<'b>(ctx: &'b mut CheckCtx<'_>) -> CheckCtx<'b> {
@@ -234,6 +368,7 @@ fn reborrow<'b>(ctx: &'b mut CheckCtx<'_>) -> CheckCtx<'b> {
         faults: ctx.faults,
         health: ctx.health,
         load: &mut *ctx.load,
+        limit: ctx.limit,
     }
 }
 
@@ -373,5 +508,31 @@ pub(crate) mod tests {
         let d = decide(&figures, &all, &below);
         assert_eq!((d.named.len(), d.total, d.named[0].rank), (MAX_NAMED, 100, 0));
         assert_eq!(decide(&figures, &[], &HashMap::new()), Decision::default());
+        assert_eq!(d.describe(gemm()).matches("rank ").count(), MAX_NAMED);
+        assert!(d.describe(gemm()).ends_with("; and 68 more"), "{}", d.describe(gemm()));
+    }
+
+    #[test]
+    fn a_further_measurement_runs_only_when_twice_the_last_one_ends_before_the_limit() {
+        let (pause, took) = (Duration::from_millis(500), Duration::from_secs(2));
+        let now = Instant::now();
+        assert!(in_time(now.checked_add(Duration::from_secs(60)), pause, took));
+        assert!(!in_time(now.checked_add(Duration::from_secs(4)), pause, took), "0.5 s + 2 x 2 s is past it");
+        assert!(!in_time(Some(now), Duration::ZERO, Duration::ZERO), "the limit has passed");
+        assert!(!in_time(None, pause, took), "a launcher that gave no limit: no further measurement");
+        assert!(!in_time(now.checked_add(Duration::from_secs(60)), pause, Duration::MAX), "no overflow");
+    }
+
+    #[test]
+    fn every_measurement_has_its_own_store_namespace() {
+        let all: HashSet<String> = (1..MAX_MEASUREMENTS).map(|k| namespace(CheckId::Gemm, k)).collect();
+        assert_eq!(all.len(), MAX_MEASUREMENTS - 1);
+        assert_eq!(namespace(CheckId::Gemm, 1), "remeasure/gemm/", "the re-measure's keys as before");
+        assert!(all.iter().all(|n| n.starts_with("remeasure/gemm/") && n.ends_with('/')));
+        assert_eq!(PAUSES.iter().sum::<Duration>(), Duration::from_millis(3500));
+        let default = gpusanity_common::config::DEFAULT_STALL_S;
+        assert_eq!((2..MAX_MEASUREMENTS).map(|k| pause(k, default)).collect::<Vec<_>>(), PAUSES);
+        assert_eq!(pause(4, 1), Duration::from_millis(500), "half of a stall time of 1 s");
+        assert_eq!(pause(9, default), Duration::ZERO, "past the list: none");
     }
 }

@@ -19,6 +19,7 @@ use gpusanity_common::fleet::{self, samples, FleetJudgement};
 use gpusanity_common::report::{CheckReport, DeviceKind, Finding, RankInfo, Severity};
 
 use super::{figure, place};
+use crate::checks::remeasure::MEASUREMENTS;
 
 /// Judges every passed rank of `c` with a figure of `m` against `baseline`, sets its `fleet`
 /// entry and adds `BELOW_FLEET` findings: one per rank, or one for the job when a collective
@@ -34,8 +35,8 @@ pub fn judge(
 ) {
     let judging = baseline.judging();
     let keys = samples::rank_keys(c, ranks, drivers, backend);
-    // (rank, judgement, the first measurement's figure when the rank was re-measured)
-    let mut below: Vec<(usize, FleetJudgement, Option<f64>)> = Vec::new();
+    // (rank, judgement, its earlier measurements when it was re-measured)
+    let mut below: Vec<(usize, FleetJudgement, Option<Earlier>)> = Vec::new();
     let mut judged = 0;
     for (rank, key, value) in keys {
         let Some(entry) = baseline.lookup(&key) else { continue };
@@ -43,18 +44,23 @@ pub fn judge(
         let j = fleet::judge(&key.metric, value, &entry.learned(), judging, &entry.source);
         judged += 1;
         if j.below {
-            below.push((rank, j.clone(), r.metrics.get(&format!("first_{}", key.metric)).copied()));
+            let earlier = r.metrics.get(&format!("first_{}", key.metric)).map(|first| Earlier {
+                first: *first,
+                // A report of before the further measurements: two.
+                measurements: r.metrics.get(MEASUREMENTS).map_or(2, |n| *n as usize),
+            });
+            below.push((rank, j.clone(), earlier));
         }
         r.fleet = Some(Box::new(j));
     }
     if m.collective && !below.is_empty() && below.len() == judged {
-        let (_, j, first) = &below[0];
-        findings.push(finding(Finding::new(Severity::Critical, Code::BelowFleet, c.name, message(j, m)), j, *first));
+        let (_, j, earlier) = &below[0];
+        findings.push(finding(Finding::new(Severity::Critical, Code::BelowFleet, c.name, message(j, m)), j, *earlier));
         return;
     }
-    for (rank, j, first) in &below {
+    for (rank, j, earlier) in &below {
         let f = place(Finding::new(Severity::Critical, Code::BelowFleet, c.name, message(j, m)), ranks, *rank);
-        findings.push(finding(f, j, *first));
+        findings.push(finding(f, j, *earlier));
     }
 }
 
@@ -72,7 +78,35 @@ fn message(j: &FleetJudgement, m: &Metric) -> String {
     )
 }
 
-fn finding(mut f: Finding, j: &FleetJudgement, first: Option<f64>) -> Finding {
+/// A re-measured rank's first figure and how many measurements it took.
+#[derive(Debug, Clone, Copy)]
+struct Earlier {
+    first: f64,
+    measurements: usize,
+}
+
+impl Earlier {
+    /// The evidence of a rank below after its re-measures (`last`, the figure judged): each
+    /// measurement after the first was below (a rank that cleared its floor keeps the
+    /// measurement that cleared it, `checks/remeasure.rs`); the first was too unless another
+    /// rank called for the re-measure.
+    fn evidence(&self, floor: f64, last: f64) -> String {
+        let (first, last, n) = (figure(self.first), figure(last), self.measurements);
+        match (self.first < floor, n) {
+            (true, 0..=2) => format!("below the fleet floor in both measurements: first {first}, re-measured {last}"),
+            (true, n) => format!("below the fleet floor in all {n} measurements: first {first}, last {last}"),
+            (false, 0..=2) => {
+                format!("below the fleet floor when re-measured: first {first} (above it), re-measured {last}")
+            }
+            (false, n) => format!(
+                "below the fleet floor in the last {} of {n} measurements: first {first} (above it), last {last}",
+                n - 1
+            ),
+        }
+    }
+}
+
+fn finding(mut f: Finding, j: &FleetJudgement, earlier: Option<Earlier>) -> Finding {
     f.measured = Some(j.value);
     f.score = Some((j.value - j.centre) / j.spread).filter(|s| s.is_finite());
     f.evidence.push(format!(
@@ -84,12 +118,8 @@ fn finding(mut f: Finding, j: &FleetJudgement, first: Option<f64>) -> Finding {
         j.window,
         if j.source.is_empty() { String::new() } else { format!("; {}", j.source) }
     ));
-    if let Some(first) = first {
-        f.evidence.push(format!(
-            "below the fleet floor in both measurements: first {}, re-measured {}",
-            figure(first),
-            figure(j.value)
-        ));
+    if let Some(earlier) = earlier {
+        f.evidence.push(earlier.evidence(j.floor, j.value));
     }
     f.action = Some("exclude the node; check the device's clocks, temperature, power and other processes on it".into());
     f

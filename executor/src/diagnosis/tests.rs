@@ -223,6 +223,28 @@ fn the_fleet_judges_the_figure_that_counts_and_a_rank_below_twice_carries_both()
         evidence.iter().any(|e| e == "below the fleet floor in both measurements: first 6.00, re-measured 7.00"),
         "{evidence:?}"
     );
+    // Below in all five measurements; below in the last four, the re-measure called for by
+    // another rank (its first above the floor).
+    let measured = |first: f64, n: f64| {
+        let mut x = rank(1, 7.0, Some(first));
+        x.metrics.insert("measurements".into(), n);
+        x
+    };
+    for (first, want) in [
+        (6.0, "below the fleet floor in all 5 measurements: first 6.00, last 7.00"),
+        (9.0, "below the fleet floor in the last 4 of 5 measurements: first 9.00 (above it), last 7.00"),
+    ] {
+        let mut c = vec![check("gemm", vec![rank(0, 10.0, None), measured(first, 5.0)])];
+        let d = diagnose_with_baseline(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu, Some(&baseline));
+        assert_eq!(codes(&d), [(Code::BelowFleet, Some(1))]);
+        assert!(d.findings[0].evidence.iter().any(|e| e == want), "{:?}", d.findings[0].evidence);
+    }
+    // Cleared its floor in its third measurement: judged on it, no finding.
+    let mut cleared = measured(6.0, 3.0);
+    cleared.metrics.insert("tflops_cpu".into(), 9.8);
+    let mut c = vec![check("gemm", vec![rank(0, 10.0, None), cleared])];
+    let d = diagnose_with_baseline(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu, Some(&baseline));
+    assert!(d.findings.is_empty(), "{:?}", codes(&d));
 }
 
 #[test]

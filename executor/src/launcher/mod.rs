@@ -199,6 +199,7 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
             configs: configs.clone(),
             node_store_addr: node_store.as_ref().map(|s| s.addr().to_string()),
             fleet_baseline: fleet_file.as_ref().filter(|_| cluster.rank_offset + local == 0).map(|f| f.path().into()),
+            per_test_s: Some(opts.settings.timeout_per_test().as_secs_f64()),
         })
         .collect();
     let (stop_tx, stop_rx) = mpsc::channel::<Stop>(8);

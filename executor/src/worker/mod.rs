@@ -140,6 +140,7 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
             health: health.as_ref(),
             load: &mut earlier_load,
             baseline: &baseline,
+            limit: spec.per_test_s.and_then(|s| start.checked_add(Duration::try_from_secs_f64(s).ok()?)),
         };
         let result = crate::checks::remeasure::run(*name, &mut ctx, &device);
         out.send(&WorkerMsg::CheckDone {
