@@ -34,8 +34,8 @@ PY
 
 for fault in gemm-slow-once@0 gemm-slow-twice@0 gemm-slow@0; do
   wall "$fault" "$BIN" check "${ARGS[@]}" --test-faults --sanity-check-envs "GPUSANITY_FAULT=$fault" \
-    --baseline "$OUT/baseline.toml" --report-dir "$OUT/$fault" > "$OUT/$fault.txt" 2>&1
-  python3 - "$OUT/$fault/report.json" <<'PY'
+    --baseline "$OUT/baseline.toml" --report-dir "$OUT/${fault%@*}" > "$OUT/${fault%@*}.txt" 2>&1
+  python3 - "$OUT/${fault%@*}/report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 g = next(c for c in r["checks"] if c["name"] == "gemm")
