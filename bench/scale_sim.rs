@@ -34,7 +34,7 @@ use gpusanity_executor::launcher::rendezvous::Topology;
 use gpusanity_executor::launcher::{arrival, gather, write_report};
 use gpusanity_executor::store::{
     broadcast_key, gather_key, nodes_barrier_key, AsyncStoreClient, Member, NodeStore, Ports, Rounds, Secret,
-    StoreClient, StoreError,
+    StoreClient,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::task::JoinSet;
@@ -290,15 +290,7 @@ fn node_ip(k: usize) -> IpAddr {
 /// Connects as a worker does: a handshake cut short (node 0 busy with thousands arriving at
 /// once) is tried again until [`WAIT`]; a refusal is final.
 async fn connect(addr: SocketAddr, from: IpAddr, s: &Secret) -> Result<AsyncStoreClient> {
-    let start = Instant::now();
-    loop {
-        match AsyncStoreClient::connect_from(addr, from, Some(s)).await {
-            Ok(c) => return Ok(c),
-            Err(e @ StoreError::Io(_)) if start.elapsed() < WAIT => tracing::debug!("retrying: {e}"),
-            Err(e) => return Err(e.into()),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    Ok(AsyncStoreClient::retrying(WAIT, || AsyncStoreClient::connect_from(addr, from, Some(s))).await?)
 }
 
 /// Node `k`'s launcher up to the start of its workers: registers, reads node 0's

@@ -42,6 +42,26 @@ impl AsyncStoreClient {
         Self::handshake(sock, &addr.to_string(), secret).await
     }
 
+    /// Runs `attempt` (a connect) again until `within` while the connection or its handshake is
+    /// cut short (a node 0 accepting thousands of peers at once accepts some a little later);
+    /// a refusal (a wrong secret, another protocol) is final.
+    pub async fn retrying<F, Fut>(within: Duration, mut attempt: F) -> Result<AsyncStoreClient, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<AsyncStoreClient, StoreError>>,
+    {
+        let start = Instant::now();
+        loop {
+            match attempt().await {
+                Ok(c) => return Ok(c),
+                Err(e @ (StoreError::Auth { .. } | StoreError::Protocol(_))) => return Err(e),
+                Err(e) if start.elapsed() >= within => return Err(e),
+                Err(e) => tracing::debug!("connecting to the store again: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     async fn handshake(sock: TcpStream, addr: &str, secret: Option<&Secret>) -> Result<AsyncStoreClient, StoreError> {
         sock.set_nodelay(true)?;
         let (r, writer) = sock.into_split();

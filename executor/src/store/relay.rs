@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -28,6 +28,14 @@ const REPLY_MARGIN: Duration = Duration::from_secs(10);
 /// How long the relay tries to open its connection (node 0 accepting a thousand nodes at once
 /// may cut a handshake short).
 const CONNECT_FOR: Duration = Duration::from_secs(10);
+
+/// Where a request to a node store is served.
+pub(super) enum Route {
+    /// In this store.
+    Here(Request),
+    /// In node 0's, through the relay (keys stripped of [`RELAY_PREFIX`]).
+    Node0(Request),
+}
 
 /// The relay of one node store: where node 0's store is, and the connection to it.
 pub struct Relay {
@@ -64,25 +72,21 @@ impl Relay {
         Relay { addr, secret, link: tokio::sync::Mutex::new(None) }
     }
 
-    /// The keys of `req` without the relay's prefix when all carry it; `None` when none does.
-    /// A batch mixing the two is an error.
-    pub(super) fn strip(req: &Request) -> Result<Option<Request>, String> {
-        let strip = |k: &str| k.strip_prefix(RELAY_PREFIX).map(str::to_string);
+    /// Where `req` goes: to node 0, its keys stripped of the relay's prefix, when all carry it;
+    /// else it stays in this store, unchanged. A batch mixing the two is an error.
+    pub(super) fn route(req: Request) -> Result<Route, String> {
+        let up = |k: &str| k.starts_with(RELAY_PREFIX);
+        let strip = |k: String| k[RELAY_PREFIX.len()..].to_string();
         Ok(match req {
-            Request::Set { key, value } => strip(key).map(|key| Request::Set { key, value: value.clone() }),
-            Request::Get { key, timeout_ms } => strip(key).map(|key| Request::Get { key, timeout_ms: *timeout_ms }),
-            Request::GetMany { keys, timeout_ms } => {
-                let stripped: Vec<Option<String>> = keys.iter().map(|k| strip(k)).collect();
-                match stripped.iter().filter(|k| k.is_some()).count() {
-                    0 => None,
-                    n if n == keys.len() => Some(Request::GetMany {
-                        keys: stripped.into_iter().flatten().collect(),
-                        timeout_ms: *timeout_ms,
-                    }),
-                    _ => return Err(format!("a batch mixing keys under `{RELAY_PREFIX}` with others")),
+            Request::Set { key, value } if up(&key) => Route::Node0(Request::Set { key: strip(key), value }),
+            Request::Get { key, timeout_ms } if up(&key) => Route::Node0(Request::Get { key: strip(key), timeout_ms }),
+            Request::GetMany { keys, timeout_ms } if keys.iter().any(|k| up(k)) => {
+                if !keys.iter().all(|k| up(k)) {
+                    return Err(format!("a batch mixing keys under `{RELAY_PREFIX}` with others"));
                 }
+                Route::Node0(Request::GetMany { keys: keys.into_iter().map(strip).collect(), timeout_ms })
             }
-            Request::Auth { .. } | Request::Tagged { .. } => None,
+            other => Route::Here(other),
         })
     }
 
@@ -164,15 +168,7 @@ impl Relay {
     }
 
     async fn connect(&self) -> Result<AsyncStoreClient, StoreError> {
-        let start = Instant::now();
-        loop {
-            match AsyncStoreClient::connect(&self.addr, self.secret.as_ref()).await {
-                Ok(c) => return Ok(c),
-                Err(e @ (StoreError::Auth { .. } | StoreError::Protocol(_))) => return Err(e),
-                Err(e) if start.elapsed() >= CONNECT_FOR => return Err(e),
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
+        AsyncStoreClient::retrying(CONNECT_FOR, || AsyncStoreClient::connect(&self.addr, self.secret.as_ref())).await
     }
 }
 

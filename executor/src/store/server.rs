@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 
 use super::auth::{self, Secret, HANDSHAKE_TIMEOUT, NONCE_LEN, STORE_LABEL};
 use super::limits::{Bounds, KEY_OVERHEAD};
-use super::relay::Relay;
+use super::relay::{Relay, Route};
 use super::{
     Hello, Reply, Request, ALREADY_SET, HANDSHAKE_LINE, MAX_BATCH, MAX_IN_FLIGHT, MAX_KEY, MAX_LINE, MAX_VALUE,
     RELAY_PREFIX, WRITE_ONCE,
@@ -226,12 +226,14 @@ where
 }
 
 async fn handle(state: &State, req: Request) -> Reply {
-    match (Relay::strip(&req), &state.relay) {
+    let req = match (Relay::route(req), &state.relay) {
         (Err(e), _) => return Reply::err(e),
-        (Ok(Some(up)), Some(relay)) => return relay.forward(up).await,
-        (Ok(Some(_)), None) => return Reply::err(format!("this store relays nothing: a key under `{RELAY_PREFIX}`")),
-        (Ok(None), _) => {}
-    }
+        (Ok(Route::Node0(up)), Some(relay)) => return relay.forward(up).await,
+        (Ok(Route::Node0(_)), None) => {
+            return Reply::err(format!("this store relays nothing: a key under `{RELAY_PREFIX}`"))
+        }
+        (Ok(Route::Here(req)), _) => req,
+    };
     match req {
         Request::Auth { .. } => Reply::err("already authenticated"),
         Request::Tagged { .. } => Reply::err("a tagged request holds a set, get or getmany"),
