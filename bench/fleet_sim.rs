@@ -2,28 +2,22 @@
 //! healthy run falls below its fleet baseline (the false-positive rate), how often one device
 //! 5% or 10% slow does (the recall), for several k, and what learning a baseline costs per run.
 //!
-//! The healthy figure is drawn from what gpusanity's GEMM check measured on H200s (676.7-695
-//! TFLOP/s across runs and days, median about 686): centre 686, plus a device offset per node
-//! (sd 2.5), a day offset shared by every node for 50 runs (sd 3), and a run's own noise (sd 3.5),
-//! so that ten runs span about the range measured; and, in 2% of runs, a draw from the much wider
-//! spread PyTorch's loop measured on the same device (uniform over 662.7-735.0), for the
-//! heavier tails of real runs. Each trial learns a baseline from a window of such runs from 16
-//! nodes and judges fresh runs against it.
+//! The healthy figure is drawn from what gpusanity's GEMM check measured on H200s
+//! (`gpusanity_common::fleet::noise::H200_GEMM`: a device offset per node, a day offset shared
+//! by every node for 50 runs, a run's own noise, and a heavier tail from PyTorch's loop), so that
+//! ten runs span about the range measured. Each trial learns a baseline from a window of such
+//! runs from 16 nodes and judges fresh runs against it.
 //!
 //! Usage: fleet_sim [TRIALS] [RUNS_PER_TRIAL] [SEED]
 
 use std::time::Instant;
 
+use gpusanity_common::fleet::noise::{standard_normal, Spread, H200_GEMM};
 use gpusanity_common::fleet::{learn, Judging, Learned, Policy, Sample};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-const CENTRE: f64 = 686.0;
-const NODE_SD: f64 = 2.5;
-const DAY_SD: f64 = 3.0;
-const RUN_SD: f64 = 3.5;
-const WIDE: (f64, f64) = (662.7, 735.0);
-const WIDE_SHARE: f64 = 0.02;
+const MODEL: Spread = H200_GEMM;
 const NODES: usize = 16;
 const RUNS_PER_DAY: usize = 50;
 
@@ -37,16 +31,13 @@ struct Fleet {
 impl Fleet {
     fn new(rng: ChaCha8Rng) -> Fleet {
         let mut f = Fleet { rng, nodes: Vec::new(), day: 0.0, runs_today: 0 };
-        f.nodes = (0..NODES).map(|_| NODE_SD * f.normal()).collect();
-        f.day = DAY_SD * f.normal();
+        f.nodes = (0..NODES).map(|_| MODEL.node_sd * f.normal()).collect();
+        f.day = MODEL.day_sd * f.normal();
         f
     }
 
-    /// A standard normal draw (Box-Muller).
     fn normal(&mut self) -> f64 {
-        let u1: f64 = self.rng.random_range(f64::EPSILON..1.0);
-        let u2: f64 = self.rng.random();
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+        standard_normal(&mut || self.rng.random())
     }
 
     /// One run of node `n`, `factor` x its healthy figure.
@@ -54,14 +45,10 @@ impl Fleet {
         self.runs_today += 1;
         if self.runs_today > RUNS_PER_DAY {
             self.runs_today = 0;
-            self.day = DAY_SD * self.normal();
+            self.day = MODEL.day_sd * self.normal();
         }
-        let healthy = if self.rng.random::<f64>() < WIDE_SHARE {
-            self.rng.random_range(WIDE.0..WIDE.1)
-        } else {
-            CENTRE + self.nodes[n] + self.day + RUN_SD * self.normal()
-        };
-        factor * healthy
+        let offset = self.nodes[n] + self.day;
+        factor * MODEL.measure(offset, &mut || self.rng.random())
     }
 
     fn baseline(&mut self, policy: Policy) -> Option<Learned> {

@@ -62,6 +62,11 @@ pub const FAULT_ENV: &str = "GPUSANITY_FAULT";
 /// denied).
 pub const IB_ROOT_ENV: &str = "GPUSANITY_TEST_IB_ROOT";
 
+/// The test rigs' paced device: a CPU worker whose GEMM is paced to this many MFLOP/s (a
+/// simulated device of known speed on a host whose own speed varies), passed to workers only
+/// when test faults are enabled (a job can never set it: `GPUSANITY_*` is denied).
+pub const PACE_ENV: &str = "GPUSANITY_TEST_PACE";
+
 /// The most patterns an operator may configure.
 const MAX_PATTERNS: usize = 256;
 

@@ -80,6 +80,10 @@ fn a_fault_in_another_node_s_launcher_environment_is_named_in_node_0_s_report() 
         args.extend(["--master-addr", "127.0.0.1", "--master-port", &p]);
         let mut c = run.command(&args);
         c.env_remove("GPUSANITY_FAULT");
+        // Paced devices (`GPUSANITY_TEST_PACE`, 1 GFLOP/s: 4.2 ms a product of 128^3): the
+        // run's verdict is not this test's subject, and a CPU worker descheduled for a whole
+        // window on a busy host is judged slow against its peer.
+        c.env(gpusanity_common::envs::PACE_ENV, "1000");
         if let Some(f) = fault {
             c.env("GPUSANITY_FAULT", f);
         }

@@ -8,12 +8,20 @@
 //! the healthy runs are learned, the fault-injected ones are not. It prints how many runs were
 //! flagged and how many re-measured (a first figure below the fleet, `checks/remeasure.rs`:
 //! measured up to five times, seconds apart, while below), and how many times each was measured.
+//!
+//! The fleet's devices are paced CPU workers (`GPUSANITY_TEST_PACE`, `backend/cpu/pace.rs`):
+//! each node a device of its own speed, drawn around one pace with the spread of H200 devices
+//! between nodes, each measurement with an H200's noise from run to run (`fleet::noise`). The
+//! same scenario on the CPUs' own speed is kept, ignored: on a shared VM that speed varies by
+//! tens of percent from one few-second window to the next, as no fleet of devices does.
 
 use gpusanity_testkit::svc;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
+use gpusanity_common::fleet::noise::{standard_normal, H200_GEMM};
+use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use svc::{allocated, Reader, World};
 
@@ -31,6 +39,44 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// most 6% below the centre (k = 4), 3% above the drifting node's figure, twice the spread.
 const NOISE: f64 = 0.015;
 
+/// The fleet's pace, MFLOP/s: a tenth of what this VM's CPU computes at its fastest, below its
+/// slowest (about 41 per CPU-second), so that a product takes a fraction of its slot (3.4 ms
+/// for 256^3) and a worker descheduled for tens of milliseconds catches up.
+const PACE: f64 = 10_000.0;
+
+/// What the fleet's devices are.
+#[derive(Clone, Copy, PartialEq)]
+enum Devices {
+    /// Paced CPU workers: node i paced at [`paces`]`[i]`.
+    Paced,
+    /// The CPU workers at the host's own speed, judged per CPU-second.
+    Host,
+}
+
+/// Each node's pace: [`PACE`] with an H200 device's offset from its model's centre (drawn from a
+/// fixed seed: the same fleet every run).
+fn paces() -> Vec<u64> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xf1ee7);
+    (0..NODES)
+        .map(|_| {
+            let offset = H200_GEMM.node_sd * standard_normal(&mut || rng.random());
+            (PACE * (1.0 + offset / H200_GEMM.centre)).round() as u64
+        })
+        .collect()
+}
+
+/// What node `i`'s agent runs under (`env VAR=VALUE ...`): its pace, and `fault` if any.
+fn wrap(devices: Devices, i: usize, fault: Option<String>) -> Vec<String> {
+    let mut vars: Vec<String> = fault.into_iter().collect();
+    if devices == Devices::Paced {
+        vars.push(format!("{}={}", gpusanity_common::envs::PACE_ENV, paces()[i]));
+    }
+    if vars.is_empty() {
+        return vars;
+    }
+    std::iter::once("env".to_string()).chain(vars).collect()
+}
+
 /// The drifting node's fault (percent of extra products) from round `r` on.
 fn drift(r: usize) -> u32 {
     match r {
@@ -46,14 +92,14 @@ fn node(i: usize) -> String {
 }
 
 /// (Re)starts the drifting node's agent with `pct`% extra products and waits until it is up.
-fn start_drifter(w: &mut World, pct: u32) {
+fn start_drifter(w: &mut World, devices: Devices, pct: u32) {
     let ups = w.log(DRIFTER).matches("agent up").count();
     if w.nodes.iter().any(|n| n == DRIFTER) {
         w.kill(DRIFTER);
         w.nodes.retain(|n| n != DRIFTER);
     }
     let fault = format!("GPUSANITY_FAULT=gemm-extra-{pct}@0");
-    w.agent_via(DRIFTER, &["env".to_string(), fault], &PARAMS);
+    w.agent_via(DRIFTER, &wrap(devices, NODES - 1, Some(fault)), &PARAMS);
     let start = Instant::now();
     while w.log(DRIFTER).matches("agent up").count() <= ups {
         assert!(start.elapsed() < LIMIT, "the drifting agent never came up: {}", w.log(DRIFTER));
@@ -180,19 +226,19 @@ fn outcome(round: usize, node: String, pct: u32, passed: bool, r: &Value) -> Out
     }
 }
 
-fn drift_scenario(db: Option<String>, tag: &str) {
+fn drift_scenario(db: Option<String>, tag: &str, devices: Devices) {
     let started = Instant::now();
     let mut w = World::new(db, CONFIG);
     w.serve();
     for i in 0..NODES - 1 {
-        w.agent_via(&node(i), &[], &PARAMS);
+        w.agent_via(&node(i), &wrap(devices, i, None), &PARAMS);
     }
-    start_drifter(&mut w, drift(0));
+    start_drifter(&mut w, devices, drift(0));
     let mut out = w.reader("check-events");
     let mut runs = Vec::new();
     for round in 0..ROUNDS {
         if round > 0 && drift(round) != drift(round - 1) {
-            start_drifter(&mut w, drift(round));
+            start_drifter(&mut w, devices, drift(round));
         }
         for i in 0..NODES {
             let (n, job) = (node(i), format!("{tag}-{round}-{i}"));
@@ -261,12 +307,12 @@ fn drift_scenario(db: Option<String>, tag: &str) {
         runs.len()
     );
 
-    // No run without drift is flagged (a false positive of the fleet's judging on this
-    // machine), unless other processes (another build: not this test's service, agents,
+    // No run without drift is flagged (a false positive of the fleet's judging). On the host's
+    // own speed, unless other processes (another build: not this test's service, agents,
     // broker or database) kept at least half a CPU busy over that run, measured from /proc:
     // then this machine's figures were not its own, a counted skip that names the runs.
     let (busy, quiet): (Vec<&Outcome>, Vec<&Outcome>) =
-        runs.iter().filter(|o| o.pct == 0 && !o.passed).partition(|o| o.others >= BUSY);
+        runs.iter().filter(|o| o.pct == 0 && !o.passed).partition(|o| devices == Devices::Host && o.others >= BUSY);
     let flagged: Vec<String> = quiet.iter().map(|o| line(o)).collect();
     assert!(flagged.is_empty(), "runs without drift flagged:\n{}\n\nall runs:\n{all}", flagged.join("\n"));
     if !busy.is_empty() {
@@ -301,7 +347,10 @@ fn drift_scenario(db: Option<String>, tag: &str) {
     let spread =
         |o: &Outcome| o.fleet["spread"].as_f64().unwrap_or(f64::MAX) / o.fleet["centre"].as_f64().unwrap_or(1.0);
     let widest = late.iter().map(|o| spread(o)).fold(0.0, f64::max);
-    if widest <= NOISE {
+    // A paced fleet's spread is its noise model's (about 0.6% of the centre): wider, the
+    // paced devices did not keep their pace, a failure; the host's own speed may be wider.
+    if widest <= NOISE || devices == Devices::Paced {
+        assert!(widest <= NOISE, "the paced fleet's spread is {:.2}% of its centre\n\n{all}", widest * 100.0);
         for o in &late {
             let why = format!("{}\n\n{all}", line(o));
             assert!(!o.passed && o.codes.iter().all(|c| c == "BELOW_FLEET"), "{why}");
@@ -331,16 +380,35 @@ fn drift_scenario(db: Option<String>, tag: &str) {
     w.shutdown();
 }
 
+/// The host's speed varied 66-109 GFLOP/s per CPU-second between 5-second windows of an idle
+/// 2-core VM (2026-12-05): it flags healthy runs or widens the baseline past a 10% drift.
+const HOST: &str = "the CPUs' own speed on a shared VM varies by tens of percent within seconds (66-109 GFLOP/s per \
+                    CPU-second between 5-second windows of an idle 2-core VM): docs/fleet.md, Tests; run by hand with --ignored";
+
 #[test]
-#[ignore = "a CPU test rig on a shared 2-core VM: with up to five measurements 0 of 185 healthy runs flagged in 12 of 16 runs, 1 to 13 in four (below in all five over 4 s, with no other process busy: a slow mode of the host's that the VM cannot see); docs/fleet.md, Tests; run by hand with --ignored"]
 fn a_node_drifting_ten_percent_slower_is_flagged_once_the_fleet_has_learned_its_baseline_on_sqlite() {
     let _g = svc::common::serial();
-    drift_scenario(None, "fds");
+    drift_scenario(None, "fds", Devices::Paced);
 }
 
 #[test]
-#[ignore = "a CPU test rig on a shared 2-core VM: with up to five measurements 0 of 185 healthy runs flagged in 12 of 16 runs, 1 to 13 in four (below in all five over 4 s, with no other process busy: a slow mode of the host's that the VM cannot see); docs/fleet.md, Tests; run by hand with --ignored"]
 fn a_node_drifting_ten_percent_slower_is_flagged_once_the_fleet_has_learned_its_baseline_on_postgres() {
     let _g = svc::common::serial();
-    drift_scenario(Some(svc::postgres_database("gpusanity_fleet_drift")), "fdp");
+    drift_scenario(Some(svc::postgres_database("gpusanity_fleet_drift")), "fdp", Devices::Paced);
+}
+
+#[test]
+#[ignore = "the CPUs' own speed on a shared VM varies by tens of percent within seconds; see HOST"]
+fn on_the_cpus_own_speed_a_node_drifting_ten_percent_slower_is_flagged_on_sqlite() {
+    let _g = svc::common::serial();
+    eprintln!("{HOST}");
+    drift_scenario(None, "fhs", Devices::Host);
+}
+
+#[test]
+#[ignore = "the CPUs' own speed on a shared VM varies by tens of percent within seconds; see HOST"]
+fn on_the_cpus_own_speed_a_node_drifting_ten_percent_slower_is_flagged_on_postgres() {
+    let _g = svc::common::serial();
+    eprintln!("{HOST}");
+    drift_scenario(Some(svc::postgres_database("gpusanity_fleet_drift_host")), "fhp", Devices::Host);
 }

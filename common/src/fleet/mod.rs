@@ -9,12 +9,15 @@
 //! - [`Judging`] and [`judge`]: a figure below centre - max(k x spread, min_gap x centre) is
 //!   below the fleet; every judged figure gets its fleet percentile;
 //! - [`samples`]: the key of each rank's figure, and which figures of a report may be learned;
+//! - [`noise`]: how a healthy H200's GEMM figure varies (the fleet simulation and the test
+//!   rigs' paced device draw from it);
 //! - [`file`]: the baseline file (`gpusanity baseline export` writes it, `gpusanity check
 //!   --baseline FILE` reads it), in the format of `expected.toml` plus the spread.
 //!
 //! Every figure judged here is a throughput (a low figure is bad), as every headline metric is.
 
 pub mod file;
+pub mod noise;
 mod normal;
 pub mod samples;
 

@@ -133,8 +133,9 @@ pub fn not_applicable(rank: usize, why: String) -> RankResult {
 ///   that outlasts two measurements back to back).
 ///
 /// Beside them, `GPUSANITY_TEST_IB_ROOT=DIR` makes `rdma-ports` read a fake
-/// /sys/class/infiniband. The launcher passes both variables to its workers only with
-/// `--test-faults`.
+/// /sys/class/infiniband, and `GPUSANITY_TEST_PACE=MFLOPS` makes a CPU worker a device of that
+/// GEMM speed (`backend/cpu/pace.rs`: a fleet of known, realistic noise on a host whose own
+/// speed varies). The launcher passes these variables to its workers only with `--test-faults`.
 #[derive(Debug, Default, Clone)]
 pub struct Faults {
     kinds: Vec<(String, usize)>,

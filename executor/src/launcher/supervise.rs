@@ -305,7 +305,9 @@ impl Supervisor {
         cmd.arg("worker");
         if !self.test_faults {
             // Test hooks never reach a worker unless the operator enabled them.
-            cmd.env_remove(FAULT_ENV).env_remove(crate::checks::rdma_ports::IB_ROOT_ENV);
+            cmd.env_remove(FAULT_ENV)
+                .env_remove(crate::checks::rdma_ports::IB_ROOT_ENV)
+                .env_remove(gpusanity_common::envs::PACE_ENV);
         }
         cmd.env(SPEC_ENV, serde_json::to_string(spec)?)
             // The worker has the secret in its spec; nothing it starts needs it.

@@ -5,6 +5,7 @@ mod coll;
 mod copy;
 mod listen;
 pub mod mesh;
+pub mod pace;
 pub mod ring;
 
 use std::time::Instant;
@@ -17,6 +18,7 @@ use super::{
 };
 use crate::store::StoreClient;
 use mesh::Mesh;
+use pace::Pace;
 use ring::Ring;
 
 pub struct CpuBackend {
@@ -28,6 +30,8 @@ pub struct CpuBackend {
     bufs: Vec<Option<Vec<f32>>>,
     gemm: Option<GemmBufs>,
     copy: Option<copy::CopyBufs>,
+    /// A simulated device's GEMM pace (test rigs only, [`pace`]).
+    pace: Option<Pace>,
 }
 
 /// The transport of one group: a ring (all-reduce, all-gather) and a full mesh (all-to-all,
@@ -94,13 +98,16 @@ impl CpuBackend {
     pub fn new(place: &WorkerPlace, store: &mut StoreClient) -> Result<Self, BackendError> {
         let all: Vec<usize> = (0..place.world).collect();
         let world = CpuGroup::connect(place, store, "world", &all)?;
+        let pace = Pace::from_env();
+        let model = cpu_model_name();
         Ok(CpuBackend {
-            name: cpu_model_name(),
+            name: if pace.is_some() { format!("{model} (paced)") } else { model },
             place: place.clone(),
             groups: vec![Some(world)],
             bufs: Vec::new(),
             gemm: None,
             copy: None,
+            pace,
         })
     }
 
@@ -140,7 +147,11 @@ impl DeviceBackend for CpuBackend {
 
     /// The GEMM (`Parallelism::None`) and the memcpy run on the calling thread: its own CPU
     /// clock counts exactly their work, and not the worker's other threads (heartbeats, store).
+    /// A paced device has none: its figures are its pace's, per wall second ([`pace`]).
     fn thread_cpu_seconds(&self) -> Option<f64> {
+        if self.pace.is_some() {
+            return None;
+        }
         match nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID) {
             Ok(t) => Some(t.tv_sec() as f64 + t.tv_nsec() as f64 * 1e-9),
             Err(e) => {
@@ -164,6 +175,9 @@ impl DeviceBackend for CpuBackend {
 
     fn gemm_run(&mut self, iters: usize) -> Result<Vec<f64>, BackendError> {
         let g = self.gemm.as_mut().ok_or_else(|| not_prepared("GEMM"))?;
+        if let Some(pace) = &self.pace {
+            return Ok(pace.run(g.n, iters, || g.product()));
+        }
         let mut times = Vec::with_capacity(iters);
         for _ in 0..iters {
             let t = Instant::now();
