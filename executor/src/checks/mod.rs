@@ -129,8 +129,8 @@ pub fn not_applicable(rank: usize, why: String) -> RankResult {
 ///   agent's own environment by a test rig and stepped from one agent start to the next.
 /// - `KIND-once` (e.g. `gemm-slow-once`): `KIND` in the first measurement of a check only, not
 ///   when the diagnosis re-measures it (a transient blip); `KIND-twice`: in the first and the
-///   re-measure, not in the further measurements of a rank below its fleet floor (contention
-///   that outlasts two measurements back to back).
+///   re-measure, not in the further measurements of a rank still slow or below its fleet floor
+///   (contention that outlasts two measurements back to back).
 ///
 /// Beside them, `GPUSANITY_TEST_IB_ROOT=DIR` makes `rdma-ports` read a fake
 /// /sys/class/infiniband, and `GPUSANITY_TEST_PACE=MFLOPS` makes a CPU worker a device of that

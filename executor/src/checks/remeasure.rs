@@ -2,9 +2,12 @@
 //! every rank publishes its figure in the store; rank 0 reads them all, judges them with
 //! [`peers::critical_ranks`] (the diagnosis's own judging) and publishes which ranks were slow,
 //! which every rank reads: all agree whether to run the check again, in O(n) store operations
-//! (every rank reading every figure would make n², 268 million at 16,384 ranks). A check is re-run once, on every rank (collectives need everyone), and
-//! only the second measurement counts: a transient blip does not fail a job, a slow device is
-//! slow twice. The re-measure runs inside the same test, under the same per-test deadline.
+//! (every rank reading every figure would make n², 268 million at 16,384 ranks). A check is re-run on every rank (collectives need everyone), and
+//! only the later measurement counts: a transient blip does not fail a job, a slow device is
+//! slow twice. While a rank stays slow, it is measured again after pauses, up to
+//! [`MAX_MEASUREMENTS`] in all: a rank descheduled for two windows back to back on a busy host
+//! is not slow a few seconds later, a slow device is slow in all of them. The measurements run
+//! inside the same test, under the same per-test deadline.
 //!
 //! With a fleet baseline (`check --baseline FILE`: node 0's launcher hands rank 0 the entries
 //! of the run's checks in a private file, [`super::Baseline::fleet`]), rank 0 also re-measures
@@ -44,6 +47,11 @@ struct Figure {
     /// fleet baseline's key, as the diagnosis reads it from `gpu-health`'s readings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     driver: Option<u32>,
+    /// After a re-measure, the better of the first and the counted headline figure: what node
+    /// 0's diagnosis judges against the peers' (`diagnosis::slow_ranks`), so the ranks named
+    /// for a further measurement are the ones it would name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    best: Option<f64>,
 }
 
 impl Figure {
@@ -52,6 +60,7 @@ impl Figure {
         let metric = |key: &str| passed.then(|| first.metrics.get(key).copied()).flatten();
         Figure {
             device: device.to_string(),
+            best: None,
             value: metric(m.key),
             cpu: metric(&peers::cpu_key(m.key)),
             driver: ctx
@@ -62,10 +71,10 @@ impl Figure {
     }
 }
 
-/// The most measurements of a check while a rank stays below its fleet floor: the first, the
-/// re-measure, and up to three further ones over the next seconds. Two back to back (a third
-/// of a second on a CPU test rig) do not outlast other processes' bursts on the host; a device
-/// that is slow stays slow in all five.
+/// The most measurements of a check while a rank stays slow (against its peers or its expected
+/// figure) or below its fleet floor: the first, the re-measure, and up to three further ones
+/// over the next seconds. Two back to back (a third of a second on a CPU test rig) do not
+/// outlast other processes' bursts on the host; a device that is slow stays slow in all five.
 pub const MAX_MEASUREMENTS: usize = 5;
 
 /// The pause before each further measurement (the third, fourth and fifth): the last comes
@@ -89,10 +98,6 @@ const MAX_NAMED: usize = 32;
 struct Decision {
     named: Vec<Slow>,
     total: usize,
-    /// Rank 0 judges against a fleet baseline: after a re-measure the ranks share their
-    /// figures again, for [`still_below`].
-    #[serde(default)]
-    fleet: bool,
 }
 
 impl Decision {
@@ -159,7 +164,7 @@ fn decide(figures: &[(usize, Figure)], slow: &[usize], below: &HashMap<usize, Be
     all.sort_by_key(|s| s.rank);
     let total = all.len();
     all.truncate(MAX_NAMED);
-    Decision { named: all, total, fleet: false }
+    Decision { named: all, total }
 }
 
 /// The ranks of `figures` (with a headline figure) below their fleet floor in `file`, judged
@@ -194,9 +199,8 @@ fn below_fleet(
 }
 
 /// Runs check `id` on this rank, and once more on every rank if any rank's figure is
-/// critical against its peers or its expected value, or below its fleet floor; with a fleet
-/// baseline, again (at most [`MAX_MEASUREMENTS`] in all, after [`PAUSES`]) while a rank's
-/// newest figure stays below its floor.
+/// critical against its peers or its expected value, or below its fleet floor; again (at most
+/// [`MAX_MEASUREMENTS`] in all, after [`PAUSES`]) while a rank's newest figure stays so.
 pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
     let first = {
         let faults = ctx.faults.attempt(0);
@@ -208,18 +212,8 @@ pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
     };
     let fig = Figure::of(&first, m, device, ctx);
     let (value, cpu_value) = (fig.value, fig.cpu);
-    let judge = |ctx: &CheckCtx<'_>, figures: &[(usize, Figure)]| {
-        let (when, cpu) = conditions(id, ctx);
-        let bands = PeerBands::new(ctx.configs.slow_fraction, cpu);
-        let wall: peers::Figures = figures.iter().filter_map(|(r, f)| Some((*r, f.device.clone(), f.value?))).collect();
-        let slow = peers::critical_ranks(id, m.key, &wall, bands, when);
-        let below = match &ctx.baseline.fleet {
-            Some(file) => below_fleet(file, id, m, cpu, figures, when),
-            None => HashMap::new(),
-        };
-        Decision { fleet: ctx.baseline.fleet.is_some(), ..decide(figures, &slow, &below) }
-    };
-    let decision: Decision = match exchange(ctx, id, &fig, judge) {
+    let first_judge = |ctx: &CheckCtx<'_>, figures: &[(usize, Figure)]| judge(id, m, ctx, figures);
+    let decision: Decision = match exchange(ctx, id, &fig, first_judge) {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!("could not share figures for a re-measure: {e}");
@@ -235,17 +229,16 @@ pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
     let (mut counted, mut took) = measure(id, ctx, 1);
     let mut measurements = 2;
     let mut again = Vec::new();
-    // With a fleet baseline, every rank shares its newest counted figure once more and rank 0
-    // names those still below their floor: every rank measures again after a pause (collectives
-    // need everyone), and only the named ranks take the new measurement. A rank that cleared
-    // its floor keeps the measurement that cleared it, so a later blip does not undo it.
+    // Every rank shares its newest counted figure once more and rank 0 names those still slow
+    // or below their floor: every rank measures again after a pause (collectives need
+    // everyone), and only the named ranks take the new measurement. A rank that cleared keeps
+    // the measurement that cleared it, so a later blip does not undo it.
     for k in 2..MAX_MEASUREMENTS {
-        if !decision.fleet {
-            break;
-        }
         let pause = pause(k, ctx.configs.stall_s);
-        let fig = Figure::of(&counted, m, device, ctx);
-        let still = |ctx: &CheckCtx<'_>, figures: &[(usize, Figure)]| still_below(id, m, ctx, figures, pause, took);
+        let counted_value = Figure::of(&counted, m, device, ctx);
+        let best = counted_value.value.map(|v| value.map_or(v, |first| first.max(v)));
+        let fig = Figure { best, ..counted_value };
+        let still = |ctx: &CheckCtx<'_>, figures: &[(usize, Figure)]| still_slow(id, m, ctx, figures, pause, took);
         let d: Decision = match exchange(ctx, id, &fig, still) {
             Ok(d) => d,
             Err(e) => {
@@ -257,7 +250,7 @@ pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
             break;
         }
         let named = d.describe(m);
-        tracing::info!(check = id.as_str(), "still below the fleet floor, measuring again in {pause:?}: {named}");
+        tracing::info!(check = id.as_str(), "still slow, measuring again in {pause:?}: {named}");
         again.push(format!("measured again after {} s ({named})", pause.as_secs_f64()));
         // A phase first: the launcher sees this rank move before the pause.
         ctx.progress.phase(id, "re-measure pause", (k - 1) as u64);
@@ -316,12 +309,27 @@ fn conditions(id: CheckId, ctx: &CheckCtx<'_>) -> (Conditions, bool) {
     (when, ctx.backend.kind() == DeviceKind::Cpu)
 }
 
-/// Rank 0's decision after a re-measure: the ranks whose newest counted figure is still below
-/// their fleet floor, to be measured again after `pause`; none (so no further measurement)
-/// when no rank is, when more than [`MAX_NAMED`] are (not a transient on a few ranks: each is
-/// judged on what it measured), or when a further measurement, taking twice as long as the
-/// last one (`took`), would not end before the check's per-test limit.
-fn still_below(
+/// Rank 0's decision over every rank's figure (with a headline figure): those critical against
+/// their peers or their expected figure, and those below their fleet floor.
+fn judge(id: CheckId, m: &Metric, ctx: &CheckCtx<'_>, figures: &[(usize, Figure)]) -> Decision {
+    let (when, cpu) = conditions(id, ctx);
+    let bands = PeerBands::new(ctx.configs.slow_fraction, cpu);
+    let wall: peers::Figures =
+        figures.iter().filter_map(|(r, f)| Some((*r, f.device.clone(), f.best.or(f.value)?))).collect();
+    let slow = peers::critical_ranks(id, m.key, &wall, bands, when);
+    let below = match &ctx.baseline.fleet {
+        Some(file) => below_fleet(file, id, m, cpu, figures, when),
+        None => HashMap::new(),
+    };
+    decide(figures, &slow, &below)
+}
+
+/// Rank 0's decision after a re-measure: the ranks whose newest counted figure is still slow
+/// or below their fleet floor ([`judge`]), to be measured again after `pause`; none (so no
+/// further measurement) when no rank is, when more than [`MAX_NAMED`] are (not a transient on
+/// a few ranks: each is judged on what it measured), or when a further measurement, taking
+/// twice as long as the last one (`took`), would not end before the check's per-test limit.
+fn still_slow(
     id: CheckId,
     m: &Metric,
     ctx: &CheckCtx<'_>,
@@ -329,12 +337,9 @@ fn still_below(
     pause: Duration,
     took: Duration,
 ) -> Decision {
-    let Some(file) = &ctx.baseline.fleet else { return Decision::default() };
-    let (when, cpu) = conditions(id, ctx);
-    let below = below_fleet(file, id, m, cpu, figures, when);
-    let d = decide(figures, &[], &below);
+    let d = judge(id, m, ctx, figures);
     if d.total > MAX_NAMED {
-        tracing::info!(check = id.as_str(), "{} ranks still below the fleet floor: no further measurement", d.total);
+        tracing::info!(check = id.as_str(), "{} ranks still slow: no further measurement", d.total);
         return Decision::default();
     }
     if d.total > 0 && !in_time(ctx.limit, pause, took) {
@@ -408,7 +413,7 @@ pub(crate) mod tests {
     use super::*;
 
     fn fig(device: &str, value: f64, cpu: Option<f64>, driver: Option<u32>) -> Figure {
-        Figure { device: device.into(), value: Some(value), cpu, driver }
+        Figure { device: device.into(), value: Some(value), cpu, driver, best: None }
     }
 
     /// A baseline entry of one node of `ranks` ranks: centre 10, spread 0.5, 40 samples of 5

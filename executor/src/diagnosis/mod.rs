@@ -46,6 +46,8 @@ use gpusanity_common::report::{
 };
 use gpusanity_common::stats::figure;
 
+use crate::checks::remeasure::MEASUREMENTS;
+
 /// Which deadline, if any, ended the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Overrun {
@@ -208,9 +210,10 @@ fn note_comparison(c: &mut CheckReport, m: &Metric, ranks: &[RankInfo]) {
 }
 
 /// Ranks below their peers or their expected figure. A rank re-measured by the workers is
-/// judged on the better of its two measurements, and carries both as evidence: a slow device
-/// is slow twice, while a rank descheduled once (cores shared with other work) is not named
-/// for the one measurement it lost.
+/// judged on the better of its first and its last counted measurement (`checks/remeasure.rs`:
+/// up to five while it stays slow), and carries both as evidence: a slow device is slow in all
+/// of them, while a rank descheduled once or twice (cores shared with other work) is not named
+/// for the measurements it lost.
 fn slow_ranks(c: &CheckReport, m: &Metric, ranks: &[RankInfo], bands: PeerBands, findings: &mut Vec<Finding>) {
     let devices: HashMap<usize, &str> = ranks.iter().map(|r| (r.rank, r.device.as_str())).collect();
     let first_key = format!("first_{}", m.key);
@@ -280,7 +283,13 @@ fn slow_ranks(c: &CheckReport, m: &Metric, ranks: &[RankInfo], bands: PeerBands,
         f.expected = j.expected;
         let result = c.ranks.iter().find(|r| r.rank == j.rank);
         if let Some((first, last)) = result.and_then(|r| Some((r.metrics.get(&first_key)?, r.metrics.get(m.key)?))) {
-            f.evidence.push(format!("slow in both measurements: first {first:.2}, re-measured {last:.2} {}", m.unit));
+            // A report of before the further measurements: two.
+            let n = result.and_then(|r| r.metrics.get(MEASUREMENTS)).map_or(2, |n| *n as usize);
+            f.evidence.push(if n > 2 {
+                format!("slow in all {n} measurements: first {first:.2}, last {last:.2} {}", m.unit)
+            } else {
+                format!("slow in both measurements: first {first:.2}, re-measured {last:.2} {}", m.unit)
+            });
         }
         f.action = Some(match sev {
             Severity::Critical => {
