@@ -405,7 +405,8 @@ fn own_exchange(r: &mut Rounds, check: CheckId, rank: usize) -> Result<()> {
             let metric = check.metric().context("a check with a headline figure")?;
             let bands = PeerBands::new(0.5, false);
             let slow = peers::critical_ranks(check, metric.key, &figures, bands, Conditions::default());
-            Some(serde_json::to_string(&slow)?)
+            let ranks: Vec<usize> = slow.iter().map(|c| c.rank).collect();
+            Some(serde_json::to_string(&ranks)?)
         }
         None => None,
     };

@@ -177,18 +177,29 @@ pub fn judge(check: CheckId, metric: &str, figures: &Figures, bands: PeerBands, 
     out
 }
 
-/// The ranks that a worker re-measures for: critical against peers or expected.
+/// A rank critical against its peers, its expected figure, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Critical {
+    pub rank: usize,
+    pub peers: bool,
+    pub expected: bool,
+}
+
+/// The ranks that a worker re-measures for: critical against peers or expected, and which.
 pub fn critical_ranks(
     check: CheckId,
     metric: &str,
     figures: &Figures,
     bands: PeerBands,
     when: Conditions,
-) -> Vec<usize> {
+) -> Vec<Critical> {
     judge(check, metric, figures, bands, when)
         .into_iter()
-        .filter(|j| j.severity() == Some(Severity::Critical))
-        .map(|j| j.rank)
+        .filter_map(|j| {
+            let peers = j.vs_peers == Some(Severity::Critical);
+            let expected = j.vs_expected == Some(Severity::Critical);
+            (peers || expected).then_some(Critical { rank: j.rank, peers, expected })
+        })
         .collect()
 }
 
@@ -244,6 +255,12 @@ mod tests {
         let j = judge(CheckId::Gemm, "tflops", &f, PeerBands::new(0.8, false), when);
         assert_eq!(j[0].vs_expected, Some(Severity::Warning));
         let f = vec![(0, "NVIDIA H200".to_string(), 760.0), (1, "NVIDIA H200".to_string(), 300.0)];
-        assert_eq!(critical_ranks(CheckId::Gemm, "tflops", &f, PeerBands::new(0.8, false), when), [1]);
+        // Rank 1 is below both its peer's band and its expected figure's.
+        let both = Critical { rank: 1, peers: true, expected: true };
+        assert_eq!(critical_ranks(CheckId::Gemm, "tflops", &f, PeerBands::new(0.8, false), when), [both]);
+        // Alone, a rank has no peers: critical against its expected figure only.
+        let f = vec![(0, "NVIDIA H200".to_string(), 87.0)];
+        let alone = Critical { rank: 0, peers: false, expected: true };
+        assert_eq!(critical_ranks(CheckId::Gemm, "tflops", &f, PeerBands::new(0.8, false), when), [alone]);
     }
 }

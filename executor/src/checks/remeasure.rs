@@ -17,14 +17,14 @@
 //! key needs beside the wall-clock figure: its driver's major version and its rate per
 //! CPU-second.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use gpusanity_common::checks::Metric;
 use gpusanity_common::expected::Conditions;
 use gpusanity_common::fleet::file::BaselineFile;
 use gpusanity_common::fleet::{self, Key, Learned};
-use gpusanity_common::peers::{self, PeerBands};
+use gpusanity_common::peers::{self, Critical, PeerBands};
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckStatus, DeviceKind, RankResult};
 use gpusanity_common::stats::figure;
@@ -117,9 +117,12 @@ struct Slow {
     rank: usize,
     /// Its headline figure (per wall-clock second).
     value: f64,
-    /// Critical against its peers or its expected figure.
+    /// Critical against its peers.
     #[serde(default)]
     peers: bool,
+    /// Critical against the figure a healthy device of its model reaches (`expected.toml`).
+    #[serde(default)]
+    expected: bool,
     /// Below its fleet baseline's floor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     fleet: Option<Below>,
@@ -141,6 +144,9 @@ impl Slow {
         if self.peers {
             why.push("slow against its peers".to_string());
         }
+        if self.expected {
+            why.push("below its model's expected figure".to_string());
+        }
         if let Some(b) = &self.fleet {
             let per = if b.per_cpu { " per CPU-second" } else { "" };
             why.push(format!("below the fleet floor ({}{per}, floor {})", figure(b.value), figure(b.floor)));
@@ -149,16 +155,22 @@ impl Slow {
     }
 }
 
-/// The decision over every rank's `figures`: those `slow` against their peers, and those below
-/// their fleet floor.
-fn decide(figures: &[(usize, Figure)], slow: &[usize], below: &HashMap<usize, Below>) -> Decision {
-    let slow: HashSet<usize> = slow.iter().copied().collect();
+/// The decision over every rank's `figures`: those critical against their peers or their
+/// expected figure (`slow`), and those below their fleet floor.
+fn decide(figures: &[(usize, Figure)], slow: &[Critical], below: &HashMap<usize, Below>) -> Decision {
+    let slow: HashMap<usize, Critical> = slow.iter().map(|c| (c.rank, *c)).collect();
     let mut all: Vec<Slow> = figures
         .iter()
         .filter_map(|(rank, f)| {
-            let peers = slow.contains(rank);
+            let (peers, expected) = slow.get(rank).map_or((false, false), |c| (c.peers, c.expected));
             let fleet = below.get(rank).copied();
-            (peers || fleet.is_some()).then_some(Slow { rank: *rank, value: f.value?, peers, fleet })
+            (peers || expected || fleet.is_some()).then_some(Slow {
+                rank: *rank,
+                value: f.value?,
+                peers,
+                expected,
+                fleet,
+            })
         })
         .collect();
     all.sort_by_key(|s| s.rank);
@@ -407,6 +419,8 @@ fn exchange<D: Serialize + DeserializeOwned>(
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use std::collections::HashSet;
+
     use gpusanity_common::fleet::file::BaselineEntry;
     use gpusanity_common::fleet::Judging;
 
@@ -496,20 +510,23 @@ pub(crate) mod tests {
     fn the_decision_names_why_and_stays_bounded() {
         let figures: Vec<(usize, Figure)> = (0..100).map(|r| (r, fig("cpu", r as f64, None, None))).collect();
         let below: HashMap<usize, Below> = [(7, Below { value: 7.5, floor: 8.0, per_cpu: true })].into_iter().collect();
-        let d = decide(&figures, &[3, 7], &below);
+        let slow = |rank, peers, expected| Critical { rank, peers, expected };
+        let d = decide(&figures, &[slow(3, true, false), slow(7, true, false)], &below);
         assert_eq!(d.total, 2);
         assert_eq!(d.named[0].describe(gemm()), "rank 3 at 3.00 TFLOP/s, slow against its peers");
         assert_eq!(
             d.named[1].describe(gemm()),
             "rank 7 at 7.00 TFLOP/s, slow against its peers and below the fleet floor (7.50 per CPU-second, floor 8.00)"
         );
+        let alone = decide(&figures, &[slow(5, false, true)], &HashMap::new());
+        assert_eq!(alone.named[0].describe(gemm()), "rank 5 at 5.00 TFLOP/s, below its model's expected figure");
         let only_fleet = decide(&figures, &[], &below);
         assert_eq!(
             only_fleet.named[0].describe(gemm()),
             "rank 7 at 7.00 TFLOP/s, below the fleet floor (7.50 per CPU-second, floor 8.00)"
         );
         // Every rank slow: the decision names the first MAX_NAMED and counts the rest.
-        let all: Vec<usize> = (0..100).collect();
+        let all: Vec<Critical> = (0..100).map(|r| slow(r, true, false)).collect();
         let d = decide(&figures, &all, &below);
         assert_eq!((d.named.len(), d.total, d.named[0].rank), (MAX_NAMED, 100, 0));
         assert_eq!(decide(&figures, &[], &HashMap::new()), Decision::default());
