@@ -105,6 +105,45 @@ fn a_fault_in_another_node_s_launcher_environment_is_named_in_node_0_s_report() 
 }
 
 #[test]
+fn the_paced_device_of_the_test_rigs_needs_test_faults_and_a_job_cannot_ask_for_it() {
+    let _g = serial();
+    let pace = gpusanity_common::envs::PACE_ENV;
+    let run_with = |test_faults: bool| {
+        let run = Run::new();
+        let mut args = QUICK.to_vec();
+        if test_faults {
+            args.push("--test-faults");
+        }
+        let mut c = run.command(&args);
+        c.env(pace, "1000");
+        let out = run_with_timeout(c, LIMIT);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let r = run.report();
+        let device = r["ranks"][0]["device"].as_str().unwrap_or_default().to_string();
+        let tflops = r["checks"][0]["ranks"][0]["metrics"]["tflops"].as_f64().unwrap_or(0.0);
+        run.assert_nothing_left();
+        (device, tflops)
+    };
+    // In the launcher's environment without --test-faults: removed from its workers'.
+    let (device, _) = run_with(false);
+    assert!(!device.contains("paced"), "{device}");
+    // With it: a device of its own name, at the pace (1 GFLOP/s, the noise of an H200's runs).
+    let (device, tflops) = run_with(true);
+    assert!(device.ends_with(" (paced)"), "{device}");
+    assert!((0.00090..0.00110).contains(&tflops), "{tflops} TFLOP/s");
+    // A job's settings can never set it, test faults or not.
+    for extra in [vec![], vec!["--test-faults"]] {
+        let env = format!("--sanity-check-envs={pace}=1000");
+        let mut args = extra.clone();
+        args.push(&env);
+        let (out, run) = check(&args);
+        assert_eq!(code(&out), 2, "{extra:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(&format!("may not set {pace}")), "{}", stderr(&out));
+        run.assert_nothing_left();
+    }
+}
+
+#[test]
 fn sizes_that_do_not_fit_in_memory_are_refused_up_front_with_what_they_need() {
     let _g = serial();
     for (param, check) in
