@@ -247,9 +247,9 @@ pub fn run(id: CheckId, ctx: &mut CheckCtx<'_>, device: &str) -> RankResult {
     // the measurement that cleared it, so a later blip does not undo it.
     for k in 2..MAX_MEASUREMENTS {
         let pause = pause(k, ctx.configs.stall_s);
-        let counted_value = Figure::of(&counted, m, device, ctx);
-        let best = counted_value.value.map(|v| value.map_or(v, |first| first.max(v)));
-        let fig = Figure { best, ..counted_value };
+        let counted_fig = Figure::of(&counted, m, device, ctx);
+        let best = counted_fig.value.map(|v| value.map_or(v, |first| first.max(v)));
+        let fig = Figure { best, ..counted_fig };
         let still = |ctx: &CheckCtx<'_>, figures: &[(usize, Figure)]| still_slow(id, m, ctx, figures, pause, took);
         let d: Decision = match exchange(ctx, id, &fig, still) {
             Ok(d) => d,

@@ -6,13 +6,13 @@ use std::sync::Barrier;
 use std::time::Instant;
 
 use super::mesh::Transfer;
-use super::{not_prepared, CpuBackend, CpuGroup, GemmBufs};
+use super::{not_prepared, CpuBackend, CpuGemm, CpuGroup};
 use crate::backend::{check_work, BackendError, CollCall, CollOp, Timing, Work};
 
 /// What one item owns during a run, moved out of the backend and back.
 enum Taken {
     Coll(CollCall, CpuGroup, Vec<f32>),
-    Gemm(GemmBufs),
+    Gemm(CpuGemm),
 }
 
 pub(super) fn run(be: &mut CpuBackend, work: &[Work], warmup: usize, iters: usize) -> Result<Timing, BackendError> {

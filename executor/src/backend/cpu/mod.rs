@@ -28,7 +28,7 @@ pub struct CpuBackend {
     groups: Vec<Option<CpuGroup>>,
     /// By [`BufId`]; empty once freed, or while a run receives into it.
     bufs: Vec<Option<Vec<f32>>>,
-    gemm: Option<GemmBufs>,
+    gemm: Option<CpuGemm>,
     copy: Option<copy::CopyBufs>,
     /// A simulated device's GEMM pace (test rigs only, [`pace`]).
     pace: Option<Pace>,
@@ -54,20 +54,41 @@ impl CpuGroup {
     }
 }
 
-struct GemmBufs {
+/// The CPU backend's GEMM: C = A B of n x n row-major fp32 matrices, on the calling thread
+/// (`Parallelism::None`). Public for the benchmarks that time the same products.
+pub struct CpuGemm {
     n: usize,
     a: Vec<f32>,
     b: Vec<f32>,
     c: Vec<f32>,
 }
 
-impl GemmBufs {
+impl CpuGemm {
+    /// Copies of `a` and `b` and a zeroed C; refused unless both hold n x n elements.
+    pub fn new(n: usize, a: &[f32], b: &[f32]) -> Result<CpuGemm, BackendError> {
+        let elems = n.checked_mul(n).filter(|e| a.len() == *e && b.len() == *e);
+        let Some(elems) = elems else {
+            return Err(BackendError::Device(format!("gemm_load: expected {n} x {n} elements")));
+        };
+        Ok(CpuGemm { n, a: a.to_vec(), b: b.to_vec(), c: vec![0.0; elems] })
+    }
+
+    /// m = n = k.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// The last product.
+    pub fn c(&self) -> &[f32] {
+        &self.c
+    }
+
     /// C = A B on this thread.
-    fn product(&mut self) {
+    pub fn product(&mut self) {
         let n = self.n;
-        // SAFETY: a, b and c are n*n row-major buffers owned by `self` (checked in gemm_load);
-        // strides (col stride 1, row stride n) keep every access inside them, and c does not
-        // alias a or b.
+        // SAFETY: a, b and c are n*n row-major buffers owned by `self` (checked in `new`, the
+        // only constructor); strides (col stride 1, row stride n) keep every access inside
+        // them, and c does not alias a or b.
         unsafe {
             gemm::gemm(
                 n,
@@ -92,6 +113,13 @@ impl GemmBufs {
             );
         }
     }
+}
+
+/// Seconds of CPU time the calling thread has had (its own clock: not the process's other
+/// threads).
+pub fn thread_cpu_seconds() -> nix::Result<f64> {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)?;
+    Ok(t.tv_sec() as f64 + t.tv_nsec() as f64 * 1e-9)
 }
 
 impl CpuBackend {
@@ -152,8 +180,8 @@ impl DeviceBackend for CpuBackend {
         if self.pace.is_some() {
             return None;
         }
-        match nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID) {
-            Ok(t) => Some(t.tv_sec() as f64 + t.tv_nsec() as f64 * 1e-9),
+        match thread_cpu_seconds() {
+            Ok(s) => Some(s),
             Err(e) => {
                 tracing::warn!("no thread CPU clock ({e}): CPU figures are judged per wall second");
                 None
@@ -166,17 +194,14 @@ impl DeviceBackend for CpuBackend {
     }
 
     fn gemm_load(&mut self, n: usize, a: &[f32], b: &[f32]) -> Result<(), BackendError> {
-        if a.len() != n * n || b.len() != n * n {
-            return Err(BackendError::Device(format!("gemm_load: expected {} elements", n * n)));
-        }
-        self.gemm = Some(GemmBufs { n, a: a.to_vec(), b: b.to_vec(), c: vec![0.0; n * n] });
+        self.gemm = Some(CpuGemm::new(n, a, b)?);
         Ok(())
     }
 
     fn gemm_run(&mut self, iters: usize) -> Result<Vec<f64>, BackendError> {
         let g = self.gemm.as_mut().ok_or_else(|| not_prepared("GEMM"))?;
         if let Some(pace) = &self.pace {
-            return Ok(pace.run(g.n, iters, || g.product()));
+            return Ok(pace.run(g.n(), iters, || g.product()));
         }
         let mut times = Vec::with_capacity(iters);
         for _ in 0..iters {
@@ -189,7 +214,7 @@ impl DeviceBackend for CpuBackend {
 
     fn gemm_output(&mut self) -> Result<Vec<u8>, BackendError> {
         let g = self.gemm.as_ref().ok_or_else(|| not_prepared("GEMM"))?;
-        Ok(bytemuck::cast_slice(&g.c).to_vec())
+        Ok(bytemuck::cast_slice(g.c()).to_vec())
     }
 
     fn gemm_free(&mut self) {
