@@ -16,11 +16,26 @@ use gpusanity_executor::launcher::{self, rendezvous::TopologyFlags, CheckOptions
 use gpusanity_executor::store::auth::SECRET_ENV;
 use gpusanity_executor::store::Secret;
 
+/// `-V`: the version and the commit the binary was built from (build.rs).
+pub const SHORT_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("GPUSANITY_GIT_COMMIT"), ")");
+
+/// `--version`: [`SHORT_VERSION`], the CUDA generation of the bindings and the CUDA libraries
+/// bundled beside the binary, read at run time (the image adds them after the build).
+pub fn long_version() -> &'static str {
+    static LONG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    LONG.get_or_init(|| {
+        format!(
+            "{SHORT_VERSION}\nCUDA bindings: 13.0 (an NVIDIA driver of release 580 or later)\n{}",
+            gpusanity_cuda::bundled::describe()
+        )
+    })
+}
+
 /// The longest rendezvous wait `--rdzv-timeout` takes, in seconds.
 const MAX_RDZV_TIMEOUT_S: f64 = 86_400.0;
 
 #[derive(Debug, Parser)]
-#[command(name = "gpusanity", version, about = "Compute health check for distributed GPU training")]
+#[command(name = "gpusanity", version = SHORT_VERSION, about = "Compute health check for distributed GPU training")]
 pub struct Cli {
     /// Log what happens (or set GPUSANITY_LOG, e.g. GPUSANITY_LOG=debug).
     #[arg(short, long, global = true)]

@@ -9,11 +9,17 @@ mod slurm;
 
 use std::process::ExitCode as ProcessExit;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use gpusanity_common::ExitCode;
 
 fn main() -> ProcessExit {
-    let cli = cli::Cli::parse();
+    let mut command = cli::Cli::command();
+    // The bundled libraries are read only when asked for.
+    if std::env::args_os().any(|a| a == "--version") {
+        command = command.long_version(cli::long_version());
+    }
+    let matches = command.get_matches();
+    let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging(&cli);
     let code = cli::run(cli);
     ProcessExit::from(code.code() as u8)

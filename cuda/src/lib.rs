@@ -10,6 +10,7 @@
 //! What stays with the users: the NCCL communicators, GEMM timing and launch-latency kernel in
 //! the executor's backend; the NVRTC kernels of the model ops in the models crate.
 
+pub mod bundled;
 mod probe;
 #[cfg(test)]
 mod tests;

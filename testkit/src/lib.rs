@@ -4,11 +4,13 @@
 //! test's world of the service (a Kafka broker, topics of its own, a database, `gpusanity
 //! serve` and `gpusanity agent` processes) with notification receivers and an SMTP server;
 //! [`skip`] decides whether a test that lacks a prerequisite skips (counted) or fails;
-//! [`manifests`] reads the Kubernetes manifests of deploy/kubernetes/.
+//! [`manifests`] reads the Kubernetes manifests of deploy/kubernetes/; [`image`] runs the
+//! gpusanity image that scripts/image.sh built, with podman.
 
 use std::path::Path;
 
 pub mod common;
+pub mod image;
 pub mod manifests;
 pub mod skip;
 pub mod svc;

@@ -39,10 +39,12 @@ pub enum Prereq {
     Kubernetes,
     /// A CPU quiet enough that its figures' spread shows a 10% slower node.
     QuietCpu,
+    /// The gpusanity image built by scripts/image.sh (GPUSANITY_TEST_IMAGE) and podman to run it.
+    Image,
 }
 
 impl Prereq {
-    pub const ALL: [Prereq; 10] = [
+    pub const ALL: [Prereq; 11] = [
         Prereq::Root,
         Prereq::Slurm,
         Prereq::Kafka,
@@ -53,6 +55,7 @@ impl Prereq {
         Prereq::NoGpu,
         Prereq::Kubernetes,
         Prereq::QuietCpu,
+        Prereq::Image,
     ];
 
     /// The name `GPUSANITY_REQUIRE` lists it by.
@@ -68,6 +71,7 @@ impl Prereq {
             Prereq::NoGpu => "no-gpu",
             Prereq::Kubernetes => "kubernetes",
             Prereq::QuietCpu => "quiet-cpu",
+            Prereq::Image => "image",
         }
     }
 

@@ -13,6 +13,7 @@ mod fleet_drift;
 mod fleet_judging;
 mod fleet_replicas;
 mod fleet_trust;
+mod image;
 mod flow;
 mod forgery;
 mod isolation;

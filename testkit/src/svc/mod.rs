@@ -46,6 +46,11 @@ pub struct World {
     /// The Kafka client properties of the test's own clients (publish, read); empty: the
     /// plaintext test broker ([`broker`]).
     client: Vec<(String, String)>,
+    /// The image whose containers run serve and the agents ([`World::in_image`]); None: the
+    /// binary cargo built, on the host.
+    image: Option<String>,
+    /// The containers started, removed when the world is dropped.
+    containers: Vec<String>,
 }
 
 /// Publishes raw bytes on `topic` of the test broker.
@@ -95,7 +100,27 @@ impl World {
         );
         std::fs::write(&config, text).expect("config");
         let client = vec![("bootstrap.servers".to_string(), bootstrap.to_string())];
-        World { dir, tag, prefix, db_url, http, config, nodes: Vec::new(), children: Vec::new(), client }
+        World {
+            dir,
+            tag,
+            prefix,
+            db_url,
+            http,
+            config,
+            nodes: Vec::new(),
+            children: Vec::new(),
+            client,
+            image: None,
+            containers: Vec::new(),
+        }
+    }
+
+    /// From now on serve and the agents run in containers of `image` (crate::image::run_args:
+    /// user 65532, read-only root file system, the host's network), the world's folder bound
+    /// at its own path and given to the image's user.
+    pub fn in_image(&mut self, image: &str) {
+        crate::image::give_to_image_user(self.dir.path());
+        self.image = Some(image.to_string());
     }
 
     /// A world on SQLite with the service running, an agent per node in `nodes`, and a reader
@@ -138,13 +163,14 @@ impl World {
             .append(true)
             .open(self.dir.path().join(format!("{name}.log")))
             .expect("log");
-        let mut c = match wrap.split_first() {
-            Some((program, rest)) => {
+        let mut c = match (self.image.clone(), wrap.split_first()) {
+            (Some(image), _) => self.container(&image, name),
+            (None, Some((program, rest))) => {
                 let mut c = Command::new(program);
                 c.args(rest).arg(common::bin());
                 c
             }
-            None => Command::new(common::bin()),
+            (None, None) => Command::new(common::bin()),
         };
         c.args(args)
             .arg("--config")
@@ -158,6 +184,17 @@ impl World {
             .stdout(log.try_clone().expect("log"))
             .stderr(log);
         self.children.push((name.to_string(), c.spawn().expect("spawn gpusanity")));
+    }
+
+    /// `podman run` of a container named after the world and `name`, ending with the image: the
+    /// caller appends gpusanity's arguments (the image's entrypoint is `gpusanity`).
+    fn container(&mut self, image: &str, name: &str) -> Command {
+        let container = format!("{}-{name}", self.tag);
+        let env = [("GPUSANITY_TEST_TAG", self.tag.as_str()), ("GPUSANITY_API_TOKEN", TOKEN), ("GPUSANITY_LOG", "info")];
+        let mut c = crate::image::podman();
+        c.args(crate::image::run_args(image, &container, &[self.dir.path()], &env));
+        self.containers.push(container);
+        c
     }
 
     pub fn serve(&mut self) {
@@ -323,5 +360,7 @@ impl Drop for World {
             let _ = c.kill();
             let _ = c.wait();
         }
+        // A killed `podman run` leaves its container running.
+        crate::image::remove(&self.containers);
     }
 }
