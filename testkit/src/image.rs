@@ -84,3 +84,116 @@ pub fn give_to_image_user(dir: &Path) {
         }
     }
 }
+
+/// A one-node Kubernetes cluster of a test's own (scripts/kubelet.sh): etcd, the API server, the
+/// scheduler and controller manager, containerd and a kubelet, on loopback; stopped (every
+/// container, process, mount and cgroup of it) when dropped. Images come from podman's store
+/// (`podman save`, then the node's containerd imports them): no registry is reachable.
+pub struct KubeNode {
+    dir: tempfile::TempDir,
+    /// The admin kubeconfig.
+    pub kubeconfig: std::path::PathBuf,
+    /// The Node's name.
+    pub node: String,
+}
+
+impl KubeNode {
+    /// Starts the cluster, or the skip (a failure where `kubernetes` is required) when this
+    /// machine cannot run it.
+    pub fn start_or_skip() -> Option<KubeNode> {
+        or_skip(Prereq::Kubernetes, KubeNode::start())
+    }
+
+    fn start() -> Result<KubeNode, String> {
+        // /proc/self belongs to the process's effective user.
+        let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").map_err(|e| e.to_string())?);
+        if uid != 0 {
+            return Err("a kubelet and containerd need root".into());
+        }
+        for tool in ["containerd", "kubectl"] {
+            if Command::new(tool).arg("--version").output().is_err() {
+                return Err(format!("{tool} is missing"));
+            }
+        }
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let out = KubeNode::script(dir.path(), &["start"]).output().map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let field = |k: &str| text.lines().find_map(|l| l.strip_prefix(&format!("{k}="))).map(str::to_string);
+        match (out.status.success(), field("KUBECONFIG"), field("NODE")) {
+            (true, Some(kubeconfig), Some(node)) => Ok(KubeNode { dir, kubeconfig: kubeconfig.into(), node }),
+            _ => Err(format!("scripts/kubelet.sh start failed: {text}{}", String::from_utf8_lossy(&out.stderr))),
+        }
+    }
+
+    fn script(dir: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new("bash");
+        c.arg(crate::repo().join("scripts/kubelet.sh"))
+            .args(args)
+            .env("TMPDIR", dir)
+            .env("KUBELET_STATE", dir.join("kubelet.state"))
+            .env("KUBE_STATE", dir.join("kube.state"));
+        c
+    }
+
+    /// Imports `image` from podman's store into the node's containerd.
+    pub fn load(&self, image: &str) {
+        let archive = self.dir.path().join("image.tar");
+        let archive_s = archive.display().to_string();
+        let _ = std::fs::remove_file(&archive);
+        let out = podman_output(&["save", "--quiet", "--format", "oci-archive", "-o", &archive_s, image]);
+        assert!(out.status.success(), "podman save {image}: {out:?}");
+        let out = KubeNode::script(self.dir.path(), &["load", &archive_s]).output().expect("kubelet.sh load");
+        assert!(out.status.success(), "kubelet.sh load {image}: {out:?}");
+        let _ = std::fs::remove_file(&archive);
+    }
+
+    /// `kubectl ARGS` against the node's cluster.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("kubectl {args:?}: {e}"))
+    }
+
+    /// `kubectl ARGS`, which must succeed; its standard output.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The kubelet's and containerd's logs, for a failure's message.
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        for f in walk(self.dir.path()).into_iter().filter(|p| p.extension().is_some_and(|e| e == "log")) {
+            let text = std::fs::read_to_string(&f).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(15).collect();
+            s += &format!("--- {}\n{}\n", f.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+        }
+        s
+    }
+}
+
+impl Drop for KubeNode {
+    fn drop(&mut self) {
+        let _ = KubeNode::script(self.dir.path(), &["stop"]).output();
+    }
+}
+
+/// The files under `dir` and one folder down (the script's folder in the temp dir).
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let entries = |d: &Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(d).map(|r| r.flatten().map(|e| e.path()).collect()).unwrap_or_default()
+    };
+    let mut files = Vec::new();
+    for p in entries(dir) {
+        if p.is_dir() {
+            files.extend(entries(&p).into_iter().filter(|f| f.is_file()));
+        } else {
+            files.push(p);
+        }
+    }
+    files
+}

@@ -63,7 +63,10 @@ pub fn root() -> PathBuf {
     super::repo().join("deploy/kubernetes")
 }
 
-/// Every `.yaml`/`.yml` file under `dir`, sorted.
+/// kustomize's own file: what `kubectl apply -k` reads, not an object of the cluster.
+pub const KUSTOMIZATION: &str = "kustomization.yaml";
+
+/// Every `.yaml`/`.yml` file under `dir` but the kustomization, sorted.
 fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -73,7 +76,9 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
             let path = entry.expect("directory entry").path();
             if path.is_dir() {
                 stack.push(path);
-            } else if path.extension().is_some_and(|x| x == "yaml" || x == "yml") {
+            } else if path.extension().is_some_and(|x| x == "yaml" || x == "yml")
+                && !path.file_name().is_some_and(|n| n == KUSTOMIZATION)
+            {
                 out.push(path);
             }
         }

@@ -190,7 +190,8 @@ impl World {
     /// caller appends gpusanity's arguments (the image's entrypoint is `gpusanity`).
     fn container(&mut self, image: &str, name: &str) -> Command {
         let container = format!("{}-{name}", self.tag);
-        let env = [("GPUSANITY_TEST_TAG", self.tag.as_str()), ("GPUSANITY_API_TOKEN", TOKEN), ("GPUSANITY_LOG", "info")];
+        let env =
+            [("GPUSANITY_TEST_TAG", self.tag.as_str()), ("GPUSANITY_API_TOKEN", TOKEN), ("GPUSANITY_LOG", "info")];
         let mut c = crate::image::podman();
         c.args(crate::image::run_args(image, &container, &[self.dir.path()], &env));
         self.containers.push(container);
