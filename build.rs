@@ -25,10 +25,13 @@ fn main() {
     println!("cargo:rustc-env=GPUSANITY_GIT_COMMIT={commit}");
 
     // The bundled CUDA libraries sit in ../lib/gpusanity beside the binary (the image's
-    // /usr/local/lib/gpusanity, the tarball's lib/gpusanity). A DT_RPATH (not DT_RUNPATH) entry,
-    // because the executable's DT_RPATH is searched for every library the process loads, also
-    // the dependencies of a library opened with dlopen, before LD_LIBRARY_PATH; a folder that
-    // does not exist costs one failed lookup.
-    println!("cargo:rustc-link-arg-bins=-Wl,--disable-new-dtags");
+    // /usr/local/lib/gpusanity, the tarball's lib/gpusanity): a DT_RUNPATH entry (zig's linker
+    // writes no other kind; the system linker is told the same), which the dynamic loader
+    // searches for the names the binary opens with dlopen after LD_LIBRARY_PATH and before its
+    // cache and the system folders. The bundle holds every name the binary tries first
+    // (libcublas.so, libnccl.so, ...: docs/cuda.md), so a toolkit in the loader's cache cannot
+    // shadow it; the bundled libraries find each other through their own $ORIGIN run path. A
+    // folder that does not exist costs one failed lookup.
+    println!("cargo:rustc-link-arg-bins=-Wl,--enable-new-dtags");
     println!("cargo:rustc-link-arg-bins=-Wl,-rpath,$ORIGIN/../lib/gpusanity");
 }

@@ -6,7 +6,7 @@
 #
 #   scripts/cuda-libs.sh DEST
 #
-# DEST is the folder beside the binary that the binary searches first (its DT_RPATH is
+# DEST is the folder beside the binary that the binary searches (its DT_RUNPATH is
 # $ORIGIN/../lib/gpusanity): /usr/local/lib/gpusanity in the image, lib/gpusanity in the
 # tarball. Wheels are kept in $CUDA_WHEELS (default ~/.cache/gpusanity/wheels), so a second run
 # downloads nothing. Needs python3 with pip; nothing else (the wheels are zip files).
@@ -62,11 +62,13 @@ for name, version, sha in pins:
     files = ", ".join(f'"{f}"' for f in wanted[name])
     manifest += ["[[library]]", f'package = "{name}"', f'version = "{version}"',
                  f'wheel_sha256 = "{sha}"', f"files = [{files}]", ""]
-# The binary tries libnccl.so, never libnccl.so.2 (docs/cuda.md).
-link = os.path.join(dest, "libnccl.so")
-if os.path.lexists(link):
-    os.remove(link)
-os.symlink("libnccl.so.2", link)
+# The binary tries the unversioned name of each library first (docs/cuda.md): in this folder it
+# must find ours, before the loader's cache offers a toolkit's (and libnccl.so.2 is never tried).
+for target in ["libcublas.so.13", "libcublasLt.so.13", "libnvrtc.so.13", "libnccl.so.2"]:
+    link = os.path.join(dest, target.split(".so")[0] + ".so")
+    if os.path.lexists(link):
+        os.remove(link)
+    os.symlink(target, link)
 with open(os.path.join(dest, "cuda-libs.toml"), "w") as out:
     out.write("\n".join(manifest))
 PY

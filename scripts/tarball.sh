@@ -5,7 +5,7 @@
 #
 #   scripts/tarball.sh BIN OUTDIR     writes OUTDIR/gpusanity-VERSION-x86_64-linux.tar.gz, prints its path
 #
-# Layout (docs/install.md): bin/gpusanity, lib/gpusanity/ (the binary's DT_RPATH,
+# Layout (docs/install.md): bin/gpusanity, lib/gpusanity/ (the binary's DT_RUNPATH,
 # $ORIGIN/../lib/gpusanity), share/gpusanity/{service.toml, systemd/, cuda-libs.sh,
 # cuda-libs.txt}, docs/.
 set -euo pipefail

@@ -26,7 +26,8 @@ for f in libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13 libnvrtc-builtins.so.1
   cp "$(find "$NV" -name "$f" | head -n 1)" "$lib/"
 done
 cp "$(find "$NV" -name libnccl.so.2 | head -n 1)" "$lib/"
-ln -s libnccl.so.2 "$lib/libnccl.so"
+# The unversioned names the binary tries first, as scripts/cuda-libs.sh links them.
+for f in libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13 libnccl.so.2; do ln -s "$f" "$lib/${f%%.so*}.so"; done
 # The manifest, with the versions of the packages the files came from.
 python3 - "$lib" <<'PY'
 import hashlib, importlib.metadata as md, sys
@@ -44,9 +45,9 @@ with open(lib + "/cuda-libs.toml", "w") as out:
         out.write('[[library]]\npackage = "%s"\nversion = "%s"\nwheel_sha256 = "%s"\nfiles = [%s]\n\n' % (pkg, v, "0" * 64, names))
 PY
 ls -la "$lib"
-echo "== the loader's cache has no CUDA library of its own:"
+echo "== what the loader's cache offers besides (a toolkit the bundle must win against):"
 ldconfig -p | grep -E 'libcublas|libnccl|libnvrtc' || echo "   (none)"
-echo "== DT_RPATH of the binary"
+echo "== the binary's run path"
 readelf -d "$root/bin/gpusanity" | grep -E 'RPATH|RUNPATH|NEEDED'
 echo "== --version"
 "$root/bin/gpusanity" --version
@@ -57,9 +58,20 @@ rc=$?
 e=$(date +%s%N)
 cat "$OUT/default.txt"
 echo "== exit $rc, wall $(( (e - s) / 1000000 )) ms"
-echo "== where the workers found each library (LD_DEBUG=libs)"
-cat "$OUT"/ld.* 2>/dev/null | grep -oE 'trying file=[^ ]*(libcuda|libcublas|libcublasLt|libnccl|libnvrtc)[^ ]*|calling init: [^ ]*(libcuda|libcublas|libnccl|libnvrtc)[^ ]*' \
-  | sort | uniq -c | sort -rn | head -n 20
+echo "== the libraries the processes loaded (LD_DEBUG=libs: 'calling init' names the file)"
+cat "$OUT"/ld.* 2>/dev/null | grep -oE 'calling init: [^ ]*(libcuda|libcublas|libnccl|libnvrtc|libnvidia-ml)[^ ]*' \
+  | sort | uniq -c | sort -rn
+if cat "$OUT"/ld.* 2>/dev/null | grep -E 'calling init: ' | grep -E 'libcublas|libnccl|libnvrtc' | grep -qv "$root/"; then
+  echo "BUNDLE NOT USED: a CUDA library came from outside $lib"
+else
+  echo "every cuBLAS, NCCL and NVRTC library came from $lib"
+fi
+echo "== a model check too (its kernels are compiled at run time by NVRTC)"
+LD_DEBUG=libs LD_DEBUG_OUTPUT=$OUT/ld-model "$root/bin/gpusanity" check --micro-benchmarks gemm --model-benchmarks mini-gpt \
+  --report-dir "$OUT/model" >"$OUT/model.txt" 2>&1
+echo "== exit $?"
+grep -E '^verdict' "$OUT/model.txt"
+cat "$OUT"/ld-model.* 2>/dev/null | grep -oE 'calling init: [^ ]*libnvrtc[^ ]*' | sort | uniq -c
 python3 - "$OUT/default/report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

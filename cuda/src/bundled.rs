@@ -1,7 +1,7 @@
 //! The CUDA libraries shipped beside the binary: the image's `/usr/local/lib/gpusanity`, the
-//! tarball's `lib/gpusanity`. The binary's DT_RPATH (`$ORIGIN/../lib/gpusanity`, set by the
-//! binary's build script) makes the dynamic loader search that folder first, for the libraries
-//! the backend opens and for their own dependencies; its manifest, written by
+//! tarball's `lib/gpusanity`. The binary's DT_RUNPATH (`$ORIGIN/../lib/gpusanity`, set by the
+//! binary's build script) makes the dynamic loader search that folder before its cache and the
+//! system folders (LD_LIBRARY_PATH still comes first); its manifest, written by
 //! `scripts/cuda-libs.sh`, says which pinned packages they came from.
 
 use std::path::{Path, PathBuf};

@@ -77,7 +77,7 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
             if path.is_dir() {
                 stack.push(path);
             } else if path.extension().is_some_and(|x| x == "yaml" || x == "yml")
-                && !path.file_name().is_some_and(|n| n == KUSTOMIZATION)
+                && path.file_name().is_none_or(|n| n != KUSTOMIZATION)
             {
                 out.push(path);
             }
