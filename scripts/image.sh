@@ -10,6 +10,8 @@
 #                                    VERSION-COMMIT); prints IMAGE=... and SIZE_MB=...
 #   scripts/image.sh training        the example training image (python3, with gpusanity copied
 #                                    in by deploy/image/training.Containerfile); prints TRAINING_IMAGE=...
+#   scripts/image.sh old             a Debian 11 (bullseye: glibc 2.31 and OpenSSL 1.1, as Ubuntu
+#                                    20.04) image for the portable binary's test; prints OLD_BASE=...
 #   scripts/image.sh save IMAGE FILE an OCI archive of IMAGE (for containerd)
 #   scripts/image.sh podman ARGS     podman with the settings below
 #
@@ -21,6 +23,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE=${IMAGE_CACHE:-$HOME/.cache/gpusanity/image}
 SUITE=bookworm
+OLD_SUITE=bullseye
+OLD_BASE=localhost/gpusanity-old-base:$OLD_SUITE
 BASE=docker.io/library/debian:bookworm-slim
 TRAINING_BASE=localhost/gpusanity-training-base:$SUITE
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
@@ -34,14 +38,14 @@ export CONTAINERS_CONF=$conf
 pm() { podman --runtime runc --cgroup-manager cgroupfs "$@"; }
 
 # A Debian root file system as a tarball, made once: `debootstrap --variant=minbase` from
-# Debian's packages (about 30 s), with the packages in $2 added.
+# Debian's packages (about 30 s), with the packages in $2 added, of suite $3 (default $SUITE).
 rootfs() {
-  local name=$1 include=$2 tar="$CACHE/$1.tar"
+  local name=$1 include=$2 suite=${3:-$SUITE} tar="$CACHE/$1.tar"
   if [ ! -s "$tar" ]; then
     local dir
     dir=$(mktemp -d "${TMPDIR:-/tmp}/gpusanity-rootfs.XXXXXX")
-    echo "== debootstrap $SUITE ($name${include:+, with $include})" >&2
-    debootstrap --variant=minbase ${include:+--include="$include"} "$SUITE" "$dir" >"$CACHE/$name.log" 2>&1 \
+    echo "== debootstrap $suite ($name${include:+, with $include})" >&2
+    debootstrap --variant=minbase ${include:+--include="$include"} "$suite" "$dir" >"$CACHE/$name.log" 2>&1 \
       || { tail -n 20 "$CACHE/$name.log" >&2; exit 1; }
     # What an image does not need: the package lists and caches, docs.
     rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/*.bin "$dir"/usr/share/doc/* "$dir"/usr/share/man/*
@@ -70,6 +74,10 @@ build() {
   bash scripts/cuda-libs.sh dist/cuda-libs
   pm build --quiet --build-arg BINARY=prebuilt --build-arg CUDA_LIBS=prebuilt \
     -t "$IMAGE" -t "$IMAGE-$(commit)" -f Containerfile . >/dev/null
+  # What earlier builds left: their commit tags and the layers no tag holds any more.
+  pm images --format '{{.Repository}}:{{.Tag}}' | grep "^$IMAGE-" | grep -vx "$IMAGE-$(commit)" \
+    | xargs -r podman --runtime runc --cgroup-manager cgroupfs rmi --force >/dev/null 2>&1 || true
+  pm image prune --force >/dev/null 2>&1 || true
   echo "IMAGE=$IMAGE"
   echo "SIZE_MB=$(($(pm image inspect --format '{{.Size}}' "$IMAGE") / 1000000))"
 }
@@ -87,6 +95,12 @@ case "${1:-}" in
   base) base; echo "BASE=$BASE" ;;
   build) build "${2:?usage: image.sh build BIN}" ;;
   training) training ;;
+  old)
+    if ! pm image exists "$OLD_BASE"; then
+      pm import --quiet "$(rootfs "debian-$OLD_SUITE-minbase" "" "$OLD_SUITE")" "$OLD_BASE" >/dev/null
+    fi
+    echo "OLD_BASE=$OLD_BASE"
+    ;;
   save) rm -f "$3"; pm save --quiet --format oci-archive -o "${3:?usage: image.sh save IMAGE FILE}" "$2" ;;
   podman) shift; pm "$@" ;;
   *) sed -n '2,/^set -e/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2 ;;

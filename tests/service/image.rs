@@ -119,3 +119,46 @@ fn raw(args: &[&str]) -> std::process::Command {
     c.args(args);
     c
 }
+
+#[test]
+fn the_portable_binary_checks_on_glibc_2_31_with_openssl_1_1() {
+    let Some(_image) = image_or_skip() else { return };
+    let Ok(old) = std::env::var("GPUSANITY_TEST_OLD_BASE") else {
+        gpusanity_testkit::skip::missing(
+            gpusanity_testkit::skip::Prereq::Image,
+            "GPUSANITY_TEST_OLD_BASE is unset (scripts/image.sh old)",
+        );
+        return;
+    };
+    let _g = svc::common::serial();
+    // The binary these tests ran, in Debian 11: glibc 2.31 and OpenSSL 1.1, as Ubuntu 20.04.
+    let bin = svc::common::bin();
+    let mount = format!("{bin}:/opt/gpusanity/bin/gpusanity:ro");
+    let script = "ldd --version | head -n 1; ls /usr/lib/x86_64-linux-gnu | grep -c '^libssl.so.3' || true; \
+                  /opt/gpusanity/bin/gpusanity check --device cpu --report-dir /tmp/report";
+    let args = [
+        "run",
+        "--rm",
+        "--read-only",
+        "--network",
+        "host",
+        "--shm-size",
+        "512m",
+        "--tmpfs",
+        "/tmp:rw,size=512m,mode=1777",
+        "--volume",
+        mount.as_str(),
+        "--entrypoint",
+        "sh",
+        old.as_str(),
+        "-c",
+        script,
+    ];
+    let out = svc::common::run_with_timeout(raw(&args), Duration::from_secs(180));
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", svc::common::stderr(&out));
+    let mut lines = text.lines();
+    assert!(lines.next().is_some_and(|l| l.ends_with(" 2.31")), "not glibc 2.31:\n{text}");
+    assert_eq!(lines.next(), Some("0"), "the old base has no OpenSSL 3:\n{text}");
+    assert!(text.contains("verdict: CheckPassed"), "{text}");
+}
