@@ -9,13 +9,19 @@
 # DEST is the folder beside the binary that the binary searches (its DT_RUNPATH is
 # $ORIGIN/../lib/gpusanity): /usr/local/lib/gpusanity in the image, lib/gpusanity in the
 # tarball. Wheels are kept in $CUDA_WHEELS (default ~/.cache/gpusanity/wheels), so a second run
-# downloads nothing. Needs python3 with pip; nothing else (the wheels are zip files).
+# downloads nothing. Needs python3 with pip (the wheels are zip files) and patchelf.
+#
+# One change to NVIDIA's files: libnvrtc.so.13 gets the run path $ORIGIN that the cuBLAS
+# libraries already carry. NVRTC opens libnvrtc-builtins.so.13.0 itself, by that name; without
+# a run path of its own the loader's cache answers, and a CUDA toolkit installed on the machine
+# gave its builtins to the bundled NVRTC (seen on an H100 machine, docs/gpu-runs/).
 set -euo pipefail
 dest=${1:?usage: cuda-libs.sh DEST}
 here=$(cd "$(dirname "$0")/.." && pwd)
 req=${CUDA_LIBS_REQUIREMENTS:-$here/deploy/image/cuda-libs.txt}
 cache=${CUDA_WHEELS:-$HOME/.cache/gpusanity/wheels}
 mkdir -p "$cache" "$dest"
+command -v patchelf >/dev/null 2>&1 || { echo "cuda-libs: patchelf is missing (Debian: patchelf; PyPI: patchelf)" >&2; exit 1; }
 
 # Download what the cache lacks; pip refuses a wheel whose hash differs from the pin.
 python3 -m pip download --quiet --no-deps --only-binary=:all: --require-hashes -r "$req" -d "$cache" >&2
@@ -72,4 +78,5 @@ for target in ["libcublas.so.13", "libcublasLt.so.13", "libnvrtc.so.13", "libncc
 with open(os.path.join(dest, "cuda-libs.toml"), "w") as out:
     out.write("\n".join(manifest))
 PY
+patchelf --set-rpath '$ORIGIN' "$dest/libnvrtc.so.13"
 echo "cuda-libs: $(du -sh "$dest" | cut -f1) in $dest" >&2

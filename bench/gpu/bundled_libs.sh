@@ -26,6 +26,8 @@ for f in libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13 libnvrtc-builtins.so.1
   cp "$(find "$NV" -name "$f" | head -n 1)" "$lib/"
 done
 cp "$(find "$NV" -name libnccl.so.2 | head -n 1)" "$lib/"
+# NVRTC's run path, as scripts/cuda-libs.sh sets it (PATCHELF: a patchelf binary, carried).
+"${PATCHELF:-patchelf}" --set-rpath '$ORIGIN' "$lib/libnvrtc.so.13"
 # The unversioned names the binary tries first, as scripts/cuda-libs.sh links them.
 for f in libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13 libnccl.so.2; do ln -s "$f" "$lib/${f%%.so*}.so"; done
 # The manifest, with the versions of the packages the files came from.
@@ -72,6 +74,11 @@ LD_DEBUG=libs LD_DEBUG_OUTPUT=$OUT/ld-model "$root/bin/gpusanity" check --micro-
 echo "== exit $?"
 grep -E '^verdict' "$OUT/model.txt"
 cat "$OUT"/ld-model.* 2>/dev/null | grep -oE 'calling init: [^ ]*libnvrtc[^ ]*' | sort | uniq -c
+if cat "$OUT"/ld-model.* 2>/dev/null | grep -E 'calling init: [^ ]*libnvrtc' | grep -qv "$root/"; then
+  echo "BUNDLE NOT USED: NVRTC or its builtins came from outside $lib"
+else
+  echo "NVRTC and its builtins came from $lib"
+fi
 python3 - "$OUT/default/report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
