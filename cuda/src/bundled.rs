@@ -94,3 +94,63 @@ pub fn describe() -> String {
         Err(e) => format!("bundled CUDA libraries: {e}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh folder of this test's own under the system's temp folder.
+    fn folder(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("gpusanity-bundled-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp folder");
+        dir
+    }
+
+    const GOOD: &str = "[[library]]\npackage = \"nvidia-nccl-cu13\"\nversion = \"2.28.9\"\n\
+                        wheel_sha256 = \"00\"\nfiles = [\"libnccl.so.2\"]\n";
+
+    #[test]
+    fn a_folder_without_a_manifest_bundles_nothing() {
+        let dir = folder("none");
+        assert!(read_manifest(&dir).expect("no manifest is no error").is_none());
+    }
+
+    #[test]
+    fn a_manifest_is_read_when_every_file_it_lists_is_there() {
+        let dir = folder("good");
+        std::fs::write(dir.join(MANIFEST), GOOD).unwrap();
+        std::fs::write(dir.join("libnccl.so.2"), b"").unwrap();
+        let m = read_manifest(&dir).expect("readable").expect("a manifest");
+        assert_eq!(m.libraries.len(), 1);
+        assert_eq!((m.libraries[0].package.as_str(), m.libraries[0].version.as_str()), ("nvidia-nccl-cu13", "2.28.9"));
+    }
+
+    #[test]
+    fn a_bad_manifest_is_an_error_naming_what_is_wrong() {
+        let dir = folder("missing");
+        std::fs::write(dir.join(MANIFEST), GOOD).unwrap();
+        assert!(matches!(read_manifest(&dir), Err(BundledError::MissingFile { file, .. }) if file == "libnccl.so.2"));
+
+        let dir = folder("escape");
+        std::fs::write(dir.join(MANIFEST), GOOD.replace("libnccl.so.2", "../etc/passwd")).unwrap();
+        assert!(matches!(read_manifest(&dir), Err(BundledError::MissingFile { .. })));
+
+        let dir = folder("malformed");
+        std::fs::write(dir.join(MANIFEST), "[[library]]\npackage = 3\n").unwrap();
+        assert!(matches!(read_manifest(&dir), Err(BundledError::Malformed { .. })));
+        std::fs::write(dir.join(MANIFEST), format!("{GOOD}extra = 1\n")).unwrap();
+        assert!(matches!(read_manifest(&dir), Err(BundledError::Malformed { .. })), "unknown keys are refused");
+
+        let dir = folder("large");
+        std::fs::write(dir.join(MANIFEST), "#".repeat(MAX_MANIFEST_BYTES as usize + 1)).unwrap();
+        assert!(matches!(read_manifest(&dir), Err(BundledError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn the_version_line_never_fails() {
+        let line = describe();
+        assert!(line.starts_with("bundled CUDA libraries"), "{line}");
+        assert!(!line.contains('\n'), "{line}");
+    }
+}

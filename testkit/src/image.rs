@@ -18,12 +18,15 @@ pub const USER: u32 = 65532;
 
 /// The image under test, or the skip (a failure where `image` is required).
 pub fn image_or_skip() -> Option<String> {
+    built_or_skip(IMAGE_ENV, "image (scripts/image.sh build)")
+}
+
+/// What the variable `var` names, which `.ci/run` sets from scripts/image.sh (`what` says
+/// which command makes it), or the skip (a failure where `image` is required).
+pub fn built_or_skip(var: &str, what: &str) -> Option<String> {
     or_skip(
         Prereq::Image,
-        std::env::var(IMAGE_ENV)
-            .ok()
-            .filter(|i| !i.is_empty())
-            .ok_or_else(|| format!("{IMAGE_ENV} is unset: no image was built (scripts/image.sh build)")),
+        std::env::var(var).ok().filter(|v| !v.is_empty()).ok_or_else(|| format!("{var} is unset: no {what} was built")),
     )
 }
 

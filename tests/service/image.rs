@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use gpusanity_testkit::image::{give_to_image_user, image_or_skip, podman, podman_output, run_args, USER};
+use gpusanity_testkit::image::{
+    built_or_skip, give_to_image_user, image_or_skip, podman, podman_output, run_args, USER,
+};
 use gpusanity_testkit::svc::{self, postgres_database, World};
 
 /// The pins of deploy/image/cuda-libs.txt: (package, version).
@@ -122,14 +124,7 @@ fn raw(args: &[&str]) -> std::process::Command {
 
 #[test]
 fn the_portable_binary_checks_on_glibc_2_31_with_openssl_1_1() {
-    let Some(_image) = image_or_skip() else { return };
-    let Ok(old) = std::env::var("GPUSANITY_TEST_OLD_BASE") else {
-        gpusanity_testkit::skip::missing(
-            gpusanity_testkit::skip::Prereq::Image,
-            "GPUSANITY_TEST_OLD_BASE is unset (scripts/image.sh old)",
-        );
-        return;
-    };
+    let Some(old) = built_or_skip("GPUSANITY_TEST_OLD_BASE", "Debian 11 image (scripts/image.sh old)") else { return };
     let _g = svc::common::serial();
     // The binary these tests ran, in Debian 11: glibc 2.31 and OpenSSL 1.1, as Ubuntu 20.04.
     let bin = svc::common::bin();

@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gpusanity_testkit::image::{image_or_skip, KubeNode};
+use gpusanity_testkit::image::{built_or_skip, image_or_skip, KubeNode};
 use gpusanity_testkit::manifests::documents;
 use gpusanity_testkit::svc::{self, allocated, broker, postgres_database, World, TOKEN};
 use serde_json::{json, Value};
@@ -132,11 +132,8 @@ fn wait_pod_end(node: &KubeNode, ns: &str, pod: &str, limit: Duration) -> String
 #[test]
 fn the_manifests_run_real_pods_on_a_kubelet_serve_ready_agent_checks_training_hands_over() {
     let Some(image) = image_or_skip() else { return };
-    let Ok(training) = std::env::var("GPUSANITY_TEST_TRAINING_IMAGE") else {
-        gpusanity_testkit::skip::missing(
-            gpusanity_testkit::skip::Prereq::Image,
-            "GPUSANITY_TEST_TRAINING_IMAGE is unset (scripts/image.sh training)",
-        );
+    let Some(training) = built_or_skip("GPUSANITY_TEST_TRAINING_IMAGE", "training image (scripts/image.sh training)")
+    else {
         return;
     };
     let _g = svc::common::serial();
