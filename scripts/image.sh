@@ -75,8 +75,10 @@ build() {
   pm build --quiet --build-arg BINARY=prebuilt --build-arg CUDA_LIBS=prebuilt \
     -t "$IMAGE" -t "$IMAGE-$(commit)" -f Containerfile . >/dev/null
   # What earlier builds left: their commit tags and the layers no tag holds any more.
-  pm images --format '{{.Repository}}:{{.Tag}}' | grep "^$IMAGE-" | grep -vx "$IMAGE-$(commit)" \
-    | xargs -r podman --runtime runc --cgroup-manager cgroupfs rmi --force >/dev/null 2>&1 || true
+  local old
+  old=$(pm images --format '{{.Repository}}:{{.Tag}}' | grep "^$IMAGE-" | grep -vx "$IMAGE-$(commit)" || true)
+  # shellcheck disable=SC2086 # one tag per word
+  [ -z "$old" ] || pm rmi --force $old >/dev/null 2>&1 || true
   pm image prune --force >/dev/null 2>&1 || true
   echo "IMAGE=$IMAGE"
   echo "SIZE_MB=$(($(pm image inspect --format '{{.Size}}' "$IMAGE") / 1000000))"

@@ -40,9 +40,16 @@ pub fn podman() -> Command {
     c
 }
 
+/// `podman ARGS` with this machine's settings, not yet run.
+pub fn podman_with<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Command {
+    let mut c = podman();
+    c.args(args);
+    c
+}
+
 /// Runs podman with `args` to its end; panics with its output when it cannot start.
 pub fn podman_output(args: &[&str]) -> Output {
-    podman().args(args).output().unwrap_or_else(|e| panic!("podman {args:?}: {e}"))
+    podman_with(args).output().unwrap_or_else(|e| panic!("podman {args:?}: {e}"))
 }
 
 /// The arguments of `podman run` for a container named `name` as the manifests run one: the

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use gpusanity_testkit::image::{
-    built_or_skip, give_to_image_user, image_or_skip, podman, podman_output, run_args, USER,
+    built_or_skip, give_to_image_user, image_or_skip, podman_output, podman_with, run_args, USER,
 };
 use gpusanity_testkit::svc::{self, postgres_database, World};
 
@@ -39,7 +39,7 @@ fn the_image_runs_the_check_as_its_own_user_on_a_read_only_root() {
     // The version names the commit and every bundled library at its pinned version.
     let mut args = run_args(&image, &svc::kube::unique("img-version"), &[], &[]);
     args.push("--version".into());
-    let out = svc::common::run_with_timeout(with_args(&args), Duration::from_secs(60));
+    let out = svc::common::run_with_timeout(podman_with(&args), Duration::from_secs(60));
     let version = stdout(&out);
     assert!(out.status.success(), "{out:?}");
     assert!(version.starts_with(&format!("gpusanity {} (commit ", env!("CARGO_PKG_VERSION"))), "{version}");
@@ -50,7 +50,16 @@ fn the_image_runs_the_check_as_its_own_user_on_a_read_only_root() {
 
     // Nothing can be written outside the volumes, and the user is not root.
     let out = svc::common::run_with_timeout(
-        raw(&["run", "--rm", "--read-only", "--entrypoint", "sh", &image, "-c", "id -u; touch /usr/x 2>&1 || true"]),
+        podman_with(&[
+            "run",
+            "--rm",
+            "--read-only",
+            "--entrypoint",
+            "sh",
+            &image,
+            "-c",
+            "id -u; touch /usr/x 2>&1 || true",
+        ]),
         Duration::from_secs(60),
     );
     let text = stdout(&out);
@@ -64,7 +73,7 @@ fn the_image_runs_the_check_as_its_own_user_on_a_read_only_root() {
     let mut args = run_args(&image, &svc::kube::unique("img-check"), &[dir.path()], &[]);
     args.extend(["check", "--device", "cpu", "--report-dir"].map(String::from));
     args.push(report.display().to_string());
-    let out = svc::common::run_with_timeout(with_args(&args), Duration::from_secs(180));
+    let out = svc::common::run_with_timeout(podman_with(&args), Duration::from_secs(180));
     assert!(out.status.success(), "check in the image: {}\n{}", stdout(&out), svc::common::stderr(&out));
     let report = svc::common::read_json(&report.join("report.json"));
     assert_eq!(report["status"], "passed", "{:#}", report["findings"]);
@@ -109,19 +118,6 @@ fn the_service_quick_start_runs_in_containers_and_isolates_a_faulty_node() {
     w.shutdown();
 }
 
-/// `podman ARGS` with this machine's settings.
-fn with_args(args: &[String]) -> std::process::Command {
-    let mut c = podman();
-    c.args(args);
-    c
-}
-
-fn raw(args: &[&str]) -> std::process::Command {
-    let mut c = podman();
-    c.args(args);
-    c
-}
-
 #[test]
 fn the_portable_binary_checks_on_glibc_2_31_with_openssl_1_1() {
     let Some(old) = built_or_skip("GPUSANITY_TEST_OLD_BASE", "Debian 11 image (scripts/image.sh old)") else { return };
@@ -149,7 +145,7 @@ fn the_portable_binary_checks_on_glibc_2_31_with_openssl_1_1() {
         "-c",
         script,
     ];
-    let out = svc::common::run_with_timeout(raw(&args), Duration::from_secs(180));
+    let out = svc::common::run_with_timeout(podman_with(&args), Duration::from_secs(180));
     let text = stdout(&out);
     assert!(out.status.success(), "{text}\n{}", svc::common::stderr(&out));
     let mut lines = text.lines();
