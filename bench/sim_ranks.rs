@@ -83,7 +83,7 @@ pub fn outcome(k: usize, nodes: &[NodeInfo], gpus: usize) -> NodeOutcome {
             (noise(5.0), results)
         })
         .collect();
-    NodeOutcome { node_rank: k, ranks: infos, checks, stop: None }
+    NodeOutcome { node_rank: k, ranks: infos, checks, stop: None, host: None }
 }
 
 pub fn node_info(k: usize, gpus: usize) -> NodeInfo {

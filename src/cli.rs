@@ -25,7 +25,9 @@ pub fn long_version() -> &'static str {
     static LONG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     LONG.get_or_init(|| {
         format!(
-            "{SHORT_VERSION}\nCUDA bindings: 13.0 (an NVIDIA driver of release 580 or later)\n{}",
+            "{SHORT_VERSION}\nCUDA bindings: {} (an NVIDIA driver of release {} or later)\n{}",
+            gpusanity_cuda::CUDA_GENERATION,
+            gpusanity_cuda::MIN_DRIVER_MAJOR,
             gpusanity_cuda::bundled::describe()
         )
     })

@@ -14,6 +14,7 @@ pub mod expected;
 pub mod findings;
 pub mod fleet;
 pub mod health;
+pub mod host;
 pub mod hostlist;
 pub mod peers;
 pub mod registry;

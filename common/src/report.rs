@@ -91,6 +91,17 @@ pub struct Report {
     /// of the slowest, median and fastest rank.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sweep_summaries: Vec<SweepSummary>,
+    /// What each node's launcher read of its host before any check (kernel log, settings),
+    /// as judged into the findings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<NodeHost>,
+}
+
+/// One node's host readings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeHost {
+    pub node_rank: usize,
+    pub readings: crate::host::HostReadings,
 }
 
 /// One check's sweep over all its ranks, at each message size (see `Report::sweep_summaries`).

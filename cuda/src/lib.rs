@@ -22,7 +22,12 @@ use cudarc::cublas::{result::CublasError, CudaBlas};
 use cudarc::driver::{CudaContext, CudaStream, DriverError};
 use thiserror::Error;
 
-pub use probe::{check_libraries, driver_error, driver_present, panic_message, probe, probe_memory};
+pub use probe::{check_libraries, driver_error, driver_present, panic_message, probe, probe_memory, probe_pci_bus_ids};
+
+/// The CUDA generation of the bindings (cudarc's `cuda-13000`).
+pub const CUDA_GENERATION: &str = "13.0";
+/// The oldest NVIDIA driver branch that runs CUDA 13.0 and the libraries bundled with it.
+pub const MIN_DRIVER_MAJOR: u32 = 580;
 
 #[derive(Debug, Error)]
 pub enum CudaError {

@@ -178,6 +178,34 @@ pub fn probe() -> Result<Vec<String>, String> {
     })?
 }
 
+/// The PCI address (`0000:3b:00.0`) of each usable CUDA device, in the order of [`probe`]: the
+/// job's GPUs as the host's kernel log and sysfs name them. Never panics and prints nothing.
+pub fn probe_pci_bus_ids() -> Result<Vec<String>, String> {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    check(&DRIVER)?;
+    catch_silently(|| {
+        drv::init().map_err(|e| format!("CUDA driver initialisation failed: {}", driver_error(&e)))?;
+        let count = drv::device::get_count().map_err(|e| format!("cuDeviceGetCount: {}", driver_error(&e)))?;
+        (0..count)
+            .map(|i| {
+                let dev = drv::device::get(i).map_err(|e| format!("CUDA device {i}: {}", driver_error(&e)))?;
+                let attr = |a: A| {
+                    // SAFETY: `dev` is a device handle the initialised driver just returned;
+                    // cuDeviceGetAttribute only reads that device's attribute.
+                    unsafe { drv::device::get_attribute(dev, a) }
+                        .map_err(|e| format!("CUDA device {i}: {}", driver_error(&e)))
+                };
+                let (domain, bus, device) = (
+                    attr(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+                    attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+                    attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
+                );
+                Ok(format!("{domain:04x}:{bus:02x}:{device:02x}.0"))
+            })
+            .collect()
+    })?
+}
+
 /// Total memory of each usable CUDA device, in bytes (in the order of [`probe`]). Never
 /// panics and prints nothing.
 pub fn probe_memory() -> Result<Vec<u64>, String> {

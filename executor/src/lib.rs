@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod checks;
 pub mod diagnosis;
+pub mod host;
 pub mod launcher;
 pub mod protocol;
 pub mod store;

@@ -4,9 +4,12 @@
 use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::Device;
 use nvml_wrapper_sys::bindings::{
-    nvmlClockType_enum_NVML_CLOCK_SM, nvmlPStates_enum_NVML_PSTATE_0, nvmlRowRemapperHistogramValues_t,
+    nvmlClockType_enum_NVML_CLOCK_SM, nvmlGpuFabricInfo_t, nvmlPStates_enum_NVML_PSTATE_0,
+    nvmlRowRemapperHistogramValues_t, NVML_GPU_FABRIC_STATE_COMPLETED, NVML_GPU_FABRIC_STATE_IN_PROGRESS,
+    NVML_GPU_FABRIC_STATE_NOT_STARTED,
 };
 
+use gpusanity_common::health::readiness::Fabric;
 use gpusanity_common::health::{BankHistogram, RemappedRows};
 
 /// `nvmlDeviceGetRemappedRows`.
@@ -54,4 +57,23 @@ pub fn bank_histogram(nvml: &nvml_wrapper::Nvml, device: &Device<'_>) -> Result<
     let ret = unsafe { sym(device.handle(), &mut v) };
     nvml_try(ret)?;
     Ok(BankHistogram { max: v.max, high: v.high, partial: v.partial, low: v.low, none: v.none })
+}
+
+/// `nvmlDeviceGetGpuFabricInfo`: the GPU's NVSwitch fabric state and status; `Ok(None)` for a GPU
+/// with no fabric (state not supported).
+pub fn fabric(nvml: &nvml_wrapper::Nvml, device: &Device<'_>) -> Result<Option<Fabric>, NvmlError> {
+    let sym =
+        nvml.lib().nvmlDeviceGetGpuFabricInfo.as_ref().map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+    let mut info = nvmlGpuFabricInfo_t { clusterUuid: [0; 16], status: 0, cliqueId: 0, state: 0 };
+    // SAFETY: as above; `info` is the `nvmlGpuFabricInfo_t` the function fills, of the layout
+    // bindgen generated from NVML's header, valid for the call.
+    let ret = unsafe { sym(device.handle(), &mut info) };
+    nvml_try(ret)?;
+    let state = match u32::from(info.state) {
+        NVML_GPU_FABRIC_STATE_NOT_STARTED => "not_started",
+        NVML_GPU_FABRIC_STATE_IN_PROGRESS => "in_progress",
+        NVML_GPU_FABRIC_STATE_COMPLETED => "completed",
+        _ => return Ok(None),
+    };
+    Ok(Some(Fabric { state: state.into(), status: info.status }))
 }

@@ -90,6 +90,7 @@ pub(crate) fn settings(nvml: &nvml_wrapper::Nvml, d: &Device<'_>) -> GpuSettings
         p0_max_sm_mhz: raw::p0_sm_clock_range(nvml, d).ok().map(|(_, max)| max),
         max_sm_mhz: d.max_clock_info(Clock::SM).ok(),
         mps: Some(mps(Path::new("/"), std::env::var("CUDA_MPS_PIPE_DIRECTORY").ok().as_deref())),
+        fabric: raw::fabric(nvml, d).ok().flatten(),
     }
 }
 

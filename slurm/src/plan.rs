@@ -78,6 +78,7 @@ mod tests {
             remeasured: vec![],
             pair_bandwidth: vec![],
             sweep_summaries: Vec::new(),
+            hosts: Vec::new(),
         }
     }
 

@@ -6,6 +6,7 @@ mod bandwidth;
 mod faults;
 mod fleet;
 mod health;
+mod host;
 mod job_settings;
 mod kube_manifests;
 mod kubernetes;

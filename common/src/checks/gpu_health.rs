@@ -140,4 +140,7 @@ check_codes! {
     GpuHealthDriverOld = "GPU_HEALTH_DRIVER_OLD", Critical, "critical", [Check(CheckId::GpuHealth)], "rank",
         "the driver is below `gpu-health.min-driver` (unset by default: no minimum)",
         "upgrade the driver";
+    GpuHealthFabricNotReady = "GPU_HEALTH_FABRIC_NOT_READY", Critical, "critical (policy: `gpu-health.fabric`)", [Check(CheckId::GpuHealth)], "rank",
+        "the GPU's NVSwitch fabric is not ready (NVML's fabric state not completed, or completed with an error): CUDA fails with \"system not yet initialized\"",
+        "start or wait for nvidia-fabricmanager; check its log";
 }

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Param, ParamError};
 use crate::health::xid;
+use crate::host::NodePolicy;
 
 /// The most GPUs one node is expected to have.
 pub const MAX_GPUS_PER_NODE: u64 = 1024;
@@ -48,6 +49,10 @@ pub struct GpuHealthConfig {
     /// An MPS control daemon on the node is expected (the job runs under MPS).
     #[serde(default)]
     pub allow_mps: bool,
+    /// The policy for the host's readings (kernel log, shm, memlock, GPUDirect RDMA, ACS,
+    /// fabric, driver): docs/health.md, "Ready for the next job".
+    #[serde(default)]
+    pub node: NodePolicy,
 }
 
 /// Memory other processes may hold on a job's GPU before it fails, MiB (a CUDA context of
@@ -76,6 +81,7 @@ impl Default for GpuHealthConfig {
             min_driver: None,
             allow_locked_clocks: false,
             allow_mps: false,
+            node: NodePolicy::default(),
         }
     }
 }
@@ -94,6 +100,14 @@ impl GpuHealthConfig {
         "min-driver",
         "allow-locked-clocks",
         "allow-mps",
+        "kernel-xids",
+        "shm",
+        "shm-mib-per-rank",
+        "memlock",
+        "gpudirect-rdma",
+        "pcie-acs",
+        "fabric",
+        "bundled-driver",
     ];
 
     pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
@@ -121,7 +135,7 @@ impl GpuHealthConfig {
             "allow-locked-clocks" => self.allow_locked_clocks = flag(p)?,
             "allow-mps" => self.allow_mps = flag(p)?,
             "min-driver" => self.min_driver = parse_driver(p)?,
-            _ => return Ok(false),
+            _ => return self.node.apply(p),
         }
         Ok(true)
     }
@@ -181,6 +195,20 @@ mod tests {
         let mut c = CheckConfigs::defaults(DeviceKind::Cuda);
         c.apply_params(&[param.to_string()]).map_err(|e| e.to_string())?;
         Ok(c.gpu_health)
+    }
+
+    #[test]
+    fn the_host_policy_is_read_through_gpu_health_keys() {
+        for k in crate::host::NodePolicy::KEYS {
+            assert!(super::GpuHealthConfig::KEYS.contains(k), "{k}");
+        }
+        let d = apply("gpu-health.pcie-acs=critical").unwrap();
+        assert_eq!(d.node.pcie_acs, crate::host::Level::Critical);
+        assert_eq!(apply("gpu-health.shm-mib-per-rank=8").unwrap().node.shm_mib_per_rank, 8);
+        assert_eq!(apply("gpu-health.kernel-xids=off").unwrap().node.kernel_xids, crate::host::Level::Off);
+        assert!(apply("gpu-health.memlock=loud").is_err());
+        assert!(apply("gpu-health.shm-mib-per-rank=0").is_err());
+        assert!(apply("gpu-health.shm-mib-per-rank=99999999999").is_err());
     }
 
     #[test]

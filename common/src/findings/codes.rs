@@ -37,6 +37,33 @@ macro_rules! every_code {
             NodeGpusMissing = "NODE_GPUS_MISSING", Critical, "critical", [Device], "node",
                 "CUDA can use fewer GPUs than the job asked for on the node (the largest of `--nproc-per-node`, `SLURM_GPUS_ON_NODE`, the count of `SLURM_JOB_GPUS`, `gpu-health.expected-gpus`); names the missing local GPUs and who asked; no check runs, exit 1",
                 "exclude the node, or ask for the GPUs it has";
+            NodeKernelXidFatal = "NODE_KERNEL_XID_FATAL", Critical, "critical (warning with `gpu-health.kernel-xids=warning`)", [Device], "node",
+                "the kernel log (`/dev/kmsg`, else the journal of this boot) holds an XID of the fatal table (`gpu-health.fatal-xids`) on one of the job's GPUs that no later GPU reset, driver reload or reboot cleared: the previous job left the GPU broken; names the GPU's PCI address, the XID, when, and the log's lines",
+                "the XID catalogue's action (in the finding): reset the GPU or reboot the node, then acknowledge the reset in the log (docs/health.md)";
+            NodeKernelXid = "NODE_KERNEL_XID", Warning, "warning", [Device], "node",
+                "another XID on one of the job's GPUs in the kernel log since the last reset or boot (often the previous job's own fault)",
+                "read the XID's line; reset the GPU if it recurs";
+            NodeKernelLogUnreadable = "NODE_KERNEL_LOG_UNREADABLE", Warning, "warning", [Device], "node",
+                "the kernel log could not be read (no CAP_SYSLOG, `kernel.dmesg_restrict`, a pod without the host's `/dev/kmsg` or journal): XIDs raised before the check are not seen",
+                "grant the check the log (docs/health.md, docs/kubernetes.md)";
+            NodeShmSmall = "NODE_SHM_SMALL", Critical, "critical (policy: `gpu-health.shm`)", [Device], "node",
+                "`/dev/shm` is smaller than the node's ranks need for NCCL's shared-memory transport (`gpu-health.shm-mib-per-rank`, 32 MiB, times the ranks; judged from two ranks)",
+                "give the pod a larger `/dev/shm` (an emptyDir of medium Memory)";
+            NodeMemlockLimited = "NODE_MEMLOCK_LIMITED", Critical, "critical (policy: `gpu-health.memlock`)", [Device], "node",
+                "`RLIMIT_MEMLOCK` is not unlimited on a node with RDMA devices: NCCL's memory registration fails",
+                "set the memlock limit to unlimited for the container runtime";
+            NodeNoGpudirectRdma = "NODE_NO_GPUDIRECT_RDMA", Critical, "critical or warning by `gpu-health.gpudirect-rdma` (default: warning)", [Device], "node",
+                "RDMA devices but no GPUDirect RDMA path: `nvidia_peermem` not loaded and no DMA-BUF (open kernel module on Linux 5.12+): traffic is staged through host memory",
+                "load `nvidia-peermem`, or use the open kernel module";
+            NodePcieAcsEnabled = "NODE_PCIE_ACS_ENABLED", Critical, "critical or warning by `gpu-health.pcie-acs` (default: warning)", [Device], "node",
+                "PCIe ACS P2P Request or Completion Redirect is enabled on a bridge above the job's GPUs (with two GPUs or a GPU and a NIC): peer-to-peer traffic detours through the root complex; names each bridge and its ACS control",
+                "disable ACS on bare metal (BIOS or setpci)";
+            NodePcieAcsUnreadable = "NODE_PCIE_ACS_UNREADABLE", Warning, "warning", [Device], "node",
+                "the extended PCIe configuration space of the bridges above the GPUs could not be read (it needs root): ACS was not judged",
+                "run the check as root where ACS matters";
+            NodeDriverTooOld = "NODE_DRIVER_TOO_OLD", Critical, "critical (policy: `gpu-health.bundled-driver`)", [Device], "node",
+                "the NVIDIA driver (`/proc/driver/nvidia/version`) is older than the CUDA libraries gpusanity runs require (CUDA 13: 580 or later); named before CUDA fails to open",
+                "upgrade the driver";
             RunTimeout = "RUN_TIMEOUT", Critical, "critical", [Run, Service], "job",
                 "the whole run overran `--sanity-check-max-time` with every rank alive (check `run`: the launcher's own limit), or overran it plus `deadline_grace_s` without a verdict from node 0 (check `service`: see the `RUN_UNFINISHED` findings beside it)",
                 "raise the max time or select fewer checks";

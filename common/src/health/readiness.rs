@@ -57,6 +57,26 @@ pub struct GpuSettings {
     /// The node's MPS control daemon, as seen from the worker (`None`: not read).
     #[serde(default)]
     pub mps: Option<Mps>,
+    /// The GPU's NVSwitch fabric (`nvmlDeviceGetGpuFabricInfo`; `None`: the driver or the
+    /// GPU has none to report).
+    #[serde(default)]
+    pub fabric: Option<Fabric>,
+}
+
+/// NVML's fabric state of a GPU on an NVSwitch system.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fabric {
+    /// `not_started`, `in_progress` or `completed` (`not_supported` GPUs have no entry).
+    pub state: String,
+    /// The registration's result once completed: NVML's return code, 0 for success.
+    pub status: u32,
+}
+
+impl Fabric {
+    /// Ready: registration completed with success.
+    pub fn ready(&self) -> bool {
+        self.state == "completed" && self.status == 0
+    }
 }
 
 /// What shows an MPS control daemon on the node: its pipe directory's control socket
@@ -93,6 +113,8 @@ pub struct Readiness {
     pub allow_locked_clocks: bool,
     /// An MPS control daemon is expected.
     pub allow_mps: bool,
+    /// What an NVSwitch fabric that is not ready becomes.
+    pub fabric: crate::host::Level,
 }
 
 impl Readiness {
@@ -104,6 +126,7 @@ impl Readiness {
             min_driver: c.min_driver.clone(),
             allow_locked_clocks: c.allow_locked_clocks,
             allow_mps: c.allow_mps,
+            fabric: c.node.fabric,
         }
     }
 }
@@ -260,6 +283,18 @@ pub fn settings(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding>
             gpu,
             "persistence mode is off: every job pays the driver's initialisation".into(),
             "enable persistence (nvidia-persistenced, or nvidia-smi -pm 1)",
+        ));
+    }
+    if let (Some(fabric), Some(sev)) = (s.fabric.as_ref().filter(|f| !f.ready()), policy.fabric.severity()) {
+        out.push(finding(
+            sev,
+            Code::GpuHealthFabricNotReady,
+            gpu,
+            format!(
+                "the NVSwitch fabric is not ready (state {}, status {}): CUDA fails with \"system not yet initialized\"",
+                fabric.state, fabric.status
+            ),
+            "start nvidia-fabricmanager or wait for it to finish; read its log",
         ));
     }
     if let (Some(min), Some(have)) = (policy.min_driver.as_deref(), gpu.driver_version.as_deref()) {

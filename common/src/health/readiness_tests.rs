@@ -2,7 +2,7 @@
 //! processes and settings of the cases met on a node: the check's own worker alone, a leftover
 //! holding most of the memory, a co-running matmul, and settings that break or slow a job.
 
-use super::readiness::{leftovers, settings, version_below, Mps};
+use super::readiness::{leftovers, settings, version_below, Fabric, Mps};
 use super::*;
 use crate::config::health::GpuHealthConfig;
 use crate::report::Severity;
@@ -29,8 +29,24 @@ fn clean() -> Readings {
         p0_max_sm_mhz: Some(1980),
         max_sm_mhz: Some(1980),
         mps: Some(Mps { pipe_dir: "/tmp/nvidia-mps".into(), control: false, daemons: Vec::new() }),
+        fabric: Some(Fabric { state: "completed".into(), status: 0 }),
     };
     r
+}
+
+#[test]
+fn an_nvswitch_fabric_that_is_not_ready_fails_the_gpu_by_policy() {
+    let mut r = clean();
+    for (state, status) in [("in_progress", 0), ("not_started", 0), ("completed", 999)] {
+        r.settings.fabric = Some(Fabric { state: state.into(), status });
+        let got = judge(&r, &ready());
+        assert_eq!(got.len(), 1, "{state}: {got:?}");
+        assert_eq!((got[0].0.as_str(), got[0].1), ("GPU_HEALTH_FABRIC_NOT_READY", Severity::Critical));
+    }
+    let warn = Readiness { fabric: crate::host::Level::Warning, ..ready() };
+    assert_eq!(judge(&r, &warn)[0].1, Severity::Warning);
+    r.settings.fabric = None;
+    assert_eq!(judge(&r, &ready()), []);
 }
 
 fn ready() -> Readiness {

@@ -13,22 +13,48 @@
 pub struct FatalXid {
     pub xid: u32,
     pub name: &'static str,
+    /// The catalogue's resolution, as the action of a finding.
+    pub action: &'static str,
 }
 
 /// The default fatal XIDs.
 pub const FATAL_XIDS: &[FatalXid] = &[
-    FatalXid { xid: 48, name: "double-bit ECC error" },
-    FatalXid { xid: 62, name: "internal micro-controller halt" },
-    FatalXid { xid: 63, name: "ECC page retirement or row-remapping event" },
-    FatalXid { xid: 64, name: "ECC page retirement or row-remapping failure" },
-    FatalXid { xid: 74, name: "NVLink error" },
-    FatalXid { xid: 79, name: "GPU has fallen off the bus" },
-    FatalXid { xid: 92, name: "high single-bit ECC error rate" },
-    FatalXid { xid: 94, name: "contained ECC error" },
-    FatalXid { xid: 95, name: "uncontained ECC error" },
-    FatalXid { xid: 119, name: "GSP RPC timeout" },
-    FatalXid { xid: 120, name: "GSP error" },
-    FatalXid { xid: 140, name: "unrecovered ECC error" },
+    FatalXid { xid: 48, name: "double-bit ECC error", action: "reset the GPU; replace it if it recurs" },
+    FatalXid {
+        xid: 62,
+        name: "internal micro-controller halt",
+        action: "reset the GPU; reboot the node if the reset fails",
+    },
+    FatalXid {
+        xid: 63,
+        name: "ECC page retirement or row-remapping event",
+        action: "reset the GPU to apply the remapping or retirement",
+    },
+    FatalXid {
+        xid: 64,
+        name: "ECC page retirement or row-remapping failure",
+        action: "reset the GPU; replace it if it recurs",
+    },
+    FatalXid {
+        xid: 74,
+        name: "NVLink error",
+        action: "reset the GPU; inspect the NVLink/NVSwitch fabric if it recurs",
+    },
+    FatalXid {
+        xid: 79,
+        name: "GPU has fallen off the bus",
+        action: "reboot the node; reseat or replace the GPU if it recurs",
+    },
+    FatalXid { xid: 92, name: "high single-bit ECC error rate", action: "reset the GPU; replace it if it recurs" },
+    FatalXid { xid: 94, name: "contained ECC error", action: "reset the GPU to clear the contained error" },
+    FatalXid {
+        xid: 95,
+        name: "uncontained ECC error",
+        action: "reset the GPU (reboot the node where the reset fails)",
+    },
+    FatalXid { xid: 119, name: "GSP RPC timeout", action: "reset the GPU; reboot the node if the reset fails" },
+    FatalXid { xid: 120, name: "GSP error", action: "reset the GPU; reboot the node if the reset fails" },
+    FatalXid { xid: 140, name: "unrecovered ECC error", action: "reset the GPU; replace it if it recurs" },
 ];
 
 /// The default table as a list of numbers.
@@ -39,4 +65,9 @@ pub fn default_fatal() -> Vec<u32> {
 /// The catalogue's name of `xid`, where the table has it.
 pub fn name(xid: u64) -> Option<&'static str> {
     FATAL_XIDS.iter().find(|x| u64::from(x.xid) == xid).map(|x| x.name)
+}
+
+/// The catalogue's action for `xid`, where the table has it.
+pub fn action(xid: u64) -> Option<&'static str> {
+    FATAL_XIDS.iter().find(|x| u64::from(x.xid) == xid).map(|x| x.action)
 }

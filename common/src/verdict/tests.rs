@@ -26,6 +26,7 @@ fn report(status: RunStatus, faulty: &[usize]) -> Report {
         remeasured: Vec::new(),
         pair_bandwidth: Vec::new(),
         sweep_summaries: Vec::new(),
+        hosts: Vec::new(),
     }
 }
 

@@ -143,6 +143,8 @@ pub fn build_report(
         let names: Vec<String> = lost.iter().map(|n| n.hostname.clone()).collect();
         diag.summary = format!("NODE_LOST ({}); {}", names.join(", "), diag.summary);
     }
+    let (host_findings, hosts) = super::host::fold(nodes, outcomes);
+    diag.findings.extend(host_findings.iter().cloned());
     let node_verdicts = diagnosis::verdict::node_verdicts(nodes, &diag.findings);
     let faulty_nodes = diagnosis::verdict::faulty_nodes(&node_verdicts);
     let mut report = Report {
@@ -151,6 +153,7 @@ pub fn build_report(
         remeasured: diag.remeasured,
         pair_bandwidth: diag.pair_bandwidth,
         sweep_summaries: Vec::new(),
+        hosts,
         schema_version: REPORT_SCHEMA_VERSION,
         gpusanity_version: env!("CARGO_PKG_VERSION").into(),
         run_id: meta.run_id.clone(),
@@ -166,6 +169,7 @@ pub fn build_report(
         findings: diag.findings,
         events: Vec::new(),
     };
+    super::host::apply(&mut report, &host_findings);
     super::compact::compact(&mut report);
     report
 }
@@ -235,6 +239,7 @@ pub fn early_report(meta: &RunMeta, nodes: &[NodeInfo], findings: Vec<Finding>, 
         remeasured: Vec::new(),
         pair_bandwidth: Vec::new(),
         sweep_summaries: Vec::new(),
+        hosts: Vec::new(),
         schema_version: REPORT_SCHEMA_VERSION,
         gpusanity_version: env!("CARGO_PKG_VERSION").into(),
         run_id: meta.run_id.clone(),

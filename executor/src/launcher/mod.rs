@@ -7,8 +7,9 @@ mod events;
 mod fit;
 mod fleet_file;
 pub mod gather;
+mod host;
 pub mod node;
-mod not_ready;
+pub(crate) mod not_ready;
 mod readiness;
 pub mod rendezvous;
 pub mod supervise;
@@ -120,6 +121,11 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
     };
     let (device, nproc) = (offer.device, offer.nproc);
     let own_findings = offer.not_ready.clone();
+    let test_faults = opts.env_policy.test_faults;
+    let host_read = match own_findings.is_empty() {
+        true => host::read(device, nproc, &configs, (topo.node_rank, &host), test_faults),
+        false => None,
+    };
     // A node that never arrives is named within the run's own limit, not after a longer wait.
     let rdzv_wait = opts.rdzv_timeout.min(opts.settings.max_time().saturating_sub(started.elapsed()));
     if topo.nnodes > 1 && opts.rdzv_secret.is_none() {
@@ -216,7 +222,8 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
         run_deadline: started + opts.settings.max_time(),
         run_limit: opts.settings.max_time(),
     };
-    let outcome = sup.run(stop_rx, cluster.abort_handle().await?).await?;
+    let mut outcome = sup.run(stop_rx, cluster.abort_handle().await?).await?;
+    outcome.host = host_read;
     drop(fleet_file);
     if let Err(e) = cluster.post_outcome(&outcome).await {
         // Cut off from node 0 (its link is down, or node 0 is gone): nobody will hear us.
@@ -373,7 +380,10 @@ fn resolve_device(
     let asked = readiness::asked_gpus(opts.nproc_per_node, gpu_configs.gpu_health.expected_gpus, env);
     let at = readiness::Place { node_rank, host, env };
     match readiness::resolve(opts.device, readiness::Probe::this_node, asked.as_ref(), &at) {
-        readiness::Resolved::NotReady(findings) => Ok(Err((gpu_configs, findings))),
+        readiness::Resolved::NotReady(mut findings) => {
+            findings.extend(host::driver_too_old(&gpu_configs, (node_rank, host), opts.env_policy.test_faults));
+            Ok(Err((gpu_configs, findings)))
+        }
         readiness::Resolved::Cuda(names) => {
             Ok(Ok((DeviceKind::Cuda, opts.nproc_per_node.unwrap_or(names.len()), names)))
         }

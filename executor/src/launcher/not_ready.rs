@@ -37,16 +37,11 @@ pub fn accepted(info: &NodeInfo, sent: &[Finding]) -> Vec<Finding> {
     }
     let mut kept: Vec<Finding> = sent
         .iter()
-        .filter(|f| matches!(f.code, Code::NodeGpuUnusable | Code::NodeGpusMissing | Code::NodeNoGpu))
-        .take(MAX_FINDINGS)
-        .map(|f| {
-            let mut g = Finding::new(Severity::Critical, f.code, Scope::Device, cut(&f.message));
-            g.measured = f.measured.filter(|v| v.is_finite());
-            g.expected = f.expected.filter(|v| v.is_finite());
-            g.evidence = f.evidence.iter().take(MAX_EVIDENCE).map(|e| cut(e)).collect();
-            g.action = f.action.as_deref().map(cut);
-            g
+        .filter(|f| {
+            matches!(f.code, Code::NodeGpuUnusable | Code::NodeGpusMissing | Code::NodeNoGpu | Code::NodeDriverTooOld)
         })
+        .take(MAX_FINDINGS)
+        .map(|f| bounded(f, Severity::Critical))
         .collect();
     if kept.is_empty() {
         kept.push(Finding::new(
@@ -61,6 +56,17 @@ pub fn accepted(info: &NodeInfo, sent: &[Finding]) -> Vec<Finding> {
         f.host = Some(info.hostname.clone());
     }
     kept
+}
+
+/// A node's own finding as node 0 keeps it: at `severity`, in the device scope, its text and
+/// evidence bounded, its figures finite, unplaced (the caller places it on the node that sent it).
+pub(crate) fn bounded(f: &Finding, severity: Severity) -> Finding {
+    let mut g = Finding::new(severity, f.code, Scope::Device, cut(&f.message));
+    g.measured = f.measured.filter(|v| v.is_finite());
+    g.expected = f.expected.filter(|v| v.is_finite());
+    g.evidence = f.evidence.iter().take(MAX_EVIDENCE).map(|e| cut(e)).collect();
+    g.action = f.action.as_deref().map(cut);
+    g
 }
 
 fn cut(s: &str) -> String {

@@ -70,6 +70,16 @@ pub struct NodeOutcome {
     /// Per selected check: its duration on this node and this node's rank results.
     pub checks: Vec<(f64, Vec<RankResult>)>,
     pub stop: Option<Stop>,
+    /// What the launcher read of its host before any check, and the findings it gave.
+    #[serde(default)]
+    pub host: Option<HostOutcome>,
+}
+
+/// A node's host readings and their findings, as it posts them to node 0.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostOutcome {
+    pub readings: gpusanity_common::host::HostReadings,
+    pub findings: Vec<gpusanity_common::report::Finding>,
 }
 
 pub struct Supervisor {
@@ -276,7 +286,7 @@ impl Supervisor {
                 link: r.link,
             })
             .collect();
-        Ok(NodeOutcome { node_rank: self.node_rank, ranks: infos, checks, stop })
+        Ok(NodeOutcome { node_rank: self.node_rank, ranks: infos, checks, stop, host: None })
     }
 
     /// A stall: a live rank silent (no heartbeat) for the stall time, in any stage; or, once

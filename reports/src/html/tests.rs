@@ -138,6 +138,7 @@ pub(super) fn report(host_b: &str) -> Report {
         remeasured: vec![],
         pair_bandwidth: vec![PairBandwidth { nodes: [0, 1], busbw_gbps: 41.5, round: 1 }],
         sweep_summaries: Vec::new(),
+        hosts: Vec::new(),
     }
 }
 

@@ -284,6 +284,7 @@ mod tests {
             remeasured: Vec::new(),
             pair_bandwidth: Vec::new(),
             sweep_summaries: Vec::new(),
+            hosts: Vec::new(),
         }
     }
 
