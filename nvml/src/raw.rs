@@ -6,7 +6,7 @@ use nvml_wrapper::Device;
 use nvml_wrapper_sys::bindings::{
     nvmlClockType_enum_NVML_CLOCK_SM, nvmlGpuFabricInfo_t, nvmlPStates_enum_NVML_PSTATE_0,
     nvmlRowRemapperHistogramValues_t, NVML_GPU_FABRIC_STATE_COMPLETED, NVML_GPU_FABRIC_STATE_IN_PROGRESS,
-    NVML_GPU_FABRIC_STATE_NOT_STARTED,
+    NVML_GPU_FABRIC_STATE_NOT_STARTED, NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
 };
 
 use gpusanity_common::health::readiness::Fabric;
@@ -59,8 +59,8 @@ pub fn bank_histogram(nvml: &nvml_wrapper::Nvml, device: &Device<'_>) -> Result<
     Ok(BankHistogram { max: v.max, high: v.high, partial: v.partial, low: v.low, none: v.none })
 }
 
-/// `nvmlDeviceGetGpuFabricInfo`: the GPU's NVSwitch fabric state and status; `Ok(None)` for a GPU
-/// with no fabric (state not supported).
+/// `nvmlDeviceGetGpuFabricInfo`: the GPU's NVSwitch fabric state and status (`not_supported`
+/// for a GPU with no fabric; `Ok(None)` for a state this code does not know).
 pub fn fabric(nvml: &nvml_wrapper::Nvml, device: &Device<'_>) -> Result<Option<Fabric>, NvmlError> {
     let sym =
         nvml.lib().nvmlDeviceGetGpuFabricInfo.as_ref().map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
@@ -70,6 +70,7 @@ pub fn fabric(nvml: &nvml_wrapper::Nvml, device: &Device<'_>) -> Result<Option<F
     let ret = unsafe { sym(device.handle(), &mut info) };
     nvml_try(ret)?;
     let state = match u32::from(info.state) {
+        NVML_GPU_FABRIC_STATE_NOT_SUPPORTED => "not_supported",
         NVML_GPU_FABRIC_STATE_NOT_STARTED => "not_started",
         NVML_GPU_FABRIC_STATE_IN_PROGRESS => "in_progress",
         NVML_GPU_FABRIC_STATE_COMPLETED => "completed",

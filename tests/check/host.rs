@@ -233,3 +233,45 @@ fn without_test_faults_the_rigs_log_and_tree_are_not_read() {
     }
     assert!(!r["findings"].to_string().contains("NODE_KERNEL_XID_FATAL"), "{r}");
 }
+
+/// Node `rank` of a two-node loopback run on the rig `root` with the kernel log `kmsg`.
+fn node_of_two(run: &Run, root: &Path, kmsg: &Path, rank: usize, port: u16, name: &str) -> std::process::Child {
+    let (r, p) = (rank.to_string(), port.to_string());
+    let mut c = run.command(&[
+        "--test-faults",
+        "--micro-benchmarks=gemm",
+        "--check-param=gemm.size=64",
+        "--nnodes=2",
+        "--nproc-per-node=1",
+        "--master-addr=127.0.0.1",
+        "--rdzv-timeout=30",
+    ]);
+    c.args(["--node-rank", &r, "--master-port", &p, "--node-name", name]);
+    c.env("GPUSANITY_TEST_HW_ROOT", root).env("GPUSANITY_TEST_KMSG", kmsg);
+    c.env("GPUSANITY_RDZV_SECRET", "a-secret-of-the-two-node-run-0123456789");
+    c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    c.spawn().expect("spawn gpusanity")
+}
+
+#[test]
+fn node_0_names_the_other_node_whose_kernel_log_holds_a_fatal_xid_and_only_that_node() {
+    let _g = serial();
+    let tree = tempfile::tempdir().unwrap();
+    node(tree.path());
+    let (clean, broken) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let clean_log = log(clean.path(), &["6,1,0,-;Linux version 6.8.0"]);
+    let broken_log = log(broken.path(), &[FALLEN]);
+    let run = Run::new();
+    let port = free_port();
+    let n0 = node_of_two(&run, tree.path(), &clean_log, 0, port, "gpu-a");
+    let n1 = node_of_two(&run, tree.path(), &broken_log, 1, port, "gpu-b");
+    let (o0, o1) = (wait_output(n0, LIMIT), wait_output(n1, LIMIT));
+    assert_eq!((code(&o0), code(&o1)), (1, 1), "{}\n{}", stderr(&o0), stderr(&o1));
+    let r = run.report();
+    assert_eq!(host_findings(&r), [("NODE_KERNEL_XID_FATAL".to_string(), "critical".to_string())], "{r}");
+    let f = r["findings"].as_array().unwrap().iter().find(|f| f["code"] == "NODE_KERNEL_XID_FATAL").unwrap();
+    assert_eq!((f["node_rank"].as_u64(), f["host"].as_str()), (Some(1), Some("gpu-b")), "{f}");
+    assert_eq!(r["faulty_nodes"], serde_json::json!([1]));
+    assert_eq!(r["hosts"].as_array().unwrap().len(), 2, "{}", r["hosts"]);
+    run.assert_nothing_left();
+}

@@ -66,16 +66,16 @@ pub struct GpuSettings {
 /// NVML's fabric state of a GPU on an NVSwitch system.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fabric {
-    /// `not_started`, `in_progress` or `completed` (`not_supported` GPUs have no entry).
+    /// `not_supported` (no NVSwitch fabric), `not_started`, `in_progress` or `completed`.
     pub state: String,
     /// The registration's result once completed: NVML's return code, 0 for success.
     pub status: u32,
 }
 
 impl Fabric {
-    /// Ready: registration completed with success.
+    /// Ready: no fabric to wait for, or its registration completed with success.
     pub fn ready(&self) -> bool {
-        self.state == "completed" && self.status == 0
+        self.state == "not_supported" || (self.state == "completed" && self.status == 0)
     }
 }
 

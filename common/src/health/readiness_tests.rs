@@ -45,8 +45,10 @@ fn an_nvswitch_fabric_that_is_not_ready_fails_the_gpu_by_policy() {
     }
     let warn = Readiness { fabric: crate::host::Level::Warning, ..ready() };
     assert_eq!(judge(&r, &warn)[0].1, Severity::Warning);
-    r.settings.fabric = None;
-    assert_eq!(judge(&r, &ready()), []);
+    for none in [None, Some(Fabric { state: "not_supported".into(), status: 0 })] {
+        r.settings.fabric = none;
+        assert_eq!(judge(&r, &ready()), []);
+    }
 }
 
 fn ready() -> Readiness {
