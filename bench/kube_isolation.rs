@@ -93,6 +93,7 @@ fn isolate_one(
             codes: vec!["GEMM_WRONG_RESULT".into()],
             reason: "benchmark".into(),
             decision: None,
+            gpus: Vec::new(),
         },
     };
     let payload = serde_json::to_vec(&ev)?;

@@ -262,7 +262,7 @@ mod tests {
             cause_event_id: format!("ev-{id}"),
             nodes: nodes
                 .iter()
-                .map(|n| JobNode { name: n.to_string(), address: "127.0.0.1".into(), gpus: 1 })
+                .map(|n| JobNode { name: n.to_string(), address: "127.0.0.1".into(), gpus: 1, gpu_ids: Vec::new() })
                 .collect(),
             check_args: String::new(),
             settings: serde_json::json!({}),

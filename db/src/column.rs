@@ -98,7 +98,7 @@ mod tests {
         let nodes = r#"[{"name":"n1","address":"10.0.0.1","gpus":8}]"#;
         let p: Probe = sqlx::query_as("SELECT $1 AS nodes, 7 AS flag").bind(nodes).fetch_one(&db.pool).await.unwrap();
         assert!(p.flag);
-        assert_eq!(p.nodes, [JobNode { name: "n1".into(), address: "10.0.0.1".into(), gpus: 8 }]);
+        assert_eq!(p.nodes, [JobNode { name: "n1".into(), address: "10.0.0.1".into(), gpus: 8, gpu_ids: Vec::new() }]);
         let p: Probe = sqlx::query_as("SELECT '[]' AS nodes, 0 AS flag").fetch_one(&db.pool).await.unwrap();
         assert!(!p.flag && p.nodes.is_empty());
         let e = sqlx::query_as::<_, Probe>("SELECT '[{' AS nodes, 1 AS flag").fetch_one(&db.pool).await.err().unwrap();

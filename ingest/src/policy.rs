@@ -35,7 +35,7 @@ mod tests {
     use gpusanity_common::wire::job::RestartReason;
 
     fn node(gpus: u32) -> JobNode {
-        JobNode { name: "a".into(), address: "x".into(), gpus }
+        JobNode { name: "a".into(), address: "x".into(), gpus, gpu_ids: Vec::new() }
     }
 
     #[test]

@@ -9,6 +9,8 @@ use gpusanity_common::wire::WIRE_VERSION;
 use gpusanity_common::Settings;
 use thiserror::Error;
 
+use gpusanity_common::config::health::MAX_GPUS_PER_NODE;
+
 /// The most nodes one job event may list.
 pub const MAX_NODES: usize = 4096;
 
@@ -157,6 +159,29 @@ fn check_nodes(nodes: &[JobNode]) -> Result<(), Reject> {
         if !seen.insert(n.name.as_str()) {
             return Err(Reject::BadNodes(format!("node `{}` listed twice", n.name)));
         }
+        check_gpu_ids(n)?;
+    }
+    Ok(())
+}
+
+/// A node's `gpu_ids` (each already parsed): as many as its `gpus`, one form, none twice.
+fn check_gpu_ids(n: &JobNode) -> Result<(), Reject> {
+    if n.gpu_ids.is_empty() {
+        return Ok(());
+    }
+    let bad = |why: String| Err(Reject::BadNodes(format!("node `{}`: gpu_ids {why}", n.name)));
+    if n.gpu_ids.len() as u64 > MAX_GPUS_PER_NODE {
+        return bad(format!("names {} GPUs (at most {MAX_GPUS_PER_NODE})", n.gpu_ids.len()));
+    }
+    if n.gpu_ids.len() != n.gpus as usize {
+        return bad(format!("names {} GPU(s) but gpus is {}", n.gpu_ids.len(), n.gpus));
+    }
+    if let Some(other) = n.gpu_ids.iter().find(|g| g.form() != n.gpu_ids[0].form()) {
+        return bad(format!("mixes forms ({} and {}): one form per node", n.gpu_ids[0].form(), other.form()));
+    }
+    let mut ids = std::collections::HashSet::new();
+    if let Some(twice) = n.gpu_ids.iter().find(|g| !ids.insert(*g)) {
+        return bad(format!("names `{twice}` twice"));
     }
     Ok(())
 }
@@ -192,6 +217,25 @@ mod tests {
         assert_eq!(parse(v2.as_bytes()), Err(Reject::Version(2)));
         let twice = alloc("").replace(r#"}],"settings""#, r#"},{"name":"a","address":"x","gpus":1}],"settings""#);
         assert!(matches!(parse(twice.as_bytes()), Err(Reject::BadNodes(_))));
+    }
+
+    #[test]
+    fn gpu_ids_are_parsed_counted_of_one_form_and_never_twice() {
+        let with =
+            |ids: &str, gpus: u32| alloc("").replace(r#""gpus":8}"#, &format!(r#""gpus":{gpus},"gpu_ids":{ids}}}"#));
+        let ok = parse(with(r#"["4","5","6","7"]"#, 4).as_bytes()).unwrap();
+        let JobEventBody::JobResourcesAllocated(a) = ok.body else { panic!() };
+        assert_eq!(a.nodes[0].gpu_ids.iter().map(|g| g.to_string()).collect::<Vec<_>>(), ["4", "5", "6", "7"]);
+        let uuid = r#"["GPU-5cd893c3-e5fe-0df3-682b-a88f611dad99"]"#;
+        assert!(parse(with(uuid, 1).as_bytes()).is_ok());
+        let why = |ids: &str, gpus: u32| parse(with(ids, gpus).as_bytes()).unwrap_err().to_string();
+        assert!(why(r#"["4","4"]"#, 2).contains("names `4` twice"), "{}", why(r#"["4","4"]"#, 2));
+        assert!(why(r#"["4","5"]"#, 3).contains("names 2 GPU(s) but gpus is 3"));
+        assert!(why(&format!(r#"["4",{}]"#, &uuid[1..uuid.len() - 1]), 2).contains("mixes forms"));
+        let e = why(r#"["GPU-nope"]"#, 1);
+        assert!(e.contains("GPU-nope") && e.starts_with("malformed"), "{e}");
+        assert!(why(r#"["0000:3b:00.0","00000000:3B:00.0"]"#, 2).contains("twice"));
+        assert!(why(r#"[7]"#, 1).starts_with("malformed"));
     }
 
     #[test]

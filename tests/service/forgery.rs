@@ -129,6 +129,7 @@ fn task(node: &str, run_id: &str, args: &str) -> String {
             deadline: chrono::Utc::now() + chrono::Duration::seconds(30),
             rdzv_secret: None,
             gpus: None,
+            gpu_ids: Vec::new(),
             baseline: None,
         }),
     };

@@ -15,6 +15,7 @@ mod fleet_replicas;
 mod fleet_trust;
 mod flow;
 mod forgery;
+mod gpu_ids;
 mod image;
 mod isolation;
 mod kubernetes;

@@ -45,6 +45,10 @@ pub struct Task {
     /// fail the node (`NODE_GPUS_MISSING`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<u32>,
+    /// Which GPUs of the node are the job's (the job event's `gpu_ids`, validated by the
+    /// service); empty: the first `gpus` (a whole-node job).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_ids: Vec<crate::wire::gpu_id::GpuId>,
     /// The fleet's baselines node 0 judges the run's figures against (`--baseline`); only in
     /// node 0's task, only when the fleet has learned one. Validated by the agent as the file
     /// `gpusanity check --baseline` reads (older agents ignore it).

@@ -3,6 +3,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::gpu_id::GpuId;
+
 /// One job lifecycle event: the envelope every type shares, then the type's own fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobEvent {
@@ -58,6 +60,11 @@ pub struct JobNode {
     pub name: String,
     pub address: String,
     pub gpus: u32,
+    /// Which GPUs of the node are the job's, in the order its ranks use them, where the node is
+    /// shared (UUIDs, PCI addresses or indices, one form per node; as many as `gpus`). Absent:
+    /// the first `gpus` GPUs (a whole-node job).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_ids: Vec<GpuId>,
 }
 
 /// The job's own settings, as the platform spells them.

@@ -4,6 +4,7 @@
 //! Each message carries `version` ([`WIRE_VERSION`]); docs/events.md shows JSON examples.
 
 pub mod agent;
+pub mod gpu_id;
 pub mod job;
 pub mod launcher;
 pub mod output;

@@ -65,6 +65,10 @@ pub enum OutputBody {
         /// that reproduced it). Absent in events of older versions.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         decision: Option<IsolationDecision>,
+        /// The job's GPUs on the node, where its event named them (`gpu_ids`): the GPUs the
+        /// check ran on and found the problem on. Absent: the whole node was checked.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        gpus: Vec<crate::wire::gpu_id::GpuId>,
     },
 }
 

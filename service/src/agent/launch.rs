@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use gpusanity_common::config::health::MAX_GPUS_PER_NODE;
-use gpusanity_common::device::DeviceChoice;
+use gpusanity_common::device::{DeviceChoice, NvidiaHardware};
 use gpusanity_common::report::Report;
 use gpusanity_common::wire::agent::{NodeResult, Task};
+use gpusanity_common::wire::gpu_id::GpuId;
 use gpusanity_common::wire::launcher::LauncherNotice;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -113,6 +114,10 @@ impl Launch {
         for v in ["ENABLE_SANITY_CHECK", "SANITY_CHECK_ARGS", "GPUSANITY_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"] {
             cmd.env_remove(v);
         }
+        // The job's own GPUs on a shared node, in the order its ranks use them.
+        for (k, v) in visible_devices(cfg.device, &t.gpu_ids, &NvidiaHardware::of_this_node().pci_gpus)? {
+            cmd.env(k, v);
+        }
         // Stdout through the agent, which takes node 0's notice from it; stderr straight to the log.
         let relay_log = tokio::fs::File::from_std(log.try_clone()?);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log).kill_on_drop(true);
@@ -209,6 +214,33 @@ fn expected_gpus(agent: DeviceChoice, gpus: Option<u32>) -> Option<String> {
     (launcher_device(agent) == DeviceChoice::Cuda).then(|| format!("gpu-health.expected-gpus={n}"))
 }
 
+/// The device variables that give the launcher exactly the job's GPUs (`gpu_ids`), in order:
+/// UUIDs as they are, indices and PCI addresses as indices in the node's PCI order
+/// (`CUDA_DEVICE_ORDER=PCI_BUS_ID`; `pci_gpus`: the node's GPUs by PCI address, sorted). None
+/// for a whole-node job, or for CPU workers (a rig's agent with `--device cpu`).
+fn visible_devices(agent: DeviceChoice, ids: &[GpuId], pci_gpus: &[String]) -> Result<Vec<(&'static str, String)>> {
+    if ids.is_empty() || launcher_device(agent) != DeviceChoice::Cuda {
+        return Ok(Vec::new());
+    }
+    let mut list = Vec::with_capacity(ids.len());
+    for id in ids {
+        list.push(match id {
+            GpuId::Uuid(u) => u.clone(),
+            GpuId::Index(i) => i.to_string(),
+            GpuId::Pci(p) => {
+                pci_gpus.iter().position(|g| g.eq_ignore_ascii_case(p)).map(|i| i.to_string()).with_context(|| {
+                    format!("the job's GPU {p} is not on this node (its GPUs: {})", pci_gpus.join(", "))
+                })?
+            }
+        });
+    }
+    let mut vars = vec![("CUDA_VISIBLE_DEVICES", list.join(","))];
+    if !matches!(ids.first(), Some(GpuId::Uuid(_))) {
+        vars.push(("CUDA_DEVICE_ORDER", "PCI_BUS_ID".to_string()));
+    }
+    Ok(vars)
+}
+
 /// Writes `bytes` to a new file only its owner can read.
 fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
@@ -265,5 +297,22 @@ mod tests {
         assert_eq!(expected_gpus(DeviceChoice::Cuda, None), None);
         assert_eq!(expected_gpus(DeviceChoice::Cuda, Some(0)), None);
         assert_eq!(expected_gpus(DeviceChoice::Cuda, Some(u32::MAX)), None);
+    }
+
+    #[test]
+    fn the_jobs_gpus_become_its_visible_devices_in_order() {
+        let ids = |v: &[&str]| v.iter().map(|s| s.parse::<GpuId>().unwrap()).collect::<Vec<_>>();
+        let node = ["0000:19:00.0".to_string(), "0000:3b:00.0".to_string(), "0000:5d:00.0".to_string()];
+        let cuda = DeviceChoice::Auto;
+        assert_eq!(visible_devices(cuda, &[], &node).unwrap(), []);
+        assert_eq!(visible_devices(DeviceChoice::Cpu, &ids(&["1"]), &node).unwrap(), []);
+        let by_index = visible_devices(cuda, &ids(&["2", "0"]), &node).unwrap();
+        assert_eq!(by_index, [("CUDA_VISIBLE_DEVICES", "2,0".into()), ("CUDA_DEVICE_ORDER", "PCI_BUS_ID".into())]);
+        let by_pci = visible_devices(cuda, &ids(&["0000:5d:00.0", "0000:3B:00.0"]), &node).unwrap();
+        assert_eq!(by_pci[0], ("CUDA_VISIBLE_DEVICES", "2,1".into()));
+        let uuid = "GPU-5cd893c3-e5fe-0df3-682b-a88f611dad99";
+        assert_eq!(visible_devices(cuda, &ids(&[uuid]), &node).unwrap(), [("CUDA_VISIBLE_DEVICES", uuid.into())]);
+        let missing = visible_devices(cuda, &ids(&["0000:99:00.0"]), &node).unwrap_err().to_string();
+        assert!(missing.contains("0000:99:00.0") && missing.contains("not on this node"), "{missing}");
     }
 }

@@ -118,6 +118,7 @@ pub async fn decide(tx: &mut Tx, f: Faulty<'_>, config: Option<&RecheckConfig>) 
             failures,
             window: u32::try_from(outcomes.len()).unwrap_or(u32::MAX),
         }),
+        gpus: f.run.nodes.iter().find(|n| n.name == f.node).map(|n| n.gpu_ids.clone()).unwrap_or_default(),
     }))
 }
 

@@ -68,6 +68,7 @@ pub(super) fn task(a: &Active, k: usize, master: Option<(String, u16)>) -> Agent
             deadline,
             rdzv_secret: None,
             gpus: Some(a.run.nodes[k].gpus).filter(|g| *g > 0),
+            gpu_ids: a.run.nodes[k].gpu_ids.clone(),
             baseline: None,
         }),
     }

@@ -254,6 +254,7 @@ mod tests {
             codes: vec!["WORKER_CRASHED".into(), "WORKER_CRASHED".into(), "TEST\"HANG".into()],
             reason: "critical finding(s) in run r1\n\"quoted\"".into(),
             decision: None,
+            gpus: Vec::new(),
         };
         let Ok(Some(Request::Isolate { node, codes, reason })) = request(&event(body, 1), HOUR) else {
             panic!("not an isolation")
@@ -285,7 +286,13 @@ mod tests {
         let old = r#"{"version":1,"event_id":"e","job_id":"j","workspace_id":"w","cause_event_id":"c",
             "at":"2026-01-01T00:00:00Z","type":"CheckPassed","summary":"s","report_url":""}"#;
         assert_eq!(request(old.as_bytes(), Duration::MAX), Ok(None));
-        let old = OutputBody::NodeIsolated { node: "n1".into(), codes: vec![], reason: String::new(), decision: None };
+        let old = OutputBody::NodeIsolated {
+            node: "n1".into(),
+            codes: vec![],
+            reason: String::new(),
+            decision: None,
+            gpus: Vec::new(),
+        };
         assert!(request(&event(old, 7200), HOUR).unwrap_err().contains("old"));
         assert!(request(b"{", HOUR).is_err());
     }
