@@ -271,6 +271,34 @@ impl Db {
             .await?)
     }
 
+    /// A run in Checking waits for GPUs another run holds: its summary says for what, and a
+    /// transition records it.
+    pub async fn set_waiting(&self, run_id: &str, why: &str) -> Result<()> {
+        let mut tx = self.begin().await?;
+        let done = sqlx::query("UPDATE runs SET summary = $1 WHERE run_id = $2 AND state = 'Checking'")
+            .bind(why)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await?;
+        transition_if(&mut tx, done.rows_affected(), run_id, "Checking", why).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A run that waited for GPUs starts: its summary cleared, its deadline `deadline_at`.
+    pub async fn start_after_wait(&self, run_id: &str, deadline_at: i64) -> Result<()> {
+        let mut tx = self.begin().await?;
+        let done =
+            sqlx::query("UPDATE runs SET summary = '', deadline_at = $1 WHERE run_id = $2 AND state = 'Checking'")
+                .bind(deadline_at)
+                .bind(run_id)
+                .execute(&mut *tx)
+                .await?;
+        transition_if(&mut tx, done.rows_affected(), run_id, "Checking", "its GPUs are free: started").await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// A run's transitions as (state, detail, at ms), in order.
     pub async fn transitions(&self, run_id: &str) -> Result<Vec<(String, String, i64)>> {
         let rows: Vec<TransitionRow> =

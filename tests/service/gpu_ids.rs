@@ -13,8 +13,12 @@ const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s
 
 /// An allocation on `nodes` whose node k names the GPUs `ids[k]`.
 fn with_ids(event_id: &str, job: &str, nodes: &[&str], ids: &[Value]) -> String {
-    let mut ev: Value =
-        serde_json::from_str(&allocated(event_id, job, nodes, "--micro-benchmarks=all-reduce")).unwrap();
+    with_ids_checking(event_id, job, nodes, ids, "--micro-benchmarks=all-reduce")
+}
+
+/// The same, checking with `args`.
+fn with_ids_checking(event_id: &str, job: &str, nodes: &[&str], ids: &[Value], args: &str) -> String {
+    let mut ev: Value = serde_json::from_str(&allocated(event_id, job, nodes, args)).unwrap();
     for (k, list) in ids.iter().enumerate() {
         ev["nodes"][k]["gpus"] = list.as_array().map_or(0, Vec::len).into();
         ev["nodes"][k]["gpu_ids"] = list.clone();
@@ -57,5 +61,61 @@ fn named_gpus_travel_with_the_run_and_malformed_lists_are_dead_letters() {
     let stored: Value = serde_json::from_str(&stored[0]).unwrap();
     assert_eq!(stored[0]["gpu_ids"], json!(["4", "5", "6", "7"]), "{stored}");
     assert_eq!(stored[1]["gpu_ids"], json!([uuid]), "{stored}");
+    w.shutdown();
+}
+
+/// The run of `job` (its id, created_at, finished_at) once it has ended.
+fn run_of(w: &World, job: &str) -> (String, i64, i64) {
+    let q = |col: &str| w.sql(&format!("SELECT {col} FROM runs WHERE job_id = '{job}'"));
+    let id = q("run_id").pop().unwrap_or_else(|| panic!("no run of {job}"));
+    let at = |col: &str| q(col).pop().and_then(|v| v.parse::<i64>().ok()).unwrap_or_else(|| panic!("{job}: {col}"));
+    (id, at("created_at"), at("finished_at"))
+}
+
+/// The run's transitions: (detail, at).
+fn transitions(w: &World, run_id: &str) -> Vec<(String, i64)> {
+    let details = w.sql(&format!("SELECT detail FROM transitions WHERE run_id = '{run_id}' ORDER BY id"));
+    let ats = w.sql(&format!("SELECT at FROM transitions WHERE run_id = '{run_id}' ORDER BY id"));
+    details.into_iter().zip(ats.into_iter().map(|a| a.parse().unwrap())).collect()
+}
+
+/// Two jobs allocated on the same node at the same moment: on the same GPUs the later run waits
+/// for the earlier one, saying so, and both pass; on disjoint GPUs they run side by side.
+#[test]
+fn two_jobs_on_one_node_wait_for_shared_gpus_and_run_side_by_side_on_disjoint_ones() {
+    let _g = svc::common::serial();
+    let (mut w, mut out) = World::running(FAST, &["shared-a"]);
+    let nodes = ["shared-a"];
+    for (round, (first, second)) in
+        [(json!(["0", "1", "2", "3"]), json!(["2", "3"])), (json!(["0", "1"]), json!(["4", "5"]))]
+            .into_iter()
+            .enumerate()
+    {
+        let (job1, job2) = (format!("job-{round}-1"), format!("job-{round}-2"));
+        // A check of a second or more on a CPU agent, so that the two runs could overlap.
+        let args = "--micro-benchmarks=all-reduce,memory-bandwidth";
+        w.publish(with_ids_checking(&format!("ev-{round}-1"), &job1, &nodes, &[first], args).as_bytes());
+        w.publish(with_ids_checking(&format!("ev-{round}-2"), &job2, &nodes, &[second], args).as_bytes());
+        for job in [&job1, &job2] {
+            let end = out.wait_for(Duration::from_secs(120), "a verdict", |v| {
+                v["job_id"] == job.as_str() && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed")
+            });
+            assert_eq!(end["type"], "CheckPassed", "{job}: {end:#}\n{}", w.log("serve"));
+        }
+        let (id1, created1, finished1) = run_of(&w, &job1);
+        let (id2, created2, _) = run_of(&w, &job2);
+        assert!(created1 <= created2, "the events' order");
+        let t2 = transitions(&w, &id2);
+        let waited = t2.iter().find(|(d, _)| d.starts_with("waiting for the GPUs of node shared-a"));
+        if round == 0 {
+            let (why, _) = waited.unwrap_or_else(|| panic!("the second run did not wait: {t2:?}"));
+            assert!(why.contains(&id1), "{why}");
+            let (_, started) = t2.iter().find(|(d, _)| d.contains("GPUs are free")).expect("started after waiting");
+            assert!(*started >= finished1, "started at {started} before the first run ended at {finished1}");
+        } else {
+            assert!(waited.is_none(), "disjoint GPUs waited: {t2:?}");
+            assert!(created2 < finished1, "the second run was not under way while the first ran");
+        }
+    }
     w.shutdown();
 }

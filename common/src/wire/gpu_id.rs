@@ -38,6 +38,17 @@ impl GpuId {
     }
 }
 
+/// Whether two runs' GPUs on one node may be the same GPUs: an empty list is the whole node;
+/// lists of different forms cannot be compared without the node's device table, so they are
+/// taken to overlap (the later run waits rather than risk two runs on one GPU).
+pub fn may_share(a: &[GpuId], b: &[GpuId]) -> bool {
+    match (a.first(), b.first()) {
+        (None, _) | (_, None) => true,
+        (Some(x), Some(y)) if x.form() != y.form() => true,
+        _ => a.iter().any(|g| b.contains(g)),
+    }
+}
+
 impl FromStr for GpuId {
     type Err = BadGpuId;
 
@@ -98,6 +109,17 @@ impl<'de> Deserialize<'de> for GpuId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_share_gpus_when_their_lists_meet_cover_the_node_or_cannot_be_compared() {
+        let ids = |v: &[&str]| v.iter().map(|s| s.parse::<GpuId>().unwrap()).collect::<Vec<_>>();
+        assert!(!may_share(&ids(&["0", "1", "2", "3"]), &ids(&["4", "5", "6", "7"])));
+        assert!(may_share(&ids(&["0", "1"]), &ids(&["1", "2"])));
+        assert!(may_share(&[], &ids(&["4"])));
+        assert!(may_share(&ids(&["4"]), &[]));
+        assert!(may_share(&ids(&["0"]), &ids(&["0000:3b:00.0"])));
+        assert!(!may_share(&ids(&["0000:3b:00.0"]), &ids(&["0000:5d:00.0"])));
+    }
 
     #[test]
     fn the_three_forms_parse_to_one_spelling_and_anything_else_is_refused() {

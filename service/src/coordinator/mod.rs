@@ -12,6 +12,7 @@ mod baseline;
 pub mod config;
 mod events;
 pub mod finish;
+mod gpu_queue;
 mod hearing;
 pub mod lease;
 mod overrun;
@@ -91,6 +92,8 @@ struct Active {
     withheld: BTreeSet<usize>,
     /// Node 0's report as its chunks arrive (`reports.rs`).
     report_chunks: crate::report_chunks::Joiner,
+    /// Why the run waits for GPUs another run holds (`gpu_queue.rs`); None once it started.
+    gpus_busy: Option<String>,
 }
 
 impl Active {
@@ -198,6 +201,7 @@ impl Coordinator {
             trusted_until,
             withheld: BTreeSet::new(),
             report_chunks: Default::default(),
+            gpus_busy: None,
         };
         self.active.insert(a.run.run_id.clone(), a);
     }

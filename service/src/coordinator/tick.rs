@@ -9,8 +9,8 @@ use anyhow::Result;
 use gpusanity_common::fleet::file::BaselineFile;
 use gpusanity_common::wire::agent::CommandBody;
 
-use super::overrun;
 use super::*;
+use super::{gpu_queue, overrun};
 
 impl Coordinator {
     pub(super) async fn tick(&mut self) -> Result<()> {
@@ -18,6 +18,8 @@ impl Coordinator {
         if self.hearing.blind() {
             return Ok(());
         }
+        let blockers = self.gpu_blockers().await?;
+        let mut gpu_waits: Vec<(String, Option<String>, i64)> = Vec::new();
         let baseline = self.baseline.borrow().clone();
         let hearing = &self.hearing;
         let timeout = self.config.agent_timeout();
@@ -46,6 +48,11 @@ impl Coordinator {
             }
             let blind_ms = i64::try_from(a.blind(hearing).as_millis()).unwrap_or(i64::MAX);
             if now_ms > a.run.deadline_at.saturating_add(grace_ms).saturating_add(blind_ms) {
+                if let Some(why) = &a.gpus_busy {
+                    let (summary, finding) = gpu_queue::waited_too_long(why);
+                    ends.push((id.clone(), Stop::Overran, summary, vec![finding]));
+                    continue;
+                }
                 let (summary, findings) = overrun::ending(a, &self.agents);
                 for k in (0..names.len()).filter(|k| !a.results.contains_key(k)) {
                     if a.overlapped(k, &self.agents, hearing) {
@@ -60,6 +67,17 @@ impl Coordinator {
                     let missing: Vec<usize> =
                         (0..names.len()).filter(|&k| self.agents.live(&names[k], timeout, hearing).is_none()).collect();
                     if missing.is_empty() {
+                        if let Some(why) = blockers.get(id) {
+                            if a.gpus_busy.as_ref() != Some(why) {
+                                a.gpus_busy = Some(why.clone());
+                                gpu_waits.push((id.clone(), Some(why.clone()), a.run.deadline_at));
+                            }
+                            continue;
+                        }
+                        if a.gpus_busy.take().is_some() {
+                            gpu_queue::restart_clock(a, now_ms);
+                            gpu_waits.push((id.clone(), None, a.run.deadline_at));
+                        }
                         if let Some(s) = self.agents.live(&names[0], timeout, hearing) {
                             a.assigned.insert(0, s.agent_id.clone());
                         }
@@ -156,6 +174,9 @@ impl Coordinator {
                     }
                 }
             }
+        }
+        for (id, why, deadline_at) in gpu_waits {
+            self.record_gpu_wait(&id, why.as_deref(), deadline_at).await?;
         }
         for c in sends {
             self.send(&c);
