@@ -119,3 +119,47 @@ fn two_jobs_on_one_node_wait_for_shared_gpus_and_run_side_by_side_on_disjoint_on
     }
     w.shutdown();
 }
+
+/// A run held on its GPUs (KeepJobHang after a hang) keeps them: a second job on the same GPU
+/// waits, the run's page says for what, and a JobStopped still ends the waiting run.
+#[test]
+fn a_waiting_run_says_for_what_on_its_page_and_a_job_stop_ends_it() {
+    let _g = svc::common::serial();
+    let (mut w, mut out) = World::running(FAST, &["held-a"]);
+    let nodes = ["held-a"];
+    let hang = "--sanity-check-timeout-ops=KeepJobHang --sanity-check-timeout-per-test=0.05 --sanity-check-max-time=1 \
+                --sanity-check-envs=GPUSANITY_FAULT=hang@0";
+    w.publish(with_ids_checking("held-1", "job-held", &nodes, &[json!(["0"])], hang).as_bytes());
+    // The first run is held (Checking, held = 1) before the second job comes.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while w.sql("SELECT held FROM runs WHERE job_id = 'job-held'") != ["1"] {
+        assert!(Instant::now() < deadline, "the first run was never held\n{}", w.log("serve"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let first = w.sql("SELECT run_id FROM runs WHERE job_id = 'job-held'").pop().unwrap();
+    w.publish(with_ids("wait-1", "job-waits", &nodes, &[json!(["0"])]).as_bytes());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let second = loop {
+        if let Some(id) = w.sql("SELECT run_id FROM runs WHERE job_id = 'job-waits'").pop() {
+            let (_, v) = w.http_call("GET", &format!("/v1/runs/{id}"), Some(svc::TOKEN), None).unwrap();
+            let summary = v["run"]["summary"].as_str().unwrap_or("").to_string();
+            if summary.contains("waiting for the GPUs of node held-a") {
+                assert!(summary.contains(&first), "{summary}");
+                break id;
+            }
+        }
+        assert!(Instant::now() < deadline, "the second run never said it waits\n{}", w.log("serve"));
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    w.publish(svc::stopped("stop-1", "job-waits").as_bytes());
+    let cancelled = out.wait_for(Duration::from_secs(20), "CheckCancelled", |v| {
+        v["job_id"] == "job-waits" && v["type"] == "CheckCancelled"
+    });
+    assert_eq!(cancelled["run_id"], second.as_str(), "{cancelled:#}");
+    assert_eq!(w.sql(&format!("SELECT state FROM runs WHERE run_id = '{second}'")), ["CheckCancelled"]);
+    w.publish(svc::stopped("stop-2", "job-held").as_bytes());
+    out.wait_for(Duration::from_secs(20), "CheckCancelled", |v| {
+        v["job_id"] == "job-held" && v["type"] == "CheckCancelled"
+    });
+    w.shutdown();
+}
