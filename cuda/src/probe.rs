@@ -9,6 +9,7 @@
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
 
+use cudarc::driver::sys::CUdevice;
 use cudarc::driver::{result as drv, DriverError};
 
 /// One shared library cudarc loads at run time.
@@ -182,46 +183,36 @@ pub fn probe() -> Result<Vec<String>, String> {
 /// job's GPUs as the host's kernel log and sysfs name them. Never panics and prints nothing.
 pub fn probe_pci_bus_ids() -> Result<Vec<String>, String> {
     use cudarc::driver::sys::CUdevice_attribute as A;
-    check(&DRIVER)?;
-    catch_silently(|| {
-        drv::init().map_err(|e| format!("CUDA driver initialisation failed: {}", driver_error(&e)))?;
-        let count = drv::device::get_count().map_err(|e| format!("cuDeviceGetCount: {}", driver_error(&e)))?;
-        (0..count)
-            .map(|i| {
-                let dev = drv::device::get(i).map_err(|e| format!("CUDA device {i}: {}", driver_error(&e)))?;
-                let attr = |a: A| {
-                    // SAFETY: `dev` is a device handle the initialised driver just returned;
-                    // cuDeviceGetAttribute only reads that device's attribute.
-                    unsafe { drv::device::get_attribute(dev, a) }
-                        .map_err(|e| format!("CUDA device {i}: {}", driver_error(&e)))
-                };
-                let (domain, bus, device) = (
-                    attr(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
-                    attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
-                    attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
-                );
-                Ok(format!("{domain:04x}:{bus:02x}:{device:02x}.0"))
-            })
-            .collect()
-    })?
+    each_device(|dev| {
+        // SAFETY: `dev` is a device handle the initialised driver just returned;
+        // cuDeviceGetAttribute only reads that device's attribute.
+        let attr = |a: A| unsafe { drv::device::get_attribute(dev, a) };
+        let (domain, bus, device) = (
+            attr(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
+        );
+        Ok(format!("{domain:04x}:{bus:02x}:{device:02x}.0"))
+    })
 }
 
 /// Total memory of each usable CUDA device, in bytes (in the order of [`probe`]). Never
 /// panics and prints nothing.
 pub fn probe_memory() -> Result<Vec<u64>, String> {
+    // SAFETY: `dev` is a device handle the initialised driver just returned; cuDeviceTotalMem
+    // only reads that device's attribute.
+    each_device(|dev| unsafe { drv::device::total_mem(dev) }.map(|b| b as u64))
+}
+
+/// `read` of every usable CUDA device, in the driver's order, after initialising the driver;
+/// an error names the device. Never panics and prints nothing.
+fn each_device<T>(read: impl Fn(CUdevice) -> Result<T, DriverError>) -> Result<Vec<T>, String> {
     check(&DRIVER)?;
     catch_silently(|| {
         drv::init().map_err(|e| format!("CUDA driver initialisation failed: {}", driver_error(&e)))?;
         let count = drv::device::get_count().map_err(|e| format!("cuDeviceGetCount: {}", driver_error(&e)))?;
         (0..count)
-            .map(|i| {
-                let dev = drv::device::get(i).map_err(|e| format!("CUDA device {i}: {}", driver_error(&e)))?;
-                // SAFETY: `dev` is a device handle the initialised driver just returned;
-                // cuDeviceTotalMem only reads that device's attribute.
-                unsafe { drv::device::total_mem(dev) }
-                    .map(|b| b as u64)
-                    .map_err(|e| format!("CUDA device {i}: {}", driver_error(&e)))
-            })
+            .map(|i| drv::device::get(i).and_then(&read).map_err(|e| format!("CUDA device {i}: {}", driver_error(&e))))
             .collect()
     })?
 }

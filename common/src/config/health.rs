@@ -199,8 +199,12 @@ mod tests {
 
     #[test]
     fn the_host_policy_is_read_through_gpu_health_keys() {
-        for k in crate::host::NodePolicy::KEYS {
-            assert!(super::GpuHealthConfig::KEYS.contains(k), "{k}");
+        let node = ["kernel-xids", "shm", "shm-mib-per-rank", "memlock", "gpudirect-rdma", "pcie-acs", "fabric"];
+        for k in node.into_iter().chain(["bundled-driver"]) {
+            assert!(super::GpuHealthConfig::KEYS.contains(&k), "{k}");
+            let value = if k == "shm-mib-per-rank" { "8" } else { "warning" };
+            let p = crate::config::Param { key: k, field: k, value };
+            assert_eq!(crate::host::NodePolicy::default().apply(&p), Ok(true), "{k}");
         }
         let d = apply("gpu-health.pcie-acs=critical").unwrap();
         assert_eq!(d.node.pcie_acs, crate::host::Level::Critical);

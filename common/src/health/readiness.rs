@@ -285,18 +285,7 @@ pub fn settings(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding>
             "enable persistence (nvidia-persistenced, or nvidia-smi -pm 1)",
         ));
     }
-    if let (Some(fabric), Some(sev)) = (s.fabric.as_ref().filter(|f| !f.ready()), policy.fabric.severity()) {
-        out.push(finding(
-            sev,
-            Code::GpuHealthFabricNotReady,
-            gpu,
-            format!(
-                "the NVSwitch fabric is not ready (state {}, status {}): CUDA fails with \"system not yet initialized\"",
-                fabric.state, fabric.status
-            ),
-            "start nvidia-fabricmanager or wait for it to finish; read its log",
-        ));
-    }
+    out.extend(fabric_not_ready(gpu, policy));
     if let (Some(min), Some(have)) = (policy.min_driver.as_deref(), gpu.driver_version.as_deref()) {
         if version_below(have, min) {
             out.push(finding(
@@ -309,6 +298,21 @@ pub fn settings(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding>
         }
     }
     out
+}
+
+/// An NVSwitch fabric that is not ready: CUDA cannot start on the GPU.
+fn fabric_not_ready(gpu: &Readings, policy: &Readiness) -> Option<Finding> {
+    let fabric = gpu.settings.fabric.as_ref().filter(|f| !f.ready())?;
+    Some(finding(
+        policy.fabric.severity()?,
+        Code::GpuHealthFabricNotReady,
+        gpu,
+        format!(
+            "the NVSwitch fabric is not ready (state {}, status {}): CUDA fails with \"system not yet initialized\"",
+            fabric.state, fabric.status
+        ),
+        "start nvidia-fabricmanager or wait for it to finish; read its log",
+    ))
 }
 
 /// Locked SM clocks: P0's highest SM clock below the device's maximum, or, with the application

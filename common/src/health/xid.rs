@@ -62,12 +62,17 @@ pub fn default_fatal() -> Vec<u32> {
     FATAL_XIDS.iter().map(|x| x.xid).collect()
 }
 
+/// The table's entry for `xid`.
+fn entry(xid: u64) -> Option<&'static FatalXid> {
+    FATAL_XIDS.iter().find(|x| u64::from(x.xid) == xid)
+}
+
 /// The catalogue's name of `xid`, where the table has it.
 pub fn name(xid: u64) -> Option<&'static str> {
-    FATAL_XIDS.iter().find(|x| u64::from(x.xid) == xid).map(|x| x.name)
+    entry(xid).map(|x| x.name)
 }
 
 /// The catalogue's action for `xid`, where the table has it.
 pub fn action(xid: u64) -> Option<&'static str> {
-    FATAL_XIDS.iter().find(|x| u64::from(x.xid) == xid).map(|x| x.action)
+    entry(xid).map(|x| x.action)
 }

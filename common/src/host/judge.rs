@@ -178,9 +178,15 @@ fn acs(r: &HostReadings, policy: &NodePolicy, out: &mut Vec<Finding>) {
 }
 
 fn driver(r: &HostReadings, policy: &NodePolicy, min_major: u32, out: &mut Vec<Finding>) {
-    let Some(have) = r.driver_version.as_deref() else { return };
-    let Some(major) = have.split('.').next().and_then(|m| m.parse::<u32>().ok()) else { return };
-    let Some(sev) = policy.bundled_driver.severity().filter(|_| major < min_major) else { return };
+    out.extend(driver_too_old(r.driver_version.as_deref(), policy, min_major));
+}
+
+/// The driver `have` against the oldest branch the bundled CUDA libraries run on: also read on
+/// its own for a node whose CUDA cannot start, where nothing else of the host is judged.
+pub fn driver_too_old(have: Option<&str>, policy: &NodePolicy, min_major: u32) -> Option<Finding> {
+    let have = have?;
+    let major = have.split('.').next().and_then(|m| m.parse::<u32>().ok())?;
+    let sev = policy.bundled_driver.severity().filter(|_| major < min_major)?;
     let mut f = finding(
         sev,
         Code::NodeDriverTooOld,
@@ -189,7 +195,7 @@ fn driver(r: &HostReadings, policy: &NodePolicy, min_major: u32, out: &mut Vec<F
     );
     f.measured = Some(f64::from(major));
     f.expected = Some(f64::from(min_major));
-    out.push(f);
+    Some(f)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ pub mod policy;
 
 use serde::{Deserialize, Serialize};
 
-pub use judge::judge;
+pub use judge::{driver_too_old, judge};
 pub use policy::{Level, NodePolicy};
 
 /// Where the kernel log was read, and what it held.

@@ -85,18 +85,8 @@ impl Default for NodePolicy {
 }
 
 impl NodePolicy {
-    pub const KEYS: &'static [&'static str] = &[
-        "kernel-xids",
-        "shm",
-        "shm-mib-per-rank",
-        "memlock",
-        "gpudirect-rdma",
-        "pcie-acs",
-        "fabric",
-        "bundled-driver",
-    ];
-
-    /// Applies one `gpu-health.KEY=VALUE`; `false` when the key is not one of these.
+    /// Applies one `gpu-health.KEY=VALUE`; `false` when the key is not one of these (the keys
+    /// are listed with the check's others, `GpuHealthConfig::KEYS`).
     pub fn apply(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
         match p.field {
             "kernel-xids" => self.kernel_xids = Level::parse(p)?,

@@ -3,7 +3,7 @@
 
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::device::NvidiaHardware;
-use gpusanity_common::report::{Code, DeviceKind, Finding, NodeHost, NodeInfo, Report, RunStatus, Severity};
+use gpusanity_common::report::{DeviceKind, Finding, NodeHost, NodeInfo, Report, RunStatus, Severity};
 
 use super::supervise::{HostOutcome, NodeOutcome};
 use crate::host::{self, Sources};
@@ -43,12 +43,15 @@ pub fn read(
 }
 
 /// A node that is not ready: the driver's finding, where the driver is older than the CUDA
-/// libraries need (CUDA's own error then only says it cannot start).
+/// libraries need (CUDA's own error then only says it cannot start). Only the driver's version
+/// is read.
 pub fn driver_too_old(configs: &CheckConfigs, at: (usize, &str), test_faults: bool) -> Option<Finding> {
-    let src = Sources::of_this_node(test_faults);
-    let mut readings = host::read(&src, Vec::new(), 0, configs);
-    readings.kernel_log = gpusanity_common::host::KernelLog::Off;
-    let mut f = host::judge(&readings, configs).into_iter().find(|f| f.code == Code::NodeDriverTooOld)?;
+    let (version, _) = host::sysfs::driver(&Sources::of_this_node(test_faults).root);
+    let mut f = gpusanity_common::host::driver_too_old(
+        version.as_deref(),
+        &configs.gpu_health.node,
+        gpusanity_cuda::MIN_DRIVER_MAJOR,
+    )?;
     f.node_rank = Some(at.0);
     f.host = Some(at.1.to_string());
     Some(f)

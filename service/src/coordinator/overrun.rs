@@ -13,6 +13,11 @@ use super::Active;
 /// The summary and findings of run `a` overrunning its deadline (its verdict is
 /// [`gpusanity_common::verdict::Stop::Overran`]'s: held under KeepJobHang, else timed out).
 pub(super) fn ending(a: &Active, agents: &Agents) -> (String, Vec<Finding>) {
+    // A run that waited for its GPUs all along sent no task: no node is to blame.
+    if let Some(why) = &a.gpus_busy {
+        let (summary, finding) = super::gpu_queue::waited_too_long(why);
+        return (summary, vec![finding]);
+    }
     let limit = a.settings.max_time_minutes;
     let unfinished: Vec<usize> = (0..a.run.nodes.len()).filter(|k| !a.results.contains_key(k)).collect();
     let names: Vec<&str> = unfinished.iter().filter_map(|&k| a.run.nodes.get(k).map(|n| n.name.as_str())).collect();

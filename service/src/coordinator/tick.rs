@@ -48,11 +48,6 @@ impl Coordinator {
             }
             let blind_ms = i64::try_from(a.blind(hearing).as_millis()).unwrap_or(i64::MAX);
             if now_ms > a.run.deadline_at.saturating_add(grace_ms).saturating_add(blind_ms) {
-                if let Some(why) = &a.gpus_busy {
-                    let (summary, finding) = gpu_queue::waited_too_long(why);
-                    ends.push((id.clone(), Stop::Overran, summary, vec![finding]));
-                    continue;
-                }
                 let (summary, findings) = overrun::ending(a, &self.agents);
                 for k in (0..names.len()).filter(|k| !a.results.contains_key(k)) {
                     if a.overlapped(k, &self.agents, hearing) {
