@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use gpusanity_common::wire::job::JobNode;
 use serde::Serialize;
 
-use crate::column::{CommaList, Flag, JsonText};
+use gpusanity_common::findings::Code;
+
+use crate::column::{CodeList, Flag, JsonText};
 use crate::{Db, DbBackend, Result};
 
 /// Which runs to list. Empty fields do not filter.
@@ -63,8 +65,9 @@ pub struct NodeHealthRow {
     #[sqlx(try_from = "Flag")]
     pub healthy: bool,
     /// The codes of the node's critical findings in that run.
-    #[sqlx(try_from = "CommaList")]
-    pub codes: Vec<String>,
+    #[sqlx(try_from = "CodeList")]
+    #[schema(value_type = Vec<String>)]
+    pub codes: Vec<Code>,
     pub at: i64,
 }
 

@@ -9,6 +9,7 @@ use sqlx::decode::Decode;
 use sqlx::error::BoxDynError;
 use sqlx::types::Type;
 
+use gpusanity_common::findings::Code;
 use gpusanity_common::wire::job::JobNode;
 
 /// `Type<Any>` and `Decode<Any>` for a column type: the value is read as `$stored` (whose SQL
@@ -64,18 +65,40 @@ impl From<JsonText<serde_json::Value>> for serde_json::Value {
     }
 }
 
-/// A text column holding a comma-separated list (empty items dropped).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommaList(pub Vec<String>);
+/// A text column holding a value of a closed set (`T: FromStr`), parsed once here: a value
+/// this version does not know is a `ColumnDecode` error whose text names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parsed<T>(pub T);
 
-column_type!(CommaList, String, |text| Ok(CommaList(
-    text.split(',').filter(|c| !c.is_empty()).map(str::to_string).collect()
+column_type!(Parsed<T: std::str::FromStr>, String, |text| text
+    .parse()
+    .map(Parsed)
+    .map_err(|_| format!("unknown value `{}`", text.escape_debug()).into()));
+
+/// A text column holding a comma-separated list of finding codes (empty items dropped), each
+/// parsed: an unknown code is a `ColumnDecode` error naming it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeList(pub Vec<Code>);
+
+column_type!(CodeList, String, |text| Ok(CodeList(
+    text.split(',').filter(|c| !c.is_empty()).map(str::parse).collect::<Result<_, _>>()?
 )));
 
-impl From<CommaList> for Vec<String> {
-    fn from(l: CommaList) -> Self {
+impl From<Parsed<Code>> for Code {
+    fn from(p: Parsed<Code>) -> Code {
+        p.0
+    }
+}
+
+impl From<CodeList> for Vec<Code> {
+    fn from(l: CodeList) -> Self {
         l.0
     }
+}
+
+/// The text a [`CodeList`] column stores.
+pub fn code_list(codes: &[Code]) -> String {
+    codes.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(",")
 }
 
 #[cfg(test)]
@@ -107,8 +130,18 @@ mod tests {
         // A text where a flag belongs is refused too, not read as false.
         let row = sqlx::query("SELECT 'yes' AS flag").fetch_one(&db.pool).await.unwrap();
         assert!(row.try_get::<Flag, _>("flag").is_err());
-        let row = sqlx::query("SELECT 'NO_AGENT,,GEMM_SLOW' AS codes, '' AS empty").fetch_one(&db.pool).await.unwrap();
-        assert_eq!(row.try_get::<CommaList, _>("codes").unwrap().0, ["NO_AGENT", "GEMM_SLOW"]);
-        assert!(row.try_get::<CommaList, _>("empty").unwrap().0.is_empty());
+        let row = sqlx::query("SELECT 'NO_AGENT,,GEMM_SLOW' AS codes, '' AS empty, 'NO_AGENT,GEMM_SLOWER' AS bad")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(row.try_get::<CodeList, _>("codes").unwrap().0, [Code::NoAgent, Code::GemmSlow]);
+        assert!(row.try_get::<CodeList, _>("empty").unwrap().0.is_empty());
+        // A code this version does not know is refused, naming it, not dropped.
+        let e = row.try_get::<CodeList, _>("bad").unwrap_err();
+        assert!(e.to_string().contains("GEMM_SLOWER"), "{e}");
+        let row = sqlx::query("SELECT 'GEMM_SLOW' AS code, 'gemm_slow' AS lower").fetch_one(&db.pool).await.unwrap();
+        assert_eq!(row.try_get::<Parsed<Code>, _>("code").unwrap().0, Code::GemmSlow);
+        let e = row.try_get::<Parsed<Code>, _>("lower").unwrap_err();
+        assert!(e.to_string().contains("`gemm_slow`"), "{e}");
     }
 }

@@ -3,9 +3,14 @@
 //! Only a job's own runs count towards a node's record: a re-check (`runs.recheck_of`) is the
 //! evidence of a decision, not a run of its own.
 
+use std::fmt;
+use std::str::FromStr;
+
+use gpusanity_common::findings::Code;
+use gpusanity_common::wire::output::IsolationBasis;
 use serde::Serialize;
 
-use crate::column::{CommaList, Flag};
+use crate::column::{code_list, CodeList, Flag, Parsed};
 use crate::runs::{insert_run, RunRow};
 use crate::{now_ms, Db, Result, Tx};
 
@@ -22,6 +27,8 @@ pub enum Decided {
 }
 
 impl Decided {
+    pub const ALL: [Decided; 3] = [Decided::Isolated, Decided::Rechecking, Decided::Cleared];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Decided::Isolated => "isolated",
@@ -31,19 +38,102 @@ impl Decided {
     }
 }
 
+/// On what ground a decision was taken (`node_decisions.basis`): an isolation's
+/// [`IsolationBasis`], or the two grounds of a re-check's start and pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    Definitive,
+    Quarantine,
+    Reproduced,
+    Immediate,
+    /// A re-check run was made before isolating.
+    Recheck,
+    /// The re-check passed.
+    RecheckPassed,
+}
+
+impl Basis {
+    pub const ALL: [Basis; 6] = [
+        Basis::Definitive,
+        Basis::Quarantine,
+        Basis::Reproduced,
+        Basis::Immediate,
+        Basis::Recheck,
+        Basis::RecheckPassed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Basis::Definitive => "definitive",
+            Basis::Quarantine => "quarantine",
+            Basis::Reproduced => "reproduced",
+            Basis::Immediate => "immediate",
+            Basis::Recheck => "recheck",
+            Basis::RecheckPassed => "recheck_passed",
+        }
+    }
+}
+
+impl From<IsolationBasis> for Basis {
+    fn from(b: IsolationBasis) -> Basis {
+        match b {
+            IsolationBasis::Definitive => Basis::Definitive,
+            IsolationBasis::Quarantine => Basis::Quarantine,
+            IsolationBasis::Reproduced => Basis::Reproduced,
+            IsolationBasis::Immediate => Basis::Immediate,
+        }
+    }
+}
+
+/// A stored name that is not one of the set's: named in the error.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown value `{0}`")]
+pub struct UnknownName(String);
+
+/// `FromStr` (by `as_str` over `ALL`), `Display`, and the [`Parsed`] column conversion of a
+/// stored closed set.
+macro_rules! stored_name {
+    ($t:ident) => {
+        impl FromStr for $t {
+            type Err = UnknownName;
+
+            fn from_str(s: &str) -> std::result::Result<$t, UnknownName> {
+                $t::ALL.into_iter().find(|v| v.as_str() == s).ok_or_else(|| UnknownName(s.to_string()))
+            }
+        }
+
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl From<Parsed<$t>> for $t {
+            fn from(p: Parsed<$t>) -> $t {
+                p.0
+            }
+        }
+    };
+}
+
+stored_name!(Decided);
+stored_name!(Basis);
+
 /// One decision about a node, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema, sqlx::FromRow)]
 pub struct NodeDecision {
     pub node_name: String,
     /// The run whose end decided (for a re-check's outcome: the re-check run).
     pub run_id: String,
-    /// `isolated`, `rechecking` or `cleared`.
-    pub decision: String,
-    /// `definitive`, `quarantine`, `reproduced`, `immediate`, `recheck`, `recheck_passed`.
-    pub basis: String,
+    #[sqlx(try_from = "Parsed<Decided>")]
+    pub decision: Decided,
+    #[sqlx(try_from = "Parsed<Basis>")]
+    pub basis: Basis,
     pub reason: String,
-    #[sqlx(try_from = "CommaList")]
-    pub codes: Vec<String>,
+    #[sqlx(try_from = "CodeList")]
+    #[schema(value_type = Vec<String>)]
+    pub codes: Vec<Code>,
     pub recheck_run: Option<String>,
     pub at: i64,
 }
@@ -60,7 +150,9 @@ pub struct Reputation {
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema, sqlx::FromRow)]
 pub struct CodeCount {
-    pub code: String,
+    #[sqlx(try_from = "Parsed<Code>")]
+    #[schema(value_type = String)]
+    pub code: Code,
     pub check_name: String,
     pub n: i64,
 }
@@ -132,10 +224,10 @@ pub async fn record_decision(tx: &mut Tx, d: &NodeDecision) -> Result<()> {
     )
     .bind(&d.node_name)
     .bind(&d.run_id)
-    .bind(&d.decision)
-    .bind(&d.basis)
+    .bind(d.decision.as_str())
+    .bind(d.basis.as_str())
     .bind(&d.reason)
-    .bind(d.codes.join(","))
+    .bind(code_list(&d.codes))
     .bind(&d.recheck_run)
     .bind(if d.at > 0 { d.at } else { now_ms() })
     .execute(&mut **tx)
@@ -208,5 +300,72 @@ impl Db {
             failures: i64::try_from(failures).unwrap_or(i64::MAX),
             by_code,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn db() -> (tempfile::TempDir, Db) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::connect(&format!("sqlite://{}", dir.path().join("r.db").display())).await.unwrap();
+        (dir, db)
+    }
+
+    async fn store(db: &Db, decision: &str, basis: &str, codes: &str) {
+        sqlx::query(
+            "INSERT INTO node_decisions (node_name, run_id, decision, basis, reason, codes, recheck_run, at) \
+             VALUES ('n1', 'r1', $1, $2, 'why', $3, NULL, 1)",
+        )
+        .bind(decision)
+        .bind(basis)
+        .bind(codes)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_decision_reads_back_typed() {
+        let (_dir, db) = db().await;
+        let d = NodeDecision {
+            node_name: "n1".into(),
+            run_id: "r1".into(),
+            decision: Decided::Isolated,
+            basis: Basis::Definitive,
+            reason: "why".into(),
+            codes: vec![Code::GemmWrongResult, Code::AgentLost],
+            recheck_run: None,
+            at: 5,
+        };
+        let mut tx = db.begin().await.unwrap();
+        record_decision(&mut tx, &d).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(db.node_decisions("n1", None, 10).await.unwrap(), [d]);
+        for b in Basis::ALL {
+            assert_eq!(b.as_str().parse::<Basis>().unwrap(), b);
+            assert_eq!(serde_json::to_value(b).unwrap(), b.as_str());
+        }
+        for d in Decided::ALL {
+            assert_eq!(d.as_str().parse::<Decided>().unwrap(), d);
+            assert_eq!(serde_json::to_value(d).unwrap(), d.as_str());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_malformed_stored_decision_is_refused_naming_the_column_and_the_value() {
+        for (decision, basis, codes, column, value) in [
+            ("isolated", "by_hand", "GEMM_SLOW", "basis", "by_hand"),
+            ("drained", "definitive", "GEMM_SLOW", "decision", "drained"),
+            ("isolated", "definitive", "GEMM_SLOW,NOT_A_CODE", "codes", "NOT_A_CODE"),
+        ] {
+            let (_dir, db) = db().await;
+            store(&db, decision, basis, codes).await;
+            let e = db.node_decisions("n1", None, 10).await.unwrap_err();
+            let text = e.to_string();
+            assert!(text.contains(column) && text.contains(&format!("`{value}`")), "{text}");
+            assert!(e.is_poison(), "{e:?}");
+        }
     }
 }

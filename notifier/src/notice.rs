@@ -1,5 +1,6 @@
 //! One notification's content, taken from an output event: what every channel and format says.
 
+use gpusanity_common::findings::Code;
 use gpusanity_common::wire::output::{FailReason, OutputBody, OutputEvent};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -17,7 +18,7 @@ pub struct Notice {
     pub summary: String,
     pub faulty_nodes: Vec<String>,
     /// For NodeIsolated: the finding codes.
-    pub codes: Vec<String>,
+    pub codes: Vec<Code>,
     pub report_url: Option<String>,
 }
 
@@ -94,6 +95,11 @@ impl Notice {
         self.text_lines_with(&|v| v.to_string(), true)
     }
 
+    /// The codes, comma-separated.
+    pub fn codes_text(&self) -> String {
+        self.codes.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
+    }
+
     /// The body with every value from outside (names, codes, the summary with the findings'
     /// messages) passed through `esc`; the report's address (the operator's own) as it is, and
     /// only when `with_url` (a format that links it otherwise leaves it out).
@@ -104,7 +110,8 @@ impl Notice {
             l.push(format!("Faulty nodes: {}", list(&self.faulty_nodes)));
         }
         if !self.codes.is_empty() {
-            l.push(format!("Findings: {}", list(&self.codes)));
+            // Codes are this version's own names: nothing to escape.
+            l.push(format!("Findings: {}", self.codes_text()));
         }
         if !self.summary.is_empty() {
             l.push(format!("Summary: {}", esc(&self.summary)));

@@ -29,8 +29,7 @@ pub fn plan(report: &Report, prefix: &str) -> Vec<Action> {
                 // The first critical finding placed on this node is the evidence.
                 let evidence =
                     report.evidence(v.node_rank).map(|f| format!("in {}: {}", f.check, f.message)).unwrap_or_default();
-                let codes: Vec<String> = v.codes.iter().map(|c| c.to_string()).collect();
-                Action::Drain { node: v.host.clone(), reason: drain_reason(prefix, &codes, &evidence) }
+                Action::Drain { node: v.host.clone(), reason: drain_reason(prefix, &v.codes, &evidence) }
             })
             .collect(),
     }

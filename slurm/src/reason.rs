@@ -1,6 +1,8 @@
 //! The drain reason: `gpusanity: CODE[,CODE...] evidence`, bounded and made safe for
 //! scontrol and for whoever reads `sinfo -R` (the evidence comes from reports and events).
 
+use gpusanity_common::report::Code;
+
 use crate::SlurmError;
 
 /// The prefix that marks a drain as gpusanity's: only a node drained with it is resumed.
@@ -28,8 +30,8 @@ pub fn check_prefix(prefix: &str) -> Result<(), SlurmError> {
 
 /// `PREFIX CODES EVIDENCE`, sanitised and cut to [`MAX_REASON`] bytes (at a character
 /// boundary, which sanitised text always is).
-pub fn drain_reason(prefix: &str, codes: &[String], evidence: &str) -> String {
-    let codes: Vec<String> = codes.iter().map(|c| sanitise(c).replace(' ', "_")).filter(|c| !c.is_empty()).collect();
+pub fn drain_reason(prefix: &str, codes: &[Code], evidence: &str) -> String {
+    let codes: Vec<&str> = codes.iter().map(|c| c.as_str()).collect();
     let codes = if codes.is_empty() { "UNKNOWN".to_string() } else { codes.join(",") };
     let mut reason = sanitise(&format!("{prefix} {codes} {evidence}"));
     if reason.len() > MAX_REASON {
@@ -45,21 +47,21 @@ mod tests {
 
     #[test]
     fn a_reason_is_prefix_codes_and_evidence() {
-        let r = drain_reason(DEFAULT_PREFIX, &["GEMM_WRONG_RESULT".into(), "XID".into()], "rank 1 on node2");
-        assert_eq!(r, "gpusanity: GEMM_WRONG_RESULT,XID rank 1 on node2");
+        let r = drain_reason(DEFAULT_PREFIX, &[Code::GemmWrongResult, Code::WorkerCrashed], "rank 1 on node2");
+        assert_eq!(r, "gpusanity: GEMM_WRONG_RESULT,WORKER_CRASHED rank 1 on node2");
         assert_eq!(drain_reason(DEFAULT_PREFIX, &[], ""), "gpusanity: UNKNOWN");
     }
 
     #[test]
     fn untrusted_text_loses_quotes_newlines_and_length() {
         let evil = "bad \"quoted\" 'text'\nreason=x `id` $(rm) \\ \u{7f}\u{e9}";
-        let r = drain_reason(DEFAULT_PREFIX, &["A B\"C".into()], evil);
-        assert_eq!(r, "gpusanity: A_B_C bad quoted text reason=x id $(rm)");
+        let r = drain_reason(DEFAULT_PREFIX, &[Code::TestHang], evil);
+        assert_eq!(r, "gpusanity: TEST_HANG bad quoted text reason=x id $(rm)");
         for c in ['"', '\'', '\n', '`', '\\'] {
             assert!(!r.contains(c), "{r}");
         }
-        let long = drain_reason(DEFAULT_PREFIX, &["X".into()], &"word ".repeat(100));
-        assert!(long.len() <= MAX_REASON && long.starts_with("gpusanity: X word"), "{long}");
+        let long = drain_reason(DEFAULT_PREFIX, &[Code::TestHang], &"word ".repeat(100));
+        assert!(long.len() <= MAX_REASON && long.starts_with("gpusanity: TEST_HANG word"), "{long}");
         assert!(!long.ends_with(' '));
     }
 

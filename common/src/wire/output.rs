@@ -59,7 +59,9 @@ pub enum OutputBody {
     /// A node with a critical finding, for the ops workflow to take out of service.
     NodeIsolated {
         node: String,
-        codes: Vec<String>,
+        /// The codes of the node's critical findings; a code this version does not know is
+        /// refused when the event is read.
+        codes: Vec<crate::findings::Code>,
         reason: String,
         /// Why the service isolated the node now (definitive failure, quarantine, a re-check
         /// that reproduced it). Absent in events of older versions.

@@ -38,7 +38,7 @@ pub struct Ending<'a> {
 }
 
 /// The service's own findings that mean only a loss of contact with a node's agent.
-const CONTACT_LOSS: [&str; 4] = ["AGENT_LOST", "NO_AGENT", "AGENT_NO_START", "RUN_UNFINISHED"];
+const CONTACT_LOSS: [Code; 4] = [Code::AgentLost, Code::NoAgent, Code::AgentNoStart, Code::RunUnfinished];
 
 /// Stores the end of `run` and queues its output events. False when the run had already ended
 /// (or was already held): nothing is written twice.
@@ -118,17 +118,14 @@ pub async fn finish(
     }
     for node in &faulty {
         let critical = findings.iter().filter(|f| f.severity == Severity::Critical);
-        let mut codes: Vec<String> = critical
-            .clone()
-            .filter(|f| finding_node(f, &run.nodes) == Some(node.as_str()))
-            .map(|f| f.code.to_string())
-            .collect();
+        let mut codes: Vec<Code> =
+            critical.clone().filter(|f| finding_node(f, &run.nodes) == Some(node.as_str())).map(|f| f.code).collect();
         if codes.is_empty() && origin.is_some() {
             // A link re-check's findings may name its partner: they are the node's evidence,
             // unless they say only that the partner's agent was lost (nothing reproduced).
-            codes = critical.map(|f| f.code.to_string()).collect();
+            codes = critical.map(|f| f.code).collect();
             codes.dedup();
-            if !codes.is_empty() && codes.iter().all(|c| CONTACT_LOSS.contains(&c.as_str())) {
+            if !codes.is_empty() && codes.iter().all(|c| CONTACT_LOSS.contains(c)) {
                 tracing::warn!(
                     run_id = run.run_id,
                     node,
@@ -138,7 +135,7 @@ pub async fn finish(
                 continue;
             }
         }
-        if withheld.contains(node) && codes.iter().all(|c| CONTACT_LOSS.contains(&c.as_str())) {
+        if withheld.contains(node) && codes.iter().all(|c| CONTACT_LOSS.contains(c)) {
             tracing::warn!(
                 run_id = run.run_id,
                 node,

@@ -18,11 +18,12 @@
 
 use gpusanity_common::checks::Needs;
 use gpusanity_common::envs::FAULT_ENV;
+use gpusanity_common::findings::Code;
 use gpusanity_common::registry::{CheckId, Scope};
 use gpusanity_common::report::{Finding, Severity};
 use gpusanity_common::wire::output::{IsolationBasis, IsolationDecision, OutputBody};
 use gpusanity_common::{Settings, TimeoutOps};
-use gpusanity_db::reputation::{insert_recheck, recent_outcomes, record_decision, Decided, NodeDecision};
+use gpusanity_db::reputation::{insert_recheck, recent_outcomes, record_decision, Basis, Decided, NodeDecision};
 use gpusanity_db::results::finding_node;
 use gpusanity_db::runs::{RunRow, ServiceRunState};
 use gpusanity_db::{now_ms, DbError, Tx};
@@ -36,7 +37,7 @@ pub struct Faulty<'a> {
     pub origin: Option<&'a str>,
     pub node: &'a str,
     /// The codes of the node's critical findings.
-    pub codes: &'a [String],
+    pub codes: &'a [Code],
     /// Every finding of the run.
     pub findings: &'a [Finding],
     /// The reason every NodeIsolated of the run starts with.
@@ -57,7 +58,7 @@ pub async fn decide(tx: &mut Tx, f: Faulty<'_>, config: Option<&RecheckConfig>) 
     let partner = if needs { known_good(tx, f.peers, c.quarantine_window).await? } else { None };
     let mut immediate = "isolated without a re-check (re-checks off, or a person's decision)".to_string();
     let said = |basis: IsolationBasis, immediate: &str| match basis {
-        IsolationBasis::Definitive => format!("definitive: {}", f.codes.join(",")),
+        IsolationBasis::Definitive => format!("definitive: {}", gpusanity_db::column::code_list(f.codes)),
         IsolationBasis::Quarantine => {
             format!("quarantine: failed {failures} of its last {} runs", outcomes.len())
         }
@@ -67,7 +68,7 @@ pub async fn decide(tx: &mut Tx, f: Faulty<'_>, config: Option<&RecheckConfig>) 
     let basis = match (f.origin, config) {
         (Some(_), _) => IsolationBasis::Reproduced,
         (None, Some(c)) if c.enabled => {
-            if f.codes.iter().any(|code| c.definitive.iter().any(|d| d.as_str() == code)) {
+            if f.codes.iter().any(|code| c.definitive.contains(code)) {
                 IsolationBasis::Definitive
             } else if failures >= c.quarantine_failures {
                 IsolationBasis::Quarantine
@@ -76,36 +77,25 @@ pub async fn decide(tx: &mut Tx, f: Faulty<'_>, config: Option<&RecheckConfig>) 
                              good to pair the re-check with"
                     .into();
                 IsolationBasis::Immediate
-            } else if let Some(recheck) = recheck_run(f.run, f.node, f.findings, c, partner.as_deref()) {
-                insert_recheck(tx, &recheck, &f.run.run_id).await?;
-                let with =
-                    partner.as_deref().map_or("alone".to_string(), |p| format!("paired with known-good node {p}"));
-                let why = format!(
-                    "{}; re-checking the node {with} in run {} before isolating it (failed {failures} of its last {} runs)",
-                    f.reason,
-                    recheck.run_id,
-                    outcomes.len()
-                );
-                tracing::info!(
-                    run_id = f.run.run_id,
-                    node = f.node,
-                    recheck = recheck.run_id,
-                    "re-checking before isolation"
-                );
-                let d =
-                    decision(f.node, &f.run.run_id, Decided::Rechecking, "recheck", why, f.codes, Some(recheck.run_id));
-                record_decision(tx, &d).await?;
-                return Ok(None);
             } else {
-                IsolationBasis::Immediate
+                match recheck_run(f.run, f.node, f.findings, c, partner.as_deref()) {
+                    Ok(recheck) => {
+                        start_recheck(tx, &f, &recheck, partner.as_deref(), failures, outcomes.len()).await?;
+                        return Ok(None);
+                    }
+                    Err(e) => {
+                        tracing::warn!(run_id = f.run.run_id, node = f.node, "no re-check: {e}");
+                        immediate = format!("isolated without a re-check: {e}");
+                        IsolationBasis::Immediate
+                    }
+                }
             }
         }
         (None, _) => IsolationBasis::Immediate,
     };
     let reason = format!("{}; {}", f.reason, said(basis, &immediate));
-    let basis_name = serde_json::to_value(basis)?.as_str().unwrap_or_default().to_string();
     let recheck = f.origin.map(|_| f.run.run_id.clone());
-    let d = decision(f.node, &f.run.run_id, Decided::Isolated, &basis_name, reason.clone(), f.codes, recheck.clone());
+    let d = decision(f.node, &f.run.run_id, Decided::Isolated, basis.into(), reason.clone(), f.codes, recheck.clone());
     record_decision(tx, &d).await?;
     Ok(Some(OutputBody::NodeIsolated {
         node: f.node.to_string(),
@@ -120,6 +110,34 @@ pub async fn decide(tx: &mut Tx, f: Faulty<'_>, config: Option<&RecheckConfig>) 
         }),
         gpus: f.run.nodes.iter().find(|n| n.name == f.node).map(|n| n.gpu_ids.clone()).unwrap_or_default(),
     }))
+}
+
+/// Stores the re-check run of a faulty node and the decision that says so.
+async fn start_recheck(
+    tx: &mut Tx,
+    f: &Faulty<'_>,
+    recheck: &RunRow,
+    partner: Option<&str>,
+    failures: u32,
+    window: usize,
+) -> Result<(), DbError> {
+    insert_recheck(tx, recheck, &f.run.run_id).await?;
+    let with = partner.map_or("alone".to_string(), |p| format!("paired with known-good node {p}"));
+    let why = format!(
+        "{}; re-checking the node {with} in run {} before isolating it (failed {failures} of its last {window} runs)",
+        f.reason, recheck.run_id,
+    );
+    tracing::info!(run_id = f.run.run_id, node = f.node, recheck = recheck.run_id, "re-checking before isolation");
+    let d = decision(
+        f.node,
+        &f.run.run_id,
+        Decided::Rechecking,
+        Basis::Recheck,
+        why,
+        f.codes,
+        Some(recheck.run_id.clone()),
+    );
+    record_decision(tx, &d).await
 }
 
 /// The checks the node's critical findings of the run name.
@@ -158,23 +176,24 @@ pub async fn cleared(tx: &mut Tx, run: &RunRow, origin: &str) -> Result<(), DbEr
     let Some(node) = run.nodes.first() else { return Ok(()) };
     let reason = format!("re-check run {} of run {origin} passed: not isolated", run.run_id);
     tracing::info!(run_id = run.run_id, node = node.name, "re-check passed: not isolated");
-    record_decision(tx, &decision(&node.name, &run.run_id, Decided::Cleared, "recheck_passed", reason, &[], None)).await
+    record_decision(tx, &decision(&node.name, &run.run_id, Decided::Cleared, Basis::RecheckPassed, reason, &[], None))
+        .await
 }
 
 fn decision(
     node: &str,
     run_id: &str,
     decided: Decided,
-    basis: &str,
+    basis: Basis,
     reason: String,
-    codes: &[String],
+    codes: &[Code],
     recheck_run: Option<String>,
 ) -> NodeDecision {
     NodeDecision {
         node_name: node.to_string(),
         run_id: run_id.to_string(),
-        decision: decided.as_str().to_string(),
-        basis: basis.to_string(),
+        decision: decided,
+        basis,
         reason,
         codes: codes.to_vec(),
         recheck_run,
@@ -185,19 +204,20 @@ fn decision(
 /// The re-check of `node` after `run` failed: that node alone, the checks its critical
 /// findings name (all of the run's when they name none), the run's settings without fault
 /// injection (it was the failed run's), failing rather than holding on a timeout, then
-/// `extra_args`. None when the run's settings do not parse (isolated at once then).
+/// `extra_args`. An error when the run's settings do not read back or the re-check's
+/// arguments do not apply (the node is isolated at once then, and its decision says why).
 fn recheck_run(
     run: &RunRow,
     node: &str,
     findings: &[Finding],
     c: &RecheckConfig,
     partner: Option<&str>,
-) -> Option<RunRow> {
-    let job_node = run.nodes.iter().find(|n| n.name == node)?;
+) -> Result<RunRow, RecheckError> {
+    let job_node = run.nodes.iter().find(|n| n.name == node).ok_or_else(|| RecheckError::NotInRun(node.to_string()))?;
     // The node under re-check first: a failed re-check isolates its first node only.
     let mut nodes = vec![job_node.clone()];
     nodes.extend(partner.and_then(|p| run.nodes.iter().find(|n| n.name == p)).cloned());
-    let mut s: Settings = serde_json::from_value(run.settings.clone()).ok()?;
+    let mut s: Settings = serde_json::from_value(run.settings.clone()).map_err(RecheckError::StoredSettings)?;
     let failed = failed_checks(run, node, findings);
     if s.selected_checks().iter().any(|id| failed.contains(id)) {
         s.micro_benchmarks.retain(|id| failed.contains(id));
@@ -205,11 +225,11 @@ fn recheck_run(
     }
     s.envs.retain(|(k, _)| k != FAULT_ENV);
     s.timeout_ops = TimeoutOps::MarkJobFail;
-    s.apply_args_str(&c.extra_args).ok()?;
-    s.validate().ok()?;
+    s.apply_args_str(&c.extra_args).map_err(RecheckError::ExtraArgs)?;
+    s.validate().map_err(RecheckError::ExtraArgs)?;
     let now = now_ms();
     let max_ms = (s.max_time_minutes * 60_000.0) as i64;
-    Some(RunRow {
+    Ok(RunRow {
         run_id: uuid::Uuid::new_v4().to_string(),
         job_id: run.job_id.clone(),
         workspace_id: run.workspace_id.clone(),
@@ -217,7 +237,7 @@ fn recheck_run(
         cause_event_id: run.cause_event_id.clone(),
         nodes,
         check_args: s.to_args_string(),
-        settings: serde_json::to_value(&s).ok()?,
+        settings: serde_json::to_value(&s).map_err(RecheckError::StoredSettings)?,
         state: ServiceRunState::Checking,
         held: false,
         created_at: now,
@@ -228,4 +248,15 @@ fn recheck_run(
             None => format!("re-check of node {node} after run {}", run.run_id),
         },
     })
+}
+
+/// Why no re-check run could be made for a faulty node.
+#[derive(Debug, thiserror::Error)]
+enum RecheckError {
+    #[error("node {0} is not a node of the run")]
+    NotInRun(String),
+    #[error("the run's stored settings do not read back: {0}")]
+    StoredSettings(serde_json::Error),
+    #[error("the re-check's arguments (recheck.extra_args) do not apply to the run's settings: {0}")]
+    ExtraArgs(gpusanity_common::settings::SettingsError),
 }

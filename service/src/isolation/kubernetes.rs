@@ -94,9 +94,10 @@ async fn handle(isolator: &Isolator, breaker: &Breaker, r: Request) {
                 }
                 Gate::Unreachable => return,
             };
-            let code = codes.first().cloned().unwrap_or_else(|| "UNKNOWN".into());
-            let message = format!("{}: {reason}", codes.join(","));
-            let out = retry(max_age, || isolator.isolate(&node, &code, &message)).await;
+            let code = codes.first().map_or("UNKNOWN", |c| c.as_str());
+            let names: Vec<&str> = codes.iter().map(|c| c.as_str()).collect();
+            let message = format!("{}: {reason}", names.join(","));
+            let out = retry(max_age, || isolator.isolate(&node, code, &message)).await;
             let settled = match out {
                 Some(Outcome::Isolated(_)) => Settled::Isolated,
                 Some(_) => Settled::Unchanged,

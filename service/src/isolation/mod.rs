@@ -24,6 +24,7 @@ use std::time::Duration;
 use anyhow::Result;
 use breaker::{count, Breaker, BreakerSettings, Gate};
 use gpusanity_bus::kafka::{KafkaConn, ReadErrors};
+use gpusanity_common::report::Code;
 use gpusanity_common::wire::output::{OutputBody, OutputEvent};
 use gpusanity_db::breaker::Settled;
 use gpusanity_slurm::{drain_reason, Action, Outcome, Scontrol, DEFAULT_PREFIX};
@@ -107,7 +108,7 @@ impl IsolationConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// A NodeIsolated: its node, its codes (each once), its reason.
-    Isolate { node: String, codes: Vec<String>, reason: String },
+    Isolate { node: String, codes: Vec<Code>, reason: String },
     /// A CheckPassed: its nodes are returned to service if gpusanity isolated them.
     Return { nodes: Vec<String> },
     /// A SanityCheckStarted: the nodes of a run (the circuit breaker's count of the fleet).
@@ -121,7 +122,7 @@ pub fn request(payload: &[u8], max_age: Duration) -> Result<Option<Request>, Str
     let kind = ev.body.type_name();
     let req = match ev.body {
         OutputBody::NodeIsolated { node, codes, reason, .. } => {
-            let mut unique: Vec<String> = Vec::new();
+            let mut unique: Vec<Code> = Vec::new();
             for c in codes {
                 if !unique.contains(&c) {
                     unique.push(c);
@@ -251,7 +252,7 @@ mod tests {
     fn a_node_isolated_event_becomes_a_drain_with_our_prefix_and_sanitised_reason() {
         let body = OutputBody::NodeIsolated {
             node: "node2".into(),
-            codes: vec!["WORKER_CRASHED".into(), "WORKER_CRASHED".into(), "TEST\"HANG".into()],
+            codes: vec![Code::WorkerCrashed, Code::WorkerCrashed, Code::TestHang],
             reason: "critical finding(s) in run r1\n\"quoted\"".into(),
             decision: None,
             gpus: Vec::new(),
@@ -259,9 +260,25 @@ mod tests {
         let Ok(Some(Request::Isolate { node, codes, reason })) = request(&event(body, 1), HOUR) else {
             panic!("not an isolation")
         };
-        assert_eq!((node.as_str(), &codes[..]), ("node2", &["WORKER_CRASHED".to_string(), "TEST\"HANG".into()][..]));
+        assert_eq!((node.as_str(), &codes[..]), ("node2", &[Code::WorkerCrashed, Code::TestHang][..]));
         let want = "gpusanity: WORKER_CRASHED,TEST_HANG critical finding(s) in run r1 quoted";
         assert_eq!(drain_reason("gpusanity:", &codes, &reason), want);
+        // A code this version does not know is refused with the event, naming it: no drain
+        // reason is made of text nobody defined.
+        let forged = String::from_utf8(event(
+            OutputBody::NodeIsolated {
+                node: "node2".into(),
+                codes: vec![Code::TestHang],
+                reason: String::new(),
+                decision: None,
+                gpus: Vec::new(),
+            },
+            1,
+        ))
+        .unwrap()
+        .replace("TEST_HANG", "TEST\\\"HANG");
+        let why = request(forged.as_bytes(), HOUR).unwrap_err();
+        assert!(why.contains("unknown finding code `TEST\"HANG`"), "{why}");
     }
 
     #[test]

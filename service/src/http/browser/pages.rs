@@ -335,7 +335,7 @@ pub async fn node(
         .into_iter()
         .map(|h: NodeHealthRow| Entry {
             href: run_href(&h.run_id),
-            codes: h.codes.join(", "),
+            codes: h.codes.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", "),
             at: fmt_ms(h.at),
             run_id: h.run_id,
             job: h.job_id,
