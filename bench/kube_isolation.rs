@@ -90,7 +90,7 @@ fn isolate_one(
         at: chrono::Utc::now(),
         body: OutputBody::NodeIsolated {
             node: node.into(),
-            codes: vec!["GEMM_WRONG_RESULT".into()],
+            codes: vec![gpusanity_common::findings::Code::GemmWrongResult],
             reason: "benchmark".into(),
             decision: None,
             gpus: Vec::new(),

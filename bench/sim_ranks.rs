@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use gpusanity_common::registry::CheckId;
-use gpusanity_common::report::{CheckStatus, NodeInfo, RankInfo, RankResult, SweepPoint};
+use gpusanity_common::report::{CheckDetail, CheckStatus, NodeInfo, RankInfo, RankResult, SweepPoint};
 use gpusanity_executor::launcher::supervise::NodeOutcome;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -49,7 +49,7 @@ pub fn outcome(k: usize, nodes: &[NodeInfo], gpus: usize) -> NodeOutcome {
                             r.metrics =
                                 m(&[("tflops", t), ("tflops_best", t), ("tflops_median", t), ("wrong_elements", 0.0)]);
                             r.notes.insert("dtype".into(), "bf16".into());
-                            r.notes.insert("result_hash".into(), "b2723ba0db646e57".into());
+                            r.detail = Some(CheckDetail::Gemm { result_hash: "b2723ba0db646e57".into() });
                         }
                         CheckId::AllReduce => {
                             let bw = noise(360.0);

@@ -31,7 +31,7 @@ for c in r["checks"]:
         for k in c["ranks"]:
             n = k.get("notes", {})
             print("    r%d %s | %s | %s | %s" % (k["rank"], k["status"], n.get("window", ""), n.get("load", ""),
-                  n.get("not_applicable") or n.get("nvml_unavailable") or ""))
+                  n.get("not_applicable") or (k.get("detail") or {}).get("why") or n.get("nvml_unavailable") or ""))
             print("    metrics:", json.dumps(k["metrics"]))
 for f in r["findings"]:
     print("  finding:", f["severity"], f["code"], "rank", f.get("rank"), "node", f.get("node_rank"), "|", f["message"][:200])

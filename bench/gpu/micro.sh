@@ -65,6 +65,11 @@ for c in r["checks"]:
         for n in ("groups", "ib_ports_not_active", "not_applicable"):
             if n in k.get("notes", {}) and k["rank"] == 0:
                 print("  note %s: %s" % (n, k["notes"][n]))
+        d = k.get("detail") or {}
+        if k["rank"] == 0 and d.get("kind") == "multi_all_reduce":
+            print("  groups: %s" % "; ".join("%s%d %s %.2f GB/s" % (g["group"]["kind"], g["group"]["index"], g["ranks"], g["busbw_gbps"]) for g in d["groups"]))
+        if d.get("ib_ports_not_active"):
+            print("  rank %d ib ports not active: %s" % (k["rank"], "; ".join(d["ib_ports_not_active"])))
 PY
 done
 echo "== native again, after the suite"

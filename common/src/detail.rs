@@ -21,6 +21,8 @@ use crate::report::{PairBandwidth, Severity};
 pub enum CheckDetail {
     /// `gpu-health`: what NVML returned for the rank's GPU.
     GpuHealth { readings: Box<Readings> },
+    /// `gpu-health` on a GPU whose NVML could not be read: why (health unknown).
+    NvmlUnavailable { why: String },
     /// `rdma-ports`: the node's ports at the end of the span and what is wrong with them
     /// (written by the node's local rank 0).
     RdmaPorts {
@@ -61,9 +63,57 @@ pub enum CheckDetail {
         /// How many ranks of other nodes each rank exchanged with; absent: all of them.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         back_end_peers: Option<Vec<usize>>,
+        /// The node's RDMA ports that are not ACTIVE (`mlx5_1 port 1: DOWN`), written by the
+        /// node's local rank 0 (on the other nodes' local rank 0, the only field set).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        ib_ports_not_active: Vec<String>,
     },
     /// `pair-bandwidth`: every measured node pair.
     PairBandwidth { pairs: Vec<PairBandwidth> },
+    /// `gemm`: the hash of the product, compared between ranks of one device model.
+    Gemm { result_hash: String },
+    /// `multi-all-reduce`: the figure of every group the rank is in.
+    MultiAllReduce { groups: Vec<GroupBusbw> },
+}
+
+/// The kind of a `multi-all-reduce` group: groups are compared within their kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupKind {
+    /// Local rank i of every node.
+    Rail,
+    /// Every rank of one node.
+    Node,
+    /// Every rank of the job (one of several concurrent world groups).
+    World,
+}
+
+/// A `multi-all-reduce` group: its kind and index (`rail0`, `node1`, `world0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ReduceGroup {
+    pub kind: GroupKind,
+    /// The rail's local rank, the node's rank, or the world group's stream.
+    pub index: usize,
+}
+
+impl std::fmt::Display for ReduceGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.kind {
+            GroupKind::Rail => "rail",
+            GroupKind::Node => "node",
+            GroupKind::World => "world",
+        };
+        write!(f, "{kind}{}", self.index)
+    }
+}
+
+/// One group's all-reduce as one of its ranks measured it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupBusbw {
+    pub group: ReduceGroup,
+    /// Its global ranks.
+    pub ranks: Vec<usize>,
+    pub busbw_gbps: f64,
 }
 
 /// One RDMA port as read under /sys/class/infiniband.
@@ -132,7 +182,7 @@ impl CheckDetail {
     /// The items this detail holds, for a reader that bounds what it accepts.
     pub fn len(&self) -> usize {
         match self {
-            CheckDetail::GpuHealth { .. } => 1,
+            CheckDetail::GpuHealth { .. } | CheckDetail::NvmlUnavailable { .. } => 1,
             CheckDetail::RdmaPorts { ports, issues } => ports.len() + issues.len(),
             CheckDetail::Model { losses, .. } => losses.len(),
             CheckDetail::Connectivity {
@@ -142,6 +192,7 @@ impl CheckDetail {
                 back_end_failed,
                 front_end_probers,
                 back_end_peers,
+                ib_ports_not_active,
             } => {
                 let cells = |g: &Option<Vec<Vec<String>>>| g.iter().flatten().map(Vec::len).sum::<usize>();
                 cells(front_end)
@@ -150,9 +201,34 @@ impl CheckDetail {
                     + back_end_failed.len()
                     + front_end_probers.as_ref().map_or(0, Vec::len)
                     + back_end_peers.as_ref().map_or(0, Vec::len)
+                    + ib_ports_not_active.len()
             }
             CheckDetail::PairBandwidth { pairs } => pairs.len(),
+            CheckDetail::Gemm { .. } => 1,
+            CheckDetail::MultiAllReduce { groups } => groups.iter().map(|g| 1 + g.ranks.len()).sum(),
         }
+    }
+
+    /// The facts of the detail a report shows as notes, for people.
+    pub fn notes(&self) -> BTreeMap<String, String> {
+        let mut n = BTreeMap::new();
+        match self {
+            CheckDetail::NvmlUnavailable { why } => {
+                n.insert("nvml_unavailable".to_string(), why.clone());
+            }
+            CheckDetail::Gemm { result_hash } => {
+                n.insert("result_hash".to_string(), result_hash.clone());
+            }
+            CheckDetail::Connectivity { ib_ports_not_active, .. } if !ib_ports_not_active.is_empty() => {
+                n.insert("ib_ports_not_active".to_string(), ib_ports_not_active.join("; "));
+            }
+            CheckDetail::MultiAllReduce { groups } => {
+                let list: Vec<String> = groups.iter().map(|g| format!("{}: ranks {:?}", g.group, g.ranks)).collect();
+                n.insert("groups".to_string(), list.join("; "));
+            }
+            _ => {}
+        }
+        n
     }
 
     pub fn is_empty(&self) -> bool {

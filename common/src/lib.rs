@@ -17,6 +17,7 @@ pub mod health;
 pub mod host;
 pub mod hostlist;
 pub mod peers;
+pub mod rank_end;
 pub mod registry;
 pub mod report;
 pub mod secret;

@@ -232,9 +232,14 @@ pub struct RankResult {
     /// Per-message-size figures of a collective.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sweep: Vec<SweepPoint>,
-    /// Free-form facts for people: the result hash, the verifier's detail...
+    /// Free-form facts for people (the verifier's detail, the dtype...): no code decides on
+    /// them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub notes: BTreeMap<String, String>,
+    /// How the rank ended when it did not finish the check (the launcher's account; boxed:
+    /// most results have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<Box<crate::rank_end::RankEnd>>,
     /// The check's structured result, read by the diagnosis and the report (absent in
     /// reports written before it existed: see [`crate::detail`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -255,10 +260,24 @@ impl RankResult {
             metrics: BTreeMap::new(),
             sweep: Vec::new(),
             notes: BTreeMap::new(),
+            end: None,
             detail: None,
             error: None,
             fleet: None,
         }
+    }
+
+    /// The notes a report shows: the rank's own, with its end and the detail's facts for
+    /// people.
+    pub fn shown_notes(&self) -> BTreeMap<String, String> {
+        let mut n = self.notes.clone();
+        if let Some(end) = &self.end {
+            n.extend(end.notes());
+        }
+        if let Some(d) = &self.detail {
+            n.extend(d.notes());
+        }
+        n
     }
 }
 

@@ -79,6 +79,14 @@ pub fn validate(r: &Report) -> Result<(), InvalidReport> {
             count(&at("notes"), x.notes.len(), MAX_ITEMS)?;
             if let Some(d) = &x.detail {
                 count(&at("detail"), d.len(), MAX_ITEMS)?;
+                for (k, v) in d.notes() {
+                    bytes(&at(&format!("detail.{k}")), v.len(), MAX_TEXT)?;
+                }
+            }
+            if let Some(e) = &x.end {
+                for (k, v) in e.notes() {
+                    bytes(&at(&format!("end.{k}")), v.len(), MAX_TEXT)?;
+                }
             }
             for k in x.metrics.keys() {
                 bytes(&at("metrics key"), k.len(), MAX_NAME)?;

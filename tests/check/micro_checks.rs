@@ -170,11 +170,43 @@ fn multi_all_reduce_runs_every_rail_node_and_world_group_at_once_on_two_nodes() 
     let c = check(&r, "multi-all-reduce");
     assert_eq!(c["status"], "passed");
     assert_eq!(c["config"]["world_streams"], 2);
-    let groups = c["ranks"][0]["notes"]["groups"].as_str().unwrap();
+    // Each rank's detail: the groups it is in, typed, with their ranks and busbw.
+    let groups = |rank: usize| -> Vec<(String, usize, Vec<u64>)> {
+        let d = &c["ranks"][rank]["detail"];
+        assert_eq!(d["kind"], "multi_all_reduce", "{d}");
+        d["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                assert!(g["busbw_gbps"].as_f64().unwrap() > 0.0, "{g}");
+                let ranks = g["ranks"].as_array().unwrap().iter().map(|r| r.as_u64().unwrap()).collect();
+                (
+                    g["group"]["kind"].as_str().unwrap().to_string(),
+                    g["group"]["index"].as_u64().unwrap() as usize,
+                    ranks,
+                )
+            })
+            .collect()
+    };
+    let all = vec![0, 1, 2, 3];
     assert_eq!(
-        groups,
-        "rail0: ranks [0, 2]; rail1: ranks [1, 3]; node0: ranks [0, 1]; node1: ranks [2, 3]; \
-         world0: ranks [0, 1, 2, 3]; world1: ranks [0, 1, 2, 3]"
+        groups(0),
+        [
+            ("rail".to_string(), 0, vec![0, 2]),
+            ("node".into(), 0, vec![0, 1]),
+            ("world".into(), 0, all.clone()),
+            ("world".into(), 1, all.clone())
+        ]
+    );
+    assert_eq!(
+        groups(3),
+        [
+            ("rail".to_string(), 1, vec![1, 3]),
+            ("node".into(), 1, vec![2, 3]),
+            ("world".into(), 0, all.clone()),
+            ("world".into(), 1, all)
+        ]
     );
     for (rank, mine) in [(0, ["rail0", "node0"]), (3, ["rail1", "node1"])] {
         let m = &c["ranks"][rank]["metrics"];

@@ -34,7 +34,7 @@ fn default_check_on_two_cpu_workers_passes_with_a_full_report() {
     }
     // Identical inputs on every rank give bit-identical products.
     let hashes: Vec<&str> =
-        checks[0]["ranks"].as_array().unwrap().iter().map(|r| r["notes"]["result_hash"].as_str().unwrap()).collect();
+        checks[0]["ranks"].as_array().unwrap().iter().map(|r| r["detail"]["result_hash"].as_str().unwrap()).collect();
     assert_eq!(hashes[0], hashes[1]);
     for rank in checks[1]["ranks"].as_array().unwrap() {
         let sweep = rank["sweep"].as_array().unwrap();

@@ -8,6 +8,7 @@
 
 use anyhow::{Context, Result};
 use gpusanity_common::bandwidth::gemm_tflops;
+use gpusanity_common::detail::CheckDetail;
 use gpusanity_common::report::{CheckStatus, RankResult};
 use rand::{Rng, SeedableRng};
 
@@ -101,7 +102,7 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     r.metrics.insert("max_error".into(), check.max_err);
     r.notes.insert("dtype".into(), dtype.name().into());
     r.notes.insert("size".into(), format!("{n}x{n}x{n}"));
-    r.notes.insert("result_hash".into(), format!("{hash:016x}"));
+    r.detail = Some(CheckDetail::Gemm { result_hash: format!("{hash:016x}") });
     r.notes.insert("verified_tile".into(), format!("rows {}.., cols {}.. ({}x{})", tile.r0, tile.c0, tile.t, tile.t));
     if check.bad > 0 {
         r.error = Some(format!(

@@ -32,9 +32,6 @@ use crate::backend::DeviceBackend;
 
 pub const NAME: CheckId = CheckId::GpuHealth;
 
-/// The note that says why NVML could not be read.
-pub const UNAVAILABLE_NOTE: &str = "nvml_unavailable";
-
 /// The reader of a worker's GPU, started when the worker starts if `checks` has this check
 /// and the backend drives a GPU; `None` otherwise.
 pub fn watch(backend: &dyn DeviceBackend, checks: &[CheckId]) -> Option<Result<Monitor, NvmlError>> {
@@ -199,7 +196,7 @@ impl LoadSampling {
 
 fn unavailable(rank: usize, e: &NvmlError) -> RankResult {
     let mut r = RankResult::new(rank, CheckStatus::Passed);
-    r.notes.insert(UNAVAILABLE_NOTE.into(), e.to_string());
+    r.detail = Some(CheckDetail::NvmlUnavailable { why: e.to_string() });
     r
 }
 

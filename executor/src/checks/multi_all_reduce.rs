@@ -3,11 +3,13 @@
 //! each on its own stream — with each group's busbw, so that one bad rail, NIC or node stands
 //! out against the groups of its kind. Every group's sum is verified exactly.
 //!
-//! Metrics per rank: `busbw_gbps.GROUP` for every group it belongs to (GROUP is `rail0`,
-//! `node1`, `world0`...); the note `groups` lists every group of the run with its ranks.
+//! Per rank: the detail `multi_all_reduce` with every group it belongs to (`rail0`, `node1`,
+//! `world0`...), its ranks and busbw, which the diagnosis compares; the same figures as the
+//! metrics `busbw_gbps.GROUP` for people.
 
 use anyhow::{Context, Result};
 use gpusanity_common::bandwidth::{busbw_gbps, Collective};
+use gpusanity_common::detail::{CheckDetail, GroupBusbw, GroupKind, ReduceGroup};
 use gpusanity_common::report::{CheckStatus, RankResult};
 
 use super::all_reduce::{count_wrong, Pattern};
@@ -16,10 +18,10 @@ use crate::backend::{BufId, CollCall, CollOp, Work, WorkerPlace};
 
 pub const NAME: gpusanity_common::CheckId = gpusanity_common::CheckId::MultiAllReduce;
 
-/// One group of the check: its name and global ranks.
+/// One group of the check: which it is and its global ranks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupSpec {
-    pub name: String,
+    pub group: ReduceGroup,
     pub members: Vec<usize>,
 }
 
@@ -31,13 +33,16 @@ pub fn groups(place: &WorkerPlace, world_streams: usize) -> Vec<GroupSpec> {
     for i in 0..widest {
         let members: Vec<usize> =
             (0..nnodes).filter(|&n| place.node_sizes[n] > i).map(|n| place.node_ranks(n).start + i).collect();
-        out.push(GroupSpec { name: format!("rail{i}"), members });
+        out.push(GroupSpec { group: ReduceGroup { kind: GroupKind::Rail, index: i }, members });
     }
     for n in 0..nnodes {
-        out.push(GroupSpec { name: format!("node{n}"), members: place.node_ranks(n).collect() });
+        out.push(GroupSpec {
+            group: ReduceGroup { kind: GroupKind::Node, index: n },
+            members: place.node_ranks(n).collect(),
+        });
     }
     for k in 0..world_streams {
-        out.push(GroupSpec { name: format!("world{k}"), members: (0..place.world).collect() });
+        out.push(GroupSpec { group: ReduceGroup { kind: GroupKind::World, index: k }, members: (0..place.world).collect() });
     }
     out.retain(|g| g.members.len() >= 2);
     out
@@ -51,13 +56,9 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let all = groups(&place, cfg.world_streams);
     let mine: Vec<&GroupSpec> = all.iter().filter(|g| g.members.contains(&rank)).collect();
     let mut r = RankResult::new(rank, CheckStatus::Passed);
-    let listing: Vec<String> = all.iter().map(|g| format!("{}: ranks {:?}", g.name, g.members)).collect();
-    r.notes.insert("groups".into(), listing.join("; "));
     r.notes.insert("dtype".into(), dtype.name().into());
     if mine.is_empty() {
-        let mut r = super::not_applicable(rank, "this rank is in no group of two or more ranks".into());
-        r.notes.insert("groups".into(), listing.join("; "));
-        return Ok(r);
+        return Ok(super::not_applicable(rank, "this rank is in no group of two or more ranks".into()));
     }
 
     ctx.progress.phase(NAME, "communicators", 0);
@@ -67,7 +68,7 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
     let mut bufs: Vec<BufId> = Vec::new();
     let outcome = (|| -> Result<()> {
         for g in &mine {
-            let id = ctx.backend.group(ctx.store, &format!("multi-all-reduce/{}", g.name), &g.members)?;
+            let id = ctx.backend.group(ctx.store, &format!("multi-all-reduce/{}", g.group), &g.members)?;
             let index = g.members.iter().position(|&m| m == rank).unwrap_or(0);
             let pattern = Pattern::new(g.members.len());
             let send = ctx.backend.buf_alloc(elems)?;
@@ -87,6 +88,7 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
         let t = ctx.backend.run(&work, cfg.warmup, cfg.iters).context("concurrent all-reduces")?;
         let mut wrong_total = 0u64;
         let mut min_bw = f64::INFINITY;
+        let mut figures = Vec::with_capacity(mine.len());
         for (i, g) in mine.iter().enumerate() {
             let mut out = ctx.backend.buf_read(calls[i].recv, elems)?;
             if ctx.faults.has("multi-all-reduce-wrong", rank) && i == 0 && !out.is_empty() {
@@ -96,13 +98,15 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
             let secs = t.each.get(i).copied().unwrap_or(t.total);
             let bw = busbw_gbps(Collective::AllReduce, g.members.len(), (elems * dtype.size()) as u64, secs);
             min_bw = min_bw.min(bw);
-            r.metrics.insert(format!("busbw_gbps.{}", g.name), bw);
-            r.metrics.insert(format!("time_us.{}", g.name), secs * 1e6);
+            figures.push(GroupBusbw { group: g.group, ranks: g.members.clone(), busbw_gbps: bw });
+            r.metrics.insert(format!("busbw_gbps.{}", g.group), bw);
+            r.metrics.insert(format!("time_us.{}", g.group), secs * 1e6);
             if wrong > 0 {
-                r.metrics.insert(format!("wrong_elements.{}", g.name), wrong as f64);
+                r.metrics.insert(format!("wrong_elements.{}", g.group), wrong as f64);
             }
             wrong_total += wrong;
         }
+        r.detail = Some(CheckDetail::MultiAllReduce { groups: figures });
         r.metrics.insert("busbw_gbps_min".into(), min_bw);
         r.metrics.insert("wrong_elements".into(), wrong_total as f64);
         r.metrics.insert("bytes".into(), (elems * dtype.size()) as f64);
@@ -111,7 +115,7 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
             let bad: Vec<String> = mine
                 .iter()
                 .filter_map(|g| {
-                    r.metrics.get(&format!("wrong_elements.{}", g.name)).map(|w| format!("{}: {w}", g.name))
+                    r.metrics.get(&format!("wrong_elements.{}", g.group)).map(|w| format!("{}: {w}", g.group))
                 })
                 .collect();
             r.error = Some(format!("{wrong_total} reduced elements are wrong ({})", bad.join(", ")));
@@ -133,7 +137,7 @@ mod tests {
     fn groups_of_two_nodes_of_two() {
         let place = WorkerPlace { node_sizes: vec![2, 2], ..WorkerPlace::single_node(0, 4) };
         let g = groups(&place, 2);
-        let names: Vec<&str> = g.iter().map(|g| g.name.as_str()).collect();
+        let names: Vec<String> = g.iter().map(|g| g.group.to_string()).collect();
         assert_eq!(names, ["rail0", "rail1", "node0", "node1", "world0", "world1"]);
         assert_eq!(g[1].members, [1, 3]);
         assert_eq!(g[3].members, [2, 3]);
@@ -141,7 +145,7 @@ mod tests {
         assert!(groups(&WorkerPlace::single_node(0, 1), 2).is_empty());
         let uneven = WorkerPlace { node_sizes: vec![3, 1], ..WorkerPlace::single_node(0, 4) };
         let g = groups(&uneven, 0);
-        assert_eq!(g.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), ["rail0", "node0"]);
+        assert_eq!(g.iter().map(|g| g.group.to_string()).collect::<Vec<_>>(), ["rail0", "node0"]);
         assert_eq!(g[0].members, [0, 3]);
     }
 }

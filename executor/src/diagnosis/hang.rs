@@ -15,15 +15,15 @@ use super::{place, Overrun};
 pub const STALE_HEARTBEAT_S: f64 = 2.0;
 
 fn age(r: &RankResult) -> f64 {
-    r.metrics.get("heartbeat_age_s").copied().unwrap_or(0.0)
+    r.end.as_ref().and_then(|e| e.heartbeat_age_s).unwrap_or(0.0)
 }
 
 fn seq(r: &RankResult) -> f64 {
-    r.metrics.get("progress_seq").copied().unwrap_or(0.0)
+    r.end.as_ref().and_then(|e| e.progress_seq).unwrap_or(0) as f64
 }
 
 fn last(r: &RankResult) -> String {
-    r.notes.get("last_progress").cloned().unwrap_or_else(|| "no progress reported".into())
+    r.end.as_ref().and_then(|e| e.last_progress.clone()).unwrap_or_else(|| "no progress reported".into())
 }
 
 /// Attributes an overrun over all checks at once: nodes move through the checks at their own
@@ -39,7 +39,7 @@ pub fn attribute(checks: &[CheckReport], ranks: &[RankInfo], overrun: Overrun, f
     let Some(first) = hung.iter().map(|(k, _)| *k).min() else {
         return;
     };
-    let node_lost = checks.iter().any(|c| c.ranks.iter().any(|r| r.notes.contains_key("node_lost")));
+    let node_lost = checks.iter().any(|c| c.ranks.iter().any(|r| r.end.as_ref().is_some_and(|e| e.node_lost)));
     let stale: Vec<(usize, &RankResult)> = hung.iter().copied().filter(|(_, r)| age(r) > STALE_HEARTBEAT_S).collect();
     let culprits: Vec<(usize, &RankResult)> = if !stale.is_empty() {
         stale

@@ -10,16 +10,14 @@ use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckDetail, CheckReport, Finding, RankInfo};
 
 use super::place;
-use crate::checks::gpu_health::UNAVAILABLE_NOTE;
 
-/// Findings of `c`, if it is the health check.
-pub fn findings(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>) {
+/// Findings of `c`, if it is the health check, under the run's configuration of it.
+pub fn findings(c: &CheckReport, ranks: &[RankInfo], cfg: &GpuHealthConfig, findings: &mut Vec<Finding>) {
     if c.name != CheckId::GpuHealth {
         return;
     }
-    let cfg: GpuHealthConfig = serde_json::from_value(c.config.clone()).unwrap_or_default();
-    let policy = Policy::from_config(&cfg);
-    let ready = Readiness::from_config(&cfg);
+    let policy = Policy::from_config(cfg);
+    let ready = Readiness::from_config(cfg);
     // The most GPUs any rank of a node saw there (they all see the same node).
     let mut visible: BTreeMap<usize, u32> = BTreeMap::new();
     let node_of: HashMap<usize, usize> = ranks.iter().map(|i| (i.rank, i.node_rank)).collect();
@@ -28,7 +26,7 @@ pub fn findings(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
         pids.entry(i.node_rank).or_default().push(i.pid);
     }
     for r in &c.ranks {
-        if let Some(why) = r.notes.get(UNAVAILABLE_NOTE) {
+        if let Some(CheckDetail::NvmlUnavailable { why }) = &r.detail {
             findings.push(place(nvml_unavailable(why), ranks, r.rank));
             continue;
         }
@@ -122,7 +120,7 @@ mod tests {
             &cfg,
         );
         let mut found = Vec::new();
-        findings(&c, &[info(0), info(1)], &mut found);
+        findings(&c, &[info(0), info(1)], &cfg, &mut found);
         let got: Vec<(Code, Option<usize>, Option<usize>)> =
             found.iter().map(|f| (f.code, f.rank, f.node_rank)).collect();
         assert_eq!(got, [(Code::GpuHealthXidFatal, Some(1), Some(0)), (Code::GpuHealthMissingGpu, None, Some(0))]);
@@ -130,7 +128,7 @@ mod tests {
         // Without the key, the workers of the node are the expected count.
         let c = report(vec![with_readings(0, |r| r.visible_gpus = 1)], &GpuHealthConfig::default());
         let mut found = Vec::new();
-        findings(&c, &[info(0)], &mut found);
+        findings(&c, &[info(0)], &GpuHealthConfig::default(), &mut found);
         assert!(found.is_empty(), "{found:?}");
     }
 
@@ -155,7 +153,7 @@ mod tests {
         );
         let ranks = [RankInfo { pid: 100, ..info(0) }, RankInfo { pid: 101, ..info(1) }];
         let mut found = Vec::new();
-        findings(&c, &ranks, &mut found);
+        findings(&c, &ranks, &GpuHealthConfig::default(), &mut found);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!((found[0].code.as_str(), found[0].rank), ("GPU_HEALTH_LEFTOVER_MEMORY", Some(0)));
         assert!(found[0].message.contains("130000 MiB held by other processes: pid 555"), "{}", found[0].message);
@@ -165,9 +163,10 @@ mod tests {
     #[test]
     fn nvml_missing_on_a_gpu_is_a_warning_on_the_rank() {
         let mut r = RankResult::new(0, CheckStatus::Passed);
-        r.notes.insert(UNAVAILABLE_NOTE.into(), "NVML unavailable: libnvidia-ml.so.1: not found".into());
+        r.detail = Some(CheckDetail::NvmlUnavailable { why: "NVML unavailable: libnvidia-ml.so.1: not found".into() });
         let mut found = Vec::new();
-        findings(&report(vec![r], &GpuHealthConfig::default()), &[info(0)], &mut found);
+        let cfg = GpuHealthConfig::default();
+        findings(&report(vec![r], &cfg), &[info(0)], &cfg, &mut found);
         assert_eq!(found.len(), 1);
         assert_eq!(
             (found[0].code, found[0].severity, found[0].rank),

@@ -5,7 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use gpusanity_common::detail::Probe;
+use gpusanity_common::config::CheckConfigs;
+use gpusanity_common::detail::{GroupKind, Probe, ReduceGroup};
 use gpusanity_common::findings::Code;
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckDetail, CheckReport, Finding, RankInfo, Severity};
@@ -14,7 +15,7 @@ use gpusanity_common::stats::median;
 use super::place;
 
 /// A check's findings beyond per-rank statuses and figures.
-type Hook = fn(&CheckReport, &[RankInfo], f64, &mut Vec<Finding>);
+type Hook = fn(&CheckReport, &[RankInfo], &CheckConfigs, &mut Vec<Finding>);
 
 /// The checks with findings of their own; every other check has none (its wrong results and
 /// headline figures are judged from its descriptor), so a new check is added here only when it
@@ -22,14 +23,16 @@ type Hook = fn(&CheckReport, &[RankInfo], f64, &mut Vec<Finding>);
 const HOOKS: &[(CheckId, Hook)] = &[
     (CheckId::NetworkConnectivity, |c, ranks, _, findings| connectivity(c, ranks, findings)),
     (CheckId::MultiAllReduce, multi_all_reduce),
-    (CheckId::HostBandwidth, super::hostlink::host_concurrent),
+    (CheckId::HostBandwidth, |c, ranks, cfg, findings| {
+        super::hostlink::host_concurrent(c, ranks, cfg.slow_fraction, findings)
+    }),
     (CheckId::RdmaPorts, |c, ranks, _, findings| super::hostlink::rdma_ports(c, ranks, findings)),
 ];
 
-/// Findings of `c` beyond per-rank statuses and figures.
-pub fn diagnose(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, findings: &mut Vec<Finding>) {
+/// Findings of `c` beyond per-rank statuses and figures, under the run's `configs`.
+pub fn diagnose(c: &CheckReport, ranks: &[RankInfo], configs: &CheckConfigs, findings: &mut Vec<Finding>) {
     if let Some((_, hook)) = HOOKS.iter().find(|(id, _)| *id == c.name) {
-        hook(c, ranks, slow_fraction, findings);
+        hook(c, ranks, configs, findings);
     }
 }
 
@@ -130,57 +133,55 @@ fn connectivity(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Finding>
         findings.push(Finding::new(Severity::Critical, Code::NetBackendPairFailed, name, msg));
     }
     for r in &c.ranks {
-        if let Some(down) = r.notes.get("ib_ports_not_active") {
+        if let Some(CheckDetail::Connectivity { ib_ports_not_active: down, .. }) = &r.detail {
+            if down.is_empty() {
+                continue;
+            }
             let f = Finding::new(
                 Severity::Warning,
                 Code::NetIbPortNotActive,
                 name,
-                format!("RDMA ports not ACTIVE: {down}"),
+                format!("RDMA ports not ACTIVE: {}", down.join("; ")),
             );
             findings.push(place_on(f, ranks, info(r.rank)));
         }
     }
 }
 
+/// A group, its ranks and the median of their figures.
+type GroupFigure<'a> = (ReduceGroup, &'a [usize], f64);
+
 /// Each group's busbw (the median of its members' figures) against the groups of its kind
 /// (rails, nodes, world): a group below `slow_fraction` of its kind's median is named, where
-/// the check's configuration asks for the comparison.
-fn multi_all_reduce(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, findings: &mut Vec<Finding>) {
-    if c.config.get("compare_groups").and_then(|v| v.as_bool()) != Some(true) {
+/// the run's configuration asks for the comparison.
+fn multi_all_reduce(c: &CheckReport, ranks: &[RankInfo], configs: &CheckConfigs, findings: &mut Vec<Finding>) {
+    if !configs.multi_all_reduce.compare_groups {
         return;
     }
-    let mut by_group: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let slow_fraction = configs.slow_fraction;
+    // Every group's members and the figures its members measured.
+    let mut by_group: BTreeMap<ReduceGroup, (&[usize], Vec<f64>)> = BTreeMap::new();
     for r in &c.ranks {
-        for (k, v) in &r.metrics {
-            if let Some(g) = k.strip_prefix("busbw_gbps.") {
-                by_group.entry(g.to_string()).or_default().push(*v);
-            }
+        let Some(CheckDetail::MultiAllReduce { groups }) = &r.detail else { continue };
+        for g in groups {
+            by_group.entry(g.group).or_insert((&g.ranks, Vec::new())).1.push(g.busbw_gbps);
         }
     }
-    let members = |g: &str| -> String {
-        c.ranks
-            .iter()
-            .find_map(|r| r.notes.get("groups"))
-            .and_then(|l| l.split("; ").find_map(|e| e.strip_prefix(&format!("{g}: ")).map(str::to_string)))
-            .unwrap_or_default()
-    };
-    let mut by_kind: BTreeMap<String, Vec<(String, f64)>> = BTreeMap::new();
-    for (g, v) in &by_group {
-        let kind = g.trim_end_matches(|ch: char| ch.is_ascii_digit()).to_string();
-        by_kind.entry(kind).or_default().push((g.clone(), median(v)));
+    let mut by_kind: BTreeMap<GroupKind, Vec<GroupFigure<'_>>> = BTreeMap::new();
+    for (g, (members, v)) in &by_group {
+        by_kind.entry(g.kind).or_default().push((*g, members, median(v)));
     }
     for groups in by_kind.values().filter(|g| g.len() >= 2) {
-        let med = median(&groups.iter().map(|(_, v)| *v).collect::<Vec<_>>());
-        for (g, v) in groups.iter().filter(|(_, v)| *v < slow_fraction * med) {
+        let med = median(&groups.iter().map(|(_, _, v)| *v).collect::<Vec<_>>());
+        for (g, members, v) in groups.iter().filter(|(_, _, v)| *v < slow_fraction * med) {
             let msg = format!(
-                "group {g} ({}): {v:.2} GB/s busbw, below {:.0}% of the median {med:.2} of its kind",
-                members(g),
+                "group {g} (ranks {members:?}): {v:.2} GB/s busbw, below {:.0}% of the median {med:.2} of its kind",
                 slow_fraction * 100.0
             );
             let mut f = Finding::new(Severity::Critical, Code::MultiAllreduceSlowGroup, c.name, msg);
-            if let Some(node) = g.strip_prefix("node").and_then(|n| n.parse::<usize>().ok()) {
-                f.node_rank = Some(node);
-                f.host = ranks.iter().find(|r| r.node_rank == node).map(|r| r.host.clone());
+            if g.kind == GroupKind::Node {
+                f.node_rank = Some(g.index);
+                f.host = ranks.iter().find(|r| r.node_rank == g.index).map(|r| r.host.clone());
             }
             f.measured = Some(*v);
             f.peers_median = Some(med);
@@ -191,6 +192,7 @@ fn multi_all_reduce(c: &CheckReport, ranks: &[RankInfo], slow_fraction: f64, fin
 
 #[cfg(test)]
 mod tests {
+    use gpusanity_common::detail::GroupBusbw;
     use gpusanity_common::report::{CheckStatus, RankResult};
 
     use super::*;
@@ -203,6 +205,10 @@ mod tests {
             config: serde_json::Value::Null,
             ranks,
         }
+    }
+
+    fn cfg() -> CheckConfigs {
+        CheckConfigs::defaults(gpusanity_common::report::DeviceKind::Cuda)
     }
 
     fn infos(n: usize, per_node: usize) -> Vec<RankInfo> {
@@ -222,22 +228,32 @@ mod tests {
     #[test]
     fn a_slow_rail_is_named_and_a_balanced_run_is_not() {
         // 2 nodes x 4: rails 0..3 of ranks {i, i + 4}; rail 2 at a third of the others.
+        let group = |kind, index, ranks: Vec<usize>, busbw_gbps| GroupBusbw {
+            group: ReduceGroup { kind, index },
+            ranks,
+            busbw_gbps,
+        };
         let ranks: Vec<RankResult> = (0..8)
             .map(|i| {
                 let mut r = RankResult::new(i, CheckStatus::Passed);
                 let rail = i % 4;
-                r.metrics.insert(format!("busbw_gbps.rail{rail}"), if rail == 2 { 30.0 } else { 90.0 + i as f64 });
-                r.metrics.insert(format!("busbw_gbps.node{}", i / 4), 200.0);
-                r.notes.insert("groups".into(), "rail2: ranks [2, 6]; node0: ranks [0, 1, 2, 3]".into());
+                let node = i / 4;
+                let groups = vec![
+                    group(GroupKind::Rail, rail, vec![rail, rail + 4], if rail == 2 { 30.0 } else { 90.0 + i as f64 }),
+                    group(GroupKind::Node, node, (node * 4..node * 4 + 4).collect(), 200.0),
+                ];
+                r.detail = Some(CheckDetail::MultiAllReduce { groups });
                 r
             })
             .collect();
         let mut f = Vec::new();
         let mut c = report("multi-all-reduce", ranks.clone());
-        diagnose(&c, &infos(8, 4), 0.8, &mut f);
+        let mut configs = CheckConfigs::defaults(gpusanity_common::report::DeviceKind::Cuda);
+        configs.multi_all_reduce.compare_groups = false;
+        diagnose(&c, &infos(8, 4), &configs, &mut f);
         assert!(f.is_empty(), "no comparison unless configured");
-        c.config = serde_json::json!({ "compare_groups": true });
-        diagnose(&c, &infos(8, 4), 0.8, &mut f);
+        configs.multi_all_reduce.compare_groups = true;
+        diagnose(&c, &infos(8, 4), &configs, &mut f);
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].code, Code::MultiAllreduceSlowGroup);
         assert!(f[0].message.contains("rail2 (ranks [2, 6])"), "{}", f[0].message);
@@ -245,16 +261,35 @@ mod tests {
         let even: Vec<RankResult> = ranks
             .into_iter()
             .map(|mut r| {
-                for v in r.metrics.values_mut() {
-                    *v = v.max(90.0);
+                if let Some(CheckDetail::MultiAllReduce { groups }) = &mut r.detail {
+                    for g in groups {
+                        g.busbw_gbps = g.busbw_gbps.max(90.0);
+                    }
                 }
                 r
             })
             .collect();
         let mut f = Vec::new();
         c.ranks = even;
-        diagnose(&c, &infos(8, 4), 0.8, &mut f);
+        diagnose(&c, &infos(8, 4), &configs, &mut f);
         assert!(f.is_empty(), "{f:?}");
+        // A slow node among two is named, and placed on that node.
+        c.ranks = (0..8)
+            .map(|i| {
+                let mut r = RankResult::new(i, CheckStatus::Passed);
+                let node = i / 4;
+                let bw = if node == 1 { 50.0 } else { 200.0 };
+                let groups = vec![group(GroupKind::Node, node, (node * 4..node * 4 + 4).collect(), bw)];
+                r.detail = Some(CheckDetail::MultiAllReduce { groups });
+                r
+            })
+            .collect();
+        let mut f = Vec::new();
+        diagnose(&c, &infos(8, 4), &configs, &mut f);
+        assert_eq!(
+            f.iter().map(|f| (f.code, f.node_rank)).collect::<Vec<_>>(),
+            [(Code::MultiAllreduceSlowGroup, Some(1))]
+        );
     }
 
     /// Rank 0's result with failed probes `list` on the front end (`front`) or the back end.
@@ -270,6 +305,7 @@ mod tests {
             back_end_failed,
             front_end_probers: None,
             back_end_peers: None,
+            ib_ports_not_active: Vec::new(),
         });
         r
     }
@@ -279,23 +315,23 @@ mod tests {
         let codes = |f: &[Finding]| f.iter().map(|f| (f.code, f.node_rank, f.rank)).collect::<Vec<_>>();
         // 3 nodes of 1: nobody reaches node 2.
         let mut f = Vec::new();
-        diagnose(&report("network-connectivity", vec![probes(true, &[(0, 2), (1, 2)])]), &infos(3, 1), 0.8, &mut f);
+        diagnose(&report("network-connectivity", vec![probes(true, &[(0, 2), (1, 2)])]), &infos(3, 1), &cfg(), &mut f);
         assert_eq!(codes(&f), [(Code::NetFrontendUnreachable, Some(2), Some(2))]);
         // Only node 0 -> node 2 fails: the pair, nobody blamed.
         let mut f = Vec::new();
-        diagnose(&report("network-connectivity", vec![probes(true, &[(0, 2)])]), &infos(3, 1), 0.8, &mut f);
+        diagnose(&report("network-connectivity", vec![probes(true, &[(0, 2)])]), &infos(3, 1), &cfg(), &mut f);
         assert_eq!(codes(&f), [(Code::NetFrontendPairFailed, None, None)]);
         // Back end, 3 nodes of 1: rank 1 fails with both peers.
         let mut f = Vec::new();
-        diagnose(&report("network-connectivity", vec![probes(false, &[(0, 1), (1, 2)])]), &infos(3, 1), 0.8, &mut f);
+        diagnose(&report("network-connectivity", vec![probes(false, &[(0, 1), (1, 2)])]), &infos(3, 1), &cfg(), &mut f);
         assert_eq!(codes(&f), [(Code::NetBackendRankUnreachable, Some(1), Some(1))]);
         // Two nodes of one: only the pair can be named.
         let mut f = Vec::new();
-        diagnose(&report("network-connectivity", vec![probes(false, &[(1, 0)])]), &infos(2, 1), 0.8, &mut f);
+        diagnose(&report("network-connectivity", vec![probes(false, &[(1, 0)])]), &infos(2, 1), &cfg(), &mut f);
         assert_eq!(codes(&f), [(Code::NetBackendPairFailed, None, None)]);
         // Nothing failed: nothing said.
         let mut f = Vec::new();
-        diagnose(&report("network-connectivity", vec![probes(false, &[])]), &infos(2, 1), 0.8, &mut f);
+        diagnose(&report("network-connectivity", vec![probes(false, &[])]), &infos(2, 1), &cfg(), &mut f);
         assert!(f.is_empty());
     }
 }

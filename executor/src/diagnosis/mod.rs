@@ -36,6 +36,7 @@ pub mod verdict;
 use std::collections::HashMap;
 
 use gpusanity_common::checks::Metric;
+use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::expected::{Conditions, Entry, Expected};
 use gpusanity_common::fleet::file::BaselineFile;
 use gpusanity_common::peers::{self, Figures, PeerBands};
@@ -78,8 +79,9 @@ pub(crate) fn place(mut f: Finding, ranks: &[RankInfo], rank: usize) -> Finding 
     f
 }
 
-/// Diagnoses `checks` in place (their statuses) and returns the findings and the verdict.
-/// `overrun` says which deadline, if any, stopped the run.
+/// Diagnoses `checks` in place (their statuses) and returns the findings and the verdict,
+/// under the default configurations of `backend` with `slow_fraction`. `overrun` says which
+/// deadline, if any, stopped the run.
 pub fn diagnose(
     checks: &mut [CheckReport],
     ranks: &[RankInfo],
@@ -87,18 +89,21 @@ pub fn diagnose(
     overrun: Overrun,
     backend: DeviceKind,
 ) -> Diagnosis {
-    diagnose_with_baseline(checks, ranks, slow_fraction, overrun, backend, None)
+    let configs = CheckConfigs { slow_fraction, ..CheckConfigs::defaults(backend) };
+    diagnose_with_baseline(checks, ranks, &configs, overrun, backend, None)
 }
 
-/// [`diagnose`], with every headline figure also judged against the fleet `baseline`.
+/// [`diagnose`] under the run's `configs`, with every headline figure also judged against the
+/// fleet `baseline`.
 pub fn diagnose_with_baseline(
     checks: &mut [CheckReport],
     ranks: &[RankInfo],
-    slow_fraction: f64,
+    configs: &CheckConfigs,
     overrun: Overrun,
     backend: DeviceKind,
     baseline: Option<&BaselineFile>,
 ) -> Diagnosis {
+    let slow_fraction = configs.slow_fraction;
     let drivers = baseline.map(|_| gpusanity_common::fleet::samples::drivers(checks)).unwrap_or_default();
     let timed_out = overrun != Overrun::None;
     let bands = PeerBands::new(slow_fraction, backend == DeviceKind::Cpu);
@@ -122,9 +127,9 @@ pub fn diagnose_with_baseline(
             pair_bandwidth = link_findings(c, ranks, &mut findings);
         }
         // Hooks of other check families: one line each.
-        micro::diagnose(c, ranks, slow_fraction, &mut findings);
+        micro::diagnose(c, ranks, configs, &mut findings);
         models::findings(c, ranks, slow_fraction, &mut findings);
-        health::findings(c, ranks, &mut findings);
+        health::findings(c, ranks, &configs.gpu_health, &mut findings);
         if let Some(note) = c.ranks.iter().find_map(|r| r.notes.get("remeasured")) {
             remeasured.push(format!("{}: {note}", c.name));
         }

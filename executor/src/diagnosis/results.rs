@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use gpusanity_common::checks::WrongResult;
+use gpusanity_common::detail::CheckDetail;
 use gpusanity_common::findings::Code;
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckReport, CheckStatus, Finding, RankInfo, Severity};
@@ -36,7 +37,7 @@ fn hash_disagreement(c: &CheckReport, ranks: &[RankInfo], findings: &mut Vec<Fin
     let devices: HashMap<usize, &str> = ranks.iter().map(|i| (i.rank, i.device.as_str())).collect();
     let mut by_device: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
     for r in &c.ranks {
-        if let (Some(h), Some(&device)) = (r.notes.get("result_hash"), devices.get(&r.rank)) {
+        if let (Some(CheckDetail::Gemm { result_hash: h }), Some(&device)) = (&r.detail, devices.get(&r.rank)) {
             by_device.entry(device).or_default().push((r.rank, h.as_str()));
         }
     }

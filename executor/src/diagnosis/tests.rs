@@ -1,5 +1,6 @@
 //! Unit tests of the whole diagnosis, on hand-built results (right and wrong).
 
+use gpusanity_common::rank_end::RankEnd;
 use gpusanity_common::report::{CheckDetail, CheckReport, CheckStatus, DeviceKind, RankInfo, Severity};
 use gpusanity_common::report::{Code, RankResult, RunStatus};
 
@@ -34,7 +35,7 @@ fn check(name: &str, results: Vec<RankResult>) -> CheckReport {
 fn gemm_rank(rank: usize, tflops: f64, hash: &str) -> RankResult {
     let mut r = RankResult::new(rank, CheckStatus::Passed);
     r.metrics.insert("tflops".into(), tflops);
-    r.notes.insert("result_hash".into(), hash.into());
+    r.detail = Some(CheckDetail::Gemm { result_hash: hash.into() });
     r
 }
 
@@ -89,27 +90,33 @@ fn a_product_differing_from_the_majority_is_named_without_a_majority_warned() {
     assert_eq!(d.status, RunStatus::Passed);
 }
 
-fn hung(rank: usize, age: f64, seq: f64) -> RankResult {
+fn hung(rank: usize, age: f64, seq: u64) -> RankResult {
     let mut r = RankResult::new(rank, CheckStatus::TimedOut);
-    r.metrics.insert("heartbeat_age_s".into(), age);
-    r.metrics.insert("progress_seq".into(), seq);
+    r.end = Some(Box::new(RankEnd { heartbeat_age_s: Some(age), progress_seq: Some(seq), ..RankEnd::default() }));
     r
+}
+
+/// A rank's end as the launcher writes it.
+fn ended(edit: impl FnOnce(&mut RankEnd)) -> Option<Box<RankEnd>> {
+    let mut e = RankEnd::default();
+    edit(&mut e);
+    Some(Box::new(e))
 }
 
 #[test]
 fn hang_culprits_apart_from_waiters() {
     let info = ranks(&["cpu", "cpu", "cpu"]);
     // A stopped process outranks progress counts.
-    let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 3.0), hung(1, 9.0, 7.0), hung(2, 0.2, 3.0)])];
+    let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 3), hung(1, 9.0, 7), hung(2, 0.2, 3)])];
     let d = diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu);
     assert_eq!(codes(&d), [(Code::TestHang, Some(1))]);
     assert!(d.findings[0].message.contains("ranks 0, 2 were waiting"), "{}", d.findings[0].message);
     assert_eq!((d.status, c[0].status), (RunStatus::TimedOut, CheckStatus::TimedOut));
     // All alive: the rank that made the least progress.
-    let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 9.0), hung(1, 0.1, 2.0), hung(2, 0.2, 9.0)])];
+    let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 9), hung(1, 0.1, 2), hung(2, 0.2, 9)])];
     assert_eq!(codes(&diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu)), [(Code::TestHang, Some(1))]);
     // Out of time overall with everyone alive: nobody is blamed.
-    let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 9.0), hung(1, 0.1, 2.0), hung(2, 0.2, 9.0)])];
+    let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 9), hung(1, 0.1, 2), hung(2, 0.2, 9)])];
     let d = diagnose(&mut c, &info, 0.5, Overrun::Run, DeviceKind::Cpu);
     assert!(d.findings.is_empty());
     assert_eq!(d.status, RunStatus::TimedOut);
@@ -120,9 +127,9 @@ fn ranks_stopped_because_of_another_are_not_blamed() {
     let info = ranks(&["cpu", "cpu"]);
     let mut crashed = RankResult::new(0, CheckStatus::Error);
     crashed.error = Some("killed by signal SIGKILL".into());
-    crashed.notes.insert("exit".into(), "killed by signal SIGKILL".into());
+    crashed.end = ended(|e| e.exit = Some("killed by signal SIGKILL".into()));
     let mut stopped = RankResult::new(1, CheckStatus::Error);
-    stopped.notes.insert("stopped".into(), "stopped after rank 0 failed".into());
+    stopped.end = ended(|e| e.stopped = Some("stopped after rank 0 failed".into()));
     let mut c = vec![check("gemm", vec![crashed, stopped])];
     let d = diagnose(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cuda);
     assert_eq!(codes(&d), [(Code::WorkerCrashed, Some(0))]);
@@ -209,14 +216,14 @@ fn the_fleet_judges_the_figure_that_counts_and_a_rank_below_twice_carries_both()
     };
     // Below only in the first measurement: judged on the second, no finding.
     let mut c = vec![check("gemm", vec![rank(0, 10.0, None), rank(1, 9.9, Some(6.0))])];
-    let d = diagnose_with_baseline(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu, Some(&baseline));
+    let d = diagnose_with_baseline(&mut c, &info, &cpu_configs(), Overrun::None, DeviceKind::Cpu, Some(&baseline));
     assert!(d.findings.is_empty(), "{:?}", codes(&d));
     assert_eq!(d.status, RunStatus::Passed);
     assert_eq!(c[0].ranks[1].fleet.as_ref().map(|f| (f.value, f.below)), Some((9.9, false)));
     assert_eq!(d.remeasured, ["gemm: rank 1 below the fleet floor"]);
     // Below twice: named, with both figures.
     let mut c = vec![check("gemm", vec![rank(0, 10.0, None), rank(1, 7.0, Some(6.0))])];
-    let d = diagnose_with_baseline(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu, Some(&baseline));
+    let d = diagnose_with_baseline(&mut c, &info, &cpu_configs(), Overrun::None, DeviceKind::Cpu, Some(&baseline));
     assert_eq!(codes(&d), [(Code::BelowFleet, Some(1))]);
     let evidence = &d.findings[0].evidence;
     assert!(
@@ -235,7 +242,7 @@ fn the_fleet_judges_the_figure_that_counts_and_a_rank_below_twice_carries_both()
         (9.0, "below the fleet floor in the last 4 of 5 measurements: first 9.00 (above it), last 7.00"),
     ] {
         let mut c = vec![check("gemm", vec![rank(0, 10.0, None), measured(first, 5.0)])];
-        let d = diagnose_with_baseline(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu, Some(&baseline));
+        let d = diagnose_with_baseline(&mut c, &info, &cpu_configs(), Overrun::None, DeviceKind::Cpu, Some(&baseline));
         assert_eq!(codes(&d), [(Code::BelowFleet, Some(1))]);
         assert!(d.findings[0].evidence.iter().any(|e| e == want), "{:?}", d.findings[0].evidence);
     }
@@ -243,7 +250,7 @@ fn the_fleet_judges_the_figure_that_counts_and_a_rank_below_twice_carries_both()
     let mut cleared = measured(6.0, 3.0);
     cleared.metrics.insert("tflops_cpu".into(), 9.8);
     let mut c = vec![check("gemm", vec![rank(0, 10.0, None), cleared])];
-    let d = diagnose_with_baseline(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu, Some(&baseline));
+    let d = diagnose_with_baseline(&mut c, &info, &cpu_configs(), Overrun::None, DeviceKind::Cpu, Some(&baseline));
     assert!(d.findings.is_empty(), "{:?}", codes(&d));
 }
 
@@ -274,8 +281,8 @@ fn cpu_ranks_are_judged_on_the_wall_clock_so_a_capped_node_is_named() {
 fn a_lost_node_makes_the_live_ranks_waiters_not_culprits() {
     let info = ranks(&["cpu", "cpu", "cpu"]);
     let mut lost = RankResult::new(2, CheckStatus::Error);
-    lost.notes.insert("node_lost".into(), "its node never reported".into());
-    let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 3.0), hung(1, 0.1, 3.0), lost])];
+    lost.end = ended(|e| e.node_lost = true);
+    let mut c = vec![check("all-reduce", vec![hung(0, 0.1, 3), hung(1, 0.1, 3), lost])];
     let d = diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu);
     assert!(d.findings.is_empty(), "{:?}", codes(&d));
     assert_eq!(d.status, RunStatus::TimedOut);
@@ -320,14 +327,16 @@ fn the_link_test_names_a_slow_node_from_the_pair_matrix() {
 #[test]
 fn the_rank_that_died_first_is_the_culprit() {
     let info = ranks(&["cpu", "cpu", "cpu"]);
-    let dead = |rank: usize, at: f64| {
+    let dead = |rank: usize, at: u64| {
         let mut r = RankResult::new(rank, CheckStatus::Error);
         r.error = Some("killed by signal SIGKILL; last output:\nCUDA error: an illegal memory access".into());
-        r.notes.insert("exit".into(), "killed by signal SIGKILL".into());
-        r.metrics.insert("exit_unix_ms".into(), at);
+        r.end = ended(|e| {
+            e.exit = Some("killed by signal SIGKILL".into());
+            e.exit_unix_ms = Some(at);
+        });
         r
     };
-    let mut c = vec![check("gemm", vec![dead(0, 1_000_450.0), dead(1, 1_000_000.0), hung(2, 0.1, 1.0)])];
+    let mut c = vec![check("gemm", vec![dead(0, 1_000_450), dead(1, 1_000_000), hung(2, 0.1, 1)])];
     c[0].ranks[2].status = CheckStatus::NotRun;
     let d = diagnose(&mut c, &info, 0.5, Overrun::None, DeviceKind::Cpu);
     let crit: Vec<_> = d.findings.iter().filter(|f| f.severity == Severity::Critical).map(|f| f.rank).collect();
@@ -346,12 +355,20 @@ fn a_rank_stuck_in_one_check_is_the_culprit_for_peers_waiting_in_the_next() {
     let mut not_run = RankResult::new(2, CheckStatus::NotRun);
     not_run.notes.insert("reason".into(), "the run stopped before this check".into());
     let mut c = vec![
-        check("gemm", vec![gemm_rank(0, 10.0, "a"), gemm_rank(1, 10.0, "a"), hung(2, 0.3, 4.0)]),
-        check("all-reduce", vec![hung(0, 0.1, 30.0), hung(1, 0.1, 30.0), not_run]),
+        check("gemm", vec![gemm_rank(0, 10.0, "a"), gemm_rank(1, 10.0, "a"), hung(2, 0.3, 4)]),
+        check("all-reduce", vec![hung(0, 0.1, 30), hung(1, 0.1, 30), not_run]),
     ];
     let d = diagnose(&mut c, &info, 0.5, Overrun::Test, DeviceKind::Cpu);
     assert_eq!(codes(&d), [(Code::TestHang, Some(2))]);
     assert_eq!(d.findings[0].check, CheckId::Gemm);
     assert!(d.findings[0].message.contains("ranks 0, 1 were waiting"), "{}", d.findings[0].message);
     assert!(d.findings[0].evidence.iter().any(|e| e.contains("waiting in all-reduce")), "{:?}", d.findings[0].evidence);
+}
+
+/// The CPU backend's default configurations, with slow fraction 0.5.
+fn cpu_configs() -> gpusanity_common::config::CheckConfigs {
+    gpusanity_common::config::CheckConfigs {
+        slow_fraction: 0.5,
+        ..gpusanity_common::config::CheckConfigs::defaults(DeviceKind::Cpu)
+    }
 }

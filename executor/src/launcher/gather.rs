@@ -3,6 +3,7 @@
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::findings::Code;
 use gpusanity_common::fleet::file::BaselineFile;
+use gpusanity_common::rank_end::RankEnd;
 use gpusanity_common::registry::{CheckId, Scope};
 use gpusanity_common::report::{
     CheckReport, CheckStatus, DeviceKind, Finding, NodeInfo, RankInfo, RankResult, Report, Severity,
@@ -70,7 +71,7 @@ pub fn build_report(
                     });
                     for c in checks.iter_mut() {
                         let mut r = RankResult::new(rank, CheckStatus::Error);
-                        r.notes.insert("node_lost".into(), "its node never reported".into());
+                        r.end = Some(Box::new(RankEnd { node_lost: true, ..RankEnd::default() }));
                         c.ranks.push(r);
                     }
                 }
@@ -82,14 +83,8 @@ pub fn build_report(
     for c in checks.iter_mut() {
         c.ranks.sort_by_key(|r| r.rank);
     }
-    let mut diag = diagnosis::diagnose_with_baseline(
-        &mut checks,
-        &ranks,
-        meta.configs.slow_fraction,
-        overrun,
-        meta.backend,
-        baseline,
-    );
+    let mut diag =
+        diagnosis::diagnose_with_baseline(&mut checks, &ranks, &meta.configs, overrun, meta.backend, baseline);
     // A stall stopped the test before its limit: say so beside the hang it names.
     if let Some(Stop::Stalled { node_rank, check, stall_s, silent_rank }) =
         stops.iter().find(|s| matches!(s, Stop::Stalled { .. }))

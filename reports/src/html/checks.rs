@@ -155,11 +155,13 @@ fn row_view(report: &Report, c: &CheckReport, keys: &[&str], i: usize) -> RowVie
 
 /// The notes of a check: once with "all" for a value every rank wrote alike, else per rank.
 fn notes(c: &CheckReport) -> Vec<(String, String, String)> {
-    let keys: std::collections::BTreeSet<&String> = c.ranks.iter().flat_map(|r| r.notes.keys()).collect();
+    let shown: Vec<(usize, std::collections::BTreeMap<String, String>)> =
+        c.ranks.iter().map(|r| (r.rank, r.shown_notes())).collect();
+    let keys: std::collections::BTreeSet<&String> = shown.iter().flat_map(|(_, n)| n.keys()).collect();
     let mut out = Vec::new();
     for key in keys {
         let values: Vec<(usize, &String)> =
-            c.ranks.iter().filter_map(|r| r.notes.get(key).map(|v| (r.rank, v))).collect();
+            shown.iter().filter_map(|(rank, n)| n.get(key).map(|v| (*rank, v))).collect();
         match values.first().map(|(_, v)| *v) {
             Some(first)
                 if c.ranks.len() > 1 && values.len() == c.ranks.len() && values.iter().all(|(_, v)| *v == first) =>
@@ -283,7 +285,10 @@ pub fn node_labels(report: &Report, n: usize) -> Vec<String> {
 fn connectivity_maps(report: &Report, c: &CheckReport) -> Vec<HeatMap> {
     let mut maps = Vec::new();
     let Some((front, back)) = c.ranks.iter().find_map(|r| match &r.detail {
-        Some(CheckDetail::Connectivity { front_end, back_end, .. }) => Some((front_end, back_end)),
+        // Rank 0's: other nodes' local rank 0 may hold only their ports.
+        Some(CheckDetail::Connectivity { front_end, back_end, .. }) if front_end.is_some() || back_end.is_some() => {
+            Some((front_end, back_end))
+        }
         _ => None,
     }) else {
         return maps;

@@ -176,6 +176,7 @@ fn details_of_any_shape_render() {
                         back_end_failed: Vec::new(),
                         front_end_probers: Some(vec![usize::MAX]),
                         back_end_peers: None,
+                        ib_ports_not_active: vec!["<script>x</script>".repeat(i)],
                     }
                 } else {
                     CheckDetail::Model {

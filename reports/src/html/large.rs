@@ -200,10 +200,11 @@ fn worse(a: &'static str, b: &'static str) -> &'static str {
 
 /// The notes once per distinct value: ("N ranks", or the rank when one wrote it, key, value).
 pub fn grouped_notes(c: &CheckReport) -> Vec<(String, String, String)> {
+    let shown: Vec<(usize, BTreeMap<String, String>)> = c.ranks.iter().map(|r| (r.rank, r.shown_notes())).collect();
     let mut by_key: BTreeMap<&str, BTreeMap<&str, Vec<usize>>> = BTreeMap::new();
-    for r in &c.ranks {
-        for (k, v) in &r.notes {
-            by_key.entry(k).or_default().entry(v).or_default().push(r.rank);
+    for (rank, notes) in &shown {
+        for (k, v) in notes {
+            by_key.entry(k).or_default().entry(v).or_default().push(*rank);
         }
     }
     let mut out = Vec::new();

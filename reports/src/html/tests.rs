@@ -84,6 +84,7 @@ pub(super) fn report(host_b: &str) -> Report {
         back_end_failed: Vec::new(),
         front_end_probers: None,
         back_end_peers: None,
+        ib_ports_not_active: Vec::new(),
     });
     let mut f = Finding::new(
         Severity::Critical,

@@ -99,7 +99,15 @@ pub fn run(ctx: &mut CheckCtx<'_>) -> Result<RankResult> {
             r.notes.insert("ib_ports".into(), serde_json::to_string(&ports)?);
         }
         if !down.is_empty() {
-            r.notes.insert("ib_ports_not_active".into(), down.join("; "));
+            r.detail = Some(CheckDetail::Connectivity {
+                front_end: None,
+                back_end: None,
+                front_end_failed: Vec::new(),
+                back_end_failed: Vec::new(),
+                front_end_probers: None,
+                back_end_peers: None,
+                ib_ports_not_active: down,
+            });
         }
     }
 
@@ -300,6 +308,11 @@ fn summarize(r: &mut RankResult, rows: &[Row], place: &WorkerPlace) {
         grids = (Some(front_cells), Some(back_cells));
     }
     let failed = |v: &[&Probe]| v.iter().filter(|p| p.error.is_some()).map(|p| (*p).clone()).collect();
+    // Rank 0's own node's ports, found before the probes, stay in its detail.
+    let ib_ports_not_active = match r.detail.take() {
+        Some(CheckDetail::Connectivity { ib_ports_not_active, .. }) => ib_ports_not_active,
+        _ => Vec::new(),
+    };
     r.detail = Some(CheckDetail::Connectivity {
         front_end: grids.0,
         back_end: grids.1,
@@ -307,6 +320,7 @@ fn summarize(r: &mut RankResult, rows: &[Row], place: &WorkerPlace) {
         back_end_failed: failed(&back),
         front_end_probers: Some(front_probers),
         back_end_peers: Some(back_peers.iter().map(|s| s.len()).collect()),
+        ib_ports_not_active,
     });
 }
 

@@ -4,6 +4,7 @@
 use std::process::ExitStatus;
 use std::time::Instant;
 
+use gpusanity_common::rank_end::RankEnd;
 use gpusanity_common::report::{CheckStatus, RankResult};
 use nix::sys::signal::Signal;
 
@@ -22,10 +23,11 @@ pub(super) fn unfinished(r: &Rank, k: usize, stage: usize, stop: Option<&Stop>, 
     let own_failure = matches!(stop, Some(Stop::RankFailed { rank, .. }) if *rank == r.spec.rank);
     if r.exited.is_some() && !own_failure {
         let mut res = RankResult::new(r.spec.rank, CheckStatus::NotRun);
-        res.notes.insert("stopped".into(), "ended while the run was being stopped".into());
-        if let Some(e) = &r.exited {
-            res.notes.insert("exit".into(), e.clone());
-        }
+        res.end = Some(Box::new(RankEnd {
+            exit: r.exited.clone(),
+            stopped: Some("ended while the run was being stopped".into()),
+            ..RankEnd::default()
+        }));
         return res;
     }
     let status = match stop {
@@ -34,29 +36,26 @@ pub(super) fn unfinished(r: &Rank, k: usize, stage: usize, stop: Option<&Stop>, 
         _ => CheckStatus::NotRun,
     };
     let mut res = RankResult::new(r.spec.rank, status);
-    res.metrics.insert("heartbeat_age_s".into(), now.duration_since(r.last_beat).as_secs_f64());
-    res.metrics.insert("progress_seq".into(), r.progress_seq as f64);
-    if let Some((check, phase, step)) = &r.progress {
-        res.notes.insert("last_progress".into(), format!("{check} {phase} {step}"));
-    }
+    let mut end = RankEnd {
+        heartbeat_age_s: Some(now.duration_since(r.last_beat).as_secs_f64()),
+        progress_seq: Some(r.progress_seq),
+        last_progress: r.progress.as_ref().map(|(check, phase, step)| format!("{check} {phase} {step}")),
+        ..RankEnd::default()
+    };
     match stop {
         Some(Stop::RankFailed { rank, reason, .. }) if *rank == r.spec.rank => {
             res.error = Some(reason.clone());
-            if let Some(e) = &r.exited {
-                res.notes.insert("exit".into(), e.clone());
-            }
-            if let Some(ms) = r.exited_at.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()) {
-                res.metrics.insert("exit_unix_ms".into(), ms.as_millis() as f64);
-            }
+            end.exit = r.exited.clone();
+            end.exit_unix_ms = r
+                .exited_at
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         }
-        Some(Stop::RankFailed { rank, .. }) => {
-            res.notes.insert("stopped".into(), format!("stopped after rank {rank} failed"));
-        }
-        Some(Stop::Interrupted { signal, .. }) => {
-            res.notes.insert("stopped".into(), format!("interrupted ({signal})"));
-        }
+        Some(Stop::RankFailed { rank, .. }) => end.stopped = Some(format!("stopped after rank {rank} failed")),
+        Some(Stop::Interrupted { signal, .. }) => end.stopped = Some(format!("interrupted ({signal})")),
         _ => {}
     }
+    res.end = Some(Box::new(end));
     res
 }
 
