@@ -9,7 +9,9 @@
 #                                     connections; state (pid, dir) goes to $KAFKA_STATE
 #   scripts/kafka.sh stop             stop the broker started by `start` (by its pid)
 #
-# Environment: GPUSANITY_KAFKA_CACHE (jar cache, default ~/.cache/gpusanity/kafka-4.4.0),
+# Environment: GPUSANITY_KAFKA_CACHE (jar cache, default ~/.cache/gpusanity/kafka-4.4.0; `fetch`
+# does nothing where it holds `.complete`, e.g. the kafka/ folder of scripts/service-bundle.sh),
+# JAVA (the java to run, default `java` on PATH; e.g. the bundle's jre/bin/java),
 # KAFKA_STATE (state file, default $TMPDIR/gpusanity-kafka.state), KAFKA_LISTEN=ADDR[:PORT]
 # (a second listener on ADDR:PORT, advertised as such, PORT a free one if not given: for
 # clients that cannot reach the host's loopback, e.g. network namespaces on a bridge whose
@@ -25,6 +27,7 @@ set -euo pipefail
 VERSION=4.4.0
 CACHE=${GPUSANITY_KAFKA_CACHE:-$HOME/.cache/gpusanity/kafka-$VERSION}
 STATE=${KAFKA_STATE:-${TMPDIR:-/tmp}/gpusanity-kafka.state}
+JAVA=${JAVA:-java}
 
 fetch() {
   if [ -f "$CACHE/.complete" ]; then return 0; fi
@@ -127,11 +130,11 @@ Configuration:
 LOG
   local cp="$CACHE/libs/*"
   local jopts=(-Xmx512m -XX:+UseSerialGC -Dlog4j2.configurationFile="$dir/log4j2.yaml")
-  java "${jopts[@]}" -cp "$cp" org.apache.kafka.tools.StorageTool format -t "$(java -cp "$cp" org.apache.kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)" \
+  "$JAVA" "${jopts[@]}" -cp "$cp" org.apache.kafka.tools.StorageTool format -t "$("$JAVA" -cp "$cp" org.apache.kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)" \
     -c "$dir/server.properties" --standalone "${scram[@]}" >"$dir/format.log" 2>&1 \
-    || java "${jopts[@]}" -cp "$cp" kafka.tools.StorageTool format -t "$(java -cp "$cp" kafka.tools.StorageTool random-uuid | tail -1)" \
+    || "$JAVA" "${jopts[@]}" -cp "$cp" kafka.tools.StorageTool format -t "$("$JAVA" -cp "$cp" kafka.tools.StorageTool random-uuid | tail -1)" \
       -c "$dir/server.properties" "${scram[@]}" >"$dir/format.log" 2>&1
-  nohup java "${jopts[@]}" -cp "$cp" kafka.Kafka "$dir/server.properties" >"$dir/kafka.log" 2>&1 &
+  nohup "$JAVA" "${jopts[@]}" -cp "$cp" kafka.Kafka "$dir/server.properties" >"$dir/kafka.log" 2>&1 &
   local pid=$!
   printf 'pid=%s\ndir=%s\nport=%s\n' "$pid" "$dir" "$port" >"$STATE"
   wait_listening "$pid" "$dir" "$port" "$ext" "$sport"
@@ -218,7 +221,7 @@ resume() {
   dir=$(sed -n 's/^dir=//p' "$STATE")
   port=$(sed -n 's/^port=//p' "$STATE")
   local cp="$CACHE/libs/*"
-  nohup java -Xmx512m -XX:+UseSerialGC -Dlog4j2.configurationFile="$dir/log4j2.yaml" -cp "$cp" kafka.Kafka \
+  nohup "$JAVA" -Xmx512m -XX:+UseSerialGC -Dlog4j2.configurationFile="$dir/log4j2.yaml" -cp "$cp" kafka.Kafka \
     "$dir/server.properties" >>"$dir/kafka.log" 2>&1 &
   local pid=$!
   printf 'pid=%s\ndir=%s\nport=%s\n' "$pid" "$dir" "$port" >"$STATE"

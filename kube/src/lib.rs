@@ -11,9 +11,12 @@
 //! writer makes the API server answer 409 Conflict, and the change is recomputed on a fresh
 //! read (bounded retries). Re-isolating an isolated node changes nothing. Used by the service's
 //! isolation backend (`service/src/isolation/kubernetes.rs`) and by `gpusanity check --k8s-isolate`.
+//!
+//! [`podres`]: the GPUs a job's pods got on a node, from the kubelet's PodResources API.
 
 mod names;
 mod node;
+pub mod podres;
 mod record;
 
 pub use names::*;

@@ -5,13 +5,15 @@
 //! serve` and `gpusanity agent` processes) with notification receivers and an SMTP server;
 //! [`skip`] decides whether a test that lacks a prerequisite skips (counted) or fails;
 //! [`manifests`] reads the Kubernetes manifests of deploy/kubernetes/; [`image`] runs the
-//! gpusanity image that scripts/image.sh built, with podman.
+//! gpusanity image that scripts/image.sh built, with podman; [`podres`] is a kubelet's
+//! PodResources API on a Unix socket.
 
 use std::path::Path;
 
 pub mod common;
 pub mod image;
 pub mod manifests;
+pub mod podres;
 pub mod skip;
 pub mod svc;
 
