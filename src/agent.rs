@@ -58,6 +58,18 @@ pub struct AgentArgs {
     /// (repeatable; `gpusanity list` shows the keys; an unknown key or a bad value: no start).
     #[arg(long = "check-param", value_name = "CHECK.KEY=VALUE")]
     check_params: Vec<String>,
+    /// On Kubernetes: the kubelet's PodResources socket. A job event that names no GPUs for
+    /// this node is checked on the GPUs the kubelet gave the job's pods here (found by the
+    /// label gpusanity.io/job-id; docs/kubernetes.md) [default: not asked, the whole node].
+    #[arg(long, env = "GPUSANITY_KUBELET_POD_RESOURCES", value_name = "SOCKET")]
+    kubelet_pod_resources: Option<PathBuf>,
+    /// The kubeconfig the agent reads the job's pods with [default: in-cluster, else
+    /// $KUBECONFIG or ~/.kube/config].
+    #[arg(long, env = "GPUSANITY_KUBECONFIG", value_name = "FILE", requires = "kubelet_pod_resources")]
+    kubeconfig: Option<PathBuf>,
+    /// The longest wait for the kubelet's answer, in seconds.
+    #[arg(long, default_value_t = 5.0, requires = "kubelet_pod_resources")]
+    kubelet_timeout_s: f64,
 }
 
 impl AgentArgs {
@@ -74,6 +86,11 @@ pub fn agent(args: &AgentArgs) -> ExitCode {
         }
         if args.node.trim().is_empty() {
             return Err(UsageError("--node must not be empty".into()).into());
+        }
+        if !(args.kubelet_timeout_s.is_finite() && args.kubelet_timeout_s > 0.0 && args.kubelet_timeout_s <= 600.0) {
+            return Err(
+                UsageError("--kubelet-timeout-s must be a positive number of seconds, at most 600".into()).into()
+            );
         }
         if !(args.heartbeat_s.is_finite() && args.heartbeat_s > 0.0 && args.heartbeat_s <= 3600.0) {
             return Err(UsageError("--heartbeat-s must be a positive number of seconds".into()).into());
@@ -104,6 +121,11 @@ pub fn agent(args: &AgentArgs) -> ExitCode {
             topic_spec: cfg.kafka.topic_spec().map_err(UsageError)?,
             rdzv_ports: args.rdzv_ports,
             check_params: args.check_params.clone(),
+            kubelet: args.kubelet_pod_resources.clone().map(|socket| agent::KubeletGpus {
+                socket,
+                client: gpusanity_kube::ClientSettings { kubeconfig: args.kubeconfig.clone(), ..Default::default() },
+                timeout: Duration::from_secs_f64(args.kubelet_timeout_s),
+            }),
         };
         // One thread: each launcher is tied to it by PR_SET_PDEATHSIG.
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

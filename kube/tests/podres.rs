@@ -8,10 +8,7 @@ use std::time::{Duration, Instant};
 use gpusanity_kube::podres::*;
 use gpusanity_kube::ClientSettings;
 use gpusanity_testkit::podres::PodResourcesServer;
-use gpusanity_testkit::svc::kube::{kube_server, unique};
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use serde_json::json;
+use gpusanity_testkit::svc::kube::{bound_pod, kube_server, namespace, unique};
 
 const T: Duration = Duration::from_secs(5);
 
@@ -125,54 +122,19 @@ async fn admin() -> Option<kube::Client> {
     Some(settings.client().await.expect("admin client"))
 }
 
-/// A namespace of the test's own, with the `default` ServiceAccount its pods are admitted with
-/// (no controller-manager creates it on this API server).
-async fn namespace(client: &kube::Client) -> String {
-    let name = unique("podres");
-    let ns: Namespace = serde_json::from_value(json!({ "metadata": { "name": name } })).expect("namespace json");
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("create namespace");
-    let sa: ServiceAccount = serde_json::from_value(json!({ "metadata": { "name": "default" } })).expect("sa json");
-    let _ = Api::<ServiceAccount>::namespaced(client.clone(), &name).create(&PostParams::default(), &sa).await;
-    name
-}
-
-/// A pod bound to `node` (as the scheduler leaves it), labelled with `job` unless None, in
-/// `phase` unless None.
-async fn create_pod(client: &kube::Client, ns: &str, name: &str, node: &str, job: Option<&str>, phase: Option<&str>) {
-    let labels = match job {
-        Some(job) => json!({ (JOB_LABEL): job, "app": "train" }),
-        None => json!({ "app": "train" }),
-    };
-    let pod = json!({
-        "metadata": { "name": name, "labels": labels },
-        "spec": {
-            "nodeName": node,
-            "containers": [{ "name": "trainer", "image": "registry.example.com/train:latest",
-                             "resources": { "limits": { (GPU_RESOURCE): "4" } } }],
-        },
-    });
-    let pod: Pod = serde_json::from_value(pod).expect("pod json");
-    let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    pods.create(&PostParams::default(), &pod).await.expect("create pod");
-    if let Some(phase) = phase {
-        let status = json!({ "status": { "phase": phase } });
-        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("pod status");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_jobs_running_pods_on_this_node_in_any_namespace() {
     let Some(client) = admin().await else { return };
     let (ns1, ns2) = (namespace(&client).await, namespace(&client).await);
     let (job, other_job) = (unique("job"), unique("job"));
     let (node, other_node) = (unique("gpu"), unique("gpu"));
-    create_pod(&client, &ns1, "w0", &node, Some(&job), Some("Running")).await;
-    create_pod(&client, &ns2, "w1", &node, Some(&job), None).await; // Pending
-    create_pod(&client, &ns1, "elsewhere", &other_node, Some(&job), None).await;
-    create_pod(&client, &ns2, "other", &node, Some(&other_job), None).await;
-    create_pod(&client, &ns1, "unlabelled", &node, None, None).await;
-    create_pod(&client, &ns1, "done", &node, Some(&job), Some("Succeeded")).await;
-    create_pod(&client, &ns2, "failed", &node, Some(&job), Some("Failed")).await;
+    bound_pod(&client, &ns1, "w0", &node, Some(&job), Some("Running")).await;
+    bound_pod(&client, &ns2, "w1", &node, Some(&job), None).await; // Pending
+    bound_pod(&client, &ns1, "elsewhere", &other_node, Some(&job), None).await;
+    bound_pod(&client, &ns2, "other", &node, Some(&other_job), None).await;
+    bound_pod(&client, &ns1, "unlabelled", &node, None, None).await;
+    bound_pod(&client, &ns1, "done", &node, Some(&job), Some("Succeeded")).await;
+    bound_pod(&client, &ns2, "failed", &node, Some(&job), Some("Failed")).await;
 
     let mut got = job_pods_on_node(&client, &node, &job).await.expect("the job's pods");
     got.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));

@@ -122,6 +122,7 @@ fn task(node: &str, run_id: &str, args: &str) -> String {
         node: node.into(),
         body: CommandBody::Task(Task {
             run_id: run_id.into(),
+            job_id: String::new(),
             nnodes: 1,
             node_rank: 0,
             master: None,

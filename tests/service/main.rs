@@ -18,6 +18,7 @@ mod forgery;
 mod gpu_ids;
 mod image;
 mod isolation;
+mod kubelet_gpus;
 mod kubernetes;
 mod notify_email;
 mod notify_restart;

@@ -29,6 +29,10 @@ pub enum CommandBody {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {
     pub run_id: String,
+    /// The job the run checks: on Kubernetes the agent finds the job's pods on its node by it
+    /// (label `gpusanity.io/job-id`). Empty in tasks of older services.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub job_id: String,
     pub nnodes: usize,
     pub node_rank: usize,
     /// Node 0's rendezvous address and port; None for node 0 itself.

@@ -6,6 +6,7 @@
 //! processes tied to its thread and its own deadlines, and a child is what the agent can
 //! cancel (SIGTERM, then SIGKILL) without ending itself. The launcher's code is unchanged.
 
+pub mod kubelet;
 mod launch;
 
 use std::collections::{HashMap, VecDeque};
@@ -26,6 +27,7 @@ use crate::auth::envelope;
 use crate::auth::keyring::Key;
 use crate::auth::{rdzv, Direction, Keyring, Verifier};
 use crate::report_chunks;
+pub use kubelet::KubeletGpus;
 use launch::{Bound, Launch};
 
 /// Results kept to answer a repeated task (after a service restart).
@@ -58,6 +60,8 @@ pub struct AgentConfig {
     /// The operator's check parameters, passed to each launcher after the job's (validated by
     /// [`validate_check_params`]).
     pub check_params: Vec<String>,
+    /// Ask the kubelet for a job's GPUs when its event names none ([`kubelet`]).
+    pub kubelet: Option<KubeletGpus>,
 }
 
 /// The most `--check-param` values an agent takes, and the longest one.
@@ -135,6 +139,9 @@ struct Agent {
     done: VecDeque<NodeResult>,
     exits: mpsc::UnboundedSender<NodeResult>,
     bound: mpsc::UnboundedSender<Bound>,
+    /// Tasks waiting for the kubelet's answer: run id, node rank.
+    looking_up: HashMap<String, usize>,
+    looked: mpsc::UnboundedSender<kubelet::Looked>,
 }
 
 /// An unreachable broker, or one that refuses the client (TLS, SASL), is bad input (exit 2), like an unreachable master for `check`.
@@ -162,6 +169,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     std::fs::create_dir_all(&cfg.work_dir).with_context(|| format!("creating {}", cfg.work_dir.display()))?;
     let (exits, mut exited) = mpsc::unbounded_channel();
     let (bound, mut bounds) = mpsc::unbounded_channel();
+    let (looked, mut answers) = mpsc::unbounded_channel();
     let key = cfg.ring.signer_for(&cfg.node).cloned().context("no agent key covers this node")?;
     let verifier = Verifier::new(cfg.ring.clone(), cfg.max_age);
     let mut agent = Agent {
@@ -174,6 +182,8 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         done: VecDeque::new(),
         exits,
         bound,
+        looking_up: HashMap::new(),
+        looked,
     };
     tracing::info!(node = agent.cfg.node, agent_id = agent.id, "agent up");
     let mut beat = tokio::time::interval(agent.cfg.heartbeat);
@@ -200,6 +210,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
             }
             Some(res) = exited.recv() => agent.exited(res),
             Some(b) = bounds.recv() => agent.bound(b),
+            Some(l) = answers.recv() => agent.looked_up(l),
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
@@ -349,7 +360,9 @@ impl Agent {
         match c {
             CommandBody::Task(t) => self.task(t, key),
             CommandBody::Cancel { run_id, reason } => {
-                if let Some(r) = self.running.get_mut(&run_id) {
+                if self.cancel_lookup(&run_id) {
+                    tracing::info!(run_id, reason, "cancelled while waiting for the kubelet");
+                } else if let Some(r) = self.running.get_mut(&run_id) {
                     tracing::info!(run_id, reason, "cancelling this node's part of the run");
                     if let Some(c) = r.cancel.take() {
                         let _ = c.send(());
@@ -365,7 +378,10 @@ impl Agent {
             tracing::warn!(run_id = t.run_id.escape_debug().to_string(), "task refused: its run id is not a UUID");
             return;
         }
-        // A repeated task (the service restarted): answer it again.
+        // A repeated task (the service restarted): answer it again, or wait for the kubelet.
+        if self.looking_up.contains_key(&t.run_id) {
+            return;
+        }
         if let Some(r) = self.running.get(&t.run_id) {
             // Node 0 starts once its launcher has bound the rendezvous port (see `bound`).
             if r.node_rank == 0 && r.master_port.is_none() {
@@ -382,7 +398,6 @@ impl Agent {
             tracing::warn!(run_id = t.run_id, "stale task ignored (its deadline has passed)");
             return;
         }
-        let (cancel_tx, cancel_rx) = oneshot::channel();
         let secret = t.rdzv_secret.as_deref().and_then(|s| rdzv::unseal(key, &t.run_id, &self.cfg.node, s));
         if t.rdzv_secret.is_some() && secret.is_none() {
             tracing::warn!(
@@ -390,6 +405,15 @@ impl Agent {
                 "the task's rendezvous secret does not open: the run goes unauthenticated"
             );
         }
+        if self.needs_lookup(&t) {
+            return self.look_up(t, secret);
+        }
+        self.launch(t, secret);
+    }
+
+    /// Starts this node's launcher for `t`.
+    fn launch(&mut self, t: Task, secret: Option<[u8; rdzv::SECRET_LEN]>) {
+        let (cancel_tx, cancel_rx) = oneshot::channel();
         match Launch::start(&self.cfg, &t, secret, cancel_rx, self.exits.clone(), self.bound.clone()) {
             Ok(announces) => {
                 self.running.insert(

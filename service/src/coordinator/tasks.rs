@@ -61,6 +61,7 @@ pub(super) fn task(a: &Active, k: usize, master: Option<(String, u16)>) -> Agent
         node: a.run.nodes[k].name.clone(),
         body: CommandBody::Task(Task {
             run_id: a.run.run_id.clone(),
+            job_id: a.run.job_id.clone(),
             nnodes: a.run.nodes.len(),
             node_rank: k,
             master,

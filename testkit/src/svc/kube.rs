@@ -112,6 +112,7 @@ impl Drop for PrivateKube {
 /// A test's view of a cluster through its admin kubeconfig (blocking calls).
 pub struct Cluster {
     rt: tokio::runtime::Runtime,
+    client: kube::Client,
     nodes: Api<Node>,
     events: Api<Event>,
     pub kubeconfig: PathBuf,
@@ -125,10 +126,21 @@ impl Cluster {
         let client = rt.block_on(settings.client()).expect("admin client");
         Cluster {
             nodes: Api::all(client.clone()),
-            events: Api::namespaced(client, "default"),
+            events: Api::namespaced(client.clone(), "default"),
+            client,
             rt,
             kubeconfig: server.kubeconfig.clone(),
         }
+    }
+
+    /// A namespace of the test's own (see [`namespace`]).
+    pub fn namespace(&self) -> String {
+        self.rt.block_on(namespace(&self.client))
+    }
+
+    /// A pod bound to `node` (see [`bound_pod`]).
+    pub fn bound_pod(&self, ns: &str, name: &str, node: &str, job: Option<&str>, phase: Option<&str>) {
+        self.rt.block_on(bound_pod(&self.client, ns, name, node, job, phase))
     }
 
     /// A Node labelled `team=ml` with `spec` (e.g. a cordon and a taint).
@@ -217,4 +229,50 @@ pub fn condition_message(node: &Node) -> Option<String> {
 pub fn unique(prefix: &str) -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     format!("{prefix}-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A namespace of the test's own, with the `default` ServiceAccount its pods are admitted with
+/// (no controller-manager creates it on this API server).
+pub async fn namespace(client: &kube::Client) -> String {
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    let name = unique("ns");
+    let ns: Namespace = serde_json::from_value(json!({ "metadata": { "name": name } })).expect("namespace json");
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("create namespace");
+    let sa: ServiceAccount = serde_json::from_value(json!({ "metadata": { "name": "default" } })).expect("sa json");
+    let _ = Api::<ServiceAccount>::namespaced(client.clone(), &name).create(&PostParams::default(), &sa).await;
+    name
+}
+
+/// A pod bound to `node` (as the scheduler leaves it) asking for 4 GPUs, labelled with job
+/// `job` (`gpusanity.io/job-id`) unless None, in `phase` unless None.
+pub async fn bound_pod(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    job: Option<&str>,
+    phase: Option<&str>,
+) {
+    use gpusanity_kube::podres::{GPU_RESOURCE, JOB_LABEL};
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams};
+    let labels = match job {
+        Some(job) => json!({ (JOB_LABEL): job, "app": "train" }),
+        None => json!({ "app": "train" }),
+    };
+    let pod = json!({
+        "metadata": { "name": name, "labels": labels },
+        "spec": {
+            "nodeName": node,
+            "containers": [{ "name": "trainer", "image": "registry.example.com/train:latest",
+                             "resources": { "limits": { (GPU_RESOURCE): "4" } } }],
+        },
+    });
+    let pod: Pod = serde_json::from_value(pod).expect("pod json");
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    pods.create(&PostParams::default(), &pod).await.expect("create pod");
+    if let Some(phase) = phase {
+        let status = json!({ "status": { "phase": phase } });
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("pod status");
+    }
 }
