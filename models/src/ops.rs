@@ -112,7 +112,6 @@ pub trait Ops {
     }
     /// `pre = a w + bias`, `out = GELU(pre)` (the MLP's first projection; `pre` is kept for
     /// [`Ops::matmul_dgelu`]).
-    #[allow(clippy::too_many_arguments)]
     fn matmul_bias_gelu(
         &mut self,
         mm: Mm,

@@ -103,7 +103,6 @@ pub(super) fn attention_fwd(qkv: &[f32], y: &mut [f32], lse: &mut [f32], hs: Hea
 
 /// With `P` from the saved log-sum-exp, `dP = dy V^T` and `dS = P (dP - dy . y)`:
 /// `dq = scale dS K`, `dk = scale dS^T Q`, `dv = P^T dy`.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn attention_bwd(
     qkv: &[f32],
     y: &[f32],
