@@ -8,6 +8,7 @@ use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{DeviceKind, RankResult};
 use serde::{Deserialize, Serialize};
 
+use crate::backend::WorkerPlace;
 use crate::store::Secret;
 
 pub const SPEC_ENV: &str = "GPUSANITY_WORKER_SPEC";
@@ -19,13 +20,11 @@ pub use gpusanity_common::envs::FAULT_ENV;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerSpec {
-    pub rank: usize,
-    pub world: usize,
-    pub local_rank: usize,
-    pub node_rank: usize,
-    pub node_addr: String,
-    /// Workers per node, by node rank.
-    pub node_sizes: Vec<usize>,
+    /// Where the worker sits: its fields stand at the top level of the JSON (`rank`, `world`,
+    /// `local_rank`, `node_rank`, `node_addr`, `node_sizes`), as they did before they were
+    /// one type.
+    #[serde(flatten)]
+    pub place: WorkerPlace,
     pub store_addr: String,
     /// The run's rendezvous secret, for the store's handshake and the CPU transport's hellos
     /// (hex in the JSON; here rather than on a command line, which every user can read).
@@ -78,3 +77,56 @@ pub enum WorkerMsg {
 }
 
 pub const HEARTBEAT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The spec's JSON keeps the worker's place at its top level, as before the place was one
+    /// type (the test kit finds a worker's rank at `rank`), and reads back as written.
+    #[test]
+    fn a_spec_keeps_its_place_at_the_top_of_its_json() {
+        let spec = WorkerSpec {
+            place: WorkerPlace {
+                rank: 5,
+                world: 8,
+                local_rank: 1,
+                node_rank: 2,
+                node_addr: "10.0.0.3".into(),
+                node_sizes: vec![2, 2, 4],
+            },
+            store_addr: "10.0.0.1:29400".into(),
+            rdzv_secret: Some(Secret::random()),
+            device: DeviceKind::Cpu,
+            checks: vec![CheckId::Gemm],
+            configs: CheckConfigs::defaults(DeviceKind::Cpu),
+            node_store_addr: None,
+            fleet_baseline: None,
+            per_test_s: Some(60.0),
+        };
+        let v = serde_json::to_value(&spec).expect("a spec");
+        let mut keys: Vec<&str> = v.as_object().expect("an object").keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        let mut want = [
+            "rank",
+            "world",
+            "local_rank",
+            "node_rank",
+            "node_addr",
+            "node_sizes",
+            "store_addr",
+            "rdzv_secret",
+            "device",
+            "checks",
+            "configs",
+            "per_test_s",
+        ];
+        want.sort_unstable();
+        assert_eq!(keys, want);
+        assert_eq!((v["rank"].as_u64(), v["node_addr"].as_str()), (Some(5), Some("10.0.0.3")));
+        let back: WorkerSpec = serde_json::from_value(v.clone()).expect("read back");
+        assert_eq!((back.place.rank, back.place.world, back.place.local_rank, back.place.node_rank), (5, 8, 1, 2));
+        assert_eq!((back.place.node_addr.as_str(), back.place.node_sizes.as_slice()), ("10.0.0.3", &[2, 2, 4][..]));
+        assert_eq!(serde_json::to_value(&back).expect("a spec"), v);
+    }
+}

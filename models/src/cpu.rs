@@ -2,7 +2,7 @@
 //! workers of a node share its cores) and plain loops for the rest.
 
 use crate::data::TokenRows;
-use crate::ops::{Adam, Conv, Heads, Mm, Ops};
+use crate::ops::{Adam, Conv, Heads, Mm, NormBwd, NormFwd, Ops};
 use crate::{ModelError, Result};
 
 pub struct CpuOps;
@@ -206,31 +206,11 @@ impl Ops for CpuOps {
         }
         Ok(())
     }
-    fn layernorm_fwd(
-        &mut self,
-        x: &Vec<f32>,
-        g: &Vec<f32>,
-        b: &Vec<f32>,
-        out: &mut Vec<f32>,
-        mean: &mut Vec<f32>,
-        rstd: &mut Vec<f32>,
-        c: usize,
-    ) -> Result<()> {
-        gpt_ops::layernorm_fwd(x, g, b, out, mean, rstd, c)
+    fn layernorm_fwd(&mut self, n: NormFwd<'_, Vec<f32>>, c: usize) -> Result<()> {
+        gpt_ops::layernorm_fwd(n, c)
     }
-    fn layernorm_bwd(
-        &mut self,
-        x: &Vec<f32>,
-        g: &Vec<f32>,
-        mean: &Vec<f32>,
-        rstd: &Vec<f32>,
-        dout: &Vec<f32>,
-        dx: &mut Vec<f32>,
-        dg: &mut Vec<f32>,
-        db: &mut Vec<f32>,
-        c: usize,
-    ) -> Result<()> {
-        gpt_ops::layernorm_bwd(x, g, mean, rstd, dout, dx, dg, db, c)
+    fn layernorm_bwd(&mut self, n: NormBwd<'_, Vec<f32>>, c: usize) -> Result<()> {
+        gpt_ops::layernorm_bwd(n, c)
     }
     fn gelu_fwd(&mut self, x: &Vec<f32>, out: &mut Vec<f32>) -> Result<()> {
         check("gelu_fwd", x.len() == out.len())?;
@@ -308,31 +288,11 @@ impl Ops for CpuOps {
     fn col2im(&mut self, dcols: &Vec<f32>, dx: &mut Vec<f32>, cv: Conv) -> Result<()> {
         vision::col2im(dcols, dx, cv)
     }
-    fn batchnorm_fwd(
-        &mut self,
-        x: &Vec<f32>,
-        g: &Vec<f32>,
-        b: &Vec<f32>,
-        out: &mut Vec<f32>,
-        mean: &mut Vec<f32>,
-        rstd: &mut Vec<f32>,
-        m: usize,
-    ) -> Result<()> {
-        vision::batchnorm_fwd(x, g, b, out, mean, rstd, m)
+    fn batchnorm_fwd(&mut self, n: NormFwd<'_, Vec<f32>>, m: usize) -> Result<()> {
+        vision::batchnorm_fwd(n, m)
     }
-    fn batchnorm_bwd(
-        &mut self,
-        x: &Vec<f32>,
-        g: &Vec<f32>,
-        mean: &Vec<f32>,
-        rstd: &Vec<f32>,
-        dout: &Vec<f32>,
-        dx: &mut Vec<f32>,
-        dg: &mut Vec<f32>,
-        db: &mut Vec<f32>,
-        m: usize,
-    ) -> Result<()> {
-        vision::batchnorm_bwd(x, g, mean, rstd, dout, dx, dg, db, m)
+    fn batchnorm_bwd(&mut self, n: NormBwd<'_, Vec<f32>>, m: usize) -> Result<()> {
+        vision::batchnorm_bwd(n, m)
     }
     fn maxpool_fwd(&mut self, x: &Vec<f32>, out: &mut Vec<f32>, arg: &mut Vec<f32>, cv: Conv) -> Result<()> {
         vision::maxpool_fwd(x, out, arg, cv)

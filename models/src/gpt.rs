@@ -8,7 +8,7 @@
 
 use crate::comm::Comm;
 use crate::data::{group_by_token, seed_of, TokenRows, TokenTask};
-use crate::ops::{Heads, Mm, Ops};
+use crate::ops::{Heads, Mm, NormBwd, NormFwd, Ops};
 use crate::train::{GradsReady, Model, Param};
 use crate::{ModelError, Result};
 
@@ -222,26 +222,21 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
         for (i, a) in acts.iter_mut().enumerate() {
             let (before, after) = xs.split_at_mut(i + 1);
             let (x, x2) = (&before[i], &mut after[0]);
-            ops.layernorm_fwd(x, &ps[lp(i, LN1_G)].w, &ps[lp(i, LN1_B)].w, &mut a.a1, &mut a.mean1, &mut a.rstd1, c)?;
+            let (g, b) = (&ps[lp(i, LN1_G)].w, &ps[lp(i, LN1_B)].w);
+            ops.layernorm_fwd(NormFwd { x, g, b, out: &mut a.a1, mean: &mut a.mean1, rstd: &mut a.rstd1 }, c)?;
             ops.matmul_bias(Mm::new(n, 3 * cl, c), &a.a1, &ps[lp(i, QKV_W)].w, &ps[lp(i, QKV_B)].w, &mut a.qkv)?;
             ops.attention_fwd(&a.qkv, &mut a.y, &mut a.lse, hs, scale)?;
             let (o_w, o_b) = (&ps[lp(i, O_W)].w, &ps[lp(i, O_B)].w);
             project_residual(ops, tp, Mm::new(n, c, cl), [&a.y, o_w, o_b, x], &mut sc.z, &mut a.x1)?;
-            ops.layernorm_fwd(
-                &a.x1,
-                &ps[lp(i, LN2_G)].w,
-                &ps[lp(i, LN2_B)].w,
-                &mut a.a2,
-                &mut a.mean2,
-                &mut a.rstd2,
-                c,
-            )?;
+            let (g, b) = (&ps[lp(i, LN2_G)].w, &ps[lp(i, LN2_B)].w);
+            ops.layernorm_fwd(NormFwd { x: &a.x1, g, b, out: &mut a.a2, mean: &mut a.mean2, rstd: &mut a.rstd2 }, c)?;
             let (fc_w, fc_b) = (&ps[lp(i, FC_W)].w, &ps[lp(i, FC_B)].w);
             ops.matmul_bias_gelu(Mm::new(n, 4 * cl, c), &a.a2, fc_w, fc_b, &mut a.h, &mut a.gl)?;
             let (p_w, p_b) = (&ps[lp(i, PROJ_W)].w, &ps[lp(i, PROJ_B)].w);
             project_residual(ops, tp, Mm::new(n, c, 4 * cl), [&a.gl, p_w, p_b, &a.x1], &mut sc.z, x2)?;
         }
-        ops.layernorm_fwd(&xs[l], &ps[fin].w, &ps[fin + 1].w, &mut sc.af, &mut sc.meanf, &mut sc.rstdf, c)?;
+        let (g, b) = (&ps[fin].w, &ps[fin + 1].w);
+        ops.layernorm_fwd(NormFwd { x: &xs[l], g, b, out: &mut sc.af, mean: &mut sc.meanf, rstd: &mut sc.rstdf }, c)?;
         ops.matmul(Mm::new(n, v, c), &sc.af, &ps[fin + 2].w, &mut sc.logits)?;
         ops.cross_entropy(&sc.logits, tgt, &mut sc.dlogits, &mut sc.losses, v)?;
 
@@ -252,20 +247,7 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             ops.matmul(Mm::new(n, c, v).tb(), &sc.dlogits, &p.w, &mut sc.dtmp)?;
         }
         ops.fill(&mut sc.dx, 0.0)?;
-        {
-            let (g, rest) = ps[fin..].split_at_mut(1);
-            ops.layernorm_bwd(
-                &xs[l],
-                &g[0].w,
-                &sc.meanf,
-                &sc.rstdf,
-                &sc.dtmp,
-                &mut sc.dx,
-                &mut g[0].g,
-                &mut rest[0].g,
-                c,
-            )?;
-        }
+        layernorm_bwd(ops, &xs[l], [&sc.meanf, &sc.rstdf], &mut ps[fin..], &sc.dtmp, &mut sc.dx, c)?;
         grads.ready(ps, fin)?;
         for (i, a) in acts.iter().enumerate().rev() {
             let lps = &mut ps[lp(i, 0)..lp(i, PER_LAYER)];
@@ -281,20 +263,7 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             ops.matmul(Mm::new(c, 4 * cl, n).ta(), &a.a2, &sc.dh, &mut lps[FC_W].g)?;
             ops.matmul(Mm::new(n, c, 4 * cl).tb(), &sc.dh, &lps[FC_W].w, &mut sc.dtmp)?;
             tp.all_reduce_sum(&mut sc.dtmp)?;
-            {
-                let (g, rest) = lps[LN2_G..].split_at_mut(1);
-                ops.layernorm_bwd(
-                    &a.x1,
-                    &g[0].w,
-                    &a.mean2,
-                    &a.rstd2,
-                    &sc.dtmp,
-                    &mut sc.dx,
-                    &mut g[0].g,
-                    &mut rest[0].g,
-                    c,
-                )?;
-            }
+            layernorm_bwd(ops, &a.x1, [&a.mean2, &a.rstd2], &mut lps[LN2_G..], &sc.dtmp, &mut sc.dx, c)?;
             // Attention: dx is now the gradient of x1.
             ops.col_sum(&sc.dx, &mut lps[O_B].g, n)?;
             ops.matmul(Mm::new(cl, c, n).ta(), &a.y, &sc.dx, &mut lps[O_W].g)?;
@@ -304,18 +273,7 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
             ops.matmul(Mm::new(c, 3 * cl, n).ta(), &a.a1, &sc.dqkv, &mut lps[QKV_W].g)?;
             ops.matmul(Mm::new(n, c, 3 * cl).tb(), &sc.dqkv, &lps[QKV_W].w, &mut sc.dtmp)?;
             tp.all_reduce_sum(&mut sc.dtmp)?;
-            let (g, rest) = lps[LN1_G..].split_at_mut(1);
-            ops.layernorm_bwd(
-                &xs[i],
-                &g[0].w,
-                &a.mean1,
-                &a.rstd1,
-                &sc.dtmp,
-                &mut sc.dx,
-                &mut g[0].g,
-                &mut rest[0].g,
-                c,
-            )?;
+            layernorm_bwd(ops, &xs[i], [&a.mean1, &a.rstd1], &mut lps[LN1_G..], &sc.dtmp, &mut sc.dx, c)?;
             grads.ready(ps, lp(i, 0))?;
         }
         let (wte, wpe) = ps.split_at_mut(1);
@@ -349,6 +307,21 @@ impl<O: Ops> Model<O> for Gpt<O::Buf> {
 /// `out = x + (a w summed over the tensor-parallel ranks) + bias`: a projection into the
 /// residual stream. On one rank the product adds the bias and the residual itself; across
 /// ranks the partial products are summed (into `z`) before they are added.
+/// [`Ops::layernorm_bwd`] of the layer norm whose scale and shift are `gb[0]` and `gb[1]`, with
+/// its forward's saved mean and 1/std: `dx` acc, the two parameters' gradients overwritten.
+fn layernorm_bwd<O: Ops>(
+    ops: &mut O,
+    x: &O::Buf,
+    [mean, rstd]: [&O::Buf; 2],
+    gb: &mut [Param<O::Buf>],
+    dout: &O::Buf,
+    dx: &mut O::Buf,
+    c: usize,
+) -> Result<()> {
+    let (g, b) = gb.split_at_mut(1);
+    ops.layernorm_bwd(NormBwd { x, g: &g[0].w, mean, rstd, dout, dx, dg: &mut g[0].g, db: &mut b[0].g }, c)
+}
+
 fn project_residual<O: Ops>(
     ops: &mut O,
     tp: &mut dyn Comm<O::Buf>,

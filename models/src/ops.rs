@@ -12,9 +12,11 @@
 use crate::data::TokenRows;
 use crate::Result;
 
+mod norm;
 pub mod separate;
 mod shapes;
 
+pub use norm::{NormBwd, NormFwd};
 pub(crate) use shapes::whole;
 pub use shapes::{Adam, Conv, GraphRun, Heads, Mm};
 
@@ -110,7 +112,6 @@ pub trait Ops {
     }
     /// `pre = a w + bias`, `out = GELU(pre)` (the MLP's first projection; `pre` is kept for
     /// [`Ops::matmul_dgelu`]).
-    #[allow(clippy::too_many_arguments)]
     fn matmul_bias_gelu(
         &mut self,
         mm: Mm,
@@ -164,31 +165,9 @@ pub trait Ops {
         c: usize,
     ) -> Result<()>;
     /// Layer norm of each row of `c` features; saves each row's mean and 1/std.
-    #[allow(clippy::too_many_arguments)]
-    fn layernorm_fwd(
-        &mut self,
-        x: &Self::Buf,
-        g: &Self::Buf,
-        b: &Self::Buf,
-        out: &mut Self::Buf,
-        mean: &mut Self::Buf,
-        rstd: &mut Self::Buf,
-        c: usize,
-    ) -> Result<()>;
+    fn layernorm_fwd(&mut self, n: NormFwd<'_, Self::Buf>, c: usize) -> Result<()>;
     /// `dx` acc, `dg` and `db` overwritten.
-    #[allow(clippy::too_many_arguments)]
-    fn layernorm_bwd(
-        &mut self,
-        x: &Self::Buf,
-        g: &Self::Buf,
-        mean: &Self::Buf,
-        rstd: &Self::Buf,
-        dout: &Self::Buf,
-        dx: &mut Self::Buf,
-        dg: &mut Self::Buf,
-        db: &mut Self::Buf,
-        c: usize,
-    ) -> Result<()>;
+    fn layernorm_bwd(&mut self, n: NormBwd<'_, Self::Buf>, c: usize) -> Result<()>;
     /// GELU (tanh approximation).
     fn gelu_fwd(&mut self, x: &Self::Buf, out: &mut Self::Buf) -> Result<()>;
     fn gelu_bwd(&mut self, x: &Self::Buf, dout: &Self::Buf, dx: &mut Self::Buf) -> Result<()>;
@@ -238,31 +217,9 @@ pub trait Ops {
     /// The adjoint: `dx` (overwritten) from `dcols`.
     fn col2im(&mut self, dcols: &Self::Buf, dx: &mut Self::Buf, cv: Conv) -> Result<()>;
     /// Batch norm over rows of `x` `[c, m]` with the batch's statistics.
-    #[allow(clippy::too_many_arguments)]
-    fn batchnorm_fwd(
-        &mut self,
-        x: &Self::Buf,
-        g: &Self::Buf,
-        b: &Self::Buf,
-        out: &mut Self::Buf,
-        mean: &mut Self::Buf,
-        rstd: &mut Self::Buf,
-        m: usize,
-    ) -> Result<()>;
+    fn batchnorm_fwd(&mut self, n: NormFwd<'_, Self::Buf>, m: usize) -> Result<()>;
     /// `dx`, `dg`, `db` overwritten.
-    #[allow(clippy::too_many_arguments)]
-    fn batchnorm_bwd(
-        &mut self,
-        x: &Self::Buf,
-        g: &Self::Buf,
-        mean: &Self::Buf,
-        rstd: &Self::Buf,
-        dout: &Self::Buf,
-        dx: &mut Self::Buf,
-        dg: &mut Self::Buf,
-        db: &mut Self::Buf,
-        m: usize,
-    ) -> Result<()>;
+    fn batchnorm_bwd(&mut self, n: NormBwd<'_, Self::Buf>, m: usize) -> Result<()>;
     /// Max pooling with window `cv.k`, stride and padding of `cv`; `arg` holds each output's
     /// source place in its `h x w` plane (exact in f32 for any image size used).
     fn maxpool_fwd(&mut self, x: &Self::Buf, out: &mut Self::Buf, arg: &mut Self::Buf, cv: Conv) -> Result<()>;

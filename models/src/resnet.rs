@@ -9,7 +9,7 @@
 
 use crate::comm::Comm;
 use crate::data::{seed_of, uniform, ImageTask};
-use crate::ops::{Conv, Mm, Ops};
+use crate::ops::{Conv, Mm, NormBwd, NormFwd, Ops};
 use crate::train::{GradsReady, Model, Param};
 use crate::{ModelError, Result};
 
@@ -88,15 +88,15 @@ impl<B> ConvBn<B> {
             None => x,
         };
         ops.matmul(Mm::new(self.co, m, k), &ps[self.p].w, cols, &mut self.y)?;
-        ops.batchnorm_fwd(
-            &self.y,
-            &ps[self.p + 1].w,
-            &ps[self.p + 2].w,
-            &mut self.out,
-            &mut self.mean,
-            &mut self.rstd,
-            m,
-        )
+        let norm = NormFwd {
+            x: &self.y,
+            g: &ps[self.p + 1].w,
+            b: &ps[self.p + 2].w,
+            out: &mut self.out,
+            mean: &mut self.mean,
+            rstd: &mut self.rstd,
+        };
+        ops.batchnorm_fwd(norm, m)
     }
 
     /// From `dout` (the gradient of `out`) into `self.dx` and the parameters' gradients.
@@ -104,7 +104,17 @@ impl<B> ConvBn<B> {
         let (m, k) = (self.cv.col_cols(), self.cv.col_rows());
         let (w, rest) = ps[self.p..].split_at_mut(1);
         let (g, b) = rest.split_at_mut(1);
-        ops.batchnorm_bwd(&self.y, &g[0].w, &self.mean, &self.rstd, dout, &mut self.dy, &mut g[0].g, &mut b[0].g, m)?;
+        let norm = NormBwd {
+            x: &self.y,
+            g: &g[0].w,
+            mean: &self.mean,
+            rstd: &self.rstd,
+            dout,
+            dx: &mut self.dy,
+            dg: &mut g[0].g,
+            db: &mut b[0].g,
+        };
+        ops.batchnorm_bwd(norm, m)?;
         let cols = self.cols.as_ref().unwrap_or(x);
         ops.matmul(Mm::new(self.co, k, m).tb(), &self.dy, cols, &mut w[0].g)?;
         match &mut self.dcols {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use gpusanity_common::bandwidth::Collective;
 use gpusanity_common::report::DeviceKind;
 use gpusanity_cuda::CudaDevice;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::store::{StoreClient, StoreError};
@@ -244,8 +245,9 @@ impl Dtype {
     }
 }
 
-/// Where a worker sits in the job.
-#[derive(Debug, Clone)]
+/// Where a worker sits in the job (in its [`WorkerSpec`](crate::protocol::WorkerSpec), at the
+/// top level of the spec's JSON).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerPlace {
     pub rank: usize,
     pub world: usize,

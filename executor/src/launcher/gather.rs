@@ -6,7 +6,7 @@ use gpusanity_common::fleet::file::BaselineFile;
 use gpusanity_common::rank_end::RankEnd;
 use gpusanity_common::registry::{CheckId, Scope};
 use gpusanity_common::report::{
-    CheckReport, CheckStatus, DeviceKind, Finding, NodeInfo, RankInfo, RankResult, Report, Severity,
+    CheckReport, CheckStatus, DeviceKind, Finding, NodeInfo, RankInfo, RankResult, Report, RunStatus, Severity,
     REPORT_SCHEMA_VERSION,
 };
 use gpusanity_common::Settings;
@@ -21,6 +21,46 @@ pub struct RunMeta {
     pub backend: DeviceKind,
     pub configs: CheckConfigs,
     pub checks: Vec<CheckId>,
+}
+
+impl RunMeta {
+    /// The run's report on `nodes`, finished now, with its status, summary, checks and findings
+    /// and each node's verdict drawn from the findings; what only a run whose checks ran has
+    /// (the ranks, re-measures, pair bandwidths, host readings) starts empty, for the caller to
+    /// set. Every report of a run is made here, so that a new field is set in one place.
+    fn report(
+        &self,
+        nodes: &[NodeInfo],
+        status: RunStatus,
+        summary: String,
+        checks: Vec<CheckReport>,
+        findings: Vec<Finding>,
+    ) -> Report {
+        let node_verdicts = diagnosis::verdict::node_verdicts(nodes, &findings);
+        let faulty_nodes = diagnosis::verdict::faulty_nodes(&node_verdicts);
+        Report {
+            node_verdicts,
+            faulty_nodes,
+            remeasured: Vec::new(),
+            pair_bandwidth: Vec::new(),
+            sweep_summaries: Vec::new(),
+            hosts: Vec::new(),
+            schema_version: REPORT_SCHEMA_VERSION,
+            gpusanity_version: env!("CARGO_PKG_VERSION").into(),
+            run_id: self.run_id.clone(),
+            started_at: self.started_at,
+            finished_at: chrono::Utc::now(),
+            status,
+            summary,
+            settings: self.settings.clone(),
+            backend: self.backend,
+            nodes: nodes.to_vec(),
+            ranks: Vec::new(),
+            checks,
+            findings,
+            events: Vec::new(),
+        }
+    }
 }
 
 /// `outcomes[k]` is node k's outcome, or None if it never reported.
@@ -131,8 +171,8 @@ pub fn build_report(
         f.action = Some("exclude the node; check its network link and whether it is up".into());
         diag.findings.insert(0, f);
     }
-    if !lost.is_empty() && diag.status == gpusanity_common::report::RunStatus::Passed {
-        diag.status = gpusanity_common::report::RunStatus::Failed;
+    if !lost.is_empty() && diag.status == RunStatus::Passed {
+        diag.status = RunStatus::Failed;
     }
     if !lost.is_empty() {
         let names: Vec<String> = lost.iter().map(|n| n.hostname.clone()).collect();
@@ -140,30 +180,11 @@ pub fn build_report(
     }
     let (host_findings, hosts) = super::host::fold(nodes, outcomes);
     diag.findings.extend(host_findings.iter().cloned());
-    let node_verdicts = diagnosis::verdict::node_verdicts(nodes, &diag.findings);
-    let faulty_nodes = diagnosis::verdict::faulty_nodes(&node_verdicts);
-    let mut report = Report {
-        node_verdicts,
-        faulty_nodes,
-        remeasured: diag.remeasured,
-        pair_bandwidth: diag.pair_bandwidth,
-        sweep_summaries: Vec::new(),
-        hosts,
-        schema_version: REPORT_SCHEMA_VERSION,
-        gpusanity_version: env!("CARGO_PKG_VERSION").into(),
-        run_id: meta.run_id.clone(),
-        started_at: meta.started_at,
-        finished_at: chrono::Utc::now(),
-        status: diag.status,
-        summary: diag.summary,
-        settings: meta.settings.clone(),
-        backend: meta.backend,
-        nodes: nodes.to_vec(),
-        ranks,
-        checks,
-        findings: diag.findings,
-        events: Vec::new(),
-    };
+    let mut report = meta.report(nodes, diag.status, diag.summary, checks, diag.findings);
+    report.ranks = ranks;
+    report.remeasured = diag.remeasured;
+    report.pair_bandwidth = diag.pair_bandwidth;
+    report.hosts = hosts;
     super::host::apply(&mut report, &host_findings);
     super::compact::compact(&mut report);
     report
@@ -225,31 +246,7 @@ pub fn missing_report(
 /// The report of a run that failed before any check ran: every selected check not run, the
 /// findings that stopped it, and the nodes they name faulty.
 pub fn early_report(meta: &RunMeta, nodes: &[NodeInfo], findings: Vec<Finding>, summary: String) -> Report {
-    let checks = not_run_checks(meta);
-    let node_verdicts = diagnosis::verdict::node_verdicts(nodes, &findings);
-    let faulty_nodes = diagnosis::verdict::faulty_nodes(&node_verdicts);
-    Report {
-        node_verdicts,
-        faulty_nodes,
-        remeasured: Vec::new(),
-        pair_bandwidth: Vec::new(),
-        sweep_summaries: Vec::new(),
-        hosts: Vec::new(),
-        schema_version: REPORT_SCHEMA_VERSION,
-        gpusanity_version: env!("CARGO_PKG_VERSION").into(),
-        run_id: meta.run_id.clone(),
-        started_at: meta.started_at,
-        finished_at: chrono::Utc::now(),
-        status: gpusanity_common::report::RunStatus::Failed,
-        summary,
-        settings: meta.settings.clone(),
-        backend: meta.backend,
-        nodes: nodes.to_vec(),
-        ranks: Vec::new(),
-        checks,
-        findings,
-        events: Vec::new(),
-    }
+    meta.report(nodes, RunStatus::Failed, summary, not_run_checks(meta), findings)
 }
 
 fn arrived(nodes: &[NodeInfo], missing: &[usize]) -> String {
@@ -259,4 +256,58 @@ fn arrived(nodes: &[NodeInfo], missing: &[usize]) -> String {
         .map(|n| format!("{} ({}, {})", n.node_rank, n.hostname, n.addr))
         .collect();
     v.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> RunMeta {
+        RunMeta {
+            run_id: "run-1".into(),
+            started_at: chrono::Utc::now(),
+            settings: Settings::default(),
+            backend: DeviceKind::Cpu,
+            configs: CheckConfigs::defaults(DeviceKind::Cpu),
+            checks: vec![CheckId::Gemm],
+        }
+    }
+
+    fn nodes() -> Vec<NodeInfo> {
+        (0..2)
+            .map(|k| NodeInfo { node_rank: k, hostname: format!("n{k}"), addr: format!("10.0.0.{k}"), nproc: 1 })
+            .collect()
+    }
+
+    /// What every report of a run carries: the run's identity, its nodes and checks, and the
+    /// verdicts, here naming `faulty`; and the run failed.
+    fn run_parts(r: &Report, meta: &RunMeta, faulty: &[usize]) {
+        assert_eq!(r.schema_version, REPORT_SCHEMA_VERSION);
+        assert_eq!(r.gpusanity_version, env!("CARGO_PKG_VERSION"));
+        assert_eq!((r.run_id.as_str(), r.started_at, r.backend), (meta.run_id.as_str(), meta.started_at, meta.backend));
+        assert!(r.finished_at >= r.started_at);
+        assert_eq!(r.settings, meta.settings);
+        assert_eq!(r.nodes, nodes());
+        assert_eq!(r.checks.iter().map(|c| c.name).collect::<Vec<_>>(), meta.checks);
+        assert_eq!(r.status, RunStatus::Failed);
+        assert_eq!(r.node_verdicts.len(), 2);
+        assert_eq!(r.faulty_nodes, faulty, "{:?}", r.node_verdicts);
+    }
+
+    #[test]
+    fn a_run_stopped_early_and_a_gathered_run_carry_the_same_run_parts() {
+        let meta = meta();
+        let early = missing_report(&meta, &nodes(), &[1], std::time::Duration::from_secs(5), Vec::new());
+        run_parts(&early, &meta, &[1]);
+        assert!(early.summary.starts_with("NODE_MISSING"), "{}", early.summary);
+        assert!(early.ranks.is_empty() && early.hosts.is_empty() && early.events.is_empty());
+        assert_eq!(early.checks[0].status, CheckStatus::NotRun);
+
+        // No node reported: every rank is there, lost.
+        let gathered = build_report(&meta, &nodes(), &[None, None], None);
+        run_parts(&gathered, &meta, &[0, 1]);
+        assert!(gathered.summary.starts_with("NODE_LOST"), "{}", gathered.summary);
+        assert_eq!(gathered.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(gathered.checks[0].ranks.len(), 2);
+    }
 }

@@ -27,6 +27,7 @@ use gpusanity_common::{ExitCode, Settings, TimeoutOps};
 use thiserror::Error;
 use tokio::sync::mpsc;
 
+use crate::backend::WorkerPlace;
 use crate::protocol::WorkerSpec;
 use events::EventLog;
 use node::{Cluster, Joined, Offer, RunEnd};
@@ -192,12 +193,14 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
     };
     let specs: Vec<WorkerSpec> = (0..nproc)
         .map(|local| WorkerSpec {
-            rank: cluster.rank_offset + local,
-            world: cluster.world,
-            local_rank: local,
-            node_rank: topo.node_rank,
-            node_addr: cluster.node_addr.clone(),
-            node_sizes: cluster.sizes.clone(),
+            place: WorkerPlace {
+                rank: cluster.rank_offset + local,
+                world: cluster.world,
+                local_rank: local,
+                node_rank: topo.node_rank,
+                node_addr: cluster.node_addr.clone(),
+                node_sizes: cluster.sizes.clone(),
+            },
             store_addr: cluster.store_addr.clone(),
             rdzv_secret: cluster.secret.clone(),
             device,

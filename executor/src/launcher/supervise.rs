@@ -174,7 +174,7 @@ impl Supervisor {
                                 r.link = link;
                             }
                             WorkerMsg::Progress { check, phase, step } => {
-                                bar.set_message(format!("{check}: rank {} {phase} {step}", r.spec.rank));
+                                bar.set_message(format!("{check}: rank {} {phase} {step}", r.spec.place.rank));
                                 r.progress_seq += 1;
                                 r.progress = Some((check.to_string(), phase, step));
                             }
@@ -186,7 +186,7 @@ impl Supervisor {
                             }
                             WorkerMsg::Fatal { error } => {
                                 gave_up = true;
-                                break Some(Stop::RankFailed { node_rank: self.node_rank, rank: r.spec.rank, reason: error });
+                                break Some(Stop::RankFailed { node_rank: self.node_rank, rank: r.spec.place.rank, reason: error });
                             }
                         }
                     }
@@ -202,7 +202,7 @@ impl Supervisor {
                         if !(finished && ok) {
                             let tail = tail_text(&r.tail);
                             let reason = if tail.is_empty() { desc } else { format!("{desc}; last output:\n{tail}") };
-                            break Some(Stop::RankFailed { node_rank: self.node_rank, rank: r.spec.rank, reason });
+                            break Some(Stop::RankFailed { node_rank: self.node_rank, rank: r.spec.place.rank, reason });
                         }
                     }
                     None => break Some(Stop::Interrupted { node_rank: self.node_rank, signal: "event channel closed".into() }),
@@ -277,9 +277,9 @@ impl Supervisor {
         let infos = ranks
             .iter()
             .map(|r| RankInfo {
-                rank: r.spec.rank,
+                rank: r.spec.place.rank,
                 node_rank: self.node_rank,
-                local_rank: r.spec.local_rank,
+                local_rank: r.spec.place.local_rank,
                 host: self.hostname.clone(),
                 device: r.device.clone(),
                 pid: r.pid,
@@ -299,7 +299,12 @@ impl Supervisor {
         let stall_s = self.stall.as_secs_f64();
         let silent = ranks.iter().find(|r| r.exited.is_none() && now.duration_since(r.last_beat) >= self.stall);
         if let Some(r) = silent {
-            return Some(Stop::Stalled { node_rank: self.node_rank, check, stall_s, silent_rank: Some(r.spec.rank) });
+            return Some(Stop::Stalled {
+                node_rank: self.node_rank,
+                check,
+                stall_s,
+                silent_rank: Some(r.spec.place.rank),
+            });
         }
         (stage > 0 && now.duration_since(last_move) >= self.stall).then_some(Stop::Stalled {
             node_rank: self.node_rank,
@@ -354,7 +359,7 @@ impl Supervisor {
         }
         if let Some(err) = child.stderr.take() {
             let tail = tail.clone();
-            let rank = spec.rank;
+            let rank = spec.place.rank;
             tokio::spawn(async move {
                 let mut lines = BufReader::new(err).lines();
                 while let Ok(Some(line)) = lines.next_line().await {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use gpusanity_common::registry::CheckId;
 
-use crate::backend::{self, WorkerPlace};
+use crate::backend;
 use crate::checks::{rdma_ports, Baseline, CheckCtx, Faults, Progress, BARRIER_WAIT};
 use crate::protocol::{WorkerMsg, WorkerSpec, HEARTBEAT_EVERY, SPEC_ENV};
 use crate::store::{Member, Rounds, StoreClient};
@@ -55,12 +55,13 @@ pub fn main() -> Result<()> {
 }
 
 fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
+    let place = &spec.place;
     let faults = Faults::from_env();
     // The RDMA ports at the start of the run, before anything of ours moves data: the end of
     // `rdma-ports` compares its own reading with this one.
     let rdma_selected = spec.checks.contains(&gpusanity_common::CheckId::RdmaPorts);
     let baseline = Baseline {
-        rdma: (rdma_selected && spec.local_rank == 0)
+        rdma: (rdma_selected && place.local_rank == 0)
             .then(|| rdma_ports::Snapshot::take(&rdma_ports::root(faults.ib_root()))),
         fleet: spec.fleet_baseline.as_deref().and_then(read_fleet_baseline),
     };
@@ -75,20 +76,12 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
         None => (connect(&spec.store_addr)?, None),
     };
     let member = Member {
-        rank: spec.rank,
-        node_rank: spec.node_rank,
-        local_rank: spec.local_rank,
-        node_sizes: spec.node_sizes.clone(),
+        rank: place.rank,
+        node_rank: place.node_rank,
+        local_rank: place.local_rank,
+        node_sizes: place.node_sizes.clone(),
     };
     let mut store = Rounds::new(world, node, member)?;
-    let place = WorkerPlace {
-        rank: spec.rank,
-        world: spec.world,
-        local_rank: spec.local_rank,
-        node_rank: spec.node_rank,
-        node_addr: spec.node_addr.clone(),
-        node_sizes: spec.node_sizes.clone(),
-    };
     // NVML's load and initialisation (a few hundred ms on a cold node) run beside the CUDA
     // context's and cuBLAS's creation, not after them: the health monitor and the link reading
     // below then find it ready (the library is initialised once per process).
@@ -100,11 +93,11 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
         });
     }
     let opening = Instant::now();
-    let mut backend = backend::open(spec.device, &place, &mut store)
-        .with_context(|| format!("opening the {} backend on local device {}", spec.device, spec.local_rank))?;
+    let mut backend = backend::open(spec.device, place, &mut store)
+        .with_context(|| format!("opening the {} backend on local device {}", spec.device, place.local_rank))?;
     tracing::info!(open_ms = opening.elapsed().as_millis() as u64, "backend open");
     let device = backend.device_name();
-    let local_gpus = spec.node_sizes.get(spec.node_rank).copied().unwrap_or(1);
+    let local_gpus = place.node_sizes.get(place.node_rank).copied().unwrap_or(1);
     let link = crate::checks::gpu_health::link(backend.as_ref(), local_gpus);
     out.send(&WorkerMsg::Ready { device: device.clone(), link });
     // Opened before the first check, read by the health check at its turn (docs/health.md).
@@ -114,17 +107,17 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
     }
     let mut earlier_load = None;
     for (i, name) in spec.checks.iter().enumerate() {
-        if i == 0 && faults.has("delay-start", spec.rank) {
+        if i == 0 && faults.has("delay-start", place.rank) {
             // Every rank waits for this one at the barrier below: the run lasts 2 s longer,
             // with all workers alive, and nothing else changes.
             std::thread::sleep(Duration::from_secs(2));
         }
         store.barrier_all(&format!("check/{i}"), BARRIER_WAIT)?;
         out.phase(*name, "start", 0);
-        if i == 0 && faults.has("exit", spec.rank) {
+        if i == 0 && faults.has("exit", place.rank) {
             std::process::exit(17);
         }
-        if i == 0 && faults.has("hang", spec.rank) {
+        if i == 0 && faults.has("hang", place.rank) {
             loop {
                 std::thread::sleep(Duration::from_secs(3600));
             }
@@ -133,7 +126,7 @@ fn run(spec: &WorkerSpec, out: &Emitter) -> Result<()> {
         let mut ctx = CheckCtx {
             backend: backend.as_mut(),
             store: &mut store,
-            place: &place,
+            place,
             configs: &spec.configs,
             progress: out,
             faults: &faults,

@@ -2,18 +2,11 @@
 //! as plain loops over row-major tensors.
 
 use super::{check, LN_EPS};
-use crate::ops::Heads;
+use crate::ops::{Heads, NormBwd, NormFwd};
 use crate::Result;
 
-pub(super) fn layernorm_fwd(
-    x: &[f32],
-    g: &[f32],
-    b: &[f32],
-    out: &mut [f32],
-    mean: &mut [f32],
-    rstd: &mut [f32],
-    c: usize,
-) -> Result<()> {
+pub(super) fn layernorm_fwd(n: NormFwd<'_, Vec<f32>>, c: usize) -> Result<()> {
+    let NormFwd { x, g, b, out, mean, rstd } = n;
     let rows = x.len() / c;
     check("layernorm_fwd", out.len() == x.len() && mean.len() == rows && rstd.len() == rows && g.len() == c)?;
     for r in 0..rows {
@@ -30,19 +23,8 @@ pub(super) fn layernorm_fwd(
     Ok(())
 }
 
-// The arguments of the `Ops` method it implements.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn layernorm_bwd(
-    x: &[f32],
-    g: &[f32],
-    mean: &[f32],
-    rstd: &[f32],
-    dout: &[f32],
-    dx: &mut [f32],
-    dg: &mut [f32],
-    db: &mut [f32],
-    c: usize,
-) -> Result<()> {
+pub(super) fn layernorm_bwd(n: NormBwd<'_, Vec<f32>>, c: usize) -> Result<()> {
+    let NormBwd { x, g, mean, rstd, dout, dx, dg, db } = n;
     let rows = x.len() / c;
     check(
         "layernorm_bwd",
@@ -121,7 +103,6 @@ pub(super) fn attention_fwd(qkv: &[f32], y: &mut [f32], lse: &mut [f32], hs: Hea
 
 /// With `P` from the saved log-sum-exp, `dP = dy V^T` and `dS = P (dP - dy . y)`:
 /// `dq = scale dS K`, `dk = scale dS^T Q`, `dv = P^T dy`.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn attention_bwd(
     qkv: &[f32],
     y: &[f32],

@@ -123,12 +123,29 @@ fn layernorm_backward_matches_finite_differences() {
     let (x, g, b, r) = (rnd(rows * c, 6), rnd(c, 7), rnd(c, 8), rnd(rows * c, 9));
     let fwd = |x: &[f32], g: &[f32], b: &[f32]| {
         let (mut out, mut mean, mut rstd) = (vec![0.0; rows * c], vec![0.0; rows], vec![0.0; rows]);
-        CpuOps.layernorm_fwd(&x.to_vec(), &g.to_vec(), &b.to_vec(), &mut out, &mut mean, &mut rstd, c).unwrap();
+        CpuOps
+            .layernorm_fwd(
+                NormFwd {
+                    x: &x.to_vec(),
+                    g: &g.to_vec(),
+                    b: &b.to_vec(),
+                    out: &mut out,
+                    mean: &mut mean,
+                    rstd: &mut rstd,
+                },
+                c,
+            )
+            .unwrap();
         (out, mean, rstd)
     };
     let (_, mean, rstd) = fwd(&x, &g, &b);
     let (mut dx, mut dg, mut db) = (vec![0.0; rows * c], vec![0.0; c], vec![0.0; c]);
-    CpuOps.layernorm_bwd(&x, &g, &mean, &rstd, &r, &mut dx, &mut dg, &mut db, c).unwrap();
+    CpuOps
+        .layernorm_bwd(
+            NormBwd { x: &x, g: &g, mean: &mean, rstd: &rstd, dout: &r, dx: &mut dx, dg: &mut dg, db: &mut db },
+            c,
+        )
+        .unwrap();
     fd("layernorm x", &x, &r, &dx, |x| fwd(x, &g, &b).0);
     fd("layernorm g", &g, &r, &dg, |g| fwd(&x, g, &b).0);
     fd("layernorm b", &b, &r, &db, |b| fwd(&x, &g, b).0);
@@ -298,12 +315,22 @@ fn batchnorm_and_pool_backwards_match_finite_differences() {
     let (x, g, b, r) = (rnd(c * m, 22), rnd(c, 23), rnd(c, 24), rnd(c * m, 25));
     let fwd = |x: &[f32], g: &[f32]| {
         let (mut o, mut mu, mut rs) = (vec![0.0; c * m], vec![0.0; c], vec![0.0; c]);
-        CpuOps.batchnorm_fwd(&x.to_vec(), &g.to_vec(), &b, &mut o, &mut mu, &mut rs, m).unwrap();
+        CpuOps
+            .batchnorm_fwd(
+                NormFwd { x: &x.to_vec(), g: &g.to_vec(), b: &b, out: &mut o, mean: &mut mu, rstd: &mut rs },
+                m,
+            )
+            .unwrap();
         (o, mu, rs)
     };
     let (_, mu, rs) = fwd(&x, &g);
     let (mut dx, mut dg, mut db) = (vec![0.0; c * m], vec![0.0; c], vec![0.0; c]);
-    CpuOps.batchnorm_bwd(&x, &g, &mu, &rs, &r, &mut dx, &mut dg, &mut db, m).unwrap();
+    CpuOps
+        .batchnorm_bwd(
+            NormBwd { x: &x, g: &g, mean: &mu, rstd: &rs, dout: &r, dx: &mut dx, dg: &mut dg, db: &mut db },
+            m,
+        )
+        .unwrap();
     fd("batchnorm x", &x, &r, &dx, |x| fwd(x, &g).0);
     fd("batchnorm g", &g, &r, &dg, |g| fwd(&x, g).0);
 

@@ -2,18 +2,11 @@
 //! as plain loops over channel-major tensors.
 
 use super::{check, LN_EPS};
-use crate::ops::{whole, Conv};
+use crate::ops::{whole, Conv, NormBwd, NormFwd};
 use crate::Result;
 
-pub(super) fn batchnorm_fwd(
-    x: &[f32],
-    g: &[f32],
-    b: &[f32],
-    out: &mut [f32],
-    mean: &mut [f32],
-    rstd: &mut [f32],
-    m: usize,
-) -> Result<()> {
+pub(super) fn batchnorm_fwd(n: NormFwd<'_, Vec<f32>>, m: usize) -> Result<()> {
+    let NormFwd { x, g, b, out, mean, rstd } = n;
     let c = g.len();
     check("batchnorm_fwd", x.len() == c * m && out.len() == x.len() && mean.len() == c && rstd.len() == c)?;
     for ch in 0..c {
@@ -29,19 +22,8 @@ pub(super) fn batchnorm_fwd(
     }
     Ok(())
 }
-// The arguments of the `Ops` method it implements.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn batchnorm_bwd(
-    x: &[f32],
-    g: &[f32],
-    mean: &[f32],
-    rstd: &[f32],
-    dout: &[f32],
-    dx: &mut [f32],
-    dg: &mut [f32],
-    db: &mut [f32],
-    m: usize,
-) -> Result<()> {
+pub(super) fn batchnorm_bwd(n: NormBwd<'_, Vec<f32>>, m: usize) -> Result<()> {
+    let NormBwd { x, g, mean, rstd, dout, dx, dg, db } = n;
     let c = g.len();
     check(
         "batchnorm_bwd",

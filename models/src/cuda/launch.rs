@@ -6,7 +6,7 @@ use super::args::{check, int, launch};
 use super::grid::{bias_grid, chunking, col_parts, elems, quads, rows};
 use super::{dev, twins, vision, CudaOps, BF16_MIN_SIDE};
 use crate::data::TokenRows;
-use crate::ops::{whole, Adam, Conv, GraphRun, Heads, Mm, Ops};
+use crate::ops::{whole, Adam, Conv, GraphRun, Heads, Mm, NormBwd, NormFwd, Ops};
 use crate::Result;
 
 type Buf = CudaSlice<f32>;
@@ -197,16 +197,8 @@ impl Ops for CudaOps {
         launch!(self, "embed_bwd_wte", elems(dwte.len()); &by_token.rows, &by_token.starts, dout, dwte, &n, &vv, &cc)?;
         launch!(self, "embed_bwd_wpe", elems(t * c); dout, dwpe, &n, &tt, &cc)
     }
-    fn layernorm_fwd(
-        &mut self,
-        x: &Buf,
-        g: &Buf,
-        b: &Buf,
-        out: &mut Buf,
-        mean: &mut Buf,
-        rstd: &mut Buf,
-        c: usize,
-    ) -> Result<()> {
+    fn layernorm_fwd(&mut self, n: NormFwd<'_, Buf>, c: usize) -> Result<()> {
+        let NormFwd { x, g, b, out, mean, rstd } = n;
         self.twins.wrote(out);
         self.twins.wrote(mean);
         self.twins.wrote(rstd);
@@ -220,18 +212,8 @@ impl Ops for CudaOps {
             |ops, h| launch!(ops, "ln_fwd", rows(r); x, g, b, out, h, mean, rstd, &rr, &cc),
         )
     }
-    fn layernorm_bwd(
-        &mut self,
-        x: &Buf,
-        g: &Buf,
-        mean: &Buf,
-        rstd: &Buf,
-        dout: &Buf,
-        dx: &mut Buf,
-        dg: &mut Buf,
-        db: &mut Buf,
-        c: usize,
-    ) -> Result<()> {
+    fn layernorm_bwd(&mut self, n: NormBwd<'_, Buf>, c: usize) -> Result<()> {
+        let NormBwd { x, g, mean, rstd, dout, dx, dg, db } = n;
         self.twins.wrote(dx);
         self.twins.wrote(dg);
         self.twins.wrote(db);
@@ -332,31 +314,11 @@ impl Ops for CudaOps {
     fn col2im(&mut self, dcols: &Buf, dx: &mut Buf, cv: Conv) -> Result<()> {
         vision::col2im(self, dcols, dx, cv)
     }
-    fn batchnorm_fwd(
-        &mut self,
-        x: &Buf,
-        g: &Buf,
-        b: &Buf,
-        out: &mut Buf,
-        mean: &mut Buf,
-        rstd: &mut Buf,
-        m: usize,
-    ) -> Result<()> {
-        vision::batchnorm_fwd(self, x, g, b, out, mean, rstd, m)
+    fn batchnorm_fwd(&mut self, n: NormFwd<'_, Buf>, m: usize) -> Result<()> {
+        vision::batchnorm_fwd(self, n, m)
     }
-    fn batchnorm_bwd(
-        &mut self,
-        x: &Buf,
-        g: &Buf,
-        mean: &Buf,
-        rstd: &Buf,
-        dout: &Buf,
-        dx: &mut Buf,
-        dg: &mut Buf,
-        db: &mut Buf,
-        m: usize,
-    ) -> Result<()> {
-        vision::batchnorm_bwd(self, x, g, mean, rstd, dout, dx, dg, db, m)
+    fn batchnorm_bwd(&mut self, n: NormBwd<'_, Buf>, m: usize) -> Result<()> {
+        vision::batchnorm_bwd(self, n, m)
     }
     fn maxpool_fwd(&mut self, x: &Buf, out: &mut Buf, arg: &mut Buf, cv: Conv) -> Result<()> {
         vision::maxpool_fwd(self, x, out, arg, cv)

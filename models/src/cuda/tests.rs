@@ -9,7 +9,7 @@ use crate::comm::Solo;
 use crate::cpu::CpuOps;
 use crate::data::TokenRows;
 use crate::gpt::{Gpt, GptConfig, GptShape};
-use crate::ops::{Adam, Conv, Mm, Ops};
+use crate::ops::{Adam, Conv, Mm, NormBwd, NormFwd, Ops};
 use crate::resnet::{Resnet, ResnetConfig};
 use crate::train::{train, TrainOpts};
 
@@ -230,14 +230,22 @@ fn cuda_conv_ops_match_cpu_ops() {
     let (gam, bet) = (rnd(cv.c, 21), rnd(cv.c, 22));
     let (gg, gb) = (g.upload(&gam).unwrap(), g.upload(&bet).unwrap());
     let (mut o, mut mu, mut rs) = (vec![0.0; x.len()], vec![0.0; cv.c], vec![0.0; cv.c]);
-    c.batchnorm_fwd(&x, &gam, &bet, &mut o, &mut mu, &mut rs, m).unwrap();
+    c.batchnorm_fwd(NormFwd { x: &x, g: &gam, b: &bet, out: &mut o, mean: &mut mu, rstd: &mut rs }, m).unwrap();
     let (mut go, mut gmu, mut grs) = (g.zeros(x.len()).unwrap(), g.zeros(cv.c).unwrap(), g.zeros(cv.c).unwrap());
-    g.batchnorm_fwd(&gx, &gg, &gb, &mut go, &mut gmu, &mut grs, m).unwrap();
+    g.batchnorm_fwd(NormFwd { x: &gx, g: &gg, b: &gb, out: &mut go, mean: &mut gmu, rstd: &mut grs }, m).unwrap();
     close("batchnorm", &o, &g.download(&go).unwrap(), 1e-4);
     let (mut dg, mut db) = (vec![0.0; cv.c], vec![0.0; cv.c]);
-    c.batchnorm_bwd(&x, &gam, &mu, &rs, &dx, &mut o, &mut dg, &mut db, m).unwrap();
+    c.batchnorm_bwd(
+        NormBwd { x: &x, g: &gam, mean: &mu, rstd: &rs, dout: &dx, dx: &mut o, dg: &mut dg, db: &mut db },
+        m,
+    )
+    .unwrap();
     let (mut gdg, mut gdb) = (g.zeros(cv.c).unwrap(), g.zeros(cv.c).unwrap());
-    g.batchnorm_bwd(&gx, &gg, &gmu, &grs, &gdx, &mut go, &mut gdg, &mut gdb, m).unwrap();
+    g.batchnorm_bwd(
+        NormBwd { x: &gx, g: &gg, mean: &gmu, rstd: &grs, dout: &gdx, dx: &mut go, dg: &mut gdg, db: &mut gdb },
+        m,
+    )
+    .unwrap();
     close("batchnorm dx", &o, &g.download(&go).unwrap(), 1e-4);
     close("batchnorm dg", &dg, &g.download(&gdg).unwrap(), 1e-4);
     let out_len = cv.c * cv.col_cols();

@@ -6,7 +6,7 @@ use cudarc::driver::PushKernelArg;
 use super::args::{check, int, launch};
 use super::grid::{channel_chunks, chunking, elems, ConvArgs};
 use super::CudaOps;
-use crate::ops::{whole, Conv};
+use crate::ops::{whole, Conv, NormBwd, NormFwd};
 use crate::Result;
 
 type Buf = cudarc::driver::CudaSlice<f32>;
@@ -62,17 +62,8 @@ pub(super) fn avgpool_bwd(ops: &mut CudaOps, dout: &Buf, dx: &mut Buf, c: usize,
     launch!(ops, "avgpool_bwd", elems(dx.len()); dout, dx, &cc, &nn, &hw)
 }
 
-#[allow(clippy::too_many_arguments)] // the trait method's arguments
-pub(super) fn batchnorm_fwd(
-    ops: &mut CudaOps,
-    x: &Buf,
-    g: &Buf,
-    b: &Buf,
-    out: &mut Buf,
-    mean: &mut Buf,
-    rstd: &mut Buf,
-    m: usize,
-) -> Result<()> {
+pub(super) fn batchnorm_fwd(ops: &mut CudaOps, n: NormFwd<'_, Buf>, m: usize) -> Result<()> {
+    let NormFwd { x, g, b, out, mean, rstd } = n;
     ops.twins.wrote(out);
     ops.twins.wrote(mean);
     ops.twins.wrote(rstd);
@@ -90,19 +81,8 @@ pub(super) fn batchnorm_fwd(
     })
 }
 
-#[allow(clippy::too_many_arguments)] // the trait method's arguments
-pub(super) fn batchnorm_bwd(
-    ops: &mut CudaOps,
-    x: &Buf,
-    g: &Buf,
-    mean: &Buf,
-    rstd: &Buf,
-    dout: &Buf,
-    dx: &mut Buf,
-    dg: &mut Buf,
-    db: &mut Buf,
-    m: usize,
-) -> Result<()> {
+pub(super) fn batchnorm_bwd(ops: &mut CudaOps, n: NormBwd<'_, Buf>, m: usize) -> Result<()> {
+    let NormBwd { x, g, mean, rstd, dout, dx, dg, db } = n;
     ops.twins.wrote(dx);
     ops.twins.wrote(dg);
     ops.twins.wrote(db);

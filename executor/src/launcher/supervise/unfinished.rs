@@ -15,14 +15,14 @@ pub(super) fn unfinished(r: &Rank, k: usize, stage: usize, stop: Option<&Stop>, 
     // Checks after the one running when the run stopped never started.
     let running = stage.saturating_sub(1);
     if k > running || (stage == 0 && k > 0) {
-        let mut res = RankResult::new(r.spec.rank, CheckStatus::NotRun);
+        let mut res = RankResult::new(r.spec.place.rank, CheckStatus::NotRun);
         res.notes.insert("reason".into(), "the run stopped before this check".into());
         return res;
     }
     // A worker that ended while another node was stopping the run was not the cause.
-    let own_failure = matches!(stop, Some(Stop::RankFailed { rank, .. }) if *rank == r.spec.rank);
+    let own_failure = matches!(stop, Some(Stop::RankFailed { rank, .. }) if *rank == r.spec.place.rank);
     if r.exited.is_some() && !own_failure {
-        let mut res = RankResult::new(r.spec.rank, CheckStatus::NotRun);
+        let mut res = RankResult::new(r.spec.place.rank, CheckStatus::NotRun);
         res.end = Some(Box::new(RankEnd {
             exit: r.exited.clone(),
             stopped: Some("ended while the run was being stopped".into()),
@@ -32,10 +32,10 @@ pub(super) fn unfinished(r: &Rank, k: usize, stage: usize, stop: Option<&Stop>, 
     }
     let status = match stop {
         Some(s) if s.is_timeout() => CheckStatus::TimedOut,
-        Some(Stop::RankFailed { rank, .. }) if *rank == r.spec.rank => CheckStatus::Error,
+        Some(Stop::RankFailed { rank, .. }) if *rank == r.spec.place.rank => CheckStatus::Error,
         _ => CheckStatus::NotRun,
     };
-    let mut res = RankResult::new(r.spec.rank, status);
+    let mut res = RankResult::new(r.spec.place.rank, status);
     let mut end = RankEnd {
         heartbeat_age_s: Some(now.duration_since(r.last_beat).as_secs_f64()),
         progress_seq: Some(r.progress_seq),
@@ -43,7 +43,7 @@ pub(super) fn unfinished(r: &Rank, k: usize, stage: usize, stop: Option<&Stop>, 
         ..RankEnd::default()
     };
     match stop {
-        Some(Stop::RankFailed { rank, reason, .. }) if *rank == r.spec.rank => {
+        Some(Stop::RankFailed { rank, reason, .. }) if *rank == r.spec.place.rank => {
             res.error = Some(reason.clone());
             end.exit = r.exited.clone();
             end.exit_unix_ms = r

@@ -5,7 +5,7 @@
 use super::{close, gpu, rnd};
 use crate::cpu::CpuOps;
 use crate::cuda::CudaOps;
-use crate::ops::Ops;
+use crate::ops::{NormBwd, NormFwd, Ops};
 
 /// The two-pass reductions over many chunks (column sums, layer norm's dg and db, batch norm
 /// both ways) and the bias kernels, on sizes that cut every reduction into several chunks.
@@ -43,13 +43,21 @@ fn chunked_reductions_and_bias_match_cpu_ops() {
     let gam = rnd(cols, 34);
     let gg = up(&mut g, &gam);
     let (mut mu, mut rs) = (vec![0.0; rows], vec![0.0; rows]);
-    c.layernorm_fwd(&x, &gam, &bias, &mut o, &mut mu, &mut rs, cols).unwrap();
+    c.layernorm_fwd(NormFwd { x: &x, g: &gam, b: &bias, out: &mut o, mean: &mut mu, rstd: &mut rs }, cols).unwrap();
     let (mut gmu, mut grs) = (g.zeros(rows).unwrap(), g.zeros(rows).unwrap());
-    g.layernorm_fwd(&gx, &gg, &gbias, &mut go, &mut gmu, &mut grs, cols).unwrap();
+    g.layernorm_fwd(NormFwd { x: &gx, g: &gg, b: &gbias, out: &mut go, mean: &mut gmu, rstd: &mut grs }, cols).unwrap();
     let (mut dx, mut dg, mut db) = (vec![0.0; x.len()], vec![0.0; cols], vec![0.0; cols]);
-    c.layernorm_bwd(&x, &gam, &mu, &rs, &dout, &mut dx, &mut dg, &mut db, cols).unwrap();
+    c.layernorm_bwd(
+        NormBwd { x: &x, g: &gam, mean: &mu, rstd: &rs, dout: &dout, dx: &mut dx, dg: &mut dg, db: &mut db },
+        cols,
+    )
+    .unwrap();
     let (mut gdx, mut gdg, mut gdb) = (g.zeros(x.len()).unwrap(), g.zeros(cols).unwrap(), g.zeros(cols).unwrap());
-    g.layernorm_bwd(&gx, &gg, &gmu, &grs, &gd, &mut gdx, &mut gdg, &mut gdb, cols).unwrap();
+    g.layernorm_bwd(
+        NormBwd { x: &gx, g: &gg, mean: &gmu, rstd: &grs, dout: &gd, dx: &mut gdx, dg: &mut gdg, db: &mut gdb },
+        cols,
+    )
+    .unwrap();
     close("layernorm dg over chunks", &dg, &g.download(&gdg).unwrap(), 1e-4);
     close("layernorm db over chunks", &db, &g.download(&gdb).unwrap(), 1e-4);
     // Batch norm: 70 channels of 3001 elements, offset by 100 (the shifted sums' case).
@@ -59,15 +67,23 @@ fn chunked_reductions_and_bias_match_cpu_ops() {
     let (gam, bet) = (rnd(ch, 35), rnd(ch, 36));
     let (gg, gb) = (up(&mut g, &gam), up(&mut g, &bet));
     let (mut mu, mut rs) = (vec![0.0; ch], vec![0.0; ch]);
-    c.batchnorm_fwd(&xs, &gam, &bet, &mut o, &mut mu, &mut rs, m).unwrap();
+    c.batchnorm_fwd(NormFwd { x: &xs, g: &gam, b: &bet, out: &mut o, mean: &mut mu, rstd: &mut rs }, m).unwrap();
     let (mut gmu, mut grs) = (g.zeros(ch).unwrap(), g.zeros(ch).unwrap());
-    g.batchnorm_fwd(&gxs, &gg, &gb, &mut go, &mut gmu, &mut grs, m).unwrap();
+    g.batchnorm_fwd(NormFwd { x: &gxs, g: &gg, b: &gb, out: &mut go, mean: &mut gmu, rstd: &mut grs }, m).unwrap();
     close("batchnorm over chunks", &o, &g.download(&go).unwrap(), 1e-3);
     close("batchnorm mean", &mu, &g.download(&gmu).unwrap(), 1e-5);
     let (mut dg, mut db) = (vec![0.0; ch], vec![0.0; ch]);
-    c.batchnorm_bwd(&xs, &gam, &mu, &rs, &dout, &mut dx, &mut dg, &mut db, m).unwrap();
+    c.batchnorm_bwd(
+        NormBwd { x: &xs, g: &gam, mean: &mu, rstd: &rs, dout: &dout, dx: &mut dx, dg: &mut dg, db: &mut db },
+        m,
+    )
+    .unwrap();
     let (mut gdg, mut gdb) = (g.zeros(ch).unwrap(), g.zeros(ch).unwrap());
-    g.batchnorm_bwd(&gxs, &gg, &gmu, &grs, &gd, &mut gdx, &mut gdg, &mut gdb, m).unwrap();
+    g.batchnorm_bwd(
+        NormBwd { x: &gxs, g: &gg, mean: &gmu, rstd: &grs, dout: &gd, dx: &mut gdx, dg: &mut gdg, db: &mut gdb },
+        m,
+    )
+    .unwrap();
     close("batchnorm dx over chunks", &dx, &g.download(&gdx).unwrap(), 1e-3);
     close("batchnorm dg over chunks", &dg, &g.download(&gdg).unwrap(), 1e-3);
     close("batchnorm db over chunks", &db, &g.download(&gdb).unwrap(), 1e-4);
@@ -84,20 +100,29 @@ fn layer_norm_matches_cpu_ops_on_both_paths() {
     for (rows, cols) in [(50, 96), (9, 768), (7, 2048), (5, 772), (6, 2052), (5, 2050), (4, 3)] {
         let (x, gam, bet, dout) = (rnd(rows * cols, 50), rnd(cols, 51), rnd(cols, 52), rnd(rows * cols, 53));
         let (mut o, mut mu, mut rs) = (vec![0.0; rows * cols], vec![0.0; rows], vec![0.0; rows]);
-        c.layernorm_fwd(&x, &gam, &bet, &mut o, &mut mu, &mut rs, cols).unwrap();
+        c.layernorm_fwd(NormFwd { x: &x, g: &gam, b: &bet, out: &mut o, mean: &mut mu, rstd: &mut rs }, cols).unwrap();
         let (gx, gg, gb) = (up(&mut g, &x), up(&mut g, &gam), up(&mut g, &bet));
         let (mut go, mut gmu, mut grs) =
             (g.zeros(rows * cols).unwrap(), g.zeros(rows).unwrap(), g.zeros(rows).unwrap());
-        g.layernorm_fwd(&gx, &gg, &gb, &mut go, &mut gmu, &mut grs, cols).unwrap();
+        g.layernorm_fwd(NormFwd { x: &gx, g: &gg, b: &gb, out: &mut go, mean: &mut gmu, rstd: &mut grs }, cols)
+            .unwrap();
         let what = |w: &str| format!("layernorm {w} ({rows} x {cols})");
         close(&what("out"), &o, &g.download(&go).unwrap(), 1e-4);
         close(&what("rstd"), &rs, &g.download(&grs).unwrap(), 1e-4);
         // dx accumulates into what it holds.
         let (mut dx, mut dg, mut db) = (x.clone(), vec![0.0; cols], vec![0.0; cols]);
-        c.layernorm_bwd(&x, &gam, &mu, &rs, &dout, &mut dx, &mut dg, &mut db, cols).unwrap();
+        c.layernorm_bwd(
+            NormBwd { x: &x, g: &gam, mean: &mu, rstd: &rs, dout: &dout, dx: &mut dx, dg: &mut dg, db: &mut db },
+            cols,
+        )
+        .unwrap();
         let gd = up(&mut g, &dout);
         let (mut gdx, mut gdg, mut gdb) = (up(&mut g, &x), g.zeros(cols).unwrap(), g.zeros(cols).unwrap());
-        g.layernorm_bwd(&gx, &gg, &gmu, &grs, &gd, &mut gdx, &mut gdg, &mut gdb, cols).unwrap();
+        g.layernorm_bwd(
+            NormBwd { x: &gx, g: &gg, mean: &gmu, rstd: &grs, dout: &gd, dx: &mut gdx, dg: &mut gdg, db: &mut gdb },
+            cols,
+        )
+        .unwrap();
         close(&what("dx"), &dx, &g.download(&gdx).unwrap(), 1e-4);
         close(&what("dg"), &dg, &g.download(&gdg).unwrap(), 1e-4);
         close(&what("db"), &db, &g.download(&gdb).unwrap(), 1e-4);
