@@ -89,6 +89,11 @@ impl PodResourcesServer {
         self.state().fail = Some((code, message.to_string()));
     }
 
+    /// Answers again after [`fail_with`](Self::fail_with).
+    pub fn recover(&self) {
+        self.state().fail = None;
+    }
+
     /// Waits this long before each answer from now on.
     pub fn delay(&self, delay: Duration) {
         self.state().delay = delay;

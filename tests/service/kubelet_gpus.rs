@@ -31,7 +31,10 @@ fn the_agent_checks_the_gpus_the_kubelet_gave_the_jobs_pods_on_its_node() {
     let ns = cluster.namespace();
     let node = unique("kl");
     let (job, other, podless) = (unique("job"), unique("job"), unique("job"));
+    let (failing, forged) = (unique("job"), unique("job"));
     cluster.bound_pod(&ns, "w0", &node, Some(&job), Some("Running"));
+    cluster.bound_pod(&ns, "w3", &node, Some(&failing), Some("Running"));
+    cluster.bound_pod(&ns, "w4", &node, Some(&forged), Some("Running"));
     cluster.bound_pod(&ns, "x0", &node, Some(&other), Some("Running"));
     let mine = ["GPU-5cd893c3-e5fe-0df3-682b-a88f611dad99", "GPU-0b6f2a51-9a1e-4c49-8e62-2f3c0b8d7e10"];
     let theirs = ["GPU-11111111-2222-3333-4444-555555555555"];
@@ -68,18 +71,22 @@ fn the_agent_checks_the_gpus_the_kubelet_gave_the_jobs_pods_on_its_node() {
 
     // A kubelet that fails: the whole node, with the kubelet's error; the check still passes.
     kubelet.fail_with(gpusanity_kube::podres::Code::Unavailable, "kubelet restarting");
-    let end = check(&w, &mut out, "kl-3", &job, &node);
+    let end = check(&w, &mut out, "kl-3", &failing, &node);
     assert_eq!(end["type"], "CheckPassed", "{end:#}");
     let log = w.log(&node);
-    let warned = log.lines().filter(|l| l.contains("could not be learnt from the kubelet")).collect::<Vec<_>>();
-    assert!(warned.iter().any(|l| l.contains("kubelet restarting")), "{log}");
+    let warned =
+        log.lines().find(|l| l.contains("could not be learnt from the kubelet") && l.contains(failing.as_str()));
+    assert!(warned.is_some_and(|l| l.contains("kubelet restarting")), "{log}");
 
     // A forged device id from the socket: refused, named, the whole node checked.
-    kubelet.set(&[(&ns, "w0", "trainer", GPU_RESOURCE, &["GPU-\u{1b}[2Jforged"])]);
-    let end = check(&w, &mut out, "kl-4", &job, &node);
+    kubelet.recover();
+    kubelet.set(&[(&ns, "w4", "trainer", GPU_RESOURCE, &["GPU-\u{1b}[2Jforged"])]);
+    let end = check(&w, &mut out, "kl-4", &forged, &node);
     assert_eq!(end["type"], "CheckPassed", "{end:#}");
     let log = w.log(&node);
-    assert!(log.lines().filter(|l| l.contains("could not be learnt from the kubelet")).count() >= 2, "{log}");
+    let warned =
+        log.lines().find(|l| l.contains("could not be learnt from the kubelet") && l.contains(forged.as_str()));
+    assert!(warned.is_some_and(|l| l.contains("w4")), "{log}");
     assert!(!log.contains('\u{1b}'), "a control character from the socket reached the log");
     w.shutdown();
 }
