@@ -50,9 +50,9 @@ pub enum CheckDetail {
     /// to draw them, and every failed probe.
     Connectivity {
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        front_end: Option<Vec<Vec<String>>>,
+        front_end: Option<Vec<Vec<GridCell>>>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        back_end: Option<Vec<Vec<String>>>,
+        back_end: Option<Vec<Vec<GridCell>>>,
         #[serde(default)]
         front_end_failed: Vec<Probe>,
         #[serde(default)]
@@ -74,6 +74,81 @@ pub enum CheckDetail {
     Gemm { result_hash: String },
     /// `multi-all-reduce`: the figure of every group the rank is in.
     MultiAllReduce { groups: Vec<GroupBusbw> },
+}
+
+/// One cell of a connectivity grid (row: from, column: to). report.json keeps the text the
+/// grids always had (`-`, `0.31ms`, `FAIL`, `ok 4/4`, `FAIL 1/4`); it is parsed once, here, and
+/// a cell this version cannot read is kept as [`GridCell::Text`], drawn as it is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GridCell {
+    /// Not probed (the diagonal, or a pair no probe covered).
+    NotProbed,
+    /// Front end: reached, with the round trip in milliseconds.
+    Reached { ms: f64 },
+    /// Front end: the probe failed.
+    Failed,
+    /// Back end: the exchanges between the two nodes' ranks, and how many of them failed.
+    Exchanges { n: u32, failed: u32 },
+    /// A cell of another version's report.
+    Text(String),
+}
+
+impl GridCell {
+    /// Whether the cell says the pair could not talk.
+    pub fn failed(&self) -> bool {
+        matches!(self, GridCell::Failed | GridCell::Exchanges { failed: 1.., .. })
+    }
+}
+
+impl std::fmt::Display for GridCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GridCell::NotProbed => f.write_str("-"),
+            GridCell::Reached { ms } => write!(f, "{ms:.2}ms"),
+            GridCell::Failed => f.write_str("FAIL"),
+            GridCell::Exchanges { n, failed: 0 } => write!(f, "ok {n}/{n}"),
+            GridCell::Exchanges { n, failed } => write!(f, "FAIL {failed}/{n}"),
+            GridCell::Text(t) => f.write_str(t),
+        }
+    }
+}
+
+impl From<&str> for GridCell {
+    fn from(s: &str) -> GridCell {
+        let fraction = |t: &str| -> Option<(u32, u32)> {
+            let (a, b) = t.split_once('/')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        };
+        match s {
+            "-" => GridCell::NotProbed,
+            "FAIL" => GridCell::Failed,
+            _ => {
+                if let Some(ms) = s.strip_suffix("ms").and_then(|v| v.parse::<f64>().ok()).filter(|v| v.is_finite()) {
+                    GridCell::Reached { ms }
+                } else if let Some((n, m)) = s.strip_prefix("ok ").and_then(fraction).filter(|(n, m)| n == m) {
+                    GridCell::Exchanges { n: m, failed: m - n }
+                } else if let Some((failed, n)) =
+                    s.strip_prefix("FAIL ").and_then(fraction).filter(|(b, n)| b <= n && *b > 0)
+                {
+                    GridCell::Exchanges { n, failed }
+                } else {
+                    GridCell::Text(s.to_string())
+                }
+            }
+        }
+    }
+}
+
+impl Serialize for GridCell {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for GridCell {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<GridCell, D::Error> {
+        Ok(GridCell::from(String::deserialize(d)?.as_str()))
+    }
 }
 
 /// The kind of a `multi-all-reduce` group: groups are compared within their kind.
@@ -194,7 +269,7 @@ impl CheckDetail {
                 back_end_peers,
                 ib_ports_not_active,
             } => {
-                let cells = |g: &Option<Vec<Vec<String>>>| g.iter().flatten().map(Vec::len).sum::<usize>();
+                let cells = |g: &Option<Vec<Vec<GridCell>>>| g.iter().flatten().map(Vec::len).sum::<usize>();
                 cells(front_end)
                     + cells(back_end)
                     + front_end_failed.len()
@@ -233,5 +308,33 @@ impl CheckDetail {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GridCell;
+
+    #[test]
+    fn grid_cells_read_the_text_the_grids_always_had_and_write_it_back() {
+        let cells = [
+            ("-", GridCell::NotProbed),
+            ("0.31ms", GridCell::Reached { ms: 0.31 }),
+            ("FAIL", GridCell::Failed),
+            ("ok 4/4", GridCell::Exchanges { n: 4, failed: 0 }),
+            ("FAIL 1/4", GridCell::Exchanges { n: 4, failed: 1 }),
+        ];
+        for (text, cell) in cells {
+            let read: GridCell = serde_json::from_value(serde_json::json!(text)).unwrap();
+            assert_eq!(read, cell, "{text}");
+            assert_eq!(serde_json::to_value(&read).unwrap(), text);
+        }
+        assert!(GridCell::Failed.failed() && GridCell::from("FAIL 4/4").failed());
+        assert!(!GridCell::from("ok 2/2").failed() && !GridCell::from("1.5ms").failed());
+        // What no version writes stays text: drawn as it is, judged as nothing.
+        for odd in ["NaNms", "ok 1/2", "FAIL 5/4", "FAIL 0/4", "ok", "x", ""] {
+            assert_eq!(GridCell::from(odd), GridCell::Text(odd.into()), "{odd}");
+            assert!(!GridCell::from(odd).failed());
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! figures, per-rank bar charts, bandwidth against message size, loss curves and the
 //! connectivity heat maps.
 
+use gpusanity_common::detail::GridCell;
 use gpusanity_common::expected::{Conditions, Expected};
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckDetail, CheckReport, CheckStatus, RankResult, Report, Severity, SweepPoint};
@@ -297,22 +298,29 @@ fn connectivity_maps(report: &Report, c: &CheckReport) -> Vec<HeatMap> {
         let Some(cells) = grid else {
             continue;
         };
-        let ms = |s: &str| s.strip_suffix("ms").and_then(|v| v.parse::<f64>().ok());
-        let slowest = cells.iter().flatten().filter_map(|s| ms(s)).fold(0.0, f64::max);
+        let slowest = cells
+            .iter()
+            .flatten()
+            .filter_map(|c| match c {
+                GridCell::Reached { ms } => Some(*ms),
+                _ => None,
+            })
+            .fold(0.0, f64::max);
         let grid: Vec<Vec<HeatInput>> = cells
             .iter()
             .map(|row| {
                 row.iter()
-                    .map(|s| {
-                        let t = if s.starts_with("FAIL") {
-                            Some(0.0)
-                        } else if s.starts_with("ok") {
-                            Some(1.0)
-                        } else {
+                    .map(|c| {
+                        let t = match c {
+                            c if c.failed() => Some(0.0),
+                            GridCell::Exchanges { .. } => Some(1.0),
                             // Reachable: green, towards yellow for the slowest probe.
-                            ms(s).map(|v| if slowest > 0.0 { 1.0 - 0.4 * v / slowest } else { 1.0 })
+                            GridCell::Reached { ms } => {
+                                Some(if slowest > 0.0 { 1.0 - 0.4 * ms / slowest } else { 1.0 })
+                            }
+                            _ => None,
                         };
-                        HeatInput { t, text: s.clone() }
+                        HeatInput { t, text: c.to_string() }
                     })
                     .collect()
             })

@@ -164,7 +164,8 @@ fn details_of_any_shape_render() {
     let odd: [Vec<Vec<&str>>; 4] =
         [vec![], vec![vec![]], vec![vec!["ok"], vec!["FAIL", "ok", "x", "1.5ms"]], vec![vec!["-1e308ms", "NaNms"]]];
     for (i, cells) in odd.iter().enumerate() {
-        let grid: Vec<Vec<String>> = cells.iter().map(|row| row.iter().map(|c| c.to_string()).collect()).collect();
+        let grid: Vec<Vec<detail::GridCell>> =
+            cells.iter().map(|row| row.iter().map(|c| detail::GridCell::from(*c)).collect()).collect();
         // Any detail on any check: the connectivity grids on the first, losses on the second.
         for (k, c) in r.checks.iter_mut().enumerate() {
             if let Some(x) = c.ranks.first_mut() {

@@ -23,6 +23,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use gpusanity_common::detail::GridCell;
 use gpusanity_common::report::{CheckDetail, CheckStatus, DeviceKind, RankResult};
 use serde::{Deserialize, Serialize};
 
@@ -281,12 +282,12 @@ fn summarize(r: &mut RankResult, rows: &[Row], place: &WorkerPlace) {
     }
     let mut grids = (None, None);
     if nnodes <= MATRIX_MAX_NODES {
-        let mut front_cells = grid(nnodes, |_, _| "-".to_string());
+        let mut front_cells = grid(nnodes, |_, _| GridCell::NotProbed);
         for p in &front {
             if let Some(c) = front_cells.get_mut(p.from).and_then(|row| row.get_mut(p.to)) {
                 *c = match &p.error {
-                    None => format!("{:.2}ms", p.ms),
-                    Some(_) => "FAIL".into(),
+                    None => GridCell::Reached { ms: p.ms },
+                    Some(_) => GridCell::Failed,
                 };
             }
         }
@@ -298,10 +299,10 @@ fn summarize(r: &mut RankResult, rows: &[Row], place: &WorkerPlace) {
                 t.1 += usize::from(p.error.is_some());
             }
         }
+        let count = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
         let back_cells = grid(nnodes, |i, j| match tally[i][j] {
-            (0, _) => "-".to_string(),
-            (n, 0) => format!("ok {n}/{n}"),
-            (n, b) => format!("FAIL {b}/{n}"),
+            (0, _) => GridCell::NotProbed,
+            (n, b) => GridCell::Exchanges { n: count(n), failed: count(b) },
         });
         // The cells go into the detail once (the report draws them as heat maps; a copy as
         // text tables in the notes doubled the report's largest part).
@@ -325,8 +326,8 @@ fn summarize(r: &mut RankResult, rows: &[Row], place: &WorkerPlace) {
 }
 
 /// A node x node grid of cells, rows "from", columns "to" ("-" on the diagonal).
-fn grid(n: usize, cell: impl Fn(usize, usize) -> String) -> Vec<Vec<String>> {
-    (0..n).map(|i| (0..n).map(|j| if i == j { "-".to_string() } else { cell(i, j) }).collect()).collect()
+fn grid(n: usize, cell: impl Fn(usize, usize) -> GridCell) -> Vec<Vec<GridCell>> {
+    (0..n).map(|i| (0..n).map(|j| if i == j { GridCell::NotProbed } else { cell(i, j) }).collect()).collect()
 }
 
 #[cfg(test)]
@@ -357,9 +358,10 @@ mod tests {
         else {
             panic!("no connectivity detail: {:?}", r.detail);
         };
-        assert_eq!(cells[0][1], "FAIL");
-        assert_eq!(cells[1][0], "0.20ms");
-        assert_eq!(back[0][1], "ok 1/1");
+        assert_eq!(cells[0][1], GridCell::Failed);
+        assert_eq!(cells[1][0].to_string(), "0.20ms");
+        assert_eq!(back[0][1], GridCell::Exchanges { n: 1, failed: 0 });
+        assert_eq!(back[0][1].to_string(), "ok 1/1");
         assert!(r.notes.is_empty(), "{:?}", r.notes);
         assert_eq!(failed.len(), 1);
         assert_eq!((failed[0].from, failed[0].to), (0, 1));
