@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::findings::Code;
 use crate::health::Readings;
-use crate::report::{PairBandwidth, Severity};
+use crate::kinds::{PairBandwidth, Severity};
 
 /// One check's structured result on one rank, tagged by `kind` in report.json.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -3,8 +3,8 @@
 
 use serde::Deserialize;
 
+use crate::kinds::{Link, Severity};
 use crate::registry::CheckId;
-use crate::report::{Link, Severity};
 
 const DATA: &str = include_str!("../data/expected.toml");
 

@@ -10,8 +10,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::registry::CheckId;
-use crate::report::Severity;
+use crate::kinds::Severity;
+use crate::registry::{CheckId, Scope};
 
 /// What raises a code: the docs' "check" column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,6 +168,65 @@ impl<'de> Deserialize<'de> for Code {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Code, D::Error> {
         let s = String::deserialize(d)?;
         s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A problem found, with the evidence that names its place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub severity: Severity,
+    /// A stable code, listed in docs/findings.md, e.g. `GEMM_SLOW`, `WORKER_CRASHED`.
+    pub code: Code,
+    /// The check it is about, or `run`, `agent`, `service`.
+    pub check: Scope,
+    pub node_rank: Option<usize>,
+    pub host: Option<String>,
+    pub rank: Option<usize>,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers_median: Option<f64>,
+    /// What a healthy device of this model reaches (common/data/expected.toml).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<f64>,
+    /// The peers' median absolute deviation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers_mad: Option<f64>,
+    /// Robust score: (measured - median) / (1.4826 MAD); very negative is slow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    /// The two node ranks of a link finding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pair: Option<[usize; 2]>,
+    /// Facts behind the finding, one per line (last output lines, re-measure, pair figures...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+    /// What to do about it (exclude the node, reset the GPU, inspect the link...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+}
+
+impl Finding {
+    /// A finding about the whole job; set `node_rank`, `host` and `rank` to place it.
+    pub fn new(severity: Severity, code: Code, check: impl Into<Scope>, message: String) -> Self {
+        Finding {
+            severity,
+            code,
+            check: check.into(),
+            node_rank: None,
+            host: None,
+            rank: None,
+            message,
+            measured: None,
+            peers_median: None,
+            expected: None,
+            peers_mad: None,
+            score: None,
+            pair: None,
+            evidence: Vec::new(),
+            action: None,
+        }
     }
 }
 

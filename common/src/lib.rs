@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod health;
 pub mod host;
 pub mod hostlist;
+pub mod kinds;
 pub mod peers;
 pub mod rank_end;
 pub mod registry;

@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 
 use crate::expected::Conditions;
+use crate::kinds::Severity;
 use crate::registry::CheckId;
-use crate::report::Severity;
 
 use crate::stats::median;
 

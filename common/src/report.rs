@@ -7,28 +7,13 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::detail::CheckDetail;
 use crate::events::StateEvent;
-pub use crate::findings::Code;
+pub use crate::findings::{Code, Finding};
+pub use crate::kinds::{DeviceKind, Link, PairBandwidth, Severity};
 pub use crate::registry::{CheckId, Scope};
 use crate::settings::Settings;
 
 /// Bumped on every incompatible change of [`Report`].
 pub const REPORT_SCHEMA_VERSION: u32 = 1;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeviceKind {
-    Cpu,
-    Cuda,
-}
-
-impl std::fmt::Display for DeviceKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            DeviceKind::Cpu => "cpu",
-            DeviceKind::Cuda => "cuda",
-        })
-    }
-}
 
 /// The overall outcome of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,16 +138,6 @@ pub struct NodeVerdict {
     pub codes: Vec<Code>,
 }
 
-/// One measured node pair of the link test: bus bandwidth of a 2-member all-reduce between
-/// the two nodes (the slowest rail when nodes have several workers).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PairBandwidth {
-    pub nodes: [usize; 2],
-    pub busbw_gbps: f64,
-    /// The round of the link test that measured it (1-based).
-    pub round: usize,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeInfo {
     pub node_rank: usize,
@@ -185,25 +160,6 @@ pub struct RankInfo {
     /// GPU); absent on CPU or where it could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<Link>,
-}
-
-/// How a GPU is linked to the others of its node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Link {
-    /// At least one NVLink is up.
-    Nvlink,
-    /// No NVLink is up: the GPUs reach each other over PCIe.
-    Pcie,
-}
-
-impl Link {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Link::Nvlink => "NVLink",
-            Link::Pcie => "PCIe",
-        }
-    }
 }
 
 /// The link every rank reports, when they all report the same one.
@@ -291,70 +247,4 @@ pub struct SweepPoint {
     pub busbw_gbps: f64,
     /// Elements of the result that differ from the expected value.
     pub wrong: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    Warning,
-    Critical,
-}
-
-/// A problem found, with the evidence that names its place.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Finding {
-    pub severity: Severity,
-    /// A stable code, listed in docs/findings.md, e.g. `GEMM_SLOW`, `WORKER_CRASHED`.
-    pub code: Code,
-    /// The check it is about, or `run`, `agent`, `service`.
-    pub check: Scope,
-    pub node_rank: Option<usize>,
-    pub host: Option<String>,
-    pub rank: Option<usize>,
-    pub message: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub measured: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peers_median: Option<f64>,
-    /// What a healthy device of this model reaches (common/data/expected.toml).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expected: Option<f64>,
-    /// The peers' median absolute deviation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peers_mad: Option<f64>,
-    /// Robust score: (measured - median) / (1.4826 MAD); very negative is slow.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub score: Option<f64>,
-    /// The two node ranks of a link finding.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pair: Option<[usize; 2]>,
-    /// Facts behind the finding, one per line (last output lines, re-measure, pair figures...).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub evidence: Vec<String>,
-    /// What to do about it (exclude the node, reset the GPU, inspect the link...).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub action: Option<String>,
-}
-
-impl Finding {
-    /// A finding about the whole job; set `node_rank`, `host` and `rank` to place it.
-    pub fn new(severity: Severity, code: Code, check: impl Into<Scope>, message: String) -> Self {
-        Finding {
-            severity,
-            code,
-            check: check.into(),
-            node_rank: None,
-            host: None,
-            rank: None,
-            message,
-            measured: None,
-            peers_median: None,
-            expected: None,
-            peers_mad: None,
-            score: None,
-            pair: None,
-            evidence: Vec::new(),
-            action: None,
-        }
-    }
 }

@@ -4,7 +4,9 @@
 //! the service's own findings (an agent lost while the run went on, no report at all) and the
 //! run's timeout policy.
 
-use crate::report::{Finding, Report, RunStatus, Severity};
+use crate::findings::Finding;
+use crate::kinds::Severity;
+use crate::report::{Report, RunStatus};
 use crate::wire::output::FailReason;
 
 /// How a run ends.

@@ -4,7 +4,7 @@ use crate::findings::Code;
 use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult, SWEEP_COLUMNS};
 use crate::config::sweep::SweepConfig;
 use crate::config::memory;
-use crate::report::DeviceKind;
+use crate::kinds::DeviceKind;
 
 /// This check's configuration, the field `all_reduce` of [`CheckConfigs`](crate::config::CheckConfigs).
 pub type Config = SweepConfig;

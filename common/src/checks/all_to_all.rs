@@ -4,7 +4,7 @@ use super::{sweep_descriptor, CheckId, ConfigAccess, Descriptor, SweepCodes};
 use crate::config::memory;
 use crate::findings::Code;
 use crate::config::sweep::SweepConfig;
-use crate::report::DeviceKind;
+use crate::kinds::DeviceKind;
 
 /// This check's configuration, the field `all_to_all` of [`CheckConfigs`](crate::config::CheckConfigs).
 pub type Config = SweepConfig;

@@ -4,7 +4,7 @@ use crate::findings::Code;
 use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::micro::GemmConfig;
 use crate::config::memory;
-use crate::report::DeviceKind;
+use crate::kinds::DeviceKind;
 
 /// This check's configuration, the field `gemm` of [`CheckConfigs`](crate::config::CheckConfigs).
 pub type Config = GemmConfig;

@@ -5,7 +5,7 @@ use crate::findings::Code;
 use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::bandwidth::HostBandwidthConfig;
 use crate::config::memory::Need;
-use crate::report::DeviceKind;
+use crate::kinds::DeviceKind;
 
 /// This check's configuration, the field `host_bandwidth` of [`CheckConfigs`](crate::config::CheckConfigs).
 pub type Config = HostBandwidthConfig;

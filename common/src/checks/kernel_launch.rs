@@ -3,7 +3,7 @@
 use crate::findings::Code;
 use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::micro::KernelLaunchConfig;
-use crate::report::DeviceKind;
+use crate::kinds::DeviceKind;
 
 /// This check's configuration, the field `kernel_launch` of [`CheckConfigs`](crate::config::CheckConfigs).
 pub type Config = KernelLaunchConfig;

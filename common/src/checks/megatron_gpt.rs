@@ -3,7 +3,7 @@
 use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult, GPT_CHARTED, GPT_COLUMNS};
 use crate::config::models::GptCheckConfig;
 use crate::config::models::GptShape;
-use crate::report::DeviceKind;
+use crate::kinds::DeviceKind;
 
 /// This check's configuration, the field `megatron_gpt` of [`CheckConfigs`](crate::config::CheckConfigs).
 pub type Config = GptCheckConfig;

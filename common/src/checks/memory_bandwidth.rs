@@ -4,7 +4,7 @@ use crate::findings::Code;
 use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::bandwidth::MemoryBandwidthConfig;
 use crate::config::memory::{self, Need};
-use crate::report::DeviceKind;
+use crate::kinds::DeviceKind;
 
 /// This check's configuration, the field `memory_bandwidth` of [`CheckConfigs`](crate::config::CheckConfigs).
 pub type Config = MemoryBandwidthConfig;

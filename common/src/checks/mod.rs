@@ -56,8 +56,8 @@ use crate::config::memory::Need;
 use crate::config::sweep::SweepConfig;
 use crate::config::{CheckConfigs, Param, ParamError};
 use crate::findings::Code;
+use crate::kinds::DeviceKind;
 pub use crate::registry::{CheckGroup, CheckId, UnknownCheck};
-use crate::report::DeviceKind;
 
 /// A report column: the metric key and its title.
 pub type Column = (&'static str, &'static str);

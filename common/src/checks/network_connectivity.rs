@@ -2,7 +2,7 @@
 
 use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
 use crate::config::micro::ConnectivityConfig;
-use crate::report::DeviceKind;
+use crate::kinds::DeviceKind;
 
 /// This check's configuration, the field `network_connectivity` of [`CheckConfigs`](crate::config::CheckConfigs).
 pub type Config = ConnectivityConfig;

@@ -4,7 +4,7 @@ use crate::findings::Code;
 use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::micro::OverlapConfig;
 use crate::config::memory::{self, Need};
-use crate::report::DeviceKind;
+use crate::kinds::DeviceKind;
 
 /// This check's configuration, the field `overlap` of [`CheckConfigs`](crate::config::CheckConfigs).
 pub type Config = OverlapConfig;

@@ -4,7 +4,7 @@
 use crate::findings::Code;
 use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
 use crate::config::NoConfig;
-use crate::report::DeviceKind;
+use crate::kinds::DeviceKind;
 
 /// This check's configuration, the field `pair_bandwidth` of [`CheckConfigs`](crate::config::CheckConfigs).
 pub type Config = NoConfig;

@@ -38,7 +38,7 @@ impl CheckConfigs {
 #[cfg(test)]
 mod tests {
     use crate::config::CheckConfigs;
-    use crate::report::DeviceKind;
+    use crate::kinds::DeviceKind;
 
     #[test]
     fn params_override_and_reject() {

@@ -3,7 +3,7 @@
 use crate::findings::Code;
 use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
 use crate::config::bandwidth::RdmaPortsConfig;
-use crate::report::DeviceKind;
+use crate::kinds::DeviceKind;
 
 /// This check's configuration, the field `rdma_ports` of [`CheckConfigs`](crate::config::CheckConfigs).
 pub type Config = RdmaPortsConfig;

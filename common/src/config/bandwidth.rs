@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Param, ParamError};
-use crate::report::DeviceKind;
+use crate::kinds::DeviceKind;
 
 /// The copy kernels move 16-byte words: every buffer size is a whole number of them.
 pub const WORD: u64 = 16;
@@ -138,7 +138,7 @@ impl Default for RdmaPortsConfig {
 #[cfg(test)]
 mod tests {
     use crate::config::CheckConfigs;
-    use crate::report::DeviceKind;
+    use crate::kinds::DeviceKind;
 
     #[test]
     fn sizes_are_bounded_whole_words_and_hostile_values_are_refused() {

@@ -8,8 +8,7 @@ use crate::host::NodePolicy;
 
 /// The most GPUs one node is expected to have.
 pub const MAX_GPUS_PER_NODE: u64 = 1024;
-/// The highest XID accepted in `fatal-xids`.
-pub const MAX_XID: u32 = 65_535;
+pub use crate::health::xid::MAX_XID;
 /// The most XIDs `fatal-xids` takes, and the longest value it reads.
 pub const MAX_FATAL_XIDS: usize = 256;
 const MAX_LIST_CHARS: usize = 2048;
@@ -189,7 +188,7 @@ fn parse_xids(p: &Param<'_>) -> Result<Vec<u32>, ParamError> {
 #[cfg(test)]
 mod tests {
     use crate::config::CheckConfigs;
-    use crate::report::DeviceKind;
+    use crate::kinds::DeviceKind;
 
     fn apply(param: &str) -> Result<super::GpuHealthConfig, String> {
         let mut c = CheckConfigs::defaults(DeviceKind::Cuda);

@@ -8,8 +8,8 @@
 //! helpers here; the model checks' memory depends on their activations and is not estimated.
 
 use super::CheckConfigs;
+use crate::kinds::DeviceKind;
 use crate::registry::CheckId;
-use crate::report::DeviceKind;
 
 /// Bytes one rank needs for one check: on its device (GPU memory; 0 on CPU workers, whose
 /// buffers are in host memory) and in host memory.

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Param, ParamError};
-use crate::report::DeviceKind;
+use crate::kinds::DeviceKind;
 
 /// `gemm`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -16,7 +16,7 @@ pub mod sweep;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::report::DeviceKind;
+use crate::kinds::DeviceKind;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ParamError {

@@ -130,7 +130,7 @@ impl ResnetCheckConfig {
 
 #[cfg(test)]
 mod tests {
-    use crate::report::DeviceKind;
+    use crate::kinds::DeviceKind;
 
     #[test]
     fn defaults_are_valid_layouts() {

@@ -5,8 +5,8 @@
 //! ([`crate::checks`]).
 
 use super::{CodeDoc, Raised};
+use crate::kinds::Severity;
 use crate::registry::CheckId;
-use crate::report::Severity;
 
 /// The codes that are not one check's, then every check's own from its descriptor module.
 macro_rules! every_code {

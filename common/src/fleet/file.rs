@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::{Judging, Key, Learned};
+use crate::kinds::Link;
 use crate::registry::CheckId;
-use crate::report::Link;
 
 /// The largest baseline file read (bytes): 200 bytes an entry, [`MAX_ENTRIES`] entries.
 pub const MAX_FILE_BYTES: u64 = 16 << 20;

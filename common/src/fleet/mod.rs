@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 pub use normal::{normal_cdf, normal_quantile};
 
 use crate::expected::Conditions;
+use crate::kinds::Link;
 use crate::registry::CheckId;
-use crate::report::Link;
 use crate::stats::median;
 
 /// MAD x this estimates the standard deviation of normally distributed figures.

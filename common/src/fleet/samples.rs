@@ -5,8 +5,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::expected::Conditions;
+use crate::kinds::DeviceKind;
 use crate::peers;
-use crate::report::{common_link, CheckReport, CheckStatus, DeviceKind, RankInfo, Report, RunStatus};
+use crate::report::{common_link, CheckReport, CheckStatus, RankInfo, Report, RunStatus};
 
 use super::{driver_major, Key};
 
@@ -92,7 +93,7 @@ pub fn learnable(report: &Report, node_names: &[String]) -> Vec<Learnable> {
     let named_nodes: HashSet<usize> = report.findings.iter().filter_map(|f| f.node_rank).collect();
     let mut out = Vec::new();
     for c in &report.checks {
-        let about = |f: &&crate::report::Finding| f.check.check() == Some(c.name);
+        let about = |f: &&crate::findings::Finding| f.check.check() == Some(c.name);
         if report.findings.iter().filter(about).any(|f| f.rank.is_none() && f.node_rank.is_none()) {
             continue;
         }

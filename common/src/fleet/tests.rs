@@ -99,7 +99,7 @@ fn key() -> Key {
         max_bytes: None,
         nodes: 1,
         ranks_per_node: Some(8),
-        link: Some(crate::report::Link::Nvlink),
+        link: Some(crate::kinds::Link::Nvlink),
     };
     Key::new("NVIDIA H200", Some(580), CheckId::Gemm, "tflops", when)
 }
@@ -195,7 +195,7 @@ fn cpu_gemm(per_cpu: [Option<f64>; 2]) -> (crate::report::CheckReport, Vec<crate
 
 #[test]
 fn cpu_workers_are_learned_and_judged_per_cpu_second_under_a_key_that_says_so() {
-    use crate::report::DeviceKind;
+    use crate::kinds::DeviceKind;
     let drivers = std::collections::BTreeMap::new();
     let (c, ranks) = cpu_gemm([Some(0.09), Some(0.08)]);
     let keys = samples::rank_keys(&c, &ranks, &drivers, DeviceKind::Cpu);

@@ -3,8 +3,9 @@
 
 use super::{xid, ClockEvents, Readings};
 use crate::config::health::GpuHealthConfig;
+use crate::findings::{Code, Finding};
+use crate::kinds::Severity;
 use crate::registry::CheckId;
-use crate::report::{Code, Finding, Severity};
 
 /// What the decisions compare with: the fatal XIDs and the thresholds.
 #[derive(Debug, Clone, PartialEq)]

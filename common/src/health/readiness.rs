@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::Readings;
 use crate::config::health::GpuHealthConfig;
-use crate::report::{CheckId, Code, Finding, Severity};
+use crate::findings::{Code, Finding};
+use crate::kinds::Severity;
+use crate::registry::CheckId;
 
 /// A process NVML lists on the GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,7 +5,7 @@
 use super::readiness::{leftovers, settings, version_below, Fabric, Mps};
 use super::*;
 use crate::config::health::GpuHealthConfig;
-use crate::report::Severity;
+use crate::kinds::Severity;
 
 const OWN: u32 = 4242;
 

@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::config::health::GpuHealthConfig;
-use crate::report::{Code, Severity};
+use crate::findings::Code;
+use crate::kinds::Severity;
 
 fn healthy() -> Readings {
     serde_json::from_str(include_str!("../../data/health/h200.json")).expect("the fixture parses")

@@ -8,6 +8,9 @@
 //! causes (13 graphics engine exception, 31 memory page fault, 43 GPU stopped processing, 45
 //! preemptive cleanup) are left out: they do not name the device. docs/health.md has the table.
 
+/// The highest XID read (from a kernel log) or accepted (in `gpu-health.fatal-xids`).
+pub const MAX_XID: u32 = 65_535;
+
 /// One fatal XID and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FatalXid {

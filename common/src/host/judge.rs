@@ -4,9 +4,10 @@
 
 use super::kernel_log::{pci_key, Outstanding};
 use super::{HostReadings, KernelLog, Memlock, NodePolicy, ACS_P2P_REDIRECT};
+use crate::findings::{Code, Finding};
 use crate::health::xid;
+use crate::kinds::Severity;
 use crate::registry::Scope;
-use crate::report::{Code, Finding, Severity};
 
 /// The most XID findings one node gives (the count of the rest is in the last one's evidence).
 const MAX_XID_FINDINGS: usize = 16;

@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::health::MAX_XID;
+use crate::health::xid::MAX_XID;
 
 /// The longest message kept as evidence, characters.
 pub const MAX_LINE_CHARS: usize = 512;

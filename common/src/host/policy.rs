@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Param, ParamError};
-use crate::report::Severity;
+use crate::kinds::Severity;
 
 /// What a reading that breaks the rule becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

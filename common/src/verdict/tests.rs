@@ -1,8 +1,9 @@
 use chrono::Utc;
 
 use super::*;
+use crate::findings::Code;
+use crate::kinds::DeviceKind;
 use crate::registry::Scope;
-use crate::report::{Code, DeviceKind};
 use crate::settings::Settings;
 
 fn report(status: RunStatus, faulty: &[usize]) -> Report {
