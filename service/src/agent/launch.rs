@@ -1,5 +1,6 @@
 //! One run of this node's launcher (`gpusanity check` as a child process) and its end.
 
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use gpusanity_common::wire::launcher::LauncherNotice;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
-use tokio::process::{ChildStdout, Command};
+use tokio::process::{Child, ChildStdout, Command};
 use tokio::sync::{mpsc, oneshot};
 
 use super::AgentConfig;
@@ -49,126 +50,171 @@ impl Launch {
     ) -> Result<bool> {
         let dir = cfg.work_dir.join(&t.run_id);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let (addr, port) = match &t.master {
-            Some((a, p)) => (a.clone(), Some(*p)),
-            None if t.node_rank == 0 => (cfg.address.clone(), None),
-            None => anyhow::bail!("task for node {} without node 0's address", t.node_rank),
-        };
-        let left = (t.deadline - chrono::Utc::now()).to_std().unwrap_or_default().max(Duration::from_secs(1));
-        let log = std::fs::File::create(dir.join("launcher.log"))?;
-        let mut cmd = Command::new(std::env::current_exe().context("finding the gpusanity binary")?);
-        cmd.arg("check")
-            .args(["--device", launcher_device(cfg.device).as_str(), "--node-name", &cfg.node])
-            .args(["--nnodes", &t.nnodes.to_string(), "--node-rank", &t.node_rank.to_string()])
-            .args(["--master-addr", &addr]);
-        match (port, cfg.rdzv_ports) {
-            (Some(p), _) => cmd.args(["--master-port", &p.to_string()]),
-            (None, Some(range)) => cmd.args(["--announce-port", "--master-port-range", &range.to_string()]),
-            (None, None) => cmd.args(["--announce-port", "--master-port", "0"]),
-        };
-        cmd.arg("--report-dir")
-            .arg(dir.join("report"))
-            .args(["--rdzv-timeout", &format!("{:.3}", left.as_secs_f64())])
-            .arg(format!("--sanity-check-args={}", t.sanity_check_args))
-            // The service applied the timing policy and applies the timeout policy itself.
-            .args(["--sanity-check-timing=BeforeJobRunning", "--sanity-check-timeout-ops=MarkJobFail"]);
-        if let Some(n) = cfg.nproc_per_node {
-            cmd.args(["--nproc-per-node", &n.to_string()]);
-        }
-        if let Some(param) = expected_gpus(cfg.device, t.gpus) {
-            cmd.args(["--check-param", &param]);
-        }
-        // The operator's policy last: the launcher applies its parameters in order.
-        for param in &cfg.check_params {
-            cmd.args(["--check-param", param]);
-        }
-        // This node's policy for the job's environment, enforced by the launcher too.
-        cmd.arg(format!("--allow-env={}", cfg.env_policy.allowed_patterns().join(",")));
-        if cfg.env_policy.test_faults {
-            cmd.arg("--test-faults");
-        }
+        let (addr, port) = master(cfg, t)?;
+        let mut cmd = launcher_command(cfg, t, &dir, &addr, port)?;
         if let Some(secret) = secret {
             let path = dir.join("rdzv.secret");
             write_private(&path, hex::encode(secret).as_bytes())
                 .with_context(|| format!("writing {}", path.display()))?;
             cmd.arg("--rdzv-secret-file").arg(&path);
         }
-        // The fleet's baselines, as `gpusanity baseline export` writes them: node 0 judges the
-        // run's figures against them too (a task is signed, but the file is validated as the
-        // launcher validates any: a bad one is left out, and the static floor still judges).
-        if let Some(b) = &t.baseline {
-            match b
-                .validate()
-                .map_err(anyhow::Error::from)
-                .and_then(|()| Ok(b.to_text("fleet baselines from the service")?))
-            {
-                Ok(text) => {
-                    let path = dir.join("baseline.toml");
-                    write_private(&path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
-                    cmd.arg("--baseline").arg(&path);
-                }
-                Err(e) => tracing::warn!(run_id = t.run_id, "the task's fleet baselines are invalid, left out: {e}"),
-            }
-        }
-        // The service decided to check: no setting of the agent's own environment may skip it.
-        for v in ["ENABLE_SANITY_CHECK", "SANITY_CHECK_ARGS", "GPUSANITY_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"] {
-            cmd.env_remove(v);
-        }
-        // The job's own GPUs on a shared node, in the order its ranks use them.
-        for (k, v) in visible_devices(cfg.device, &t.gpu_ids, &NvidiaHardware::of_this_node().pci_gpus)? {
-            cmd.env(k, v);
-        }
-        // Stdout through the agent, which takes node 0's notice from it; stderr straight to the log.
-        let relay_log = tokio::fs::File::from_std(log.try_clone()?);
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log).kill_on_drop(true);
-        // SAFETY: set_pdeathsig only calls prctl(2), which is async-signal-safe, between fork
-        // and exec. It makes the kernel SIGTERM the launcher when the agent dies, so a killed
-        // agent leaves no launcher behind (and the launcher's workers follow it).
-        unsafe {
-            cmd.pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from));
-        }
-        let mut child = cmd.spawn().context("starting the launcher")?;
-        let pid = child.id().map(|p| Pid::from_raw(p as i32));
-        let (run_id, node_rank) = (t.run_id.clone(), t.node_rank);
+        with_baseline(&mut cmd, &dir, t)?;
+        environment(&mut cmd, cfg, t)?;
         let announces = port.is_none();
-        let relaying = child
-            .stdout
-            .take()
-            .map(|out| tokio::spawn(relay(out, relay_log, announces.then(|| (bound, run_id.clone())))));
-        tokio::spawn(async move {
-            let status = tokio::select! {
-                s = child.wait() => s,
-                _ = cancel => {
-                    if let Some(pid) = pid {
-                        let _ = kill(pid, Signal::SIGTERM);
-                    }
-                    match tokio::time::timeout(STOP_GRACE, child.wait()).await {
-                        Ok(s) => s,
-                        Err(_) => {
-                            let _ = child.kill().await;
-                            child.wait().await
-                        }
-                    }
-                }
-            };
-            // The launcher's last stdout lines reach its log before the log is read; a pipe kept
-            // open by something the launcher left behind does not hold the result back.
-            if let Some(relaying) = relaying {
-                let _ = tokio::time::timeout(RELAY_GRACE, relaying).await;
-            }
-            let exit_code = status.as_ref().ok().and_then(|s| s.code());
-            let report = if node_rank == 0 { read_report(&dir.join("report").join("report.json")) } else { None };
-            let error = match &status {
-                Err(e) => Some(format!("waiting for the launcher: {e}")),
-                Ok(s) if !s.success() => {
-                    last_error(&dir.join("launcher.log")).or_else(|| Some(format!("launcher ended: {s}")))
-                }
-                Ok(_) => None,
-            };
-            let _ = exits.send(NodeResult { run_id, node_rank, exit_code, report, report_chunks: None, error });
-        });
+        let (child, relay_log) = spawn(cmd, &dir)?;
+        let ended = Ended { dir, run_id: t.run_id.clone(), node_rank: t.node_rank, exits };
+        watch(child, relay_log, announces.then(|| (bound, t.run_id.clone())), cancel, ended);
         Ok(announces)
     }
+}
+
+/// Node 0's address and port for this node's launcher: the task's, or this node's own address
+/// and a port node 0's launcher binds itself (None).
+fn master(cfg: &AgentConfig, t: &Task) -> Result<(String, Option<u16>)> {
+    match &t.master {
+        Some((a, p)) => Ok((a.clone(), Some(*p))),
+        None if t.node_rank == 0 => Ok((cfg.address.clone(), None)),
+        None => anyhow::bail!("task for node {} without node 0's address", t.node_rank),
+    }
+}
+
+/// `gpusanity check` for this node's part of the run: the place, the rendezvous, the job's
+/// arguments under the service's policies, then the operator's.
+fn launcher_command(cfg: &AgentConfig, t: &Task, dir: &Path, addr: &str, port: Option<u16>) -> Result<Command> {
+    let left = (t.deadline - chrono::Utc::now()).to_std().unwrap_or_default().max(Duration::from_secs(1));
+    let mut cmd = Command::new(std::env::current_exe().context("finding the gpusanity binary")?);
+    cmd.arg("check")
+        .args(["--device", launcher_device(cfg.device).as_str(), "--node-name", &cfg.node])
+        .args(["--nnodes", &t.nnodes.to_string(), "--node-rank", &t.node_rank.to_string()])
+        .args(["--master-addr", addr]);
+    match (port, cfg.rdzv_ports) {
+        (Some(p), _) => cmd.args(["--master-port", &p.to_string()]),
+        (None, Some(range)) => cmd.args(["--announce-port", "--master-port-range", &range.to_string()]),
+        (None, None) => cmd.args(["--announce-port", "--master-port", "0"]),
+    };
+    cmd.arg("--report-dir")
+        .arg(dir.join("report"))
+        .args(["--rdzv-timeout", &format!("{:.3}", left.as_secs_f64())])
+        .arg(format!("--sanity-check-args={}", t.sanity_check_args))
+        // The service applied the timing policy and applies the timeout policy itself.
+        .args(["--sanity-check-timing=BeforeJobRunning", "--sanity-check-timeout-ops=MarkJobFail"]);
+    if let Some(n) = cfg.nproc_per_node {
+        cmd.args(["--nproc-per-node", &n.to_string()]);
+    }
+    if let Some(param) = expected_gpus(cfg.device, t.gpus) {
+        cmd.args(["--check-param", &param]);
+    }
+    // The operator's policy last: the launcher applies its parameters in order.
+    for param in &cfg.check_params {
+        cmd.args(["--check-param", param]);
+    }
+    // This node's policy for the job's environment, enforced by the launcher too.
+    cmd.arg(format!("--allow-env={}", cfg.env_policy.allowed_patterns().join(",")));
+    if cfg.env_policy.test_faults {
+        cmd.arg("--test-faults");
+    }
+    Ok(cmd)
+}
+
+/// The fleet's baselines, as `gpusanity baseline export` writes them: node 0 judges the run's
+/// figures against them too (a task is signed, but the file is validated as the launcher
+/// validates any: a bad one is left out, and the static floor still judges).
+fn with_baseline(cmd: &mut Command, dir: &Path, t: &Task) -> Result<()> {
+    let Some(b) = &t.baseline else { return Ok(()) };
+    match b.validate().map_err(anyhow::Error::from).and_then(|()| Ok(b.to_text("fleet baselines from the service")?)) {
+        Ok(text) => {
+            let path = dir.join("baseline.toml");
+            write_private(&path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+            cmd.arg("--baseline").arg(&path);
+        }
+        Err(e) => tracing::warn!(run_id = t.run_id, "the task's fleet baselines are invalid, left out: {e}"),
+    }
+    Ok(())
+}
+
+/// The launcher's environment: nothing of the agent's that could skip the check, and exactly
+/// the job's GPUs on a shared node, in the order its ranks use them.
+fn environment(cmd: &mut Command, cfg: &AgentConfig, t: &Task) -> Result<()> {
+    for v in ["ENABLE_SANITY_CHECK", "SANITY_CHECK_ARGS", "GPUSANITY_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"] {
+        cmd.env_remove(v);
+    }
+    for (k, v) in visible_devices(cfg.device, &t.gpu_ids, &NvidiaHardware::of_this_node().pci_gpus)? {
+        cmd.env(k, v);
+    }
+    Ok(())
+}
+
+/// Starts the launcher with its stderr in `dir/launcher.log` and its stdout piped (the agent
+/// copies it there, taking node 0's notice from it); returns it and the log to copy into.
+fn spawn(mut cmd: Command, dir: &Path) -> Result<(Child, tokio::fs::File)> {
+    let log = std::fs::File::create(dir.join("launcher.log"))?;
+    let relay_log = tokio::fs::File::from_std(log.try_clone()?);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log).kill_on_drop(true);
+    // SAFETY: set_pdeathsig only calls prctl(2), which is async-signal-safe, between fork
+    // and exec. It makes the kernel SIGTERM the launcher when the agent dies, so a killed
+    // agent leaves no launcher behind (and the launcher's workers follow it).
+    unsafe {
+        cmd.pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from));
+    }
+    Ok((cmd.spawn().context("starting the launcher")?, relay_log))
+}
+
+/// Where a launcher's end goes.
+struct Ended {
+    dir: PathBuf,
+    run_id: String,
+    node_rank: usize,
+    exits: mpsc::UnboundedSender<NodeResult>,
+}
+
+/// Waits in the background for the launcher's end (a cancel: SIGTERM, then a kill after
+/// [`STOP_GRACE`]), while its stdout is relayed, and sends its result.
+fn watch(
+    mut child: Child,
+    relay_log: tokio::fs::File,
+    announce: Option<(mpsc::UnboundedSender<Bound>, String)>,
+    cancel: oneshot::Receiver<()>,
+    ended: Ended,
+) {
+    let pid = child.id().map(|p| Pid::from_raw(p as i32));
+    let relaying = child.stdout.take().map(|out| tokio::spawn(relay(out, relay_log, announce)));
+    tokio::spawn(async move {
+        let status = tokio::select! {
+            s = child.wait() => s,
+            _ = cancel => {
+                if let Some(pid) = pid {
+                    let _ = kill(pid, Signal::SIGTERM);
+                }
+                match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+                    Ok(s) => s,
+                    Err(_) => {
+                        let _ = child.kill().await;
+                        child.wait().await
+                    }
+                }
+            }
+        };
+        // The launcher's last stdout lines reach its log before the log is read; a pipe kept
+        // open by something the launcher left behind does not hold the result back.
+        if let Some(relaying) = relaying {
+            let _ = tokio::time::timeout(RELAY_GRACE, relaying).await;
+        }
+        let _ = ended.exits.send(result(&ended, &status));
+    });
+}
+
+/// The node's result from the launcher's exit: node 0 adds its report; a failure its last error.
+fn result(e: &Ended, status: &std::io::Result<std::process::ExitStatus>) -> NodeResult {
+    let exit_code = status.as_ref().ok().and_then(|s| s.code());
+    let report = if e.node_rank == 0 { read_report(&e.dir.join("report").join("report.json")) } else { None };
+    let error = match status {
+        Err(err) => Some(format!("waiting for the launcher: {err}")),
+        Ok(s) if !s.success() => {
+            last_error(&e.dir.join("launcher.log")).or_else(|| Some(format!("launcher ended: {s}")))
+        }
+        Ok(_) => None,
+    };
+    NodeResult { run_id: e.run_id.clone(), node_rank: e.node_rank, exit_code, report, report_chunks: None, error }
 }
 
 /// Copies the launcher's stdout to its log; the first port notice on it (node 0) goes to `bound`.
