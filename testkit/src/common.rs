@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -199,6 +199,56 @@ pub fn find_worker(tag: &str, rank: u64, limit: Duration) -> i32 {
         }
         assert!(start.elapsed() < limit, "worker of rank {rank} never appeared");
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The stderr of a running child, read line by line as it is written: a test waits for a line
+/// while the process runs (and a child that writes much never stalls on a full pipe).
+pub struct Stderr {
+    text: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Stderr {
+    /// Takes the piped stderr of `child` and reads it on a thread of its own.
+    pub fn take(child: &mut Child) -> Stderr {
+        use std::io::BufRead;
+        let pipe = child.stderr.take().expect("the child's stderr is piped");
+        let text = Arc::new(Mutex::new(String::new()));
+        let sink = text.clone();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut t = sink.lock().unwrap_or_else(|e| e.into_inner());
+                t.push_str(&line);
+                t.push('\n');
+            }
+        });
+        Stderr { text, reader: Some(reader) }
+    }
+
+    /// What has been read so far.
+    pub fn text(&self) -> String {
+        self.text.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits until a line read so far satisfies `pred`; that line.
+    pub fn wait_line(&self, limit: Duration, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            if let Some(line) = self.text().lines().find(|l| pred(l)) {
+                return line.to_string();
+            }
+            assert!(start.elapsed() < limit, "no line of {what} within {limit:?}; stderr:\n{}", self.text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Everything the child wrote, once it has closed its stderr (it exited).
+    pub fn finish(mut self) -> String {
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        self.text()
     }
 }
 

@@ -11,6 +11,17 @@ use nix::unistd::Pid;
 
 const LIMIT: Duration = Duration::from_secs(90);
 
+/// The launcher's log filter for where each rank is: its supervisor's debug lines ("check
+/// started", "check done", per rank and check) beside the warnings.
+const RANKS_LOG: &str = "warn,gpusanity_executor::launcher::supervise=debug";
+
+/// Whether `line` of the launcher's log says `event` ("check started", "check done") of
+/// `check` on `rank`.
+fn says(line: &str, event: &str, rank: u64, check: &str) -> bool {
+    let (rank, check) = (format!("rank={rank}"), format!("check={check}"));
+    line.contains(event) && line.split_whitespace().any(|w| w == rank) && line.split_whitespace().any(|w| w == check)
+}
+
 #[test]
 fn a_worker_stopped_with_sigstop_ends_the_run_at_the_per_test_timeout_naming_its_rank() {
     let _g = serial();
@@ -24,15 +35,18 @@ fn a_worker_stopped_with_sigstop_ends_the_run_at_the_per_test_timeout_naming_its
         "--check-param",
         "gemm.size=256",
     ]);
+    cmd.env("GPUSANITY_LOG", RANKS_LOG);
     cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     let start = Instant::now();
-    let child = cmd.spawn().unwrap();
+    let mut child = cmd.spawn().unwrap();
+    let err = Stderr::take(&mut child);
     let pid = find_worker(&run.tag, 1, Duration::from_secs(20));
-    std::thread::sleep(Duration::from_millis(1000));
+    // Stopped once it is in its GEMM loop.
+    err.wait_line(Duration::from_secs(30), "rank 1 starting gemm", |l| says(l, "check started", 1, "gemm"));
     kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
     let out = wait_output(child, LIMIT);
     let took = start.elapsed();
-    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert_eq!(code(&out), 3, "{}", err.finish());
     assert!(took < Duration::from_secs(20), "took {took:?}");
     let r = run.report();
     assert_eq!(r["status"], "timed_out");
@@ -85,13 +99,9 @@ fn keep_job_hang_stays_in_checking_until_sigterm() {
     ]);
     cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().unwrap();
-    let report = run.report_dir().join("report.json");
-    let start = Instant::now();
-    while !report.exists() {
-        assert!(start.elapsed() < LIMIT, "no report written");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::thread::sleep(Duration::from_millis(1500));
+    let err = Stderr::take(&mut child);
+    // Said once the report is written, where the launcher would otherwise have exited.
+    err.wait_line(LIMIT, "the hold", |l| l.contains("staying in Checking until SIGTERM"));
     assert!(child.try_wait().unwrap().is_none(), "the launcher must stay alive under KeepJobHang");
     assert_eq!(run.events(), ["Checking"]);
     assert_eq!(run.report()["status"], "timed_out");
@@ -100,7 +110,7 @@ fn keep_job_hang_stays_in_checking_until_sigterm() {
     assert!(left.iter().all(|(_, rank)| rank.is_none()), "{left:?}");
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let out = wait_output(child, Duration::from_secs(10));
-    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert_eq!(code(&out), 3, "{}", err.finish());
     assert_eq!(run.events(), ["Checking", "CheckFailed"]);
     run.assert_nothing_left();
 }
@@ -244,14 +254,18 @@ fn sigterm_during_checks_stops_the_workers_and_keeps_what_was_measured() {
         "touch",
         "started",
     ]);
+    cmd.env("GPUSANITY_LOG", RANKS_LOG);
     cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-    let child = cmd.spawn().unwrap();
-    find_worker(&run.tag, 0, Duration::from_secs(20));
-    // Wait until all-reduce is done and gemm runs.
-    std::thread::sleep(Duration::from_secs(3));
+    let mut child = cmd.spawn().unwrap();
+    let err = Stderr::take(&mut child);
+    // Until all-reduce is done and gemm runs, on both ranks.
+    for rank in [0, 1] {
+        err.wait_line(LIMIT, "all-reduce done", |l| says(l, "check done", rank, "all-reduce"));
+        err.wait_line(LIMIT, "gemm started", |l| says(l, "check started", rank, "gemm"));
+    }
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let out = wait_output(child, Duration::from_secs(30));
-    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_eq!(code(&out), 1, "{}", err.finish());
     let r = run.report();
     assert_eq!(r["status"], "failed");
     assert_eq!(r["checks"][0]["status"], "passed", "all-reduce was measured before the signal");

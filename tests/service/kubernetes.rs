@@ -107,8 +107,9 @@ fn the_api_server_away_when_node_isolated_arrives_is_waited_out_and_applied_once
     let _g = svc::common::serial();
     let Some(private) = PrivateKube::start() else { return };
     let k = Cluster::new(&private.server);
-    let (ok, faulty) = (unique("kok"), unique("kaway"));
+    let (ok, faulty, later) = (unique("kok"), unique("kaway"), unique("klater"));
     k.create(&faulty, json!({}));
+    k.create(&later, json!({}));
     let (mut w, mut out) = world(&k, "max_share = 1.0", &[&ok]);
     private.halt();
     w.publish(allocated("k8s-away", "job-k8s-away", &[&ok, &faulty], "--sanity-check-max-time=1").as_bytes());
@@ -126,8 +127,10 @@ fn the_api_server_away_when_node_isolated_arrives_is_waited_out_and_applied_once
     k.wait_events(&faulty, 1, Duration::from_secs(30));
     let node = k.get(&faulty);
     assert!(cordoned(&node) && taints(&node).len() == 1, "{node:#?}");
-    // Long enough for a second application (the backoff is at most 5 s) to show.
-    std::thread::sleep(Duration::from_secs(6));
+    // A later NodeIsolated, applied: the backend, which takes the output events in order, is
+    // done with the first one, a second application included were there one.
+    w.publish(allocated("k8s-later", "job-k8s-later", &[&later], "--sanity-check-max-time=1").as_bytes());
+    k.wait_events(&later, 1, Duration::from_secs(30));
     assert_eq!(k.reasons(&faulty), [EVENT_ISOLATED], "applied once");
     assert_eq!(k.get(&faulty).metadata.resource_version, node.metadata.resource_version);
     w.shutdown();

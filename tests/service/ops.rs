@@ -7,14 +7,9 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use svc::outage::Private;
-use svc::{allocated, World, TOKEN};
+use svc::{skip_event, World, TOKEN};
 
 const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0";
-
-/// A job event the service answers at once, without agents (CheckSkipped).
-fn skip_event(event_id: &str) -> String {
-    allocated(event_id, &format!("job-{event_id}"), &["n"], "--sanity-check-timing=AfterJobFaultTolerant")
-}
 
 fn skipped(out: &mut svc::Reader, event_id: &str, limit: Duration) {
     out.wait_for(limit, &format!("CheckSkipped of {event_id}"), |v| {
@@ -189,7 +184,19 @@ fn postgres_away_under_serve() {
     w.publish(skip_event("p-2").as_bytes());
     let body = w.wait_ready(503, Duration::from_secs(15));
     assert!(body["not_ready"].to_string().contains("database"), "{body}");
-    std::thread::sleep(Duration::from_secs(8));
+    // Until every part of the service that uses the database has met the outage (a query first
+    // waits out the pool's acquire timeout, 30 s) and gone on: the ingest with p-2, the
+    // coordinator, the outbox and the notifier's planner and sender.
+    let parts = [
+        ("applying job events failed", "retrying in"),
+        ("coordinator: ", "; retried after"),
+        ("outbox: ", "; retried after"),
+        ("notifier planner: ", "starting again"),
+        ("notifier sender: ", "starting again"),
+    ];
+    w.wait_log("serve", Duration::from_secs(90), "every part meeting the outage", |log| {
+        parts.iter().all(|(part, then)| log.lines().any(|l| l.contains(part) && l.contains(then)))
+    });
     assert!(w.alive("serve"), "serve exited while the database was away:\n{}", w.log("serve"));
     pg.resume();
     w.wait_ready(200, Duration::from_secs(60));

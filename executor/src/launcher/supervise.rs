@@ -174,11 +174,17 @@ impl Supervisor {
                                 r.link = link;
                             }
                             WorkerMsg::Progress { check, phase, step } => {
+                                // Where each rank is, for a reader of the log while it runs
+                                // (GPUSANITY_LOG=debug).
+                                if phase == "start" {
+                                    tracing::debug!(rank = r.spec.place.rank, %check, "check started");
+                                }
                                 bar.set_message(format!("{check}: rank {} {phase} {step}", r.spec.place.rank));
                                 r.progress_seq += 1;
                                 r.progress = Some((check.to_string(), phase, step));
                             }
                             WorkerMsg::CheckDone { check, duration_s, result } => {
+                                tracing::debug!(rank = r.spec.place.rank, %check, status = ?result.status, "check done");
                                 if let Some(k) = r.spec.checks.iter().position(|c| *c == check) {
                                     r.results[k] = Some((duration_s, *result));
                                     bar.inc(1);

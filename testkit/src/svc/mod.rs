@@ -24,7 +24,7 @@ pub mod secure;
 
 pub use backends::{broker, broker_listening_on, postgres_database, with_database};
 pub use reader::Reader;
-pub use scenario::{allocated, crash_restart, restarted, stopped, two_node_pass, verdicts};
+pub use scenario::{allocated, crash_restart, restarted, skip_event, stopped, two_node_pass, verdicts};
 use secure::{client_config, publish_with};
 
 /// The test receivers listen on loopback, which webhooks may not reach by default.

@@ -28,6 +28,19 @@ impl World {
         }
     }
 
+    /// Waits until the log of process `name` satisfies `pred`; the log.
+    pub fn wait_log(&self, name: &str, limit: Duration, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let log = self.log(name);
+            if pred(&log) {
+                return log;
+            }
+            assert!(start.elapsed() < limit, "the log of {name} never showed {what} within {limit:?}:\n{log}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// `GET path` with the admin token: (status, body as text).
     pub fn http_text(&self, path: &str, token: Option<&str>) -> std::io::Result<(u16, String)> {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.http))?;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{World, TOKEN};
+use super::{Reader, World, TOKEN};
 
 /// Every event id once; (verdicts by job, with their types).
 pub fn verdicts(seen: &[Value]) -> HashMap<String, Vec<String>> {
@@ -35,6 +35,25 @@ pub fn allocated(event_id: &str, job: &str, nodes: &[&str], args: &str) -> Strin
         "settings": { "EnableSanityCheck": true, "SanityCheckArgs": args }
     })
     .to_string()
+}
+
+/// A job event the service answers at once, without agents: the first start of job
+/// `job-EVENT_ID` under AfterJobFaultTolerant, CheckSkipped.
+pub fn skip_event(event_id: &str) -> String {
+    allocated(event_id, &format!("job-{event_id}"), &["n"], "--sanity-check-timing=AfterJobFaultTolerant")
+}
+
+impl World {
+    /// Publishes [`skip_event`] `event_id` and waits for its CheckSkipped on `out`, a reader of
+    /// the output topic: every output event the service queued before then has been read too
+    /// (the outbox sends its rows in order, on the topic's one partition). A test waits on it
+    /// before asserting that an event did not come.
+    pub fn output_caught_up(&self, out: &mut Reader, event_id: &str) {
+        self.publish(skip_event(event_id).as_bytes());
+        out.wait_for(Duration::from_secs(30), &format!("CheckSkipped of {event_id}"), |v| {
+            v["type"] == "CheckSkipped" && v["cause_event_id"] == event_id
+        });
+    }
 }
 
 pub fn restarted(event_id: &str, job: &str, attempt: u32, reason: &str) -> String {
