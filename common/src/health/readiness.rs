@@ -197,17 +197,33 @@ pub fn leftovers(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding
 
 /// Findings about the GPU's settings.
 pub fn settings(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding> {
-    let s = &gpu.settings;
     let mut out = Vec::new();
-    match s.compute_mode.as_deref() {
-        Some("prohibited") => out.push(finding(
+    out.extend(compute_mode(gpu, own));
+    out.extend(mig_mode(gpu, policy));
+    out.extend(ecc_pending(gpu));
+    out.extend(app_clocks_low(gpu));
+    if !policy.allow_locked_clocks {
+        out.extend(locked_clocks(gpu));
+    }
+    out.extend(mps_active(gpu, policy));
+    out.extend(persistence_off(gpu));
+    out.extend(fabric_not_ready(gpu, policy));
+    out.extend(driver_old(gpu, policy));
+    out
+}
+
+/// A compute mode that keeps the job off the GPU: Prohibited, or Exclusive with another
+/// process already on it.
+fn compute_mode(gpu: &Readings, own: &[u32]) -> Option<Finding> {
+    match gpu.settings.compute_mode.as_deref() {
+        Some("prohibited") => Some(finding(
             Severity::Critical,
             Code::GpuHealthComputeMode,
             gpu,
             "compute mode is Prohibited: no process can use the GPU".into(),
             "set the default compute mode (nvidia-smi -c DEFAULT)",
         )),
-        Some("exclusive_process" | "exclusive_thread") if !others(gpu, own).is_empty() => out.push(finding(
+        Some("exclusive_process" | "exclusive_thread") if !others(gpu, own).is_empty() => Some(finding(
             Severity::Critical,
             Code::GpuHealthComputeMode,
             gpu,
@@ -215,91 +231,113 @@ pub fn settings(gpu: &Readings, own: &[u32], policy: &Readiness) -> Vec<Finding>
                 .into(),
             "end the other process, or set the default compute mode (nvidia-smi -c DEFAULT)",
         )),
-        _ => {}
+        _ => None,
     }
+}
+
+/// MIG enabled when the job did not ask for it, or else a MIG mode change pending a reset.
+fn mig_mode(gpu: &Readings, policy: &Readiness) -> Option<Finding> {
+    let s = &gpu.settings;
     if s.mig_enabled == Some(true) && !policy.allow_mig {
-        out.push(finding(
+        Some(finding(
             Severity::Critical,
             Code::GpuHealthMigEnabled,
             gpu,
             "MIG mode is enabled and the job did not ask for MIG: it gets a slice of the GPU, or none".into(),
             "disable MIG (nvidia-smi -mig 0) and reset the GPU, or set gpu-health.allow-mig=true",
-        ));
+        ))
     } else if s.mig_pending.is_some() && s.mig_pending != s.mig_enabled {
-        out.push(finding(
+        Some(finding(
             Severity::Warning,
             Code::GpuHealthMigPending,
             gpu,
             format!("a MIG mode change is pending (to {}) until the GPU is reset", on_off(s.mig_pending)),
             "reset the GPU to apply the pending MIG mode",
-        ));
+        ))
+    } else {
+        None
     }
+}
+
+/// An ECC mode change pending a reset.
+fn ecc_pending(gpu: &Readings) -> Option<Finding> {
+    let pending = gpu.settings.ecc_pending;
     let ecc_now = gpu.ecc.value().map(|e| e.enabled);
-    if s.ecc_pending.is_some() && ecc_now.is_some() && s.ecc_pending != ecc_now {
-        out.push(finding(
-            Severity::Warning,
-            Code::GpuHealthEccPending,
-            gpu,
-            format!("an ECC mode change is pending (to {}) until the GPU is reset", on_off(s.ecc_pending)),
-            "reset the GPU to apply the pending ECC mode",
-        ));
+    if pending.is_none() || ecc_now.is_none() || pending == ecc_now {
+        return None;
     }
-    if let (Some(now), Some(default)) = (s.app_sm_mhz, s.default_app_sm_mhz) {
-        if now < default {
-            let mut f = finding(
-                Severity::Warning,
-                Code::GpuHealthAppClocksLow,
-                gpu,
-                format!("application SM clock {now} MHz is below its default {default} MHz"),
-                "reset the application clocks (nvidia-smi -rac)",
-            );
-            f.measured = Some(f64::from(now));
-            f.expected = Some(f64::from(default));
-            out.push(f);
-        }
+    Some(finding(
+        Severity::Warning,
+        Code::GpuHealthEccPending,
+        gpu,
+        format!("an ECC mode change is pending (to {}) until the GPU is reset", on_off(pending)),
+        "reset the GPU to apply the pending ECC mode",
+    ))
+}
+
+/// Application SM clocks set below their default.
+fn app_clocks_low(gpu: &Readings) -> Option<Finding> {
+    let (now, default) = (gpu.settings.app_sm_mhz?, gpu.settings.default_app_sm_mhz?);
+    if now >= default {
+        return None;
     }
-    if !policy.allow_locked_clocks {
-        out.extend(locked_clocks(gpu));
-    }
-    if let Some(mps) = s.mps.as_ref().filter(|m| m.active() && !policy.allow_mps) {
-        let daemons: Vec<String> = mps.daemons.iter().map(|(pid, name)| format!("pid {pid} ({name})")).collect();
-        let mut f = finding(
-            Severity::Critical,
-            Code::GpuHealthMpsActive,
-            gpu,
-            format!(
-                "an MPS control daemon serves the node (pipe directory {}{}{}): the job's CUDA processes become its clients, sharing the GPU, or fail to start under another user's daemon",
-                mps.pipe_dir,
-                if mps.control { ", control socket present" } else { "" },
-                if daemons.is_empty() { String::new() } else { format!(", {}", daemons.join(", ")) }
-            ),
-            "stop it (echo quit | nvidia-cuda-mps-control) or exclude the node; set gpu-health.allow-mps=true when the job runs under MPS",
-        );
-        f.evidence.extend(daemons);
-        out.push(f);
-    }
-    if s.persistence == Some(false) {
-        out.push(finding(
+    let mut f = finding(
+        Severity::Warning,
+        Code::GpuHealthAppClocksLow,
+        gpu,
+        format!("application SM clock {now} MHz is below its default {default} MHz"),
+        "reset the application clocks (nvidia-smi -rac)",
+    );
+    f.measured = Some(f64::from(now));
+    f.expected = Some(f64::from(default));
+    Some(f)
+}
+
+/// An active MPS control daemon when the job does not run under MPS.
+fn mps_active(gpu: &Readings, policy: &Readiness) -> Option<Finding> {
+    let mps = gpu.settings.mps.as_ref().filter(|m| m.active() && !policy.allow_mps)?;
+    let daemons: Vec<String> = mps.daemons.iter().map(|(pid, name)| format!("pid {pid} ({name})")).collect();
+    let mut f = finding(
+        Severity::Critical,
+        Code::GpuHealthMpsActive,
+        gpu,
+        format!(
+            "an MPS control daemon serves the node (pipe directory {}{}{}): the job's CUDA processes become its clients, sharing the GPU, or fail to start under another user's daemon",
+            mps.pipe_dir,
+            if mps.control { ", control socket present" } else { "" },
+            if daemons.is_empty() { String::new() } else { format!(", {}", daemons.join(", ")) }
+        ),
+        "stop it (echo quit | nvidia-cuda-mps-control) or exclude the node; set gpu-health.allow-mps=true when the job runs under MPS",
+    );
+    f.evidence.extend(daemons);
+    Some(f)
+}
+
+/// Persistence mode off.
+fn persistence_off(gpu: &Readings) -> Option<Finding> {
+    (gpu.settings.persistence == Some(false)).then(|| {
+        finding(
             Severity::Warning,
             Code::GpuHealthPersistenceOff,
             gpu,
             "persistence mode is off: every job pays the driver's initialisation".into(),
             "enable persistence (nvidia-persistenced, or nvidia-smi -pm 1)",
-        ));
-    }
-    out.extend(fabric_not_ready(gpu, policy));
-    if let (Some(min), Some(have)) = (policy.min_driver.as_deref(), gpu.driver_version.as_deref()) {
-        if version_below(have, min) {
-            out.push(finding(
-                Severity::Critical,
-                Code::GpuHealthDriverOld,
-                gpu,
-                format!("driver {have} is below the minimum {min} (gpu-health.min-driver)"),
-                "upgrade the driver",
-            ));
-        }
-    }
-    out
+        )
+    })
+}
+
+/// A driver older than `gpu-health.min-driver`.
+fn driver_old(gpu: &Readings, policy: &Readiness) -> Option<Finding> {
+    let (min, have) = (policy.min_driver.as_deref()?, gpu.driver_version.as_deref()?);
+    version_below(have, min).then(|| {
+        finding(
+            Severity::Critical,
+            Code::GpuHealthDriverOld,
+            gpu,
+            format!("driver {have} is below the minimum {min} (gpu-health.min-driver)"),
+            "upgrade the driver",
+        )
+    })
 }
 
 /// An NVSwitch fabric that is not ready: CUDA cannot start on the GPU.
