@@ -253,7 +253,8 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runs::{insert_run, RunRow, ServiceRunState};
+    use crate::rows::{RunRow, ServiceRunState};
+    use crate::runs::insert_run;
     use gpusanity_common::wire::job::JobNode;
 
     fn run(id: &str, job: &str, ws: &str, nodes: &[&str], at: i64) -> RunRow {

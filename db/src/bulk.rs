@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use crate::runs::JobRow;
+use crate::rows::JobRow;
 use crate::{now_ms, Result, Tx};
 
 /// The most rows one statement writes or looks up.

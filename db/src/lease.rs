@@ -6,7 +6,7 @@
 //! run names the fence its writer holds ([`crate::runs::finish_run`]): a replica that lost its
 //! database connection, or whose lease ran out and was taken over, cannot end the run any more.
 
-use crate::runs::{RunRow, RUN_COLUMNS};
+use crate::rows::{RunRow, RUN_COLUMNS};
 use crate::{Db, Result, Tx};
 
 /// A replica's hold on a run: the fence it must name to write the run's end.
@@ -195,7 +195,8 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runs::{insert_run, ServiceRunState};
+    use crate::rows::ServiceRunState;
+    use crate::runs::insert_run;
 
     fn run(id: &str) -> RunRow {
         RunRow {

@@ -18,6 +18,7 @@ pub mod lease;
 pub mod outbox;
 pub mod reputation;
 pub mod results;
+pub mod rows;
 pub mod rules;
 pub mod runs;
 pub mod stats;
@@ -33,7 +34,7 @@ use thiserror::Error;
 pub use browse::{FindingRow, NodeHealthRow, RunFilter, RunListRow};
 pub use fault::Fault;
 pub use outbox::OutboxRow;
-pub use runs::{JobRow, RunRow, ServiceRunState};
+pub use rows::{JobRow, RunRow, ServiceRunState};
 
 pub type Tx = sqlx::Transaction<'static, sqlx::Any>;
 

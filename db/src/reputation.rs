@@ -11,7 +11,8 @@ use gpusanity_common::wire::output::IsolationBasis;
 use serde::Serialize;
 
 use crate::column::{code_list, CodeList, Flag, Parsed};
-use crate::runs::{insert_run, RunRow};
+use crate::rows::RunRow;
+use crate::runs::insert_run;
 use crate::{now_ms, Db, Result, Tx};
 
 /// What was decided about a node (`node_decisions.decision`).

@@ -5,7 +5,8 @@
 use gpusanity_common::wire::job::{Allocation, JobEvent, JobNode, RestartReason};
 use gpusanity_common::wire::output::{OutputBody, OutputEvent};
 use gpusanity_common::Settings;
-use gpusanity_db::runs::{self, JobRow, RunRow, ServiceRunState};
+use gpusanity_db::rows::{JobRow, RunRow, ServiceRunState};
+use gpusanity_db::runs;
 use gpusanity_db::{now_ms, outbox, Tx};
 
 use crate::consume::{output_event, Applied, Ingest};

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use gpusanity_common::timing::Decision;
 use gpusanity_common::wire::job::{JobEvent, JobEventBody};
 use gpusanity_db::bulk::{self, JobEventRow, OutboxInsert};
-use gpusanity_db::runs::JobRow;
+use gpusanity_db::rows::JobRow;
 use gpusanity_db::{lease, now_ms, DbBackend, DbError};
 use rdkafka::message::{Message, OwnedMessage};
 

@@ -7,7 +7,7 @@ use gpusanity_common::fleet::samples::learnable;
 use gpusanity_common::fleet::{learn as learn_baseline, percentile, Judging, Key, Learned, Policy, Sample};
 use gpusanity_common::report::Report;
 use gpusanity_db::fleet::NodeMean;
-use gpusanity_db::runs::RunRow;
+use gpusanity_db::rows::RunRow;
 use gpusanity_db::{fleet, Db, DbError, Tx};
 use serde::Serialize;
 

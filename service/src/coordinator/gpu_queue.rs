@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use anyhow::Result;
 use gpusanity_common::report::{Code, Finding, Scope, Severity};
 use gpusanity_common::wire::gpu_id::may_share;
-use gpusanity_db::runs::RunRow;
+use gpusanity_db::rows::RunRow;
 
 use super::{Active, Coordinator, Phase};
 
@@ -102,7 +102,7 @@ mod tests {
             nodes,
             check_args: String::new(),
             settings: serde_json::json!({}),
-            state: gpusanity_db::runs::ServiceRunState::Checking,
+            state: gpusanity_db::rows::ServiceRunState::Checking,
             held: false,
             created_at,
             deadline_at: created_at + 60_000,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use gpusanity_db::lease::Fence;
-use gpusanity_db::runs::ServiceRunState;
+use gpusanity_db::rows::ServiceRunState;
 use rdkafka::consumer::Consumer;
 
 use super::Coordinator;

@@ -33,7 +33,7 @@ use gpusanity_common::wire::agent::NodeResult;
 use gpusanity_common::wire::Topics;
 use gpusanity_common::{Settings, TimeoutOps};
 use gpusanity_db::lease::Fence;
-use gpusanity_db::runs::{RunRow, ServiceRunState};
+use gpusanity_db::rows::{RunRow, ServiceRunState};
 use gpusanity_db::Db;
 use gpusanity_ingest::Notice;
 use rdkafka::consumer::{Consumer, StreamConsumer};

@@ -10,7 +10,7 @@ use gpusanity_bus::backoff::Backoff;
 use gpusanity_common::report::{Code, Finding};
 use gpusanity_common::verdict::{run_verdict, ServiceFacts, Stop};
 use gpusanity_common::wire::agent::{AgentReport, ReportBody};
-use gpusanity_db::runs::RunRow;
+use gpusanity_db::rows::RunRow;
 use gpusanity_db::{outbox, DbError};
 use gpusanity_ingest::consume::dead_letter;
 use gpusanity_ingest::validate;

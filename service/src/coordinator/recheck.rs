@@ -25,7 +25,7 @@ use gpusanity_common::wire::output::{IsolationBasis, IsolationDecision, OutputBo
 use gpusanity_common::{Settings, TimeoutOps};
 use gpusanity_db::reputation::{insert_recheck, recent_outcomes, record_decision, Basis, Decided, NodeDecision};
 use gpusanity_db::results::finding_node;
-use gpusanity_db::runs::{RunRow, ServiceRunState};
+use gpusanity_db::rows::{RunRow, ServiceRunState};
 use gpusanity_db::{now_ms, DbError, Tx};
 
 use super::config::RecheckConfig;
