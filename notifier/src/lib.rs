@@ -15,6 +15,7 @@ pub mod plan;
 pub mod rules;
 pub mod send;
 pub mod store;
+pub mod target;
 pub mod webhook;
 
 use std::sync::Arc;

@@ -13,56 +13,10 @@ use std::time::Duration;
 use gpusanity_common::wire::output::OutputEvent;
 use gpusanity_db::deliveries::{self, NewDelivery};
 use gpusanity_db::{Db, DbError};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::rules::{Channel, WebhookFormat};
 use crate::store;
-
-/// Where one delivery goes; stored with the delivery as JSON.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Target {
-    Webhook {
-        url: String,
-        format: WebhookFormat,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        secret: Option<String>,
-    },
-    Email {
-        to: String,
-    },
-}
-
-impl Target {
-    pub fn channel(&self) -> &'static str {
-        match self {
-            Target::Webhook { .. } => "webhook",
-            Target::Email { .. } => "email",
-        }
-    }
-
-    pub fn address(&self) -> &str {
-        match self {
-            Target::Webhook { url, .. } => url,
-            Target::Email { to } => to,
-        }
-    }
-
-    pub fn from_json(channel: &str, json: &str) -> Option<Target> {
-        serde_json::from_str::<Target>(json).ok().filter(|t| t.channel() == channel)
-    }
-}
-
-/// The targets of one channel: a webhook, or each recipient of an email channel.
-pub fn targets(c: &Channel) -> Vec<Target> {
-    match c {
-        Channel::Webhook { url, format, secret } => {
-            vec![Target::Webhook { url: url.clone(), format: *format, secret: secret.clone() }]
-        }
-        Channel::Email { to } => to.iter().map(|a| Target::Email { to: a.clone() }).collect(),
-    }
-}
+use crate::target::targets;
 
 /// The idempotency key of a delivery: a hash of the event id, the rule id, the channel's
 /// position in the rule and the recipient, so planning the same row again yields the same key.
@@ -151,16 +105,5 @@ mod tests {
         assert_ne!(k, idempotency_key("ev2", "rule", 0, "a@b.c"));
         // The separator keeps shifted boundaries apart.
         assert_ne!(idempotency_key("ab", "c", 0, ""), idempotency_key("a", "bc", 0, ""));
-    }
-
-    #[test]
-    fn targets_round_trip_through_json() {
-        let w = Target::Webhook { url: "http://h/".into(), format: WebhookFormat::Slack, secret: Some("s".into()) };
-        let e = Target::Email { to: "a@b.c".into() };
-        for t in [w, e] {
-            let json = serde_json::to_string(&t).unwrap();
-            assert_eq!(Target::from_json(t.channel(), &json), Some(t.clone()));
-        }
-        assert_eq!(Target::from_json("email", r#"{"url":"http://h/","format":"generic"}"#), None);
     }
 }

@@ -18,7 +18,7 @@ use crate::config::NotifierConfig;
 use crate::email::{Mailed, Mailer};
 use crate::guard::Policy;
 use crate::notice::Notice;
-use crate::plan::Target;
+use crate::target::Target;
 use crate::webhook::{self, Sent};
 
 pub struct Sender {

@@ -88,8 +88,9 @@ pub async fn enabled_rules(tx: &mut Tx, workspace: &str) -> Result<Vec<Rule>> {
 pub async fn deliveries(db: &Db, workspace: &str, status: Option<&str>, limit: i64) -> Result<Vec<DeliveryView>> {
     let mut out = db.deliveries(workspace, status, limit).await?;
     for d in &mut out {
-        d.target =
-            crate::plan::Target::from_json(&d.channel, &d.target).map(|t| t.address().to_string()).unwrap_or_default();
+        d.target = crate::target::Target::from_json(&d.channel, &d.target)
+            .map(|t| t.address().to_string())
+            .unwrap_or_default();
     }
     Ok(out)
 }
