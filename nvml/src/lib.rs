@@ -16,6 +16,7 @@
 
 mod monitor;
 mod raw;
+mod read;
 mod readiness;
 mod sample;
 

@@ -23,6 +23,7 @@ use gpusanity_common::health::{
     ClockEventTime, ClockEvents, Ecc, NvLink, Pcie, Power, Read, Readings, RetiredPages, SmClock, Temperature, XidEvent,
 };
 
+use crate::read::read;
 use crate::sample::LoadSamples;
 use crate::{nvml, raw, NvmlError};
 
@@ -61,16 +62,6 @@ pub struct Monitor {
     events: Result<EventSet<'static>, String>,
     seen: RefCell<Vec<XidEvent>>,
     baseline: Counters,
-}
-
-pub(crate) fn read<T>(r: Result<T, WrapperError>) -> Read<T> {
-    match r {
-        Ok(v) => Read::Value(v),
-        Err(WrapperError::NotSupported | WrapperError::FailedToLoadSymbol(_) | WrapperError::FunctionNotFound) => {
-            Read::NotSupported
-        }
-        Err(e) => Read::Error(e.to_string()),
-    }
 }
 
 fn as_u64(v: &SampleValue) -> Option<u64> {

@@ -13,8 +13,8 @@ use std::path::Path;
 
 use gpusanity_common::health::{GpuProcess, GpuSettings, Mps, Read};
 
-use crate::monitor::read;
 use crate::raw;
+use crate::read::read;
 
 /// The most processes recorded per GPU.
 const MAX_PROCESSES: usize = 256;
