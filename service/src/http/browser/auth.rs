@@ -80,7 +80,7 @@ fn same_origin(headers: &HeaderMap) -> bool {
 }
 
 fn forbidden(why: &str) -> Response {
-    super::pages::error_page(StatusCode::FORBIDDEN, why)
+    super::render::error_page(StatusCode::FORBIDDEN, why)
 }
 
 /// Whether cookies get `Secure`: configured, or a proxy says the client spoke HTTPS. A client
@@ -113,7 +113,7 @@ struct LoginPage<'a> {
 }
 
 fn login_page(status: StatusCode, error: &str, csrf: &str) -> Response {
-    super::pages::page(status, &LoginPage { error, csrf })
+    super::render::page(status, &LoginPage { error, csrf })
 }
 
 /// The form, with a fresh CSRF value (also its cookie, for an hour).

@@ -14,7 +14,7 @@ use gpusanity_common::fleet::{Key, Policy};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::pages::{db_error, page};
+use super::render::{db_error, page};
 use super::session::SessionView;
 use super::{node_href, Browser};
 use crate::fleet::{view, KeyView};

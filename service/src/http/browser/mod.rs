@@ -12,6 +12,7 @@ pub mod figures;
 pub mod fleet;
 pub mod headers;
 mod pages;
+mod render;
 pub mod session;
 
 use std::sync::Arc;

@@ -12,36 +12,11 @@ use gpusanity_common::report::Report;
 use gpusanity_db::reputation::Reputation;
 use gpusanity_db::{FindingRow, NodeHealthRow, RunListRow, RunRow};
 
+use super::render::{db_error, error_page, page};
 use super::session::SessionView;
 use super::{fmt_ms, node_href, run_href, Browser, Paging, RunsQuery, STATES};
 use gpusanity_reports::html::{run_page, Link, RenderError, RunContext, TimelineEntry};
 use gpusanity_reports::lenient::{self, Lenient};
-
-/// `t` rendered, or an error page.
-pub(super) fn page(status: StatusCode, t: &impl Template) -> Response {
-    match t.render() {
-        Ok(html) => (status, Html(html)).into_response(),
-        Err(e) => error_page(StatusCode::INTERNAL_SERVER_ERROR, &format!("rendering the page: {e}")),
-    }
-}
-
-#[derive(Template)]
-#[template(path = "browser_error.html")]
-struct ErrorPage<'a> {
-    message: &'a str,
-}
-
-pub(super) fn error_page(status: StatusCode, message: &str) -> Response {
-    match (ErrorPage { message }).render() {
-        Ok(html) => (status, Html(html)).into_response(),
-        Err(_) => (status, message.to_string()).into_response(),
-    }
-}
-
-pub(super) fn db_error(e: gpusanity_db::DbError) -> Response {
-    tracing::warn!(error = %e, "browser: database");
-    error_page(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
-}
 
 /// A run as a row of the list.
 struct Row {
