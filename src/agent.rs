@@ -28,7 +28,7 @@ pub struct AgentArgs {
     /// Backend for the checks: auto or cuda (a job's GPUs are checked on CUDA, and a node whose
     /// GPUs CUDA cannot use fails), or cpu (test rigs only: GPU jobs checked on CPU workers).
     /// Given twice, the last one counts.
-    #[arg(long, default_value_t = DeviceChoice::Auto, value_parser = crate::cli::device_parser(), overrides_with = "device")]
+    #[arg(long, default_value_t = DeviceChoice::Auto, value_parser = crate::device_arg::device_parser(), overrides_with = "device")]
     device: DeviceChoice,
     /// Worker processes on this node [default: the number of GPUs, or 2 CPU workers].
     #[arg(long)]

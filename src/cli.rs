@@ -120,7 +120,7 @@ pub struct CheckArgs {
     #[arg(long, value_name = "PATH")]
     rdzv_secret_file: Option<PathBuf>,
     /// Backend: CUDA when a GPU is usable (auto), or force one.
-    #[arg(long, default_value_t = DeviceChoice::Auto, value_parser = device_parser())]
+    #[arg(long, default_value_t = DeviceChoice::Auto, value_parser = crate::device_arg::device_parser())]
     device: DeviceChoice,
 
     /// EnableSanityCheck: run the check at all (false: straight to COMMAND).
@@ -422,10 +422,4 @@ fn list(json: bool) -> ExitCode {
         println!("  {k}");
     }
     ExitCode::Passed
-}
-
-/// `--device`: one of [`DeviceChoice::NAMES`], listed in the help and in the error.
-pub fn device_parser() -> impl clap::builder::TypedValueParser<Value = DeviceChoice> {
-    use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(DeviceChoice::NAMES).try_map(|s| s.parse::<DeviceChoice>())
 }

@@ -3,6 +3,7 @@
 mod agent;
 mod baseline;
 mod cli;
+mod device_arg;
 mod k8s;
 mod serve;
 mod slurm;
