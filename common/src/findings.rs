@@ -3,7 +3,9 @@
 //! `SCREAMING_SNAKE` name (`Finding.code`); the table of docs/findings.md is [`Code::table`],
 //! checked by a test. A new code is one entry in the `check_codes!` list of its check's
 //! descriptor module, or in `codes.rs` for codes that are not one check's (the test then prints
-//! the table to paste into docs/findings.md).
+//! the table to paste into docs/findings.md). [`Code`] itself is gathered with the check
+//! descriptors ([`crate::checks`]), from the vocabulary of [`doc`]; its text forms and the
+//! findings that carry it are here.
 
 use std::fmt;
 use std::str::FromStr;
@@ -11,112 +13,13 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::kinds::Severity;
-use crate::registry::{CheckId, Scope};
+use crate::registry::Scope;
 
-/// What raises a code: the docs' "check" column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Raised {
-    /// Any check (a crash, an error, a hang).
-    AnyCheck,
-    /// Checks without a wrong-result code of their own.
-    OtherChecks,
-    /// The model checks.
-    ModelChecks,
-    /// Every check with a headline figure (judged against its fleet baseline).
-    HeadlineChecks,
-    Check(CheckId),
-    /// The launcher's run as a whole.
-    Run,
-    /// The nodes' rendezvous.
-    Rendezvous,
-    /// The node's devices, judged by the launcher before any check.
-    Device,
-    /// The service's supervision.
-    Service,
-}
+pub(crate) mod codes;
+pub mod doc;
 
-impl Raised {
-    pub fn label(self) -> &'static str {
-        match self {
-            Raised::AnyCheck => "any",
-            Raised::OtherChecks => "other checks",
-            Raised::ModelChecks => "model checks",
-            Raised::HeadlineChecks => "checks with a headline figure",
-            Raised::Check(id) => id.as_str(),
-            Raised::Run => "run",
-            Raised::Rendezvous => "rendezvous",
-            Raised::Device => "device",
-            Raised::Service => "service",
-        }
-    }
-}
-
-/// A code's row of docs/findings.md.
-#[derive(Debug, Clone, Copy)]
-pub struct CodeDoc {
-    /// The worst severity it is raised at.
-    pub severity: Severity,
-    /// The severities as the docs state them, with when each applies.
-    pub severity_text: &'static str,
-    pub raised: &'static [Raised],
-    /// Where it is placed: rank, node, pair, job...
-    pub placed: &'static str,
-    pub meaning: &'static str,
-    pub action: &'static str,
-}
-
-macro_rules! finding_codes {
-    ($($v:ident = $code:literal, $sev:ident, $sev_text:literal, [$($raised:expr),+], $placed:literal,
-        $meaning:literal, $action:literal;)+) => {
-        /// A finding's stable code.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub enum Code {
-            $(#[doc = $meaning] $v,)+
-        }
-
-        impl Code {
-            /// Every code, in the docs' order.
-            pub const ALL: [Code; [$(Code::$v),+].len()] = [$(Code::$v),+];
-
-            /// The code as report.json spells it.
-            pub const fn as_str(self) -> &'static str {
-                match self {
-                    $(Code::$v => $code,)+
-                }
-            }
-
-            /// Its documentation.
-            pub fn doc(self) -> CodeDoc {
-                use Raised::*;
-                match self {
-                    $(Code::$v => CodeDoc {
-                        severity: Severity::$sev,
-                        severity_text: $sev_text,
-                        raised: &[$($raised),+],
-                        placed: $placed,
-                        meaning: $meaning,
-                        action: $action,
-                    },)+
-                }
-            }
-        }
-    };
-}
-
-/// Gathers the codes of every check's descriptor module (`$module`s, each one's `codes!`
-/// from `check_codes!`) after those in `[...]`, then declares [`Code`] from them all.
-macro_rules! gather_codes {
-    ([$($gathered:tt)*]) => {
-        finding_codes! { $($gathered)* }
-    };
-    ([$($gathered:tt)*] $module:ident $($rest:ident)*) => {
-        crate::checks::$module::codes! { gather_codes [$($gathered)*] $($rest)* }
-    };
-}
-
-mod codes;
-
-pub use codes::Code;
+pub use crate::checks::Code;
+pub use doc::{CodeDoc, Raised};
 
 impl Code {
     /// The findings table of docs/findings.md.

@@ -1,12 +1,11 @@
 //! `all-gather`: a sweep of message sizes, verified, with the bus bandwidth of each.
 
-use super::{sweep_descriptor, CheckId, ConfigAccess, Descriptor, SweepCodes};
-use crate::config::memory;
-use crate::findings::Code;
+use super::{CheckId, Code, ConfigAccess, Descriptor, SweepCodes, sweep_descriptor};
+use crate::config::buffers;
 use crate::config::sweep::SweepConfig;
 use crate::kinds::DeviceKind;
 
-/// This check's configuration, the field `all_gather` of [`CheckConfigs`](crate::config::CheckConfigs).
+/// This check's configuration, the field `all_gather` of [`CheckConfigs`](super::CheckConfigs).
 pub type Config = SweepConfig;
 
 /// Its defaults per backend.
@@ -22,7 +21,7 @@ pub const DESCRIPTOR: Descriptor = sweep_descriptor(
         settle: |c| c.all_gather.validate(CheckId::AllGather.as_str()),
         to_value: |c| c.all_gather.to_value(),
     },
-    |c, device| memory::collective(c.all_gather.max_bytes, device),
+    |c, device| buffers::collective(c.all_gather.max_bytes, device),
     SweepCodes { slow: Code::AllgatherSlow, below: Code::AllgatherBelowExpected, wrong: Code::AllgatherWrongResult },
 );
 

@@ -1,12 +1,11 @@
 //! `all-reduce`: a sweep of message sizes, verified, with the bus bandwidth of each.
 
-use crate::findings::Code;
-use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult, SWEEP_COLUMNS};
+use super::{Bad, CheckGroup, CheckId, Code, ConfigAccess, Descriptor, Metric, Needs, SWEEP_COLUMNS, WrongResult};
 use crate::config::sweep::SweepConfig;
-use crate::config::memory;
+use crate::config::buffers;
 use crate::kinds::DeviceKind;
 
-/// This check's configuration, the field `all_reduce` of [`CheckConfigs`](crate::config::CheckConfigs).
+/// This check's configuration, the field `all_reduce` of [`CheckConfigs`](super::CheckConfigs).
 pub type Config = SweepConfig;
 
 /// Its defaults per backend.
@@ -28,7 +27,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         settle: |c| c.all_reduce.validate(CheckId::AllReduce.as_str()),
         to_value: |c| c.all_reduce.to_value(),
     },
-    memory: Some(|c, device| memory::collective(c.all_reduce.max_bytes, device)),
+    memory: Some(|c, device| buffers::collective(c.all_reduce.max_bytes, device)),
     metric: Some(Metric {
         key: "busbw_gbps",
         unit: "GB/s busbw",

@@ -1,12 +1,11 @@
 //! `gemm`: a square product per rank, verified, timed and hashed.
 
-use crate::findings::Code;
-use super::{Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
+use super::{Bad, CheckGroup, CheckId, Code, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
 use crate::config::micro::GemmConfig;
-use crate::config::memory;
+use crate::config::buffers;
 use crate::kinds::DeviceKind;
 
-/// This check's configuration, the field `gemm` of [`CheckConfigs`](crate::config::CheckConfigs).
+/// This check's configuration, the field `gemm` of [`CheckConfigs`](super::CheckConfigs).
 pub type Config = GemmConfig;
 
 /// Its defaults per backend.
@@ -31,7 +30,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         },
         to_value: |c| serde_json::to_value(&c.gemm).unwrap_or_default(),
     },
-    memory: Some(|c, device| memory::gemm(c.gemm.size, device)),
+    memory: Some(|c, device| buffers::gemm(c.gemm.size, device)),
     metric: Some(Metric {
         key: "tflops",
         unit: "TFLOP/s",

@@ -4,7 +4,7 @@ use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, W
 use crate::config::health::GpuHealthConfig;
 use crate::kinds::DeviceKind;
 
-/// This check's configuration, the field `gpu_health` of [`CheckConfigs`](crate::config::CheckConfigs).
+/// This check's configuration, the field `gpu_health` of [`CheckConfigs`](super::CheckConfigs).
 pub type Config = GpuHealthConfig;
 
 /// Its defaults per backend.

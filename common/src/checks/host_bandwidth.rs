@@ -1,13 +1,12 @@
 //! `host-bandwidth`: pinned host-to-device and device-to-host copies per GPU, alone and with
 //! every GPU of the node at once.
 
-use crate::findings::Code;
-use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
+use super::{Bad, CheckGroup, CheckId, Code, ConfigAccess, Descriptor, Metric, Needs, WrongResult, no_settling};
 use crate::config::bandwidth::HostBandwidthConfig;
-use crate::config::memory::Need;
+use crate::config::buffers::Need;
 use crate::kinds::DeviceKind;
 
-/// This check's configuration, the field `host_bandwidth` of [`CheckConfigs`](crate::config::CheckConfigs).
+/// This check's configuration, the field `host_bandwidth` of [`CheckConfigs`](super::CheckConfigs).
 pub type Config = HostBandwidthConfig;
 
 /// Its defaults per backend.

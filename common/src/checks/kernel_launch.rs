@@ -1,11 +1,10 @@
 //! `kernel-launch`: launch latency and launch-and-synchronize round trips.
 
-use crate::findings::Code;
-use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
+use super::{Bad, CheckGroup, CheckId, Code, ConfigAccess, Descriptor, Metric, Needs, WrongResult, no_settling};
 use crate::config::micro::KernelLaunchConfig;
 use crate::kinds::DeviceKind;
 
-/// This check's configuration, the field `kernel_launch` of [`CheckConfigs`](crate::config::CheckConfigs).
+/// This check's configuration, the field `kernel_launch` of [`CheckConfigs`](super::CheckConfigs).
 pub type Config = KernelLaunchConfig;
 
 /// Its defaults per backend.

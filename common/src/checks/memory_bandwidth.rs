@@ -1,12 +1,11 @@
 //! `memory-bandwidth`: a device-to-device copy, verified, timed on the device.
 
-use crate::findings::Code;
-use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
+use super::{Bad, CheckGroup, CheckId, Code, ConfigAccess, Descriptor, Metric, Needs, WrongResult, no_settling};
 use crate::config::bandwidth::MemoryBandwidthConfig;
-use crate::config::memory::{self, Need};
+use crate::config::buffers::{self, Need};
 use crate::kinds::DeviceKind;
 
-/// This check's configuration, the field `memory_bandwidth` of [`CheckConfigs`](crate::config::CheckConfigs).
+/// This check's configuration, the field `memory_bandwidth` of [`CheckConfigs`](super::CheckConfigs).
 pub type Config = MemoryBandwidthConfig;
 
 /// Its defaults per backend.
@@ -30,7 +29,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     },
     memory: Some(|c, device| {
         // Source and destination; the verification reads back only a few words.
-        let both = memory::mul(&[2, c.memory_bandwidth.size]);
+        let both = buffers::mul(&[2, c.memory_bandwidth.size]);
         match device {
             DeviceKind::Cuda => Need { device: both, host: 0 },
             DeviceKind::Cpu => Need { device: 0, host: both },

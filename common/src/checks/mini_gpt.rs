@@ -5,7 +5,7 @@ use crate::config::models::GptCheckConfig;
 use crate::config::models::GptShape;
 use crate::kinds::DeviceKind;
 
-/// This check's configuration, the field `mini_gpt` of [`CheckConfigs`](crate::config::CheckConfigs).
+/// This check's configuration, the field `mini_gpt` of [`CheckConfigs`](super::CheckConfigs).
 pub type Config = GptCheckConfig;
 
 /// Its defaults per backend.

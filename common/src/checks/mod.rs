@@ -10,14 +10,20 @@
 //!
 //! `gpusanity list`, `--check-param` parsing, the report's configuration per check, the
 //! workers' re-measure, the diagnosis and the report tables all read these descriptors.
+//!
+//! The descriptors stand above the configurations' types ([`crate::config`]) and the words of
+//! the findings table ([`crate::findings::doc`], `findings/codes.rs`), which know
+//! nothing of them. What is gathered from every descriptor module is declared here, beside
+//! them: [`CheckConfigs`] (each check's `Config`) and [`Code`] (each check's `check_codes!`);
+//! `config::CheckConfigs` and `findings::Code` name the same types.
 
 mod params;
 
 /// Declares a check's own finding codes in its descriptor module: entries of
-/// [`crate::findings`]' `finding_codes!` list (code, worst severity, the severities as the docs
-/// state them, what raises it, where it is placed, what it means, what to do). It defines the
-/// module's `codes!`, through which the list of every code (`findings/codes.rs`) gathers them,
-/// in run order.
+/// the `finding_codes!` list of [`crate::findings::doc`] (code, worst severity, the severities as
+/// the docs state them, what raises it, where it is placed, what it means, what to do). It
+/// defines the module's `codes!`, through which [`Code`] gathers them (`gather_codes!`), in run
+/// order.
 macro_rules! check_codes {
     // `$d` is a `$` for the macro this one writes (macro_rules has no escape for it).
     (@with_dollar ($d:tt) $($entries:tt)*) => {
@@ -33,7 +39,22 @@ macro_rules! check_codes {
     };
 }
 
-/// One descriptor module per check, named in [`crate::registry`]'s list of checks.
+/// Gathers the codes of every check's descriptor module (`$module`s, each one's `codes!` from
+/// `check_codes!`) after those in `[...]`, then declares [`Code`] from them all.
+macro_rules! gather_codes {
+    ([$($gathered:tt)*]) => {
+        crate::findings::doc::finding_codes! { $($gathered)* }
+    };
+    ([$($gathered:tt)*] $module:ident $($rest:ident)*) => {
+        $module::codes! { gather_codes [$($gathered)*] $($rest)* }
+    };
+}
+
+/// One descriptor module per check, named in [`crate::registry`]'s list of checks, and what is
+/// gathered from them all: [`CheckConfigs`], one field per check, named after its descriptor
+/// module, of the type that module names `Config`, with that module's `defaults`, spelled by
+/// the check's name in JSON (`"all-reduce": {...}`); and [`Code`], the codes that are no one
+/// check's (`findings/codes.rs`), then every check's own, in run order.
 macro_rules! descriptor_modules {
     ($($id:ident = $name:literal => $module:ident,)+) => {
         $(pub mod $module;)+
@@ -46,16 +67,46 @@ macro_rules! descriptor_modules {
                 }
             }
         }
+
+        /// The configuration of every check, for one run, and the diagnosis's own settings.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        pub struct CheckConfigs {
+            $(
+                #[serde(rename = $name)]
+                pub $module: $module::Config,
+            )+
+            /// A rank whose figure is below this fraction of its peers' median is named slow.
+            pub slow_fraction: f64,
+            /// Seconds without progress on any rank of a node (or without a heartbeat from one)
+            /// after which the running test is stopped as hung, well before its per-test limit.
+            #[serde(default = "crate::config::diagnosis::default_stall_s")]
+            pub stall_s: u64,
+        }
+
+        impl CheckConfigs {
+            pub fn defaults(device: DeviceKind) -> Self {
+                CheckConfigs {
+                    $($module: $module::defaults(device),)+
+                    slow_fraction: match device {
+                        DeviceKind::Cuda => 0.8,
+                        DeviceKind::Cpu => 0.5,
+                    },
+                    stall_s: DEFAULT_STALL_S,
+                }
+            }
+        }
+
+        crate::findings::codes::general_codes! { gather_codes [] $($module)+ }
     };
 }
 crate::registry::for_each_check!(descriptor_modules);
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::config::memory::Need;
+use crate::config::buffers::Need;
+use crate::config::diagnosis::{DEFAULT_STALL_S, DIAGNOSIS_PARAM_KEYS};
+use crate::config::param::{Param, ParamError};
 use crate::config::sweep::SweepConfig;
-use crate::config::{CheckConfigs, Param, ParamError};
-use crate::findings::Code;
 use crate::kinds::DeviceKind;
 pub use crate::registry::{CheckGroup, CheckId, UnknownCheck};
 
@@ -217,7 +268,10 @@ pub fn names(group: CheckGroup) -> Vec<&'static str> {
 
 /// Every `--check-param` key, in run order of the checks, then the diagnosis's.
 pub fn param_keys() -> Vec<String> {
-    params::keys()
+    all()
+        .flat_map(|d| d.params.iter().map(move |f| format!("{}.{f}", d.id)))
+        .chain(DIAGNOSIS_PARAM_KEYS.iter().map(|k| k.to_string()))
+        .collect()
 }
 
 /// The codes of a collective sweep: a rank below its peers, a figure below the expected one of

@@ -1,12 +1,11 @@
 //! `multi-all-reduce`: concurrent all-reduces per rail, per node and on the world group.
 
-use crate::findings::Code;
-use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
+use super::{CheckGroup, CheckId, Code, ConfigAccess, Descriptor, Needs, WrongResult, no_settling};
 use crate::config::micro::MultiAllReduceConfig;
-use crate::config::memory::{self, Need};
+use crate::config::buffers::{self, Need};
 use crate::kinds::DeviceKind;
 
-/// This check's configuration, the field `multi_all_reduce` of [`CheckConfigs`](crate::config::CheckConfigs).
+/// This check's configuration, the field `multi_all_reduce` of [`CheckConfigs`](super::CheckConfigs).
 pub type Config = MultiAllReduceConfig;
 
 /// Its defaults per backend.
@@ -37,8 +36,8 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
         // Every group at once: the world's streams and the two group kinds beside them.
         let m = &c.multi_all_reduce;
         let streams = (m.world_streams as u64).saturating_add(2);
-        let one = memory::collective(m.bytes, device);
-        Need { device: memory::mul(&[streams, one.device]), host: memory::mul(&[streams, one.host]) }
+        let one = buffers::collective(m.bytes, device);
+        Need { device: buffers::mul(&[streams, one.device]), host: buffers::mul(&[streams, one.host]) }
     }),
     // Slow groups, not slow ranks: judged by the micro-benchmarks' diagnosis.
     metric: None,

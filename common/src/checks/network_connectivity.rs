@@ -4,7 +4,7 @@ use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, W
 use crate::config::micro::ConnectivityConfig;
 use crate::kinds::DeviceKind;
 
-/// This check's configuration, the field `network_connectivity` of [`CheckConfigs`](crate::config::CheckConfigs).
+/// This check's configuration, the field `network_connectivity` of [`CheckConfigs`](super::CheckConfigs).
 pub type Config = ConnectivityConfig;
 
 /// Its defaults per backend.

@@ -1,12 +1,11 @@
 //! `matmul-all-reduce-overlap`: a GEMM and an all-reduce at once, against each alone.
 
-use crate::findings::Code;
-use super::{no_settling, Bad, CheckGroup, CheckId, ConfigAccess, Descriptor, Metric, Needs, WrongResult};
+use super::{Bad, CheckGroup, CheckId, Code, ConfigAccess, Descriptor, Metric, Needs, WrongResult, no_settling};
 use crate::config::micro::OverlapConfig;
-use crate::config::memory::{self, Need};
+use crate::config::buffers::{self, Need};
 use crate::kinds::DeviceKind;
 
-/// This check's configuration, the field `overlap` of [`CheckConfigs`](crate::config::CheckConfigs).
+/// This check's configuration, the field `overlap` of [`CheckConfigs`](super::CheckConfigs).
 pub type Config = OverlapConfig;
 
 /// Its defaults per backend.
@@ -33,8 +32,8 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     },
     memory: Some(|c, device| {
         let o = &c.overlap;
-        let (g, c) = (memory::gemm(o.gemm_size, device), memory::collective(o.bytes, device));
-        Need { device: memory::add(&[g.device, c.device]), host: memory::add(&[g.host, c.host]) }
+        let (g, c) = (buffers::gemm(o.gemm_size, device), buffers::collective(o.bytes, device));
+        Need { device: buffers::add(&[g.device, c.device]), host: buffers::add(&[g.host, c.host]) }
     }),
     metric: Some(Metric {
         key: "overlapped_steps_per_s",

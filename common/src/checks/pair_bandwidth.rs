@@ -1,12 +1,14 @@
 //! `pair-bandwidth`: the pairwise link test, slow node or slow link. Nobody selects it: the
 //! launcher adds it to CPU runs of three nodes or more with a communication check.
 
-use crate::findings::Code;
-use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
-use crate::config::NoConfig;
+use super::{CheckGroup, CheckId, Code, ConfigAccess, Descriptor, Needs, WrongResult, no_settling};
 use crate::kinds::DeviceKind;
 
-/// This check's configuration, the field `pair_bandwidth` of [`CheckConfigs`](crate::config::CheckConfigs).
+/// The configuration of a check that has none (the launcher sizes the link test).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NoConfig;
+
+/// This check's configuration, the field `pair_bandwidth` of [`CheckConfigs`](super::CheckConfigs).
 pub type Config = NoConfig;
 
 /// Its defaults per backend.

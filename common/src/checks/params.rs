@@ -1,16 +1,9 @@
 //! `--check-param CHECK.KEY=VALUE` overrides (`gemm.size=4096`), dispatched to each check's
 //! own fields through its descriptor.
 
-use super::{all, CheckId};
-use crate::config::{CheckConfigs, Param, ParamError, DIAGNOSIS_PARAM_KEYS};
-
-/// Every key: each check's fields in run order, then the diagnosis's.
-pub(super) fn keys() -> Vec<String> {
-    all()
-        .flat_map(|d| d.params.iter().map(move |f| format!("{}.{f}", d.id)))
-        .chain(DIAGNOSIS_PARAM_KEYS.iter().map(|k| k.to_string()))
-        .collect()
-}
+use super::{all, param_keys, CheckConfigs, CheckId};
+use crate::config::diagnosis::MAX_STALL_S;
+use crate::config::param::{Param, ParamError};
 
 impl CheckConfigs {
     /// Applies `CHECK.KEY=VALUE` overrides, e.g. `gemm.size=4096`, `all-reduce.max-bytes=1048576`,
@@ -25,7 +18,7 @@ impl CheckConfigs {
                 Err(_) => self.apply_diagnosis(&param)?,
             };
             if !applied {
-                return Err(ParamError::UnknownKey(key.into(), keys().join(", ")));
+                return Err(ParamError::UnknownKey(key.into(), param_keys().join(", ")));
             }
         }
         for d in all() {
@@ -33,11 +26,21 @@ impl CheckConfigs {
         }
         Ok(())
     }
+
+    /// Applies a `diagnosis.KEY=VALUE` override; `Ok(false)` for a key that is not one.
+    pub fn apply_diagnosis(&mut self, p: &Param<'_>) -> Result<bool, ParamError> {
+        match p.key {
+            "diagnosis.slow-fraction" => self.slow_fraction = p.fraction("a fraction between 0 and 1")?,
+            "diagnosis.stall-s" => self.stall_s = p.bounded(MAX_STALL_S)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::config::CheckConfigs;
+    use crate::checks::CheckConfigs;
     use crate::kinds::DeviceKind;
 
     #[test]

@@ -1,11 +1,10 @@
 //! `rdma-ports`: every RDMA port of every node, its state, rate and error counters.
 
-use crate::findings::Code;
-use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, WrongResult};
+use super::{CheckGroup, CheckId, Code, ConfigAccess, Descriptor, Needs, WrongResult, no_settling};
 use crate::config::bandwidth::RdmaPortsConfig;
 use crate::kinds::DeviceKind;
 
-/// This check's configuration, the field `rdma_ports` of [`CheckConfigs`](crate::config::CheckConfigs).
+/// This check's configuration, the field `rdma_ports` of [`CheckConfigs`](super::CheckConfigs).
 pub type Config = RdmaPortsConfig;
 
 /// Its defaults per backend.

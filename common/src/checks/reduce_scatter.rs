@@ -1,13 +1,12 @@
 //! `reduce-scatter`: a sweep of message sizes, verified, with the bus bandwidth of each
 //! (nccl-tests' fifth collective).
 
-use super::{sweep_descriptor, CheckId, ConfigAccess, Descriptor, SweepCodes};
-use crate::config::memory;
-use crate::findings::Code;
+use super::{CheckId, Code, ConfigAccess, Descriptor, SweepCodes, sweep_descriptor};
+use crate::config::buffers;
 use crate::config::sweep::SweepConfig;
 use crate::kinds::DeviceKind;
 
-/// This check's configuration, the field `reduce_scatter` of [`CheckConfigs`](crate::config::CheckConfigs).
+/// This check's configuration, the field `reduce_scatter` of [`CheckConfigs`](super::CheckConfigs).
 pub type Config = SweepConfig;
 
 /// Its defaults per backend.
@@ -23,7 +22,7 @@ pub const DESCRIPTOR: Descriptor = sweep_descriptor(
         settle: |c| c.reduce_scatter.validate(CheckId::ReduceScatter.as_str()),
         to_value: |c| c.reduce_scatter.to_value(),
     },
-    |c, device| memory::collective(c.reduce_scatter.max_bytes, device),
+    |c, device| buffers::collective(c.reduce_scatter.max_bytes, device),
     SweepCodes { slow: Code::ReducescatterSlow, below: Code::ReducescatterBelowExpected, wrong: Code::ReducescatterWrongResult },
 );
 

@@ -4,7 +4,7 @@ use super::{no_settling, CheckGroup, CheckId, ConfigAccess, Descriptor, Needs, W
 use crate::config::models::ResnetCheckConfig;
 use crate::kinds::DeviceKind;
 
-/// This check's configuration, the field `resnet` of [`CheckConfigs`](crate::config::CheckConfigs).
+/// This check's configuration, the field `resnet` of [`CheckConfigs`](super::CheckConfigs).
 pub type Config = ResnetCheckConfig;
 
 /// Its defaults per backend.

@@ -3,13 +3,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Param, ParamError};
+use super::param::{Param, ParamError};
 use crate::kinds::DeviceKind;
 
 /// The copy kernels move 16-byte words: every buffer size is a whole number of them.
 pub const WORD: u64 = 16;
 
-/// A byte count from `p`: positive, at most [`super::MAX_INT`], a multiple of [`WORD`].
+/// A byte count from `p`: positive, at most [`super::param::MAX_INT`], a multiple of [`WORD`].
 fn words(p: &Param<'_>) -> Result<u64, ParamError> {
     let v = p.int()?;
     if !v.is_multiple_of(WORD) {
@@ -137,7 +137,7 @@ impl Default for RdmaPortsConfig {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::CheckConfigs;
+    use crate::checks::CheckConfigs;
     use crate::kinds::DeviceKind;
 
     #[test]

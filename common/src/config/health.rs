@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Param, ParamError};
+use super::param::{Param, ParamError};
 use crate::health::xid;
 use crate::host::NodePolicy;
 
@@ -187,7 +187,7 @@ fn parse_xids(p: &Param<'_>) -> Result<Vec<u32>, ParamError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::CheckConfigs;
+    use crate::checks::CheckConfigs;
     use crate::kinds::DeviceKind;
 
     fn apply(param: &str) -> Result<super::GpuHealthConfig, String> {
@@ -202,7 +202,7 @@ mod tests {
         for k in node.into_iter().chain(["bundled-driver"]) {
             assert!(super::GpuHealthConfig::KEYS.contains(&k), "{k}");
             let value = if k == "shm-mib-per-rank" { "8" } else { "warning" };
-            let p = crate::config::Param { key: k, field: k, value };
+            let p = crate::config::param::Param { key: k, field: k, value };
             assert_eq!(crate::host::NodePolicy::default().apply(&p), Ok(true), "{k}");
         }
         let d = apply("gpu-health.pcie-acs=critical").unwrap();

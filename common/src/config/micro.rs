@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Param, ParamError};
+use super::param::{Param, ParamError};
 use crate::kinds::DeviceKind;
 
 /// `gemm`.

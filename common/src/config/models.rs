@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Param, ParamError};
+use super::param::{Param, ParamError};
 
 /// The widest attention head the model checks take (dim / heads): the GPU's fused attention
 /// keeps a warp's rows of one head in registers.
@@ -135,7 +135,7 @@ mod tests {
     #[test]
     fn defaults_are_valid_layouts() {
         for d in [DeviceKind::Cpu, DeviceKind::Cuda] {
-            let m = crate::config::CheckConfigs::defaults(d);
+            let m = crate::checks::CheckConfigs::defaults(d);
             for g in [&m.mini_gpt, &m.megatron_gpt] {
                 assert_eq!(g.shape.dim % g.shape.heads, 0);
                 assert!(g.warmup < g.steps);
@@ -148,7 +148,7 @@ mod tests {
 
     #[test]
     fn model_params_override_and_reject() {
-        let mut c = crate::config::CheckConfigs::defaults(DeviceKind::Cpu);
+        let mut c = crate::checks::CheckConfigs::defaults(DeviceKind::Cpu);
         let mut apply = |kv: &str| c.apply_params(&[kv.to_string()]);
         apply("mini-gpt.layers=3").unwrap();
         apply("resnet.blocks=3:4:6:3").unwrap();

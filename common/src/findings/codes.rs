@@ -1,18 +1,16 @@
 //! The list of every finding code, in the order of docs/findings.md: one entry each (code,
 //! worst severity, the severities as the docs state them, what raises it, where it is placed,
 //! what it means, what to do). The codes that are not one check's are listed here; each check's
-//! own follow, in run order, from the `check_codes!` list of its descriptor module
-//! ([`crate::checks`]).
+//! own follow, in run order, from the `check_codes!` list of its descriptor module, gathered in
+//! [`crate::checks`].
 
-use super::{CodeDoc, Raised};
-use crate::kinds::Severity;
-use crate::registry::CheckId;
-
-/// The codes that are not one check's, then every check's own from its descriptor module.
-macro_rules! every_code {
-    ($($id:ident = $name:literal => $module:ident,)+) => {
-        gather_codes! {
+/// The codes that are not one check's, handed on to `$then` after those already gathered, with
+/// the descriptor modules whose codes follow (as each check's `codes!` does).
+macro_rules! general_codes {
+    ($then:ident [$($gathered:tt)*] $($rest:ident)*) => {
+        $then! {
             [
+            $($gathered)*
             WorkerCrashed = "WORKER_CRASHED", Critical, "critical", [AnyCheck], "rank",
                 "the worker process died (exit status or signal); `evidence` holds its last output lines",
                 "exclude the node; read the last output";
@@ -110,8 +108,8 @@ macro_rules! every_code {
                 "at the service's overrun, this node's launcher had not ended (its ranks did not finish); the node is isolated",
                 "read the launcher log on the node; exclude the node";
             ]
-            $($module)+
+            $($rest)*
         }
     };
 }
-crate::registry::for_each_check!(every_code);
+pub(crate) use general_codes;

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Param, ParamError};
+use crate::config::param::{Param, ParamError};
 use crate::kinds::Severity;
 
 /// What a reading that breaks the rule becomes.
