@@ -67,6 +67,9 @@ pub struct Tally {
     /// Tasks received again for a node that had its task.
     pub repeated: usize,
     pub cancels: usize,
+    /// Watch commands (first ones and renewals) and Unwatch commands received.
+    pub watches: usize,
+    pub unwatches: usize,
     /// Commands about a simulated node that did not open (signature, freshness, replay, key)
     /// or whose rendezvous secret did not unseal.
     pub refused: usize,
@@ -175,6 +178,14 @@ impl Fleet {
                         CommandBody::Task(t) => t,
                         CommandBody::Cancel { .. } => {
                             count(&|t| t.cancels += 1);
+                            continue;
+                        }
+                        CommandBody::Watch(_) => {
+                            count(&|t| t.watches += 1);
+                            continue;
+                        }
+                        CommandBody::Unwatch { .. } => {
+                            count(&|t| t.unwatches += 1);
                             continue;
                         }
                     };

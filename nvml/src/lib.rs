@@ -18,6 +18,7 @@ mod monitor;
 mod raw;
 mod readiness;
 mod sample;
+pub mod watch;
 
 use std::ffi::OsStr;
 use std::sync::OnceLock;

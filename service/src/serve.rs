@@ -86,7 +86,7 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         // Commands wait out a broker outage in the producer's queue as long as an agent takes them.
         kafka::producer_with_timeout(&conn, std::time::Duration::from_secs(cfg.agent_auth.max_age_s))?,
         wake.clone(),
-        Verifier::new(ring, std::time::Duration::from_secs(cfg.agent_auth.max_age_s)),
+        Verifier::new(ring.clone(), std::time::Duration::from_secs(cfg.agent_auth.max_age_s)),
         replica.clone(),
     );
     coord.resume().await?;
@@ -146,6 +146,18 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
     let consumer = events.clone();
     parts.spawn(async move { ingest.run(&consumer).await.context("job-event consumer") });
     parts.spawn(async move { coord.run(notices_rx, reports, events).await.context("coordinator") });
+    if cfg.watch.enabled {
+        let watcher = crate::watch::Watcher {
+            db: db.clone(),
+            producer: kafka::producer_with_timeout(&conn, std::time::Duration::from_secs(cfg.watch.lease_s))?,
+            topics: cfg.topics.clone(),
+            config: cfg.watch.clone(),
+            auth: Verifier::new(ring, std::time::Duration::from_secs(cfg.agent_auth.max_age_s)),
+            outbox_wake: wake.clone(),
+        };
+        let consumer = crate::watch::subscribe(&conn, &format!("{}-watch", cfg.kafka.group), &cfg.topics.telemetry)?;
+        parts.spawn(async move { watcher.run(consumer).await.context("watch") });
+    }
     let ended = tokio::select! {
         Some(r) = parts.join_next() => match r {
             Ok(r) => r,
