@@ -83,13 +83,14 @@ impl Db {
         Ok(done == 1)
     }
 
-    /// The node's newest suspicions, newest first.
-    pub async fn node_suspicions(&self, node: &str, limit: i64) -> Result<Vec<SuspicionRow>> {
+    /// The node's newest suspicions, newest first (of `workspace`'s jobs only, where given).
+    pub async fn node_suspicions(&self, node: &str, workspace: Option<&str>, limit: i64) -> Result<Vec<SuspicionRow>> {
         Ok(sqlx::query_as(
             "SELECT run_id, job_id, node, gpu, code, evidence, since_ms, at_ms FROM node_suspicions \
-             WHERE node = $1 ORDER BY at_ms DESC LIMIT $2",
+             WHERE node = $1 AND ($2 = '' OR workspace_id = $2) ORDER BY at_ms DESC LIMIT $3",
         )
         .bind(node)
+        .bind(workspace.unwrap_or(""))
         .bind(limit)
         .fetch_all(&self.pool)
         .await?)

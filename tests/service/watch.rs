@@ -132,6 +132,12 @@ fn the_throttled_node_is_suspected_and_only_it_and_the_agents_stop_with_the_job(
     assert!(late <= 10_000, "suspected {late} ms after the onset");
     assert!(w.log("serve").contains("telemetry refused"), "the forgeries are refused");
     assert_eq!(w.sql("SELECT count(*) FROM node_suspicions WHERE node = 'watch-a'"), ["0"]);
+    // The node's reputation entry lists them.
+    let (status, rep) = w.http_call("GET", "/v1/nodes/watch-b/reputation", Some(svc::TOKEN), None).expect("reputation");
+    assert_eq!(status, 200, "{rep}");
+    let listed: Vec<&str> =
+        rep["suspicions"].as_array().map_or(vec![], |a| a.iter().filter_map(|s| s["code"].as_str()).collect());
+    assert_eq!(listed.len(), 2, "{rep:#}");
 
     // JobStopped: the agents stop sampling within the database refresh and a period.
     w.publish(stopped("watch-stop", "job-watch").as_bytes());

@@ -113,3 +113,64 @@ impl Watches {
         }
     }
 }
+
+/// What [`record`] measured of itself.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordCost {
+    pub summaries: usize,
+    pub wall_s: f64,
+    /// User and system CPU time of this process.
+    pub cpu_s: f64,
+}
+
+/// Samples this node's GPUs `ids` (every GPU for none) as a watch does for `seconds`, writing
+/// each period's summary to `out` as a JSON line (`gpusanity watch-record`): a recording of a
+/// job's telemetry, and the sampler's own cost.
+pub fn record(
+    ids: &[gpusanity_common::wire::gpu_id::GpuId],
+    interval_ms: u32,
+    period_ms: u32,
+    seconds: f64,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<RecordCost> {
+    let task = WatchTask {
+        job_id: "watch-record".into(),
+        run_id: "watch-record".into(),
+        gpu_ids: ids.to_vec(),
+        interval_ms,
+        period_ms,
+        until: chrono::Utc::now() + chrono::Duration::milliseconds((seconds * 1000.0) as i64),
+    };
+    task.validate()?;
+    let source = source::Nvml::open(ids)?;
+    let control = Control::default();
+    control.until_ms.store(task.until.timestamp_millis(), Ordering::Relaxed);
+    let plan = Plan {
+        job_id: task.job_id.clone(),
+        run_id: task.run_id.clone(),
+        node: nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default(),
+        agent_id: "watch-record".into(),
+        interval_ms,
+        period_ms,
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let started = std::time::Instant::now();
+    let cpu0 = cpu_s();
+    let thread = std::thread::spawn(move || sampler::run(plan, Box::new(source), control, tx));
+    let mut summaries = 0;
+    while let Some(t) = rx.blocking_recv() {
+        writeln!(out, "{}", serde_json::to_string(&t)?)?;
+        out.flush()?;
+        summaries += 1;
+    }
+    let _ = thread.join();
+    Ok(RecordCost { summaries, wall_s: started.elapsed().as_secs_f64(), cpu_s: cpu_s() - cpu0 })
+}
+
+fn cpu_s() -> f64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    getrusage(UsageWho::RUSAGE_SELF).map_or(0.0, |u| {
+        let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+        t(u.user_time()) + t(u.system_time())
+    })
+}
