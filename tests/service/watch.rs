@@ -181,3 +181,79 @@ fn an_agent_without_test_faults_ignores_the_recording() {
     let _ = agent.wait();
     assert!(text.contains("GPUSANITY_WATCH_REPLAY ignored: the agent was not started with --test-faults"), "{text}");
 }
+
+/// A job of 64 nodes x 8 GPUs through the real service and broker, every node's agent
+/// simulated over the real protocol with a key of its own (bench/sim_agents.rs), publishing
+/// synthetic telemetry once watched; GPU 0 of node 41 runs 10% slower from 30 s on. Exactly
+/// that node is suspected (WATCH_SLOW_CLOCK), within 10 s of the onset, and no other.
+#[test]
+fn in_a_64_node_job_exactly_the_slow_node_is_suspected_in_time() {
+    use crate::scale_job::sim_agents::{self, Fleet, SimTelemetry, Tally};
+    use std::sync::{Arc, Mutex};
+    const N: usize = 64;
+    const SLOW: usize = 41;
+    let _g = svc::common::serial();
+    let mut w = World::new(None, FAST);
+    // A key per node, as a fleet provisions them (the same helper as the 256-node job's).
+    crate::scale_job::node_keys_for(&w.agent_keys(), N);
+    w.serve();
+    let mut out = w.reader("check-events");
+    let report = sim_agents::report(N, 8).expect("node 0's report");
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let (stop, stopped_rx) = tokio::sync::watch::channel(false);
+    let fleet = Fleet {
+        nnodes: N,
+        conn: gpusanity_bus::kafka::KafkaConn::plain(svc::broker()),
+        agent_tasks: w.topic("agent-tasks"),
+        agent_reports: w.topic("agent-reports"),
+        ring: Keyring::load(&w.agent_keys()).expect("keys"),
+        heartbeat: Duration::from_millis(500),
+        max_age: Duration::from_secs(600),
+        telemetry: Some(SimTelemetry {
+            topic: w.topic("telemetry"),
+            gpus: 8,
+            slow_node: SLOW,
+            onset_s: 30,
+            factor: 0.9,
+        }),
+    };
+    let agents = {
+        let tally = tally.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().expect("runtime");
+            rt.block_on(fleet.run(report, tally, stopped_rx))
+        })
+    };
+    let mut telemetry = w.reader("telemetry");
+    let names: Vec<String> = (0..N).map(sim_agents::node_name).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    // Every agent heard before the job comes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tally.lock().expect("tally").heartbeats < (N as u64) * 2 {
+        assert!(Instant::now() < deadline, "the simulated agents never beat");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    w.publish(allocated("scale-watch", "job-watch64", &names, "--sanity-check-max-time=5").as_bytes());
+    let end = out.wait_for(Duration::from_secs(120), "the verdict", |v| {
+        v["job_id"] == "job-watch64" && (v["type"] == "CheckFailed" || v["type"] == "CheckPassed")
+    });
+    assert_eq!(end["type"], "CheckPassed", "{end:#}");
+    let first = telemetry.wait_for(Duration::from_secs(30), "the first summary", |v| v["payload"].is_string());
+    let t0: Telemetry = serde_json::from_str(first["payload"].as_str().unwrap_or("")).expect("a summary");
+    let s = out.wait_for(Duration::from_secs(90), "a NodeSuspected", |v| v["type"] == "NodeSuspected");
+    // Anything else would come within a few periods more.
+    out.drain(Duration::from_secs(15));
+    let _ = stop.send(true);
+    agents.join().expect("the agents' thread").expect("the simulated agents");
+    let all = out.of("job-watch64", "NodeSuspected");
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert_eq!((s["node"].as_str(), s["code"].as_str()), (Some(names[SLOW]), Some("WATCH_SLOW_CLOCK")), "{s:#}");
+    assert_eq!(s["gpu"], format!("GPU-{}-0", names[SLOW]), "{s:#}");
+    let onset = t0.from.timestamp_millis() + 30_000;
+    let at: i64 = w.sql("SELECT at_ms FROM node_suspicions").first().and_then(|v| v.parse().ok()).expect("stored");
+    eprintln!("64 x 8: WATCH_SLOW_CLOCK stored {} ms after the onset", at - onset);
+    assert!(at - onset <= 10_000, "suspected {} ms after the onset", at - onset);
+    let g = tally.lock().expect("tally").clone();
+    assert!(g.watches >= N && g.refused == 0, "{g:?}");
+    w.shutdown();
+}
