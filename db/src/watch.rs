@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::column::Parsed;
 use crate::runs::RunRow;
-use crate::{now_ms, outbox, Db, Result};
+use crate::{now_ms, outbox, Db, Result, Tx};
 
 /// The most jobs watched at once.
 const MAX_WATCHED: i64 = 100_000;
@@ -95,4 +95,16 @@ impl Db {
         .fetch_all(&self.pool)
         .await?)
     }
+}
+
+/// Whether the watch suspected a node of the job's newest run (the one its restart supersedes).
+pub async fn suspected_in_latest_run(tx: &mut Tx, job_id: &str) -> Result<bool> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM node_suspicions s JOIN runs r ON r.run_id = s.run_id WHERE r.job_id = $1 \
+         AND r.created_at = (SELECT MAX(r2.created_at) FROM runs r2 WHERE r2.job_id = $1)",
+    )
+    .bind(job_id)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(n > 0)
 }

@@ -99,6 +99,8 @@ pub async fn run(cfg: ServiceConfig) -> Result<()> {
         outbox_wake: wake.clone(),
         env_policy,
         owner: Owner { id: replica.id.clone(), lease: replica.lease },
+        check_suspected_at_restart: cfg.watch.enabled
+            && cfg.watch.policy == crate::watch::config::WatchPolicy::CheckAtRestart,
     };
     let events = Arc::new(consume::subscribe(&conn, &cfg.kafka.group, &replica.id, &cfg.topics.job_events)?);
     tokio::spawn(crate::ops::health::probe(

@@ -12,7 +12,7 @@ use gpusanity_common::wire::watch::{GpuTelemetry, Telemetry};
 use gpusanity_common::wire::WIRE_VERSION;
 use gpusanity_service::auth::{envelope, Direction, Keyring};
 use serde_json::json;
-use svc::{allocated, stopped, World};
+use svc::{allocated, restarted, stopped, World};
 
 const FAST: &str =
     "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0\n\n[watch]\nrenew_s = 2\nlease_s = 6";
@@ -76,7 +76,11 @@ fn the_throttled_node_is_suspected_and_only_it_and_the_agents_stop_with_the_job(
     }
     let mut out = w.reader("check-events");
     let mut telemetry = w.reader("telemetry");
-    w.publish(allocated("watch-1", "job-watch", &NODES, "--micro-benchmarks=all-reduce").as_bytes());
+    // Checked only at a fault-tolerant restart: the start is skipped, the restart checked.
+    let args = "--micro-benchmarks=all-reduce --sanity-check-timing=AfterJobFaultTolerant";
+    w.publish(allocated("watch-1", "job-watch", &NODES, args).as_bytes());
+    out.wait_for(Duration::from_secs(30), "the start's CheckSkipped", |v| v["type"] == "CheckSkipped");
+    w.publish(restarted("watch-2", "job-watch", 1, "FaultTolerant").as_bytes());
     let passed = out.wait_for(Duration::from_secs(90), "the verdict", |v| {
         v["job_id"] == "job-watch" && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed")
     });
@@ -139,10 +143,27 @@ fn the_throttled_node_is_suspected_and_only_it_and_the_agents_stop_with_the_job(
         rep["suspicions"].as_array().map_or(vec![], |a| a.iter().filter_map(|s| s["code"].as_str()).collect());
     assert_eq!(listed.len(), 2, "{rep:#}");
 
+    // The policy (check_at_restart, the default): a manual restart, which this job's timing
+    // skips, is checked because a node was suspected; the agents stop watching the old run.
+    w.publish(restarted("watch-3", "job-watch", 2, "Manual").as_bytes());
+    let again = out.wait_for(Duration::from_secs(30), "the manual restart's decision", |v| {
+        v["job_id"] == "job-watch" && v["cause_event_id"] == "watch-3"
+    });
+    assert_eq!(again["type"], "SanityCheckStarted", "{again:#}");
+    let rechecked = out.wait_for(Duration::from_secs(90), "the restart's verdict", |v| {
+        v["cause_event_id"] == "watch-3" && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed")
+    });
+    assert_eq!(rechecked["type"], "CheckPassed", "{rechecked:#}");
+
     // JobStopped: the agents stop sampling within the database refresh and a period.
     w.publish(stopped("watch-stop", "job-watch").as_bytes());
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !NODES.iter().all(|n| w.log(n).contains("stopped watching the job's GPUs")) {
+    // Every watch an agent started, it stopped ("watching the job's GPUs" is in both lines).
+    let all_stopped = |log: String| {
+        let (both, stops) = (log.matches("watching the job's GPUs").count(), log.matches("stopped watching").count());
+        stops >= 1 && 2 * stops >= both
+    };
+    while !NODES.iter().all(|n| all_stopped(w.log(n))) {
         assert!(Instant::now() < deadline, "the agents kept watching: {}", w.log(NODES[1]));
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -15,8 +15,21 @@ pub struct WatchConfig {
     pub lease_s: u64,
     /// How often the coordinator renews the watches, seconds.
     pub renew_s: u64,
+    /// What a suspicion does besides its NodeSuspected, notification and metric.
+    pub policy: WatchPolicy,
     /// The judgement's thresholds.
     pub judge: gpusanity_watch::JudgeConfig,
+}
+
+/// What a suspicion does: never an isolation by itself (docs/watch.md, "Policy").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchPolicy {
+    /// The event, the notification and the node's page only.
+    Notify,
+    /// Also check the job at its next restart, even where its timing policy would skip that
+    /// restart: the check confirms the node (and isolates it as any failed check does) or clears it.
+    CheckAtRestart,
 }
 
 impl Default for WatchConfig {
@@ -27,6 +40,7 @@ impl Default for WatchConfig {
             period_s: 5.0,
             lease_s: 30,
             renew_s: 10,
+            policy: WatchPolicy::CheckAtRestart,
             judge: Default::default(),
         }
     }
