@@ -51,6 +51,7 @@ finish() {
   serve_stop "$state"
   cp "$state/serve.log" "$OUT/serve.log" 2>/dev/null
   rm -rf "$state"
+  tar -czf "$OUT/watch-gpu.tgz" -C "$OUT" --exclude agent-work --exclude watch-gpu.tgz . 2>/dev/null || true
   exit "$rc"
 }
 state=$(mktemp -d "${TMPDIR:-/tmp}/gpusanity-watch.XXXXXX")
@@ -133,4 +134,6 @@ if by["1"] and by["0"]:
     print(f"step time with the watch {a:.3f} ms, without {b:.3f} ms: {100 * (a - b) / b:+.2f}%")
 PY
 cat "$OUT/watch-record.log"
+# One archive of the figures (a GPU machine may return only a few files).
+tar -czf "$OUT/watch-gpu.tgz" -C "$OUT" --exclude agent-work --exclude watch-gpu.tgz . 2>/dev/null || true
 exit $rc
