@@ -23,6 +23,7 @@ output = "${p}check-events"
 dead_letter = "${p}dead-letter"
 agent_tasks = "${p}agent-tasks"
 agent_reports = "${p}agent-reports"
+telemetry = "${p}telemetry"
 [database]
 url = "sqlite://$db"
 [http]

@@ -45,7 +45,7 @@ fn main() -> Res<()> {
         &config,
         format!(
             "[kafka]\nbootstrap = \"{boot}\"\ngroup = \"{prefix}service\"\n[topics]\njob_events = \"{prefix}job-events\"\noutput = \"{prefix}check-events\"\n\
-             dead_letter = \"{prefix}dead-letter\"\nagent_tasks = \"{prefix}agent-tasks\"\nagent_reports = \"{prefix}agent-reports\"\n\
+             dead_letter = \"{prefix}dead-letter\"\nagent_tasks = \"{prefix}agent-tasks\"\nagent_reports = \"{prefix}agent-reports\"\ntelemetry = \"{prefix}telemetry\"\n\
              [database]\nurl = \"sqlite://{}\"\n[http]\nlisten = \"127.0.0.1:0\"\ntoken = \"bench-token-0123456789\"\n\
              [agent_auth]\nkeys_file = \"{}\"\n",
             dir.join("bench.db").display(),

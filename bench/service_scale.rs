@@ -63,6 +63,7 @@ async fn main() -> Result<()> {
         ring: Keyring::load(std::path::Path::new(keys))?,
         heartbeat: Duration::from_secs(1),
         max_age: Duration::from_secs(600),
+        telemetry: None,
     };
     let agents = tokio::spawn(fleet.run(report, tally.clone(), stopped));
     let output = topic("check-events");

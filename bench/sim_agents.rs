@@ -22,6 +22,7 @@ use gpusanity_bus::kafka::KafkaConn;
 use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::report::{DeviceKind, NodeInfo, Report};
 use gpusanity_common::wire::agent::{AgentCommand, AgentReport, CommandBody, NodeResult, ReportBody};
+use gpusanity_common::wire::watch::{GpuTelemetry, Telemetry, WatchTask};
 use gpusanity_common::wire::WIRE_VERSION;
 use gpusanity_executor::launcher::gather;
 use gpusanity_service::auth::keyring::Key;
@@ -67,6 +68,9 @@ pub struct Tally {
     /// Tasks received again for a node that had its task.
     pub repeated: usize,
     pub cancels: usize,
+    /// Watch commands (first ones and renewals) and Unwatch commands received.
+    pub watches: usize,
+    pub unwatches: usize,
     /// Commands about a simulated node that did not open (signature, freshness, replay, key)
     /// or whose rendezvous secret did not unseal.
     pub refused: usize,
@@ -94,6 +98,82 @@ pub struct Fleet {
     pub heartbeat: Duration,
     /// How old a task may be (the agent's `--max-age`).
     pub max_age: Duration,
+    /// Once watched (docs/watch.md), each node publishes synthetic telemetry here; None: the
+    /// nodes only count their watches.
+    pub telemetry: Option<SimTelemetry>,
+}
+
+/// Synthetic telemetry of a watched job: `gpus` busy GPUs per node at about 1980 MHz, each
+/// with a small offset of its own and per-sample noise; from `onset_s` after the watch's first
+/// sample, GPU 0 of node `slow_node` runs at `factor` of its clock.
+#[derive(Debug, Clone)]
+pub struct SimTelemetry {
+    pub topic: String,
+    pub gpus: usize,
+    pub slow_node: usize,
+    pub onset_s: u64,
+    pub factor: f64,
+}
+
+impl SimTelemetry {
+    /// Node `k`'s summary of the period from `from` (sample `k0` of the watch on).
+    fn summary(&self, n: &Node, k: usize, w: &WatchTask, from: chrono::DateTime<chrono::Utc>, k0: u64) -> Telemetry {
+        let per = (w.period_ms / w.interval_ms).max(1) as u64;
+        let gpus = (0..self.gpus)
+            .map(|g| {
+                let offset = 1.0 + 0.01 * ((((k * self.gpus + g) * 7919) % 17) as f64 / 17.0 - 0.5);
+                let mut t = GpuTelemetry {
+                    gpu: format!("GPU-{}-{g}", n.name),
+                    power_limit_w: Some(700.0),
+                    ..Default::default()
+                };
+                for i in 0..per {
+                    let slow =
+                        k == self.slow_node && g == 0 && (k0 + i) * u64::from(w.interval_ms) >= self.onset_s * 1000;
+                    let noise = 1.0 + 0.006 * (rand::random::<f64>() - 0.5);
+                    let mhz = 1980.0 * offset * noise * if slow { self.factor } else { 1.0 };
+                    t.sm_mhz.push(Some(mhz.round() as u32));
+                    t.power_w.push(Some((640.0 * noise) as f32));
+                    t.util_pct.push(Some(100));
+                }
+                t
+            })
+            .collect();
+        Telemetry {
+            version: WIRE_VERSION,
+            node: n.name.clone(),
+            agent_id: n.agent_id.clone(),
+            job_id: w.job_id.clone(),
+            run_id: w.run_id.clone(),
+            from,
+            interval_ms: w.interval_ms,
+            gpus,
+        }
+    }
+
+    /// Publishes every watched node's summaries, period after period on multiples of the
+    /// period, until `stop`.
+    async fn run(self, nodes: Vec<Node>, w: WatchTask, producer: FutureProducer, mut stop: watch::Receiver<bool>) {
+        let period = i64::from(w.period_ms);
+        let mut from_ms = (chrono::Utc::now().timestamp_millis() / period + 1) * period;
+        let mut k0 = 0u64;
+        loop {
+            let wait = from_ms + period - chrono::Utc::now().timestamp_millis();
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(u64::try_from(wait).unwrap_or(0))) => {}
+                _ = stop.changed() => return,
+            }
+            let from = chrono::DateTime::from_timestamp_millis(from_ms).unwrap_or_else(chrono::Utc::now);
+            for (k, n) in nodes.iter().enumerate() {
+                let t = self.summary(n, k, &w, from, k0);
+                let Ok(json) = serde_json::to_string(&t) else { continue };
+                let payload = envelope::seal(&n.key, Direction::Telemetry, json);
+                let _ = producer.send_result(FutureRecord::to(&self.topic).key(&w.job_id).payload(&payload));
+            }
+            k0 += (w.period_ms / w.interval_ms).max(1) as u64;
+            from_ms += period;
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -142,6 +222,7 @@ impl Fleet {
         let out = Out { producer, topic: self.agent_reports.clone() };
         let mut verifier = Verifier::new(self.ring.clone(), self.max_age);
         let mut report = Some(report);
+        let mut telemetry = self.telemetry.clone();
         let mut beat = tokio::time::interval(self.heartbeat);
         let count = |f: &dyn Fn(&mut Tally)| f(&mut tally.lock().unwrap_or_else(|p| p.into_inner()));
         loop {
@@ -175,6 +256,17 @@ impl Fleet {
                         CommandBody::Task(t) => t,
                         CommandBody::Cancel { .. } => {
                             count(&|t| t.cancels += 1);
+                            continue;
+                        }
+                        CommandBody::Watch(w) => {
+                            count(&|t| t.watches += 1);
+                            if let Some(sim) = telemetry.take() {
+                                tokio::spawn(sim.run(nodes.clone(), w, out.producer.clone(), stop.clone()));
+                            }
+                            continue;
+                        }
+                        CommandBody::Unwatch { .. } => {
+                            count(&|t| t.unwatches += 1);
                             continue;
                         }
                     };

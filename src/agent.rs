@@ -136,3 +136,66 @@ pub fn agent(args: &AgentArgs) -> ExitCode {
         Err(e) => crate::report_error(&e),
     }
 }
+
+/// `gpusanity watch-record`: the watch's sampler alone (docs/watch.md).
+#[derive(Debug, Args)]
+pub struct WatchRecordArgs {
+    /// The GPUs to sample (UUIDs, PCI addresses or indices, comma-separated) [default: all].
+    #[arg(long, value_delimiter = ',')]
+    gpus: Vec<String>,
+    /// Sampling interval, seconds.
+    #[arg(long, default_value_t = 1.0)]
+    interval_s: f64,
+    /// One summary per period, seconds.
+    #[arg(long, default_value_t = 5.0)]
+    period_s: f64,
+    /// How long to sample, seconds.
+    #[arg(long)]
+    seconds: f64,
+    /// Where the summaries go, one JSON line each [default: standard output].
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Samples the GPUs as a watch does, then prints what the sampling cost.
+pub fn watch_record(args: &WatchRecordArgs) -> ExitCode {
+    let ids: Result<Vec<gpusanity_common::wire::gpu_id::GpuId>, _> = args.gpus.iter().map(|g| g.parse()).collect();
+    let ids = match ids {
+        Ok(ids) => ids,
+        Err(e) => {
+            eprintln!("gpusanity watch-record: --gpus: {e}");
+            return ExitCode::Usage;
+        }
+    };
+    if !(args.seconds.is_finite() && args.seconds > 0.0 && args.seconds <= 86_400.0) {
+        eprintln!("gpusanity watch-record: --seconds must be above 0 and at most 86400");
+        return ExitCode::Usage;
+    }
+    let ms = |s: f64| if s.is_finite() && s > 0.0 && s <= 600.0 { (s * 1000.0).round() as u32 } else { 0 };
+    let mut out: Box<dyn std::io::Write> = match &args.out {
+        Some(p) => match std::fs::File::create(p) {
+            Ok(f) => Box::new(std::io::BufWriter::new(f)),
+            Err(e) => {
+                eprintln!("gpusanity watch-record: {}: {e}", p.display());
+                return ExitCode::Usage;
+            }
+        },
+        None => Box::new(std::io::stdout()),
+    };
+    match agent::watch::record(&ids, ms(args.interval_s), ms(args.period_s), args.seconds, &mut out) {
+        Ok(c) => {
+            eprintln!(
+                "gpusanity watch-record: {} summaries in {:.1} s; CPU {:.3} s ({:.3}% of one core)",
+                c.summaries,
+                c.wall_s,
+                c.cpu_s,
+                100.0 * c.cpu_s / c.wall_s.max(1e-9)
+            );
+            ExitCode::Passed
+        }
+        Err(e) => {
+            eprintln!("gpusanity watch-record: {e:#}");
+            ExitCode::Usage
+        }
+    }
+}

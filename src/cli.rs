@@ -66,6 +66,9 @@ pub enum Command {
     Serve(Box<crate::serve::ServeArgs>),
     /// Run the agent of one node: takes its tasks from the service and runs the data plane.
     Agent(Box<crate::agent::AgentArgs>),
+    /// Sample this node's GPUs as the watch of a running job does, writing each period's
+    /// summary as a JSON line (a recording, and the sampler's own cost).
+    WatchRecord(crate::agent::WatchRecordArgs),
     /// Fleet baselines: `export` writes the file `check --baseline` reads.
     #[command(subcommand)]
     Baseline(crate::baseline::BaselineCommand),
@@ -325,6 +328,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Baseline(cmd) => crate::baseline::baseline(&cmd),
         Command::Serve(args) => crate::serve::serve(&args),
         Command::Agent(args) => crate::agent::agent(&args),
+        Command::WatchRecord(args) => crate::agent::watch_record(&args),
     }
 }
 

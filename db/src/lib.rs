@@ -23,6 +23,7 @@ pub mod rules;
 pub mod runs;
 pub mod stats;
 pub mod wake;
+pub mod watch;
 
 use std::str::FromStr;
 use std::sync::Arc;

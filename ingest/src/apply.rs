@@ -7,7 +7,7 @@ use gpusanity_common::wire::output::{OutputBody, OutputEvent};
 use gpusanity_common::Settings;
 use gpusanity_db::rows::{JobRow, RunRow, ServiceRunState};
 use gpusanity_db::runs;
-use gpusanity_db::{now_ms, outbox, Tx};
+use gpusanity_db::{now_ms, outbox, watch, Tx};
 
 use crate::consume::{output_event, Applied, Ingest};
 use crate::policy::{self, Decision, Start};
@@ -101,13 +101,25 @@ impl Ingest {
             Settings::default()
         };
         self.cancel_active(tx, ev, "superseded by a restart of the job", notices).await?;
-        let d = policy::decide(
+        let mut d = policy::decide(
             job.framework.as_deref(),
             &job.nodes,
             job.enable_check,
             &settings,
             &Start::Restarted(reason),
         );
+        if let Decision::Skip(why) = &d {
+            if self.check_suspected_at_restart
+                && job.enable_check
+                && watch::suspected_in_latest_run(tx, &job.job_id).await?
+            {
+                tracing::info!(
+                    job_id = job.job_id,
+                    "checked although {why}: the watch suspected a node while the job ran"
+                );
+                d = Decision::Run;
+            }
+        }
         Ok(Ok(self.start_or_skip(tx, ev, &job, &settings, d, notices).await?))
     }
 

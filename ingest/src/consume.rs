@@ -72,6 +72,9 @@ pub struct Ingest {
     pub env_policy: gpusanity_common::envs::EnvPolicy,
     /// This replica: it owns the runs it stores (their lease starts with the transaction).
     pub owner: Owner,
+    /// Check a restart the timing policy would skip when the watch suspected one of the job's
+    /// nodes while it ran (`watch.policy = "check_at_restart"`, docs/watch.md).
+    pub check_suspected_at_restart: bool,
 }
 
 /// The replica that stores runs, and how long its first lease on each lasts.

@@ -52,6 +52,7 @@ async fn ingest_on(url: &str) -> Fixture {
         outbox_wake: Arc::new(Notify::new()),
         env_policy: Default::default(),
         owner: gpusanity_ingest::consume::Owner { id: "test".into(), lease: std::time::Duration::from_secs(10) },
+        check_suspected_at_restart: false,
     };
     Fixture { ing, sql }
 }

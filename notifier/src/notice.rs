@@ -5,7 +5,7 @@ use gpusanity_common::wire::output::{FailReason, OutputBody, OutputEvent};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Notice {
-    /// CheckFailed, CheckPassed or NodeIsolated.
+    /// CheckFailed, CheckPassed, NodeIsolated or NodeSuspected.
     pub event_type: &'static str,
     /// `passed`, `failed`, `timed out` (a CheckFailed for an overrun) or `node isolated`.
     pub verdict: &'static str,
@@ -37,6 +37,14 @@ impl Notice {
             OutputBody::NodeIsolated { node, codes, reason, .. } => {
                 ("node isolated", None, reason.clone(), vec![node.clone()], codes.clone(), template_url)
             }
+            OutputBody::NodeSuspected { node, gpu, code, evidence, since } => (
+                "node suspected",
+                None,
+                format!("{code} on GPU {gpu} since {}: {evidence}", since.to_rfc3339()),
+                vec![node.clone()],
+                vec![],
+                template_url,
+            ),
             OutputBody::SanityCheckStarted { .. } => ("started", None, String::new(), vec![], vec![], template_url),
             OutputBody::CheckSkipped { reason } => ("skipped", None, reason.clone(), vec![], vec![], None),
             OutputBody::CheckCancelled { reason } => ("cancelled", None, reason.clone(), vec![], vec![], template_url),
@@ -69,6 +77,12 @@ impl Notice {
         match self.event_type {
             "NodeIsolated" => format!(
                 "gpusanity: node {} isolated (job {}, workspace {})",
+                nodes.join(", "),
+                esc(&self.job_id),
+                esc(&self.workspace_id)
+            ),
+            "NodeSuspected" => format!(
+                "gpusanity: node {} suspected while job {} runs (workspace {})",
                 nodes.join(", "),
                 esc(&self.job_id),
                 esc(&self.workspace_id)

@@ -13,6 +13,8 @@ pub enum EventKind {
     /// Only the CheckFailed events whose reason is `timed_out`.
     CheckTimedOut,
     NodeIsolated,
+    /// A node suspected while its job runs (docs/watch.md).
+    NodeSuspected,
 }
 
 impl EventKind {
@@ -23,6 +25,7 @@ impl EventKind {
             (EventKind::CheckTimedOut, OutputBody::CheckFailed { reason, .. }) => *reason == FailReason::TimedOut,
             (EventKind::CheckPassed, OutputBody::CheckPassed { .. }) => true,
             (EventKind::NodeIsolated, OutputBody::NodeIsolated { .. }) => true,
+            (EventKind::NodeSuspected, OutputBody::NodeSuspected { .. }) => true,
             _ => false,
         }
     }
@@ -137,7 +140,7 @@ impl RuleInput {
         }
         if self.events.is_empty() {
             return Err(
-                "`events` is empty: name at least one of CheckFailed, CheckPassed, CheckTimedOut, NodeIsolated".into(),
+                "`events` is empty: name at least one of CheckFailed, CheckPassed, CheckTimedOut, NodeIsolated, NodeSuspected".into(),
             );
         }
         if self.channels.is_empty() {

@@ -19,6 +19,7 @@ mod raw;
 mod read;
 mod readiness;
 mod sample;
+pub mod watch;
 
 use std::ffi::OsStr;
 use std::sync::OnceLock;

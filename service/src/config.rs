@@ -28,6 +28,8 @@ pub struct ServiceConfig {
     pub replica: crate::replica::ReplicaConfig,
     /// `[isolation]`: act on NodeIsolated (drain the node through Slurm); off by default.
     pub isolation: crate::isolation::IsolationConfig,
+    /// The watch while a job runs (docs/watch.md).
+    pub watch: crate::watch::WatchConfig,
 }
 
 /// `[jobs]`: what a job's settings may ask of the check.
@@ -245,6 +247,7 @@ impl ServiceConfig {
 
     pub fn validate(&self) -> Result<(), String> {
         self.coordinator.validate()?;
+        self.watch.validate()?;
         self.replica.validate()?;
         self.agent_auth.validate()?;
         self.jobs.env_policy()?;

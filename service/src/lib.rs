@@ -20,6 +20,7 @@ pub mod replica;
 pub mod report_chunks;
 pub mod serve;
 pub mod shutdown;
+pub mod watch;
 
 pub use config::ServiceConfig;
 

@@ -133,6 +133,8 @@ struct Parts {
     reports: Arc<StreamConsumer>,
     /// The job events, for the ingest (and the coordinator's look at its lag).
     events: Arc<StreamConsumer>,
+    /// The watch's judgement and its consumer, unless `watch.enabled` is off.
+    watcher: Option<(crate::watch::Watcher, StreamConsumer)>,
 }
 
 /// Builds the outbox publisher, the coordinator (resuming the runs this replica holds) and the
@@ -156,7 +158,7 @@ async fn build_parts(
         keeper: keeper.clone(),
     };
     let (notices_tx, notices) = mpsc::unbounded_channel();
-    let mut coord = coordinator(cfg, db, conn, ring, replica, wake)?;
+    let mut coord = coordinator(cfg, db, conn, ring.clone(), replica, wake)?;
     coord.resume().await?;
     let reports_group = format!("{}-agents-{}", cfg.kafka.group, replica.id);
     let reports = Arc::new(coordinator::subscribe(conn, &reports_group, &cfg.topics.agent_reports)?);
@@ -167,9 +169,32 @@ async fn build_parts(
         outbox_wake: wake.clone(),
         env_policy,
         owner: Owner { id: replica.id.clone(), lease: replica.lease },
+        check_suspected_at_restart: cfg.watch.enabled
+            && cfg.watch.policy == crate::watch::config::WatchPolicy::CheckAtRestart,
     };
     let events = Arc::new(consume::subscribe(conn, &cfg.kafka.group, &replica.id, &cfg.topics.job_events)?);
-    Ok(Parts { publisher, coord, notices, ingest, reports, events })
+    let watcher = if cfg.watch.enabled { Some(watcher(cfg, db, conn, ring, wake)?) } else { None };
+    Ok(Parts { publisher, coord, notices, ingest, reports, events, watcher })
+}
+
+/// The watch's judgement (docs/watch.md), with its consumer of the telemetry topic.
+fn watcher(
+    cfg: &ServiceConfig,
+    db: &Db,
+    conn: &KafkaConn,
+    ring: Keyring,
+    wake: &Arc<Notify>,
+) -> Result<(crate::watch::Watcher, StreamConsumer)> {
+    let watcher = crate::watch::Watcher {
+        db: db.clone(),
+        producer: kafka::producer_with_timeout(conn, std::time::Duration::from_secs(cfg.watch.lease_s))?,
+        topics: cfg.topics.clone(),
+        config: cfg.watch.clone(),
+        auth: Verifier::new(ring, std::time::Duration::from_secs(cfg.agent_auth.max_age_s)),
+        outbox_wake: wake.clone(),
+    };
+    let consumer = crate::watch::subscribe(conn, &format!("{}-watch", cfg.kafka.group), &cfg.topics.telemetry)?;
+    Ok((watcher, consumer))
 }
 
 /// The coordinator, with its own producer for the agents' commands.
@@ -260,12 +285,15 @@ async fn run_parts(parts: Parts, http_server: &mut JoinHandle<std::io::Result<()
     // ends on one. Each part is a task of its own, so that the runtime's threads run them side
     // by side: a coordinator busy with a wave of verdicts and their reports does not hold up
     // the ingest's transactions or the publisher's sends.
-    let Parts { publisher, coord, notices, ingest, reports, events } = parts;
+    let Parts { publisher, coord, notices, ingest, reports, events, watcher } = parts;
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(async move { publisher.run().await.context("outbox publisher") });
     let consumer = events.clone();
     tasks.spawn(async move { ingest.run(&consumer).await.context("job-event consumer") });
     tasks.spawn(async move { coord.run(notices, reports, events).await.context("coordinator") });
+    if let Some((watcher, consumer)) = watcher {
+        tasks.spawn(async move { watcher.run(consumer).await.context("watch") });
+    }
     let ended = tokio::select! {
         Some(r) = tasks.join_next() => match r {
             Ok(r) => r,

@@ -36,3 +36,4 @@ mod report_chunks;
 mod reputation;
 mod scale_job;
 mod tls;
+mod watch;

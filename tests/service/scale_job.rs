@@ -5,7 +5,7 @@
 //! node one task and no cancel, and the stored report is the one sent, every rank of it.
 
 #[path = "../../bench/sim_agents.rs"]
-mod sim_agents;
+pub(crate) mod sim_agents;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,11 +21,16 @@ const GPUS: usize = 8;
 
 /// A key per node (`nodes = ["node-K"]`), mode 0600, in place of the world's cluster key.
 fn node_keys(path: &std::path::Path) {
+    node_keys_for(path, NODES);
+}
+
+/// [`node_keys`] for `nodes` nodes.
+pub(crate) fn node_keys_for(path: &std::path::Path, nodes: usize) {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::remove_file(path).expect("the world's key file");
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).expect("key file");
-    for k in 0..NODES {
+    for k in 0..nodes {
         let secret: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
         let name = sim_agents::node_name(k);
         writeln!(f, "[[key]]\nid = \"{name}\"\nsecret = \"{secret}\"\nnodes = [\"{name}\"]").expect("key file");
@@ -51,6 +56,7 @@ fn a_256_node_job_goes_through_the_service_once_with_its_whole_report() {
         ring: Keyring::load(&w.agent_keys()).expect("keys"),
         heartbeat: Duration::from_millis(500),
         max_age: Duration::from_secs(600),
+        telemetry: None,
     };
     let agents = {
         let (report, tally) = (report.clone(), tally.clone());

@@ -24,6 +24,10 @@ pub enum CommandBody {
     Task(Task),
     /// Stop this node's part of a run (job stopped, run failed elsewhere, deadline).
     Cancel { run_id: String, reason: String },
+    /// Sample the job's GPUs on this node while it runs (docs/watch.md); a repeated one renews it.
+    Watch(crate::wire::watch::WatchTask),
+    /// Stop sampling the job's GPUs (the job stopped or restarted).
+    Unwatch { job_id: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,6 +1,6 @@
 //! Every wire format of the service, versioned: job lifecycle events in ([`job`]), output events
 //! out ([`output`]), the agent protocol between the coordinator and the agents ([`agent`]) and
-//! between an agent and its launcher ([`launcher`]).
+//! between an agent and its launcher ([`launcher`]), and the watch while a job runs ([`watch`]).
 //! Each message carries `version` ([`WIRE_VERSION`]); docs/events.md shows JSON examples.
 
 pub mod agent;
@@ -8,6 +8,7 @@ pub mod gpu_id;
 pub mod job;
 pub mod launcher;
 pub mod output;
+pub mod watch;
 
 /// The version of every message this build writes and the only one it accepts.
 pub const WIRE_VERSION: u32 = 1;
@@ -26,6 +27,8 @@ pub struct Topics {
     pub agent_tasks: String,
     /// Agents to coordinator: heartbeats, progress, results.
     pub agent_reports: String,
+    /// Agents to the service's judgement: the GPUs' telemetry while a job runs (docs/watch.md).
+    pub telemetry: String,
 }
 
 impl Default for Topics {
@@ -36,12 +39,13 @@ impl Default for Topics {
             dead_letter: "gpusanity.job-events.dead-letter".into(),
             agent_tasks: "gpusanity.agent-tasks".into(),
             agent_reports: "gpusanity.agent-reports".into(),
+            telemetry: "gpusanity.agent-telemetry".into(),
         }
     }
 }
 
 impl Topics {
-    pub fn all(&self) -> [&str; 5] {
-        [&self.job_events, &self.output, &self.dead_letter, &self.agent_tasks, &self.agent_reports]
+    pub fn all(&self) -> [&str; 6] {
+        [&self.job_events, &self.output, &self.dead_letter, &self.agent_tasks, &self.agent_reports, &self.telemetry]
     }
 }

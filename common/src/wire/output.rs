@@ -72,6 +72,18 @@ pub enum OutputBody {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         gpus: Vec<crate::wire::gpu_id::GpuId>,
     },
+    /// While the job runs, its GPUs' telemetry makes the service suspect a node (docs/watch.md):
+    /// one event per job start, node and code. Nothing is isolated on it alone.
+    NodeSuspected {
+        node: String,
+        /// The GPU (its UUID) the evidence is about.
+        gpu: String,
+        code: crate::wire::watch::SuspectCode,
+        /// What was seen, for people.
+        evidence: String,
+        /// The first sample that showed it.
+        since: DateTime<Utc>,
+    },
 }
 
 /// On what ground a node was isolated (docs/fleet.md, "Re-check and quarantine").
@@ -125,6 +137,7 @@ impl OutputBody {
             OutputBody::CheckSkipped { .. } => "CheckSkipped",
             OutputBody::CheckCancelled { .. } => "CheckCancelled",
             OutputBody::NodeIsolated { .. } => "NodeIsolated",
+            OutputBody::NodeSuspected { .. } => "NodeSuspected",
         }
     }
 }

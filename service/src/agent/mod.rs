@@ -8,6 +8,7 @@
 
 pub mod kubelet;
 mod launch;
+pub mod watch;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -142,6 +143,8 @@ struct Agent {
     /// Tasks waiting for the kubelet's answer: run id, node rank.
     looking_up: HashMap<String, usize>,
     looked: mpsc::UnboundedSender<kubelet::Looked>,
+    /// The jobs whose GPUs this node watches while they run.
+    watches: watch::Watches,
 }
 
 /// An unreachable broker, or one that refuses the client (TLS, SASL), is bad input (exit 2), like an unreachable master for `check`.
@@ -154,10 +157,20 @@ pub fn topics_error(e: gpusanity_bus::kafka::TopicsError) -> anyhow::Error {
     }
 }
 
+/// The recording the watch replays in place of the GPUs: test rigs only (`--test-faults`).
+fn replay_file(cfg: &AgentConfig) -> Option<PathBuf> {
+    let path = std::env::var_os(watch::replay::REPLAY_ENV)?;
+    if !cfg.env_policy.test_faults {
+        tracing::warn!("{} ignored: the agent was not started with --test-faults", watch::replay::REPLAY_ENV);
+        return None;
+    }
+    Some(PathBuf::from(path))
+}
+
 /// Runs the agent until SIGTERM/SIGINT; its launchers are stopped before it returns.
 pub async fn run(cfg: AgentConfig) -> Result<()> {
     let k = &cfg.topics;
-    gpusanity_bus::kafka::ensure_topics(&cfg.kafka, &[&k.agent_tasks, &k.agent_reports], &cfg.topic_spec)
+    gpusanity_bus::kafka::ensure_topics(&cfg.kafka, &[&k.agent_tasks, &k.agent_reports, &k.telemetry], &cfg.topic_spec)
         .await
         .map_err(topics_error)?;
     // Reports wait out a broker outage in the producer's queue, in order, for as long as the
@@ -172,8 +185,11 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     let (looked, mut answers) = mpsc::unbounded_channel();
     let key = cfg.ring.signer_for(&cfg.node).cloned().context("no agent key covers this node")?;
     let verifier = Verifier::new(cfg.ring.clone(), cfg.max_age);
+    let id = uuid::Uuid::new_v4().to_string();
+    let (summaries, mut summarised) = mpsc::unbounded_channel();
+    let watches = watch::Watches::new(&cfg.node, &id, replay_file(&cfg), summaries);
     let mut agent = Agent {
-        id: uuid::Uuid::new_v4().to_string(),
+        id,
         key,
         verifier,
         cfg,
@@ -184,6 +200,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         bound,
         looking_up: HashMap::new(),
         looked,
+        watches,
     };
     tracing::info!(node = agent.cfg.node, agent_id = agent.id, "agent up");
     let mut beat = tokio::time::interval(agent.cfg.heartbeat);
@@ -192,7 +209,11 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     let mut read_errors = gpusanity_bus::kafka::ReadErrors::new("agent tasks");
     loop {
         tokio::select! {
-            _ = beat.tick() => agent.heartbeat(),
+            _ = beat.tick() => {
+                agent.heartbeat();
+                agent.watches.expire();
+            }
+            Some(t) = summarised.recv() => agent.publish_telemetry(&t),
             m = consumer.recv() => {
                 let m = match m {
                     Ok(m) => {
@@ -218,6 +239,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     // Stop every launcher and report how each ended before leaving (15 s at most), then leave
     // the broker (bounded too).
     crate::shutdown::exit_after(Duration::from_secs(18), "agent");
+    agent.watches.stop_all();
     for r in agent.running.values_mut() {
         if let Some(c) = r.cancel.take() {
             let _ = c.send(());
@@ -369,6 +391,26 @@ impl Agent {
                     }
                 }
             }
+            CommandBody::Watch(w) => self.watches.watch(w),
+            CommandBody::Unwatch { job_id } => self.watches.unwatch(&job_id),
+        }
+    }
+
+    /// Signs one period's summary and queues it on the telemetry topic, keyed by job (one
+    /// partition holds a job's summaries, for the one replica that judges it).
+    fn publish_telemetry(&self, t: &gpusanity_common::wire::watch::Telemetry) {
+        let Ok(json) = serde_json::to_string(t) else { return };
+        let payload = envelope::seal(&self.key, Direction::Telemetry, json);
+        let record = FutureRecord::to(&self.cfg.topics.telemetry).key(&t.job_id).payload(&payload);
+        match self.producer.send_result(record) {
+            Ok(delivery) => {
+                tokio::spawn(async move {
+                    if let Ok(Err((e, _))) = delivery.await {
+                        tracing::warn!("could not send telemetry to the service: {e}");
+                    }
+                });
+            }
+            Err((e, _)) => tracing::warn!("could not queue telemetry for the service: {e}"),
         }
     }
 

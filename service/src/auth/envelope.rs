@@ -30,6 +30,8 @@ pub enum Direction {
     Task,
     /// Agent to service.
     Report,
+    /// Agent to service, on the telemetry topic (docs/watch.md).
+    Telemetry,
 }
 
 impl Direction {
@@ -37,6 +39,7 @@ impl Direction {
         match self {
             Direction::Task => b"gpusanity-agent-task",
             Direction::Report => b"gpusanity-agent-report",
+            Direction::Telemetry => b"gpusanity-agent-telemetry",
         }
     }
 }

@@ -19,7 +19,7 @@ mod overrun;
 mod poison;
 mod recheck;
 mod reports;
-mod tasks;
+pub(crate) mod tasks;
 mod tick;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

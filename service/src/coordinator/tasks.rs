@@ -26,30 +26,40 @@ impl Coordinator {
     /// Tasks carry the run's rendezvous secret, sealed for their node; every command is signed
     /// with the key that covers its node (none: not sent, and the node's agent times out).
     pub(super) fn send(&self, c: &AgentCommand) {
-        let ring = &self.auth.ring;
-        let Some(key) = ring.signer_for(&c.node) else {
-            tracing::warn!(node = c.node, "no agent key covers this node: its command is not sent");
-            return;
-        };
-        let mut c = c.clone();
-        if let CommandBody::Task(t) = &mut c.body {
-            let secret = rdzv::run_secret(ring.first(), &t.run_id);
-            t.rdzv_secret = Some(rdzv::seal(key, &t.run_id, &c.node, &secret));
+        send_command(&self.producer, &self.auth.ring, &self.topics.agent_tasks, c);
+    }
+}
+
+/// Signs `c` with the key that covers its node (a task with the run's rendezvous secret sealed
+/// for the node) and queues it on `topic`; returns at once, a failed delivery is logged.
+pub(crate) fn send_command(
+    producer: &rdkafka::producer::FutureProducer,
+    ring: &crate::auth::Keyring,
+    topic: &str,
+    c: &AgentCommand,
+) {
+    let Some(key) = ring.signer_for(&c.node) else {
+        tracing::warn!(node = c.node, "no agent key covers this node: its command is not sent");
+        return;
+    };
+    let mut c = c.clone();
+    if let CommandBody::Task(t) = &mut c.body {
+        let secret = rdzv::run_secret(ring.first(), &t.run_id);
+        t.rdzv_secret = Some(rdzv::seal(key, &t.run_id, &c.node, &secret));
+    }
+    let Ok(payload) = serde_json::to_string(&c) else { return };
+    let payload = envelope::seal(key, Direction::Task, payload);
+    let rec = FutureRecord::to(topic).key(&c.node).payload(&payload);
+    match producer.send_result(rec) {
+        Ok(delivery) => {
+            let node = c.node.clone();
+            tokio::spawn(async move {
+                if let Ok(Err((e, _))) = delivery.await {
+                    tracing::warn!(node, "could not send a command to the agent: {e}");
+                }
+            });
         }
-        let Ok(payload) = serde_json::to_string(&c) else { return };
-        let payload = envelope::seal(key, Direction::Task, payload);
-        let rec = FutureRecord::to(&self.topics.agent_tasks).key(&c.node).payload(&payload);
-        match self.producer.send_result(rec) {
-            Ok(delivery) => {
-                let node = c.node.clone();
-                tokio::spawn(async move {
-                    if let Ok(Err((e, _))) = delivery.await {
-                        tracing::warn!(node, "could not send a command to the agent: {e}");
-                    }
-                });
-            }
-            Err((e, _)) => tracing::warn!(node = c.node, "could not queue a command for the agent: {e}"),
-        }
+        Err((e, _)) => tracing::warn!(node = c.node, "could not queue a command for the agent: {e}"),
     }
 }
 

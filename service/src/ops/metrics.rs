@@ -37,6 +37,7 @@ pub struct Metrics {
     pub nodes_failing: IntGauge,
     pub node_fleet_percentile: GaugeVec,
     pub nodes_judged: IntGauge,
+    pub nodes_suspected: IntCounterVec,
 }
 
 /// At most this many nodes get a `gpusanity_node_failures` series (the most failing first):
@@ -137,6 +138,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         ),
         runs_owned: gauge(&r, "gpusanity_runs_owned", "Runs this replica holds the lease of"),
         outbox_leader: gauge(&r, "gpusanity_outbox_leader", "1 while this replica holds the outbox publisher's lease"),
+        nodes_suspected: counter_vec(
+            &r,
+            "gpusanity_nodes_suspected_total",
+            "Nodes the watch suspected while their job ran, by code (docs/watch.md)",
+            &["code"],
+        ),
         isolation_actions: counter_vec(
             &r,
             "gpusanity_isolation_actions_total",
@@ -168,6 +175,11 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
 });
 
 impl Metrics {
+    /// The watch suspected a node.
+    pub fn suspected(&self, code: gpusanity_common::wire::watch::SuspectCode) {
+        self.nodes_suspected.with_label_values(&[code.as_str()]).inc();
+    }
+
     /// A run ended: its verdict and the time since the run was stored (`created_at_ms`).
     pub fn verdict(&self, verdict: &str, reason: &str, created_at_ms: i64) {
         self.verdicts.with_label_values(&[verdict, reason]).inc();

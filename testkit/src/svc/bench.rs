@@ -70,7 +70,7 @@ fn config_text(boot: &str, db: &str, tag: &str, i: usize, port: u16, partitions:
     let p = format!("{tag}.");
     format!(
         "[kafka]\nbootstrap = \"{boot}\"\ngroup = \"{p}service\"\npartitions = {partitions}\n[topics]\njob_events = \"{p}job-events\"\n\
-         output = \"{p}check-events\"\ndead_letter = \"{p}dead-letter\"\nagent_tasks = \"{p}agent-tasks\"\nagent_reports = \"{p}agent-reports\"\n\
+         output = \"{p}check-events\"\ndead_letter = \"{p}dead-letter\"\nagent_tasks = \"{p}agent-tasks\"\nagent_reports = \"{p}agent-reports\"\ntelemetry = \"{p}telemetry\"\n\
          [database]\nurl = \"{db}\"\n[http]\nlisten = \"127.0.0.1:{port}\"\ntoken = \"bench-token-0123456789\"\n\
          [agent_auth]\nkeys_file = \"{}\"\n[replica]\nid = \"{tag}-r{i}\"\n",
         keys.display()

@@ -51,6 +51,8 @@ pub struct World {
     image: Option<String>,
     /// The containers started, removed when the world is dropped.
     containers: Vec<String>,
+    /// Environment variables of the next process started ([`World::agent_with_env`]).
+    next_env: Vec<(String, String)>,
 }
 
 /// Publishes raw bytes on `topic` of the test broker.
@@ -92,7 +94,7 @@ impl World {
         let p = &prefix;
         let text = format!(
             "[kafka]\nbootstrap = \"{b}\"\ngroup = \"{p}service\"\n\n[topics]\njob_events = \"{p}job-events\"\noutput = \"{p}check-events\"\n\
-             dead_letter = \"{p}dead-letter\"\nagent_tasks = \"{p}agent-tasks\"\nagent_reports = \"{p}agent-reports\"\n\n\
+             dead_letter = \"{p}dead-letter\"\nagent_tasks = \"{p}agent-tasks\"\nagent_reports = \"{p}agent-reports\"\ntelemetry = \"{p}telemetry\"\n\n\
              [database]\nurl = \"{db_url}\"\n\n[http]\nlisten = \"127.0.0.1:{http}\"\n\n[coordinator]\nreport_url = \"http://127.0.0.1:{http}/v1/runs/{{run_id}}/report\"\n{coordinator}\n\n\
              [agent_auth]\nkeys_file = \"{keys}\"\n\n[jobs]\ntest_faults = true\n\n[notifier]\n{LOOPBACK_ALLOW}\n",
             b = bootstrap,
@@ -112,6 +114,7 @@ impl World {
             client,
             image: None,
             containers: Vec::new(),
+            next_env: Vec::new(),
         }
     }
 
@@ -180,6 +183,7 @@ impl World {
             .env("GPUSANITY_LOG", "info")
             .env_remove("GPUSANITY_KAFKA_BOOTSTRAP")
             .env_remove("GPUSANITY_DATABASE_URL")
+            .envs(std::mem::take(&mut self.next_env))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log);
@@ -206,6 +210,12 @@ impl World {
     /// An agent for `node`: CPU, one worker.
     pub fn agent(&mut self, node: &str) {
         self.agent_via(node, &[], &[]);
+    }
+
+    /// An agent for `node` (CPU, one worker) with `env` in its environment.
+    pub fn agent_with_env(&mut self, node: &str, env: &[(&str, &str)]) {
+        self.next_env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        self.agent(node);
     }
 
     /// An agent for `node` run under `wrap` (see `spawn_via`), with `extra` arguments.

@@ -41,6 +41,8 @@ pub struct NodeReputation {
     reputation: Reputation,
     /// Newest first, at most 100.
     decisions: Vec<NodeDecision>,
+    /// What the watch suspected while the node's jobs ran (docs/watch.md), newest first, at most 100.
+    suspicions: Vec<gpusanity_db::watch::SuspicionRow>,
 }
 
 /// How many of the node's last runs the record covers (1 to 1000, default 20).
@@ -95,7 +97,8 @@ pub async fn node_history(
 }
 
 /// A node's runs and failures by code and check over its last `window` runs, and every
-/// decision about isolating it (re-check, quarantine, definitive failure), with its reason.
+/// decision about isolating it (re-check, quarantine, definitive failure), with its reason, and
+/// what the watch suspected while its jobs ran.
 #[utoipa::path(get, path = "/v1/nodes/{name}/reputation", params(("name" = String, Path, description = "The node's name"), Window), responses(
     (status = 200, description = "The node's record (empty for a node never seen)", body = NodeReputation),
     (status = 400, description = "A malformed window", body = ErrorBody),
@@ -110,5 +113,6 @@ pub async fn node_reputation(
     let window = q.parse().map_err(ApiError::bad_request)?;
     let reputation = b.db.reputation(&name, scope.workspace(), window).await?;
     let decisions = b.db.node_decisions(&name, scope.workspace(), 100).await?;
-    Ok(Json(NodeReputation { node: name, reputation, decisions }))
+    let suspicions = b.db.node_suspicions(&name, scope.workspace(), 100).await?;
+    Ok(Json(NodeReputation { node: name, reputation, decisions, suspicions }))
 }

@@ -260,6 +260,9 @@ struct NodePage<'a> {
     reputation: Reputation,
     /// Decisions about isolating it, newest first: (when, decision, reason, run link).
     decisions: Vec<(String, String, String, String)>,
+    /// What the watch suspected while its jobs ran, newest first: (when, code, GPU, evidence,
+    /// job, run link).
+    suspicions: Vec<(String, &'static str, String, String, String, String)>,
     /// Each headline figure over time against the fleet, one sparkline per baseline key.
     sparks: Vec<super::figures::Spark>,
 }
@@ -280,13 +283,18 @@ pub async fn node(
             Ok(v) => v,
             Err(e) => return db_error(e),
         };
-    let (reputation, decisions) = match (
+    let (reputation, decisions, suspicions) = match (
         b.db.reputation(&name, view.scope.workspace(), 20).await,
         b.db.node_decisions(&name, view.scope.workspace(), 20).await,
+        b.db.node_suspicions(&name, view.scope.workspace(), 20).await,
     ) {
-        (Ok(r), Ok(d)) => (r, d),
-        (Err(e), _) | (_, Err(e)) => return db_error(e),
+        (Ok(r), Ok(d), Ok(s)) => (r, d, s),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return db_error(e),
     };
+    let suspicions = suspicions
+        .into_iter()
+        .map(|s| (fmt_ms(s.at_ms), s.code.as_str(), s.gpu, s.evidence, s.job_id, run_href(&s.run_id)))
+        .collect();
     let policy = gpusanity_common::fleet::Policy::default();
     let sparks =
         match crate::fleet::node_figures(&b.db, &name, view.scope.workspace(), super::figures::PAGE_FIGURES, policy)
@@ -329,6 +337,7 @@ pub async fn node(
         next: (page_no * per_page < total).then(|| href(page_no + 1)),
         reputation,
         decisions,
+        suspicions,
         sparks,
     };
     page(StatusCode::OK, &p)

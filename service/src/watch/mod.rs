@@ -1,0 +1,228 @@
+//! The watch while a job runs (docs/watch.md), the service's half: the judgement. It reads the
+//! agents' telemetry (a consumer group: a job's summaries are on one partition, so one replica
+//! judges each job), opens and checks each summary (signed by a key that may speak for its
+//! node, fresh, never seen, of this version, within bounds, about the watched run of a job not
+//! stopped, from one of its nodes), feeds the run's [`JobJudge`], and stores each suspicion with
+//! its NodeSuspected in one transaction. It never isolates a node.
+//!
+//! It also tells the agents what to watch: every `renew_s` a `Watch` with a lease of `lease_s`
+//! to each node of each watched run, and an `Unwatch` to the nodes of a run no longer watched
+//! (its job stopped or restarted) as soon as the database says so. Every replica does this (a
+//! repeated `Watch` only renews the lease); only the one that reads a job's partition judges it.
+
+pub mod config;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use gpusanity_bus::kafka::KafkaConn;
+use gpusanity_common::wire::agent::{AgentCommand, CommandBody};
+use gpusanity_common::wire::output::{OutputBody, OutputEvent};
+use gpusanity_common::wire::watch::{Telemetry, WatchTask};
+use gpusanity_common::wire::{Topics, WIRE_VERSION};
+use gpusanity_db::rows::RunRow;
+use gpusanity_db::Db;
+use gpusanity_watch::{JobJudge, Suspicion};
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::Message;
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+
+use crate::auth::{Direction, Verifier};
+use crate::coordinator::tasks::send_command;
+pub use config::WatchConfig;
+
+/// How often the watched runs are read again from the database.
+const REFRESH: Duration = Duration::from_secs(2);
+
+pub struct Watcher {
+    pub db: Db,
+    /// Sends the agents their watches.
+    pub producer: rdkafka::producer::FutureProducer,
+    pub topics: Topics,
+    pub config: WatchConfig,
+    pub auth: Verifier,
+    pub outbox_wake: Arc<Notify>,
+}
+
+struct Watched {
+    run: RunRow,
+    judge: JobJudge,
+}
+
+/// The telemetry consumer (group `group`).
+pub fn subscribe(conn: &KafkaConn, group: &str, topic: &str) -> Result<StreamConsumer> {
+    let c = gpusanity_bus::kafka::group_consumer(conn, group)?;
+    c.subscribe(&[topic])?;
+    Ok(c)
+}
+
+impl Watcher {
+    pub async fn run(mut self, consumer: StreamConsumer) -> Result<()> {
+        let mut runs: HashMap<String, Watched> = HashMap::new();
+        let mut refresh = tokio::time::interval(REFRESH);
+        let mut renew = tokio::time::interval(Duration::from_secs(self.config.renew_s));
+        let mut read_errors = gpusanity_bus::kafka::ReadErrors::new("telemetry");
+        loop {
+            tokio::select! {
+                _ = refresh.tick() => self.refresh(&mut runs).await,
+                _ = renew.tick() => self.renew(&runs),
+                m = consumer.recv() => match m {
+                    Ok(m) => {
+                        read_errors.message();
+                        if let Some(t) = m.payload().and_then(|p| self.authentic(p)) {
+                            self.judge(&mut runs, &t).await;
+                        }
+                    }
+                    Err(e) => read_errors.error(&e),
+                },
+            }
+        }
+    }
+
+    /// Keeps one judge per watched run: a new one for a run that became watched, none for a
+    /// run no longer watched (its job stopped or restarted).
+    async fn refresh(&self, runs: &mut HashMap<String, Watched>) {
+        let watched = match self.db.watched_runs().await {
+            Ok(w) => w,
+            Err(e) => return tracing::warn!("reading the watched runs: {e}; tried again in {REFRESH:?}"),
+        };
+        let mut next = HashMap::with_capacity(watched.len());
+        for run in watched {
+            let w = runs
+                .remove(&run.run_id)
+                .unwrap_or_else(|| Watched { judge: JobJudge::new(self.config.judge.clone()), run: run.clone() });
+            if !runs.contains_key(&run.run_id) && !next.contains_key(&run.run_id) {
+                self.start(&run);
+            }
+            next.insert(run.run_id.clone(), w);
+        }
+        for (_, gone) in runs.drain() {
+            if !next.contains_key(&gone.run.run_id) {
+                self.command(&gone.run, |_| CommandBody::Unwatch { job_id: gone.run.job_id.clone() });
+            }
+        }
+        *runs = next;
+    }
+
+    /// A run newly watched: its agents start at once, not at the next renewal.
+    fn start(&self, run: &RunRow) {
+        tracing::info!(
+            job_id = run.job_id,
+            run_id = run.run_id,
+            nodes = run.nodes.len(),
+            "watching the job while it runs"
+        );
+        self.command(run, |node| CommandBody::Watch(self.task(run, node)));
+    }
+
+    fn renew(&self, runs: &HashMap<String, Watched>) {
+        for w in runs.values() {
+            self.command(&w.run, |node| CommandBody::Watch(self.task(&w.run, node)));
+        }
+    }
+
+    fn task(&self, run: &RunRow, node: &gpusanity_common::wire::job::JobNode) -> WatchTask {
+        let lease = chrono::Duration::seconds(i64::try_from(self.config.lease_s).unwrap_or(30));
+        WatchTask {
+            job_id: run.job_id.clone(),
+            run_id: run.run_id.clone(),
+            gpu_ids: node.gpu_ids.clone(),
+            interval_ms: self.config.interval_ms(),
+            period_ms: self.config.period_ms(),
+            until: chrono::Utc::now() + lease,
+        }
+    }
+
+    /// Sends each node of `run` the command `body` makes for it.
+    fn command(&self, run: &RunRow, body: impl Fn(&gpusanity_common::wire::job::JobNode) -> CommandBody) {
+        for node in &run.nodes {
+            let c = AgentCommand { version: WIRE_VERSION, node: node.name.clone(), body: body(node) };
+            send_command(&self.producer, &self.auth.ring, &self.topics.agent_tasks, &c);
+        }
+    }
+
+    /// The summary in `bytes` if it is authentic, fresh, of this version, within bounds, and
+    /// signed by a key that may speak for its node; anything else is refused with a warning.
+    fn authentic(&mut self, bytes: &[u8]) -> Option<Telemetry> {
+        let (payload, key) = match self.auth.open(Direction::Telemetry, bytes) {
+            Ok(opened) => opened,
+            Err(e) => {
+                tracing::warn!("telemetry refused: {e}");
+                return None;
+            }
+        };
+        let t = match serde_json::from_str::<Telemetry>(&payload) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!("malformed telemetry ignored: {e}");
+                return None;
+            }
+        };
+        if t.version != WIRE_VERSION {
+            tracing::warn!(version = t.version, "telemetry of another version ignored");
+            return None;
+        }
+        if let Err(e) = t.validate() {
+            tracing::warn!(node = t.node.escape_debug().to_string(), "telemetry refused: {e}");
+            return None;
+        }
+        if !key.covers(&t.node) {
+            tracing::warn!(node = t.node, key = key.id, "telemetry refused: the key may not speak for its node");
+            return None;
+        }
+        Some(t)
+    }
+
+    async fn judge(&self, runs: &mut HashMap<String, Watched>, t: &Telemetry) {
+        let Some(w) = runs.get_mut(&t.run_id) else {
+            return tracing::debug!(run_id = t.run_id, node = t.node, "telemetry of a run not watched ignored");
+        };
+        if w.run.job_id != t.job_id || !w.run.nodes.iter().any(|n| n.name == t.node) {
+            return tracing::warn!(run_id = t.run_id, node = t.node, "telemetry refused: not a node of the run's job");
+        }
+        for s in w.judge.observe(t) {
+            let event = suspected(&w.run, &s);
+            match self.db.record_suspicion(&event, &self.topics.output).await {
+                Ok(true) => {
+                    tracing::warn!(
+                        job_id = w.run.job_id,
+                        node = s.node,
+                        gpu = s.gpu,
+                        code = %s.code,
+                        "node suspected: {}",
+                        s.evidence
+                    );
+                    crate::ops::metrics::METRICS.suspected(s.code);
+                    self.outbox_wake.notify_one();
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(node = s.node, code = %s.code, "storing a suspicion: {e}"),
+            }
+        }
+    }
+}
+
+/// The NodeSuspected of `s`; its id is the same for the same (run, node, code), so that a
+/// replica that judges the run again after a restart publishes it once.
+fn suspected(run: &RunRow, s: &Suspicion) -> OutputEvent {
+    let digest = Sha256::digest(format!("{}\0{}\0{}", run.run_id, s.node, s.code));
+    OutputEvent {
+        version: WIRE_VERSION,
+        event_id: format!("suspect-{}", hex::encode(&digest[..16])),
+        job_id: run.job_id.clone(),
+        workspace_id: run.workspace_id.clone(),
+        run_id: Some(run.run_id.clone()),
+        cause_event_id: run.cause_event_id.clone(),
+        at: chrono::Utc::now(),
+        body: OutputBody::NodeSuspected {
+            node: s.node.clone(),
+            gpu: s.gpu.clone(),
+            code: s.code,
+            evidence: s.evidence.clone(),
+            since: s.since,
+        },
+    }
+}

@@ -1,0 +1,130 @@
+//! One job start's judgement: its GPUs by (node, GPU), the rules of one GPU on each summary, the
+//! rules against the peers per tick, and each (node, code) named once.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, TimeZone, Utc};
+use gpusanity_common::wire::watch::{SuspectCode, Telemetry};
+
+use crate::peers::{Figure, Peers, Reading};
+use crate::stats::median;
+use crate::{rules, JudgeConfig};
+
+/// The most GPUs one job's judgement keeps (a job of 4,096 nodes of 16 GPUs).
+const MAX_GPUS: usize = 1 << 16;
+
+/// A node the judgement suspects, once per (node, code).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Suspicion {
+    pub node: String,
+    /// The GPU's UUID.
+    pub gpu: String,
+    pub code: SuspectCode,
+    pub evidence: String,
+    /// The first sample that showed it.
+    pub since: DateTime<Utc>,
+}
+
+#[derive(Debug)]
+pub struct JobJudge {
+    cfg: JudgeConfig,
+    keys: Vec<(String, String)>,
+    index: HashMap<(String, String), usize>,
+    /// Each GPU's newest enforced power limit.
+    limits: Vec<Option<f64>>,
+    peers: Peers,
+    raised: HashSet<(String, SuspectCode)>,
+}
+
+impl JobJudge {
+    pub fn new(cfg: JudgeConfig) -> Self {
+        JobJudge {
+            cfg,
+            keys: Vec::new(),
+            index: HashMap::new(),
+            limits: Vec::new(),
+            peers: Peers::default(),
+            raised: HashSet::new(),
+        }
+    }
+
+    /// Judges one node's summary (already validated); returns what it newly makes suspect.
+    pub fn observe(&mut self, t: &Telemetry) -> Vec<Suspicion> {
+        let mut out = Vec::new();
+        let interval = i64::from(t.interval_ms.max(1));
+        let tick0 = t.from.timestamp_millis().saturating_add(interval / 2).div_euclid(interval);
+        let mut span = 1;
+        for g in &t.gpus {
+            let Some(key) = self.key(&t.node, &g.gpu) else { continue };
+            for (code, evidence) in rules::judge(&self.cfg, g) {
+                self.raise(&mut out, key, code, evidence, t.from);
+            }
+            if let Some(l) = g.power_limit_w {
+                self.limits[key] = Some(f64::from(l));
+            }
+            span = span.max(g.sm_mhz.len() as i64);
+            let readings = (0..g.sm_mhz.len()).map(|i| Reading {
+                key,
+                sm_mhz: g.sm_mhz[i].map(f64::from),
+                power_w: g.power_w.get(i).copied().flatten().map(f64::from),
+                util: g.util_pct.get(i).copied().flatten(),
+            });
+            self.peers.add(tick0, readings);
+        }
+        self.power_limits(&mut out, t);
+        for low in self.peers.judge(&self.cfg, 2 * span, 3 * span) {
+            let code = match low.figure {
+                Figure::Clock => SuspectCode::WatchSlowClock,
+                Figure::Power => SuspectCode::WatchLowPower,
+            };
+            let since = Utc.timestamp_millis_opt(low.since_tick.saturating_mul(interval)).single().unwrap_or(t.from);
+            self.raise(&mut out, low.key, code, low.evidence, since);
+        }
+        out
+    }
+
+    /// The GPU's key; None once the judgement holds [`MAX_GPUS`] GPUs.
+    fn key(&mut self, node: &str, gpu: &str) -> Option<usize> {
+        let k = (node.to_string(), gpu.to_string());
+        if let Some(i) = self.index.get(&k) {
+            return Some(*i);
+        }
+        if self.keys.len() >= MAX_GPUS {
+            return None;
+        }
+        self.keys.push(k.clone());
+        self.limits.push(None);
+        self.index.insert(k, self.keys.len() - 1);
+        Some(self.keys.len() - 1)
+    }
+
+    /// A GPU of this node whose enforced power limit is below the job's median limit.
+    fn power_limits(&mut self, out: &mut Vec<Suspicion>, t: &Telemetry) {
+        let mut all: Vec<f64> = self.limits.iter().flatten().copied().collect();
+        if all.len() < 2 {
+            return;
+        }
+        let Some(m) = median(&mut all) else { return };
+        for g in &t.gpus {
+            let Some(&key) = self.index.get(&(t.node.clone(), g.gpu.clone())) else { continue };
+            if let Some(l) = self.limits[key].filter(|l| *l < m * (1.0 - self.cfg.limit_gap)) {
+                let e = format!("enforced power limit {l:.0} W against the job's median {m:.0} W");
+                self.raise(out, key, SuspectCode::WatchPowerLimitLow, e, t.from);
+            }
+        }
+    }
+
+    fn raise(
+        &mut self,
+        out: &mut Vec<Suspicion>,
+        key: usize,
+        code: SuspectCode,
+        evidence: String,
+        since: DateTime<Utc>,
+    ) {
+        let (node, gpu) = &self.keys[key];
+        if self.raised.insert((node.clone(), code)) {
+            out.push(Suspicion { node: node.clone(), gpu: gpu.clone(), code, evidence, since });
+        }
+    }
+}
