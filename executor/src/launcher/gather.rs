@@ -11,7 +11,7 @@ use gpusanity_common::report::{
 };
 use gpusanity_common::Settings;
 
-use super::supervise::{NodeOutcome, Stop};
+use super::supervise::{Heard, Stop};
 use crate::diagnosis;
 
 pub struct RunMeta {
@@ -63,14 +63,9 @@ impl RunMeta {
     }
 }
 
-/// `outcomes[k]` is node k's outcome, or None if it never reported.
+/// `outcomes[k]` is what node 0 heard from node k (nothing, past the end).
 /// `baseline`: the fleet baseline every headline figure is also judged against.
-pub fn build_report(
-    meta: &RunMeta,
-    nodes: &[NodeInfo],
-    outcomes: &[Option<NodeOutcome>],
-    baseline: Option<&BaselineFile>,
-) -> Report {
+pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Heard], baseline: Option<&BaselineFile>) -> Report {
     let mut ranks: Vec<RankInfo> = Vec::new();
     let mut checks = not_run_checks(meta);
     let mut lost = Vec::new();
@@ -78,8 +73,8 @@ pub fn build_report(
     let mut stops: Vec<Stop> = Vec::new();
     let mut offset = 0;
     for (k, node) in nodes.iter().enumerate() {
-        match outcomes.get(k).and_then(Option::as_ref) {
-            Some(o) => {
+        match outcomes.get(k).unwrap_or(&Heard::Silent) {
+            Heard::Outcome(o) => {
                 ranks.extend(o.ranks.iter().cloned());
                 match &o.stop {
                     Some(Stop::TestTimeout { .. } | Stop::Stalled { .. }) => overrun = diagnosis::Overrun::Test,
@@ -96,8 +91,12 @@ pub fn build_report(
                     c.ranks.extend(results.iter().cloned());
                 }
             }
-            None => {
-                lost.push(node.clone());
+            heard => {
+                let malformed = match heard {
+                    Heard::Malformed(e) => Some(e.as_str()),
+                    _ => None,
+                };
+                lost.push((node.clone(), malformed));
                 for local in 0..node.nproc {
                     let rank = offset + local;
                     ranks.push(RankInfo {
@@ -156,26 +155,14 @@ pub fn build_report(
             diag.summary = format!("{code}: {message}");
         }
     }
-    for node in &lost {
-        let mut f = Finding::new(
-            Severity::Critical,
-            Code::NodeLost,
-            Scope::Rendezvous,
-            format!(
-                "node {} ({}, {}) never reported its results: unreachable (network down) or dead",
-                node.node_rank, node.hostname, node.addr
-            ),
-        );
-        f.node_rank = Some(node.node_rank);
-        f.host = Some(node.hostname.clone());
-        f.action = Some("exclude the node; check its network link and whether it is up".into());
-        diag.findings.insert(0, f);
+    for (node, malformed) in &lost {
+        diag.findings.insert(0, lost_finding(node, *malformed));
     }
     if !lost.is_empty() && diag.status == RunStatus::Passed {
         diag.status = RunStatus::Failed;
     }
     if !lost.is_empty() {
-        let names: Vec<String> = lost.iter().map(|n| n.hostname.clone()).collect();
+        let names: Vec<String> = lost.iter().map(|(n, _)| n.hostname.clone()).collect();
         diag.summary = format!("NODE_LOST ({}); {}", names.join(", "), diag.summary);
     }
     let (host_findings, hosts) = super::host::fold(nodes, outcomes);
@@ -188,6 +175,27 @@ pub fn build_report(
     super::host::apply(&mut report, &host_findings);
     super::compact::compact(&mut report);
     report
+}
+
+/// The finding of a node whose results node 0 does not have: it never reported them, or what it
+/// posted is not an outcome (`malformed`: why; the finding then says so, not that it was silent).
+fn lost_finding(node: &NodeInfo, malformed: Option<&str>) -> Finding {
+    let at = format!("node {} ({}, {})", node.node_rank, node.hostname, node.addr);
+    let (message, action) = match malformed {
+        Some(e) => (
+            format!("{at} reported results node 0 cannot read: malformed outcome: {e}"),
+            "exclude the node; check that it runs the same gpusanity as node 0",
+        ),
+        None => (
+            format!("{at} never reported its results: unreachable (network down) or dead"),
+            "exclude the node; check its network link and whether it is up",
+        ),
+    };
+    let mut f = Finding::new(Severity::Critical, Code::NodeLost, Scope::Rendezvous, message);
+    f.node_rank = Some(node.node_rank);
+    f.host = Some(node.hostname.clone());
+    f.action = Some(action.into());
+    f
 }
 
 /// Every selected check, not run yet, with the configuration it runs with.
@@ -304,10 +312,24 @@ mod tests {
         assert_eq!(early.checks[0].status, CheckStatus::NotRun);
 
         // No node reported: every rank is there, lost.
-        let gathered = build_report(&meta, &nodes(), &[None, None], None);
+        let gathered = build_report(&meta, &nodes(), &[Heard::Silent, Heard::Silent], None);
         run_parts(&gathered, &meta, &[0, 1]);
         assert!(gathered.summary.starts_with("NODE_LOST"), "{}", gathered.summary);
         assert_eq!(gathered.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), [0, 1]);
         assert_eq!(gathered.checks[0].ranks.len(), 2);
+    }
+
+    #[test]
+    fn a_node_whose_outcome_is_malformed_is_named_failing_for_it_not_as_silent() {
+        let malformed = Heard::Malformed("expected value at line 1 column 1".into());
+        let r = build_report(&meta(), &nodes(), &[Heard::Silent, malformed], None);
+        assert_eq!(r.status, RunStatus::Failed);
+        assert_eq!(r.faulty_nodes, [0, 1], "{:?}", r.node_verdicts);
+        let on = |k: usize| r.findings.iter().find(|f| f.node_rank == Some(k) && f.code == Code::NodeLost);
+        let silent = on(0).map(|f| f.message.as_str()).unwrap_or_default();
+        assert!(silent.contains("never reported its results"), "{silent}");
+        let spoke = on(1).map(|f| f.message.as_str()).unwrap_or_default();
+        assert!(spoke.contains("malformed outcome: expected value at line 1 column 1"), "{spoke}");
+        assert!(!spoke.contains("never reported"), "{spoke}");
     }
 }

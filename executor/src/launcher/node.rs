@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use super::arrival::{self, Arrival, Roster};
 use super::rendezvous::Topology;
-use super::supervise::{NodeOutcome, Stop};
+use super::supervise::{Heard, NodeOutcome, Stop};
 use super::UsageError;
 use crate::store::{self, Secret, StoreClient, StoreError, ABORT_KEY, VERDICT_KEY};
 
@@ -301,8 +301,11 @@ impl Cluster {
         let mut c = self.connect_again().await?;
         std::thread::spawn(move || {
             if let Ok(v) = c.get(ABORT_KEY, Duration::from_secs(30 * 24 * 3600)) {
-                if let Ok(stop) = serde_json::from_str::<Stop>(&v) {
-                    let _ = tx.blocking_send(stop);
+                match serde_json::from_str::<Stop>(&v) {
+                    Ok(stop) => {
+                        let _ = tx.blocking_send(stop);
+                    }
+                    Err(e) => tracing::warn!("another node posted a malformed stop, not acted on: {e}"),
                 }
             }
         });
@@ -322,21 +325,19 @@ impl Cluster {
         Ok(())
     }
 
-    /// Node 0: every node's outcome (its own given), None for a node silent for `wait`.
-    pub async fn gather(&self, own: NodeOutcome, wait: Duration) -> Vec<Option<NodeOutcome>> {
+    /// Node 0: what it heard from every node (its own outcome given) within `wait`.
+    pub async fn gather(&self, own: NodeOutcome, wait: Duration) -> Vec<Heard> {
         let n = self.nodes.len();
         let got = blocking(&self.client, move |c| {
             let start = std::time::Instant::now();
-            Ok((1..n)
-                .map(|k| {
-                    let left = wait.saturating_sub(start.elapsed());
-                    c.get(&format!("outcome/{k}"), left).ok().and_then(|v| serde_json::from_str(&v).ok())
-                })
-                .collect::<Vec<Option<NodeOutcome>>>())
+            Ok((1..n).map(|k| hear(c, k, wait.saturating_sub(start.elapsed()))).collect::<Vec<Heard>>())
         })
         .await
-        .unwrap_or_else(|_| vec![None; n.saturating_sub(1)]);
-        std::iter::once(Some(own)).chain(got).collect()
+        .unwrap_or_else(|e| {
+            tracing::warn!("gathering the nodes' outcomes: {e}; no other node is heard");
+            vec![Heard::Silent; n.saturating_sub(1)]
+        });
+        std::iter::once(Heard::Outcome(own)).chain(got).collect()
     }
 
     /// Node 0: publishes the verdict and waits briefly until every node has read it, so the
@@ -365,6 +366,32 @@ impl Cluster {
         .await
         .context("no verdict from node 0")?;
         Ok(serde_json::from_str(&v)?)
+    }
+}
+
+/// What node 0 hears from node `k` in its store within `left`: its outcome, silence, or a
+/// message that is not an outcome (which is not silence: the node spoke, and what it said is
+/// named).
+fn hear(c: &mut StoreClient, k: usize, left: Duration) -> Heard {
+    let posted = match c.get(&format!("outcome/{k}"), left) {
+        Ok(posted) => posted,
+        Err(StoreError::Timeout(..)) => return Heard::Silent,
+        Err(e) => {
+            tracing::warn!(node = k, "reading node {k}'s outcome: {e}; it counts as silent");
+            return Heard::Silent;
+        }
+    };
+    read_outcome(k, &posted)
+}
+
+/// Node `k`'s posted outcome, or why it is not one.
+fn read_outcome(k: usize, posted: &str) -> Heard {
+    match serde_json::from_str(posted) {
+        Ok(outcome) => Heard::Outcome(outcome),
+        Err(e) => {
+            tracing::warn!(node = k, "node {k} posted a malformed outcome: {e}");
+            Heard::Malformed(e.to_string())
+        }
     }
 }
 
@@ -411,4 +438,22 @@ async fn bind(topo: &Topology) -> Result<tokio::net::TcpListener, store::BindErr
         topo.master_addr
     );
     store::listen_on(Ipv4Addr::UNSPECIFIED.into(), topo.listen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_posted_outcome_that_does_not_read_is_malformed_not_silent() {
+        match read_outcome(2, "{\"node_rank\": \"two\"}") {
+            Heard::Malformed(e) => assert!(e.contains("invalid type"), "{e}"),
+            other => panic!("not malformed: {other:?}"),
+        }
+        let posted = serde_json::json!({"node_rank": 2, "ranks": [], "checks": [], "stop": null}).to_string();
+        match read_outcome(2, &posted) {
+            Heard::Outcome(o) => assert_eq!((o.node_rank, o.host.is_none()), (2, true)),
+            other => panic!("not an outcome: {other:?}"),
+        }
+    }
 }

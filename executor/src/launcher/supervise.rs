@@ -75,6 +75,27 @@ pub struct NodeOutcome {
     pub host: Option<HostOutcome>,
 }
 
+/// What node 0 heard from one node once the checks were over.
+#[derive(Debug, Clone)]
+pub enum Heard {
+    /// The node's outcome.
+    Outcome(NodeOutcome),
+    /// Nothing within the wait: the node is unreachable or dead.
+    Silent,
+    /// The node posted something that is not an outcome; the error says what was wrong with it.
+    Malformed(String),
+}
+
+impl Heard {
+    /// The outcome, where the node posted one that reads.
+    pub fn outcome(&self) -> Option<&NodeOutcome> {
+        match self {
+            Heard::Outcome(o) => Some(o),
+            Heard::Silent | Heard::Malformed(_) => None,
+        }
+    }
+}
+
 /// A node's host readings and their findings, as it posts them to node 0.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostOutcome {
