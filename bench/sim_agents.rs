@@ -24,7 +24,7 @@ use gpusanity_common::report::{DeviceKind, NodeInfo, Report};
 use gpusanity_common::wire::agent::{AgentCommand, AgentReport, CommandBody, NodeResult, ReportBody};
 use gpusanity_common::wire::WIRE_VERSION;
 use gpusanity_executor::launcher::gather;
-use gpusanity_executor::launcher::supervise::Heard;
+use gpusanity_executor::launcher::outcome::Heard;
 use gpusanity_service::auth::keyring::Key;
 use gpusanity_service::auth::{envelope, rdzv, Direction, Keyring, Verifier};
 use gpusanity_service::report_chunks;

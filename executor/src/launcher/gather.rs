@@ -11,7 +11,7 @@ use gpusanity_common::report::{
 };
 use gpusanity_common::Settings;
 
-use super::supervise::{Heard, NodeOutcome, Stop};
+use super::outcome::{Heard, NodeOutcome, Stop};
 use crate::diagnosis;
 
 pub struct RunMeta {

@@ -5,7 +5,7 @@ use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::device::NvidiaHardware;
 use gpusanity_common::report::{DeviceKind, Finding, NodeHost, NodeInfo, Report, RunStatus, Severity};
 
-use super::supervise::{Heard, HostOutcome};
+use super::outcome::{Heard, HostOutcome};
 use crate::host::{self, Sources};
 
 /// The most bytes of another node's readings kept in the report.

@@ -10,8 +10,10 @@ pub mod gather;
 mod host;
 pub mod node;
 pub(crate) mod not_ready;
+pub mod outcome;
 mod readiness;
 pub mod rendezvous;
+pub(crate) mod sent;
 pub mod supervise;
 
 use std::ops::ControlFlow;
@@ -33,8 +35,9 @@ use crate::backend::WorkerPlace;
 use crate::protocol::WorkerSpec;
 use events::EventLog;
 use node::{Cluster, Joined, Offer, RunEnd};
+use outcome::{NodeOutcome, Stop};
 use rendezvous::TopologyFlags;
-use supervise::{NodeOutcome, Stop, Supervisor};
+use supervise::Supervisor;
 
 /// Bad input: reported as one line, exit code 2.
 #[derive(Debug, Error)]

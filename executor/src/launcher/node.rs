@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::arrival::{self, Arrival, Roster};
+use super::outcome::{Heard, NodeOutcome, Stop};
 use super::rendezvous::Topology;
-use super::supervise::{Heard, NodeOutcome, Stop};
 use super::UsageError;
 use crate::store::{self, Secret, StoreClient, StoreError, ABORT_KEY, VERDICT_KEY};
 
@@ -108,7 +108,7 @@ pub enum Joined {
     /// Some nodes never arrived within the wait.
     Missing(MissingNodes),
     /// Every node arrived, but some cannot run the job's GPUs: their findings (bounded and
-    /// placed on the node that sent them, `not_ready::accepted`; on node 0 only) and node 0's
+    /// placed on the node that sent them, `sent::accepted`; on node 0 only) and node 0's
     /// summary of them.
     NotReady(Cluster, Vec<Finding>, String),
 }
@@ -378,9 +378,9 @@ async fn register(
 async fn publish_roster(client: &Arc<Mutex<StoreClient>>, posted: &[String]) -> Result<Known> {
     let regs: Vec<Registration> = posted.iter().map(|r| Registration::parse(r)).collect::<Result<_>>()?;
     let faults = regs.iter().filter_map(|r| Some((r.info.node_rank, bounded(r.fault.as_deref()?)))).collect();
-    let not_ready: Vec<Finding> = regs.iter().flat_map(|r| super::not_ready::accepted(&r.info, &r.not_ready)).collect();
+    let not_ready: Vec<Finding> = regs.iter().flat_map(|r| super::sent::accepted(&r.info, &r.not_ready)).collect();
     let devices: Vec<(DeviceKind, usize)> = regs.iter().map(|r| (r.device, r.info.nproc)).collect();
-    let roster = Roster::new(&devices, &super::not_ready::summary(&not_ready));
+    let roster = Roster::new(&devices, &super::sent::summary(&not_ready));
     let r = roster.clone();
     blocking(client, move |c| arrival::publish(c, &r))
         .await
@@ -399,7 +399,7 @@ fn missing_nodes(
 ) -> Result<MissingNodes> {
     let present =
         present.iter().map(|r| r.as_deref().map(Registration::parse).transpose()).collect::<Result<Vec<_>>>()?;
-    let not_ready = present.iter().flatten().flat_map(|r| super::not_ready::accepted(&r.info, &r.not_ready)).collect();
+    let not_ready = present.iter().flatten().flat_map(|r| super::sent::accepted(&r.info, &r.not_ready)).collect();
     let nodes = present
         .into_iter()
         .enumerate()
