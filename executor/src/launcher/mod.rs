@@ -13,6 +13,7 @@ pub(crate) mod not_ready;
 pub mod outcome;
 mod readiness;
 pub mod rendezvous;
+mod report_files;
 pub(crate) mod sent;
 pub mod supervise;
 
@@ -37,6 +38,8 @@ use events::EventLog;
 use node::{Cluster, Joined, Offer, RunEnd};
 use outcome::{NodeOutcome, Stop};
 use rendezvous::TopologyFlags;
+use report_files::rewrite_events;
+pub use report_files::{write_html, write_report};
 use supervise::Supervisor;
 
 /// Bad input: reported as one line, exit code 2.
@@ -548,40 +551,4 @@ async fn wait_for_sigterm() {
         }
         Err(_) => std::future::pending::<()>().await,
     }
-}
-
-pub fn write_report(dir: &std::path::Path, report: &gpusanity_common::report::Report) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    // Compact JSON: a large run's report is a third of its indented size (`jq .` indents it).
-    write_atomic(&dir.join("report.json"), &serde_json::to_vec(report)?)?;
-    write_html(&dir.join("report.html"), report, &Default::default())
-}
-
-/// The HTML page beside report.json.
-pub fn write_html(
-    path: &std::path::Path,
-    report: &gpusanity_common::report::Report,
-    ctx: &gpusanity_reports::html::RunContext,
-) -> Result<()> {
-    let page = gpusanity_reports::html::run_page(report, ctx).context("rendering the HTML report")?;
-    write_atomic(path, page.as_bytes())
-}
-
-/// Writes `PATH.tmp`, then renames it over `path`: a reader never sees half a file.
-fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
-}
-
-/// After a KeepJobHang hold ends, the report gains the final event too.
-fn rewrite_events(dir: &std::path::Path, log: &EventLog) -> Result<()> {
-    let path = dir.join("report.json");
-    let mut report: gpusanity_common::report::Report =
-        serde_json::from_slice(&std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?)?;
-    report.events = log.events.clone();
-    write_report(dir, &report)
 }

@@ -50,7 +50,7 @@ pub fn write_report(
     let mut report = gather::early_report(&meta, nodes, findings, line);
     log.push(CheckState::CheckFailed, report.summary.clone())?;
     report.events = log.events.clone();
-    super::write_report(&opts.report_dir, &report)?;
+    super::report_files::write_report(&opts.report_dir, &report)?;
     print!("{}", gpusanity_reports::text::summary(&report));
     Ok(report)
 }
