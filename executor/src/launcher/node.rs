@@ -448,8 +448,10 @@ fn read_outcome(k: usize, posted: &str) -> Heard {
     match serde_json::from_str(posted) {
         Ok(outcome) => Heard::Outcome(outcome),
         Err(e) => {
-            tracing::warn!(node = k, "node {k} posted a malformed outcome: {e}");
-            Heard::Malformed(e.to_string())
+            // The error may quote what the node posted: kept bounded like any text it sends.
+            let why = super::sent::cut(&e.to_string());
+            tracing::warn!(node = k, "node {k} posted a malformed outcome: {why}");
+            Heard::Malformed(why)
         }
     }
 }
@@ -507,6 +509,11 @@ mod tests {
     fn a_posted_outcome_that_does_not_read_is_malformed_not_silent() {
         match read_outcome(2, "{\"node_rank\": \"two\"}") {
             Heard::Malformed(e) => assert!(e.contains("invalid type"), "{e}"),
+            other => panic!("not malformed: {other:?}"),
+        }
+        let long = serde_json::json!({"node_rank": "x".repeat(100_000)}).to_string();
+        match read_outcome(2, &long) {
+            Heard::Malformed(e) => assert!(e.chars().count() <= 2048, "{} characters", e.chars().count()),
             other => panic!("not malformed: {other:?}"),
         }
         let posted = serde_json::json!({"node_rank": 2, "ranks": [], "checks": [], "stop": null}).to_string();

@@ -51,7 +51,8 @@ pub(crate) fn bounded(f: &Finding, severity: Severity) -> Finding {
     g
 }
 
-fn cut(s: &str) -> String {
+/// A text another node sent, at most [`MAX_TEXT`] characters of it.
+pub(crate) fn cut(s: &str) -> String {
     s.chars().take(MAX_TEXT).collect()
 }
 
