@@ -46,7 +46,7 @@ pub use sim_ranks::node_info;
 /// default check with H200-like figures, diagnosed by the real code.
 pub fn report(nnodes: usize, gpus: usize) -> Result<Report> {
     let nodes: Vec<NodeInfo> = (0..nnodes).map(|k| node_info(k, gpus)).collect();
-    let outcomes: Vec<_> = (0..nnodes).map(|k| Heard::Outcome(sim_ranks::outcome(k, &nodes, gpus))).collect();
+    let outcomes: Vec<_> = (0..nnodes).map(|k| Heard::Outcome(Box::new(sim_ranks::outcome(k, &nodes, gpus)))).collect();
     let mut configs = CheckConfigs::defaults(DeviceKind::Cuda);
     configs.apply_params(&[])?;
     let meta = gather::RunMeta {

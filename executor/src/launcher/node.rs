@@ -252,7 +252,7 @@ impl Cluster {
             tracing::warn!("gathering the nodes' outcomes: {e}; no other node is heard");
             vec![Heard::Silent; n.saturating_sub(1)]
         });
-        std::iter::once(Heard::Outcome(own)).chain(got).collect()
+        std::iter::once(Heard::Outcome(Box::new(own))).chain(got).collect()
     }
 
     /// Node 0: publishes the verdict and waits briefly until every node has read it, so the
@@ -446,7 +446,7 @@ fn hear(c: &mut StoreClient, k: usize, left: Duration) -> Heard {
 /// Node `k`'s posted outcome, or why it is not one.
 fn read_outcome(k: usize, posted: &str) -> Heard {
     match serde_json::from_str(posted) {
-        Ok(outcome) => Heard::Outcome(outcome),
+        Ok(outcome) => Heard::Outcome(Box::new(outcome)),
         Err(e) => {
             // The error may quote what the node posted: kept bounded like any text it sends.
             let why = super::sent::cut(&e.to_string());

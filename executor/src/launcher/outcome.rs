@@ -55,7 +55,7 @@ pub struct NodeOutcome {
 #[derive(Debug, Clone)]
 pub enum Heard {
     /// The node's outcome.
-    Outcome(NodeOutcome),
+    Outcome(Box<NodeOutcome>),
     /// Nothing within the wait: the node is unreachable or dead.
     Silent,
     /// The node posted something that is not an outcome; the error says what was wrong with it.
@@ -66,7 +66,7 @@ impl Heard {
     /// The outcome, where the node posted one that reads.
     pub fn outcome(&self) -> Option<&NodeOutcome> {
         match self {
-            Heard::Outcome(o) => Some(o),
+            Heard::Outcome(o) => Some(o.as_ref()),
             Heard::Silent | Heard::Malformed(_) => None,
         }
     }
