@@ -25,6 +25,7 @@ use gpusanity_common::wire::agent::{AgentCommand, AgentReport, CommandBody, Node
 use gpusanity_common::wire::watch::{GpuTelemetry, Telemetry, WatchTask};
 use gpusanity_common::wire::WIRE_VERSION;
 use gpusanity_executor::launcher::gather;
+use gpusanity_executor::launcher::outcome::Heard;
 use gpusanity_service::auth::keyring::Key;
 use gpusanity_service::auth::{envelope, rdzv, Direction, Keyring, Verifier};
 use gpusanity_service::report_chunks;
@@ -46,7 +47,7 @@ pub use sim_ranks::node_info;
 /// default check with H200-like figures, diagnosed by the real code.
 pub fn report(nnodes: usize, gpus: usize) -> Result<Report> {
     let nodes: Vec<NodeInfo> = (0..nnodes).map(|k| node_info(k, gpus)).collect();
-    let outcomes: Vec<_> = (0..nnodes).map(|k| Some(sim_ranks::outcome(k, &nodes, gpus))).collect();
+    let outcomes: Vec<_> = (0..nnodes).map(|k| Heard::Outcome(Box::new(sim_ranks::outcome(k, &nodes, gpus)))).collect();
     let mut configs = CheckConfigs::defaults(DeviceKind::Cuda);
     configs.apply_params(&[])?;
     let meta = gather::RunMeta {

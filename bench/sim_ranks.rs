@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{CheckDetail, CheckStatus, NodeInfo, RankInfo, RankResult, SweepPoint};
-use gpusanity_executor::launcher::supervise::NodeOutcome;
+use gpusanity_executor::launcher::outcome::NodeOutcome;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -21,7 +21,7 @@ macro_rules! general_codes {
                 "the test overran `--sanity-check-timeout-per-test`, or stalled for `diagnosis.stall-s` (no progress on a node, or a rank without heartbeats; the evidence says which); this rank never reached the point its peers wait at (heartbeats stopped, or the least progress in the earliest check that overran: peers may already wait in the next check); `evidence` lists where the waiting ranks were",
                 "exclude the node; reset the GPU";
             NodeLost = "NODE_LOST", Critical, "critical", [Rendezvous], "node",
-                "the node never reported its results (network down or node dead)",
+                "the node never reported its results (network down or node dead), or what it posted is not an outcome node 0 can read (the message says `malformed outcome:` and why)",
                 "exclude the node; check its link";
             NodeMissing = "NODE_MISSING", Critical, "critical", [Rendezvous], "node",
                 "the node never arrived at the rendezvous within the smaller of `--rdzv-timeout` and what was left of `--sanity-check-max-time` (not started, unreachable or dead); node 0 writes the report, no check runs, and every node that arrived exits 1",

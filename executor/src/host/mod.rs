@@ -114,7 +114,7 @@ pub fn accepted(info: &NodeInfo, sent: &[Finding]) -> Vec<Finding> {
         .filter(|f| CODES.contains(&f.code))
         .take(MAX_FINDINGS)
         .map(|f| {
-            let mut g = crate::launcher::not_ready::bounded(f, f.severity);
+            let mut g = crate::launcher::sent::bounded(f, f.severity);
             g.node_rank = Some(info.node_rank);
             g.host = Some(info.hostname.clone());
             g

@@ -11,7 +11,7 @@ use gpusanity_common::report::{
 };
 use gpusanity_common::Settings;
 
-use super::supervise::{NodeOutcome, Stop};
+use super::outcome::{Heard, NodeOutcome, Stop};
 use crate::diagnosis;
 
 pub struct RunMeta {
@@ -63,121 +63,15 @@ impl RunMeta {
     }
 }
 
-/// `outcomes[k]` is node k's outcome, or None if it never reported.
+/// `outcomes[k]` is what node 0 heard from node k (nothing, past the end).
 /// `baseline`: the fleet baseline every headline figure is also judged against.
-pub fn build_report(
-    meta: &RunMeta,
-    nodes: &[NodeInfo],
-    outcomes: &[Option<NodeOutcome>],
-    baseline: Option<&BaselineFile>,
-) -> Report {
-    let mut ranks: Vec<RankInfo> = Vec::new();
-    let mut checks = not_run_checks(meta);
-    let mut lost = Vec::new();
-    let mut overrun = diagnosis::Overrun::None;
-    let mut stops: Vec<Stop> = Vec::new();
-    let mut offset = 0;
-    for (k, node) in nodes.iter().enumerate() {
-        match outcomes.get(k).and_then(Option::as_ref) {
-            Some(o) => {
-                ranks.extend(o.ranks.iter().cloned());
-                match &o.stop {
-                    Some(Stop::TestTimeout { .. } | Stop::Stalled { .. }) => overrun = diagnosis::Overrun::Test,
-                    Some(Stop::RunTimeout { .. }) if overrun == diagnosis::Overrun::None => {
-                        overrun = diagnosis::Overrun::Run
-                    }
-                    _ => {}
-                }
-                if let Some(s) = &o.stop {
-                    stops.push(s.clone());
-                }
-                for (c, (dur, results)) in checks.iter_mut().zip(&o.checks) {
-                    c.duration_s = c.duration_s.max(*dur);
-                    c.ranks.extend(results.iter().cloned());
-                }
-            }
-            None => {
-                lost.push(node.clone());
-                for local in 0..node.nproc {
-                    let rank = offset + local;
-                    ranks.push(RankInfo {
-                        rank,
-                        node_rank: k,
-                        local_rank: local,
-                        host: node.hostname.clone(),
-                        device: String::new(),
-                        pid: 0,
-                        link: None,
-                    });
-                    for c in checks.iter_mut() {
-                        let mut r = RankResult::new(rank, CheckStatus::Error);
-                        r.end = Some(Box::new(RankEnd { node_lost: true, ..RankEnd::default() }));
-                        c.ranks.push(r);
-                    }
-                }
-            }
-        }
-        offset += node.nproc;
-    }
-    ranks.sort_by_key(|r| r.rank);
-    for c in checks.iter_mut() {
-        c.ranks.sort_by_key(|r| r.rank);
-    }
+pub fn build_report(meta: &RunMeta, nodes: &[NodeInfo], outcomes: &[Heard], baseline: Option<&BaselineFile>) -> Report {
+    let Merged { ranks, mut checks, lost, overrun, stops } = merge(meta, nodes, outcomes);
     let mut diag =
         diagnosis::diagnose_with_baseline(&mut checks, &ranks, &meta.configs, overrun, meta.backend, baseline);
-    // A stall stopped the test before its limit: say so beside the hang it names.
-    if let Some(Stop::Stalled { node_rank, check, stall_s, silent_rank }) =
-        stops.iter().find(|s| matches!(s, Stop::Stalled { .. }))
-    {
-        let why = match silent_rank {
-            Some(r) => format!("rank {r} sent no heartbeat"),
-            None => "no rank progressed".to_string(),
-        };
-        let line = format!(
-            "{check} stopped by node {node_rank} after {stall_s:.0} s in which {why} (diagnosis.stall-s), before the per-test limit"
-        );
-        for f in diag.findings.iter_mut().filter(|f| f.code == Code::TestHang) {
-            f.evidence.push(line.clone());
-        }
-    }
-    // What ended the run, when no rank is to blame for it.
-    for stop in stops.iter().take(1) {
-        let (code, message) = match stop {
-            Stop::RunTimeout { limit_s, .. } => {
-                (Code::RunTimeout, format!("the whole check overran --sanity-check-max-time ({limit_s:.0} s)"))
-            }
-            Stop::Interrupted { node_rank, signal } => {
-                (Code::RunInterrupted, format!("the launcher of node {node_rank} was stopped by {signal}"))
-            }
-            _ => continue,
-        };
-        diag.findings.push(Finding::new(Severity::Critical, code, Scope::Run, message.clone()));
-        if diag.summary == "a check did not pass" || diag.summary.is_empty() {
-            diag.summary = format!("{code}: {message}");
-        }
-    }
-    for node in &lost {
-        let mut f = Finding::new(
-            Severity::Critical,
-            Code::NodeLost,
-            Scope::Rendezvous,
-            format!(
-                "node {} ({}, {}) never reported its results: unreachable (network down) or dead",
-                node.node_rank, node.hostname, node.addr
-            ),
-        );
-        f.node_rank = Some(node.node_rank);
-        f.host = Some(node.hostname.clone());
-        f.action = Some("exclude the node; check its network link and whether it is up".into());
-        diag.findings.insert(0, f);
-    }
-    if !lost.is_empty() && diag.status == RunStatus::Passed {
-        diag.status = RunStatus::Failed;
-    }
-    if !lost.is_empty() {
-        let names: Vec<String> = lost.iter().map(|n| n.hostname.clone()).collect();
-        diag.summary = format!("NODE_LOST ({}); {}", names.join(", "), diag.summary);
-    }
+    note_stall(&mut diag.findings, &stops);
+    name_what_ended_the_run(&mut diag, &stops);
+    name_lost_nodes(&mut diag, &lost);
     let (host_findings, hosts) = super::host::fold(nodes, outcomes);
     diag.findings.extend(host_findings.iter().cloned());
     let mut report = meta.report(nodes, diag.status, diag.summary, checks, diag.findings);
@@ -188,6 +82,158 @@ pub fn build_report(
     super::host::apply(&mut report, &host_findings);
     super::compact::compact(&mut report);
     report
+}
+
+/// Every node's part of the run, merged: its ranks and each check's results (a lost node's
+/// ranks in error), which deadline ended the run, the stops, and the nodes node 0 has no results
+/// of (with why, where what they posted was malformed).
+struct Merged<'a> {
+    ranks: Vec<RankInfo>,
+    checks: Vec<CheckReport>,
+    lost: Vec<(&'a NodeInfo, Option<&'a str>)>,
+    overrun: diagnosis::Overrun,
+    stops: Vec<Stop>,
+}
+
+fn merge<'a>(meta: &RunMeta, nodes: &'a [NodeInfo], outcomes: &'a [Heard]) -> Merged<'a> {
+    let mut m = Merged {
+        ranks: Vec::new(),
+        checks: not_run_checks(meta),
+        lost: Vec::new(),
+        overrun: diagnosis::Overrun::None,
+        stops: Vec::new(),
+    };
+    let mut offset = 0;
+    for (k, node) in nodes.iter().enumerate() {
+        match outcomes.get(k).unwrap_or(&Heard::Silent) {
+            Heard::Outcome(o) => m.add(o),
+            Heard::Silent => m.add_lost(k, node, offset, None),
+            Heard::Malformed(e) => m.add_lost(k, node, offset, Some(e)),
+        }
+        offset += node.nproc;
+    }
+    m.ranks.sort_by_key(|r| r.rank);
+    for c in m.checks.iter_mut() {
+        c.ranks.sort_by_key(|r| r.rank);
+    }
+    m
+}
+
+impl<'a> Merged<'a> {
+    /// A node's outcome: its ranks, its results, and what stopped it.
+    fn add(&mut self, o: &NodeOutcome) {
+        self.ranks.extend(o.ranks.iter().cloned());
+        match &o.stop {
+            Some(Stop::TestTimeout { .. } | Stop::Stalled { .. }) => self.overrun = diagnosis::Overrun::Test,
+            Some(Stop::RunTimeout { .. }) if self.overrun == diagnosis::Overrun::None => {
+                self.overrun = diagnosis::Overrun::Run
+            }
+            _ => {}
+        }
+        if let Some(s) = &o.stop {
+            self.stops.push(s.clone());
+        }
+        for (c, (dur, results)) in self.checks.iter_mut().zip(&o.checks) {
+            c.duration_s = c.duration_s.max(*dur);
+            c.ranks.extend(results.iter().cloned());
+        }
+    }
+
+    /// Node `k`, of which node 0 has no results, its ranks from `offset` on: each in error in
+    /// every check.
+    fn add_lost(&mut self, k: usize, node: &'a NodeInfo, offset: usize, malformed: Option<&'a str>) {
+        self.lost.push((node, malformed));
+        for local in 0..node.nproc {
+            let rank = offset + local;
+            self.ranks.push(RankInfo {
+                rank,
+                node_rank: k,
+                local_rank: local,
+                host: node.hostname.clone(),
+                device: String::new(),
+                pid: 0,
+                link: None,
+            });
+            for c in self.checks.iter_mut() {
+                let mut r = RankResult::new(rank, CheckStatus::Error);
+                r.end = Some(Box::new(RankEnd { node_lost: true, ..RankEnd::default() }));
+                c.ranks.push(r);
+            }
+        }
+    }
+}
+
+/// A stall stopped the test before its limit: say so beside the hang it names.
+fn note_stall(findings: &mut [Finding], stops: &[Stop]) {
+    let Some(Stop::Stalled { node_rank, check, stall_s, silent_rank }) =
+        stops.iter().find(|s| matches!(s, Stop::Stalled { .. }))
+    else {
+        return;
+    };
+    let why = match silent_rank {
+        Some(r) => format!("rank {r} sent no heartbeat"),
+        None => "no rank progressed".to_string(),
+    };
+    let line = format!(
+        "{check} stopped by node {node_rank} after {stall_s:.0} s in which {why} (diagnosis.stall-s), before the per-test limit"
+    );
+    for f in findings.iter_mut().filter(|f| f.code == Code::TestHang) {
+        f.evidence.push(line.clone());
+    }
+}
+
+/// What ended the run, when no rank is to blame for it: the first stop, where it was the whole
+/// run's deadline or a signal.
+fn name_what_ended_the_run(diag: &mut diagnosis::Diagnosis, stops: &[Stop]) {
+    let (code, message) = match stops.first() {
+        Some(Stop::RunTimeout { limit_s, .. }) => {
+            (Code::RunTimeout, format!("the whole check overran --sanity-check-max-time ({limit_s:.0} s)"))
+        }
+        Some(Stop::Interrupted { node_rank, signal }) => {
+            (Code::RunInterrupted, format!("the launcher of node {node_rank} was stopped by {signal}"))
+        }
+        _ => return,
+    };
+    diag.findings.push(Finding::new(Severity::Critical, code, Scope::Run, message.clone()));
+    if diag.summary == "a check did not pass" || diag.summary.is_empty() {
+        diag.summary = format!("{code}: {message}");
+    }
+}
+
+/// The nodes node 0 has no results of fail the run, each named first, and the summary says so.
+fn name_lost_nodes(diag: &mut diagnosis::Diagnosis, lost: &[(&NodeInfo, Option<&str>)]) {
+    if lost.is_empty() {
+        return;
+    }
+    for (node, malformed) in lost {
+        diag.findings.insert(0, lost_finding(node, *malformed));
+    }
+    if diag.status == RunStatus::Passed {
+        diag.status = RunStatus::Failed;
+    }
+    let names: Vec<String> = lost.iter().map(|(n, _)| n.hostname.clone()).collect();
+    diag.summary = format!("NODE_LOST ({}); {}", names.join(", "), diag.summary);
+}
+
+/// The finding of a node whose results node 0 does not have: it never reported them, or what it
+/// posted is not an outcome (`malformed`: why; the finding then says so, not that it was silent).
+fn lost_finding(node: &NodeInfo, malformed: Option<&str>) -> Finding {
+    let at = format!("node {} ({}, {})", node.node_rank, node.hostname, node.addr);
+    let (message, action) = match malformed {
+        Some(e) => (
+            format!("{at} reported results node 0 cannot read: malformed outcome: {e}"),
+            "exclude the node; check that it runs the same gpusanity as node 0",
+        ),
+        None => (
+            format!("{at} never reported its results: unreachable (network down) or dead"),
+            "exclude the node; check its network link and whether it is up",
+        ),
+    };
+    let mut f = Finding::new(Severity::Critical, Code::NodeLost, Scope::Rendezvous, message);
+    f.node_rank = Some(node.node_rank);
+    f.host = Some(node.hostname.clone());
+    f.action = Some(action.into());
+    f
 }
 
 /// Every selected check, not run yet, with the configuration it runs with.
@@ -304,10 +350,24 @@ mod tests {
         assert_eq!(early.checks[0].status, CheckStatus::NotRun);
 
         // No node reported: every rank is there, lost.
-        let gathered = build_report(&meta, &nodes(), &[None, None], None);
+        let gathered = build_report(&meta, &nodes(), &[Heard::Silent, Heard::Silent], None);
         run_parts(&gathered, &meta, &[0, 1]);
         assert!(gathered.summary.starts_with("NODE_LOST"), "{}", gathered.summary);
         assert_eq!(gathered.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), [0, 1]);
         assert_eq!(gathered.checks[0].ranks.len(), 2);
+    }
+
+    #[test]
+    fn a_node_whose_outcome_is_malformed_is_named_failing_for_it_not_as_silent() {
+        let malformed = Heard::Malformed("expected value at line 1 column 1".into());
+        let r = build_report(&meta(), &nodes(), &[Heard::Silent, malformed], None);
+        assert_eq!(r.status, RunStatus::Failed);
+        assert_eq!(r.faulty_nodes, [0, 1], "{:?}", r.node_verdicts);
+        let on = |k: usize| r.findings.iter().find(|f| f.node_rank == Some(k) && f.code == Code::NodeLost);
+        let silent = on(0).map(|f| f.message.as_str()).unwrap_or_default();
+        assert!(silent.contains("never reported its results"), "{silent}");
+        let spoke = on(1).map(|f| f.message.as_str()).unwrap_or_default();
+        assert!(spoke.contains("malformed outcome: expected value at line 1 column 1"), "{spoke}");
+        assert!(!spoke.contains("never reported"), "{spoke}");
     }
 }

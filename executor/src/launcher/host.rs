@@ -5,7 +5,7 @@ use gpusanity_common::config::CheckConfigs;
 use gpusanity_common::device::NvidiaHardware;
 use gpusanity_common::report::{DeviceKind, Finding, NodeHost, NodeInfo, Report, RunStatus, Severity};
 
-use super::supervise::{HostOutcome, NodeOutcome};
+use super::outcome::{Heard, HostOutcome};
 use crate::host::{self, Sources};
 
 /// The most bytes of another node's readings kept in the report.
@@ -60,11 +60,11 @@ pub fn driver_too_old(configs: &CheckConfigs, at: (usize, &str), test_faults: bo
 /// Node 0: every node's host findings (bounded, placed on the node that sent them) into the
 /// report's findings, verdicts and summary, and their readings into `hosts`. Called before the
 /// node verdicts are drawn.
-pub fn fold(nodes: &[NodeInfo], outcomes: &[Option<NodeOutcome>]) -> (Vec<Finding>, Vec<NodeHost>) {
+pub fn fold(nodes: &[NodeInfo], outcomes: &[Heard]) -> (Vec<Finding>, Vec<NodeHost>) {
     let mut findings = Vec::new();
     let mut hosts = Vec::new();
     for (info, outcome) in nodes.iter().zip(outcomes) {
-        let Some(h) = outcome.as_ref().and_then(|o| o.host.as_ref()) else { continue };
+        let Some(h) = outcome.outcome().and_then(|o| o.host.as_ref()) else { continue };
         findings.extend(host::accepted(info, &h.findings));
         let size = serde_json::to_vec(&h.readings).map_or(usize::MAX, |v| v.len());
         if size <= MAX_READINGS_BYTES {

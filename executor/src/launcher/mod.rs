@@ -10,10 +10,14 @@ pub mod gather;
 mod host;
 pub mod node;
 pub(crate) mod not_ready;
+pub mod outcome;
 mod readiness;
 pub mod rendezvous;
+mod report_files;
+pub(crate) mod sent;
 pub mod supervise;
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -21,6 +25,7 @@ use anyhow::{Context, Result};
 use gpusanity_common::config::CheckConfigs;
 pub use gpusanity_common::device::DeviceChoice;
 use gpusanity_common::events::CheckState;
+use gpusanity_common::registry::CheckId;
 use gpusanity_common::report::{DeviceKind, Finding, RunStatus};
 use gpusanity_common::timing;
 use gpusanity_common::{ExitCode, Settings, TimeoutOps};
@@ -31,8 +36,11 @@ use crate::backend::WorkerPlace;
 use crate::protocol::WorkerSpec;
 use events::EventLog;
 use node::{Cluster, Joined, Offer, RunEnd};
+use outcome::{NodeOutcome, Stop};
 use rendezvous::TopologyFlags;
-use supervise::{Stop, Supervisor};
+use report_files::rewrite_events;
+pub use report_files::{write_html, write_report};
+use supervise::Supervisor;
 
 /// Bad input: reported as one line, exit code 2.
 #[derive(Debug, Error)]
@@ -87,48 +95,135 @@ impl From<Handover> for Finished {
     }
 }
 
+/// The launcher's environment, as a map.
+type Env = std::collections::HashMap<String, String>;
+
 /// Runs `gpusanity check` on this node.
 pub async fn check(opts: CheckOptions) -> Result<Finished> {
     let started = Instant::now();
-    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let env: Env = std::env::vars().collect();
     let topo = rendezvous::resolve(&opts.topology, &env).map_err(|e| UsageError(e.to_string()))?;
     let is_master = topo.node_rank == 0;
     opts.env_policy.check(&opts.settings.envs).map_err(|e| UsageError(e.to_string()))?;
-
     if let Some(reason) = skip_reason(&opts) {
-        let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
-        log.push(CheckState::CheckSkipped, reason)?;
-        return finish_pass(&opts, &mut log).map(Finished::from);
+        return skip(&opts, is_master, reason);
     }
+    let host = this_host(&opts);
+    let (offer, configs) = match make_offer(&opts, &env, &topo, &host)? {
+        ControlFlow::Continue(made) => made,
+        ControlFlow::Break(finished) => return Ok(finished),
+    };
+    let (device, nproc) = (offer.device, offer.nproc);
+    let host_read = match offer.not_ready.is_empty() {
+        true => host::read(device, nproc, &configs, (topo.node_rank, &host), opts.env_policy.test_faults),
+        false => None,
+    };
+    let (cluster, mut log) = match meet(&opts, &topo, &host, &configs, offer, started).await? {
+        ControlFlow::Continue(met) => met,
+        ControlFlow::Break(finished) => return Ok(finished),
+    };
+    let checks =
+        crate::checks::pair_schedule::with_link_test(opts.settings.selected_checks(), device, cluster.sizes.len());
+    log_checking(&mut log, device, &cluster, &checks)?;
+    let meta = run_meta(&opts, &cluster, device, &configs, checks);
+    // This node's own store, where its ranks meet before their node speaks for them in node 0's
+    // (store::Rounds); served until the run ends.
+    let node_store = start_node_store(&cluster, nproc)?;
+    let mut outcome = run_workers(&opts, &topo, &cluster, &meta, nproc, node_store.as_ref(), started).await?;
+    outcome.host = host_read;
+    if let Err(e) = cluster.post_outcome(&outcome).await {
+        // Cut off from node 0 (its link is down, or node 0 is gone): nobody will hear us.
+        eprintln!("gpusanity: node {} cannot reach the rendezvous store: {e:#}; its results are lost", topo.node_rank);
+        return Ok(Handover::Exit(ExitCode::CheckFailed).into());
+    }
+    let (verdict, written) = match is_master {
+        true => {
+            let (verdict, report) = report_and_publish(&opts, &cluster, &meta, outcome, &mut log).await?;
+            (verdict, Some(report))
+        }
+        false => (cluster.await_verdict(opts.settings.max_time() + Duration::from_secs(60)).await?, None),
+    };
+    let handover = hand_over(&opts, &verdict, &mut log, is_master).await?;
+    Ok(Finished { handover, report: written })
+}
 
-    let host = opts.node_name.clone().unwrap_or_else(|| {
+/// The check is skipped (`reason`): logged, and the job's command runs.
+fn skip(opts: &CheckOptions, is_master: bool, reason: String) -> Result<Finished> {
+    let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
+    log.push(CheckState::CheckSkipped, reason)?;
+    finish_pass(opts, &mut log).map(Finished::from)
+}
+
+/// This node's name in the report: the one it was given, else its hostname.
+fn this_host(opts: &CheckOptions) -> String {
+    opts.node_name.clone().unwrap_or_else(|| {
         nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "localhost".into())
-    });
-    let (offer, configs) = match resolve_device(&opts, &env, topo.node_rank, &host)? {
+    })
+}
+
+/// What this node brings to the rendezvous, and the checks' configuration; or, on a node alone
+/// that cannot run the job's GPUs, the end of the check (its report written).
+fn make_offer(
+    opts: &CheckOptions,
+    env: &Env,
+    topo: &rendezvous::Topology,
+    host: &str,
+) -> Result<ControlFlow<Finished, (Offer, CheckConfigs)>> {
+    let fault = inherited_fault(opts, env);
+    match resolve_device(opts, env, topo.node_rank, host)? {
         Ok((device, nproc, devices)) => {
             let mut configs = CheckConfigs::defaults(device);
             configs.apply_params(&opts.check_params).map_err(|e| UsageError(e.to_string()))?;
             fit::check_fits(&configs, &opts.settings.selected_checks(), device, nproc)?;
-            (Offer { device, nproc, devices, not_ready: Vec::new(), fault: inherited_fault(&opts, &env) }, configs)
+            Ok(ControlFlow::Continue((Offer { device, nproc, devices, not_ready: Vec::new(), fault }, configs)))
         }
         Err((configs, findings)) if topo.nnodes == 1 => {
-            return readiness::fail(&opts, topo.node_rank, &host, &configs, findings)
+            readiness::fail(opts, topo.node_rank, host, &configs, findings).map(ControlFlow::Break)
         }
         // Node 0 names this node with its evidence once every node has arrived.
         Err((configs, findings)) => {
-            let fault = inherited_fault(&opts, &env);
-            (Offer { device: DeviceKind::Cuda, nproc: 0, devices: Vec::new(), not_ready: findings, fault }, configs)
+            let offer = Offer { device: DeviceKind::Cuda, nproc: 0, devices: Vec::new(), not_ready: findings, fault };
+            Ok(ControlFlow::Continue((offer, configs)))
         }
-    };
-    let (device, nproc) = (offer.device, offer.nproc);
-    let own_findings = offer.not_ready.clone();
-    let test_faults = opts.env_policy.test_faults;
-    let host_read = match own_findings.is_empty() {
-        true => host::read(device, nproc, &configs, (topo.node_rank, &host), test_faults),
-        false => None,
-    };
+    }
+}
+
+/// The rendezvous: the cluster every node arrived at, ready, with node 0's event log; or the end
+/// of the check, where some node never arrived or cannot run the job's GPUs.
+async fn meet(
+    opts: &CheckOptions,
+    topo: &rendezvous::Topology,
+    host: &str,
+    configs: &CheckConfigs,
+    offer: Offer,
+    started: Instant,
+) -> Result<ControlFlow<Finished, (Cluster, EventLog)>> {
+    let is_master = topo.node_rank == 0;
+    let (device, own_findings) = (offer.device, offer.not_ready.clone());
     // A node that never arrives is named within the run's own limit, not after a longer wait.
     let rdzv_wait = opts.rdzv_timeout.min(opts.settings.max_time().saturating_sub(started.elapsed()));
+    warn_if_unauthenticated(opts, topo);
+    let secret = opts.rdzv_secret.clone();
+    let joined = match Cluster::join(topo, opts.node_name.as_deref(), offer, rdzv_wait, secret).await {
+        Ok(joined) => joined,
+        // Not ready and no rendezvous either: say why here, as a node alone would.
+        Err(e) if !own_findings.is_empty() => {
+            tracing::warn!("rendezvous of a node that is not ready: {e:#}");
+            return readiness::fail(opts, topo.node_rank, host, configs, own_findings).map(ControlFlow::Break);
+        }
+        Err(e) => return Err(e),
+    };
+    let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
+    match joined {
+        Joined::All(cluster) => Ok(ControlFlow::Continue((cluster, log))),
+        Joined::Missing(m) => missing_nodes(opts, is_master, device, configs, &mut log, m).map(ControlFlow::Break),
+        Joined::NotReady(cluster, findings, summary) => {
+            not_ready::conclude(opts, &cluster, device, configs, findings, &summary).await.map(ControlFlow::Break)
+        }
+    }
+}
+
+fn warn_if_unauthenticated(opts: &CheckOptions, topo: &rendezvous::Topology) {
     if topo.nnodes > 1 && opts.rdzv_secret.is_none() {
         tracing::warn!(
             "the rendezvous of this {}-node run is unauthenticated: anyone who reaches node 0's port can forge \
@@ -137,80 +232,62 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
             crate::store::auth::SECRET_ENV
         );
     }
-    let secret = opts.rdzv_secret.clone();
-    let joined = match Cluster::join(&topo, opts.node_name.as_deref(), offer, rdzv_wait, secret).await {
-        Ok(joined) => joined,
-        // Not ready and no rendezvous either: say why here, as a node alone would.
-        Err(e) if !own_findings.is_empty() => {
-            tracing::warn!("rendezvous of a node that is not ready: {e:#}");
-            return readiness::fail(&opts, topo.node_rank, &host, &configs, own_findings);
-        }
-        Err(e) => return Err(e),
-    };
-    let mut log = EventLog::new(is_master.then_some(opts.report_dir.as_path()))?;
-    let cluster = match joined {
-        Joined::All(cluster) => cluster,
-        Joined::Missing(m) => return missing_nodes(&opts, is_master, device, &configs, &mut log, m),
-        Joined::NotReady(cluster, findings, summary) => {
-            return not_ready::conclude(&opts, &cluster, device, &configs, findings, &summary).await
-        }
-    };
-    let checks =
-        crate::checks::pair_schedule::with_link_test(opts.settings.selected_checks(), device, cluster.sizes.len());
-    log.push(
-        CheckState::Checking,
-        format!(
-            "{} on {} rank(s): {}",
-            device,
-            cluster.world,
-            checks.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
-        ),
-    )?;
-    let meta = gather::RunMeta {
+}
+
+/// The run as its report states it, starting now: its `checks`, their configuration, and the
+/// settings with any inherited test fault.
+fn run_meta(
+    opts: &CheckOptions,
+    cluster: &Cluster,
+    device: DeviceKind,
+    configs: &CheckConfigs,
+    checks: Vec<CheckId>,
+) -> gather::RunMeta {
+    gather::RunMeta {
         run_id: cluster.run_id.clone(),
         started_at: chrono::Utc::now(),
-        settings: with_inherited_fault(&opts, &cluster),
+        settings: with_inherited_fault(opts, cluster),
         backend: device,
         configs: configs.clone(),
-        checks: checks.clone(),
-    };
+        checks,
+    }
+}
 
-    // This node's own store, where its ranks meet before their node speaks for them in node 0's
-    // (store::Rounds); served until the run ends. A node of one rank needs none.
-    let node_store = match nproc {
-        0 | 1 => None,
-        _ => Some(
-            crate::store::NodeStore::start(cluster.secret.clone(), nproc, &cluster.store_addr)
-                .context("hosting this node's store")?,
-        ),
-    };
+fn log_checking(log: &mut EventLog, device: DeviceKind, cluster: &Cluster, checks: &[CheckId]) -> Result<()> {
+    let names: Vec<&str> = checks.iter().map(|c| c.as_str()).collect();
+    log.push(CheckState::Checking, format!("{} on {} rank(s): {}", device, cluster.world, names.join(", ")))
+}
+
+/// The store this node's ranks meet in (store::Rounds); a node of one rank needs none.
+fn start_node_store(cluster: &Cluster, nproc: usize) -> Result<Option<crate::store::NodeStore>> {
+    match nproc {
+        0 | 1 => Ok(None),
+        _ => crate::store::NodeStore::start(cluster.secret.clone(), nproc, &cluster.store_addr)
+            .map(Some)
+            .context("hosting this node's store"),
+    }
+}
+
+/// This node's workers, run under supervision until every check is done or the run stops (a
+/// stop from another node, a signal): what this node measured.
+async fn run_workers(
+    opts: &CheckOptions,
+    topo: &rendezvous::Topology,
+    cluster: &Cluster,
+    meta: &gather::RunMeta,
+    nproc: usize,
+    node_store: Option<&crate::store::NodeStore>,
+    started: Instant,
+) -> Result<NodeOutcome> {
     // Rank 0 judges the first measurements against the fleet too, before a re-measure: it alone
     // gets the baseline's entries of the run's checks, in a private file removed once the
     // workers are done.
     let fleet_file = match opts.baseline.as_deref() {
-        Some(b) if is_master && cluster.rank_offset == 0 && nproc > 0 => fleet_file::write(b, &checks),
+        Some(b) if topo.node_rank == 0 && cluster.rank_offset == 0 && nproc > 0 => fleet_file::write(b, &meta.checks),
         _ => None,
     };
-    let specs: Vec<WorkerSpec> = (0..nproc)
-        .map(|local| WorkerSpec {
-            place: WorkerPlace {
-                rank: cluster.rank_offset + local,
-                world: cluster.world,
-                local_rank: local,
-                node_rank: topo.node_rank,
-                node_addr: cluster.node_addr.clone(),
-                node_sizes: cluster.sizes.clone(),
-            },
-            store_addr: cluster.store_addr.clone(),
-            rdzv_secret: cluster.secret.clone(),
-            device,
-            checks: checks.clone(),
-            configs: configs.clone(),
-            node_store_addr: node_store.as_ref().map(|s| s.addr().to_string()),
-            fleet_baseline: fleet_file.as_ref().filter(|_| cluster.rank_offset + local == 0).map(|f| f.path().into()),
-            per_test_s: Some(opts.settings.timeout_per_test().as_secs_f64()),
-        })
-        .collect();
+    let place = WorkerStores { node_store: node_store.map(|s| s.addr()), fleet_file: fleet_file.as_ref() };
+    let specs = worker_specs(opts, topo.node_rank, cluster, meta, nproc, place);
     let (stop_tx, stop_rx) = mpsc::channel::<Stop>(8);
     cluster.watch_abort(stop_tx.clone()).await?;
     watch_signals(topo.node_rank, stop_tx.clone());
@@ -221,64 +298,102 @@ pub async fn check(opts: CheckOptions) -> Result<Finished> {
         check_envs: opts.settings.envs.clone(),
         test_faults: opts.env_policy.test_faults,
         per_test: opts.settings.timeout_per_test(),
-        stall: Duration::from_secs(configs.stall_s),
+        stall: Duration::from_secs(meta.configs.stall_s),
         run_deadline: started + opts.settings.max_time(),
         run_limit: opts.settings.max_time(),
     };
-    let mut outcome = sup.run(stop_rx, cluster.abort_handle().await?).await?;
-    outcome.host = host_read;
-    drop(fleet_file);
-    if let Err(e) = cluster.post_outcome(&outcome).await {
-        // Cut off from node 0 (its link is down, or node 0 is gone): nobody will hear us.
-        eprintln!("gpusanity: node {} cannot reach the rendezvous store: {e:#}; its results are lost", topo.node_rank);
-        return Ok(Handover::Exit(ExitCode::CheckFailed).into());
+    let outcome = sup.run(stop_rx, cluster.abort_handle().await?).await;
+    drop((stop_tx, fleet_file));
+    outcome
+}
+
+/// What the workers find beside their spec: the node's store, and rank 0's fleet file.
+struct WorkerStores<'a> {
+    node_store: Option<&'a str>,
+    fleet_file: Option<&'a fleet_file::FleetFile>,
+}
+
+/// Each local rank's spec.
+fn worker_specs(
+    opts: &CheckOptions,
+    node_rank: usize,
+    cluster: &Cluster,
+    meta: &gather::RunMeta,
+    nproc: usize,
+    stores: WorkerStores<'_>,
+) -> Vec<WorkerSpec> {
+    (0..nproc)
+        .map(|local| WorkerSpec {
+            place: WorkerPlace {
+                rank: cluster.rank_offset + local,
+                world: cluster.world,
+                local_rank: local,
+                node_rank,
+                node_addr: cluster.node_addr.clone(),
+                node_sizes: cluster.sizes.clone(),
+            },
+            store_addr: cluster.store_addr.clone(),
+            rdzv_secret: cluster.secret.clone(),
+            device: meta.backend,
+            checks: meta.checks.clone(),
+            configs: meta.configs.clone(),
+            node_store_addr: stores.node_store.map(str::to_string),
+            fleet_baseline: stores.fleet_file.filter(|_| cluster.rank_offset + local == 0).map(|f| f.path().into()),
+            per_test_s: Some(opts.settings.timeout_per_test().as_secs_f64()),
+        })
+        .collect()
+}
+
+/// Node 0: every node's outcome gathered into the report, which is written and printed, and the
+/// verdict published to every node.
+async fn report_and_publish(
+    opts: &CheckOptions,
+    cluster: &Cluster,
+    meta: &gather::RunMeta,
+    own: NodeOutcome,
+    log: &mut EventLog,
+) -> Result<(RunEnd, gpusanity_common::report::Report)> {
+    let wait = opts.settings.timeout_per_test().min(Duration::from_secs(600)) + Duration::from_secs(30);
+    let outcomes = cluster.gather(own, wait).await;
+    let mut report = gather::build_report(meta, &cluster.nodes, &outcomes, opts.baseline.as_deref());
+    let hold = report.status == RunStatus::TimedOut && opts.settings.timeout_ops == TimeoutOps::KeepJobHang;
+    if !hold {
+        let state = if report.status == RunStatus::Passed { CheckState::CheckPassed } else { CheckState::CheckFailed };
+        log.push(state, report.summary.clone())?;
     }
+    report.events = log.events.clone();
+    write_report(&opts.report_dir, &report)?;
+    print!("{}", gpusanity_reports::text::summary(&report));
+    let verdict = RunEnd { status: report.status, summary: report.summary.clone(), hold };
+    cluster.publish_verdict(&verdict).await;
+    if let Some(peak) = cluster.store_peak_connections() {
+        tracing::info!(
+            nodes = cluster.sizes.len(),
+            ranks = cluster.world,
+            peak_connections = peak,
+            "node 0's store: the most connections held at once"
+        );
+    }
+    Ok((verdict, report))
+}
 
-    let mut written = None;
-    let verdict = if is_master {
-        let wait = opts.settings.timeout_per_test().min(Duration::from_secs(600)) + Duration::from_secs(30);
-        let outcomes = cluster.gather(outcome, wait).await;
-        let mut report = gather::build_report(&meta, &cluster.nodes, &outcomes, opts.baseline.as_deref());
-        let hold = report.status == RunStatus::TimedOut && opts.settings.timeout_ops == TimeoutOps::KeepJobHang;
-        if !hold {
-            let state =
-                if report.status == RunStatus::Passed { CheckState::CheckPassed } else { CheckState::CheckFailed };
-            log.push(state, report.summary.clone())?;
-        }
-        report.events = log.events.clone();
-        write_report(&opts.report_dir, &report)?;
-        print!("{}", gpusanity_reports::text::summary(&report));
-        let v = RunEnd { status: report.status, summary: report.summary.clone(), hold };
-        cluster.publish_verdict(&v).await;
-        if let Some(peak) = cluster.store_peak_connections() {
-            tracing::info!(
-                nodes = cluster.sizes.len(),
-                ranks = cluster.world,
-                peak_connections = peak,
-                "node 0's store: the most connections held at once"
-            );
-        }
-        written = Some(report);
-        v
-    } else {
-        cluster.await_verdict(opts.settings.max_time() + Duration::from_secs(60)).await?
-    };
-
-    let handover = match verdict.status {
-        RunStatus::Passed | RunStatus::Skipped => finish_pass(&opts, &mut log)?,
+/// What the process does on the verdict: the job's command on a pass, an exit code otherwise;
+/// a KeepJobHang hold first waits for SIGTERM.
+async fn hand_over(opts: &CheckOptions, verdict: &RunEnd, log: &mut EventLog, is_master: bool) -> Result<Handover> {
+    Ok(match verdict.status {
+        RunStatus::Passed | RunStatus::Skipped => finish_pass(opts, log)?,
         RunStatus::Failed => Handover::Exit(ExitCode::CheckFailed),
         RunStatus::TimedOut if verdict.hold => {
             eprintln!("gpusanity: a test overran and --sanity-check-timeout-ops=KeepJobHang: staying in Checking until SIGTERM (report written)");
             wait_for_sigterm().await;
             log.push(CheckState::CheckFailed, "KeepJobHang hold ended by SIGTERM")?;
             if is_master {
-                rewrite_events(&opts.report_dir, &log)?;
+                rewrite_events(&opts.report_dir, log)?;
             }
             Handover::Exit(ExitCode::TimedOut)
         }
         RunStatus::TimedOut => Handover::Exit(ExitCode::TimedOut),
-    };
-    Ok(Finished { handover, report: written })
+    })
 }
 
 /// Some nodes never arrived: node 0 writes a report naming them and fails the run; every node
@@ -319,7 +434,7 @@ fn missing_nodes(
 
 /// With `--test-faults`, a `GPUSANITY_FAULT` of the launcher's own environment: its workers
 /// inject it as they would the job's (unless the job sets its own).
-fn inherited_fault(opts: &CheckOptions, env: &std::collections::HashMap<String, String>) -> Option<String> {
+fn inherited_fault(opts: &CheckOptions, env: &Env) -> Option<String> {
     let fault = crate::protocol::FAULT_ENV;
     if !opts.env_policy.test_faults || opts.settings.envs.iter().any(|(k, _)| k == fault) {
         return None;
@@ -369,12 +484,7 @@ fn finish_pass(opts: &CheckOptions, log: &mut EventLog) -> Result<Handover> {
 /// the configuration and the findings its report holds (readiness.rs).
 type Resolution = std::result::Result<(DeviceKind, usize, Vec<String>), (CheckConfigs, Vec<Finding>)>;
 
-fn resolve_device(
-    opts: &CheckOptions,
-    env: &std::collections::HashMap<String, String>,
-    node_rank: usize,
-    host: &str,
-) -> Result<Resolution> {
+fn resolve_device(opts: &CheckOptions, env: &Env, node_rank: usize, host: &str) -> Result<Resolution> {
     if opts.nproc_per_node == Some(0) {
         return Err(UsageError("--nproc-per-node must be at least 1".into()).into());
     }
@@ -441,40 +551,4 @@ async fn wait_for_sigterm() {
         }
         Err(_) => std::future::pending::<()>().await,
     }
-}
-
-pub fn write_report(dir: &std::path::Path, report: &gpusanity_common::report::Report) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    // Compact JSON: a large run's report is a third of its indented size (`jq .` indents it).
-    write_atomic(&dir.join("report.json"), &serde_json::to_vec(report)?)?;
-    write_html(&dir.join("report.html"), report, &Default::default())
-}
-
-/// The HTML page beside report.json.
-pub fn write_html(
-    path: &std::path::Path,
-    report: &gpusanity_common::report::Report,
-    ctx: &gpusanity_reports::html::RunContext,
-) -> Result<()> {
-    let page = gpusanity_reports::html::run_page(report, ctx).context("rendering the HTML report")?;
-    write_atomic(path, page.as_bytes())
-}
-
-/// Writes `PATH.tmp`, then renames it over `path`: a reader never sees half a file.
-fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
-}
-
-/// After a KeepJobHang hold ends, the report gains the final event too.
-fn rewrite_events(dir: &std::path::Path, log: &EventLog) -> Result<()> {
-    let path = dir.join("report.json");
-    let mut report: gpusanity_common::report::Report =
-        serde_json::from_slice(&std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?)?;
-    report.events = log.events.clone();
-    write_report(dir, &report)
 }

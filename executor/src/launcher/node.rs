@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::arrival::{self, Arrival, Roster};
+use super::outcome::{Heard, NodeOutcome, Stop};
 use super::rendezvous::Topology;
-use super::supervise::{NodeOutcome, Stop};
 use super::UsageError;
 use crate::store::{self, Secret, StoreClient, StoreError, ABORT_KEY, VERDICT_KEY};
 
@@ -108,7 +108,7 @@ pub enum Joined {
     /// Some nodes never arrived within the wait.
     Missing(MissingNodes),
     /// Every node arrived, but some cannot run the job's GPUs: their findings (bounded and
-    /// placed on the node that sent them, `not_ready::accepted`; on node 0 only) and node 0's
+    /// placed on the node that sent them, `sent::accepted`; on node 0 only) and node 0's
     /// summary of them.
     NotReady(Cluster, Vec<Finding>, String),
 }
@@ -153,113 +153,28 @@ impl Cluster {
             topo.nnodes,
             topo.nnodes.saturating_mul(store::limits::ASSUMED_RANKS_PER_NODE),
         ));
-        let store_addr = if topo.node_rank == 0 {
-            let nofile = store::limits::raise_nofile();
-            let wanted = bounds.limits().connections;
-            if topo.nnodes > 1 && nofile < wanted as u64 {
-                tracing::warn!(
-                    "node 0 may open {nofile} files but its store may hold {wanted} connections: raise the \
-                     open-file limit (ulimit -n) if ranks fail to connect"
-                );
-            }
-            let listener = host(topo).await?;
-            let port = listener.local_addr()?.port();
-            tokio::spawn(store::serve_within(listener, secret.clone(), bounds.clone()));
-            if topo.nnodes == 1 {
-                format!("127.0.0.1:{port}")
-            } else {
-                format!("{}:{port}", topo.master_addr)
-            }
-        } else {
-            format!("{}:{}", topo.master_addr, topo.master_port)
-        };
-        let addr = store_addr.clone();
-        let s = secret.clone();
-        let client = tokio::task::spawn_blocking(move || StoreClient::connect(&addr, timeout, s))
-            .await?
-            .map_err(|e| UsageError(e.to_string()))?;
-        let node_addr = client.local_ip()?.to_string();
-        let client = Arc::new(Mutex::new(client));
+        let store_addr = store_address(topo, &secret, &bounds).await?;
+        let (client, node_addr) = connect(&store_addr, timeout, secret.clone()).await?;
         let hostname = match name {
             Some(n) => n.to_string(),
             None => {
                 nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| node_addr.clone())
             }
         };
-        let me = Registration {
-            info: NodeInfo {
-                node_rank: topo.node_rank,
-                hostname: hostname.clone(),
-                addr: node_addr.clone(),
-                nproc: offer.nproc,
-            },
-            device: offer.device,
-            devices: offer.devices,
-            not_ready: offer.not_ready,
-            fault: offer.fault,
-        };
         let device = offer.device;
-        let key = format!("node/{}", topo.node_rank);
-        let value = serde_json::to_string(&me)?;
-        let nnodes = topo.nnodes;
-        if topo.node_rank == 0 {
-            let id = format!("{}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ"), std::process::id());
-            blocking(&client, move |c| c.set("run_id", &id)).await?;
-        }
-        let me = topo.node_rank;
-        // The run id first: once node 0 has declared nodes missing, its store may go away.
-        let (run_id, arrival) = blocking(&client, move |c| {
-            c.set(&key, &value)?;
-            let run_id = c.get("run_id", timeout)?;
-            Ok((run_id, arrival::wait_all(c, nnodes, timeout, me)?))
-        })
-        .await
-        .map_err(|e| UsageError(format!("rendezvous: not every node arrived: {e}")))?;
-        let parse = |r: &String| serde_json::from_str::<Registration>(r).context("malformed node registration");
-        let (nodes, roster, not_ready, faults) = match arrival {
-            Arrival::All(regs) => {
-                let regs: Vec<Registration> = regs.iter().map(parse).collect::<Result<_>>()?;
-                let faults =
-                    regs.iter().filter_map(|r| Some((r.info.node_rank, bounded(r.fault.as_deref()?)))).collect();
-                let not_ready: Vec<Finding> =
-                    regs.iter().flat_map(|r| super::not_ready::accepted(&r.info, &r.not_ready)).collect();
-                let devices: Vec<(DeviceKind, usize)> = regs.iter().map(|r| (r.device, r.info.nproc)).collect();
-                let roster = Roster::new(&devices, &super::not_ready::summary(&not_ready));
-                // Published before anything is judged: every node judges the same roster.
-                let r = roster.clone();
-                blocking(&client, move |c| arrival::publish(c, &r))
-                    .await
-                    .map_err(|e| UsageError(format!("rendezvous: publishing the roster: {e}")))?;
-                (regs.into_iter().map(|r| r.info).collect(), roster, not_ready, faults)
-            }
-            Arrival::Roster(roster) => (Vec::new(), roster, Vec::new(), Vec::new()),
+        let me = Registration::of(topo.node_rank, &hostname, &node_addr, offer);
+        let (run_id, arrival) = register(&client, topo, &me, timeout).await?;
+        let known = match arrival {
+            Arrival::All(regs) => publish_roster(&client, &regs).await?,
+            Arrival::Roster(roster) => Known { nodes: Vec::new(), roster, not_ready: Vec::new(), faults: Vec::new() },
             Arrival::Missing { present, missing } => {
-                let present = present.iter().map(|r| r.as_ref().map(parse).transpose()).collect::<Result<Vec<_>>>()?;
-                let not_ready =
-                    present.iter().flatten().flat_map(|r| super::not_ready::accepted(&r.info, &r.not_ready)).collect();
-                let nodes = present
-                    .into_iter()
-                    .enumerate()
-                    .map(|(k, r)| match r {
-                        Some(r) => r.info,
-                        None => NodeInfo {
-                            node_rank: k,
-                            hostname: topo.node_names.get(k).cloned().unwrap_or_else(|| format!("node {k}")),
-                            addr: "unknown: it never registered".into(),
-                            nproc: 0,
-                        },
-                    })
-                    .collect();
-                return Ok(Joined::Missing(MissingNodes { nodes, missing, waited: timeout, run_id, not_ready }));
+                return missing_nodes(topo, &present, missing, timeout, run_id).map(Joined::Missing)
             }
         };
+        let Known { nodes, roster, not_ready, faults } = known;
         let all_ready = roster.not_ready.is_empty();
-        let other = if roster.device != device { Some((0, roster.device)) } else { roster.odd.first().copied() };
-        if let Some((k, other)) = other.filter(|_| all_ready) {
-            return Err(UsageError(format!(
-                "node {k} runs the {other} backend but this node runs {device}: every node must use the same --device"
-            ))
-            .into());
+        if all_ready {
+            same_backend(&roster, device)?;
         }
         let sizes = roster.sizes;
         let rank_offset = sizes[..topo.node_rank].iter().sum();
@@ -301,8 +216,11 @@ impl Cluster {
         let mut c = self.connect_again().await?;
         std::thread::spawn(move || {
             if let Ok(v) = c.get(ABORT_KEY, Duration::from_secs(30 * 24 * 3600)) {
-                if let Ok(stop) = serde_json::from_str::<Stop>(&v) {
-                    let _ = tx.blocking_send(stop);
+                match serde_json::from_str::<Stop>(&v) {
+                    Ok(stop) => {
+                        let _ = tx.blocking_send(stop);
+                    }
+                    Err(e) => tracing::warn!("another node posted a malformed stop, not acted on: {e}"),
                 }
             }
         });
@@ -322,21 +240,19 @@ impl Cluster {
         Ok(())
     }
 
-    /// Node 0: every node's outcome (its own given), None for a node silent for `wait`.
-    pub async fn gather(&self, own: NodeOutcome, wait: Duration) -> Vec<Option<NodeOutcome>> {
+    /// Node 0: what it heard from every node (its own outcome given) within `wait`.
+    pub async fn gather(&self, own: NodeOutcome, wait: Duration) -> Vec<Heard> {
         let n = self.nodes.len();
         let got = blocking(&self.client, move |c| {
             let start = std::time::Instant::now();
-            Ok((1..n)
-                .map(|k| {
-                    let left = wait.saturating_sub(start.elapsed());
-                    c.get(&format!("outcome/{k}"), left).ok().and_then(|v| serde_json::from_str(&v).ok())
-                })
-                .collect::<Vec<Option<NodeOutcome>>>())
+            Ok((1..n).map(|k| hear(c, k, wait.saturating_sub(start.elapsed()))).collect::<Vec<Heard>>())
         })
         .await
-        .unwrap_or_else(|_| vec![None; n.saturating_sub(1)]);
-        std::iter::once(Some(own)).chain(got).collect()
+        .unwrap_or_else(|e| {
+            tracing::warn!("gathering the nodes' outcomes: {e}; no other node is heard");
+            vec![Heard::Silent; n.saturating_sub(1)]
+        });
+        std::iter::once(Heard::Outcome(Box::new(own))).chain(got).collect()
     }
 
     /// Node 0: publishes the verdict and waits briefly until every node has read it, so the
@@ -365,6 +281,178 @@ impl Cluster {
         .await
         .context("no verdict from node 0")?;
         Ok(serde_json::from_str(&v)?)
+    }
+}
+
+/// What node 0 learnt of every node at the rendezvous (the others learn only the roster).
+struct Known {
+    /// Every node, on node 0; empty on the others.
+    nodes: Vec<NodeInfo>,
+    roster: Roster,
+    /// The findings of the nodes that cannot run the job's GPUs, bounded and placed (node 0).
+    not_ready: Vec<Finding>,
+    /// The nodes whose workers inject a test fault, and the fault (node 0).
+    faults: Vec<(usize, String)>,
+}
+
+impl Registration {
+    /// This node's registration: its place, name and address, and what it offers.
+    fn of(node_rank: usize, hostname: &str, addr: &str, offer: Offer) -> Registration {
+        Registration {
+            info: NodeInfo { node_rank, hostname: hostname.to_string(), addr: addr.to_string(), nproc: offer.nproc },
+            device: offer.device,
+            devices: offer.devices,
+            not_ready: offer.not_ready,
+            fault: offer.fault,
+        }
+    }
+
+    fn parse(posted: &str) -> Result<Registration> {
+        serde_json::from_str(posted).context("malformed node registration")
+    }
+}
+
+/// Where the run's store is: on node 0, its own, started here (loopback for a node alone);
+/// elsewhere, node 0's.
+async fn store_address(topo: &Topology, secret: &Option<Secret>, bounds: &store::Bounds) -> Result<String> {
+    if topo.node_rank != 0 {
+        return Ok(format!("{}:{}", topo.master_addr, topo.master_port));
+    }
+    let nofile = store::limits::raise_nofile();
+    let wanted = bounds.limits().connections;
+    if topo.nnodes > 1 && nofile < wanted as u64 {
+        tracing::warn!(
+            "node 0 may open {nofile} files but its store may hold {wanted} connections: raise the \
+             open-file limit (ulimit -n) if ranks fail to connect"
+        );
+    }
+    let listener = host(topo).await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(store::serve_within(listener, secret.clone(), bounds.clone()));
+    Ok(if topo.nnodes == 1 { format!("127.0.0.1:{port}") } else { format!("{}:{port}", topo.master_addr) })
+}
+
+/// A connection to the run's store, and this node's address as the store sees it.
+async fn connect(
+    store_addr: &str,
+    timeout: Duration,
+    secret: Option<Secret>,
+) -> Result<(Arc<Mutex<StoreClient>>, String)> {
+    let addr = store_addr.to_string();
+    let client = tokio::task::spawn_blocking(move || StoreClient::connect(&addr, timeout, secret))
+        .await?
+        .map_err(|e| UsageError(e.to_string()))?;
+    let node_addr = client.local_ip()?.to_string();
+    Ok((Arc::new(Mutex::new(client)), node_addr))
+}
+
+/// Registers this node (`me`) and waits for every other: the run's id (node 0 names it) and
+/// who arrived.
+async fn register(
+    client: &Arc<Mutex<StoreClient>>,
+    topo: &Topology,
+    me: &Registration,
+    timeout: Duration,
+) -> Result<(String, Arrival)> {
+    let key = format!("node/{}", topo.node_rank);
+    let value = serde_json::to_string(me)?;
+    let nnodes = topo.nnodes;
+    if topo.node_rank == 0 {
+        let id = format!("{}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ"), std::process::id());
+        blocking(client, move |c| c.set("run_id", &id)).await?;
+    }
+    let me = topo.node_rank;
+    // The run id first: once node 0 has declared nodes missing, its store may go away.
+    let arrived = blocking(client, move |c| {
+        c.set(&key, &value)?;
+        let run_id = c.get("run_id", timeout)?;
+        Ok((run_id, arrival::wait_all(c, nnodes, timeout, me)?))
+    })
+    .await
+    .map_err(|e| UsageError(format!("rendezvous: not every node arrived: {e}")))?;
+    Ok(arrived)
+}
+
+/// Node 0, every node arrived: their registrations read, and the roster published before
+/// anything is judged, so that every node judges the same roster.
+async fn publish_roster(client: &Arc<Mutex<StoreClient>>, posted: &[String]) -> Result<Known> {
+    let regs: Vec<Registration> = posted.iter().map(|r| Registration::parse(r)).collect::<Result<_>>()?;
+    let faults = regs.iter().filter_map(|r| Some((r.info.node_rank, bounded(r.fault.as_deref()?)))).collect();
+    let not_ready: Vec<Finding> = regs.iter().flat_map(|r| super::sent::accepted(&r.info, &r.not_ready)).collect();
+    let devices: Vec<(DeviceKind, usize)> = regs.iter().map(|r| (r.device, r.info.nproc)).collect();
+    let roster = Roster::new(&devices, &super::sent::summary(&not_ready));
+    let r = roster.clone();
+    blocking(client, move |c| arrival::publish(c, &r))
+        .await
+        .map_err(|e| UsageError(format!("rendezvous: publishing the roster: {e}")))?;
+    Ok(Known { nodes: regs.into_iter().map(|r| r.info).collect(), roster, not_ready, faults })
+}
+
+/// The nodes of a run some of which never arrived within `waited`: those that did as they
+/// registered, a missing one with what is known of it.
+fn missing_nodes(
+    topo: &Topology,
+    present: &[Option<String>],
+    missing: Vec<usize>,
+    waited: Duration,
+    run_id: String,
+) -> Result<MissingNodes> {
+    let present =
+        present.iter().map(|r| r.as_deref().map(Registration::parse).transpose()).collect::<Result<Vec<_>>>()?;
+    let not_ready = present.iter().flatten().flat_map(|r| super::sent::accepted(&r.info, &r.not_ready)).collect();
+    let nodes = present
+        .into_iter()
+        .enumerate()
+        .map(|(k, r)| match r {
+            Some(r) => r.info,
+            None => NodeInfo {
+                node_rank: k,
+                hostname: topo.node_names.get(k).cloned().unwrap_or_else(|| format!("node {k}")),
+                addr: "unknown: it never registered".into(),
+                nproc: 0,
+            },
+        })
+        .collect();
+    Ok(MissingNodes { nodes, missing, waited, run_id, not_ready })
+}
+
+/// Every node, ready, must run node 0's backend.
+fn same_backend(roster: &Roster, device: DeviceKind) -> Result<()> {
+    let other = if roster.device != device { Some((0, roster.device)) } else { roster.odd.first().copied() };
+    match other {
+        Some((k, other)) => Err(UsageError(format!(
+            "node {k} runs the {other} backend but this node runs {device}: every node must use the same --device"
+        ))
+        .into()),
+        None => Ok(()),
+    }
+}
+
+/// What node 0 hears from node `k` in its store within `left`: its outcome, silence, or a
+/// message that is not an outcome (which is not silence: the node spoke, and what it said is
+/// named).
+fn hear(c: &mut StoreClient, k: usize, left: Duration) -> Heard {
+    let posted = match c.get(&format!("outcome/{k}"), left) {
+        Ok(posted) => posted,
+        Err(StoreError::Timeout(..)) => return Heard::Silent,
+        Err(e) => {
+            tracing::warn!(node = k, "reading node {k}'s outcome: {e}; it counts as silent");
+            return Heard::Silent;
+        }
+    };
+    read_outcome(k, &posted)
+}
+
+/// Node `k`'s posted outcome, or why it is not one.
+fn read_outcome(k: usize, posted: &str) -> Heard {
+    match serde_json::from_str(posted) {
+        Ok(outcome) => Heard::Outcome(Box::new(outcome)),
+        Err(e) => {
+            // The error may quote what the node posted: kept bounded like any text it sends.
+            let why = super::sent::cut(&e.to_string());
+            tracing::warn!(node = k, "node {k} posted a malformed outcome: {why}");
+            Heard::Malformed(why)
+        }
     }
 }
 
@@ -411,4 +499,27 @@ async fn bind(topo: &Topology) -> Result<tokio::net::TcpListener, store::BindErr
         topo.master_addr
     );
     store::listen_on(Ipv4Addr::UNSPECIFIED.into(), topo.listen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_posted_outcome_that_does_not_read_is_malformed_not_silent() {
+        match read_outcome(2, "{\"node_rank\": \"two\"}") {
+            Heard::Malformed(e) => assert!(e.contains("invalid type"), "{e}"),
+            other => panic!("not malformed: {other:?}"),
+        }
+        let long = serde_json::json!({"node_rank": "x".repeat(100_000)}).to_string();
+        match read_outcome(2, &long) {
+            Heard::Malformed(e) => assert!(e.chars().count() <= 2048, "{} characters", e.chars().count()),
+            other => panic!("not malformed: {other:?}"),
+        }
+        let posted = serde_json::json!({"node_rank": 2, "ranks": [], "checks": [], "stop": null}).to_string();
+        match read_outcome(2, &posted) {
+            Heard::Outcome(o) => assert_eq!((o.node_rank, o.host.is_none()), (2, true)),
+            other => panic!("not an outcome: {other:?}"),
+        }
+    }
 }

@@ -215,7 +215,7 @@ pub(super) fn fail(
     findings: Vec<Finding>,
 ) -> anyhow::Result<super::Finished> {
     if node_rank != 0 {
-        eprintln!("gpusanity: error: {}", super::not_ready::summary(&findings));
+        eprintln!("gpusanity: error: {}", super::sent::summary(&findings));
         return Ok(super::Handover::Exit(ExitCode::CheckFailed).into());
     }
     let run_id = format!("{}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ"), std::process::id());

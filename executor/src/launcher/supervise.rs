@@ -12,7 +12,6 @@ use gpusanity_common::report::{RankInfo, RankResult};
 use indicatif::{ProgressBar, ProgressStyle};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::mpsc;
@@ -20,6 +19,7 @@ use tokio::sync::mpsc;
 mod unfinished;
 
 use super::node::AbortHandle;
+use super::outcome::{NodeOutcome, Stop};
 use crate::protocol::{WorkerMsg, WorkerSpec, FAULT_ENV, SPEC_ENV};
 use unfinished::{describe_exit, unfinished};
 
@@ -28,59 +28,6 @@ const FAILURE_GRACE: Duration = Duration::from_millis(1000);
 
 /// Lines of a worker's stderr kept for crash attribution.
 const TAIL_LINES: usize = 20;
-
-/// Why a node stopped its workers before they finished.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Stop {
-    /// A test overran `--sanity-check-timeout-per-test` on `node_rank`.
-    TestTimeout { node_rank: usize, check: String, limit_s: f64 },
-    /// The whole run overran `--sanity-check-max-time`.
-    RunTimeout { node_rank: usize, limit_s: f64 },
-    /// A worker died or gave up.
-    RankFailed { node_rank: usize, rank: usize, reason: String },
-    /// The launcher of `node_rank` was told to stop (SIGTERM/SIGINT).
-    Interrupted { node_rank: usize, signal: String },
-    /// No rank of `node_rank` progressed, or one stopped beating, for `stall_s` in `check`.
-    Stalled { node_rank: usize, check: String, stall_s: f64, silent_rank: Option<usize> },
-}
-
-impl Stop {
-    /// The node that decided the stop.
-    pub fn node_rank(&self) -> usize {
-        match self {
-            Stop::TestTimeout { node_rank, .. }
-            | Stop::RunTimeout { node_rank, .. }
-            | Stop::RankFailed { node_rank, .. }
-            | Stop::Interrupted { node_rank, .. }
-            | Stop::Stalled { node_rank, .. } => *node_rank,
-        }
-    }
-
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, Stop::TestTimeout { .. } | Stop::RunTimeout { .. } | Stop::Stalled { .. })
-    }
-}
-
-/// What one node measured.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NodeOutcome {
-    pub node_rank: usize,
-    pub ranks: Vec<RankInfo>,
-    /// Per selected check: its duration on this node and this node's rank results.
-    pub checks: Vec<(f64, Vec<RankResult>)>,
-    pub stop: Option<Stop>,
-    /// What the launcher read of its host before any check, and the findings it gave.
-    #[serde(default)]
-    pub host: Option<HostOutcome>,
-}
-
-/// A node's host readings and their findings, as it posts them to node 0.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct HostOutcome {
-    pub readings: gpusanity_common::host::HostReadings,
-    pub findings: Vec<gpusanity_common::report::Finding>,
-}
 
 pub struct Supervisor {
     pub node_rank: usize,
@@ -122,7 +69,7 @@ struct Rank {
 impl Supervisor {
     /// Runs the workers until every check is done or the run stops. `external` delivers a stop
     /// decided elsewhere (another node, a signal).
-    pub async fn run(self, mut external: mpsc::Receiver<Stop>, mut abort: AbortHandle) -> Result<NodeOutcome> {
+    pub async fn run(self, mut external: mpsc::Receiver<Stop>, abort: AbortHandle) -> Result<NodeOutcome> {
         let (tx, mut rx) = mpsc::channel::<Event>(1024);
         let mut ranks = Vec::new();
         for (i, spec) in self.specs.iter().enumerate() {
@@ -130,157 +77,142 @@ impl Supervisor {
         }
         let nchecks = self.specs.first().map(|s| s.checks.len()).unwrap_or(0);
         let bar = progress_bar(nchecks * ranks.len());
-
-        // Stage 0 is set-up (backends opening); stage i+1 is check i.
-        let mut stage = 0usize;
-        let mut stage_start = Instant::now();
-        // The last sign of progress from any rank of this node (heartbeats do not count).
-        let mut last_move = Instant::now();
-        let mut check_start = vec![None::<Instant>; nchecks];
-        let mut check_end = vec![None::<Instant>; nchecks];
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        // A worker that gave up (rather than died) may have lost a peer on another node.
-        let mut gave_up = false;
-        let stop: Option<Stop> = loop {
-            let stage_done = |ranks: &[Rank], stage: usize| {
-                ranks.iter().all(|r| if stage == 0 { !r.device.is_empty() } else { r.results[stage - 1].is_some() })
-            };
-            while stage <= nchecks && stage_done(&ranks, stage) {
-                if stage > 0 {
-                    check_end[stage - 1] = Some(Instant::now());
-                }
-                stage += 1;
-                stage_start = Instant::now();
-                last_move = stage_start;
-                if stage <= nchecks {
-                    check_start[stage - 1] = Some(stage_start);
-                }
-            }
-            if stage > nchecks {
-                break None;
-            }
-            tokio::select! {
-                ev = rx.recv() => match ev {
-                    Some(Event::Msg(i, msg)) => {
-                        let r = &mut ranks[i];
-                        r.last_beat = Instant::now();
-                        if !matches!(msg, WorkerMsg::Heartbeat) {
-                            last_move = r.last_beat;
-                        }
-                        match msg {
-                            WorkerMsg::Heartbeat => {}
-                            WorkerMsg::Ready { device, link } => {
-                                r.device = device;
-                                r.link = link;
-                            }
-                            WorkerMsg::Progress { check, phase, step } => {
-                                // Where each rank is, for a reader of the log while it runs
-                                // (GPUSANITY_LOG=debug).
-                                if phase == "start" {
-                                    tracing::debug!(rank = r.spec.place.rank, %check, "check started");
-                                }
-                                bar.set_message(format!("{check}: rank {} {phase} {step}", r.spec.place.rank));
-                                r.progress_seq += 1;
-                                r.progress = Some((check.to_string(), phase, step));
-                            }
-                            WorkerMsg::CheckDone { check, duration_s, result } => {
-                                tracing::debug!(rank = r.spec.place.rank, %check, status = ?result.status, "check done");
-                                if let Some(k) = r.spec.checks.iter().position(|c| *c == check) {
-                                    r.results[k] = Some((duration_s, *result));
-                                    bar.inc(1);
-                                }
-                            }
-                            WorkerMsg::Fatal { error } => {
-                                gave_up = true;
-                                break Some(Stop::RankFailed { node_rank: self.node_rank, rank: r.spec.place.rank, reason: error });
-                            }
-                        }
-                    }
-                    Some(Event::Exited(i, status)) => {
-                        // Let the stderr reader catch up with the last lines.
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        let r = &mut ranks[i];
-                        let desc = describe_exit(&status);
-                        r.exited = Some(desc.clone());
-                        r.exited_at = Some(std::time::SystemTime::now());
-                        let finished = r.results.iter().all(Option::is_some);
-                        let ok = matches!(&status, Ok(s) if s.success());
-                        if !(finished && ok) {
-                            let tail = tail_text(&r.tail);
-                            let reason = if tail.is_empty() { desc } else { format!("{desc}; last output:\n{tail}") };
-                            break Some(Stop::RankFailed { node_rank: self.node_rank, rank: r.spec.place.rank, reason });
-                        }
-                    }
-                    None => break Some(Stop::Interrupted { node_rank: self.node_rank, signal: "event channel closed".into() }),
-                },
-                Some(s) = external.recv() => break Some(s),
-                _ = tick.tick() => {
-                    let now = Instant::now();
-                    if now >= self.run_deadline {
-                        break Some(Stop::RunTimeout { node_rank: self.node_rank, limit_s: self.run_limit.as_secs_f64() });
-                    }
-                    if let Some(stop) = self.stalled(&ranks, stage, now, last_move) {
-                        break Some(stop);
-                    }
-                    if now.duration_since(stage_start) >= self.per_test {
-                        let check = if stage == 0 { "set-up".to_string() } else { self.specs[0].checks[stage - 1].to_string() };
-                        break Some(Stop::TestTimeout { node_rank: self.node_rank, check, limit_s: self.per_test.as_secs_f64() });
-                    }
-                }
-            }
-        };
+        let mut stages = Stages::new(nchecks);
+        let watched = self.watch(&mut ranks, &mut rx, &mut external, &bar, &mut stages).await;
         bar.finish_and_clear();
-        let stop = match stop {
-            // A rank that failed may only have seen a peer on another node go away: give a stop
-            // from that node a moment to arrive, and prefer it.
-            Some(own @ Stop::RankFailed { .. }) if gave_up => {
-                match tokio::time::timeout(FAILURE_GRACE, external.recv()).await {
-                    Ok(Some(theirs)) => Some(theirs),
-                    _ => Some(own),
+        let stop = match watched {
+            Watched::Done => None,
+            Watched::Stopped(stop) => Some(stop),
+            Watched::GaveUp(own) => Some(their_stop_or(own, &mut external).await),
+        };
+        self.tell_other_nodes(stop.as_ref(), abort).await;
+        let checks = stages.results(&ranks, stop.as_ref());
+        end_workers(&ranks, &mut rx).await;
+        Ok(NodeOutcome { node_rank: self.node_rank, ranks: self.rank_infos(&ranks), checks, stop, host: None })
+    }
+
+    /// Follows the workers until every check is done on every rank or the run stops: a rank
+    /// died or gave up, a deadline passed, the node stalled, another node or a signal said stop.
+    async fn watch(
+        &self,
+        ranks: &mut [Rank],
+        rx: &mut mpsc::Receiver<Event>,
+        external: &mut mpsc::Receiver<Stop>,
+        bar: &ProgressBar,
+        stages: &mut Stages,
+    ) -> Watched {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            if stages.advance(ranks) {
+                return Watched::Done;
+            }
+            let watched = tokio::select! {
+                ev = rx.recv() => match ev {
+                    Some(Event::Msg(i, msg)) => self.on_message(&mut ranks[i], msg, bar, stages),
+                    Some(Event::Exited(i, status)) => self.on_exit(&mut ranks[i], status).await,
+                    None => Some(Watched::Stopped(Stop::Interrupted {
+                        node_rank: self.node_rank,
+                        signal: "event channel closed".into(),
+                    })),
+                },
+                Some(s) = external.recv() => Some(Watched::Stopped(s)),
+                _ = tick.tick() => self.on_tick(ranks, stages).map(Watched::Stopped),
+            };
+            if let Some(watched) = watched {
+                return watched;
+            }
+        }
+    }
+
+    /// A worker's message: its beat, its progress, a check's result; or it gave up.
+    fn on_message(&self, r: &mut Rank, msg: WorkerMsg, bar: &ProgressBar, stages: &mut Stages) -> Option<Watched> {
+        r.last_beat = Instant::now();
+        if !matches!(msg, WorkerMsg::Heartbeat) {
+            stages.last_move = r.last_beat;
+        }
+        match msg {
+            WorkerMsg::Heartbeat => {}
+            WorkerMsg::Ready { device, link } => {
+                r.device = device;
+                r.link = link;
+            }
+            WorkerMsg::Progress { check, phase, step } => {
+                // Where each rank is, for a reader of the log while it runs (GPUSANITY_LOG=debug).
+                if phase == "start" {
+                    tracing::debug!(rank = r.spec.place.rank, %check, "check started");
+                }
+                bar.set_message(format!("{check}: rank {} {phase} {step}", r.spec.place.rank));
+                r.progress_seq += 1;
+                r.progress = Some((check.to_string(), phase, step));
+            }
+            WorkerMsg::CheckDone { check, duration_s, result } => {
+                tracing::debug!(rank = r.spec.place.rank, %check, status = ?result.status, "check done");
+                if let Some(k) = r.spec.checks.iter().position(|c| *c == check) {
+                    r.results[k] = Some((duration_s, *result));
+                    bar.inc(1);
                 }
             }
-            other => other,
-        };
-        // Tell the other nodes before any worker is killed here.
-        // (Off the runtime's thread: node 0's store is served by this same runtime.)
-        if let Some(s) = stop.clone().filter(|s| s.node_rank() == self.node_rank) {
+            WorkerMsg::Fatal { error } => {
+                let rank = r.spec.place.rank;
+                return Some(Watched::GaveUp(Stop::RankFailed { node_rank: self.node_rank, rank, reason: error }));
+            }
+        }
+        None
+    }
+
+    /// A worker exited: the run stops unless it finished every check and exited cleanly.
+    async fn on_exit(&self, r: &mut Rank, status: std::io::Result<ExitStatus>) -> Option<Watched> {
+        // Let the stderr reader catch up with the last lines.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let desc = describe_exit(&status);
+        r.exited = Some(desc.clone());
+        r.exited_at = Some(std::time::SystemTime::now());
+        let finished = r.results.iter().all(Option::is_some);
+        let ok = matches!(&status, Ok(s) if s.success());
+        if finished && ok {
+            return None;
+        }
+        let tail = tail_text(&r.tail);
+        let reason = if tail.is_empty() { desc } else { format!("{desc}; last output:\n{tail}") };
+        Some(Watched::Stopped(Stop::RankFailed { node_rank: self.node_rank, rank: r.spec.place.rank, reason }))
+    }
+
+    /// The clock: the whole run's deadline, a stall, the running test's limit.
+    fn on_tick(&self, ranks: &[Rank], stages: &Stages) -> Option<Stop> {
+        let now = Instant::now();
+        if now >= self.run_deadline {
+            return Some(Stop::RunTimeout { node_rank: self.node_rank, limit_s: self.run_limit.as_secs_f64() });
+        }
+        if let Some(stop) = self.stalled(ranks, stages.stage, now, stages.last_move) {
+            return Some(stop);
+        }
+        (now.duration_since(stages.stage_start) >= self.per_test).then(|| Stop::TestTimeout {
+            node_rank: self.node_rank,
+            check: self.stage_name(stages.stage),
+            limit_s: self.per_test.as_secs_f64(),
+        })
+    }
+
+    /// What runs in `stage`: the set-up, or a check.
+    fn stage_name(&self, stage: usize) -> String {
+        if stage == 0 {
+            "set-up".to_string()
+        } else {
+            self.specs[0].checks[stage - 1].to_string()
+        }
+    }
+
+    /// Tells the other nodes of a stop decided here, before any worker is killed here. (Off the
+    /// runtime's thread: node 0's store is served by this same runtime.)
+    async fn tell_other_nodes(&self, stop: Option<&Stop>, mut abort: AbortHandle) {
+        if let Some(s) = stop.filter(|s| s.node_rank() == self.node_rank).cloned() {
             let _ = tokio::task::spawn_blocking(move || abort.publish(&s)).await;
         }
+    }
 
-        // Record where every unfinished rank was before anything is killed.
-        let now = Instant::now();
-        let mut checks = Vec::with_capacity(nchecks);
-        for k in 0..nchecks {
-            let mut results = Vec::new();
-            for r in &ranks {
-                let res = match &r.results[k] {
-                    Some((_, res)) => res.clone(),
-                    None => unfinished(r, k, stage, stop.as_ref(), now),
-                };
-                results.push(res);
-            }
-            let dur = match (check_start[k], check_end[k]) {
-                (Some(s), Some(e)) => e.duration_since(s).as_secs_f64(),
-                (Some(s), None) => now.duration_since(s).as_secs_f64(),
-                _ => 0.0,
-            };
-            checks.push((dur, results));
-        }
-        // End every worker still alive and reap it: nothing is left behind.
-        for r in &ranks {
-            if r.exited.is_none() {
-                let _ = kill(Pid::from_raw(r.pid as i32), Signal::SIGKILL);
-            }
-        }
-        let mut alive = ranks.iter().filter(|r| r.exited.is_none()).count();
-        while alive > 0 {
-            match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
-                Ok(Some(Event::Exited(..))) => alive -= 1,
-                Ok(Some(_)) => {}
-                _ => break,
-            }
-        }
-        let infos = ranks
+    /// Who each rank was: its place, device, process and link.
+    fn rank_infos(&self, ranks: &[Rank]) -> Vec<RankInfo> {
+        ranks
             .iter()
             .map(|r| RankInfo {
                 rank: r.spec.place.rank,
@@ -291,8 +223,7 @@ impl Supervisor {
                 pid: r.pid,
                 link: r.link,
             })
-            .collect();
-        Ok(NodeOutcome { node_rank: self.node_rank, ranks: infos, checks, stop, host: None })
+            .collect()
     }
 
     /// A stall: a live rank silent (no heartbeat) for the stall time, in any stage; or, once
@@ -301,7 +232,7 @@ impl Supervisor {
     /// beating or made the least progress, as after a per-test overrun; a slow rank that still
     /// progresses keeps the node moving and is never stopped here.
     fn stalled(&self, ranks: &[Rank], stage: usize, now: Instant, last_move: Instant) -> Option<Stop> {
-        let check = if stage == 0 { "set-up".to_string() } else { self.specs[0].checks[stage - 1].to_string() };
+        let check = self.stage_name(stage);
         let stall_s = self.stall.as_secs_f64();
         let silent = ranks.iter().find(|r| r.exited.is_none() && now.duration_since(r.last_beat) >= self.stall);
         if let Some(r) = silent {
@@ -320,7 +251,39 @@ impl Supervisor {
         })
     }
 
+    /// Starts worker `i` on `spec`; its messages and its exit come through `tx`.
     async fn spawn(&self, i: usize, spec: &WorkerSpec, tx: mpsc::Sender<Event>) -> Result<Rank> {
+        let mut child = self.worker_command(spec)?.spawn().context("starting a worker process")?;
+        let pid = child.id().unwrap_or(0);
+        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        if let Some(out) = child.stdout.take() {
+            tokio::spawn(forward_messages(i, out, tx.clone()));
+        }
+        if let Some(err) = child.stderr.take() {
+            tokio::spawn(keep_tail(spec.place.rank, err, tail.clone()));
+        }
+        tokio::spawn(async move {
+            let status = child.wait().await;
+            let _ = tx.send(Event::Exited(i, status)).await;
+        });
+        Ok(Rank {
+            spec: spec.clone(),
+            pid,
+            device: String::new(),
+            link: None,
+            last_beat: Instant::now(),
+            progress: None,
+            progress_seq: 0,
+            results: vec![None; spec.checks.len()],
+            exited: None,
+            exited_at: None,
+            tail,
+        })
+    }
+
+    /// The worker's command: `gpusanity worker` with its spec and the job's envs, killed with
+    /// the launcher.
+    fn worker_command(&self, spec: &WorkerSpec) -> Result<Command> {
         let exe = std::env::current_exe().context("locating the gpusanity binary")?;
         let mut cmd = Command::new(exe);
         cmd.arg("worker");
@@ -344,58 +307,136 @@ impl Supervisor {
         unsafe {
             cmd.pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from));
         }
-        let mut child = cmd.spawn().context("starting a worker process")?;
-        let pid = child.id().unwrap_or(0);
-        let tail = Arc::new(Mutex::new(VecDeque::new()));
-        if let Some(out) = child.stdout.take() {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(out).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    match serde_json::from_str::<WorkerMsg>(&line) {
-                        Ok(msg) => {
-                            if tx.send(Event::Msg(i, msg)).await.is_err() {
-                                break;
-                            }
-                        }
-                        Err(_) => tracing::warn!(worker = i, "unexpected worker output: {line}"),
-                    }
+        Ok(cmd)
+    }
+}
+
+/// Worker `i`'s messages (JSON lines on its stdout), sent on as events.
+async fn forward_messages(i: usize, out: tokio::process::ChildStdout, tx: mpsc::Sender<Event>) {
+    let mut lines = BufReader::new(out).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        match serde_json::from_str::<WorkerMsg>(&line) {
+            Ok(msg) => {
+                if tx.send(Event::Msg(i, msg)).await.is_err() {
+                    break;
                 }
-            });
+            }
+            Err(_) => tracing::warn!(worker = i, "unexpected worker output: {line}"),
         }
-        if let Some(err) = child.stderr.take() {
-            let tail = tail.clone();
-            let rank = spec.place.rank;
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(err).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    tracing::debug!(rank, "{line}");
-                    if let Ok(mut t) = tail.lock() {
-                        if t.len() == TAIL_LINES {
-                            t.pop_front();
-                        }
-                        t.push_back(line);
-                    }
-                }
-            });
+    }
+}
+
+/// Rank `rank`'s stderr, logged, its last [`TAIL_LINES`] kept for crash attribution.
+async fn keep_tail(rank: usize, err: tokio::process::ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {
+    let mut lines = BufReader::new(err).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::debug!(rank, "{line}");
+        if let Ok(mut t) = tail.lock() {
+            if t.len() == TAIL_LINES {
+                t.pop_front();
+            }
+            t.push_back(line);
         }
-        tokio::spawn(async move {
-            let status = child.wait().await;
-            let _ = tx.send(Event::Exited(i, status)).await;
-        });
-        Ok(Rank {
-            spec: spec.clone(),
-            pid,
-            device: String::new(),
-            link: None,
-            last_beat: Instant::now(),
-            progress: None,
-            progress_seq: 0,
-            results: vec![None; spec.checks.len()],
-            exited: None,
-            exited_at: None,
-            tail,
-        })
+    }
+}
+
+/// How the watch over the workers ended.
+enum Watched {
+    /// Every check is done on every rank.
+    Done,
+    /// A rank died, a deadline passed, the node stalled, or another node or a signal said stop.
+    Stopped(Stop),
+    /// A worker gave up (rather than died): it may only have lost a peer on another node.
+    GaveUp(Stop),
+}
+
+/// A rank that gave up may only have seen a peer on another node go away: a stop from that
+/// node is given a moment to arrive, and preferred.
+async fn their_stop_or(own: Stop, external: &mut mpsc::Receiver<Stop>) -> Stop {
+    match tokio::time::timeout(FAILURE_GRACE, external.recv()).await {
+        Ok(Some(theirs)) => theirs,
+        _ => own,
+    }
+}
+
+/// Where this node's run stands: stage 0 is set-up (the backends opening), stage i+1 check i.
+struct Stages {
+    nchecks: usize,
+    stage: usize,
+    stage_start: Instant,
+    /// The last sign of progress from any rank of this node (heartbeats do not count).
+    last_move: Instant,
+    check_start: Vec<Option<Instant>>,
+    check_end: Vec<Option<Instant>>,
+}
+
+impl Stages {
+    fn new(nchecks: usize) -> Stages {
+        Stages {
+            nchecks,
+            stage: 0,
+            stage_start: Instant::now(),
+            last_move: Instant::now(),
+            check_start: vec![None; nchecks],
+            check_end: vec![None; nchecks],
+        }
+    }
+
+    /// Moves past every stage that every rank is done with; true once every check is.
+    fn advance(&mut self, ranks: &[Rank]) -> bool {
+        let stage_done = |stage: usize| {
+            ranks.iter().all(|r| if stage == 0 { !r.device.is_empty() } else { r.results[stage - 1].is_some() })
+        };
+        while self.stage <= self.nchecks && stage_done(self.stage) {
+            if self.stage > 0 {
+                self.check_end[self.stage - 1] = Some(Instant::now());
+            }
+            self.stage += 1;
+            self.stage_start = Instant::now();
+            self.last_move = self.stage_start;
+            if self.stage <= self.nchecks {
+                self.check_start[self.stage - 1] = Some(self.stage_start);
+            }
+        }
+        self.stage > self.nchecks
+    }
+
+    /// Per check, its duration on this node and every rank's result: where an unfinished rank
+    /// was, recorded before anything is killed.
+    fn results(&self, ranks: &[Rank], stop: Option<&Stop>) -> Vec<(f64, Vec<RankResult>)> {
+        let now = Instant::now();
+        (0..self.nchecks)
+            .map(|k| {
+                let results = ranks
+                    .iter()
+                    .map(|r| match &r.results[k] {
+                        Some((_, res)) => res.clone(),
+                        None => unfinished(r, k, self.stage, stop, now),
+                    })
+                    .collect();
+                let dur = match (self.check_start[k], self.check_end[k]) {
+                    (Some(s), Some(e)) => e.duration_since(s).as_secs_f64(),
+                    (Some(s), None) => now.duration_since(s).as_secs_f64(),
+                    _ => 0.0,
+                };
+                (dur, results)
+            })
+            .collect()
+    }
+}
+
+/// Ends every worker still alive and reaps it: nothing is left behind.
+async fn end_workers(ranks: &[Rank], rx: &mut mpsc::Receiver<Event>) {
+    for r in ranks.iter().filter(|r| r.exited.is_none()) {
+        let _ = kill(Pid::from_raw(r.pid as i32), Signal::SIGKILL);
+    }
+    let mut alive = ranks.iter().filter(|r| r.exited.is_none()).count();
+    while alive > 0 {
+        match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+            Ok(Some(Event::Exited(..))) => alive -= 1,
+            Ok(Some(_)) => {}
+            _ => break,
+        }
     }
 }
 

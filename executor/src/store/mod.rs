@@ -82,6 +82,8 @@ pub const MAX_KEY: usize = 4096;
 pub const MAX_VALUE: usize = 1 << 20;
 /// The most keys one `getmany` may ask for.
 pub const MAX_BATCH: usize = 4096;
+/// The longest wait a `get` or `getmany` may ask for (a longer one waits this long).
+const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(366 * 24 * 3600);
 /// The most tagged requests one connection may have in flight; the next waits for one to end.
 pub const MAX_IN_FLIGHT: usize = 1024;
 /// Keys under this prefix, asked of a node store, are node 0's: the node store's relay strips

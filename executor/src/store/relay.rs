@@ -20,8 +20,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::oneshot;
 
 use super::auth::Secret;
-use super::server::MAX_WAIT;
-use super::{AsyncStoreClient, Reply, Request, StoreError, MAX_LINE, RELAY_PREFIX};
+use super::{AsyncStoreClient, Reply, Request, StoreError, MAX_LINE, MAX_WAIT, RELAY_PREFIX};
 
 /// How long past a request's own wait its reply may take before node 0 counts as gone.
 const REPLY_MARGIN: Duration = Duration::from_secs(10);

@@ -16,13 +16,11 @@ use super::limits::{Bounds, KEY_OVERHEAD};
 use super::relay::{Relay, Route};
 use super::{
     Hello, Reply, Request, ALREADY_SET, HANDSHAKE_LINE, MAX_BATCH, MAX_IN_FLIGHT, MAX_KEY, MAX_LINE, MAX_VALUE,
-    RELAY_PREFIX, WRITE_ONCE,
+    MAX_WAIT, RELAY_PREFIX, WRITE_ONCE,
 };
 
 /// How long the accept loop pauses after an accept error (out of file descriptors...).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
-/// The longest wait a `get` may ask for.
-pub(super) const MAX_WAIT: Duration = Duration::from_secs(366 * 24 * 3600);
 /// How many peers' refusals are remembered (each logged once).
 const REFUSED_PEERS: usize = 1024;
 

@@ -1,10 +1,12 @@
-//! What every kernel launch shares: the int arguments, the size check, the [`launch!`] macro
-//! and its check of each buffer argument ([`KernelArg`]), and the bf16 conversion.
+//! What every kernel launch shares: the int arguments (a convolution's sizes among them,
+//! [`ConvArgs`]), the size check, the [`launch!`] macro and its check of each buffer argument
+//! ([`KernelArg`]), and the bf16 conversion.
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::grid::quads;
 use super::{twins, CudaOps};
+use crate::ops::Conv;
 use crate::{ModelError, Result};
 
 type Buf = CudaSlice<f32>;
@@ -12,6 +14,35 @@ type Buf = CudaSlice<f32>;
 /// `n` as a kernel's int argument.
 pub(super) fn int(n: usize) -> Result<i32> {
     i32::try_from(n).map_err(|_| ModelError::Config(format!("size {n} exceeds the kernels' int range")))
+}
+
+/// A convolution's sizes as kernel ints.
+pub(super) struct ConvArgs {
+    pub c: i32,
+    pub n: i32,
+    pub h: i32,
+    pub w: i32,
+    pub k: i32,
+    pub stride: i32,
+    pub pad: i32,
+    pub oh: i32,
+    pub ow: i32,
+}
+
+impl ConvArgs {
+    pub fn new(cv: Conv) -> Result<ConvArgs> {
+        Ok(ConvArgs {
+            c: int(cv.c)?,
+            n: int(cv.n)?,
+            h: int(cv.h)?,
+            w: int(cv.w)?,
+            k: int(cv.k)?,
+            stride: int(cv.stride)?,
+            pad: int(cv.pad)?,
+            oh: int(cv.oh())?,
+            ow: int(cv.ow())?,
+        })
+    }
 }
 
 pub(super) fn check(what: &str, ok: bool) -> Result<()> {

@@ -1,11 +1,7 @@
-//! The launch shapes of the model kernels (the grids and blocks each kernel of kernels.cu
-//! expects) and the convolution's sizes as kernel ints.
+//! The launch shapes of the model kernels: the grids and blocks each kernel of kernels.cu
+//! expects.
 
 use cudarc::driver::LaunchConfig;
-
-use super::args::int;
-use crate::ops::Conv;
-use crate::Result;
 
 /// One thread per element.
 pub(super) fn elems(n: usize) -> LaunchConfig {
@@ -53,33 +49,4 @@ pub(super) fn col_parts(cols: usize, chunks: usize) -> LaunchConfig {
 /// Grid (chunks, channels) of blocks of 256: batch norm's passes.
 pub(super) fn channel_chunks(chunks: usize, channels: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (chunks as u32, channels.max(1) as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
-}
-
-/// A convolution's sizes as kernel ints.
-pub(super) struct ConvArgs {
-    pub c: i32,
-    pub n: i32,
-    pub h: i32,
-    pub w: i32,
-    pub k: i32,
-    pub stride: i32,
-    pub pad: i32,
-    pub oh: i32,
-    pub ow: i32,
-}
-
-impl ConvArgs {
-    pub fn new(cv: Conv) -> Result<ConvArgs> {
-        Ok(ConvArgs {
-            c: int(cv.c)?,
-            n: int(cv.n)?,
-            h: int(cv.h)?,
-            w: int(cv.w)?,
-            k: int(cv.k)?,
-            stride: int(cv.stride)?,
-            pad: int(cv.pad)?,
-            oh: int(cv.oh())?,
-            ow: int(cv.ow())?,
-        })
-    }
 }

@@ -3,8 +3,8 @@
 
 use cudarc::driver::PushKernelArg;
 
-use super::args::{check, int, launch};
-use super::grid::{channel_chunks, chunking, elems, ConvArgs};
+use super::args::{check, int, launch, ConvArgs};
+use super::grid::{channel_chunks, chunking, elems};
 use super::CudaOps;
 use crate::ops::{whole, Conv, NormBwd, NormFwd};
 use crate::Result;

@@ -8,7 +8,8 @@ use gpusanity_common::rank_end::RankEnd;
 use gpusanity_common::report::{CheckStatus, RankResult};
 use nix::sys::signal::Signal;
 
-use super::{Rank, Stop};
+use super::Rank;
+use crate::launcher::outcome::Stop;
 
 /// The result of a rank that did not finish check `k`.
 pub(super) fn unfinished(r: &Rank, k: usize, stage: usize, stop: Option<&Stop>, now: Instant) -> RankResult {
