@@ -344,7 +344,7 @@ fn run_job(
     judge: &mut JobJudge,
     from_s: u64,
     to_s: u64,
-    stop: impl Fn(&Suspicion) -> bool,
+    stop: impl Fn(u64, &Suspicion) -> bool,
 ) -> Vec<(u64, Suspicion)> {
     let mut out = Vec::new();
     let mut s = from_s;
@@ -353,7 +353,7 @@ fn run_job(
         let mut done = false;
         for t in &job.summaries {
             for x in judge.observe(t) {
-                done |= stop(&x);
+                done |= stop(s + PERIOD, &x);
                 out.push((s + PERIOD, x));
             }
         }
@@ -467,7 +467,7 @@ fn healthy(a: &Args) -> (Healthy, f64) {
     let per_job = parallel(a.jobs, a.threads, |i| {
         let mut job = Job::new(&a.spreads, Rng::new(a.seed, 1, i as u64));
         let mut judge = JobJudge::new(JudgeConfig::default());
-        run_job(&mut job, &mut judge, 0, seconds, |_| false)
+        run_job(&mut job, &mut judge, 0, seconds, |_, _| false)
     });
     let wall = start.elapsed().as_secs_f64();
     let mut h = Healthy { seconds: seconds * a.jobs as u64, ..Default::default() };
@@ -498,8 +498,10 @@ fn trial(a: &Args, case: u64, i: usize) -> Trial {
     let mut job = Job::new(&a.spreads, rng);
     job.fault = Some((gpu, onset, fault));
     let node = job.summaries[gpu / GPUS_PER_NODE].node.clone();
-    let fits = |s: &Suspicion| {
-        s.node == node
+    // A suspicion raised before the onset is not the fault's, whatever its node.
+    let fits = |at: u64, s: &Suspicion| {
+        at > onset
+            && s.node == node
             && (s.code == SuspectCode::WatchSlowClock || (case == 1 && s.code == SuspectCode::WatchThrottled))
     };
     let onset_phase = job.phase(onset as f64);
@@ -511,9 +513,9 @@ fn trial(a: &Args, case: u64, i: usize) -> Trial {
     let offset = job.gpus[gpu].clock;
     let mut t = Trial { caught: None, wrong: Vec::new(), onset_phase, offset, fault };
     for (at, s) in found {
-        if fits(&s) && t.caught.is_none() {
+        if fits(at, &s) && t.caught.is_none() {
             t.caught = Some((at - onset, at.saturating_sub(busy_from), s.code));
-        } else if !fits(&s) {
+        } else if !fits(at, &s) {
             t.wrong.push((at, s));
         }
     }
