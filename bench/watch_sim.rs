@@ -74,8 +74,8 @@ struct Phase {
 }
 
 /// The healthy job's spreads. The defaults describe an H100/H200 training job at its 700 W
-/// cap from public figures and the recordings so far; they stay the defaults until a
-/// recording of bench/gpu/watch_train.py on GPUs replaces them.
+/// cap as we expect it, not a measurement; they stay the defaults until a recording of
+/// bench/gpu/watch_train.py on GPUs replaces them (bench/gpu/watch_spreads.py).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 struct Spreads {
