@@ -34,6 +34,7 @@ pub struct JobJudge {
     limits: Vec<Option<f64>>,
     peers: Peers,
     raised: HashSet<(String, SuspectCode)>,
+    limits_median: Option<f64>,
 }
 
 impl JobJudge {
@@ -45,6 +46,7 @@ impl JobJudge {
             limits: Vec::new(),
             peers: Peers::default(),
             raised: HashSet::new(),
+            limits_median: None,
         }
     }
 
@@ -60,6 +62,9 @@ impl JobJudge {
                 self.raise(&mut out, key, code, evidence, t.from);
             }
             if let Some(l) = g.power_limit_w {
+                if self.limits[key] != Some(f64::from(l)) {
+                    self.limits_median = None;
+                }
                 self.limits[key] = Some(f64::from(l));
             }
             span = span.max(g.sm_mhz.len() as i64);
@@ -100,11 +105,18 @@ impl JobJudge {
 
     /// A GPU of this node whose enforced power limit is below the job's median limit.
     fn power_limits(&mut self, out: &mut Vec<Suspicion>, t: &Telemetry) {
-        let mut all: Vec<f64> = self.limits.iter().flatten().copied().collect();
-        if all.len() < 2 {
-            return;
-        }
-        let Some(m) = median(&mut all) else { return };
+        let m = match self.limits_median {
+            Some(m) => m,
+            None => {
+                let mut all: Vec<f64> = self.limits.iter().flatten().copied().collect();
+                if all.len() < 2 {
+                    return;
+                }
+                let Some(m) = median(&mut all) else { return };
+                self.limits_median = Some(m);
+                m
+            }
+        };
         for g in &t.gpus {
             let Some(&key) = self.index.get(&(t.node.clone(), g.gpu.clone())) else { continue };
             if let Some(l) = self.limits[key].filter(|l| *l < m * (1.0 - self.cfg.limit_gap)) {

@@ -150,13 +150,21 @@ fn persistent(cfg: &JudgeConfig, key: usize, marks: &VecDeque<Mark>, figure: Fig
         Figure::Clock => m.clock,
         Figure::Power => m.power,
     };
-    let judged: Vec<(i64, Judged)> = marks.iter().filter_map(|m| pick(m).map(|j| (m.tick, j))).collect();
-    let lows: Vec<&(i64, Judged)> = judged.iter().filter(|(_, j)| j.low).collect();
-    if lows.len() < cfg.min_low as usize {
+    let (mut judged, mut lows, mut first, mut last) = (0usize, 0usize, None, None);
+    for m in marks {
+        if let Some(j) = pick(m) {
+            judged += 1;
+            if j.low {
+                lows += 1;
+                first.get_or_insert(m.tick);
+                last = Some(j);
+            }
+        }
+    }
+    if lows < cfg.min_low as usize {
         return None;
     }
-    let (since_tick, _) = *lows[0];
-    let (_, last) = *lows[lows.len() - 1];
+    let (since_tick, last) = (first?, last?);
     let (what, unit) = match figure {
         Figure::Clock => ("SM clock", "MHz"),
         Figure::Power => ("power draw", "W"),
@@ -170,8 +178,8 @@ fn persistent(cfg: &JudgeConfig, key: usize, marks: &VecDeque<Mark>, figure: Fig
             last.value,
             last.median,
             last.spread,
-            lows.len(),
-            judged.len()
+            lows,
+            judged
         ),
     })
 }
