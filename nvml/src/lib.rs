@@ -20,6 +20,7 @@ mod read;
 mod readiness;
 mod sample;
 pub mod watch;
+mod xid_events;
 
 use std::ffi::OsStr;
 use std::sync::OnceLock;

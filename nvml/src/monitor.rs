@@ -6,14 +6,11 @@
 use std::cell::RefCell;
 use std::time::Instant;
 
-use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, RetirementCause, TemperatureSensor, TemperatureThreshold,
 };
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::enums::device::SampleValue;
-use nvml_wrapper::enums::event::XidError;
-use nvml_wrapper::error::NvmlError as WrapperError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::sys_exports::field_id;
 use nvml_wrapper::{Device, EventSet, Nvml};
@@ -31,6 +28,10 @@ use crate::{nvml, raw, NvmlError};
 pub(crate) const MAX_LINKS: u32 = 18;
 /// The most XID events kept from one window (a storm of one XID says no more than this).
 const MAX_EVENTS: usize = 1000;
+
+/// A link's error counters: CRC flit, CRC data, replay, recovery.
+pub(crate) const NVLINK_ERRORS: [ErrorCounter; 4] =
+    [ErrorCounter::DlCrcFlit, ErrorCounter::DlCrcData, ErrorCounter::DlReplay, ErrorCounter::DlRecovery];
 
 /// The clock-event counters, as field values (newer drivers; nanoseconds).
 const CLOCK_FIELDS: [u32; 4] = [
@@ -90,7 +91,7 @@ fn fields(device: &Device<'_>, ids: &[u32]) -> Vec<Option<u64>> {
     }
 }
 
-fn delta(now: Option<u64>, then: Option<u64>) -> Option<u64> {
+pub(crate) fn delta(now: Option<u64>, then: Option<u64>) -> Option<u64> {
     Some(now?.saturating_sub(then?))
 }
 
@@ -103,10 +104,7 @@ impl Monitor {
             .device_by_pci_bus_id(pci_bus_id)
             .map_err(|e| NvmlError::call(&format!("nvmlDeviceGetHandleByPciBusId({pci_bus_id})"), e))?;
         let index = device.index().map_err(|e| NvmlError::call("nvmlDeviceGetIndex", e))?;
-        let events = nvml
-            .create_event_set()
-            .map_err(|e| e.to_string())
-            .and_then(|set| device.register_events(EventTypes::CRITICAL_XID_ERROR, set).map_err(|e| e.to_string()));
+        let events = crate::xid_events::open(nvml, &device).map_err(|e| e.to_string());
         let mut m = Monitor {
             nvml,
             device,
@@ -146,17 +144,7 @@ impl Monitor {
                 // Past the device's last link, or no NVLink at all.
                 Err(_) => break,
             };
-            let c = |k| link.error_counter(k).ok();
-            nvlink.push((
-                l,
-                active,
-                [
-                    c(ErrorCounter::DlCrcFlit),
-                    c(ErrorCounter::DlCrcData),
-                    c(ErrorCounter::DlReplay),
-                    c(ErrorCounter::DlRecovery),
-                ],
-            ));
+            nvlink.push((l, active, NVLINK_ERRORS.map(|k| link.error_counter(k).ok())));
         }
         let clock = fields(d, &CLOCK_FIELDS);
         Counters {
@@ -173,18 +161,11 @@ impl Monitor {
             Err(e) => return Read::Error(format!("the XID event set could not be opened: {e}")),
         };
         let mut seen = self.seen.borrow_mut();
-        while seen.len() < MAX_EVENTS {
-            match set.wait(0) {
-                Ok(ev) => seen.push(XidEvent {
-                    xid: match ev.event_data {
-                        Some(XidError::Value(x)) => x,
-                        // NVML could not name it: recorded as XID 0, never in the fatal table.
-                        Some(XidError::Unknown) | None => 0,
-                    },
-                }),
-                Err(WrapperError::Timeout) => break,
-                Err(e) => return Read::Error(format!("reading XID events: {e}")),
-            }
+        let mut new = Vec::new();
+        let drained = crate::xid_events::drain(set, &mut new, MAX_EVENTS.saturating_sub(seen.len()));
+        seen.extend(new.into_iter().map(|xid| XidEvent { xid }));
+        if let Err(e) = drained {
+            return Read::Error(format!("reading XID events: {e}"));
         }
         Read::Value(seen.clone())
     }

@@ -4,11 +4,7 @@
 //! since the last period, XIDs, the compute processes). Nothing here touches the job's
 //! processes: NVML reads are the driver's own counters.
 
-use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
-use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
-use nvml_wrapper::enums::event::XidError;
-use nvml_wrapper::error::NvmlError as WrapperError;
 use nvml_wrapper::{Device, EventSet};
 
 use crate::{nvml, raw, NvmlError};
@@ -62,10 +58,7 @@ pub struct WatchedGpu {
 /// The increase of a counter since the last period (0 without two readings, or when it fell:
 /// a GPU reset clears it).
 fn rise(now: Option<u64>, then: Option<u64>) -> u64 {
-    match (now, then) {
-        (Some(n), Some(t)) => n.saturating_sub(t),
-        _ => 0,
-    }
+    crate::monitor::delta(now, then).unwrap_or(0)
 }
 
 impl WatchedGpu {
@@ -94,10 +87,7 @@ impl WatchedGpu {
         let uuid = device.uuid().map_err(|e| NvmlError::call("nvmlDeviceGetUUID", e))?;
         // Without an event set (a driver that has none, a container without the capability) the
         // watch still samples; XIDs are then not seen, and the summary says nothing of them.
-        let events = nvml()?
-            .create_event_set()
-            .ok()
-            .and_then(|set| device.register_events(EventTypes::CRITICAL_XID_ERROR, set).ok());
+        let events = crate::xid_events::open(nvml()?, &device).ok();
         let mut g = WatchedGpu { device, uuid, events, last: Totals::default() };
         g.last = g.totals();
         Ok(g)
@@ -126,9 +116,7 @@ impl WatchedGpu {
             if !l.is_active().unwrap_or(false) {
                 continue;
             }
-            for c in
-                [ErrorCounter::DlCrcFlit, ErrorCounter::DlCrcData, ErrorCounter::DlReplay, ErrorCounter::DlRecovery]
-            {
+            for c in crate::monitor::NVLINK_ERRORS {
                 if let Ok(v) = l.error_counter(c) {
                     nvlink = Some(nvlink.unwrap_or(0).saturating_add(v));
                 }
@@ -147,15 +135,9 @@ impl WatchedGpu {
 
     fn xids(&self) -> Vec<u64> {
         let mut out = Vec::new();
-        let Some(set) = &self.events else { return out };
-        while out.len() < MAX_XIDS {
-            match set.wait(0) {
-                Ok(ev) => out.push(match ev.event_data {
-                    Some(XidError::Value(x)) => x,
-                    Some(XidError::Unknown) | None => 0,
-                }),
-                Err(WrapperError::Timeout) | Err(_) => break,
-            }
+        if let Some(set) = &self.events {
+            // A broken event set keeps what it gave: the next period reads it again.
+            let _ = crate::xid_events::drain(set, &mut out, MAX_XIDS);
         }
         out
     }
