@@ -13,11 +13,44 @@ use std::time::Duration;
 use gpusanity_common::report::Report;
 use gpusanity_service::auth::Keyring;
 use gpusanity_testkit::svc;
-use sim_agents::{Fleet, Tally};
+use sim_agents::{Fleet, SimTelemetry, Tally};
 use svc::{allocated, World, TOKEN};
 
 const NODES: usize = 256;
 const GPUS: usize = 8;
+
+/// Simulated agents of `nodes` nodes running on a thread of their own, and how to stop them.
+pub(crate) struct SimFleet {
+    pub tally: Arc<Mutex<Tally>>,
+    pub stop: tokio::sync::watch::Sender<bool>,
+    pub agents: std::thread::JoinHandle<anyhow::Result<()>>,
+}
+
+/// Starts the simulated agents of `nodes` nodes of the world (their keys written by
+/// [`node_keys_for`]): node 0 sends `report` once every node has its task; with `telemetry`,
+/// each node publishes synthetic telemetry once watched.
+pub(crate) fn start_fleet(w: &World, nodes: usize, report: Report, telemetry: Option<SimTelemetry>) -> SimFleet {
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let fleet = Fleet {
+        nnodes: nodes,
+        conn: gpusanity_bus::kafka::KafkaConn::plain(svc::broker()),
+        agent_tasks: w.topic("agent-tasks"),
+        agent_reports: w.topic("agent-reports"),
+        ring: Keyring::load(&w.agent_keys()).expect("keys"),
+        heartbeat: Duration::from_millis(500),
+        max_age: Duration::from_secs(600),
+        telemetry,
+    };
+    let agents = {
+        let tally = tally.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().expect("runtime");
+            rt.block_on(fleet.run(report, tally, stopped))
+        })
+    };
+    SimFleet { tally, stop, agents }
+}
 
 /// A key per node (`nodes = ["node-K"]`), mode 0600, in place of the world's cluster key.
 fn node_keys(path: &std::path::Path) {
@@ -46,25 +79,7 @@ fn a_256_node_job_goes_through_the_service_once_with_its_whole_report() {
     let mut out = w.reader("check-events");
     let report = sim_agents::report(NODES, GPUS).expect("node 0's report");
     let ranks = report.ranks.len();
-    let tally = Arc::new(Mutex::new(Tally::default()));
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let fleet = Fleet {
-        nnodes: NODES,
-        conn: gpusanity_bus::kafka::KafkaConn::plain(svc::broker()),
-        agent_tasks: w.topic("agent-tasks"),
-        agent_reports: w.topic("agent-reports"),
-        ring: Keyring::load(&w.agent_keys()).expect("keys"),
-        heartbeat: Duration::from_millis(500),
-        max_age: Duration::from_secs(600),
-        telemetry: None,
-    };
-    let agents = {
-        let (report, tally) = (report.clone(), tally.clone());
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Runtime::new().expect("runtime");
-            rt.block_on(fleet.run(report, tally, stopped))
-        })
-    };
+    let SimFleet { tally, stop, agents } = start_fleet(&w, NODES, report.clone(), None);
     // Every agent heard before the job comes (the service waits for them otherwise, up to agent_wait_s).
     std::thread::sleep(Duration::from_secs(2));
     let names: Vec<String> = (0..NODES).map(sim_agents::node_name).collect();

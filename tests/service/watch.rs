@@ -209,8 +209,8 @@ fn an_agent_without_test_faults_ignores_the_recording() {
 /// that node is suspected (WATCH_SLOW_CLOCK), within 10 s of the onset, and no other.
 #[test]
 fn in_a_64_node_job_exactly_the_slow_node_is_suspected_in_time() {
-    use crate::scale_job::sim_agents::{self, Fleet, SimTelemetry, Tally};
-    use std::sync::{Arc, Mutex};
+    use crate::scale_job::sim_agents::{self, SimTelemetry};
+    use crate::scale_job::SimFleet;
     const N: usize = 64;
     const SLOW: usize = 41;
     let _g = svc::common::serial();
@@ -220,31 +220,8 @@ fn in_a_64_node_job_exactly_the_slow_node_is_suspected_in_time() {
     w.serve();
     let mut out = w.reader("check-events");
     let report = sim_agents::report(N, 8).expect("node 0's report");
-    let tally = Arc::new(Mutex::new(Tally::default()));
-    let (stop, stopped_rx) = tokio::sync::watch::channel(false);
-    let fleet = Fleet {
-        nnodes: N,
-        conn: gpusanity_bus::kafka::KafkaConn::plain(svc::broker()),
-        agent_tasks: w.topic("agent-tasks"),
-        agent_reports: w.topic("agent-reports"),
-        ring: Keyring::load(&w.agent_keys()).expect("keys"),
-        heartbeat: Duration::from_millis(500),
-        max_age: Duration::from_secs(600),
-        telemetry: Some(SimTelemetry {
-            topic: w.topic("telemetry"),
-            gpus: 8,
-            slow_node: SLOW,
-            onset_s: 30,
-            factor: 0.9,
-        }),
-    };
-    let agents = {
-        let tally = tally.clone();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Runtime::new().expect("runtime");
-            rt.block_on(fleet.run(report, tally, stopped_rx))
-        })
-    };
+    let slow = SimTelemetry { topic: w.topic("telemetry"), gpus: 8, slow_node: SLOW, onset_s: 30, factor: 0.9 };
+    let SimFleet { tally, stop, agents } = crate::scale_job::start_fleet(&w, N, report, Some(slow));
     let mut telemetry = w.reader("telemetry");
     let names: Vec<String> = (0..N).map(sim_agents::node_name).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use gpusanity_common::wire::watch::ForeignProcess;
+use gpusanity_common::wire::watch::{ForeignProcess, MAX_FOREIGN, MAX_XIDS};
 use gpusanity_nvml::watch::{Instant, Period};
 use serde::Deserialize;
 
@@ -106,30 +106,21 @@ impl Source for Replay {
         let from = std::mem::replace(&mut self.from_k, k + 1);
         (0..self.gpus.len())
             .map(|g| {
-                let mut period =
-                    Period { power_limit_w: self.line(k, g).and_then(|l| l.limit_w), ..Default::default() };
-                let mut foreign: Vec<ForeignProcess> = Vec::new();
-                // Only lines recorded in this period: an XID is raised once.
-                for (_, row) in self.seconds.range(from..=k) {
-                    if let Some(l) = row.get(g).and_then(Option::as_ref) {
-                        period.xids.extend(&l.xids);
-                        foreign.extend(
-                            l.foreign.iter().filter(|p| !foreign_has(&foreign, p.pid)).cloned().collect::<Vec<_>>(),
-                        );
-                    }
-                }
-                // A foreign process recorded at an earlier second still runs.
-                if foreign.is_empty() {
-                    foreign = self.line(k, g).map(|l| l.foreign.clone()).unwrap_or_default();
-                }
-                period.xids.truncate(gpusanity_common::wire::watch::MAX_XIDS);
-                foreign.truncate(gpusanity_common::wire::watch::MAX_FOREIGN);
+                // XIDs are events: those recorded in this period. The power limit and the
+                // foreign processes are state: the newest line's, as every other reading.
+                let mut xids: Vec<u64> = self
+                    .seconds
+                    .range(from..=k)
+                    .filter_map(|(_, row)| row.get(g).and_then(Option::as_ref))
+                    .flat_map(|l| l.xids.iter().copied())
+                    .collect();
+                xids.truncate(MAX_XIDS);
+                let now = self.line(k, g);
+                let mut foreign = now.map(|l| l.foreign.clone()).unwrap_or_default();
+                foreign.truncate(MAX_FOREIGN);
+                let period = Period { power_limit_w: now.and_then(|l| l.limit_w), xids, ..Default::default() };
                 PeriodOf { period, foreign }
             })
             .collect()
     }
-}
-
-fn foreign_has(list: &[ForeignProcess], pid: u32) -> bool {
-    list.iter().any(|p| p.pid == pid)
 }
