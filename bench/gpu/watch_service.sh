@@ -101,7 +101,7 @@ PY
 rc=$?
 kill "$agent_pid" 2>/dev/null; wait "$agent_pid" 2>/dev/null || true; agent_pid=''
 # The cost: the loop with the sampler on and off in alternate windows.
-python3 bench/gpu/watch_train.py --seconds "$OVERHEAD_S" --steps "$OUT/steps-overhead.jsonl" --ckpt-every 100000 --eval-every 100000 --stall-every 100000 &
+python3 bench/gpu/watch_train.py --seconds "$OVERHEAD_S" --steps "$OUT/steps-overhead.jsonl" --telemetry "$OUT/telemetry-steady.jsonl" --ckpt-every 100000 --eval-every 100000 --stall-every 100000 &
 train=$!
 sleep 10
 : > "$OUT/windows.txt"

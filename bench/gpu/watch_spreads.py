@@ -10,6 +10,7 @@ recording cannot show is left out (the simulation keeps its default) and said on
 offsets between GPUs need several files (one per GPU), the skew between nodes several nodes.
 
   python3 bench/gpu/watch_spreads.py tele.jsonl > spreads.json
+  python3 bench/gpu/watch_spreads.py --means tele.jsonl > spreads.json
   python3 bench/gpu/watch_spreads.py gpu0.jsonl gpu1.jsonl ... > spreads.json
 """
 import argparse
@@ -25,7 +26,9 @@ DIP = 0.08
 DRIFT_WINDOW = 60
 
 
-def read(path):
+def read(path, means=False):
+    """The recording's rows; with `means`, the SM clock and power of each row are the means over
+    its period (what the agent's sampler reads), not the one reading at its instant."""
     rows = []
     with open(path) as f:
         for n, line in enumerate(f, 1):
@@ -36,7 +39,13 @@ def read(path):
                 r = json.loads(line)
             except json.JSONDecodeError as e:
                 sys.exit(f"{path}:{n}: {e}")
-            if "error" in r or r.get("sm_mhz") is None:
+            if "error" in r:
+                continue
+            if means:
+                if r.get("sm_mean_mhz") is None or r.get("power_mean_w") is None:
+                    continue
+                r["sm_mhz"], r["power_w"] = r["sm_mean_mhz"], r["power_mean_w"]
+            if r.get("sm_mhz") is None:
                 continue
             rows.append(r)
     rows.sort(key=lambda r: r["t"])
@@ -80,8 +89,13 @@ def round_all(d, digits=4):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="+", help="telemetry JSON lines, one file per GPU")
+    p.add_argument(
+        "--means",
+        action="store_true",
+        help="the SM clock and power as means over each period (sm_mean_mhz, power_mean_w), as the agent reads them",
+    )
     a = p.parse_args()
-    recordings = [read(f) for f in a.files]
+    recordings = [read(f, a.means) for f in a.files]
     recordings = [r for r in recordings if r]
     if not recordings:
         sys.exit("no readings in the files given")

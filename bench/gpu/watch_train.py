@@ -10,7 +10,10 @@ be compared step for step.
 With --telemetry FILE it also samples the GPU through pynvml every --period s on a thread (the
 readings the watch takes: SM clock, power and its limit, temperature, utilization, memory used,
 clock-event reasons) and writes them as JSON lines: the spreads the fleet simulation draws from
-(bench/watch_sim.rs).
+(bench/watch_sim.rs). Each line has the SM clock and power both as one reading now (`sm_mhz`,
+`power_w`) and as the means over the period since the line before, as the agent's sampler
+reads them (`sm_mean_mhz`: the clock read every 0.1 s; `power_mean_w`: the energy counter;
+`clk_samples`: how many clock readings the mean is of).
 
   python3 bench/gpu/watch_train.py --seconds 300 --steps steps.jsonl --telemetry tele.jsonl
   python3 bench/gpu/watch_train.py --device cpu --tiny --seconds 5 --steps /dev/null
@@ -40,10 +43,39 @@ class Telemetry:
         self.h = nv.nvmlDeviceGetHandleByIndex(idx)
         self.stop_flag = threading.Event()
         self.phase = "start"
+        self.clocks = []
+        self.energy = None
+        self.means()
         self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def sub_sample(self):
+        """One more SM clock reading within the period (as the agent's sampler, every 0.1 s)."""
+        try:
+            self.clocks.append(self.nv.nvmlDeviceGetClockInfo(self.h, self.nv.NVML_CLOCK_SM))
+        except self.nv.NVMLError:
+            pass
+
+    def means(self):
+        """The mean SM clock of the readings since the last call, how many, and the mean power
+        from the energy counter (None where the driver has none)."""
+        nv, h = self.nv, self.h
+        self.sub_sample()
+        n = len(self.clocks)
+        clk = round(sum(self.clocks) / n, 1) if n else None
+        self.clocks = []
+        power = None
+        try:
+            mj, at = nv.nvmlDeviceGetTotalEnergyConsumption(h), time.monotonic()
+            if self.energy and mj >= self.energy[0] and at - self.energy[1] >= 0.05:
+                power = round((mj - self.energy[0]) / (at - self.energy[1]) / 1000.0, 2)
+            self.energy = (mj, at)
+        except nv.NVMLError:
+            pass
+        return clk, n, power
 
     def read(self):
         nv, h = self.nv, self.h
+        clk, n, power = self.means()
         util = nv.nvmlDeviceGetUtilizationRates(h)
         mem = nv.nvmlDeviceGetMemoryInfo(h)
         return {
@@ -52,6 +84,9 @@ class Telemetry:
             "sm_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
             "max_sm_mhz": nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM),
             "power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
+            "sm_mean_mhz": clk,
+            "clk_samples": n,
+            "power_mean_w": power,
             "limit_w": nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
             "temp_c": nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
             "util": util.gpu,
@@ -63,6 +98,10 @@ class Telemetry:
     def run(self):
         while not self.stop_flag.is_set():
             t0 = time.monotonic()
+            for k in range(1, int(self.period / 0.1)):
+                if self.stop_flag.wait(max(0.0, t0 + 0.1 * k - time.monotonic())):
+                    return
+                self.sub_sample()
             try:
                 self.out.write(json.dumps(self.read()) + "\n")
             except Exception as e:  # a reading the driver lacks: say so once a line

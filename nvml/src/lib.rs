@@ -14,6 +14,7 @@
 //!
 //! [`Readings`]: gpusanity_common::health::Readings
 
+mod interval;
 mod monitor;
 mod raw;
 mod read;

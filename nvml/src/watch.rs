@@ -1,11 +1,13 @@
 //! The watch's readings of one GPU while a job runs (docs/watch.md): cheap ones every interval
-//! ([`WatchedGpu::instant`]: SM clock, power, utilization, clock-event reasons) and the rest
-//! once a period ([`WatchedGpu::period`]: power limit, temperature, memory, counter increases
+//! ([`WatchedGpu::instant`]: SM clock and power over the interval, utilization, clock-event
+//! reasons) and the rest once a period ([`WatchedGpu::period`]: power limit, temperature, memory, counter increases
 //! since the last period, XIDs, the compute processes). Nothing here touches the job's
 //! processes: NVML reads are the driver's own counters.
 
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::{Device, EventSet};
+
+use crate::interval::{Energy, Mean};
 
 use crate::{nvml, raw, NvmlError};
 
@@ -17,7 +19,11 @@ const MAX_PROCESSES: usize = 64;
 /// One sample of the cheap readings; a reading the driver lacks is None.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Instant {
+    /// The mean of the SM clock read at this instant and at each [`WatchedGpu::sub_sample`]
+    /// since the last.
     pub sm_mhz: Option<u32>,
+    /// The energy used since the last reading over the time between them, or the power now
+    /// without an energy counter.
     pub power_w: Option<f32>,
     pub util_pct: Option<u8>,
     /// `nvmlClocksEventReason*` bits.
@@ -53,6 +59,8 @@ pub struct WatchedGpu {
     uuid: String,
     events: Option<EventSet<'static>>,
     last: Totals,
+    clock: Mean,
+    energy: Energy,
 }
 
 /// The increase of a counter since the last period (0 without two readings, or when it fell:
@@ -88,8 +96,18 @@ impl WatchedGpu {
         // Without an event set (a driver that has none, a container without the capability) the
         // watch still samples; XIDs are then not seen, and the summary says nothing of them.
         let events = crate::xid_events::open(nvml()?, &device).ok();
-        let mut g = WatchedGpu { device, uuid, events, last: Totals::default() };
+        let mut g = WatchedGpu {
+            device,
+            uuid,
+            events,
+            last: Totals::default(),
+            clock: Mean::default(),
+            energy: Energy::default(),
+        };
         g.last = g.totals();
+        // The first interval starts now: the energy counter's first reading, and the clock
+        // readings from here on.
+        let _ = g.instant();
         Ok(g)
     }
 
@@ -97,12 +115,31 @@ impl WatchedGpu {
         &self.uuid
     }
 
-    /// The cheap readings, now.
-    pub fn instant(&self) -> Instant {
+    /// One more reading of the SM clock within the interval. One instantaneous reading of a GPU
+    /// at its power cap moves by about 3 % from second to second with the job's steps
+    /// (docs/gpu-runs/2026-12-06-one-h100-watch.txt); the mean of several within the interval
+    /// moves less. (The driver's own buffer of clock samples, `nvmlDeviceGetSamples`, was tried
+    /// first: on the H100 measured it made the sampler's CPU time 15 times larger, and its means
+    /// were as coarse as one reading, every one a multiple of the clock's 15 MHz step.)
+    pub fn sub_sample(&mut self) {
+        if let Ok(mhz) = self.device.clock_info(Clock::SM) {
+            self.clock.add(mhz);
+        }
+    }
+
+    /// The cheap readings of the interval since the last call: the SM clock's mean over its
+    /// sub-samples and now, the power from the energy used since the last call.
+    pub fn instant(&mut self) -> Instant {
+        self.sub_sample();
         let d = &self.device;
+        let sm_mhz = self.clock.take();
+        let power_w = self
+            .energy
+            .mean_w(d.total_energy_consumption().ok(), std::time::Instant::now())
+            .or_else(|| d.power_usage().ok().map(|mw| mw as f32 / 1000.0));
         Instant {
-            sm_mhz: d.clock_info(Clock::SM).ok(),
-            power_w: d.power_usage().ok().map(|mw| mw as f32 / 1000.0),
+            sm_mhz,
+            power_w,
             util_pct: d.utilization_rates().ok().map(|u| u8::try_from(u.gpu.min(100)).unwrap_or(100)),
             reasons: d.current_throttle_reasons().ok().map(|r| r.bits()),
         }

@@ -1,7 +1,8 @@
 //! The sampling thread of one watched job: samples every interval on multiples of it in
-//! wall-clock time (so that every node of the job samples at the same instants), and at the end
-//! of each period, also on multiples of it, sends one [`Telemetry`] for the node. It stops
-//! when told, or when its lease (`until`) runs out.
+//! wall-clock time (so that every node of the job samples at the same instants), reading the SM
+//! clock also every [`SUB_SAMPLE_MS`] between them for the interval's mean, and at the end of
+//! each period, also on multiples of it, sends one [`Telemetry`] for the node. It stops when
+//! told, or when its lease (`until`) runs out.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
@@ -15,6 +16,9 @@ use gpusanity_nvml::watch::Instant;
 use tokio::sync::mpsc;
 
 use super::source::{PeriodOf, Source};
+
+/// How often the SM clock is read between two samples.
+pub(crate) const SUB_SAMPLE_MS: i64 = 100;
 
 /// What the thread needs of the watch.
 pub(crate) struct Plan {
@@ -71,7 +75,7 @@ pub(crate) fn run(plan: Plan, mut source: Box<dyn Source>, control: Control, tx:
             gpus.iter().map(|g| GpuTelemetry { gpu: g.clone(), ..Default::default() }).collect();
         for i in 0..per_period {
             let at = from + interval * i64::try_from(i).unwrap_or(0);
-            if !sleep_until(at, &control) {
+            if !sub_samples(at - interval, at, source.as_mut(), &control) || !sleep_until(at, &control) {
                 return;
             }
             for (s, r) in series.iter_mut().zip(source.instant(k)) {
@@ -102,6 +106,22 @@ pub(crate) fn run(plan: Plan, mut source: Box<dyn Source>, control: Control, tx:
             from = (now / period + 1) * period;
         }
     }
+}
+
+/// Reads the clock every [`SUB_SAMPLE_MS`] strictly between `from` and `to` (skipping the
+/// instants already past: a late thread does not read in a burst); false if the watch ended.
+fn sub_samples(from: i64, to: i64, source: &mut dyn Source, control: &Control) -> bool {
+    let mut at = from + SUB_SAMPLE_MS;
+    while at < to {
+        if now_ms() <= at {
+            if !sleep_until(at, control) {
+                return false;
+            }
+            source.sub_sample();
+        }
+        at += SUB_SAMPLE_MS;
+    }
+    true
 }
 
 fn add_sample(s: &mut GpuTelemetry, r: &Instant) {

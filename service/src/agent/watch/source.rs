@@ -16,7 +16,10 @@ pub(crate) struct PeriodOf {
 pub(crate) trait Source: Send {
     /// The GPUs watched, by UUID, in the order of every reading below.
     fn gpus(&self) -> Vec<String>;
-    /// Each GPU's cheap readings for sample `k` (counted from the watch's start).
+    /// One more reading within the interval, for its means (a recording has none).
+    fn sub_sample(&mut self) {}
+    /// Each GPU's cheap readings for sample `k` (counted from the watch's start), over the
+    /// interval that ends with it.
     fn instant(&mut self, k: u64) -> Vec<Instant>;
     /// Each GPU's slow readings at the end of a period whose last sample was `k`.
     fn period(&mut self, k: u64) -> Vec<PeriodOf>;
@@ -51,8 +54,12 @@ impl Source for Nvml {
         self.gpus.iter().map(|g| g.uuid().to_string()).collect()
     }
 
+    fn sub_sample(&mut self) {
+        self.gpus.iter_mut().for_each(WatchedGpu::sub_sample);
+    }
+
     fn instant(&mut self, _k: u64) -> Vec<Instant> {
-        self.gpus.iter().map(WatchedGpu::instant).collect()
+        self.gpus.iter_mut().map(WatchedGpu::instant).collect()
     }
 
     fn period(&mut self, _k: u64) -> Vec<PeriodOf> {
