@@ -2,13 +2,17 @@
 //! kubelet"): a task whose job event named no GPUs for this node waits while the agent asks the
 //! Kubernetes API for the job's pods here (label `gpusanity.io/job-id`) and the kubelet's
 //! PodResources socket for their GPUs; its launcher then runs on exactly those. The lookup runs
-//! beside the agent's loop, which keeps beating and taking commands meanwhile.
+//! beside the agent's loop, which keeps beating and taking commands meanwhile. The watch of such
+//! a job (docs/watch.md) samples the same GPUs: those its check learnt, or, when the agent did
+//! not check the run (it restarted since), those a lookup of its own finds.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use gpusanity_common::wire::agent::{NodeResult, Task};
 use gpusanity_common::wire::gpu_id::{BadGpuId, GpuId};
+use gpusanity_common::wire::watch::WatchTask;
 use gpusanity_kube::podres::{self, PodResourcesError};
 use gpusanity_kube::{ClientSettings, KubeError};
 use thiserror::Error;
@@ -41,11 +45,39 @@ pub enum LookupError {
     Timeout(Duration),
 }
 
-/// A lookup's answer, for the task it was made for.
+/// What a lookup was made for.
+pub(super) enum Asked {
+    Check { task: Task, secret: Option<[u8; rdzv::SECRET_LEN]> },
+    Watch(WatchTask),
+}
+
+/// A lookup's answer, for what it was made for.
 pub(super) struct Looked {
-    task: Task,
-    secret: Option<[u8; rdzv::SECRET_LEN]>,
+    asked: Asked,
     gpus: Result<Vec<GpuId>, LookupError>,
+}
+
+/// The most runs whose GPUs [`Learnt`] remembers.
+const LEARNT_RUNS: usize = 64;
+
+/// The GPUs the kubelet gave recent runs' jobs here (empty: no pod of the job on this node, so
+/// the whole node), by run id, the oldest forgotten first: the watch that follows a run's check
+/// samples what the check ran on without asking the kubelet again.
+#[derive(Debug, Default)]
+pub(super) struct Learnt(VecDeque<(String, Vec<GpuId>)>);
+
+impl Learnt {
+    fn remember(&mut self, run_id: &str, ids: &[GpuId]) {
+        self.0.retain(|(r, _)| r != run_id);
+        if self.0.len() >= LEARNT_RUNS {
+            self.0.pop_front();
+        }
+        self.0.push_back((run_id.to_string(), ids.to_vec()));
+    }
+
+    fn of(&self, run_id: &str) -> Option<&[GpuId]> {
+        self.0.iter().find(|(r, _)| r == run_id).map(|(_, ids)| ids.as_slice())
+    }
 }
 
 /// The GPUs of job `job_id`'s pods on `node`, in the kubelet's order (empty: no pod of the job
@@ -70,21 +102,44 @@ impl Agent {
 
     /// Asks for `t`'s GPUs in the background; the answer comes back through `looked`.
     pub(super) fn look_up(&mut self, t: Task, secret: Option<[u8; rdzv::SECRET_LEN]>) {
-        let Some(k) = self.cfg.kubelet.clone() else { return self.launch(t, secret) };
+        if self.cfg.kubelet.is_none() {
+            return self.launch(t, secret);
+        }
         self.looking_up.insert(t.run_id.clone(), t.node_rank);
-        let (tx, node) = (self.looked.clone(), self.cfg.node.clone());
+        let job_id = t.job_id.clone();
+        self.ask(&job_id, Asked::Check { task: t, secret });
+    }
+
+    fn ask(&self, job_id: &str, asked: Asked) {
+        let Some(k) = self.cfg.kubelet.clone() else { return };
+        let (tx, node, job_id) = (self.looked.clone(), self.cfg.node.clone(), job_id.to_string());
         tokio::spawn(async move {
-            let gpus = job_gpus(&k, &node, &t.job_id).await;
-            let _ = tx.send(Looked { task: t, secret, gpus });
+            let gpus = job_gpus(&k, &node, &job_id).await;
+            let _ = tx.send(Looked { asked, gpus });
         });
     }
 
-    /// The kubelet answered for a task: it starts on the GPUs found, or on the whole node when
-    /// none were or the lookup failed (said in the log); a task cancelled meanwhile ended then.
+    /// The kubelet answered.
     pub(super) fn looked_up(&mut self, l: Looked) {
-        let Looked { mut task, secret, gpus } = l;
+        match l.asked {
+            Asked::Check { task, secret } => self.check_looked_up(task, secret, l.gpus),
+            Asked::Watch(w) => self.watch_looked_up(w, l.gpus),
+        }
+    }
+
+    /// A task's answer: it starts on the GPUs found, or on the whole node when none were or the
+    /// lookup failed (said in the log); a task cancelled meanwhile ended then.
+    fn check_looked_up(
+        &mut self,
+        mut task: Task,
+        secret: Option<[u8; rdzv::SECRET_LEN]>,
+        gpus: Result<Vec<GpuId>, LookupError>,
+    ) {
         if self.looking_up.remove(&task.run_id).is_none() {
             return;
+        }
+        if let Ok(ids) = &gpus {
+            self.learnt.remember(&task.run_id, ids);
         }
         match gpus {
             Ok(ids) if !ids.is_empty() => {
@@ -110,6 +165,66 @@ impl Agent {
             ),
         }
         self.launch(task, secret);
+    }
+
+    /// A watch: of the job's GPUs here when its event named none and the agent runs beside a
+    /// kubelet (those the run's check learnt, or a lookup's), else as the service asked. A
+    /// renewal of a running watch, or of one waiting for the kubelet, only extends its lease.
+    pub(super) fn watch(&mut self, mut w: WatchTask) {
+        if !self.needs_watch_lookup(&w) {
+            return self.watches.watch(w);
+        }
+        if let Some(ids) = self.learnt.of(&w.run_id) {
+            w.gpu_ids = ids.to_vec();
+            return self.watches.watch(w);
+        }
+        if let Some(waiting) = self.watch_lookups.get_mut(&w.job_id) {
+            if waiting.run_id == w.run_id {
+                waiting.until = waiting.until.max(w.until);
+                return;
+            }
+        }
+        self.watch_lookups.insert(w.job_id.clone(), w.clone());
+        let job_id = w.job_id.clone();
+        self.ask(&job_id, Asked::Watch(w));
+    }
+
+    fn needs_watch_lookup(&self, w: &WatchTask) -> bool {
+        w.gpu_ids.is_empty() && self.cfg.kubelet.is_some() && w.validate().is_ok() && !self.watches.renews(w)
+    }
+
+    /// Stops a watch, or forgets one still waiting for the kubelet.
+    pub(super) fn unwatch(&mut self, job_id: &str) {
+        self.watch_lookups.remove(job_id);
+        self.watches.unwatch(job_id);
+    }
+
+    /// A watch's answer: it samples the GPUs found, or the whole node (said why); one stopped or
+    /// replaced meanwhile is dropped.
+    fn watch_looked_up(&mut self, asked: WatchTask, gpus: Result<Vec<GpuId>, LookupError>) {
+        let Some(mut w) = self.watch_lookups.remove(&asked.job_id) else { return };
+        if w.run_id != asked.run_id {
+            self.watch_lookups.insert(w.job_id.clone(), w);
+            return;
+        }
+        match gpus {
+            Ok(ids) => {
+                if ids.is_empty() {
+                    tracing::info!(
+                        job_id = w.job_id,
+                        "no pod of the job on this node carries {}: watching the whole node",
+                        podres::JOB_LABEL
+                    );
+                }
+                self.learnt.remember(&w.run_id, &ids);
+                w.gpu_ids = ids;
+            }
+            Err(e) => tracing::warn!(
+                job_id = w.job_id,
+                "the job's GPUs could not be learnt from the kubelet ({e}): watching the whole node"
+            ),
+        }
+        self.watches.watch(w);
     }
 
     /// A cancel for a task still waiting for the kubelet: it ends now, before any launcher.

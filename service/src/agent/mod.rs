@@ -143,6 +143,10 @@ struct Agent {
     /// Tasks waiting for the kubelet's answer: run id, node rank.
     looking_up: HashMap<String, usize>,
     looked: mpsc::UnboundedSender<kubelet::Looked>,
+    /// The GPUs the kubelet gave recent runs here.
+    learnt: kubelet::Learnt,
+    /// Watches waiting for the kubelet, by job.
+    watch_lookups: HashMap<String, gpusanity_common::wire::watch::WatchTask>,
     /// The jobs whose GPUs this node watches while they run.
     watches: watch::Watches,
 }
@@ -200,6 +204,8 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         bound,
         looking_up: HashMap::new(),
         looked,
+        learnt: kubelet::Learnt::default(),
+        watch_lookups: HashMap::new(),
         watches,
     };
     tracing::info!(node = agent.cfg.node, agent_id = agent.id, "agent up");
@@ -391,8 +397,8 @@ impl Agent {
                     }
                 }
             }
-            CommandBody::Watch(w) => self.watches.watch(w),
-            CommandBody::Unwatch { job_id } => self.watches.unwatch(&job_id),
+            CommandBody::Watch(w) => self.watch(w),
+            CommandBody::Unwatch { job_id } => self.unwatch(&job_id),
         }
     }
 

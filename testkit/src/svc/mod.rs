@@ -214,8 +214,13 @@ impl World {
 
     /// An agent for `node` (CPU, one worker) with `env` in its environment.
     pub fn agent_with_env(&mut self, node: &str, env: &[(&str, &str)]) {
-        self.next_env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        self.env_for_next(env);
         self.agent(node);
+    }
+
+    /// `env` in the environment of the next process started.
+    pub fn env_for_next(&mut self, env: &[(&str, &str)]) {
+        self.next_env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     }
 
     /// An agent for `node` run under `wrap` (see `spawn_via`), with `extra` arguments.

@@ -39,6 +39,11 @@ impl Watches {
         Watches { node: node.into(), agent_id: agent_id.into(), replay, by_job: HashMap::new(), tx }
     }
 
+    /// Whether `w` renews a watch running for its run.
+    pub fn renews(&self, w: &WatchTask) -> bool {
+        self.by_job.get(&w.job_id).is_some_and(|x| x.run_id == w.run_id && !x.thread.is_finished())
+    }
+
     /// Starts watching the task's job, or renews the watch of it.
     pub fn watch(&mut self, w: WatchTask) {
         if let Err(e) = w.validate() {
@@ -59,6 +64,7 @@ impl Watches {
             Err(e) => return tracing::warn!(job_id = w.job_id, "the watch could not start: {e:#}"),
         };
         let gpus = source.gpus();
+        let named: Vec<String> = w.gpu_ids.iter().map(ToString::to_string).collect();
         let control = Control::default();
         control.until_ms.store(w.until.timestamp_millis(), Ordering::Relaxed);
         let plan = Plan {
@@ -73,7 +79,13 @@ impl Watches {
         let thread = std::thread::Builder::new().name("watch".into()).spawn(move || sampler::run(plan, source, c, tx));
         match thread {
             Ok(thread) => {
-                tracing::info!(job_id = w.job_id, run_id = w.run_id, gpus = gpus.len(), "watching the job's GPUs");
+                tracing::info!(
+                    job_id = w.job_id,
+                    run_id = w.run_id,
+                    gpus = gpus.len(),
+                    named = if named.is_empty() { "every GPU of the node".into() } else { named.join(",") },
+                    "watching the job's GPUs"
+                );
                 self.by_job.insert(w.job_id, Watching { run_id: w.run_id, control, thread });
             }
             Err(e) => tracing::warn!(job_id = w.job_id, "the watch could not start: {e}"),
@@ -82,7 +94,7 @@ impl Watches {
 
     fn open(&self, w: &WatchTask) -> anyhow::Result<Box<dyn Source>> {
         Ok(match &self.replay {
-            Some(path) => Box::new(replay::Replay::load(path)?),
+            Some(path) => Box::new(replay::Replay::load(path, &w.gpu_ids)?),
             None => Box::new(source::Nvml::open(&w.gpu_ids)?),
         })
     }

@@ -9,12 +9,14 @@
 //! ```
 //!
 //! Sample `k` of the watch reads second `k` of the recording (the last second holds on after
-//! the recording ends). This is how a test makes one node of a simulated job throttle at a
+//! the recording ends). A watch that names its GPUs reads those of the recording, in its order,
+//! as NVML would open them; a GPU the recording lacks fails the watch's start. This is how a test makes one node of a simulated job throttle at a
 //! known time through the real agent, service and broker.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use gpusanity_common::wire::gpu_id::GpuId;
 use gpusanity_common::wire::watch::{ForeignProcess, MAX_FOREIGN, MAX_XIDS};
 use gpusanity_nvml::watch::{Instant, Period};
 use serde::Deserialize;
@@ -56,7 +58,7 @@ pub(crate) struct Replay {
 }
 
 impl Replay {
-    pub fn load(path: &Path) -> anyhow::Result<Replay> {
+    pub fn load(path: &Path, ids: &[GpuId]) -> anyhow::Result<Replay> {
         use anyhow::Context;
         let len = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?.len();
         anyhow::ensure!(len <= MAX_BYTES, "{}: {len} bytes, at most {MAX_BYTES}", path.display());
@@ -79,7 +81,29 @@ impl Replay {
             row[slot] = Some(line);
         }
         anyhow::ensure!(!seconds.is_empty(), "{}: no readings", path.display());
-        Ok(Replay { gpus, seconds, from_k: 0 })
+        let replay = Replay { gpus, seconds, from_k: 0 };
+        if ids.is_empty() {
+            return Ok(replay);
+        }
+        replay.only(ids)
+    }
+
+    /// The recording of the GPUs `ids` alone, in their order.
+    fn only(self, ids: &[GpuId]) -> anyhow::Result<Replay> {
+        let slots = ids
+            .iter()
+            .map(|id| {
+                let name = id.to_string();
+                self.gpus.iter().position(|g| *g == name).ok_or_else(|| anyhow::anyhow!("{name}: not in the recording"))
+            })
+            .collect::<anyhow::Result<Vec<usize>>>()?;
+        let gpus = slots.iter().map(|&i| self.gpus[i].clone()).collect();
+        let seconds = self
+            .seconds
+            .into_iter()
+            .map(|(s, row)| (s, slots.iter().map(|&i| row.get(i).cloned().flatten()).collect()))
+            .collect();
+        Ok(Replay { gpus, seconds, from_k: self.from_k })
     }
 
     /// Second `k`'s line of GPU `g`: the newest recorded at or before `k`.
