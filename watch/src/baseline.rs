@@ -87,20 +87,18 @@ impl Baselines {
                 self.work.push(residual);
             }
         }
-        if self.work.len() >= cfg.min_peers {
-            if let Some((median, spread)) = median_mad_mut(&mut self.work) {
-                let floor = median - (cfg.mad_k * spread).max(cfg.clock_gap);
-                for ((r, j), residual) in busy.iter().zip(clocks.iter_mut()).zip(&self.residuals) {
-                    if let Some(j) = j.as_mut().filter(|_| residual.is_finite()) {
-                        let usual = self.by_key[r.key].mean;
-                        j.own = Some(Own { usual: usual as f32, spread: spread as f32, low: *residual < floor });
-                    }
-                }
+        let floor = (self.work.len() >= cfg.min_peers)
+            .then(|| median_mad_mut(&mut self.work))
+            .flatten()
+            .map(|(median, spread)| (median - (cfg.mad_k * spread).max(cfg.clock_gap), spread));
+        for ((r, j), residual) in busy.iter().zip(clocks.iter_mut()).zip(&self.residuals) {
+            let Some(j) = j.as_mut() else { continue };
+            let usual = &mut self.by_key[r.key];
+            if let Some((floor, spread)) = floor.filter(|_| residual.is_finite()) {
+                j.own = Some(Own { usual: usual.mean as f32, spread: spread as f32, low: *residual < floor });
             }
-        }
-        for (r, j) in busy.iter().zip(clocks.iter()) {
-            if let Some(j) = j.filter(|j| !j.is_low() && j.median > 0.0) {
-                self.by_key[r.key].learn(j.value / j.median, n);
+            if !j.is_low() && j.median > 0.0 {
+                usual.learn(j.value / j.median, n);
             }
         }
     }
