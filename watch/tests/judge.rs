@@ -305,3 +305,30 @@ fn a_phase_moving_every_clock_raises_nothing_even_where_it_narrows_the_offsets()
     let found = run_shape(JudgeConfig::default(), 1800, &wide(phase_long_eval, &narrowing), &|_, _| {});
     assert!(found.is_empty(), "{found:?}");
 }
+
+#[test]
+fn a_gpu_whose_own_offset_moves_with_a_phase_by_more_than_the_gap_is_suspected() {
+    // A limit of the rule against the GPU's own ratio: the fastest GPU, a further `extra` faster
+    // than the others while training at the cap, runs at its plain offset in the evaluation.
+    // Its ratio falls by `extra` while the others' stay: up to the gap nothing is raised, beyond
+    // it the GPU is suspected at the evaluation's start, though still above the median.
+    let ((fn_, fg), _) = fastest_and_median();
+    let run_extra = |extra: f64| {
+        let clock = move |n: usize, g: usize, s: usize| {
+            if (n, g) == (fn_, fg) && phase_long_eval(s).1 == 100 {
+                extra
+            } else {
+                1.0
+            }
+        };
+        let shape = wide(phase_long_eval, &clock);
+        run_shape(JudgeConfig::default(), 900, &shape, &|_, _| {})
+    };
+    assert!(run_extra(1.04).is_empty());
+    let found = run_extra(1.08);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (at, s) = &found[0];
+    assert_eq!(s.gpu, format!("GPU-{fn_}-{fg}"));
+    assert!((300..=310).contains(at), "raised at second {at}, the evaluation begins at 300");
+    assert!(s.evidence.contains("below its own usual ratio to the job's median"), "{}", s.evidence);
+}
