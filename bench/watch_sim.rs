@@ -21,7 +21,8 @@
 //!   fault's node is suspected with a fitting code (`WATCH_SLOW_CLOCK`, or for `throttled` also
 //!   `WATCH_THROTTLED`); the latency runs from the onset to the end of the period whose summary
 //!   raised it (also from the first busy second at or after the onset: the judgement only
-//!   judges busy GPUs).
+//!   judges busy GPUs). The caught trials are counted by the rule that raised them (`rules`:
+//!   `job_median`, `own_ratio`, or `one_gpu` for `WATCH_THROTTLED`), read from the evidence.
 //! - `--profile` times generating summaries alone and judging stored summaries alone.
 //!
 //! Jobs and trials run on `--threads` threads (default: every core); each job's draws depend
@@ -477,8 +478,20 @@ fn healthy(a: &Args) -> (Healthy, f64) {
     (h, wall)
 }
 
+/// Which rule raised a suspicion, from its evidence.
+fn rule(s: &Suspicion) -> &'static str {
+    if s.evidence.contains("own usual ratio") {
+        "own_ratio"
+    } else if s.evidence.contains("against the job's median") {
+        "job_median"
+    } else {
+        "one_gpu"
+    }
+}
+
 struct Trial {
-    caught: Option<(u64, u64, SuspectCode)>,
+    /// Latency from the onset, from the first busy second, the code and the rule.
+    caught: Option<(u64, u64, SuspectCode, &'static str)>,
     wrong: Vec<(u64, Suspicion)>,
     onset_phase: PhaseId,
     /// The faulty GPU's static clock offset (1 is the job's typical GPU).
@@ -514,7 +527,7 @@ fn trial(a: &Args, case: u64, i: usize) -> Trial {
     let mut t = Trial { caught: None, wrong: Vec::new(), onset_phase, offset, fault };
     for (at, s) in found {
         if fits(at, &s) && t.caught.is_none() {
-            t.caught = Some((at - onset, at.saturating_sub(busy_from), s.code));
+            t.caught = Some((at - onset, at.saturating_sub(busy_from), s.code, rule(&s)));
         } else if !fits(at, &s) {
             t.wrong.push((at, s));
         }
@@ -580,7 +593,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .suspicions
             .iter()
             .take(5)
-            .map(|(i, at, s)| json!({"job": i, "at_s": at, "node": s.node, "gpu": s.gpu, "code": s.code.as_str(), "evidence": s.evidence}))
+            .map(|(i, at, s)| json!({"job": i, "at_s": at, "node": s.node, "gpu": s.gpu, "code": s.code.as_str(), "rule": rule(s), "evidence": s.evidence}))
             .collect();
         let core_s = wall * a.threads as f64;
         println!(
@@ -614,11 +627,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .iter()
                 .flat_map(|t| t.wrong.iter())
                 .take(5)
-                .map(|(at, s)| json!({"at_s": at, "node": s.node, "code": s.code.as_str(), "evidence": s.evidence}))
+                .map(|(at, s)| json!({"at_s": at, "node": s.node, "code": s.code.as_str(), "rule": rule(s), "evidence": s.evidence}))
                 .collect();
-            let mut codes = std::collections::BTreeMap::new();
+            let (mut codes, mut rules) = (std::collections::BTreeMap::new(), std::collections::BTreeMap::new());
             for c in &caught {
                 *codes.entry(c.2.as_str()).or_insert(0usize) += 1;
+                *rules.entry(c.3).or_insert(0usize) += 1;
             }
             // The trials caught late or not at all: by the job's phase at the onset, and the first
             // few with the GPU's static offset.
@@ -647,7 +661,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     "within_10s_of_busy": busy_within as f64 / n,
                     "latency_s": {"min": q[0], "median": q[1], "p99": q[2], "max": q[3]},
                     "latency_from_busy_s": {"min": qb[0], "median": qb[1], "p99": qb[2], "max": qb[3]},
-                    "codes": codes, "wrong_suspicions": wrong, "wrong_examples": wrong_examples,
+                    "codes": codes, "rules": rules, "wrong_suspicions": wrong, "wrong_examples": wrong_examples,
                     "late_or_missed_by_onset_phase": late_by_phase, "late_or_missed_examples": late_examples, "horizon_s": a.horizon, "wall_s": wall,
                 })
             );

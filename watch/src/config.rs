@@ -23,6 +23,12 @@ pub struct JudgeConfig {
     pub busy_pct: u8,
     /// The fewest busy GPUs an instant needs to be judged against its peers.
     pub min_peers: usize,
+    /// The busy instants a GPU's usual ratio of its SM clock to the job's median is learned
+    /// over: averaged over its first `baseline_ticks`, then followed with an exponentially
+    /// weighted mean of that memory. Once `min_peers` GPUs of an instant have learned that
+    /// many, a GPU whose ratio fell below its usual one by more than both `clock_gap` and
+    /// `mad_k` scaled deviations of the GPUs' changes is low too. 0 turns this rule off.
+    pub baseline_ticks: u32,
     /// Samples with a hardware slowdown, thermal or power brake that make a busy GPU suspect.
     pub throttle_samples: u32,
     /// PCIe replays in one period that make a GPU suspect.
@@ -44,6 +50,7 @@ impl Default for JudgeConfig {
             limit_gap: 0.05,
             busy_pct: 50,
             min_peers: 4,
+            baseline_ticks: 30,
             throttle_samples: 2,
             pcie_replays: 100,
             nvlink_errors: 16,
@@ -68,9 +75,28 @@ impl JudgeConfig {
         if self.busy_pct > 100 || self.min_peers < 2 || self.min_peers > 4096 {
             return Err("watch: busy_pct must be at most 100 and min_peers 2 to 4096".into());
         }
+        if self.baseline_ticks != 0 && !(2..=3600).contains(&self.baseline_ticks) {
+            return Err("watch: baseline_ticks must be 0 (off) or 2 to 3600".into());
+        }
         if self.fatal_xids.len() > 1024 {
             return Err("watch: at most 1024 fatal XIDs".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn baseline_ticks_are_off_or_2_to_3600() {
+        for (n, ok) in [(0, true), (1, false), (2, true), (30, true), (3600, true), (3601, false)] {
+            let cfg = JudgeConfig { baseline_ticks: n, ..Default::default() };
+            assert_eq!(cfg.validate().is_ok(), ok, "{n}");
+        }
+        let cfg: JudgeConfig = serde_json::from_str(r#"{"baseline_ticks": 60}"#).expect("parses");
+        assert_eq!((cfg.baseline_ticks, cfg.window), (60, 5));
+        assert_eq!(JudgeConfig::default().baseline_ticks, 30);
     }
 }

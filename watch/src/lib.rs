@@ -7,7 +7,9 @@
 //!   rising;
 //! - **against the job's other GPUs** ([`peers`]), judged per sampling instant once every GPU
 //!   of the job has reported it: an SM clock or power draw below the job's median by more
-//!   than both a robust spread (median absolute deviation) and a relative gap, in most of the
+//!   than both a robust spread (median absolute deviation) and a relative gap, or an SM clock
+//!   whose ratio to that median fell below the GPU's own usual ratio ([`baseline`]) by more
+//!   than both the gap and the robust spread of the other GPUs' such changes, in most of the
 //!   last few busy instants; and an enforced power limit below the others'. A job's own phases
 //!   (checkpoints, evaluation, data loading) move all its GPUs together and so never make one
 //!   of them stand out; an instant when the job's GPUs are not busy is not judged.
@@ -16,6 +18,7 @@
 //! clock, no I/O; the service feeds it from the telemetry topic, the fleet simulation
 //! (bench/watch_sim.rs) from generated telemetry.
 
+mod baseline;
 mod config;
 mod judge;
 mod peers;

@@ -3,11 +3,13 @@
 //! every GPU's reading; once every GPU still reporting has given its reading of a tick (or the
 //! tick is two periods old), the tick is judged: when the job's GPUs are busy, a GPU whose SM
 //! clock or power draw sits below the median by more than both `mad_k` scaled deviations and
-//! the relative gap is low at that tick; `min_low` low ticks among a GPU's last `window` judged
-//! ones make it suspect.
+//! the relative gap is low at that tick; so is a GPU whose SM clock fell against its own usual
+//! ratio to the median ([`crate::baseline`]); `min_low` low ticks among a GPU's last `window`
+//! judged ones make it suspect.
 
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::baseline::Baselines;
 use crate::stats::{median, median_mad};
 use crate::JudgeConfig;
 
@@ -44,12 +46,35 @@ struct Mark {
     power: Option<Judged>,
 }
 
+/// One GPU's figure at one tick, as judged.
 #[derive(Debug, Clone, Copy)]
-struct Judged {
-    low: bool,
-    value: f64,
-    median: f64,
-    spread: f64,
+pub(crate) struct Judged {
+    /// Low against the peers: below the floor under the tick's median.
+    pub low: bool,
+    pub value: f64,
+    pub median: f64,
+    /// The scaled median absolute deviation of the peers' values.
+    pub spread: f64,
+    /// Against the GPU's own usual ratio to the median, where that rule judged the tick.
+    pub own: Option<Own>,
+}
+
+/// The rule against the GPU's own usual ratio at one tick (SM clock only).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Own {
+    /// The GPU's usual ratio of its value to the tick's median.
+    pub usual: f32,
+    /// The scaled median absolute deviation of the residuals (`ratio / usual - 1`) of the GPUs
+    /// judged so.
+    pub spread: f32,
+    pub low: bool,
+}
+
+impl Judged {
+    /// Low by either rule.
+    pub fn is_low(&self) -> bool {
+        self.low || self.own.is_some_and(|o| o.low)
+    }
 }
 
 #[derive(Debug)]
@@ -64,11 +89,20 @@ pub(crate) struct Peers {
     newest: i64,
     /// The newest tick judged: a later reading of it (a late or replayed summary) is dropped.
     judged: i64,
+    /// Each GPU's usual ratio of its SM clock to the job's median.
+    baselines: Baselines,
 }
 
 impl Default for Peers {
     fn default() -> Self {
-        Peers { ticks: BTreeMap::new(), last_tick: Vec::new(), marks: Vec::new(), newest: i64::MIN, judged: i64::MIN }
+        Peers {
+            ticks: BTreeMap::new(),
+            last_tick: Vec::new(),
+            marks: Vec::new(),
+            newest: i64::MIN,
+            judged: i64::MIN,
+            baselines: Baselines::default(),
+        }
     }
 }
 
@@ -117,7 +151,8 @@ impl Peers {
         if busy.len() < cfg.min_peers || !job_busy {
             return;
         }
-        let clocks = against_peers(&busy, |r| r.sm_mhz, cfg.clock_gap, cfg.mad_k);
+        let mut clocks = against_peers(&busy, |r| r.sm_mhz, cfg.clock_gap, cfg.mad_k);
+        self.baselines.judge(cfg, &busy, &mut clocks);
         let powers = against_peers(&busy, |r| r.power_w, cfg.power_gap, cfg.mad_k);
         for (i, r) in busy.iter().enumerate() {
             let marks = &mut self.marks[r.key];
@@ -141,7 +176,7 @@ fn against_peers(busy: &[&Reading], value: impl Fn(&Reading) -> Option<f64>, gap
         return vec![None; busy.len()];
     };
     let floor = median - (k * spread).max(gap * median);
-    busy.iter().map(|r| value(r).map(|v| Judged { low: v < floor, value: v, median, spread })).collect()
+    busy.iter().map(|r| value(r).map(|v| Judged { low: v < floor, value: v, median, spread, own: None })).collect()
 }
 
 /// Whether `min_low` of the GPU's last `window` judged ticks were low in `figure`.
@@ -150,36 +185,52 @@ fn persistent(cfg: &JudgeConfig, key: usize, marks: &VecDeque<Mark>, figure: Fig
         Figure::Clock => m.clock,
         Figure::Power => m.power,
     };
-    let (mut judged, mut lows, mut first, mut last) = (0usize, 0usize, None, None);
+    // The ticks low by either rule; of them, those low against the peers (and the last one) and
+    // the last one low against the GPU's own ratio.
+    let (mut judged, mut lows, mut peer_lows, mut first, mut last_peer, mut last_own) =
+        (0usize, 0usize, 0usize, None, None, None);
     for m in marks {
         if let Some(j) = pick(m) {
             judged += 1;
-            if j.low {
+            if j.is_low() {
                 lows += 1;
                 first.get_or_insert(m.tick);
-                last = Some(j);
+            }
+            if j.low {
+                peer_lows += 1;
+                last_peer = Some(j);
+            }
+            if let Some(o) = j.own.filter(|o| o.low) {
+                last_own = Some((j, o));
             }
         }
     }
     if lows < cfg.min_low as usize {
         return None;
     }
-    let (since_tick, last) = (first?, last?);
+    let since_tick = first?;
     let (what, unit) = match figure {
         Figure::Clock => ("SM clock", "MHz"),
         Figure::Power => ("power draw", "W"),
     };
-    Some(Low {
-        key,
-        figure,
-        since_tick,
-        evidence: format!(
-            "{what} {:.0} {unit} against the job's median {:.0} {unit} (spread {:.0} {unit}), low in {} of its last {} busy instants",
-            last.value,
-            last.median,
-            last.spread,
-            lows,
-            judged
-        ),
-    })
+    // The rule against the peers is named where it alone would have made the GPU suspect; else
+    // the GPU's own ratio, which it took.
+    let evidence = if peer_lows >= cfg.min_low as usize {
+        let j = last_peer?;
+        format!(
+            "{what} {:.0} {unit} against the job's median {:.0} {unit} (spread {:.0} {unit}), low in {lows} of its last {judged} busy instants",
+            j.value, j.median, j.spread
+        )
+    } else {
+        let (j, o) = last_own?;
+        format!(
+            "{what} {:.0} {unit}, below its own usual ratio to the job's median ({:.3}) at {:.3} of {:.0} {unit} (residual spread {:.3}), low in {lows} of its last {judged} busy instants",
+            j.value,
+            o.usual,
+            j.value / j.median,
+            j.median,
+            o.spread
+        )
+    };
+    Some(Low { key, figure, since_tick, evidence })
 }

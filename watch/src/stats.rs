@@ -18,12 +18,16 @@ pub(crate) fn median(v: &mut [f64]) -> Option<f64> {
 
 /// The median of `v` and its median absolute deviation scaled to a normal's sigma (x 1.4826).
 pub(crate) fn median_mad(v: &[f64]) -> Option<(f64, f64)> {
-    let mut w = v.to_vec();
-    let m = median(&mut w)?;
-    for x in &mut w {
+    median_mad_mut(&mut v.to_vec())
+}
+
+/// [`median_mad`] without a copy: `v` is left holding the absolute deviations, reordered.
+pub(crate) fn median_mad_mut(v: &mut [f64]) -> Option<(f64, f64)> {
+    let m = median(v)?;
+    for x in v.iter_mut() {
         *x = (*x - m).abs();
     }
-    Some((m, median(&mut w)? * 1.4826))
+    Some((m, median(v)? * 1.4826))
 }
 
 #[cfg(test)]
@@ -38,5 +42,7 @@ mod tests {
         let (m, mad) = median_mad(&[1.0, 1.0, 2.0, 2.0, 4.0, 6.0, 9.0]).expect("values");
         assert_eq!(m, 2.0);
         assert!((mad - 1.4826).abs() < 1e-9);
+        let mut w = [9.0, 1.0, 2.0, 6.0, 2.0, 1.0, 4.0];
+        assert_eq!(median_mad_mut(&mut w), Some((m, mad)));
     }
 }
