@@ -467,7 +467,7 @@ fn healthy(a: &Args) -> (Healthy, f64) {
     let start = Instant::now();
     let per_job = parallel(a.jobs, a.threads, |i| {
         let mut job = Job::new(&a.spreads, Rng::new(a.seed, 1, i as u64));
-        let mut judge = JobJudge::new(JudgeConfig::default());
+        let mut judge = JobJudge::new(JudgeConfig::default()).expecting(NODES);
         run_job(&mut job, &mut judge, 0, seconds, |_, _| false)
     });
     let wall = start.elapsed().as_secs_f64();
@@ -521,7 +521,7 @@ fn trial(a: &Args, case: u64, i: usize) -> Trial {
     // The first second at or after the onset when the job is busy (training or evaluating).
     let busy_from =
         (onset..onset + 3600).find(|t| matches!(job.phase(*t as f64), PhaseId::Train | PhaseId::Eval)).unwrap_or(onset);
-    let mut judge = JobJudge::new(JudgeConfig::default());
+    let mut judge = JobJudge::new(JudgeConfig::default()).expecting(NODES);
     let found = run_job(&mut job, &mut judge, 0, onset + a.horizon, fits);
     let offset = job.gpus[gpu].clock;
     let mut t = Trial { caught: None, wrong: Vec::new(), onset_phase, offset, fault };
@@ -547,7 +547,7 @@ fn profile(a: &Args) {
     let gen = start.elapsed().as_secs_f64();
     let samples = (periods * PERIOD) as f64 * GPUS as f64;
     let start = Instant::now();
-    let mut judge = JobJudge::new(JudgeConfig::default());
+    let mut judge = JobJudge::new(JudgeConfig::default()).expecting(NODES);
     let mut raised = 0;
     for period in &stored {
         for t in period {

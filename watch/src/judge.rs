@@ -35,6 +35,13 @@ pub struct JobJudge {
     peers: Peers,
     raised: HashSet<(String, SuspectCode)>,
     limits_median: Option<f64>,
+    /// The nodes of the job, when known: until each has reported, the peers of an instant are
+    /// judged only once it is [`Peers::judge`]'s grace old (a node that never reports does not
+    /// stop the judgement).
+    expected_nodes: Option<usize>,
+    nodes_seen: HashSet<String>,
+    /// The start of the first summary judged.
+    first: Option<DateTime<Utc>>,
 }
 
 impl JobJudge {
@@ -47,7 +54,35 @@ impl JobJudge {
             peers: Peers::default(),
             raised: HashSet::new(),
             limits_median: None,
+            expected_nodes: None,
+            nodes_seen: HashSet::new(),
+            first: None,
         }
+    }
+
+    /// A judgement of a job of `nodes` nodes: the first period's instants wait for every node's
+    /// summary (or their grace), so that the first node to report is not judged among its own
+    /// GPUs alone.
+    pub fn expecting(mut self, nodes: usize) -> Self {
+        self.expected_nodes = Some(nodes);
+        self
+    }
+
+    /// Whether every node of the job has reported (always, for a job of unknown size).
+    fn all_seen(&mut self, node: &str) -> bool {
+        let Some(n) = self.expected_nodes else { return true };
+        if self.nodes_seen.len() < n && !self.nodes_seen.contains(node) && self.nodes_seen.len() < MAX_GPUS {
+            self.nodes_seen.insert(node.to_string());
+        }
+        self.nodes_seen.len() >= n
+    }
+
+    /// Whether the job's power limits can be compared: every node has reported, or three
+    /// periods have passed since the first summary (a node that never reports does not stop it).
+    fn settled(&mut self, t: &Telemetry, all_seen: bool, span: i64) -> bool {
+        let first = *self.first.get_or_insert(t.from);
+        let waited = chrono::Duration::milliseconds(span.saturating_mul(3).saturating_mul(i64::from(t.interval_ms)));
+        all_seen || t.from >= first + waited
     }
 
     /// Judges one node's summary (already validated); returns what it newly makes suspect.
@@ -76,8 +111,11 @@ impl JobJudge {
             });
             self.peers.add(tick0, readings);
         }
-        self.power_limits(&mut out, t);
-        for low in self.peers.judge(&self.cfg, 2 * span, 3 * span) {
+        let all_seen = self.all_seen(&t.node);
+        if self.settled(t, all_seen, span) {
+            self.power_limits(&mut out, t);
+        }
+        for low in self.peers.judge(&self.cfg, 2 * span, 3 * span, all_seen) {
             let code = match low.figure {
                 Figure::Clock => SuspectCode::WatchSlowClock,
                 Figure::Power => SuspectCode::WatchLowPower,

@@ -127,12 +127,13 @@ impl Peers {
     }
 
     /// Judges every tick that is complete, or older than `grace` ticks; returns the GPUs that
-    /// became low.
-    pub fn judge(&mut self, cfg: &JudgeConfig, grace: i64, stale: i64) -> Vec<Low> {
+    /// became low. Until `all_seen` (every node of the job has reported), no tick is complete:
+    /// the GPUs known so far are not yet the job's.
+    pub fn judge(&mut self, cfg: &JudgeConfig, grace: i64, stale: i64, all_seen: bool) -> Vec<Low> {
         let mut out = Vec::new();
         while let Some((&tick, readings)) = self.ticks.first_key_value() {
             let live = self.last_tick.iter().filter(|t| **t >= tick.saturating_sub(stale)).count();
-            let complete = readings.len() >= live;
+            let complete = all_seen && readings.len() >= live;
             if !complete && tick > self.newest.saturating_sub(grace) {
                 break;
             }

@@ -332,3 +332,24 @@ fn a_gpu_whose_own_offset_moves_with_a_phase_by_more_than_the_gap_is_suspected()
     assert!((300..=310).contains(at), "raised at second {at}, the evaluation begins at 300");
     assert!(s.evidence.contains("below its own usual ratio to the job's median"), "{}", s.evidence);
 }
+
+#[test]
+fn the_first_node_to_report_is_not_judged_among_its_own_gpus_alone() {
+    // Node 0 holds six of the job's few fast GPUs: among its own eight, its two GPUs at the job's
+    // usual clock look 12 % slow; among the job's 64 they are at the median.
+    let shape = |n: usize, g: usize, _s: usize| if n == 0 && g < 6 { 1.0 } else { 0.88 };
+    let run = |judge: &mut JobJudge| {
+        let mut rng = Lcg(11);
+        let mut found = Vec::new();
+        for s in (0..60).step_by(PERIOD) {
+            for t in period(&mut rng, s, &narrow(&shape)) {
+                found.extend(judge.observe(&t));
+            }
+        }
+        found
+    };
+    let alone = run(&mut JobJudge::new(JudgeConfig::default()));
+    assert!(alone.iter().any(|s| s.node == "node-0"), "the hazard this guards against: {alone:?}");
+    let found = run(&mut JobJudge::new(JudgeConfig::default()).expecting(NODES));
+    assert!(found.is_empty(), "{found:?}");
+}

@@ -91,9 +91,10 @@ impl Watcher {
         };
         let mut next = HashMap::with_capacity(watched.len());
         for run in watched {
-            let w = runs
-                .remove(&run.run_id)
-                .unwrap_or_else(|| Watched { judge: JobJudge::new(self.config.judge.clone()), run: run.clone() });
+            let w = runs.remove(&run.run_id).unwrap_or_else(|| Watched {
+                judge: JobJudge::new(self.config.judge.clone()).expecting(run.nodes.len()),
+                run: run.clone(),
+            });
             if !runs.contains_key(&run.run_id) && !next.contains_key(&run.run_id) {
                 self.start(&run);
             }
