@@ -12,8 +12,8 @@ readings the watch takes: SM clock, power and its limit, temperature, utilizatio
 clock-event reasons) and writes them as JSON lines: the spreads the fleet simulation draws from
 (bench/watch_sim.rs). Each line has the SM clock and power both as one reading now (`sm_mhz`,
 `power_w`) and as the means over the period since the line before, as the agent's sampler
-reads them (`sm_mean_mhz`: the clock read every 0.1 s; `power_mean_w`: the energy counter;
-`clk_samples`: how many clock readings the mean is of).
+reads them (`sm_mean_mhz`, `power_mean_w`: read every 0.1 s; `clk_samples`: how many readings the means
+are of).
 
   python3 bench/gpu/watch_train.py --seconds 300 --steps steps.jsonl --telemetry tele.jsonl
   python3 bench/gpu/watch_train.py --device cpu --tiny --seconds 5 --steps /dev/null
@@ -43,34 +43,27 @@ class Telemetry:
         self.h = nv.nvmlDeviceGetHandleByIndex(idx)
         self.stop_flag = threading.Event()
         self.phase = "start"
-        self.clocks = []
-        self.energy = None
+        self.clocks, self.powers = [], []
         self.means()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def sub_sample(self):
-        """One more SM clock reading within the period (as the agent's sampler, every 0.1 s)."""
+        """One more SM clock and power reading within the period (as the agent's sampler, every
+        0.1 s)."""
+        nv, h = self.nv, self.h
         try:
-            self.clocks.append(self.nv.nvmlDeviceGetClockInfo(self.h, self.nv.NVML_CLOCK_SM))
-        except self.nv.NVMLError:
+            self.clocks.append(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
+            self.powers.append(nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
+        except nv.NVMLError:
             pass
 
     def means(self):
-        """The mean SM clock of the readings since the last call, how many, and the mean power
-        from the energy counter (None where the driver has none)."""
-        nv, h = self.nv, self.h
+        """The mean SM clock and power of the readings since the last call, and how many."""
         self.sub_sample()
         n = len(self.clocks)
         clk = round(sum(self.clocks) / n, 1) if n else None
-        self.clocks = []
-        power = None
-        try:
-            mj, at = nv.nvmlDeviceGetTotalEnergyConsumption(h), time.monotonic()
-            if self.energy and mj >= self.energy[0] and at - self.energy[1] >= 0.05:
-                power = round((mj - self.energy[0]) / (at - self.energy[1]) / 1000.0, 2)
-            self.energy = (mj, at)
-        except nv.NVMLError:
-            pass
+        power = round(sum(self.powers) / len(self.powers), 2) if self.powers else None
+        self.clocks, self.powers = [], []
         return clk, n, power
 
     def read(self):

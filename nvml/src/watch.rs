@@ -7,7 +7,7 @@
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::{Device, EventSet};
 
-use crate::interval::{Energy, Mean};
+use crate::interval::Mean;
 
 use crate::{nvml, raw, NvmlError};
 
@@ -22,8 +22,7 @@ pub struct Instant {
     /// The mean of the SM clock read at this instant and at each [`WatchedGpu::sub_sample`]
     /// since the last.
     pub sm_mhz: Option<u32>,
-    /// The energy used since the last reading over the time between them, or the power now
-    /// without an energy counter.
+    /// The mean of the power draw read at this instant and at each sub-sample since the last.
     pub power_w: Option<f32>,
     pub util_pct: Option<u8>,
     /// `nvmlClocksEventReason*` bits.
@@ -60,7 +59,7 @@ pub struct WatchedGpu {
     events: Option<EventSet<'static>>,
     last: Totals,
     clock: Mean,
-    energy: Energy,
+    power: Mean,
 }
 
 /// The increase of a counter since the last period (0 without two readings, or when it fell:
@@ -102,11 +101,10 @@ impl WatchedGpu {
             events,
             last: Totals::default(),
             clock: Mean::default(),
-            energy: Energy::default(),
+            power: Mean::default(),
         };
         g.last = g.totals();
-        // The first interval starts now: the energy counter's first reading, and the clock
-        // readings from here on.
+        // The first interval starts now.
         let _ = g.instant();
         Ok(g)
     }
@@ -115,31 +113,30 @@ impl WatchedGpu {
         &self.uuid
     }
 
-    /// One more reading of the SM clock within the interval. One instantaneous reading of a GPU
-    /// at its power cap moves by about 3 % from second to second with the job's steps
-    /// (docs/gpu-runs/2026-12-06-one-h100-watch.txt); the mean of several within the interval
-    /// moves less. (The driver's own buffer of clock samples, `nvmlDeviceGetSamples`, was tried
-    /// first: on the H100 measured it made the sampler's CPU time 15 times larger, and its means
-    /// were as coarse as one reading, every one a multiple of the clock's 15 MHz step.)
+    /// One more reading of the SM clock and the power within the interval. One instantaneous
+    /// clock reading of a GPU at its power cap moves by about 3 % from second to second with the
+    /// job's steps (docs/gpu-runs/2026-12-06-one-h100-watch.txt); the mean of ten within the
+    /// second moved half as much. Each read costs the driver about 2 µs of CPU on an H100. (The
+    /// driver's buffer of clock samples, `nvmlDeviceGetSamples`, answered Not Found there; its
+    /// energy counter, `nvmlDeviceGetTotalEnergyConsumption`, cost 3.9 ms of CPU a read: ten
+    /// times the rest of the sampler.)
     pub fn sub_sample(&mut self) {
         if let Ok(mhz) = self.device.clock_info(Clock::SM) {
             self.clock.add(mhz);
         }
+        if let Ok(mw) = self.device.power_usage() {
+            self.power.add(mw);
+        }
     }
 
-    /// The cheap readings of the interval since the last call: the SM clock's mean over its
-    /// sub-samples and now, the power from the energy used since the last call.
+    /// The cheap readings of the interval since the last call: the SM clock's and the power's
+    /// means over its sub-samples and now.
     pub fn instant(&mut self) -> Instant {
         self.sub_sample();
         let d = &self.device;
-        let sm_mhz = self.clock.take();
-        let power_w = self
-            .energy
-            .mean_w(d.total_energy_consumption().ok(), std::time::Instant::now())
-            .or_else(|| d.power_usage().ok().map(|mw| mw as f32 / 1000.0));
         Instant {
-            sm_mhz,
-            power_w,
+            sm_mhz: self.clock.take(),
+            power_w: self.power.take().map(|mw| mw as f32 / 1000.0),
             util_pct: d.utilization_rates().ok().map(|u| u8::try_from(u.gpu.min(100)).unwrap_or(100)),
             reasons: d.current_throttle_reasons().ok().map(|r| r.bits()),
         }
