@@ -1,14 +1,13 @@
 //! The watch's readings of one GPU while a job runs (docs/watch.md): cheap ones every interval
 //! ([`WatchedGpu::instant`]: SM clock and power over the interval, utilization, clock-event
-//! reasons) and the rest once a period ([`WatchedGpu::period`]: power limit, temperature, memory, counter increases
-//! since the last period, XIDs, the compute processes). Nothing here touches the job's
+//! reasons) and the rest once a period ([`WatchedGpu::period`]: power limit, temperature,
+//! memory, counter increases since the last period, XIDs, the compute processes). Nothing here touches the job's
 //! processes: NVML reads are the driver's own counters.
 
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::{Device, EventSet};
 
 use crate::interval::Mean;
-
 use crate::{nvml, raw, NvmlError};
 
 /// The most XIDs kept from one period.
@@ -104,8 +103,6 @@ impl WatchedGpu {
             power: Mean::default(),
         };
         g.last = g.totals();
-        // The first interval starts now.
-        let _ = g.instant();
         Ok(g)
     }
 

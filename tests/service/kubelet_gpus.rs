@@ -14,8 +14,29 @@ use gpusanity_testkit::svc::kube::{kube_server, unique, Cluster};
 use svc::{allocated, Reader, World};
 
 const FAST: &str = "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0";
+/// The GPUs the kubelet gave the job's pod `w0`, and another job's pod `x0`, on one node.
+const MINE: [&str; 2] = ["GPU-5cd893c3-e5fe-0df3-682b-a88f611dad99", "GPU-0b6f2a51-9a1e-4c49-8e62-2f3c0b8d7e10"];
+const THEIRS: [&str; 1] = ["GPU-11111111-2222-3333-4444-555555555555"];
 const WATCH: &str =
     "agent_timeout_s = 2.0\nagent_wait_s = 20.0\ndeadline_grace_s = 10.0\n\n[watch]\nrenew_s = 2\nlease_s = 6";
+
+/// Pods `w0` of `job` and `x0` of `other`, running on `node`, and a kubelet that gave them
+/// [`MINE`] and [`THEIRS`].
+fn two_jobs_on(cluster: &Cluster, ns: &str, node: &str, job: &str, other: &str) -> PodResourcesServer {
+    cluster.bound_pod(ns, "w0", node, Some(job), Some("Running"));
+    cluster.bound_pod(ns, "x0", node, Some(other), Some("Running"));
+    PodResourcesServer::start(&[
+        (ns, "x0", "trainer", GPU_RESOURCE, &THEIRS),
+        (ns, "w0", "trainer", GPU_RESOURCE, &MINE),
+    ])
+}
+
+/// The agent's arguments to ask `kubelet` and the cluster's API server.
+fn kubelet_args(kubelet: &PodResourcesServer, cluster: &Cluster) -> Vec<String> {
+    let socket = kubelet.socket().to_string_lossy().into_owned();
+    let kubeconfig = cluster.kubeconfig.to_string_lossy().into_owned();
+    vec!["--kubelet-pod-resources".into(), socket, "--kubeconfig".into(), kubeconfig]
+}
 
 /// Publishes an allocation of `job` on `node` with no `gpu_ids` and waits for its verdict.
 fn check(w: &World, out: &mut Reader, event: &str, job: &str, node: &str) -> serde_json::Value {
@@ -34,22 +55,15 @@ fn the_agent_checks_the_gpus_the_kubelet_gave_the_jobs_pods_on_its_node() {
     let node = unique("kl");
     let (job, other, podless) = (unique("job"), unique("job"), unique("job"));
     let (failing, forged) = (unique("job"), unique("job"));
-    cluster.bound_pod(&ns, "w0", &node, Some(&job), Some("Running"));
     cluster.bound_pod(&ns, "w3", &node, Some(&failing), Some("Running"));
     cluster.bound_pod(&ns, "w4", &node, Some(&forged), Some("Running"));
-    cluster.bound_pod(&ns, "x0", &node, Some(&other), Some("Running"));
-    let mine = ["GPU-5cd893c3-e5fe-0df3-682b-a88f611dad99", "GPU-0b6f2a51-9a1e-4c49-8e62-2f3c0b8d7e10"];
-    let theirs = ["GPU-11111111-2222-3333-4444-555555555555"];
-    let kubelet = PodResourcesServer::start(&[
-        (&ns, "x0", "trainer", GPU_RESOURCE, &theirs),
-        (&ns, "w0", "trainer", GPU_RESOURCE, &mine),
-    ]);
+    let kubelet = two_jobs_on(&cluster, &ns, &node, &job, &other);
+    let (mine, theirs) = (MINE, THEIRS);
 
     let mut w = World::new(None, FAST);
     w.serve();
-    let socket = kubelet.socket().to_string_lossy().into_owned();
-    let kubeconfig = cluster.kubeconfig.to_string_lossy().into_owned();
-    w.agent_via(&node, &[], &["--kubelet-pod-resources", &socket, "--kubeconfig", &kubeconfig]);
+    let args = kubelet_args(&kubelet, &cluster);
+    w.agent_via(&node, &[], &args.iter().map(String::as_str).collect::<Vec<_>>());
     let mut out = w.reader("check-events");
 
     // The job's own pod: its two GPUs, in the kubelet's order; the other job's GPU is not named.
@@ -126,14 +140,8 @@ fn the_watch_samples_the_gpus_the_kubelet_gave_the_job_even_after_the_agent_rest
     let ns = cluster.namespace();
     let node = unique("kw");
     let (job, other) = (unique("job"), unique("job"));
-    cluster.bound_pod(&ns, "w0", &node, Some(&job), Some("Running"));
-    cluster.bound_pod(&ns, "x0", &node, Some(&other), Some("Running"));
-    let mine = ["GPU-5cd893c3-e5fe-0df3-682b-a88f611dad99", "GPU-0b6f2a51-9a1e-4c49-8e62-2f3c0b8d7e10"];
-    let theirs = ["GPU-11111111-2222-3333-4444-555555555555"];
-    let kubelet = PodResourcesServer::start(&[
-        (&ns, "x0", "trainer", GPU_RESOURCE, &theirs),
-        (&ns, "w0", "trainer", GPU_RESOURCE, &mine),
-    ]);
+    let kubelet = two_jobs_on(&cluster, &ns, &node, &job, &other);
+    let (mine, theirs) = (MINE, THEIRS);
 
     let mut w = World::new(None, WATCH);
     w.serve();
@@ -141,9 +149,8 @@ fn the_watch_samples_the_gpus_the_kubelet_gave_the_job_even_after_the_agent_rest
     let replay = w.dir.path().join("node.replay");
     std::fs::write(&replay, recording(&[theirs[0], mine[0], mine[1]])).expect("recording");
     let replay = replay.to_string_lossy().into_owned();
-    let socket = kubelet.socket().to_string_lossy().into_owned();
-    let kubeconfig = cluster.kubeconfig.to_string_lossy().into_owned();
-    let args = ["--kubelet-pod-resources", socket.as_str(), "--kubeconfig", kubeconfig.as_str()];
+    let args = kubelet_args(&kubelet, &cluster);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     w.env_for_next(&[("GPUSANITY_WATCH_REPLAY", &replay)]);
     w.agent_via(&node, &[], &args);
     let mut out = w.reader("check-events");

@@ -47,8 +47,15 @@ pub enum LookupError {
 
 /// What a lookup was made for.
 pub(super) enum Asked {
-    Check { task: Task, secret: Option<[u8; rdzv::SECRET_LEN]> },
-    Watch(WatchTask),
+    Check {
+        task: Box<Task>,
+        secret: Option<[u8; rdzv::SECRET_LEN]>,
+    },
+    /// The watch of this run of this job, waiting in `watch_lookups`.
+    Watch {
+        job_id: String,
+        run_id: String,
+    },
 }
 
 /// A lookup's answer, for what it was made for.
@@ -107,7 +114,7 @@ impl Agent {
         }
         self.looking_up.insert(t.run_id.clone(), t.node_rank);
         let job_id = t.job_id.clone();
-        self.ask(&job_id, Asked::Check { task: t, secret });
+        self.ask(&job_id, Asked::Check { task: Box::new(t), secret });
     }
 
     fn ask(&self, job_id: &str, asked: Asked) {
@@ -122,8 +129,8 @@ impl Agent {
     /// The kubelet answered.
     pub(super) fn looked_up(&mut self, l: Looked) {
         match l.asked {
-            Asked::Check { task, secret } => self.check_looked_up(task, secret, l.gpus),
-            Asked::Watch(w) => self.watch_looked_up(w, l.gpus),
+            Asked::Check { task, secret } => self.check_looked_up(*task, secret, l.gpus),
+            Asked::Watch { job_id, run_id } => self.watch_looked_up(&job_id, &run_id, l.gpus),
         }
     }
 
@@ -184,9 +191,9 @@ impl Agent {
                 return;
             }
         }
-        self.watch_lookups.insert(w.job_id.clone(), w.clone());
-        let job_id = w.job_id.clone();
-        self.ask(&job_id, Asked::Watch(w));
+        let asked = Asked::Watch { job_id: w.job_id.clone(), run_id: w.run_id.clone() };
+        self.ask(&w.job_id, asked);
+        self.watch_lookups.insert(w.job_id.clone(), w);
     }
 
     fn needs_watch_lookup(&self, w: &WatchTask) -> bool {
@@ -201,12 +208,11 @@ impl Agent {
 
     /// A watch's answer: it samples the GPUs found, or the whole node (said why); one stopped or
     /// replaced meanwhile is dropped.
-    fn watch_looked_up(&mut self, asked: WatchTask, gpus: Result<Vec<GpuId>, LookupError>) {
-        let Some(mut w) = self.watch_lookups.remove(&asked.job_id) else { return };
-        if w.run_id != asked.run_id {
-            self.watch_lookups.insert(w.job_id.clone(), w);
+    fn watch_looked_up(&mut self, job_id: &str, run_id: &str, gpus: Result<Vec<GpuId>, LookupError>) {
+        if self.watch_lookups.get(job_id).is_none_or(|w| w.run_id != run_id) {
             return;
         }
+        let Some(mut w) = self.watch_lookups.remove(job_id) else { return };
         match gpus {
             Ok(ids) => {
                 if ids.is_empty() {

@@ -10,8 +10,9 @@
 //!
 //! Sample `k` of the watch reads second `k` of the recording (the last second holds on after
 //! the recording ends). A watch that names its GPUs reads those of the recording, in its order,
-//! as NVML would open them; a GPU the recording lacks fails the watch's start. This is how a test makes one node of a simulated job throttle at a
-//! known time through the real agent, service and broker.
+//! as NVML would open them; a GPU the recording lacks fails the watch's start. This is how a
+//! test makes one node of a simulated job throttle at a known time through the real agent,
+//! service and broker.
 
 use std::collections::BTreeMap;
 use std::path::Path;

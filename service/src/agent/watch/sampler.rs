@@ -1,6 +1,6 @@
 //! The sampling thread of one watched job: samples every interval on multiples of it in
 //! wall-clock time (so that every node of the job samples at the same instants), reading the SM
-//! clock also every [`SUB_SAMPLE_MS`] between them for the interval's mean, and at the end of
+//! clock and the power also every [`SUB_SAMPLE_MS`] between them for the interval's means, and at the end of
 //! each period, also on multiples of it, sends one [`Telemetry`] for the node. It stops when
 //! told, or when its lease (`until`) runs out.
 
@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use super::source::{PeriodOf, Source};
 
-/// How often the SM clock is read between two samples.
+/// How often the SM clock and the power are read between two samples.
 pub(crate) const SUB_SAMPLE_MS: i64 = 100;
 
 /// What the thread needs of the watch.
@@ -108,7 +108,7 @@ pub(crate) fn run(plan: Plan, mut source: Box<dyn Source>, control: Control, tx:
     }
 }
 
-/// Reads the clock every [`SUB_SAMPLE_MS`] strictly between `from` and `to` (skipping the
+/// Reads the clock and the power every [`SUB_SAMPLE_MS`] strictly between `from` and `to` (skipping the
 /// instants already past: a late thread does not read in a burst); false if the watch ended.
 fn sub_samples(from: i64, to: i64, source: &mut dyn Source, control: &Control) -> bool {
     let mut at = from + SUB_SAMPLE_MS;
