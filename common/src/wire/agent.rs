@@ -26,8 +26,15 @@ pub enum CommandBody {
     Cancel { run_id: String, reason: String },
     /// Sample the job's GPUs on this node while it runs (docs/watch.md); a repeated one renews it.
     Watch(crate::wire::watch::WatchTask),
-    /// Stop sampling the job's GPUs (the job stopped or restarted).
-    Unwatch { job_id: String },
+    /// Stop sampling the job's GPUs for the run (the job stopped or restarted): a later `Watch`
+    /// of that run is refused, so that one sent before it (another replica's renewal, late on
+    /// the topic) cannot start it again. `run_id` is empty from older services: whatever run of
+    /// the job is watched stops, and nothing is refused later.
+    Unwatch {
+        job_id: String,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        run_id: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -178,7 +178,7 @@ impl Agent {
     /// kubelet (those the run's check learnt, or a lookup's), else as the service asked. A
     /// renewal of a running watch, or of one waiting for the kubelet, only extends its lease.
     pub(super) fn watch(&mut self, mut w: WatchTask) {
-        if !self.needs_watch_lookup(&w) {
+        if self.watches.was_unwatched(&w) || !self.needs_watch_lookup(&w) {
             return self.watches.watch(w);
         }
         if let Some(ids) = self.learnt.of(&w.run_id) {
@@ -200,10 +200,13 @@ impl Agent {
         w.gpu_ids.is_empty() && self.cfg.kubelet.is_some() && w.validate().is_ok() && !self.watches.renews(w)
     }
 
-    /// Stops a watch, or forgets one still waiting for the kubelet.
-    pub(super) fn unwatch(&mut self, job_id: &str) {
-        self.watch_lookups.remove(job_id);
-        self.watches.unwatch(job_id);
+    /// Stops a watch of the run (any run of the job when `run_id` is empty), or forgets one
+    /// still waiting for the kubelet.
+    pub(super) fn unwatch(&mut self, job_id: &str, run_id: &str) {
+        if self.watch_lookups.get(job_id).is_some_and(|w| run_id.is_empty() || w.run_id == run_id) {
+            self.watch_lookups.remove(job_id);
+        }
+        self.watches.unwatch(job_id, run_id);
     }
 
     /// A watch's answer: it samples the GPUs found, or the whole node (said why); one stopped or

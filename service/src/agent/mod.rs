@@ -398,7 +398,7 @@ impl Agent {
                 }
             }
             CommandBody::Watch(w) => self.watch(w),
-            CommandBody::Unwatch { job_id } => self.unwatch(&job_id),
+            CommandBody::Unwatch { job_id, run_id } => self.unwatch(&job_id, &run_id),
         }
     }
 

@@ -8,7 +8,8 @@
 //! It also tells the agents what to watch: every `renew_s` a `Watch` with a lease of `lease_s`
 //! to each node of each watched run, and an `Unwatch` to the nodes of a run no longer watched
 //! (its job stopped or restarted) as soon as the database says so. Every replica does this (a
-//! repeated `Watch` only renews the lease); only the one that reads a job's partition judges it.
+//! repeated `Watch` only renews the lease, and an agent refuses one of a run it was told to
+//! unwatch); only the one that reads a job's partition judges it.
 
 pub mod config;
 
@@ -102,7 +103,8 @@ impl Watcher {
         }
         for (_, gone) in runs.drain() {
             if !next.contains_key(&gone.run.run_id) {
-                self.command(&gone.run, |_| CommandBody::Unwatch { job_id: gone.run.job_id.clone() });
+                let (job_id, run_id) = (&gone.run.job_id, &gone.run.run_id);
+                self.command(&gone.run, |_| CommandBody::Unwatch { job_id: job_id.clone(), run_id: run_id.clone() });
             }
         }
         *runs = next;

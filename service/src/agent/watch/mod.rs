@@ -9,7 +9,7 @@ pub mod replay;
 mod sampler;
 mod source;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
@@ -18,6 +18,10 @@ use tokio::sync::mpsc;
 
 use sampler::{Control, Plan};
 use source::Source;
+
+/// How many unwatched runs are remembered (a run's late `Watch` arrives within a renewal or
+/// two of its `Unwatch`; a node runs a handful of jobs at a time).
+const UNWATCHED: usize = 256;
 
 struct Watching {
     run_id: String,
@@ -31,12 +35,27 @@ pub(crate) struct Watches {
     /// Test rigs only: a recording read in place of the GPUs ([`replay`]).
     replay: Option<PathBuf>,
     by_job: HashMap<String, Watching>,
+    /// The (job, run) pairs an `Unwatch` ended, newest last: never watched again.
+    unwatched: VecDeque<(String, String)>,
     tx: mpsc::UnboundedSender<Telemetry>,
 }
 
 impl Watches {
     pub fn new(node: &str, agent_id: &str, replay: Option<PathBuf>, tx: mpsc::UnboundedSender<Telemetry>) -> Self {
-        Watches { node: node.into(), agent_id: agent_id.into(), replay, by_job: HashMap::new(), tx }
+        Watches {
+            node: node.into(),
+            agent_id: agent_id.into(),
+            replay,
+            by_job: HashMap::new(),
+            unwatched: VecDeque::new(),
+            tx,
+        }
+    }
+
+    /// Whether an `Unwatch` ended `w`'s run: a `Watch` of it sent before that (a renewal by
+    /// another replica, late on the topic) must not start it again.
+    pub fn was_unwatched(&self, w: &WatchTask) -> bool {
+        self.unwatched.iter().any(|(j, r)| *j == w.job_id && *r == w.run_id)
     }
 
     /// Whether `w` renews a watch running for its run.
@@ -52,12 +71,15 @@ impl Watches {
         if w.until <= chrono::Utc::now() {
             return tracing::debug!(job_id = w.job_id, "stale watch ignored (its lease has run out)");
         }
+        if self.was_unwatched(&w) {
+            return tracing::debug!(job_id = w.job_id, run_id = w.run_id, "watch of a run already unwatched ignored");
+        }
         if let Some(x) = self.by_job.get(&w.job_id) {
             if x.run_id == w.run_id && !x.thread.is_finished() {
                 x.control.until_ms.store(w.until.timestamp_millis(), Ordering::Relaxed);
                 return;
             }
-            self.unwatch(&w.job_id);
+            self.stop(&w.job_id);
         }
         let source: Box<dyn Source> = match self.open(&w) {
             Ok(s) => s,
@@ -99,8 +121,23 @@ impl Watches {
         })
     }
 
+    /// Stops watching the job's run `run_id` for good (any run of the job when `run_id` is
+    /// empty, and nothing is remembered). A watch of another run of the job goes on: the
+    /// service starts a restarted job's new run before it ends the old one.
+    pub fn unwatch(&mut self, job_id: &str, run_id: &str) {
+        if !run_id.is_empty() {
+            if self.unwatched.len() == UNWATCHED {
+                self.unwatched.pop_front();
+            }
+            self.unwatched.push_back((job_id.to_string(), run_id.to_string()));
+        }
+        if self.by_job.get(job_id).is_some_and(|x| run_id.is_empty() || x.run_id == run_id) {
+            self.stop(job_id);
+        }
+    }
+
     /// Stops watching the job (its thread ends within 100 ms).
-    pub fn unwatch(&mut self, job_id: &str) {
+    fn stop(&mut self, job_id: &str) {
         if let Some(x) = self.by_job.remove(job_id) {
             x.control.stop.store(true, Ordering::Relaxed);
             tracing::info!(job_id, run_id = x.run_id, "stopped watching the job's GPUs");
@@ -121,7 +158,7 @@ impl Watches {
     pub fn stop_all(&mut self) {
         let jobs: Vec<String> = self.by_job.keys().cloned().collect();
         for j in jobs {
-            self.unwatch(&j);
+            self.stop(&j);
         }
     }
 }
@@ -185,4 +222,81 @@ fn cpu_s() -> f64 {
         let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
         t(u.user_time()) + t(u.system_time())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Watches of node `n` reading a one-GPU recording (the replay of test rigs).
+    fn watches(dir: &tempfile::TempDir) -> (Watches, mpsc::UnboundedReceiver<Telemetry>) {
+        let path = dir.path().join("replay.jsonl");
+        std::fs::write(&path, r#"{"s":0,"gpu":"GPU-0","sm_mhz":1980,"power_w":650,"util":100,"limit_w":700}"#)
+            .expect("recording");
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Watches::new("n", "agent", Some(path), tx), rx)
+    }
+
+    fn task(run: &str) -> WatchTask {
+        WatchTask {
+            job_id: "job".into(),
+            run_id: run.into(),
+            gpu_ids: Vec::new(),
+            interval_ms: 1000,
+            period_ms: 5000,
+            until: chrono::Utc::now() + chrono::Duration::seconds(60),
+        }
+    }
+
+    fn watched_run(w: &Watches) -> Option<&str> {
+        w.by_job.get("job").map(|x| x.run_id.as_str())
+    }
+
+    #[test]
+    fn a_watch_that_arrives_after_its_runs_unwatch_does_not_start_it_again() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (mut w, _rx) = watches(&dir);
+        w.watch(task("run-1"));
+        assert_eq!(watched_run(&w), Some("run-1"));
+        w.unwatch("job", "run-1");
+        assert_eq!(watched_run(&w), None);
+        // Another replica's renewal, sent before the Unwatch, read after it.
+        w.watch(task("run-1"));
+        assert_eq!(watched_run(&w), None, "an unwatched run was watched again");
+        // The job's next run is watched.
+        w.watch(task("run-2"));
+        assert_eq!(watched_run(&w), Some("run-2"));
+        w.stop_all();
+    }
+
+    #[test]
+    fn ending_a_restarted_jobs_old_run_leaves_its_new_run_watched() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (mut w, _rx) = watches(&dir);
+        w.watch(task("run-1"));
+        // The service starts the new run's watch, then ends the old run's.
+        w.watch(task("run-2"));
+        w.unwatch("job", "run-1");
+        assert_eq!(watched_run(&w), Some("run-2"));
+        assert!(w.renews(&task("run-2")));
+        // An Unwatch of an older service names no run: whatever run is watched stops, and a
+        // later watch of it is not refused.
+        w.unwatch("job", "");
+        assert_eq!(watched_run(&w), None);
+        w.watch(task("run-2"));
+        assert_eq!(watched_run(&w), Some("run-2"));
+        w.stop_all();
+    }
+
+    #[test]
+    fn the_unwatched_runs_remembered_are_bounded() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (mut w, _rx) = watches(&dir);
+        for i in 0..UNWATCHED + 10 {
+            w.unwatch("job", &format!("run-{i}"));
+        }
+        assert_eq!(w.unwatched.len(), UNWATCHED);
+        assert!(!w.was_unwatched(&task("run-0")), "the oldest is forgotten");
+        assert!(w.was_unwatched(&task(&format!("run-{}", UNWATCHED + 9))));
+    }
 }
