@@ -8,9 +8,10 @@
 //! job trains at its GPUs' power cap and goes through its own phases, all its nodes together
 //! (each node's instants shifted by up to `phase_skew_s`): checkpoint pauses (GPUs idle, clocks
 //! and power down), evaluations (lower clock and power), data-loader stalls. On top: each GPU's
-//! static clock and power offset (silicon spread at the cap), per-sample noise, single-sample
-//! clock dips, a slow thermal drift per GPU, and a fraction of GPUs showing the `SW power cap`
-//! reason while training. The spreads are [`Spreads`], defaults below, or read from a JSON file
+//! static clock and power offset (silicon spread at the cap), per-sample noise, clock dips of
+//! single readings (each 1 s sample is the mean of `readings` readings, as the agent's sampler
+//! takes it; a dip lasts `dip_len` readings on average), a slow thermal drift per GPU, and a
+//! fraction of GPUs showing the `SW power cap` reason while training. The spreads are [`Spreads`], defaults below, or read from a JSON file
 //! (`--spreads FILE`, any subset of the fields; bench/gpu/watch_spreads.py prints one from a
 //! recording of bench/gpu/watch_train.py).
 //!
@@ -92,9 +93,17 @@ struct Spreads {
     gpu_offset_cv: f64,
     /// Each GPU's static power offset, coefficient of variation.
     power_offset_cv: f64,
-    /// Per GPU-sample probability of a single-sample clock dip, and its depth (fraction).
+    /// The readings each sample is the mean of (the agent's sampler: one every 100 ms over a
+    /// 1 s interval); 1 is one instantaneous reading per sample.
+    readings: u32,
+    /// Per reading outside a dip, the probability that a clock dip starts, and its depth
+    /// (fraction of the clock). A dip of one reading moves a sample by `dip_depth / readings`.
     dip_p: f64,
     dip_depth: f64,
+    /// The dips' lengths in readings, drawn from `dip_lens` (as a recording showed them, one
+    /// entry per dip) when given, else geometric of mean `dip_len`.
+    dip_len: f64,
+    dip_lens: Vec<u32>,
     /// Slow thermal drift: each GPU's clock follows a sine of this amplitude (coefficient of
     /// variation across GPUs of the amplitude, drawn normal) and period.
     drift_cv: f64,
@@ -127,8 +136,11 @@ impl Default for Spreads {
             stall: phase(300.0, 3.0, 1500.0, 300.0, 20.0, 0.03, 0.10),
             gpu_offset_cv: 0.01,
             power_offset_cv: 0.03,
+            readings: 10,
             dip_p: 0.002,
             dip_depth: 0.15,
+            dip_len: 1.0,
+            dip_lens: Vec::new(),
             drift_cv: 0.005,
             drift_period_s: 3600.0,
             power_cap_fraction: 0.3,
@@ -212,11 +224,82 @@ struct Gpu {
     drift_amp: f64,
     drift_phase: f64,
     capped: bool,
+    /// The readings of a dip still to come (a dip may run on into the next sample).
+    dip_left: u32,
+}
+
+/// The readings of one sample and their dips. A dip starts at a reading outside one with
+/// probability `p`; its length in readings is drawn from `lens` (the lengths a recording showed)
+/// or, without them, geometric of mean `dip_len`; it may run on into the next sample.
+#[derive(Debug, Clone)]
+struct Dips {
+    readings: u32,
+    /// `ln(1 - p)`; none when no dip ever starts.
+    ln_q: Option<f64>,
+    lens: Vec<u32>,
+    /// `ln` of the chance a dip goes on one more reading (geometric lengths); none: one reading.
+    ln_go_on: Option<f64>,
+}
+
+impl Dips {
+    fn new(sp: &Spreads) -> Dips {
+        let p = sp.dip_p.clamp(0.0, 1.0);
+        let go_on = (1.0 - 1.0 / sp.dip_len.max(1.0)).clamp(0.0, 1.0);
+        Dips {
+            readings: sp.readings.max(1),
+            ln_q: (p > 0.0).then(|| (1.0 - p).ln()),
+            lens: sp.dip_lens.iter().copied().filter(|l| *l > 0).collect(),
+            ln_go_on: (go_on > 0.0).then(|| go_on.ln()),
+        }
+    }
+
+    /// Readings before the next dip starts (geometric, from one draw).
+    fn gap(&self, rng: &mut Rng) -> u64 {
+        match self.ln_q {
+            Some(ln_q) if ln_q < 0.0 => ((1.0 - rng.unit()).ln() / ln_q).floor().min(u64::MAX as f64) as u64,
+            Some(_) => 0,
+            None => u64::MAX,
+        }
+    }
+
+    /// A dip's length in readings.
+    fn len(&self, rng: &mut Rng) -> u32 {
+        if !self.lens.is_empty() {
+            return self.lens[rng.below(self.lens.len() as u64) as usize];
+        }
+        match self.ln_go_on {
+            Some(ln) if ln < 0.0 => 1 + ((1.0 - rng.unit()).ln() / ln).floor().min(f64::from(u32::MAX - 1)) as u32,
+            _ => 1,
+        }
+    }
+
+    /// How many of the sample's readings are in a dip; `left` carries the readings of a dip
+    /// still to come into the next sample. One draw decides the common case (no dip starts).
+    fn dipped(&self, rng: &mut Rng, left: &mut u32) -> u32 {
+        let n = self.readings;
+        let mut dipped = (*left).min(n);
+        *left -= dipped;
+        let mut at = dipped;
+        while at < n {
+            let gap = self.gap(rng);
+            if gap >= u64::from(n - at) {
+                break;
+            }
+            let start = at + gap as u32;
+            let len = self.len(rng);
+            let here = len.min(n - start);
+            dipped += here;
+            *left = len - here;
+            at = start + here;
+        }
+        dipped
+    }
 }
 
 /// One job: its GPUs' static draws, its phase schedule, its nodes' summaries (reused).
 struct Job<'a> {
     sp: &'a Spreads,
+    dips: Dips,
     rng: Rng,
     gpus: Vec<Gpu>,
     skew: Vec<f64>,
@@ -239,6 +322,7 @@ impl<'a> Job<'a> {
                 drift_amp: sp.drift_cv * rng.normal(),
                 drift_phase: TAU * rng.unit(),
                 capped: rng.unit() < sp.power_cap_fraction,
+                dip_left: 0,
             })
             .collect();
         let skew = (0..NODES).map(|_| sp.phase_skew_s * rng.unit()).collect();
@@ -264,7 +348,7 @@ impl<'a> Job<'a> {
                     .collect(),
             })
             .collect();
-        Job { sp, rng, gpus, skew, offsets, summaries, fault: None }
+        Job { sp, dips: Dips::new(sp), rng, gpus, skew, offsets, summaries, fault: None }
     }
 
     /// The job's phase at instant `t` (seconds): a checkpoint over an evaluation over a stall.
@@ -289,12 +373,12 @@ impl<'a> Job<'a> {
         for n in 0..NODES {
             let phases: [PhaseId; PERIOD as usize] =
                 std::array::from_fn(|i| self.phase((s + i as u64) as f64 + self.skew[n]));
-            let Job { sp, rng, gpus, summaries, fault, .. } = self;
+            let Job { sp, dips, rng, gpus, summaries, fault, .. } = self;
             let summary = &mut summaries[n];
             summary.from = from;
             for (g, t) in summary.gpus.iter_mut().enumerate() {
                 let k = n * GPUS_PER_NODE + g;
-                let gpu = gpus[k];
+                let gpu = &mut gpus[k];
                 let drift = 1.0 + gpu.drift_amp * (drift_w * s as f64 + gpu.drift_phase).sin();
                 let fault = fault.filter(|(f, _, _)| *f == k);
                 t.sm_mhz.clear();
@@ -309,8 +393,9 @@ impl<'a> Job<'a> {
                         PhaseId::Stall => &sp.stall,
                     };
                     let mut clock = ph.sm_mhz * gpu.clock * drift * (1.0 + ph.clock_cv * rng.normal());
-                    if rng.unit() < sp.dip_p {
-                        clock *= 1.0 - sp.dip_depth;
+                    let dipped = dips.dipped(rng, &mut gpu.dip_left);
+                    if dipped > 0 {
+                        clock *= 1.0 - sp.dip_depth * f64::from(dipped) / f64::from(dips.readings);
                     }
                     if let Some((_, _, f)) = fault.filter(|(_, onset, _)| s + i as u64 >= *onset) {
                         match f {

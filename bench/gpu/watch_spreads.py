@@ -4,10 +4,16 @@ Reads the JSON lines that `bench/gpu/watch_train.py --telemetry FILE` writes (on
 t, phase, sm_mhz, max_sm_mhz, power_w, limit_w, temp_c, util, mem_mib, reasons, pids) and
 prints a spreads JSON for `watch_sim --spreads`: per phase (train, checkpoint, eval, stall) the
 mean SM clock, power and utilization and their per-sample coefficients of variation, and for
-the phases other than train their length and period as observed; single-sample clock dips, a
-slow drift, the fraction of training samples showing SW power cap, the power limit. What one
+the phases other than train their length and period as observed; clock dips, a slow drift, the fraction of training samples showing SW power cap, the power limit. What one
 recording cannot show is left out (the simulation keeps its default) and said on stderr: the
 offsets between GPUs need several files (one per GPU), the skew between nodes several nodes.
+
+With --means the SM clock and power of a sample are the means over its period, as the agent's
+sampler reads them. Where the recording also has the readings themselves (`sm_readings`), the
+dips are counted reading by reading, as the simulation draws them (`readings` per sample,
+`dip_p` per reading, `dip_depth`, and `dip_lens`: each dip's length in readings), and the training clock's spread is
+that of the means of the readings outside dips (the simulation adds the dips on top). Without
+the readings a dip is a whole sample 8 % below the median (the simulation's `readings` 1).
 
   python3 bench/gpu/watch_spreads.py tele.jsonl > spreads.json
   python3 bench/gpu/watch_spreads.py --means tele.jsonl > spreads.json
@@ -22,6 +28,39 @@ PHASES = ("train", "checkpoint", "eval", "stall")
 SW_POWER_CAP = 0x4  # nvmlClocksEventReasonSwPowerCap
 # A training sample this far below the training median is a dip, not noise.
 DIP = 0.08
+
+
+def reading_dips(rows):
+    """Dips of single readings in training rows that carry `sm_readings`: the per-reading start
+    chance, mean depth, each dip's length, how many readings a sample is the mean of, and each
+    row's clock as the mean of its readings outside dips (rows all in a dip are left out)."""
+    readings = [c for r in rows for c in r["sm_readings"]]
+    if not readings:
+        return None, []
+    mid = st.median(readings)
+    low = [c < mid * (1 - DIP) for c in readings]
+    lens, run = [], 0
+    for x in low + [False]:
+        if x:
+            run += 1
+        elif run:
+            lens.append(run)
+            run = 0
+    starts, dipped = len(lens), sum(low)
+    stats = {
+        "readings": round(st.median(len(r["sm_readings"]) for r in rows)),
+        "dip_p": starts / max(1, len(readings) - dipped),
+        "dip_depth": st.fmean(1 - c / mid for c, x in zip(readings, low) if x) if dipped else 0.0,
+        "dip_lens": lens,
+    }
+    clocks = []
+    for r in rows:
+        kept = [c for c in r["sm_readings"] if c >= mid * (1 - DIP)]
+        if kept:
+            clocks.append(st.fmean(kept))
+    return stats, clocks
+
+
 # Samples per window of the drift.
 DRIFT_WINDOW = 60
 
@@ -45,6 +84,8 @@ def read(path, means=False):
                 if r.get("sm_mean_mhz") is None or r.get("power_mean_w") is None:
                     continue
                 r["sm_mhz"], r["power_w"] = r["sm_mean_mhz"], r["power_mean_w"]
+                if not isinstance(r.get("sm_readings"), list) or not r["sm_readings"]:
+                    r.pop("sm_readings", None)
             if r.get("sm_mhz") is None:
                 continue
             rows.append(r)
@@ -108,6 +149,7 @@ def main():
         samples, lens, periods = [], [], []
         # Per recording: its clocks (dips left out), powers; the spreads are within one GPU.
         clock_cvs, power_cvs, kept, dips, depths = [], [], [], 0, []
+        per_reading = []
         for rows in recordings:
             segs = segments(rows)
             mine = inner(rows, segs, phase)
@@ -118,7 +160,11 @@ def main():
             if not mine:
                 continue
             clocks = [r["sm_mhz"] for r in mine]
-            if phase == "train":
+            if phase == "train" and all("sm_readings" in r for r in mine):
+                stats, clocks = reading_dips(mine)
+                if stats:
+                    per_reading.append(stats)
+            elif phase == "train":
                 mid = st.median(clocks)
                 low = [c for c in clocks if c < mid * (1 - DIP)]
                 dips += len(low)
@@ -130,7 +176,21 @@ def main():
         if not samples:
             note(f"no {phase} samples: its defaults stay")
             continue
-        if phase == "train":
+        if phase == "train" and per_reading:
+            out["readings"] = round(st.fmean(x["readings"] for x in per_reading))
+            seen = [x for x in per_reading if x["dip_p"] > 0]
+            if seen:
+                out["dip_p"] = st.fmean(x["dip_p"] for x in per_reading)
+                out["dip_depth"] = st.fmean(x["dip_depth"] for x in seen)
+                out["dip_lens"] = sorted(n for x in seen for n in x["dip_lens"])
+            else:
+                note("no reading 8 % below the median: the dips' defaults stay (one in 500 readings, 15 % deep)")
+            note(
+                f"train dips per reading: {out.get('dip_p', 0):.5f} start, {out.get('dip_depth', 0):.3f} deep, "
+                f"lengths {out.get('dip_lens', [])} readings, {out['readings']} readings a sample"
+            )
+        elif phase == "train":
+            out["readings"] = 1
             out["dip_p"] = dips / len(samples)
             if depths:
                 out["dip_depth"] = st.fmean(depths)

@@ -13,7 +13,8 @@ clock-event reasons) and writes them as JSON lines: the spreads the fleet simula
 (bench/watch_sim.rs). Each line has the SM clock and power both as one reading now (`sm_mhz`,
 `power_w`) and as the means over the period since the line before, as the agent's sampler
 reads them (`sm_mean_mhz`, `power_mean_w`: read every 0.1 s; `clk_samples`: how many readings the means
-are of).
+are of; `sm_readings`: the clock readings themselves, in order, for the dips of one reading and
+how many readings in a row they last).
 
   python3 bench/gpu/watch_train.py --seconds 300 --steps steps.jsonl --telemetry tele.jsonl
   python3 bench/gpu/watch_train.py --device cpu --tiny --seconds 5 --steps /dev/null
@@ -58,17 +59,18 @@ class Telemetry:
             pass
 
     def means(self):
-        """The mean SM clock and power of the readings since the last call, and how many."""
+        """The mean SM clock and power of the readings since the last call, and the clock
+        readings themselves."""
         self.sub_sample()
-        n = len(self.clocks)
-        clk = round(sum(self.clocks) / n, 1) if n else None
+        clocks, n = self.clocks, len(self.clocks)
+        clk = round(sum(clocks) / n, 1) if n else None
         power = round(sum(self.powers) / len(self.powers), 2) if self.powers else None
         self.clocks, self.powers = [], []
-        return clk, n, power
+        return clk, clocks, power
 
     def read(self):
         nv, h = self.nv, self.h
-        clk, n, power = self.means()
+        clk, clocks, power = self.means()
         util = nv.nvmlDeviceGetUtilizationRates(h)
         mem = nv.nvmlDeviceGetMemoryInfo(h)
         return {
@@ -78,7 +80,8 @@ class Telemetry:
             "max_sm_mhz": nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM),
             "power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
             "sm_mean_mhz": clk,
-            "clk_samples": n,
+            "clk_samples": len(clocks),
+            "sm_readings": clocks,
             "power_mean_w": power,
             "limit_w": nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
             "temp_c": nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
