@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::envelope;
 use crate::auth::keyring::Key;
-use crate::auth::{rdzv, Direction, Keyring, Verifier};
+use crate::auth::{rdzv, Direction, Keyring, Refused, Verifier};
 use crate::report_chunks;
 pub use kubelet::KubeletGpus;
 use launch::{Bound, Launch};
@@ -358,27 +358,21 @@ impl Agent {
     /// with the key that signed it. Commands for other nodes are dropped silently (every agent
     /// reads the whole topic); a forgery or a replay for this node is logged.
     fn authentic(&mut self, bytes: &[u8]) -> Option<(AgentCommand, Key)> {
-        let (payload, key) = match self.verifier.open(Direction::Task, bytes) {
-            Ok(opened) => opened,
-            Err(e) => {
-                // Another node's commands may be signed with a key this node does not hold:
-                // only a message naming this node is worth a warning.
-                if String::from_utf8_lossy(bytes).contains(self.cfg.node.as_str()) {
+        let mine = self.cfg.node.as_str();
+        match self.verifier.open_as::<AgentCommand>(Direction::Task, bytes) {
+            Ok((c, key)) if c.node == mine => Some((c, key)),
+            Ok(_) => None,
+            Err(Refused::WrongNode { node, .. } | Refused::Version { node, .. }) if node != mine => None,
+            // Another node's commands may be signed with a key this node does not hold: only a
+            // message naming this node is worth a warning.
+            Err(Refused::Auth(e)) => {
+                if String::from_utf8_lossy(bytes).contains(mine) {
                     tracing::warn!("agent command refused: {e}");
                 }
-                return None;
-            }
-        };
-        match serde_json::from_str::<AgentCommand>(&payload) {
-            Ok(c) if c.node != self.cfg.node => None,
-            Ok(c) if !key.covers(&c.node) => {
-                tracing::warn!(key = key.id, "agent command refused: its key may not speak for this node");
                 None
             }
-            Ok(c) if c.version == WIRE_VERSION => Some((c, key)),
-            Ok(_) => None,
             Err(e) => {
-                tracing::warn!("malformed agent command ignored: {e}");
+                tracing::warn!("agent command refused: {e}");
                 None
             }
         }

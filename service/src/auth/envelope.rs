@@ -71,8 +71,6 @@ pub enum AuthError {
     Stale { age_s: i64, max_s: u64 },
     #[error("replayed message (nonce seen before)")]
     Replayed,
-    #[error("key `{key}` may not speak for node `{node}`")]
-    WrongNode { key: String, node: String },
 }
 
 fn mac_of(key: &Key, dir: Direction, key_id: &str, ts_ms: i64, nonce: &str, payload: &str) -> Hmac<Sha256> {

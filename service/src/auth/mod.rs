@@ -12,6 +12,10 @@ use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use gpusanity_common::wire::agent::{AgentCommand, AgentReport};
+use gpusanity_common::wire::watch::Telemetry;
+use gpusanity_common::wire::WIRE_VERSION;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use envelope::{AuthError, Direction};
@@ -51,6 +55,42 @@ impl AgentAuthConfig {
         })?;
         Keyring::load(path)
     }
+}
+
+/// The body of a signed message: it names the node it speaks for, and its wire version.
+pub trait Addressed: DeserializeOwned {
+    fn node(&self) -> &str;
+    fn version(&self) -> u32;
+}
+
+macro_rules! addressed {
+    ($($t:ty),*) => {$(
+        impl Addressed for $t {
+            fn node(&self) -> &str {
+                &self.node
+            }
+            fn version(&self) -> u32 {
+                self.version
+            }
+        }
+    )*};
+}
+addressed!(AgentCommand, AgentReport, Telemetry);
+
+/// Why [`Verifier::open_as`] refused a message.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// Not signed, badly signed, stale or replayed.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    #[error("malformed: {0}")]
+    Malformed(serde_json::Error),
+    /// Signed by a key that may not speak for the node the body names (the name is whole
+    /// here, cut in the message).
+    #[error("key `{key}` may not speak for node `{}`", .node.chars().take(64).collect::<String>())]
+    WrongNode { key: String, node: String },
+    #[error("of wire version {version} (this build reads {WIRE_VERSION})")]
+    Version { node: String, version: u32 },
 }
 
 /// Nonces remembered at most (a bound on memory under a flood of valid messages).
@@ -93,6 +133,21 @@ impl Verifier {
         self.order.push_back((env.ts_ms, env.nonce));
         Ok((env.payload, key.clone()))
     }
+
+    /// [`Verifier::open`], then the body parsed, signed by a key that may speak for the node
+    /// it names, and of this wire version. What else a body must be (its bounds, whether it is
+    /// for this node) the caller checks.
+    pub fn open_as<T: Addressed>(&mut self, dir: Direction, bytes: &[u8]) -> Result<(T, keyring::Key), Refused> {
+        let (payload, key) = self.open(dir, bytes)?;
+        let body: T = serde_json::from_str(&payload).map_err(Refused::Malformed)?;
+        if !key.covers(body.node()) {
+            return Err(Refused::WrongNode { key: key.id, node: body.node().to_string() });
+        }
+        if body.version() != WIRE_VERSION {
+            return Err(Refused::Version { node: body.node().to_string(), version: body.version() });
+        }
+        Ok((body, key))
+    }
 }
 
 #[cfg(test)]
@@ -129,6 +184,44 @@ mod tests {
         let other = Keyring::parse(&format!("[[key]]\nid = \"k1\"\nsecret = \"{}\"\n", "ef".repeat(32))).unwrap();
         let forged = envelope::seal(other.first(), Direction::Report, "{}".into());
         assert!(matches!(v.open(Direction::Report, forged.as_bytes()), Err(AuthError::BadMac(_))));
+    }
+
+    #[test]
+    fn a_body_opens_only_if_its_key_speaks_for_its_node_and_its_version_is_this_builds() {
+        let r = ring();
+        let k2 = r.get("k2").unwrap();
+        let mut v = Verifier::new(r.clone(), Duration::from_secs(60));
+        let command = |node: &str, version: u32| {
+            let c = AgentCommand {
+                version,
+                node: node.into(),
+                body: gpusanity_common::wire::agent::CommandBody::Unwatch { job_id: "j".into(), run_id: "r".into() },
+            };
+            serde_json::to_string(&c).unwrap()
+        };
+        let open = |v: &mut Verifier, key: &keyring::Key, payload: String| {
+            v.open_as::<AgentCommand>(Direction::Task, envelope::seal(key, Direction::Task, payload).as_bytes())
+        };
+        let (c, key) = open(&mut v, k2, command("n2", WIRE_VERSION)).unwrap();
+        assert_eq!((c.node.as_str(), key.id.as_str()), ("n2", "k2"));
+        // k2 speaks for n2 alone; the refusal keeps the whole name and cuts it in its message.
+        let long = "n".repeat(300);
+        match open(&mut v, k2, command(&long, WIRE_VERSION)) {
+            Err(e @ Refused::WrongNode { .. }) => {
+                assert!(e.to_string().len() < 120, "{e}");
+                assert!(matches!(e, Refused::WrongNode { node, .. } if node == long));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            open(&mut v, r.first(), command("n9", WIRE_VERSION + 1)),
+            Err(Refused::Version { node, .. }) if node == "n9"
+        ));
+        assert!(matches!(open(&mut v, r.first(), "{\"node\":\"n2\"}".into()), Err(Refused::Malformed(_))));
+        assert!(matches!(
+            v.open_as::<AgentCommand>(Direction::Task, command("n2", WIRE_VERSION).as_bytes()),
+            Err(Refused::Auth(AuthError::NotSigned(_)))
+        ));
     }
 
     #[test]

@@ -5,7 +5,6 @@
 use anyhow::Result;
 use gpusanity_bus::kafka::KafkaConn;
 use gpusanity_common::wire::agent::{AgentCommand, AgentReport, ReportBody};
-use gpusanity_common::wire::WIRE_VERSION;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 
 use super::*;
@@ -15,25 +14,10 @@ impl Coordinator {
     /// The report in `bytes` if it is authentic, fresh, of this version and signed by a key
     /// that may speak for its node; anything else is refused with a warning.
     pub(super) fn authentic(&mut self, bytes: &[u8]) -> Option<AgentReport> {
-        let (payload, key) = match self.auth.open(Direction::Report, bytes) {
-            Ok(opened) => opened,
+        match self.auth.open_as::<AgentReport>(Direction::Report, bytes) {
+            Ok((r, _)) => Some(r),
             Err(e) => {
                 tracing::warn!("agent report refused: {e}");
-                return None;
-            }
-        };
-        match serde_json::from_str::<AgentReport>(&payload) {
-            Ok(r) if !key.covers(&r.node) => {
-                tracing::warn!(node = r.node, key = key.id, "agent report refused: the key may not speak for its node");
-                None
-            }
-            Ok(r) if r.version == WIRE_VERSION => Some(r),
-            Ok(r) => {
-                tracing::warn!(node = r.node, version = r.version, "agent report of another version ignored");
-                None
-            }
-            Err(e) => {
-                tracing::warn!("malformed agent report ignored: {e}");
                 None
             }
         }

@@ -150,30 +150,15 @@ impl Watcher {
     /// The summary in `bytes` if it is authentic, fresh, of this version, within bounds, and
     /// signed by a key that may speak for its node; anything else is refused with a warning.
     fn authentic(&mut self, bytes: &[u8]) -> Option<Telemetry> {
-        let (payload, key) = match self.auth.open(Direction::Telemetry, bytes) {
-            Ok(opened) => opened,
+        let t = match self.auth.open_as::<Telemetry>(Direction::Telemetry, bytes) {
+            Ok((t, _)) => t,
             Err(e) => {
                 tracing::warn!("telemetry refused: {e}");
                 return None;
             }
         };
-        let t = match serde_json::from_str::<Telemetry>(&payload) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!("malformed telemetry ignored: {e}");
-                return None;
-            }
-        };
-        if t.version != WIRE_VERSION {
-            tracing::warn!(version = t.version, "telemetry of another version ignored");
-            return None;
-        }
         if let Err(e) = t.validate() {
             tracing::warn!(node = t.node.escape_debug().to_string(), "telemetry refused: {e}");
-            return None;
-        }
-        if !key.covers(&t.node) {
-            tracing::warn!(node = t.node, key = key.id, "telemetry refused: the key may not speak for its node");
             return None;
         }
         Some(t)
