@@ -12,7 +12,8 @@
 #
 #   bench/gpu/watch_service.sh BINARY BUNDLE_DIR OUT_DIR
 #
-# TRAIN_S (150), FOREIGN_AT (90), FOREIGN_FOR (30), OVERHEAD_S (160), WINDOW_S (20).
+# TRAIN_S (150), FOREIGN_AT (90), FOREIGN_FOR (30), OVERHEAD_S (160), WINDOW_S (20); SERVICE=0
+# skips the service's part (the cost and the steady loop's telemetry alone).
 # Exit 0 only if the foreign process was suspected in time and nothing else was.
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n '13p' "$0" | sed 's/^#   //' >&2; exit 2; }
@@ -57,6 +58,8 @@ finish() {
 state=$(mktemp -d "${TMPDIR:-/tmp}/gpusanity-watch.XXXXXX")
 trap finish EXIT
 python3 -c 'import secrets; print("[[key]]\nid = \"bench\"\nsecret = \"%s\"" % secrets.token_hex(32))' >"$state/agent-keys.toml"
+rc=0
+if [ "${SERVICE:-1}" = 1 ]; then
 serve_sqlite "$state" "$state/gpusanity.db"
 serve_healthy || { tail -20 "$state/serve.log" >&2; exit 1; }
 "$BIN" agent --node "$NODE" --config "$state/gpusanity.toml" --agent-keys "$state/agent-keys.toml" \
@@ -100,6 +103,7 @@ json.dump({"foreign_start": start, "suspicions": sus, "pass": ok}, open(f"{out}/
 PY
 rc=$?
 kill "$agent_pid" 2>/dev/null; wait "$agent_pid" 2>/dev/null || true; agent_pid=''
+fi
 # The cost: the loop with the sampler on and off in alternate windows.
 python3 bench/gpu/watch_train.py --seconds "$OVERHEAD_S" --steps "$OUT/steps-overhead.jsonl" --telemetry "$OUT/telemetry-steady.jsonl" --ckpt-every 100000 --eval-every 100000 --stall-every 100000 &
 train=$!
