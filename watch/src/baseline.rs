@@ -19,8 +19,8 @@
 //!
 //! The state is one [`Usual`] per GPU, and two scratch buffers reused from tick to tick.
 
-use crate::peers::{Judged, Own, Reading};
 use crate::stats::median_mad_mut;
+use crate::tick::{Judged, Own, Reading};
 use crate::JudgeConfig;
 
 /// One GPU's usual ratio of its SM clock to the job's median at the same instant.

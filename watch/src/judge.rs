@@ -6,8 +6,9 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, TimeZone, Utc};
 use gpusanity_common::wire::watch::{SuspectCode, Telemetry};
 
-use crate::peers::{Figure, Peers, Reading};
+use crate::peers::Peers;
 use crate::stats::median;
+use crate::tick::{Figure, Reading};
 use crate::{rules, JudgeConfig};
 
 /// The most GPUs one job's judgement keeps (a job of 4,096 nodes of 16 GPUs).

@@ -24,6 +24,7 @@ mod judge;
 mod peers;
 mod rules;
 mod stats;
+mod tick;
 
 pub use config::JudgeConfig;
 pub use judge::{JobJudge, Suspicion};
