@@ -234,30 +234,31 @@ struct Gpu {
 #[derive(Debug, Clone)]
 struct Dips {
     readings: u32,
-    /// `ln(1 - p)`; none when no dip ever starts.
+    /// `ln(1 - p)`, negative; none when no dip ever starts.
     ln_q: Option<f64>,
     lens: Vec<u32>,
-    /// `ln` of the chance a dip goes on one more reading (geometric lengths); none: one reading.
+    /// `ln` of the chance a dip goes on one more reading (geometric lengths), negative; none:
+    /// one reading.
     ln_go_on: Option<f64>,
 }
 
 impl Dips {
     fn new(sp: &Spreads) -> Dips {
         let p = sp.dip_p.clamp(0.0, 1.0);
-        let go_on = (1.0 - 1.0 / sp.dip_len.max(1.0)).clamp(0.0, 1.0);
+        // ln_1p: `(1.0 - x).ln()` is 0 for an x below the f64 epsilon (a dip at every reading,
+        // a dip of one reading); `ln_1p(-x)` stays negative.
         Dips {
             readings: sp.readings.max(1),
-            ln_q: (p > 0.0).then(|| (1.0 - p).ln()),
+            ln_q: (p > 0.0).then(|| (-p).ln_1p()),
             lens: sp.dip_lens.iter().copied().filter(|l| *l > 0).collect(),
-            ln_go_on: (go_on > 0.0).then(|| go_on.ln()),
+            ln_go_on: (sp.dip_len > 1.0).then(|| (-1.0 / sp.dip_len).ln_1p()),
         }
     }
 
     /// Readings before the next dip starts (geometric, from one draw).
     fn gap(&self, rng: &mut Rng) -> u64 {
         match self.ln_q {
-            Some(ln_q) if ln_q < 0.0 => ((1.0 - rng.unit()).ln() / ln_q).floor().min(u64::MAX as f64) as u64,
-            Some(_) => 0,
+            Some(ln_q) => ((1.0 - rng.unit()).ln() / ln_q).floor().min(u64::MAX as f64) as u64,
             None => u64::MAX,
         }
     }
@@ -268,8 +269,8 @@ impl Dips {
             return self.lens[rng.below(self.lens.len() as u64) as usize];
         }
         match self.ln_go_on {
-            Some(ln) if ln < 0.0 => 1 + ((1.0 - rng.unit()).ln() / ln).floor().min(f64::from(u32::MAX - 1)) as u32,
-            _ => 1,
+            Some(ln) => 1 + ((1.0 - rng.unit()).ln() / ln).floor().min(f64::from(u32::MAX - 1)) as u32,
+            None => 1,
         }
     }
 
