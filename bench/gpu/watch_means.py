@@ -10,18 +10,21 @@ samples (utilization 90 % or more) of the training phase:
   judgement calls a sample low only past `clock_gap` (6 %), so these are its false-alarm
   material;
 - where the lines carry the readings themselves (`sm_readings`), the dips of single readings
-  (8 % below the median) as the fleet simulation draws them: per reading the chance one
-  starts, their mean depth and length in readings (bench/gpu/watch_spreads.py --means gives
-  the same to `watch_sim`).
+  (8 % below the median) as the fleet simulation draws them, counted by
+  bench/gpu/watch_spreads.py (whose --means gives them to `watch_sim`): per reading the chance
+  one starts, their mean depth, and their lengths in readings.
 
   python3 bench/gpu/watch_means.py tele.jsonl [more.jsonl ...]
 """
 import json
+import os
 import statistics as st
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from watch_spreads import DIP, reading_dips  # noqa: E402
+
 DEFICITS = (0.03, 0.05, 0.06, 0.08)
-DIP = 0.08
 
 
 def cv(values):
@@ -32,22 +35,6 @@ def below(values):
     """How many of `values` lie at least each of DEFICITS below their median."""
     mid = st.median(values)
     return {f"{d:.0%}": sum(1 for v in values if v <= mid * (1 - d)) for d in DEFICITS}
-
-
-def dips(rows):
-    """Dips of single readings: (readings, starts per reading outside a dip, mean depth, mean
-    length, the longest)."""
-    readings = [c for r in rows for c in r["sm_readings"]]
-    mid = st.median(readings)
-    low = [c < mid * (1 - DIP) for c in readings]
-    starts = sum(1 for i, x in enumerate(low) if x and (i == 0 or not low[i - 1]))
-    dipped = sum(low)
-    depth = st.fmean(1 - c / mid for c, x in zip(readings, low) if x) if dipped else 0.0
-    longest, run = 0, 0
-    for x in low:
-        run = run + 1 if x else 0
-        longest = max(longest, run)
-    return len(readings), starts / max(1, len(readings) - dipped), depth, (dipped / starts if starts else 0.0), longest
 
 
 def main():
@@ -74,10 +61,12 @@ def main():
         power = [r["power_mean_w"] for r in busy if r.get("power_mean_w")]
         print(f"  power: one reading cv {cv([r['power_w'] for r in busy]):.4f}, mean cv {cv(power):.4f}")
         if all(r.get("sm_readings") for r in busy):
-            n, p, depth, length, longest = dips(busy)
+            d, _ = reading_dips(busy)
+            lens = d["dip_lens"]
             print(
-                f"  readings: {n}; dips {DIP:.0%} below: {p:.5f} start per reading, "
-                f"{depth:.3f} deep, {length:.2f} readings long (the longest {longest})"
+                f"  readings: {sum(len(r['sm_readings']) for r in busy)}; dips {DIP:.0%} below: "
+                f"{d['dip_p']:.5f} start per reading, {d['dip_depth']:.3f} deep, "
+                f"{st.fmean(lens) if lens else 0:.2f} readings long (the longest {max(lens, default=0)})"
             )
 
 
