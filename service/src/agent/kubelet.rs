@@ -178,7 +178,7 @@ impl Agent {
     /// kubelet (those the run's check learnt, or a lookup's), else as the service asked. A
     /// renewal of a running watch, or of one waiting for the kubelet, only extends its lease.
     pub(super) fn watch(&mut self, mut w: WatchTask) {
-        if self.watches.was_unwatched(&w) || !self.needs_watch_lookup(&w) {
+        if !self.needs_watch_lookup(&w) {
             return self.watches.watch(w);
         }
         if let Some(ids) = self.learnt.of(&w.run_id) {
@@ -196,8 +196,14 @@ impl Agent {
         self.watch_lookups.insert(w.job_id.clone(), w);
     }
 
+    /// Whether the kubelet must be asked for `w`'s GPUs: not for a watch that names them, is
+    /// refused, renews a running one or is of a run already unwatched.
     fn needs_watch_lookup(&self, w: &WatchTask) -> bool {
-        w.gpu_ids.is_empty() && self.cfg.kubelet.is_some() && w.validate().is_ok() && !self.watches.renews(w)
+        w.gpu_ids.is_empty()
+            && self.cfg.kubelet.is_some()
+            && w.validate().is_ok()
+            && !self.watches.renews(w)
+            && !self.watches.was_unwatched(w)
     }
 
     /// Stops a watch of the run (any run of the job when `run_id` is empty), or forgets one

@@ -228,13 +228,21 @@ fn cpu_s() -> f64 {
 mod tests {
     use super::*;
 
-    /// Watches of node `n` reading a one-GPU recording (the replay of test rigs).
-    fn watches(dir: &tempfile::TempDir) -> (Watches, mpsc::UnboundedReceiver<Telemetry>) {
+    /// Watches of node `n` reading a one-GPU recording (the replay of test rigs), with what
+    /// must outlive them: the recording's folder and the summaries' receiver.
+    struct Rig {
+        w: Watches,
+        _dir: tempfile::TempDir,
+        _rx: mpsc::UnboundedReceiver<Telemetry>,
+    }
+
+    fn rig() -> Rig {
+        let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("replay.jsonl");
         std::fs::write(&path, r#"{"s":0,"gpu":"GPU-0","sm_mhz":1980,"power_w":650,"util":100,"limit_w":700}"#)
             .expect("recording");
         let (tx, rx) = mpsc::unbounded_channel();
-        (Watches::new("n", "agent", Some(path), tx), rx)
+        Rig { w: Watches::new("n", "agent", Some(path), tx), _dir: dir, _rx: rx }
     }
 
     fn task(run: &str) -> WatchTask {
@@ -254,44 +262,44 @@ mod tests {
 
     #[test]
     fn a_watch_that_arrives_after_its_runs_unwatch_does_not_start_it_again() {
-        let dir = tempfile::tempdir().expect("dir");
-        let (mut w, _rx) = watches(&dir);
+        let mut rig = rig();
+        let w = &mut rig.w;
         w.watch(task("run-1"));
-        assert_eq!(watched_run(&w), Some("run-1"));
+        assert_eq!(watched_run(w), Some("run-1"));
         w.unwatch("job", "run-1");
-        assert_eq!(watched_run(&w), None);
+        assert_eq!(watched_run(w), None);
         // Another replica's renewal, sent before the Unwatch, read after it.
         w.watch(task("run-1"));
-        assert_eq!(watched_run(&w), None, "an unwatched run was watched again");
+        assert_eq!(watched_run(w), None, "an unwatched run was watched again");
         // The job's next run is watched.
         w.watch(task("run-2"));
-        assert_eq!(watched_run(&w), Some("run-2"));
+        assert_eq!(watched_run(w), Some("run-2"));
         w.stop_all();
     }
 
     #[test]
     fn ending_a_restarted_jobs_old_run_leaves_its_new_run_watched() {
-        let dir = tempfile::tempdir().expect("dir");
-        let (mut w, _rx) = watches(&dir);
+        let mut rig = rig();
+        let w = &mut rig.w;
         w.watch(task("run-1"));
         // The service starts the new run's watch, then ends the old run's.
         w.watch(task("run-2"));
         w.unwatch("job", "run-1");
-        assert_eq!(watched_run(&w), Some("run-2"));
+        assert_eq!(watched_run(w), Some("run-2"));
         assert!(w.renews(&task("run-2")));
         // An Unwatch of an older service names no run: whatever run is watched stops, and a
         // later watch of it is not refused.
         w.unwatch("job", "");
-        assert_eq!(watched_run(&w), None);
+        assert_eq!(watched_run(w), None);
         w.watch(task("run-2"));
-        assert_eq!(watched_run(&w), Some("run-2"));
+        assert_eq!(watched_run(w), Some("run-2"));
         w.stop_all();
     }
 
     #[test]
     fn the_unwatched_runs_remembered_are_bounded() {
-        let dir = tempfile::tempdir().expect("dir");
-        let (mut w, _rx) = watches(&dir);
+        let mut rig = rig();
+        let w = &mut rig.w;
         for i in 0..UNWATCHED + 10 {
             w.unwatch("job", &format!("run-{i}"));
         }
