@@ -651,6 +651,107 @@ fn profile(a: &Args) {
     println!("{line}");
 }
 
+/// Runs the healthy jobs, prints their JSON line and returns their table row.
+fn report_healthy(a: &Args) -> String {
+    let (h, wall) = healthy(a);
+    let job_hours = h.seconds as f64 / 3600.0;
+    let samples = h.seconds as f64 * GPUS as f64;
+    let jobs_hit = {
+        let mut j: Vec<usize> = h.suspicions.iter().map(|(i, _, _)| *i).collect();
+        j.dedup();
+        j.len()
+    };
+    let mut by_code = std::collections::BTreeMap::new();
+    for (_, _, s) in &h.suspicions {
+        *by_code.entry(s.code.as_str()).or_insert(0usize) += 1;
+    }
+    let examples: Vec<_> = h
+        .suspicions
+        .iter()
+        .take(5)
+        .map(|(i, at, s)| json!({"job": i, "at_s": at, "node": s.node, "gpu": s.gpu, "code": s.code.as_str(), "rule": rule(s), "evidence": s.evidence}))
+        .collect();
+    let core_s = wall * a.threads as f64;
+    println!(
+        "{}",
+        json!({
+            "kind": "healthy", "jobs": a.jobs, "hours_per_job": a.hours, "job_hours": job_hours,
+            "gpu_samples": samples, "suspicions": h.suspicions.len(), "jobs_with_suspicions": jobs_hit,
+            "by_code": by_code, "examples": examples, "wall_s": wall, "threads": a.threads,
+            "core_s_per_1000_job_hours": core_s * 1000.0 / job_hours,
+            "ns_per_gpu_sample_per_core": 1e9 * core_s / samples,
+        })
+    );
+    format!(
+        "| healthy | {job_hours:.1} job-hours ({} jobs), {samples:.3e} GPU-samples | {} suspicions in {jobs_hit} jobs | | {wall:.1} s |",
+        a.jobs,
+        h.suspicions.len()
+    )
+}
+
+/// Runs the recall trials of one case, prints their JSON line and returns their table row.
+fn report_recall(a: &Args, case: u64, name: &str) -> String {
+    let start = Instant::now();
+    let trials = parallel(a.trials, a.threads, |i| trial(a, case, i));
+    let wall = start.elapsed().as_secs_f64();
+    let caught: Vec<_> = trials.iter().filter_map(|t| t.caught).collect();
+    let mut lat: Vec<u64> = caught.iter().map(|c| c.0).collect();
+    let mut busy_lat: Vec<u64> = caught.iter().map(|c| c.1).collect();
+    let within = lat.iter().filter(|l| **l <= GOAL_S).count();
+    let busy_within = busy_lat.iter().filter(|l| **l <= GOAL_S).count();
+    let wrong: usize = trials.iter().map(|t| t.wrong.len()).sum();
+    let wrong_examples: Vec<_> = trials
+        .iter()
+        .flat_map(|t| t.wrong.iter())
+        .take(5)
+        .map(|(at, s)| json!({"at_s": at, "node": s.node, "code": s.code.as_str(), "rule": rule(s), "evidence": s.evidence}))
+        .collect();
+    let (mut codes, mut rules) = (std::collections::BTreeMap::new(), std::collections::BTreeMap::new());
+    for c in &caught {
+        *codes.entry(c.2.as_str()).or_insert(0usize) += 1;
+        *rules.entry(c.3).or_insert(0usize) += 1;
+    }
+    // The trials caught late or not at all: by the job's phase at the onset, and the first
+    // few with the GPU's static offset.
+    let late: Vec<&Trial> = trials.iter().filter(|t| t.caught.is_none_or(|c| c.0 > GOAL_S)).collect();
+    let mut late_by_phase = std::collections::BTreeMap::new();
+    for t in &late {
+        *late_by_phase.entry(format!("{:?}", t.onset_phase)).or_insert(0usize) += 1;
+    }
+    let late_examples: Vec<_> = late
+        .iter()
+        .take(8)
+        .map(|t| {
+            json!({"onset_phase": format!("{:?}", t.onset_phase), "offset": (t.offset * 1e4).round() / 1e4,
+                "fault": format!("{:?}", t.fault), "latency_s": t.caught.map(|c| c.0),
+                "from_busy_s": t.caught.map(|c| c.1)})
+        })
+        .collect();
+    let q = quantiles(&mut lat);
+    let qb = quantiles(&mut busy_lat);
+    let n = a.trials as f64;
+    println!(
+        "{}",
+        json!({
+            "kind": "recall", "case": name, "trials": a.trials, "caught": caught.len(),
+            "recall": caught.len() as f64 / n, "within_10s": within as f64 / n,
+            "within_10s_of_busy": busy_within as f64 / n,
+            "latency_s": {"min": q[0], "median": q[1], "p99": q[2], "max": q[3]},
+            "latency_from_busy_s": {"min": qb[0], "median": qb[1], "p99": qb[2], "max": qb[3]},
+            "codes": codes, "rules": rules, "wrong_suspicions": wrong, "wrong_examples": wrong_examples,
+            "late_or_missed_by_onset_phase": late_by_phase, "late_or_missed_examples": late_examples, "horizon_s": a.horizon, "wall_s": wall,
+        })
+    );
+    format!(
+        "| {name} | {} trials | caught {:.2}%, within 10 s {:.2}% ({:.2}% from busy); {wrong} other suspicions | {} / {} / {} / {} s ({} / {} / {} / {} s from busy) | {wall:.1} s |",
+        a.trials,
+        100.0 * caught.len() as f64 / n,
+        100.0 * within as f64 / n,
+        100.0 * busy_within as f64 / n,
+        q[0], q[1], q[2], q[3], qb[0], qb[1], qb[2], qb[3]
+    )
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = args()?;
     println!(
@@ -663,102 +764,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut table = Vec::new();
     if a.healthy && a.jobs > 0 {
-        let (h, wall) = healthy(&a);
-        let job_hours = h.seconds as f64 / 3600.0;
-        let samples = h.seconds as f64 * GPUS as f64;
-        let jobs_hit = {
-            let mut j: Vec<usize> = h.suspicions.iter().map(|(i, _, _)| *i).collect();
-            j.dedup();
-            j.len()
-        };
-        let mut by_code = std::collections::BTreeMap::new();
-        for (_, _, s) in &h.suspicions {
-            *by_code.entry(s.code.as_str()).or_insert(0usize) += 1;
-        }
-        let examples: Vec<_> = h
-            .suspicions
-            .iter()
-            .take(5)
-            .map(|(i, at, s)| json!({"job": i, "at_s": at, "node": s.node, "gpu": s.gpu, "code": s.code.as_str(), "rule": rule(s), "evidence": s.evidence}))
-            .collect();
-        let core_s = wall * a.threads as f64;
-        println!(
-            "{}",
-            json!({
-                "kind": "healthy", "jobs": a.jobs, "hours_per_job": a.hours, "job_hours": job_hours,
-                "gpu_samples": samples, "suspicions": h.suspicions.len(), "jobs_with_suspicions": jobs_hit,
-                "by_code": by_code, "examples": examples, "wall_s": wall, "threads": a.threads,
-                "core_s_per_1000_job_hours": core_s * 1000.0 / job_hours,
-                "ns_per_gpu_sample_per_core": 1e9 * core_s / samples,
-            })
-        );
-        table.push(format!(
-            "| healthy | {job_hours:.1} job-hours ({} jobs), {samples:.3e} GPU-samples | {} suspicions in {jobs_hit} jobs | | {wall:.1} s |",
-            a.jobs,
-            h.suspicions.len()
-        ));
+        table.push(report_healthy(&a));
     }
     if a.recall && a.trials > 0 {
         for (case, name) in [(0u64, "slow"), (1, "throttled")] {
-            let start = Instant::now();
-            let trials = parallel(a.trials, a.threads, |i| trial(&a, case, i));
-            let wall = start.elapsed().as_secs_f64();
-            let caught: Vec<_> = trials.iter().filter_map(|t| t.caught).collect();
-            let mut lat: Vec<u64> = caught.iter().map(|c| c.0).collect();
-            let mut busy_lat: Vec<u64> = caught.iter().map(|c| c.1).collect();
-            let within = lat.iter().filter(|l| **l <= GOAL_S).count();
-            let busy_within = busy_lat.iter().filter(|l| **l <= GOAL_S).count();
-            let wrong: usize = trials.iter().map(|t| t.wrong.len()).sum();
-            let wrong_examples: Vec<_> = trials
-                .iter()
-                .flat_map(|t| t.wrong.iter())
-                .take(5)
-                .map(|(at, s)| json!({"at_s": at, "node": s.node, "code": s.code.as_str(), "rule": rule(s), "evidence": s.evidence}))
-                .collect();
-            let (mut codes, mut rules) = (std::collections::BTreeMap::new(), std::collections::BTreeMap::new());
-            for c in &caught {
-                *codes.entry(c.2.as_str()).or_insert(0usize) += 1;
-                *rules.entry(c.3).or_insert(0usize) += 1;
-            }
-            // The trials caught late or not at all: by the job's phase at the onset, and the first
-            // few with the GPU's static offset.
-            let late: Vec<&Trial> = trials.iter().filter(|t| t.caught.is_none_or(|c| c.0 > GOAL_S)).collect();
-            let mut late_by_phase = std::collections::BTreeMap::new();
-            for t in &late {
-                *late_by_phase.entry(format!("{:?}", t.onset_phase)).or_insert(0usize) += 1;
-            }
-            let late_examples: Vec<_> = late
-                .iter()
-                .take(8)
-                .map(|t| {
-                    json!({"onset_phase": format!("{:?}", t.onset_phase), "offset": (t.offset * 1e4).round() / 1e4,
-                        "fault": format!("{:?}", t.fault), "latency_s": t.caught.map(|c| c.0),
-                        "from_busy_s": t.caught.map(|c| c.1)})
-                })
-                .collect();
-            let q = quantiles(&mut lat);
-            let qb = quantiles(&mut busy_lat);
-            let n = a.trials as f64;
-            println!(
-                "{}",
-                json!({
-                    "kind": "recall", "case": name, "trials": a.trials, "caught": caught.len(),
-                    "recall": caught.len() as f64 / n, "within_10s": within as f64 / n,
-                    "within_10s_of_busy": busy_within as f64 / n,
-                    "latency_s": {"min": q[0], "median": q[1], "p99": q[2], "max": q[3]},
-                    "latency_from_busy_s": {"min": qb[0], "median": qb[1], "p99": qb[2], "max": qb[3]},
-                    "codes": codes, "rules": rules, "wrong_suspicions": wrong, "wrong_examples": wrong_examples,
-                    "late_or_missed_by_onset_phase": late_by_phase, "late_or_missed_examples": late_examples, "horizon_s": a.horizon, "wall_s": wall,
-                })
-            );
-            table.push(format!(
-                "| {name} | {} trials | caught {:.2}%, within 10 s {:.2}% ({:.2}% from busy); {wrong} other suspicions | {} / {} / {} / {} s ({} / {} / {} / {} s from busy) | {wall:.1} s |",
-                a.trials,
-                100.0 * caught.len() as f64 / n,
-                100.0 * within as f64 / n,
-                100.0 * busy_within as f64 / n,
-                q[0], q[1], q[2], q[3], qb[0], qb[1], qb[2], qb[3]
-            ));
+            table.push(report_recall(&a, case, name));
         }
     }
     println!("| case | size | result | latency min / median / p99 / max | wall |");
