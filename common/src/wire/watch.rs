@@ -63,12 +63,23 @@ pub enum BadWatch {
     TooManyGpus(usize),
     #[error("job id of {0} bytes (1 to 256)")]
     JobId(usize),
+    #[error("run id of {0} bytes (1 to 256)")]
+    RunId(usize),
+}
+
+/// Whether `id` (a job's, a run's, a node's, an agent's, a GPU's) is of 1 to 256 bytes, as
+/// every name of the watch's wire is.
+pub fn id_in_bounds(id: &str) -> bool {
+    (1..=256).contains(&id.len())
 }
 
 impl WatchTask {
     pub fn validate(&self) -> Result<(), BadWatch> {
-        if self.job_id.is_empty() || self.job_id.len() > 256 {
+        if !id_in_bounds(&self.job_id) {
             return Err(BadWatch::JobId(self.job_id.len()));
+        }
+        if !id_in_bounds(&self.run_id) {
+            return Err(BadWatch::RunId(self.run_id.len()));
         }
         if !INTERVAL_MS.contains(&self.interval_ms) {
             return Err(BadWatch::Interval(self.interval_ms));
@@ -215,7 +226,7 @@ impl Telemetry {
         for (what, s) in
             [("node", &self.node), ("agent id", &self.agent_id), ("job id", &self.job_id), ("run id", &self.run_id)]
         {
-            if s.is_empty() || s.len() > 256 {
+            if !id_in_bounds(s) {
                 return Err(BadTelemetry::Name { what, len: s.len() });
             }
         }
@@ -243,7 +254,7 @@ impl Telemetry {
 
 impl GpuTelemetry {
     fn validate(&self, i: usize) -> Result<(), BadTelemetry> {
-        if self.gpu.is_empty() || self.gpu.len() > 256 {
+        if !id_in_bounds(&self.gpu) {
             return Err(BadTelemetry::Name { what: "GPU", len: self.gpu.len() });
         }
         let n = self.sm_mhz.len();
@@ -397,6 +408,8 @@ mod tests {
             WatchTask { interval_ms: 100, period_ms: 60_000, ..t.clone() }.validate(),
             Err(BadWatch::TooManySamples { .. })
         ));
+        assert_eq!(WatchTask { job_id: String::new(), ..t.clone() }.validate(), Err(BadWatch::JobId(0)));
+        assert_eq!(WatchTask { run_id: "r".repeat(257), ..t.clone() }.validate(), Err(BadWatch::RunId(257)));
     }
 
     #[test]

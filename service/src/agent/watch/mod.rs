@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
-use gpusanity_common::wire::watch::{Telemetry, WatchTask};
+use gpusanity_common::wire::watch::{id_in_bounds, Telemetry, WatchTask};
 use tokio::sync::mpsc;
 
 use sampler::{Control, Plan};
@@ -125,7 +125,8 @@ impl Watches {
     /// empty, and nothing is remembered). A watch of another run of the job goes on: the
     /// service starts a restarted job's new run before it ends the old one.
     pub fn unwatch(&mut self, job_id: &str, run_id: &str) {
-        if !run_id.is_empty() {
+        // Ids out of bounds are not remembered: no watch that names them is accepted anyway.
+        if id_in_bounds(job_id) && id_in_bounds(run_id) {
             if self.unwatched.len() == UNWATCHED {
                 self.unwatched.pop_front();
             }
@@ -306,5 +307,9 @@ mod tests {
         assert_eq!(w.unwatched.len(), UNWATCHED);
         assert!(!w.was_unwatched(&task("run-0")), "the oldest is forgotten");
         assert!(w.was_unwatched(&task(&format!("run-{}", UNWATCHED + 9))));
+        // An id past the wire's bound is not kept (no watch naming it is accepted).
+        w.unwatch("job", &"r".repeat(100_000));
+        assert!(w.was_unwatched(&task(&format!("run-{}", UNWATCHED + 9))));
+        assert!(w.unwatched.iter().all(|(j, r)| j.len() <= 256 && r.len() <= 256));
     }
 }
