@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::column::Parsed;
 use crate::rows::RunRow;
-use crate::{now_ms, outbox, Db, Result, Tx};
+use crate::{outbox, Db, Result, Tx};
 
 /// The most jobs watched at once.
 const MAX_WATCHED: i64 = 100_000;
@@ -50,7 +50,8 @@ impl Db {
 
     /// Stores a suspicion and queues its NodeSuspected on `topic`, unless the run is no longer
     /// its job's watched one (the job stopped or restarted meanwhile) or the (run, node, code)
-    /// was stored before; true when stored.
+    /// was stored before; true when stored. Its time (`at_ms`) is when the judgement raised it
+    /// (the event's `at`), which a database that was down stores later.
     pub async fn record_suspicion(&self, event: &OutputEvent, topic: &str) -> Result<bool> {
         let OutputBody::NodeSuspected { node, gpu, code, evidence, since } = &event.body else { return Ok(false) };
         let Some(run_id) = &event.run_id else { return Ok(false) };
@@ -72,7 +73,7 @@ impl Db {
         .bind(code.as_str())
         .bind(evidence)
         .bind(since.timestamp_millis())
-        .bind(now_ms())
+        .bind(event.at.timestamp_millis())
         .execute(&mut *tx)
         .await?
         .rows_affected();

@@ -174,6 +174,75 @@ fn the_throttled_node_is_suspected_and_only_it_and_the_agents_stop_with_the_job(
     w.shutdown();
 }
 
+/// A PostgreSQL outage while the job runs loses no suspicion: the judgement names each (node,
+/// code) once, so what the database could not store when it was raised is kept and stored when
+/// the database is back, published once, with the time it was raised.
+#[test]
+fn a_database_outage_while_the_job_runs_loses_no_suspicion() {
+    let _g = svc::common::serial();
+    let pg = svc::outage::Private::postgres();
+    let admin = World::new(Some(pg.value.clone()), "");
+    admin.sql("CREATE DATABASE watch_outage");
+    let mut w = World::new(Some(svc::with_database(&pg.value, "watch_outage")), FAST);
+    w.serve();
+    for (node, throttled) in [(NODES[0], false), (NODES[1], true)] {
+        let path = w.dir.path().join(format!("{node}.replay"));
+        std::fs::write(&path, recording(node, throttled)).expect("recording");
+        let path = path.to_string_lossy().into_owned();
+        w.agent_with_env(node, &[("GPUSANITY_WATCH_REPLAY", &path)]);
+    }
+    let mut out = w.reader("check-events");
+    let mut telemetry = w.reader("telemetry");
+    w.publish(allocated("outage-1", "job-outage", &NODES, "--micro-benchmarks=all-reduce").as_bytes());
+    let passed = out.wait_for(Duration::from_secs(90), "the verdict", |v| {
+        v["job_id"] == "job-outage" && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed")
+    });
+    assert_eq!(passed["type"], "CheckPassed", "{passed:#}");
+    let first = telemetry.wait_for(Duration::from_secs(30), "a summary of watch-b", |v| {
+        v["payload"].as_str().is_some_and(|p| p.contains("\"node\":\"watch-b\""))
+    });
+    let t0: Telemetry = serde_json::from_str(first["payload"].as_str().unwrap_or("")).expect("a summary");
+    let onset = t0.from + chrono::Duration::seconds(ONSET as i64);
+
+    // Down from before the onset until well after the judgement raised it and the database
+    // pool gave up on storing it (its acquire timeout, 30 s).
+    pg.halt();
+    let summaries = |t: &svc::Reader| {
+        t.seen.iter().filter(|v| v["payload"].as_str().is_some_and(|p| p.contains("\"node\":\"watch-b\""))).count()
+    };
+    let before = summaries(&telemetry);
+    let outage = Duration::from_secs(ONSET + 42);
+    telemetry.drain(outage);
+    out.drain(Duration::from_millis(500));
+    assert!(out.of("job-outage", "NodeSuspected").is_empty(), "published while the database was down");
+    let log = w.log("serve");
+    assert!(log.contains("storing a suspicion"), "raised during the outage: {log}");
+    // The renewals went on: watch-b's agent summarized every period (lease_s is 6 s here).
+    let during = summaries(&telemetry) - before;
+    assert!(during as u64 >= outage.as_secs() / 5 - 2, "{during} summaries of watch-b in {outage:?}");
+    pg.resume();
+
+    out.wait_for(Duration::from_secs(60), "a NodeSuspected after the outage", |v| v["type"] == "NodeSuspected");
+    out.drain(Duration::from_secs(8));
+    let all = out.of("job-outage", "NodeSuspected");
+    let mut codes: Vec<(&str, &str, &str)> = all
+        .iter()
+        .map(|v| (v["node"].as_str().unwrap_or(""), v["gpu"].as_str().unwrap_or(""), v["code"].as_str().unwrap_or("")))
+        .collect();
+    codes.sort();
+    assert_eq!(
+        codes,
+        [("watch-b", "GPU-watch-b-2", "WATCH_SLOW_CLOCK"), ("watch-b", "GPU-watch-b-2", "WATCH_THROTTLED")],
+        "each once, and only watch-b's GPU 2: {all:#?}"
+    );
+    // Stored with the time the judgement raised it: within 10 s of the onset.
+    for at in w.sql("SELECT at_ms FROM node_suspicions") {
+        let late = at.parse::<i64>().expect("at_ms") - onset.timestamp_millis();
+        assert!((0..=10_000).contains(&late), "raised {late} ms after the onset");
+    }
+    w.shutdown();
+}
+
 /// The replay hook is a test hook: an agent without --test-faults ignores it, and says so.
 #[test]
 fn an_agent_without_test_faults_ignores_the_recording() {

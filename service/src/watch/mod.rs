@@ -2,8 +2,9 @@
 //! agents' telemetry (a consumer group: a job's summaries are on one partition, so one replica
 //! judges each job), opens and checks each summary (signed by a key that may speak for its
 //! node, fresh, never seen, of this version, within bounds, about the watched run of a job not
-//! stopped, from one of its nodes), feeds the run's [`JobJudge`], and stores each suspicion with
-//! its NodeSuspected in one transaction. It never isolates a node.
+//! stopped, from one of its nodes), feeds the run's [`JobJudge`], and hands each suspicion to the
+//! [`record`]er, which stores it with its NodeSuspected in one transaction. It never isolates a
+//! node.
 //!
 //! It also tells the agents what to watch: every `renew_s` a `Watch` with a lease of `lease_s`
 //! to each node of each watched run, and an `Unwatch` to the nodes of a run no longer watched
@@ -12,6 +13,7 @@
 //! unwatch); only the one that reads a job's partition judges it.
 
 pub mod config;
+mod record;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -63,18 +65,30 @@ pub fn subscribe(conn: &KafkaConn, group: &str, topic: &str) -> Result<StreamCon
 impl Watcher {
     pub async fn run(mut self, consumer: StreamConsumer) -> Result<()> {
         let mut runs: HashMap<String, Watched> = HashMap::new();
-        let mut refresh = tokio::time::interval(REFRESH);
+        // The watched runs are read on a task of their own: a database that does not answer
+        // holds up neither the judgement nor the renewals.
+        let (watched_tx, mut watched) = tokio::sync::watch::channel(Vec::new());
+        // A JoinSet aborts its tasks when dropped: the reader ends with the watcher.
+        let mut reader = tokio::task::JoinSet::new();
+        reader.spawn(read_watched(self.db.clone(), watched_tx));
         let mut renew = tokio::time::interval(Duration::from_secs(self.config.renew_s));
         let mut read_errors = gpusanity_bus::kafka::ReadErrors::new("telemetry");
+        let recorder = record::Recorder::spawn(&self.db, &self.topics.output, &self.outbox_wake);
         loop {
             tokio::select! {
-                _ = refresh.tick() => self.refresh(&mut runs).await,
+                changed = watched.changed() => {
+                    if changed.is_err() {
+                        anyhow::bail!("the reader of the watched runs ended");
+                    }
+                    let now = watched.borrow_and_update().clone();
+                    self.refresh(&mut runs, now);
+                }
                 _ = renew.tick() => self.renew(&runs),
                 m = consumer.recv() => match m {
                     Ok(m) => {
                         read_errors.message();
                         if let Some(t) = m.payload().and_then(|p| self.authentic(p)) {
-                            self.judge(&mut runs, &t).await;
+                            self.judge(&mut runs, &t, &recorder);
                         }
                     }
                     Err(e) => read_errors.error(&e),
@@ -85,20 +99,22 @@ impl Watcher {
 
     /// Keeps one judge per watched run: a new one for a run that became watched, none for a
     /// run no longer watched (its job stopped or restarted).
-    async fn refresh(&self, runs: &mut HashMap<String, Watched>) {
-        let watched = match self.db.watched_runs().await {
-            Ok(w) => w,
-            Err(e) => return tracing::warn!("reading the watched runs: {e}; tried again in {REFRESH:?}"),
-        };
+    fn refresh(&self, runs: &mut HashMap<String, Watched>, watched: Vec<RunRow>) {
         let mut next = HashMap::with_capacity(watched.len());
         for run in watched {
-            let w = runs.remove(&run.run_id).unwrap_or_else(|| Watched {
-                judge: JobJudge::new(self.config.judge.clone()).expecting(run.nodes.len()),
-                run: run.clone(),
-            });
-            if !runs.contains_key(&run.run_id) && !next.contains_key(&run.run_id) {
-                self.start(&run);
+            if next.contains_key(&run.run_id) {
+                continue;
             }
+            let w = match runs.remove(&run.run_id) {
+                Some(w) => w,
+                None => {
+                    self.start(&run);
+                    Watched {
+                        judge: JobJudge::new(self.config.judge.clone()).expecting(run.nodes.len()),
+                        run: run.clone(),
+                    }
+                }
+            };
             next.insert(run.run_id.clone(), w);
         }
         for (_, gone) in runs.drain() {
@@ -164,7 +180,7 @@ impl Watcher {
         Some(t)
     }
 
-    async fn judge(&self, runs: &mut HashMap<String, Watched>, t: &Telemetry) {
+    fn judge(&self, runs: &mut HashMap<String, Watched>, t: &Telemetry, recorder: &record::Recorder) {
         let Some(w) = runs.get_mut(&t.run_id) else {
             return tracing::debug!(run_id = t.run_id, node = t.node, "telemetry of a run not watched ignored");
         };
@@ -172,24 +188,24 @@ impl Watcher {
             return tracing::warn!(run_id = t.run_id, node = t.node, "telemetry refused: not a node of the run's job");
         }
         for s in w.judge.observe(t) {
-            let event = suspected(&w.run, &s);
-            match self.db.record_suspicion(&event, &self.topics.output).await {
-                Ok(true) => {
-                    tracing::warn!(
-                        job_id = w.run.job_id,
-                        node = s.node,
-                        gpu = s.gpu,
-                        code = %s.code,
-                        "node suspected: {}",
-                        s.evidence
-                    );
-                    crate::ops::metrics::METRICS.suspected(s.code);
-                    self.outbox_wake.notify_one();
-                }
-                Ok(false) => {}
-                Err(e) => tracing::warn!(node = s.node, code = %s.code, "storing a suspicion: {e}"),
-            }
+            recorder.record(suspected(&w.run, &s));
         }
+    }
+}
+
+/// Reads the watched runs every [`REFRESH`] into `tx` (a reading that fails is said, and the
+/// last one stands).
+async fn read_watched(db: Db, tx: tokio::sync::watch::Sender<Vec<RunRow>>) {
+    loop {
+        match db.watched_runs().await {
+            Ok(w) => {
+                if tx.send(w).is_err() {
+                    return;
+                }
+            }
+            Err(e) => tracing::warn!("reading the watched runs: {e}; tried again in {REFRESH:?}"),
+        }
+        tokio::time::sleep(REFRESH).await;
     }
 }
 
