@@ -59,6 +59,14 @@ pub enum DbError {
 
 pub type Result<T> = std::result::Result<T, DbError>;
 
+impl DbError {
+    /// Whether the database answered with an error (it refused the statement: a constraint, a
+    /// lock, a serialization failure), as opposed to not being reached at all (an outage).
+    pub fn answered(&self) -> bool {
+        matches!(self, DbError::Sql(sqlx::Error::Database(_)))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DbBackend {
     Sqlite,
@@ -155,4 +163,20 @@ fn connect_error(e: sqlx::Error) -> DbError {
 /// Now, as the Unix milliseconds every time column holds.
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_error_the_database_answered_is_told_from_one_it_could_not_be_reached_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::connect(&format!("sqlite://{}", dir.path().join("d.db").display())).await.unwrap();
+        let refused = sqlx::query("SELECT * FROM no_such_table").execute(&db.pool).await.map_err(DbError::from);
+        assert!(refused.as_ref().is_err_and(DbError::answered), "{refused:?}");
+        db.pool.close().await;
+        let unreachable = db.ping().await;
+        assert!(unreachable.as_ref().is_err_and(|e| !e.answered()), "{unreachable:?}");
+    }
 }

@@ -15,8 +15,10 @@ use crate::ops::metrics::METRICS;
 /// The most suspicions waiting for the database: one per (node, code) of each watched run, so
 /// more means a database down for very long; a suspicion beyond them is dropped, said.
 const MAX_WAITING: usize = 4096;
-/// The wait before a suspicion the database refused is offered again.
+/// The wait before a suspicion the database did not store is offered again.
 const RETRY: Duration = Duration::from_secs(1);
+/// The times a database that answers may refuse one suspicion before it is dropped.
+const MAX_REFUSED: u32 = 30;
 
 /// The judgement's end of the recorder task.
 pub(super) struct Recorder {
@@ -45,24 +47,37 @@ impl Recorder {
 
 async fn run(db: Db, topic: String, outbox_wake: Arc<Notify>, mut rx: mpsc::Receiver<OutputEvent>) {
     while let Some(event) = rx.recv().await {
-        let mut failed = 0u32;
+        let (mut failed, mut answered) = (0u32, 0u32);
         loop {
-            match store(&db, &topic, &outbox_wake, &event).await {
+            let e = match store(&db, &topic, &outbox_wake, &event).await {
                 Ok(()) => break,
-                Err(e) => {
-                    if failed == 0 {
-                        tracing::warn!(
-                            job_id = event.job_id,
-                            event_id = event.event_id,
-                            "storing a suspicion: {e}; kept, and offered again every {RETRY:?}"
-                        );
-                    }
-                    failed = failed.saturating_add(1);
-                    tokio::time::sleep(RETRY).await;
+                Err(e) => e,
+            };
+            if failed == 0 {
+                tracing::warn!(
+                    job_id = event.job_id,
+                    event_id = event.event_id,
+                    "storing a suspicion: {e}; kept, and offered again every {RETRY:?}"
+                );
+            }
+            failed = failed.saturating_add(1);
+            // A database that answers with an error may be busy (a lock, a serialization
+            // failure) but may also refuse this statement for good: after a while the
+            // suspicion is dropped rather than holding up every later one. One that cannot be
+            // reached (an outage) is waited out.
+            if e.answered() {
+                answered += 1;
+                if answered >= MAX_REFUSED {
+                    tracing::error!(
+                        event_id = event.event_id,
+                        "a suspicion dropped: the database refused it {answered} times: {e}"
+                    );
+                    break;
                 }
             }
+            tokio::time::sleep(RETRY).await;
         }
-        if failed > 0 {
+        if failed > 0 && answered < MAX_REFUSED {
             tracing::info!(event_id = event.event_id, "a suspicion kept through {failed} failure(s) is stored");
         }
     }
