@@ -13,7 +13,7 @@
 #
 #   bench/gpu/watch_dips.sh BINARY OUT_DIR
 #
-# OVERHEAD_S (280), WINDOW_S (20), PHASED_S (150). Everything lands in OUT_DIR and in one
+# OVERHEAD_S (280), WINDOW_S (20), PHASED_S (150; 0 skips the phased loop). Everything lands in OUT_DIR and in one
 # archive, OUT_DIR/watch-dips.tgz.
 set -uo pipefail
 [ $# -ge 2 ] || { sed -n '14p' "$0" | sed 's/^#   //' >&2; exit 2; }
@@ -27,12 +27,17 @@ SERVICE=0 OVERHEAD_S=${OVERHEAD_S:-280} WINDOW_S=${WINDOW_S:-20} \
 echo "cost: exit $?" >>"$OUT/cost.txt"
 rmdir "$bundle"
 . "$here/env.sh"
-python3 "$here/watch_train.py" --seconds "${PHASED_S:-150}" --steps "$OUT/steps-phased.jsonl" \
-  --telemetry "$OUT/telemetry-phased.jsonl" >"$OUT/phased.txt" 2>&1
-echo "phased: exit $?" >>"$OUT/phased.txt"
-for rec in steady phased; do
+recs=steady
+if [ "${PHASED_S:-150}" != 0 ]; then
+  python3 "$here/watch_train.py" --seconds "${PHASED_S:-150}" --steps "$OUT/steps-phased.jsonl" \
+    --telemetry "$OUT/telemetry-phased.jsonl" >"$OUT/phased.txt" 2>&1
+  echo "phased: exit $?" >>"$OUT/phased.txt"
+  recs="steady phased"
+fi
+for rec in $recs; do
   python3 "$here/watch_means.py" "$OUT/telemetry-$rec.jsonl" >"$OUT/means-$rec.txt" 2>&1
   python3 "$here/watch_spreads.py" --means "$OUT/telemetry-$rec.jsonl" >"$OUT/spreads-$rec.json" 2>"$OUT/spreads-$rec.txt"
 done
 tar -czf "$OUT/watch-dips.tgz" -C "$OUT" --exclude agent-work --exclude '*.tgz' . 2>/dev/null
-cat "$OUT/cost.txt" "$OUT/means-steady.txt" "$OUT/spreads-steady.txt" "$OUT/means-phased.txt"
+cat "$OUT/cost.txt" "$OUT/means-steady.txt" "$OUT/spreads-steady.txt"
+[ ! -f "$OUT/means-phased.txt" ] || cat "$OUT/means-phased.txt"
