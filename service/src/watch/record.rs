@@ -65,15 +65,13 @@ async fn run(db: Db, topic: String, outbox_wake: Arc<Notify>, mut rx: mpsc::Rece
             // failure) but may also refuse this statement for good: after a while the
             // suspicion is dropped rather than holding up every later one. One that cannot be
             // reached (an outage) is waited out.
-            if e.answered() {
-                answered += 1;
-                if answered >= MAX_REFUSED {
-                    tracing::error!(
-                        event_id = event.event_id,
-                        "a suspicion dropped: the database refused it {answered} times: {e}"
-                    );
-                    break;
-                }
+            answered = if e.answered() { answered + 1 } else { 0 };
+            if answered >= MAX_REFUSED {
+                tracing::error!(
+                    event_id = event.event_id,
+                    "a suspicion dropped: the database refused it {answered} times in a row: {e}"
+                );
+                break;
             }
             tokio::time::sleep(RETRY).await;
         }
