@@ -63,17 +63,27 @@ fn forged(run_id: &str, job: &str) -> String {
     serde_json::to_string(&t).expect("json")
 }
 
-#[test]
-fn the_throttled_node_is_suspected_and_only_it_and_the_agents_stop_with_the_job() {
-    let _g = svc::common::serial();
-    let mut w = World::new(None, FAST);
-    w.serve();
+/// The agents of both nodes, each replaying its [`recording`] (watch-b's GPU 2 throttles).
+fn replaying_agents(w: &mut World) {
     for (node, throttled) in [(NODES[0], false), (NODES[1], true)] {
         let path = w.dir.path().join(format!("{node}.replay"));
         std::fs::write(&path, recording(node, throttled)).expect("recording");
         let path = path.to_string_lossy().into_owned();
         w.agent_with_env(node, &[("GPUSANITY_WATCH_REPLAY", &path)]);
     }
+}
+
+/// Whether a record of the telemetry topic is a summary of watch-b.
+fn of_watch_b(v: &serde_json::Value) -> bool {
+    v["payload"].as_str().is_some_and(|p| p.contains("\"node\":\"watch-b\""))
+}
+
+#[test]
+fn the_throttled_node_is_suspected_and_only_it_and_the_agents_stop_with_the_job() {
+    let _g = svc::common::serial();
+    let mut w = World::new(None, FAST);
+    w.serve();
+    replaying_agents(&mut w);
     let mut out = w.reader("check-events");
     let mut telemetry = w.reader("telemetry");
     // Checked only at a fault-tolerant restart: the start is skipped, the restart checked.
@@ -124,9 +134,7 @@ fn the_throttled_node_is_suspected_and_only_it_and_the_agents_stop_with_the_job(
         assert!(v["evidence"].as_str().is_some_and(|e| !e.is_empty()), "{v:#}");
     }
     // Within 10 s of the onset: the first summary of the watch tells when sample 0 was taken.
-    let start = telemetry.wait_for(Duration::from_secs(5), "a summary of watch-b", |v| {
-        v["payload"].as_str().is_some_and(|p| p.contains("\"node\":\"watch-b\""))
-    });
+    let start = telemetry.wait_for(Duration::from_secs(5), "a summary of watch-b", of_watch_b);
     let t0: Telemetry = serde_json::from_str(start["payload"].as_str().unwrap_or("")).expect("a summary");
     let onset = t0.from + chrono::Duration::seconds(ONSET as i64);
     let stored = w.sql("SELECT at_ms FROM node_suspicions WHERE code = 'WATCH_SLOW_CLOCK'");
@@ -185,12 +193,7 @@ fn a_database_outage_while_the_job_runs_loses_no_suspicion() {
     admin.sql("CREATE DATABASE watch_outage");
     let mut w = World::new(Some(svc::with_database(&pg.value, "watch_outage")), FAST);
     w.serve();
-    for (node, throttled) in [(NODES[0], false), (NODES[1], true)] {
-        let path = w.dir.path().join(format!("{node}.replay"));
-        std::fs::write(&path, recording(node, throttled)).expect("recording");
-        let path = path.to_string_lossy().into_owned();
-        w.agent_with_env(node, &[("GPUSANITY_WATCH_REPLAY", &path)]);
-    }
+    replaying_agents(&mut w);
     let mut out = w.reader("check-events");
     let mut telemetry = w.reader("telemetry");
     w.publish(allocated("outage-1", "job-outage", &NODES, "--micro-benchmarks=all-reduce").as_bytes());
@@ -198,18 +201,14 @@ fn a_database_outage_while_the_job_runs_loses_no_suspicion() {
         v["job_id"] == "job-outage" && (v["type"] == "CheckPassed" || v["type"] == "CheckFailed")
     });
     assert_eq!(passed["type"], "CheckPassed", "{passed:#}");
-    let first = telemetry.wait_for(Duration::from_secs(30), "a summary of watch-b", |v| {
-        v["payload"].as_str().is_some_and(|p| p.contains("\"node\":\"watch-b\""))
-    });
+    let first = telemetry.wait_for(Duration::from_secs(30), "a summary of watch-b", of_watch_b);
     let t0: Telemetry = serde_json::from_str(first["payload"].as_str().unwrap_or("")).expect("a summary");
     let onset = t0.from + chrono::Duration::seconds(ONSET as i64);
 
     // Down from before the onset until well after the judgement raised it and the database
     // pool gave up on storing it (its acquire timeout, 30 s).
     pg.halt();
-    let summaries = |t: &svc::Reader| {
-        t.seen.iter().filter(|v| v["payload"].as_str().is_some_and(|p| p.contains("\"node\":\"watch-b\""))).count()
-    };
+    let summaries = |t: &svc::Reader| t.seen.iter().filter(|v| of_watch_b(v)).count();
     let before = summaries(&telemetry);
     let outage = Duration::from_secs(ONSET + 42);
     telemetry.drain(outage);

@@ -4,8 +4,8 @@
 //! database that does not answer holds up neither the judgement nor the agents' renewals.
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use gpusanity_bus::backoff::Backoff;
 use gpusanity_common::wire::output::{OutputBody, OutputEvent};
 use gpusanity_db::Db;
 use tokio::sync::{mpsc, Notify};
@@ -15,10 +15,9 @@ use crate::ops::metrics::METRICS;
 /// The most suspicions waiting for the database: one per (node, code) of each watched run, so
 /// more means a database down for very long; a suspicion beyond them is dropped, said.
 const MAX_WAITING: usize = 4096;
-/// The wait before a suspicion the database did not store is offered again.
-const RETRY: Duration = Duration::from_secs(1);
-/// The times a database that answers may refuse one suspicion before it is dropped.
-const MAX_REFUSED: u32 = 30;
+/// The times in a row a database that answers may refuse one suspicion before it is dropped
+/// (with the waits between attempts, about 25 s).
+const MAX_REFUSED: u32 = 10;
 
 /// The judgement's end of the recorder task.
 pub(super) struct Recorder {
@@ -48,6 +47,7 @@ impl Recorder {
 async fn run(db: Db, topic: String, outbox_wake: Arc<Notify>, mut rx: mpsc::Receiver<OutputEvent>) {
     while let Some(event) = rx.recv().await {
         let (mut failed, mut answered) = (0u32, 0u32);
+        let mut backoff = Backoff::default();
         loop {
             let e = match store(&db, &topic, &outbox_wake, &event).await {
                 Ok(()) => break,
@@ -57,7 +57,7 @@ async fn run(db: Db, topic: String, outbox_wake: Arc<Notify>, mut rx: mpsc::Rece
                 tracing::warn!(
                     job_id = event.job_id,
                     event_id = event.event_id,
-                    "storing a suspicion: {e}; kept, and offered again every {RETRY:?}"
+                    "storing a suspicion: {e}; kept, and offered again"
                 );
             }
             failed = failed.saturating_add(1);
@@ -73,7 +73,7 @@ async fn run(db: Db, topic: String, outbox_wake: Arc<Notify>, mut rx: mpsc::Rece
                 );
                 break;
             }
-            tokio::time::sleep(RETRY).await;
+            backoff.wait().await;
         }
         if failed > 0 && answered < MAX_REFUSED {
             tracing::info!(event_id = event.event_id, "a suspicion kept through {failed} failure(s) is stored");
