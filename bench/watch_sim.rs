@@ -10,8 +10,9 @@
 //! and power down), evaluations (lower clock and power), data-loader stalls. On top: each GPU's
 //! static clock and power offset (silicon spread at the cap), per-sample noise, clock dips of
 //! single readings (each 1 s sample is the mean of `readings` readings, as the agent's sampler
-//! takes it; a dip lasts `dip_len` readings on average), a slow thermal drift per GPU, and a
-//! fraction of GPUs showing the `SW power cap` reason while training. The spreads are [`Spreads`], defaults below, or read from a JSON file
+//! takes it, or their median with `statistic`; a dip lasts `dip_len` readings on average), a slow
+//! thermal drift per GPU, and a fraction of GPUs showing the `SW power cap` reason while
+//! training. The spreads are [`Spreads`], defaults below, or read from a JSON file
 //! (`--spreads FILE`, any subset of the fields; bench/gpu/watch_spreads.py prints one from a
 //! recording of bench/gpu/watch_train.py).
 //!
@@ -93,9 +94,11 @@ struct Spreads {
     gpu_offset_cv: f64,
     /// Each GPU's static power offset, coefficient of variation.
     power_offset_cv: f64,
-    /// The readings each sample is the mean of (the agent's sampler: one every 100 ms over a
+    /// The readings each sample is taken from (the agent's sampler: one every 100 ms over a
     /// 1 s interval); 1 is one instantaneous reading per sample.
     readings: u32,
+    /// How a sample is taken from its readings: their `mean` or their `median`.
+    statistic: Statistic,
     /// Per reading outside a dip, the probability that a clock dip starts, and its depth
     /// (fraction of the clock). A dip of one reading moves a sample by `dip_depth / readings`.
     dip_p: f64,
@@ -137,6 +140,7 @@ impl Default for Spreads {
             gpu_offset_cv: 0.01,
             power_offset_cv: 0.03,
             readings: 10,
+            statistic: Statistic::Mean,
             dip_p: 0.002,
             dip_depth: 0.15,
             dip_len: 1.0,
@@ -226,6 +230,29 @@ struct Gpu {
     capped: bool,
     /// The readings of a dip still to come (a dip may run on into the next sample).
     dip_left: u32,
+}
+
+/// How the sampler takes a sample from its readings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Statistic {
+    Mean,
+    Median,
+}
+
+impl Statistic {
+    /// The share of a dip's depth a sample of `n` readings shows when `dipped` of them are in
+    /// one (all dips equally deep).
+    fn dip_weight(self, dipped: u32, n: u32) -> f64 {
+        match self {
+            Statistic::Mean => f64::from(dipped) / f64::from(n),
+            // The dipped readings are the lowest; the median is the mean of the readings at
+            // 0-based ranks (n - 1) / 2 and n / 2 (one reading when n is odd).
+            Statistic::Median => {
+                (f64::from(u8::from(dipped > (n - 1) / 2)) + f64::from(u8::from(dipped > n / 2))) / 2.0
+            }
+        }
+    }
 }
 
 /// The readings of one sample and their dips. A dip starts at a reading outside one with
@@ -396,7 +423,7 @@ impl<'a> Job<'a> {
                     let mut clock = ph.sm_mhz * gpu.clock * drift * (1.0 + ph.clock_cv * rng.normal());
                     let dipped = dips.dipped(rng, &mut gpu.dip_left);
                     if dipped > 0 {
-                        clock *= 1.0 - sp.dip_depth * f64::from(dipped) / f64::from(dips.readings);
+                        clock *= 1.0 - sp.dip_depth * sp.statistic.dip_weight(dipped, dips.readings);
                     }
                     if let Some((_, _, f)) = fault.filter(|(_, onset, _)| s + i as u64 >= *onset) {
                         match f {

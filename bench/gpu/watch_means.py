@@ -12,7 +12,9 @@ samples (utilization 90 % or more) of the training phase:
 - where the lines carry the readings themselves (`sm_readings`), the dips of single readings
   (8 % below the median) as the fleet simulation draws them, counted by
   bench/gpu/watch_spreads.py (whose --means gives them to `watch_sim`): per reading the chance
-  one starts, their mean depth, and their lengths in readings.
+  one starts, their mean depth, and their lengths in readings; and the same spread and counts
+  for the median of each sample's readings (the sampler's alternative to their mean, which a dip
+  of fewer than half the readings leaves unmoved: `watch_sim`'s `statistic`).
 
   python3 bench/gpu/watch_means.py tele.jsonl [more.jsonl ...]
 """
@@ -58,9 +60,9 @@ def main():
         per = st.median(r.get("clk_samples") or len(r.get("sm_readings") or [1]) for r in busy)
         print(f"  clock, one reading:    cv {cv(one):.4f}, min {min(one)} MHz, below the median {below(one)}")
         print(f"  clock, mean of {per:g}: cv {cv(mean):.4f}, min {min(mean):.0f} MHz, below the median {below(mean)}")
-        power = [r["power_mean_w"] for r in busy if r.get("power_mean_w")]
-        print(f"  power: one reading cv {cv([r['power_w'] for r in busy]):.4f}, mean cv {cv(power):.4f}")
         if all(r.get("sm_readings") for r in busy):
+            med = [st.median(r["sm_readings"]) for r in busy]
+            print(f"  clock, median of {per:g}: cv {cv(med):.4f}, min {min(med):.0f} MHz, below the median {below(med)}")
             d, _ = reading_dips(busy)
             lens = d["dip_lens"]
             print(
@@ -68,6 +70,8 @@ def main():
                 f"{d['dip_p']:.5f} start per reading, {d['dip_depth']:.3f} deep, "
                 f"{st.fmean(lens) if lens else 0:.2f} readings long (the longest {max(lens, default=0)})"
             )
+        power = [r["power_mean_w"] for r in busy if r.get("power_mean_w")]
+        print(f"  power: one reading cv {cv([r['power_w'] for r in busy]):.4f}, mean cv {cv(power):.4f}")
 
 
 if __name__ == "__main__":
