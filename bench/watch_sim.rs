@@ -4,10 +4,11 @@
 //!
 //! Each job is 64 nodes of 8 GPUs sampled every second and summarized every 5 s, as the agents
 //! do, and every summary of a period goes through the real judgement
-//! (`gpusanity_watch::JobJudge`, default configuration) before the next period's. A healthy
-//! job trains at its GPUs' power cap and goes through its own phases, all its nodes together
-//! (each node's instants shifted by up to `phase_skew_s`): checkpoint pauses (GPUs idle, clocks
-//! and power down), evaluations (lower clock and power), data-loader stalls. On top: each GPU's
+//! (`gpusanity_watch::JobJudge`: the default thresholds, or `--judge FILE`, a JSON object of
+//! any of `[watch.judge]`'s fields) before the next period's. A healthy job trains at its GPUs'
+//! power cap and goes through its own phases, all its nodes together (each node's instants
+//! shifted by up to `phase_skew_s`): checkpoint pauses (GPUs idle, clocks and power down),
+//! evaluations (lower clock and power), data-loader stalls. On top: each GPU's
 //! static clock and power offset (silicon spread at the cap), per-sample noise, clock dips of
 //! single readings (each 1 s sample is the mean of `readings` readings, as the agent's sampler
 //! takes it, or their median with `statistic`; a dip lasts `dip_len` readings on average), a slow
@@ -31,7 +32,7 @@
 //! only on the seed and its index, so the figures do not depend on the threads.
 //!
 //! Usage: watch_sim [--quick] [--jobs N] [--hours H] [--trials N] [--seed S] [--threads T]
-//! [--spreads FILE] [--horizon SECONDS] [--profile] [--no-healthy] [--no-recall]
+//! [--spreads FILE] [--judge FILE] [--horizon SECONDS] [--profile] [--no-healthy] [--no-recall]
 
 use std::f64::consts::TAU;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -508,6 +509,9 @@ struct Args {
     threads: usize,
     spreads: Spreads,
     spreads_from: String,
+    /// The judgement's thresholds (`[watch.judge]` of the service's configuration).
+    judge: JudgeConfig,
+    judge_from: String,
     horizon: u64,
     profile: bool,
     healthy: bool,
@@ -524,6 +528,8 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
         threads: cores,
         spreads: Spreads::default(),
         spreads_from: "defaults".into(),
+        judge: JudgeConfig::default(),
+        judge_from: "default".into(),
         horizon: 180,
         profile: false,
         healthy: true,
@@ -550,10 +556,17 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
                 a.spreads = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
                 a.spreads_from = path;
             }
+            "--judge" => {
+                let path = value()?;
+                let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+                a.judge = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+                a.judge.validate().map_err(|e| format!("{path}: {e}"))?;
+                a.judge_from = path;
+            }
             "--profile" => a.profile = true,
             "--no-healthy" => a.healthy = false,
             "--no-recall" => a.recall = false,
-            _ => return Err(format!("unknown argument {arg}; usage: watch_sim [--quick] [--jobs N] [--hours H] [--trials N] [--seed S] [--threads T] [--spreads FILE] [--horizon SECONDS] [--profile] [--no-healthy] [--no-recall]").into()),
+            _ => return Err(format!("unknown argument {arg}; usage: watch_sim [--quick] [--jobs N] [--hours H] [--trials N] [--seed S] [--threads T] [--spreads FILE] [--judge FILE] [--horizon SECONDS] [--profile] [--no-healthy] [--no-recall]").into()),
         }
     }
     Ok(a)
@@ -580,7 +593,7 @@ fn healthy(a: &Args) -> (Healthy, f64) {
     let start = Instant::now();
     let per_job = parallel(a.jobs, a.threads, |i| {
         let mut job = Job::new(&a.spreads, Rng::new(a.seed, 1, i as u64));
-        let mut judge = JobJudge::new(JudgeConfig::default()).expecting(NODES);
+        let mut judge = JobJudge::new(a.judge.clone()).expecting(NODES);
         run_job(&mut job, &mut judge, 0, seconds, |_, _| false)
     });
     let wall = start.elapsed().as_secs_f64();
@@ -634,7 +647,7 @@ fn trial(a: &Args, case: u64, i: usize) -> Trial {
     // The first second at or after the onset when the job is busy (training or evaluating).
     let busy_from =
         (onset..onset + 3600).find(|t| matches!(job.phase(*t as f64), PhaseId::Train | PhaseId::Eval)).unwrap_or(onset);
-    let mut judge = JobJudge::new(JudgeConfig::default()).expecting(NODES);
+    let mut judge = JobJudge::new(a.judge.clone()).expecting(NODES);
     let found = run_job(&mut job, &mut judge, 0, onset + a.horizon, fits);
     let offset = job.gpus[gpu].clock;
     let mut t = Trial { caught: None, wrong: Vec::new(), onset_phase, offset, fault };
@@ -660,7 +673,7 @@ fn profile(a: &Args) {
     let gen = start.elapsed().as_secs_f64();
     let samples = (periods * PERIOD) as f64 * GPUS as f64;
     let start = Instant::now();
-    let mut judge = JobJudge::new(JudgeConfig::default()).expecting(NODES);
+    let mut judge = JobJudge::new(a.judge.clone()).expecting(NODES);
     let mut raised = 0;
     for period in &stored {
         for t in period {
@@ -782,10 +795,11 @@ fn report_recall(a: &Args, case: u64, name: &str) -> String {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = args()?;
     println!(
-        "watch_sim: {} nodes x {} GPUs, 1 s samples, {} s summaries, default judgement; spreads: {}; seed {}, {} threads",
-        NODES, GPUS_PER_NODE, PERIOD, a.spreads_from, a.seed, a.threads
+        "watch_sim: {} nodes x {} GPUs, 1 s samples, {} s summaries; judgement: {}; spreads: {}; seed {}, {} threads",
+        NODES, GPUS_PER_NODE, PERIOD, a.judge_from, a.spreads_from, a.seed, a.threads
     );
     println!("{}", json!({"kind": "spreads", "from": a.spreads_from, "spreads": a.spreads}));
+    println!("{}", json!({"kind": "judge", "from": a.judge_from, "judge": a.judge}));
     if a.profile {
         profile(&a);
     }
