@@ -552,14 +552,12 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
             "--horizon" => a.horizon = value()?.parse()?,
             "--spreads" => {
                 let path = value()?;
-                let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-                a.spreads = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+                a.spreads = read_json(&path)?;
                 a.spreads_from = path;
             }
             "--judge" => {
                 let path = value()?;
-                let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-                a.judge = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+                a.judge = read_json(&path)?;
                 a.judge.validate().map_err(|e| format!("{path}: {e}"))?;
                 a.judge_from = path;
             }
@@ -570,6 +568,12 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
         }
     }
     Ok(a)
+}
+
+/// The JSON object in the file at `path`; an error names the file.
+fn read_json<T: serde::de::DeserializeOwned>(path: &str) -> Result<T, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))
 }
 
 /// Min, median, p99 and max of `v` (sorted in place); zeros when empty.

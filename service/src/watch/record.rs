@@ -16,7 +16,7 @@ use crate::ops::metrics::METRICS;
 /// more means a database down for very long; a suspicion beyond them is dropped, said.
 const MAX_WAITING: usize = 4096;
 /// The times in a row a database that answers may refuse one suspicion before it is dropped
-/// (with the waits between attempts, about 25 s).
+/// (with the waits between attempts, about 20 s).
 const MAX_REFUSED: u32 = 10;
 
 /// The judgement's end of the recorder task.
